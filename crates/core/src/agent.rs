@@ -1,0 +1,62 @@
+//! The agent record as the registry holds it (the domain type; its file form is in `store`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use jiff::Timestamp;
+
+use crate::ids::{AgentId, WorkspaceId};
+use crate::lifecycle::{AgentStatus, Attention};
+
+/// The label that makes an agent a subagent of another: its value is the parent's id.
+pub const PARENT_LABEL: &str = "drover.parent-agent-id";
+
+/// What the provider is asked to run with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderConfig {
+    pub model: Option<String>,
+    pub mode: Option<String>,
+}
+
+/// What a provider needs to resume its own session for this agent (ACP `session/load`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeHandle {
+    pub acp_session_id: String,
+}
+
+/// One agent: one provider, one cwd, one timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Agent {
+    pub id: AgentId,
+    pub provider: String,
+    /// Absolute; fixed for the agent's life (it keys the record's folder).
+    pub cwd: PathBuf,
+    pub workspace_id: WorkspaceId,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    /// When the agent last did or was asked to do something.
+    pub last_activity_at: Timestamp,
+    pub title: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub status: AgentStatus,
+    pub last_error: Option<String>,
+    pub archived_at: Option<Timestamp>,
+    pub attention: Option<Attention>,
+    pub auto_archive: bool,
+    pub config: ProviderConfig,
+    pub resume: Option<ResumeHandle>,
+    /// Fields of the file that this version does not know, kept so a rewrite loses nothing.
+    pub(crate) unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Agent {
+    /// The parent this agent is a subagent of, from the parent label. A label that is not a
+    /// valid id (damaged data) makes the agent a root.
+    pub fn parent_id(&self) -> Option<AgentId> {
+        self.labels.get(PARENT_LABEL)?.parse().ok()
+    }
+
+    pub fn is_archived(&self) -> bool {
+        self.archived_at.is_some()
+    }
+}

@@ -1,0 +1,30 @@
+//! drover's core: the registry of agents and workspaces, their lifecycle, relationships,
+//! archive admission, workspace activity, and the file store under `$DROVER_HOME`.
+//!
+//! Nothing here knows about HTTP, WebSocket framing, ACP or processes: runtimes are reached
+//! through [`runtime::RuntimeControl`], clients through [`registry::RegistryEvent`]s.
+
+pub mod activity;
+pub mod admission;
+pub mod agent;
+pub mod error;
+pub mod ids;
+pub mod lifecycle;
+pub mod registry;
+pub mod runtime;
+pub mod store;
+pub mod view;
+pub mod workspace;
+
+pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
+pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
+pub use agent::{Agent, PARENT_LABEL, ProviderConfig, ResumeHandle};
+pub use error::RegistryError;
+pub use ids::{AgentId, InvalidId, WorkspaceId};
+pub use lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
+pub use registry::{
+    ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, Change, NewAgent, Registry,
+    RegistryEvent,
+};
+pub use runtime::{BoxFuture, CancelCause, NoRuntimes, RuntimeControl, RuntimeError};
+pub use workspace::{Workspace, WorkspaceKind};

@@ -1,0 +1,752 @@
+//! The file store under `$DROVER_HOME`: one JSON document per agent and per workspace,
+//! written atomically, read back at boot with damaged files moved aside.
+//!
+//! Layout (see `docs/storage.md`):
+//!
+//! ```text
+//! agents/{cwd-with-dashes}/{agent-id}.json
+//! workspaces/{workspace-id}.json
+//! journal/archive-{agent-id}.json      an archive cascade being written
+//! quarantine/                          files that could not be read, moved aside at boot
+//! ```
+//!
+//! The store knows nothing about the lifecycle: it turns records into files and back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{Agent, ProviderConfig, ResumeHandle};
+use crate::ids::{AgentId, WorkspaceId};
+use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
+use crate::workspace::{Workspace, WorkspaceKind};
+
+/// The document version this build writes. A file with a newer version is left untouched.
+pub const AGENT_DOC_VERSION: u32 = 1;
+pub const WORKSPACE_DOC_VERSION: u32 = 1;
+const JOURNAL_DOC_VERSION: u32 = 1;
+
+/// Longest folder name we derive from a cwd (file systems allow 255 bytes).
+const MAX_DIR_NAME: usize = 200;
+
+/// A store operation that failed, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot {op} `{}`: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot encode the record for `{}`: {source}", path.display())]
+    Encode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl StoreError {
+    fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+        move |source| StoreError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The file the failed operation was about.
+    pub fn path(&self) -> &Path {
+        match self {
+            StoreError::Io { path, .. } | StoreError::Encode { path, .. } => path,
+        }
+    }
+}
+
+/// A file that could not be loaded and was moved aside.
+#[derive(Debug, Clone)]
+pub struct Quarantined {
+    pub original: PathBuf,
+    /// Where it is now; `None` when moving it failed too (it was left in place and skipped).
+    pub moved_to: Option<PathBuf>,
+    pub reason: String,
+}
+
+/// What a boot-time load found.
+#[derive(Debug)]
+pub struct Loaded<T> {
+    pub records: Vec<T>,
+    pub quarantined: Vec<Quarantined>,
+    /// Files written by a newer drover: left in place, not loaded.
+    pub skipped_newer: Vec<PathBuf>,
+}
+
+impl<T> Default for Loaded<T> {
+    fn default() -> Self {
+        Loaded {
+            records: Vec::new(),
+            quarantined: Vec::new(),
+            skipped_newer: Vec::new(),
+        }
+    }
+}
+
+/// An archive cascade that was being written when the process stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveJournal {
+    pub version: u32,
+    pub root: AgentId,
+    pub archived_at: Timestamp,
+    pub agents: Vec<AgentId>,
+}
+
+/// The data directory's files.
+#[derive(Debug)]
+pub struct Store {
+    home: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store's folders under `home`.
+    pub fn open(home: &Path) -> Result<Store, StoreError> {
+        for dir in ["agents", "workspaces", "journal", "quarantine"] {
+            let path = home.join(dir);
+            fs::create_dir_all(&path).map_err(StoreError::io("create folder", &path))?;
+        }
+        Ok(Store {
+            home: home.to_path_buf(),
+        })
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// `agents/{cwd-with-dashes}/{agent-id}.json`.
+    pub fn agent_path(&self, id: AgentId, cwd: &Path) -> PathBuf {
+        self.home
+            .join("agents")
+            .join(cwd_dir_name(cwd))
+            .join(format!("{id}.json"))
+    }
+
+    pub fn workspace_path(&self, id: WorkspaceId) -> PathBuf {
+        self.home.join("workspaces").join(format!("{id}.json"))
+    }
+
+    fn journal_path(&self, root: AgentId) -> PathBuf {
+        self.home
+            .join("journal")
+            .join(format!("archive-{root}.json"))
+    }
+
+    // ---- agents -------------------------------------------------------------------------
+
+    /// Reads every agent record. Unreadable files are moved to `quarantine/`; leftover temp
+    /// files of interrupted writes are removed (they were never acknowledged).
+    pub fn load_agents(&self) -> Result<Loaded<Agent>, StoreError> {
+        let root = self.home.join("agents");
+        let mut loaded = Loaded::default();
+        let mut seen: HashMap<AgentId, (PathBuf, Timestamp)> = HashMap::new();
+        for dir in read_dir_sorted(&root)? {
+            if !dir.is_dir() {
+                continue;
+            }
+            for path in read_dir_sorted(&dir)? {
+                let name = file_name(&path);
+                if is_temp_name(&name) {
+                    remove_leftover(&path);
+                    continue;
+                }
+                let Some(stem) = name.strip_suffix(".json") else {
+                    continue;
+                };
+                match self.read_agent(&path, stem) {
+                    Ok(Some(agent)) => match seen.get(&agent.id) {
+                        // The same id twice (a copied file): the newer wins, the other goes.
+                        Some((_, at)) if *at >= agent.updated_at => {
+                            loaded
+                                .quarantined
+                                .push(self.quarantine(&path, "duplicate agent id"));
+                        }
+                        _ => {
+                            if let Some((old, _)) =
+                                seen.insert(agent.id, (path.clone(), agent.updated_at))
+                            {
+                                loaded.records.retain(|a: &Agent| a.id != agent.id);
+                                loaded
+                                    .quarantined
+                                    .push(self.quarantine(&old, "duplicate agent id"));
+                            }
+                            loaded.records.push(agent);
+                        }
+                    },
+                    Ok(None) => loaded.skipped_newer.push(path),
+                    Err(reason) => loaded.quarantined.push(self.quarantine(&path, &reason)),
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// `Ok(None)`: written by a newer drover. `Err`: why the file is damaged.
+    fn read_agent(&self, path: &Path, stem: &str) -> Result<Option<Agent>, String> {
+        let bytes = fs::read(path).map_err(|e| format!("unreadable: {e}"))?;
+        let doc: AgentDoc = match serde_json::from_slice(&bytes) {
+            Ok(doc) => doc,
+            Err(e) => {
+                // A newer document may fail our schema; look at its version before calling it
+                // damaged.
+                if doc_version(&bytes).is_some_and(|v| v > AGENT_DOC_VERSION) {
+                    return Ok(None);
+                }
+                return Err(format!("not a valid agent record: {e}"));
+            }
+        };
+        if doc.version > AGENT_DOC_VERSION {
+            return Ok(None);
+        }
+        if doc.id.to_string() != stem {
+            return Err(format!(
+                "file name `{stem}.json` does not match the record's id `{}`",
+                doc.id
+            ));
+        }
+        if !doc.cwd.is_absolute() {
+            return Err(format!("cwd `{}` is not absolute", doc.cwd.display()));
+        }
+        Ok(Some(doc.into_agent()))
+    }
+
+    /// Writes one record atomically.
+    pub fn write_agent(&self, agent: &Agent) -> Result<(), StoreError> {
+        let path = self.agent_path(agent.id, &agent.cwd);
+        let bytes = encode(&path, &AgentDoc::from_agent(agent))?;
+        ensure_dir(path.parent().unwrap_or(&self.home))?;
+        write_atomic(&path, &bytes)
+    }
+
+    /// Writes several records as one operation: every temp file is written and synced first,
+    /// then all are renamed into place, then each folder is synced once. If anything fails the
+    /// files already replaced are written back from `before`, so the disk is as it was.
+    ///
+    /// `changes` pairs each new record with the one it replaces (`None` for a new agent).
+    pub fn write_agents(&self, changes: &[(Option<&Agent>, &Agent)]) -> Result<(), StoreError> {
+        match changes {
+            [] => return Ok(()),
+            [(_, one)] => return self.write_agent(one),
+            _ => {}
+        }
+        let mut staged = Vec::with_capacity(changes.len());
+        let result = (|| {
+            for (_, agent) in changes {
+                let path = self.agent_path(agent.id, &agent.cwd);
+                let bytes = encode(&path, &AgentDoc::from_agent(agent))?;
+                ensure_dir(path.parent().unwrap_or(&self.home))?;
+                let tmp = stage(&path, &bytes)?;
+                staged.push((tmp, path));
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for (tmp, _) in &staged {
+                let _ = fs::remove_file(tmp);
+            }
+            return Err(e);
+        }
+        let mut dirs: Vec<&Path> = Vec::new();
+        for (i, (tmp, path)) in staged.iter().enumerate() {
+            if let Err(source) = fs::rename(tmp, path) {
+                for (tmp, _) in &staged[i..] {
+                    let _ = fs::remove_file(tmp);
+                }
+                self.restore(&changes[..i]);
+                return Err(StoreError::Io {
+                    op: "replace",
+                    path: path.clone(),
+                    source,
+                });
+            }
+            let dir = path.parent().unwrap_or(&self.home);
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        for dir in dirs {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Puts back the records a failed batch had already replaced (best effort: the batch
+    /// failed, the error is being reported, a second failure here can only be logged).
+    fn restore(&self, replaced: &[(Option<&Agent>, &Agent)]) {
+        for (before, after) in replaced {
+            let result = match before {
+                Some(before) => self.write_agent(before),
+                None => fs::remove_file(self.agent_path(after.id, &after.cwd)).map_err(
+                    StoreError::io("remove", &self.agent_path(after.id, &after.cwd)),
+                ),
+            };
+            if let Err(e) = result {
+                tracing::error!(error = %e, "could not roll back a failed batch write");
+            }
+        }
+    }
+
+    /// Moves a damaged file into `quarantine/`, keeping its folder and name in the new name.
+    fn quarantine(&self, path: &Path, reason: &str) -> Quarantined {
+        let folder = path
+            .parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stamp = Timestamp::now().as_millisecond();
+        let target = self
+            .home
+            .join("quarantine")
+            .join(format!("{stamp}-{folder}-{}", file_name(path)));
+        let moved_to = match fs::rename(path, &target) {
+            Ok(()) => {
+                tracing::error!(path = %path.display(), moved_to = %target.display(), %reason,
+                    "damaged record moved to quarantine");
+                Some(target)
+            }
+            Err(e) => {
+                tracing::error!(path = %path.display(), %reason, error = %e,
+                    "damaged record could not be moved to quarantine; skipped");
+                None
+            }
+        };
+        Quarantined {
+            original: path.to_path_buf(),
+            moved_to,
+            reason: reason.to_string(),
+        }
+    }
+
+    // ---- workspaces ---------------------------------------------------------------------
+
+    pub fn load_workspaces(&self) -> Result<Loaded<Workspace>, StoreError> {
+        let mut loaded = Loaded::default();
+        for path in read_dir_sorted(&self.home.join("workspaces"))? {
+            let name = file_name(&path);
+            if is_temp_name(&name) {
+                remove_leftover(&path);
+                continue;
+            }
+            let Some(stem) = name.strip_suffix(".json") else {
+                continue;
+            };
+            let read = || -> Result<Option<Workspace>, String> {
+                let bytes = fs::read(&path).map_err(|e| format!("unreadable: {e}"))?;
+                if doc_version(&bytes).is_some_and(|v| v > WORKSPACE_DOC_VERSION) {
+                    return Ok(None);
+                }
+                let doc: WorkspaceDoc = serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("not a valid workspace record: {e}"))?;
+                if doc.id.to_string() != stem {
+                    return Err(format!("file name does not match the id `{}`", doc.id));
+                }
+                Ok(Some(doc.into_workspace()))
+            };
+            match read() {
+                Ok(Some(ws)) => loaded.records.push(ws),
+                Ok(None) => loaded.skipped_newer.push(path),
+                Err(reason) => loaded.quarantined.push(self.quarantine(&path, &reason)),
+            }
+        }
+        Ok(loaded)
+    }
+
+    pub fn write_workspace(&self, ws: &Workspace) -> Result<(), StoreError> {
+        let path = self.workspace_path(ws.id);
+        let bytes = encode(&path, &WorkspaceDoc::from_workspace(ws))?;
+        write_atomic(&path, &bytes)
+    }
+
+    // ---- journal ------------------------------------------------------------------------
+
+    pub fn write_archive_journal(&self, journal: &ArchiveJournal) -> Result<(), StoreError> {
+        let path = self.journal_path(journal.root);
+        write_atomic(&path, &encode(&path, journal)?)
+    }
+
+    pub fn remove_archive_journal(&self, root: AgentId) -> Result<(), StoreError> {
+        let path = self.journal_path(root);
+        fs::remove_file(&path).map_err(StoreError::io("remove", &path))?;
+        sync_dir(&self.home.join("journal"))
+    }
+
+    /// Cascades that were being written when the process died, oldest first.
+    pub fn load_archive_journals(&self) -> Result<Vec<ArchiveJournal>, StoreError> {
+        let mut journals = Vec::new();
+        for path in read_dir_sorted(&self.home.join("journal"))? {
+            let name = file_name(&path);
+            if is_temp_name(&name) {
+                remove_leftover(&path);
+                continue;
+            }
+            match fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            {
+                Ok(journal) => journals.push(journal),
+                Err(reason) => {
+                    self.quarantine(&path, &reason);
+                }
+            }
+        }
+        journals.sort_by_key(|j: &ArchiveJournal| j.archived_at);
+        Ok(journals)
+    }
+
+    pub fn new_archive_journal(
+        root: AgentId,
+        archived_at: Timestamp,
+        agents: Vec<AgentId>,
+    ) -> ArchiveJournal {
+        ArchiveJournal {
+            version: JOURNAL_DOC_VERSION,
+            root,
+            archived_at,
+            agents,
+        }
+    }
+}
+
+/// The folder name for a cwd: `/home/me/repo` becomes `-home-me-repo`. Characters other than
+/// ASCII letters, digits, `.`, `_` and `-` become `-`; a very long path is cut and suffixed
+/// with a hash of the whole so two long paths do not share a folder by accident.
+pub fn cwd_dir_name(cwd: &Path) -> String {
+    let raw = cwd.to_string_lossy();
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.is_empty() || name.chars().all(|c| c == '.') {
+        name = format!("-{name}");
+    }
+    if name.len() > MAX_DIR_NAME {
+        // FNV-1a: stable across builds and platforms, unlike std's hasher.
+        let hash = raw.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        name.truncate(MAX_DIR_NAME - 17);
+        name = format!("{name}-{hash:016x}");
+    }
+    name
+}
+
+// ---- file helpers ---------------------------------------------------------------------------
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp-")
+}
+
+fn remove_leftover(path: &Path) {
+    match fs::remove_file(path) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "removed the temp file of an interrupted write")
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove a leftover temp file")
+        }
+    }
+}
+
+fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut paths = Vec::new();
+    for entry in fs::read_dir(dir).map_err(StoreError::io("read folder", dir))? {
+        paths.push(entry.map_err(StoreError::io("read folder", dir))?.path());
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+fn doc_version(bytes: &[u8]) -> Option<u32> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u32,
+    }
+    serde_json::from_slice::<Versioned>(bytes)
+        .ok()
+        .map(|v| v.version)
+}
+
+fn encode<T: Serialize>(path: &Path, doc: &T) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = serde_json::to_vec_pretty(doc).map_err(|source| StoreError::Encode {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Creates `dir` if missing, syncing its parent so the new folder itself is durable.
+fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(StoreError::io("create folder", dir))?;
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(StoreError::io("sync folder", dir))
+}
+
+/// Writes `bytes` to a fresh temp file beside `path` and syncs it; returns the temp path.
+fn stage(path: &Path, bytes: &[u8]) -> Result<PathBuf, StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        file_name(path),
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(source) => {
+            let _ = fs::remove_file(&tmp);
+            // Name the file the caller asked for: the temp name means nothing to a user.
+            Err(StoreError::Io {
+                op: "write",
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+}
+
+/// Temp file in the same folder, fsync, rename over `path`, fsync the folder.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = stage(path, bytes)?;
+    if let Err(source) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(StoreError::Io {
+            op: "replace",
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+// ---- documents ------------------------------------------------------------------------------
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentDoc {
+    version: u32,
+    id: AgentId,
+    provider: String,
+    cwd: PathBuf,
+    workspace_id: WorkspaceId,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    last_activity_at: Timestamp,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    last_status: AgentStatus,
+    #[serde(default)]
+    last_error: Option<String>,
+    #[serde(default)]
+    archived_at: Option<Timestamp>,
+    #[serde(default)]
+    requires_attention: bool,
+    #[serde(default)]
+    attention_reason: Option<AttentionReason>,
+    #[serde(default)]
+    attention_timestamp: Option<Timestamp>,
+    #[serde(default)]
+    auto_archive: bool,
+    #[serde(default)]
+    config: ConfigDoc,
+    #[serde(default)]
+    resume_handle: Option<ResumeDoc>,
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigDoc {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    mode_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumeDoc {
+    acp_session_id: String,
+}
+
+impl AgentDoc {
+    fn from_agent(a: &Agent) -> AgentDoc {
+        AgentDoc {
+            version: AGENT_DOC_VERSION,
+            id: a.id,
+            provider: a.provider.clone(),
+            cwd: a.cwd.clone(),
+            workspace_id: a.workspace_id,
+            created_at: a.created_at,
+            updated_at: a.updated_at,
+            last_activity_at: a.last_activity_at,
+            title: a.title.clone(),
+            labels: a.labels.clone(),
+            last_status: a.status,
+            last_error: a.last_error.clone(),
+            archived_at: a.archived_at,
+            requires_attention: a.attention.is_some(),
+            attention_reason: a.attention.map(|x| x.reason),
+            attention_timestamp: a.attention.map(|x| x.at),
+            auto_archive: a.auto_archive,
+            config: ConfigDoc {
+                model: a.config.model.clone(),
+                mode_id: a.config.mode.clone(),
+            },
+            resume_handle: a.resume.as_ref().map(|r| ResumeDoc {
+                acp_session_id: r.acp_session_id.clone(),
+            }),
+            unknown: a.unknown.clone(),
+        }
+    }
+
+    fn into_agent(self) -> Agent {
+        let attention = match (self.requires_attention, self.attention_reason) {
+            (true, Some(reason)) => Some(Attention {
+                reason,
+                at: self.attention_timestamp.unwrap_or(self.updated_at),
+            }),
+            _ => None,
+        };
+        Agent {
+            id: self.id,
+            provider: self.provider,
+            cwd: self.cwd,
+            workspace_id: self.workspace_id,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            last_activity_at: self.last_activity_at,
+            title: self.title,
+            labels: self.labels,
+            status: self.last_status,
+            last_error: self.last_error,
+            archived_at: self.archived_at,
+            attention,
+            auto_archive: self.auto_archive,
+            config: ProviderConfig {
+                model: self.config.model,
+                mode: self.config.mode_id,
+            },
+            resume: self.resume_handle.map(|r| ResumeHandle {
+                acp_session_id: r.acp_session_id,
+            }),
+            unknown: self.unknown,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WorkspaceDoc {
+    version: u32,
+    id: WorkspaceId,
+    kind: WorkspaceKind,
+    path: PathBuf,
+    name: String,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    #[serde(default)]
+    archived_at: Option<Timestamp>,
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+impl WorkspaceDoc {
+    fn from_workspace(w: &Workspace) -> WorkspaceDoc {
+        WorkspaceDoc {
+            version: WORKSPACE_DOC_VERSION,
+            id: w.id,
+            kind: w.kind,
+            path: w.path.clone(),
+            name: w.name.clone(),
+            created_at: w.created_at,
+            updated_at: w.updated_at,
+            archived_at: w.archived_at,
+            unknown: w.unknown.clone(),
+        }
+    }
+
+    fn into_workspace(self) -> Workspace {
+        Workspace {
+            id: self.id,
+            kind: self.kind,
+            path: self.path,
+            name: self.name,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            archived_at: self.archived_at,
+            unknown: self.unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cwd_folder_names() {
+        assert_eq!(cwd_dir_name(Path::new("/home/me/repo")), "-home-me-repo");
+        assert_eq!(cwd_dir_name(Path::new("/a b/c:d")), "-a-b-c-d");
+        assert_eq!(cwd_dir_name(Path::new("/")), "-");
+        let long_a = format!("/{}", "a".repeat(400));
+        let long_b = format!("/{}b", "a".repeat(399));
+        let (na, nb) = (
+            cwd_dir_name(Path::new(&long_a)),
+            cwd_dir_name(Path::new(&long_b)),
+        );
+        assert!(na.len() <= MAX_DIR_NAME && nb.len() <= MAX_DIR_NAME);
+        assert_ne!(na, nb);
+    }
+}

@@ -1,0 +1,283 @@
+//! Test doubles and harnesses for drover.
+//!
+//! [`TestRuntime`] stands in for the agent runtimes where the registry, not a runtime, is under
+//! test: it records what the registry asked of it and fails on request. [`TestFamily`] is an
+//! activity family (think `job`) whose running work a test scripts.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_core::{
+    ActivityFamily, ActivityItem, Agent, AgentId, BoxFuture, CancelCause, RuntimeControl,
+    RuntimeError, view::AgentsView,
+};
+
+/// What the registry asked a runtime to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeCall {
+    Cancel {
+        agent: AgentId,
+        cause: CancelCause,
+        keep_inbox: bool,
+    },
+    Close {
+        agent: AgentId,
+    },
+    Shutdown,
+}
+
+#[derive(Debug, Default)]
+struct RuntimeState {
+    calls: Vec<RuntimeCall>,
+    fail_cancel: HashSet<AgentId>,
+    fail_close: HashSet<AgentId>,
+}
+
+/// Records every call; cancels or closes fail for the agents a test names.
+#[derive(Debug, Default, Clone)]
+pub struct TestRuntime {
+    state: Arc<Mutex<RuntimeState>>,
+}
+
+impl TestRuntime {
+    pub fn new() -> Arc<TestRuntime> {
+        Arc::new(TestRuntime::default())
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, RuntimeState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn fail_cancel(&self, agent: AgentId) {
+        self.state().fail_cancel.insert(agent);
+    }
+
+    pub fn fail_close(&self, agent: AgentId) {
+        self.state().fail_close.insert(agent);
+    }
+
+    pub fn calls(&self) -> Vec<RuntimeCall> {
+        self.state().calls.clone()
+    }
+
+    pub fn cancels(&self) -> Vec<(AgentId, CancelCause)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                RuntimeCall::Cancel { agent, cause, .. } => Some((agent, cause)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn closes(&self) -> Vec<AgentId> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                RuntimeCall::Close { agent } => Some(agent),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Waits (in real time, at most `timeout`) until `done` holds for the calls so far.
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&[RuntimeCall]) -> bool,
+    ) -> Vec<RuntimeCall> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let calls = self.calls();
+            if done(&calls) || tokio::time::Instant::now() >= deadline {
+                return calls;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl RuntimeControl for TestRuntime {
+    fn cancel(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+        keep_inbox: bool,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let mut state = self.state();
+        state.calls.push(RuntimeCall::Cancel {
+            agent,
+            cause,
+            keep_inbox,
+        });
+        let fail = state.fail_cancel.contains(&agent);
+        Box::pin(async move {
+            if fail {
+                Err(RuntimeError {
+                    agent,
+                    message: "test runtime refuses to cancel".to_string(),
+                })
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let mut state = self.state();
+        state.calls.push(RuntimeCall::Close { agent });
+        let fail = state.fail_close.contains(&agent);
+        Box::pin(async move {
+            if fail {
+                Err(RuntimeError {
+                    agent,
+                    message: "test runtime refuses to close".to_string(),
+                })
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        self.state().calls.push(RuntimeCall::Shutdown);
+        Box::pin(async {})
+    }
+}
+
+/// How a scripted item's stop behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StopBehaviour {
+    #[default]
+    Succeed,
+    Fail,
+    Panic,
+    /// Never resolves: the registry must not wait for it.
+    Hang,
+}
+
+#[derive(Debug, Default)]
+struct FamilyState {
+    running: HashMap<AgentId, Vec<(ActivityItem, StopBehaviour)>>,
+    stops: Vec<(AgentId, String)>,
+    /// Whether the owner was already archived on disk when its stop was issued.
+    archived_when_stopped: Vec<bool>,
+}
+
+/// An activity family whose running work the test scripts, e.g. `job`.
+#[derive(Debug, Clone)]
+pub struct TestFamily {
+    name: &'static str,
+    state: Arc<Mutex<FamilyState>>,
+    /// The store folder, to check that the archive was on disk before a stop was issued.
+    home: Option<std::path::PathBuf>,
+}
+
+impl TestFamily {
+    pub fn new(name: &'static str) -> Arc<TestFamily> {
+        Arc::new(TestFamily {
+            name,
+            state: Arc::default(),
+            home: None,
+        })
+    }
+
+    /// Like `new`, and on each stop reads the owner's record under `home` to tell whether the
+    /// archive was written before the stop was issued.
+    pub fn watching_disk(name: &'static str, home: &std::path::Path) -> Arc<TestFamily> {
+        Arc::new(TestFamily {
+            name,
+            state: Arc::default(),
+            home: Some(home.to_path_buf()),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FamilyState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Scripts one running item for `agent`.
+    pub fn add(&self, agent: AgentId, id: &str, stop: StopBehaviour) {
+        self.state().running.entry(agent).or_default().push((
+            ActivityItem {
+                id: id.to_string(),
+                agent_id: None,
+                title: None,
+                detail: format!("{} {id} is running", self.name),
+            },
+            stop,
+        ));
+    }
+
+    /// Stops issued so far: (owner, item id).
+    pub fn stops(&self) -> Vec<(AgentId, String)> {
+        self.state().stops.clone()
+    }
+
+    pub fn archived_when_stopped(&self) -> Vec<bool> {
+        self.state().archived_when_stopped.clone()
+    }
+
+    fn archived_on_disk(&self, owner: AgentId) -> Option<bool> {
+        let home = self.home.as_ref()?;
+        let name = format!("{owner}.json");
+        for dir in std::fs::read_dir(home.join("agents")).ok()?.flatten() {
+            let path = dir.path().join(&name);
+            if let Ok(bytes) = std::fs::read(&path) {
+                let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+                return Some(!doc["archivedAt"].is_null());
+            }
+        }
+        None
+    }
+}
+
+impl ActivityFamily for TestFamily {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn running(&self, _: &dyn AgentsView, agent: &Agent) -> Vec<ActivityItem> {
+        self.state()
+            .running
+            .get(&agent.id)
+            .map(|items| items.iter().map(|(i, _)| i.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn stop(&self, owner: AgentId, item: ActivityItem) -> BoxFuture<'static, Result<(), String>> {
+        let archived = self.archived_on_disk(owner);
+        let behaviour = {
+            let mut state = self.state();
+            state.stops.push((owner, item.id.clone()));
+            if let Some(a) = archived {
+                state.archived_when_stopped.push(a);
+            }
+            let behaviour = state
+                .running
+                .get(&owner)
+                .and_then(|items| items.iter().find(|(i, _)| i.id == item.id))
+                .map(|(_, b)| *b)
+                .unwrap_or_default();
+            if behaviour != StopBehaviour::Hang {
+                if let Some(items) = state.running.get_mut(&owner) {
+                    items.retain(|(i, _)| i.id != item.id);
+                }
+            }
+            behaviour
+        };
+        match behaviour {
+            StopBehaviour::Succeed => Box::pin(async { Ok(()) }),
+            StopBehaviour::Fail => {
+                Box::pin(async move { Err(format!("{} refuses to stop", item.id)) })
+            }
+            StopBehaviour::Panic => panic!("test family panics while stopping {}", item.id),
+            StopBehaviour::Hang => Box::pin(std::future::pending()),
+        }
+    }
+}
