@@ -1,1 +1,88 @@
-fn main() {}
+//! `drover`: runs the daemon (`drover daemon`); the client commands join it with the protocol.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use drover_daemon::{DaemonConfig, DataDirLock};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "drover",
+    version,
+    about = "Run and manage fleets of coding agents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon in the foreground (Ctrl-C or SIGTERM stops it cleanly).
+    Daemon {
+        /// Data directory [default: $DROVER_HOME, else ~/.drover]
+        #[arg(long, value_name = "DIR")]
+        home: Option<PathBuf>,
+        /// Address to listen on (loopback only)
+        #[arg(long, env = "DROVER_LISTEN", value_name = "ADDR", default_value_t = DaemonConfig::default_listen())]
+        listen: SocketAddr,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Daemon { home, listen } => daemon(home, listen),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drover: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn daemon(home: Option<PathBuf>, listen: SocketAddr) -> anyhow::Result<()> {
+    let home = match home {
+        Some(home) => home,
+        None => DaemonConfig::default_home()?,
+    };
+    let config = DaemonConfig::new(home, listen)?;
+    // The lock comes before the port, so a second daemon on this home names the first one
+    // instead of failing on a busy port.
+    let lock = DataDirLock::acquire(&config.home)?;
+    drover_daemon::logging::init(&config.home)
+        .with_context(|| format!("cannot open the log in `{}`", config.home.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        drover_daemon::run_locked(lock, listener, config, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the daemon");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,1 +1,135 @@
-//! placeholder
+//! drover's daemon: takes the data directory, loads the registry, serves HTTP on loopback,
+//! and shuts down in order.
+//!
+//! [`run`] is the whole daemon for a listener the caller bound; the `drover daemon` command and
+//! the tests both call it. Nothing here decides lifecycle: that is `drover-core`'s registry.
+
+pub mod config;
+pub mod lock;
+pub mod logging;
+mod server;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use drover_core::{NoRuntimes, Registry, RegistryError};
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+pub use config::DaemonConfig;
+pub use lock::{DataDirLock, LockError};
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("cannot load the store: {0}")]
+    Registry(#[from] RegistryError),
+    #[error("cannot {op}: {source}")]
+    Io {
+        op: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// `$DROVER_HOME/daemon.json`: who holds the data directory, for clients and for a second
+/// daemon's error message. Written once serving, removed at a clean stop.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonInfo {
+    pub version: u32,
+    pub pid: u32,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    pub daemon_version: String,
+    pub started_at: Timestamp,
+}
+
+pub const DAEMON_INFO_FILE: &str = "daemon.json";
+
+/// Takes the data-directory lock, then runs the daemon on `listener` until `shutdown`
+/// resolves.
+pub async fn run(
+    listener: TcpListener,
+    config: DaemonConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DaemonError> {
+    let lock = DataDirLock::acquire(&config.home)?;
+    run_locked(lock, listener, config, shutdown).await
+}
+
+/// Runs the daemon with the lock already held (the binary takes it before binding, so a second
+/// daemon fails on the lock, naming the first, rather than on the port).
+pub async fn run_locked(
+    lock: DataDirLock,
+    listener: TcpListener,
+    config: DaemonConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DaemonError> {
+    let started = std::time::Instant::now();
+    let home = config.home.clone();
+    let (registry, boot) =
+        tokio::task::spawn_blocking(move || Registry::open(&home, Arc::new(NoRuntimes)))
+            .await
+            .map_err(|e| DaemonError::Io {
+                op: "load the store".to_string(),
+                source: std::io::Error::other(e),
+            })??;
+    for q in &boot.quarantined {
+        tracing::error!(path = %q.original.display(), moved_to = ?q.moved_to, reason = %q.reason,
+            "quarantined a damaged record");
+    }
+    for path in &boot.skipped_newer {
+        tracing::warn!(path = %path.display(), "left alone a record written by a newer drover");
+    }
+    tracing::info!(
+        agents = boot.agents,
+        workspaces = boot.workspaces,
+        interrupted = boot.interrupted.len(),
+        quarantined = boot.quarantined.len(),
+        cascades_completed = boot.cascades_completed,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "store loaded"
+    );
+
+    let addr = listener.local_addr().map_err(|source| DaemonError::Io {
+        op: "read the listening address".to_string(),
+        source,
+    })?;
+    let info = DaemonInfo {
+        version: 1,
+        pid: std::process::id(),
+        url: format!("http://{addr}"),
+        daemon_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: Timestamp::now(),
+    };
+    lock.publish(&info)?;
+    tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
+
+    let app = server::router(server::AppState {
+        registry: registry.clone(),
+        info: Arc::new(info),
+        home: config.home.clone(),
+    });
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: no longer accepting connections");
+        })
+        .await;
+
+    tracing::info!("shutting down: closing runtimes");
+    registry.shutdown().await;
+    tracing::info!("shutting down: store flushed");
+    lock.release();
+    tracing::info!("drover daemon stopped");
+    served.map_err(|source| DaemonError::Io {
+        op: "serve HTTP".to_string(),
+        source,
+    })
+}

@@ -1,0 +1,337 @@
+//! The `drover daemon` process as a user runs it: start, health, the data-directory lock,
+//! ordered shutdown on signals, and boot over an existing store.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drover_core::{AgentStatus, AttentionReason, NewAgent, NoRuntimes, Registry};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Daemon {
+    child: Child,
+    home: PathBuf,
+    url: String,
+}
+
+impl Daemon {
+    fn start(home: &Path) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(["daemon", "--home"])
+            .arg(home)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn drover daemon");
+        let mut daemon = Daemon {
+            child,
+            home: home.to_path_buf(),
+            url: String::new(),
+        };
+        daemon.url = daemon.wait_for_url();
+        daemon
+    }
+
+    /// The url from `daemon.json`, once `/health` answers there.
+    fn wait_for_url(&mut self) -> String {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("poll daemon") {
+                panic!("daemon exited early with {status}: {}", self.stderr());
+            }
+            if let Ok(bytes) = std::fs::read(self.home.join("daemon.json")) {
+                let info: serde_json::Value =
+                    serde_json::from_slice(&bytes).expect("daemon.json parses");
+                let url = info["url"].as_str().expect("url").to_string();
+                if get(&url, "/health").is_some_and(|(status, _)| status == 200) {
+                    return url;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("daemon did not serve /health within {WAIT:?}");
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits");
+        // SAFETY: sending a signal to our own child process.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal})");
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll daemon") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not exit within {WAIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut out = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut out);
+        }
+        out
+    }
+
+    fn health(&self) -> serde_json::Value {
+        let (status, body) = get(&self.url, "/health").expect("health answers");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("health is JSON")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.0 GET: (status, body), or None if nothing answers.
+fn get(url: &str, path: &str) -> Option<(u16, String)> {
+    let addr = url.strip_prefix("http://")?;
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+#[test]
+fn serves_health_and_publishes_its_address() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(home.path());
+    let health = daemon.health();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["agents"], 0);
+    assert_eq!(health["pid"], daemon.child.id());
+    let (status, body) = get(&daemon.url, "/no-such-thing").expect("answers");
+    assert_eq!(status, 404);
+    assert!(body.contains("no route for GET /no-such-thing"), "{body}");
+    for dir in ["agents", "workspaces", "quarantine"] {
+        assert!(home.path().join(dir).is_dir(), "{dir}/ exists");
+    }
+}
+
+#[test]
+fn a_second_daemon_on_the_same_home_exits_at_once_naming_the_first() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let first = Daemon::start(home.path());
+    let started = Instant::now();
+    let second = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["daemon", "--home"])
+        .arg(home.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .expect("run second daemon");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "second daemon did not exit at once"
+    );
+    assert!(!second.status.success());
+    let message = String::from_utf8_lossy(&second.stderr);
+    assert!(message.contains("another drover daemon"), "{message}");
+    assert!(
+        message.contains(&format!("pid {}", first.child.id())),
+        "{message}"
+    );
+    assert!(message.contains(&first.url), "{message}");
+    // The first one is unharmed.
+    assert_eq!(first.health()["status"], "ok");
+}
+
+#[test]
+fn sigterm_and_sigint_shut_down_in_order_and_release_the_home() {
+    let home = tempfile::tempdir().expect("tempdir");
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut daemon = Daemon::start(home.path());
+        daemon.signal(signal);
+        let status = daemon.wait();
+        assert!(
+            status.success(),
+            "exit status after signal {signal}: {status}"
+        );
+        assert!(
+            !home.path().join("daemon.json").exists(),
+            "daemon.json removed at a clean stop"
+        );
+        // Nobody answers any more.
+        assert!(get(&daemon.url, "/health").is_none());
+    }
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).expect("daemon.log");
+    let order = [
+        "drover daemon listening",
+        "no longer accepting connections",
+        "closing runtimes",
+        "store flushed",
+        "drover daemon stopped",
+    ];
+    let positions: Vec<usize> = order
+        .iter()
+        .map(|line| {
+            log.find(line)
+                .unwrap_or_else(|| panic!("`{line}` missing from the log:\n{log}"))
+        })
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "shutdown out of order:\n{log}"
+    );
+    assert_eq!(log.matches("drover daemon stopped").count(), 2);
+    // The home is free again.
+    let daemon = Daemon::start(home.path());
+    assert_eq!(daemon.health()["status"], "ok");
+}
+
+#[test]
+fn boots_an_existing_store_reconciling_and_quarantining() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let cwd = tempfile::tempdir().expect("cwd");
+    let rt = runtime();
+    let (running, idle) = rt.block_on(async {
+        let (registry, _) = Registry::open(home.path(), Arc::new(NoRuntimes)).expect("open");
+        let new = || NewAgent {
+            provider: "codex".to_string(),
+            cwd: cwd.path().to_path_buf(),
+            ..NewAgent::default()
+        };
+        let running = registry.create_agent(new()).await.expect("create");
+        registry
+            .set_status(running.id, AgentStatus::Idle, None)
+            .await
+            .expect("idle");
+        registry
+            .set_status(running.id, AgentStatus::Running, None)
+            .await
+            .expect("running");
+        let idle = registry.create_agent(new()).await.expect("create");
+        registry
+            .set_status(idle.id, AgentStatus::Idle, None)
+            .await
+            .expect("idle");
+        (running.id, idle.id)
+    });
+    // Damage: a file that is not a record, beside the good ones.
+    let folder = home
+        .path()
+        .join("agents")
+        .join(drover_core::store::cwd_dir_name(
+            &std::fs::canonicalize(cwd.path()).expect("canonical cwd"),
+        ));
+    let bad = folder.join(format!("{}.json", drover_core::AgentId::new()));
+    std::fs::write(&bad, b"{ this is not json").expect("write damaged file");
+
+    let mut daemon = Daemon::start(home.path());
+    assert_eq!(daemon.health()["agents"], 2, "both good records load");
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait().success());
+
+    assert!(!bad.exists(), "damaged file moved out of agents/");
+    let quarantined: Vec<_> = std::fs::read_dir(home.path().join("quarantine"))
+        .expect("quarantine")
+        .flatten()
+        .collect();
+    assert_eq!(quarantined.len(), 1);
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).expect("log");
+    assert!(
+        log.contains(&bad.display().to_string()),
+        "the log names the damaged file:\n{log}"
+    );
+
+    rt.block_on(async {
+        let (registry, report) = Registry::open(home.path(), Arc::new(NoRuntimes)).expect("reopen");
+        assert!(
+            report.interrupted.is_empty(),
+            "the daemon already reconciled"
+        );
+        let agent = registry.get(running).expect("running agent");
+        assert_eq!(agent.status, AgentStatus::Idle);
+        assert_eq!(
+            agent.attention.map(|a| a.reason),
+            Some(AttentionReason::Interrupted)
+        );
+        let agent = registry.get(idle).expect("idle agent");
+        assert_eq!(agent.status, AgentStatus::Idle);
+        assert_eq!(agent.attention, None);
+    });
+}
+
+#[test]
+fn refuses_to_listen_beyond_loopback() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["daemon", "--home"])
+        .arg(home.path())
+        .args(["--listen", "0.0.0.0:0"])
+        .output()
+        .expect("run daemon");
+    assert!(!out.status.success());
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        message.contains("refusing to listen on `0.0.0.0:0`"),
+        "{message}"
+    );
+}
+
+#[test]
+fn home_defaults_to_drover_home_then_dot_drover() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let user = tempfile::tempdir().expect("user home");
+    for (drover_home, expected) in [
+        (Some(home.path()), home.path().to_path_buf()),
+        (None, user.path().join(".drover")),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_drover"));
+        cmd.args(["daemon", "--listen", "127.0.0.1:0"])
+            .env("HOME", user.path())
+            .env_remove("DROVER_HOME")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(h) = drover_home {
+            cmd.env("DROVER_HOME", h);
+        }
+        let child = cmd.spawn().expect("spawn");
+        let mut daemon = Daemon {
+            child,
+            home: expected.clone(),
+            url: String::new(),
+        };
+        daemon.url = daemon.wait_for_url();
+        assert_eq!(
+            daemon.health()["home"],
+            expected
+                .canonicalize()
+                .expect("canonical")
+                .display()
+                .to_string()
+        );
+    }
+}

@@ -1,0 +1,56 @@
+//! Where the daemon keeps its state and where it listens.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use crate::DaemonError;
+
+/// The port `drover daemon` listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7433;
+
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// `$DROVER_HOME`, default `~/.drover`.
+    pub home: PathBuf,
+    /// Default `127.0.0.1:7433`.
+    pub listen: SocketAddr,
+}
+
+impl DaemonConfig {
+    /// Checks the settings and makes the data directory.
+    pub fn new(home: PathBuf, listen: SocketAddr) -> Result<DaemonConfig, DaemonError> {
+        if !listen.ip().is_loopback() {
+            // Remote clients need the token the client protocol brings; until then the daemon
+            // only listens where nobody else can reach it.
+            return Err(DaemonError::Config(format!(
+                "refusing to listen on `{listen}`: drover listens on loopback only (e.g. 127.0.0.1:{DEFAULT_PORT})"
+            )));
+        }
+        std::fs::create_dir_all(&home).map_err(|source| DaemonError::Io {
+            op: format!("create the data directory `{}`", home.display()),
+            source,
+        })?;
+        let home = std::fs::canonicalize(&home).map_err(|source| DaemonError::Io {
+            op: format!("resolve the data directory `{}`", home.display()),
+            source,
+        })?;
+        Ok(DaemonConfig { home, listen })
+    }
+
+    pub fn default_listen() -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_PORT)
+    }
+
+    /// `$DROVER_HOME`, else `~/.drover`.
+    pub fn default_home() -> Result<PathBuf, DaemonError> {
+        if let Some(home) = std::env::var_os("DROVER_HOME").filter(|h| !h.is_empty()) {
+            return Ok(PathBuf::from(home));
+        }
+        match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            Some(user) => Ok(Path::new(&user).join(".drover")),
+            None => Err(DaemonError::Config(
+                "neither DROVER_HOME nor HOME is set: pass --home".to_string(),
+            )),
+        }
+    }
+}
