@@ -138,10 +138,13 @@ struct State {
     next_seq: u64,
 }
 
+/// Running items, each with the family that stops it.
+type Stops = Vec<(Arc<dyn ActivityFamily>, ActivityItem)>;
+
 /// What an archive under the writer lock leaves for the async part to do.
 struct ArchivePlan {
     archived: Vec<AgentId>,
-    stops: Vec<(Arc<dyn ActivityFamily>, ActivityItem)>,
+    stops: Stops,
     report: ActivityReport,
 }
 
@@ -886,7 +889,7 @@ impl Inner {
         &self,
         view: &dyn AgentsView,
         agent: &Agent,
-    ) -> (Vec<(Arc<dyn ActivityFamily>, ActivityItem)>, ActivityReport) {
+    ) -> (Stops, ActivityReport) {
         let families = read(&self.families);
         let mut items = Vec::new();
         let mut report = ActivityReport {

@@ -58,20 +58,21 @@ pub(crate) struct AgentTable {
 
 impl AgentTable {
     pub(crate) fn insert(&mut self, agent: Agent) -> Option<Agent> {
-        let old = self.map.insert(agent.id, agent.clone());
-        let old_parent = old.as_ref().and_then(Agent::parent_id);
+        let id = agent.id;
         let new_parent = agent.parent_id();
+        let old = self.map.insert(id, agent);
+        let old_parent = old.as_ref().and_then(Agent::parent_id);
         if old_parent != new_parent {
             if let Some(p) = old_parent
                 && let Some(set) = self.children.get_mut(&p)
             {
-                set.remove(&agent.id);
+                set.remove(&id);
                 if set.is_empty() {
                     self.children.remove(&p);
                 }
             }
             if let Some(p) = new_parent {
-                self.children.entry(p).or_default().insert(agent.id);
+                self.children.entry(p).or_default().insert(id);
             }
         }
         old
