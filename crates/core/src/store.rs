@@ -612,16 +612,49 @@ struct ConfigDoc {
     model: Option<String>,
     #[serde(default)]
     mode_id: Option<String>,
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ResumeDoc {
     acp_session_id: String,
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+// Keys this version does not know inside `config` and `resumeHandle` ride in the agent's
+// `unknown` map under the object's own name (never an unknown top-level key, since it is a
+// known one) and go back where they came from on the next write.
+const CONFIG_KEY: &str = "config";
+const RESUME_KEY: &str = "resumeHandle";
+const SESSION_KEY: &str = "acpSessionId";
+
+fn take_object(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    match map.remove(key) {
+        Some(serde_json::Value::Object(object)) => object,
+        _ => serde_json::Map::new(),
+    }
 }
 
 impl AgentDoc {
     fn from_agent(a: &Agent) -> AgentDoc {
+        let mut unknown = a.unknown.clone();
+        let config_unknown = take_object(&mut unknown, CONFIG_KEY);
+        let mut resume_unknown = take_object(&mut unknown, RESUME_KEY);
+        // What a newer drover kept beside a session belongs to that session only.
+        let same_session = resume_unknown.remove(SESSION_KEY).is_some_and(|s| {
+            a.resume
+                .as_ref()
+                .is_some_and(|r| s.as_str() == Some(r.acp_session_id.as_str()))
+        });
+        if !same_session {
+            resume_unknown.clear();
+        }
         AgentDoc {
             version: AGENT_DOC_VERSION,
             id: a.id,
@@ -643,11 +676,13 @@ impl AgentDoc {
             config: ConfigDoc {
                 model: a.config.model.clone(),
                 mode_id: a.config.mode.clone(),
+                unknown: config_unknown,
             },
             resume_handle: a.resume.as_ref().map(|r| ResumeDoc {
                 acp_session_id: r.acp_session_id.clone(),
+                unknown: resume_unknown,
             }),
-            unknown: a.unknown.clone(),
+            unknown,
         }
     }
 
@@ -659,6 +694,23 @@ impl AgentDoc {
             }),
             _ => None,
         };
+        let mut unknown = self.unknown;
+        if !self.config.unknown.is_empty() {
+            unknown.insert(
+                CONFIG_KEY.to_string(),
+                serde_json::Value::Object(self.config.unknown),
+            );
+        }
+        let resume = self.resume_handle.map(|r| {
+            if !r.unknown.is_empty() {
+                let mut stash = r.unknown;
+                stash.insert(SESSION_KEY.to_string(), r.acp_session_id.clone().into());
+                unknown.insert(RESUME_KEY.to_string(), serde_json::Value::Object(stash));
+            }
+            ResumeHandle {
+                acp_session_id: r.acp_session_id,
+            }
+        });
         Agent {
             id: self.id,
             provider: self.provider,
@@ -678,10 +730,8 @@ impl AgentDoc {
                 model: self.config.model,
                 mode: self.config.mode_id,
             },
-            resume: self.resume_handle.map(|r| ResumeHandle {
-                acp_session_id: r.acp_session_id,
-            }),
-            unknown: self.unknown,
+            resume,
+            unknown,
         }
     }
 }

@@ -2,7 +2,10 @@
 //!
 //! [`TestRuntime`] stands in for the agent runtimes where the registry, not a runtime, is under
 //! test: it records what the registry asked of it and fails on request. [`TestFamily`] is an
-//! activity family (think `job`) whose running work a test scripts.
+//! activity family (think `job`) whose running work a test scripts. [`crash`] is the line
+//! protocol of `drover-crashdriver`, the process the crash test kills.
+
+pub mod crash;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -264,10 +267,10 @@ impl ActivityFamily for TestFamily {
                 .and_then(|items| items.iter().find(|(i, _)| i.id == item.id))
                 .map(|(_, b)| *b)
                 .unwrap_or_default();
-            if behaviour != StopBehaviour::Hang {
-                if let Some(items) = state.running.get_mut(&owner) {
-                    items.retain(|(i, _)| i.id != item.id);
-                }
+            if behaviour != StopBehaviour::Hang
+                && let Some(items) = state.running.get_mut(&owner)
+            {
+                items.retain(|(i, _)| i.id != item.id);
             }
             behaviour
         };

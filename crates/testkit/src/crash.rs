@@ -1,0 +1,158 @@
+//! The line protocol between `drover-crashdriver` and the crash test, and the small
+//! deterministic randomness both use.
+//!
+//! The driver prints, one JSON document a line:
+//!
+//! ```text
+//! boot {"agents":12, ...}                         after Registry::open
+//! begin {"seq":7,"op":{...},"ok":true,"expect":[...]}   before a mutation is called
+//! ack {"seq":7,"agents":[...]}                    after it returned Ok
+//! err {"seq":7,"error":"..."}                     after it returned an error (nothing changed)
+//! ```
+//!
+//! `expect` is what the driver's own model says every agent the operation changes will look
+//! like; `ack` carries what the registry returned, which the driver has checked against
+//! `expect` (a mismatch is printed as `diverge` and the driver exits with status 3).
+
+use std::path::PathBuf;
+
+use drover_core::{Agent, AgentId, AgentStatus};
+use serde::{Deserialize, Serialize};
+
+/// The part of an agent the crash test follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentState {
+    /// `None` only in the `expect` of a `create`: the registry picks the id.
+    pub id: Option<AgentId>,
+    pub title: Option<String>,
+    pub archived: bool,
+    pub status: AgentStatus,
+    pub parent: Option<AgentId>,
+}
+
+impl AgentState {
+    pub fn of(agent: &Agent) -> AgentState {
+        AgentState {
+            id: Some(agent.id),
+            title: agent.title.clone(),
+            archived: agent.is_archived(),
+            status: agent.status,
+            parent: agent.parent_id(),
+        }
+    }
+
+    /// What boot makes of this state: nothing is `running` or `initializing` after a restart.
+    pub fn after_restart(&self) -> AgentState {
+        let mut s = self.clone();
+        if s.status.is_busy() {
+            s.status = AgentStatus::Idle;
+        }
+        s
+    }
+}
+
+/// One mutation the driver makes through the registry's public API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Op {
+    Create {
+        title: String,
+        parent: Option<AgentId>,
+        cwd: PathBuf,
+    },
+    SetStatus {
+        id: AgentId,
+        to: AgentStatus,
+    },
+    TurnEnd {
+        id: AgentId,
+        /// `completed`, `failed` or `canceled`.
+        outcome: String,
+    },
+    SetTitle {
+        id: AgentId,
+        title: Option<String>,
+    },
+    Detach {
+        id: AgentId,
+    },
+    /// With `stop_activity`: cascades over the unarchived agents of the subtree.
+    Archive {
+        id: AgentId,
+    },
+    Unarchive {
+        id: AgentId,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Begin {
+    pub seq: u64,
+    pub op: Op,
+    /// Whether the driver's model expects the registry to accept the operation.
+    pub ok: bool,
+    /// The state of every agent the operation changes, as it will be if it is applied.
+    pub expect: Vec<AgentState>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ack {
+    pub seq: u64,
+    pub agents: Vec<AgentState>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Failed {
+    pub seq: u64,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Boot {
+    pub agents: usize,
+    pub interrupted: usize,
+    pub cascades_completed: usize,
+    pub quarantined: usize,
+}
+
+/// xorshift64*: small, deterministic, and good enough to pick operations and delays.
+#[derive(Debug, Clone)]
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> XorShift {
+        // splitmix64 of the seed, so nearby seeds start far apart and 0 is not a fixed point.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        XorShift(if z == 0 { 1 } else { z })
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform enough in `lo..hi` (`hi > lo`).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo)
+    }
+
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.range(0, 100) < percent
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        if items.is_empty() {
+            return None;
+        }
+        let i = self.range(0, items.len() as u64) as usize;
+        items.get(i)
+    }
+}
