@@ -5,7 +5,8 @@
 //! it". A plain archive of an agent with running work is refused with the list; with
 //! `stopActivity` the archive is written first and then every item's stop is issued, each on
 //! its own, without waiting for it to settle. The registry names no family but the two it
-//! registers itself.
+//! registers itself. Those two answer for the target's whole subtree; since the archive
+//! cascades, any other family is asked about the target and every descendant it archives.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

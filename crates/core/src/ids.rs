@@ -122,7 +122,7 @@ mod tests {
             // simple (no hyphens)
             &id.as_uuid().simple().to_string(),
         ] {
-            let err = bad.parse::<AgentId>().unwrap_err();
+            let err = bad.parse::<AgentId>().expect_err(bad);
             assert!(err.to_string().contains("not a valid agent id"), "{err}");
         }
     }

@@ -126,8 +126,18 @@ struct Inner {
     writer: Mutex<()>,
     state: RwLock<State>,
     events: broadcast::Sender<RegistryEvent>,
-    families: RwLock<Vec<Arc<dyn ActivityFamily>>>,
+    families: RwLock<Vec<Family>>,
     runtimes: Arc<dyn RuntimeControl>,
+}
+
+/// An activity family and the agents an archive asks it about.
+struct Family {
+    family: Arc<dyn ActivityFamily>,
+    /// The registry's own `turn` and `subagent` families answer for the target's whole subtree
+    /// (a descendant's turn is the target's `subagent` item). Any other family is asked about
+    /// every agent the archive would archive: the cascade hides their work as much as the
+    /// target's.
+    whole_subtree: bool,
 }
 
 #[derive(Default)]
@@ -138,8 +148,8 @@ struct State {
     next_seq: u64,
 }
 
-/// Running items, each with the family that stops it.
-type Stops = Vec<(Arc<dyn ActivityFamily>, ActivityItem)>;
+/// Running items, each with the family that stops it and the agent whose work it is.
+type Stops = Vec<(Arc<dyn ActivityFamily>, AgentId, ActivityItem)>;
 
 /// What an archive under the writer lock leaves for the async part to do.
 struct ArchivePlan {
@@ -249,16 +259,26 @@ impl Registry {
             runtimes: runtimes.clone(),
         });
         let registry = Registry { inner };
-        registry.register_family(Arc::new(TurnFamily {
-            runtimes: runtimes.clone(),
+        let builtin: [Arc<dyn ActivityFamily>; 2] = [
+            Arc::new(TurnFamily {
+                runtimes: runtimes.clone(),
+            }),
+            Arc::new(SubagentFamily { runtimes }),
+        ];
+        write(&registry.inner.families).extend(builtin.map(|family| Family {
+            family,
+            whole_subtree: true,
         }));
-        registry.register_family(Arc::new(SubagentFamily { runtimes }));
         Ok((registry, report))
     }
 
-    /// Adds an activity family to archive admission (jobs, schedules, ...).
+    /// Adds an activity family to archive admission (jobs, schedules, ...). An archive asks it
+    /// about the target and about every descendant the cascade would archive.
     pub fn register_family(&self, family: Arc<dyn ActivityFamily>) {
-        write(&self.inner.families).push(family);
+        write(&self.inner.families).push(Family {
+            family,
+            whole_subtree: false,
+        });
     }
 
     /// Events from now on. A subscriber that falls more than `EVENT_CAPACITY` behind gets
@@ -325,7 +345,8 @@ impl Registry {
         read(&self.inner.state).activity.evaluated()
     }
 
-    /// What still runs for an agent, by family.
+    /// What still runs for an agent and for the descendants its archive would archive, by
+    /// family.
     pub fn activity(&self, id: AgentId) -> Result<ActivityReport, RegistryError> {
         let state = read(&self.inner.state);
         let agent = state
@@ -610,11 +631,9 @@ impl Registry {
     /// Issues the stops and runtime closes an archive planned, each in its own task: none is
     /// awaited, a failure is logged, and one failing never keeps the others from running.
     fn dispatch(&self, plan: ArchivePlan) {
-        for (family, item) in plan.stops {
-            let owner = plan.report.agent_id;
+        for (family, owner, item) in plan.stops {
             tokio::spawn(async move {
                 let name = family.name();
-                let Some(owner) = owner else { return };
                 if let Err(error) = family.stop(owner, item.clone()).await {
                     tracing::warn!(agent = %owner, family = name, item = %item.id, %error,
                         "stopping activity of an archived agent failed; the archive stands");
@@ -884,29 +903,59 @@ impl Inner {
         })
     }
 
-    /// Asks every family what still runs for `agent`.
-    fn admission(
-        &self,
-        view: &dyn AgentsView,
-        agent: &Agent,
-    ) -> (Stops, ActivityReport) {
+    /// Asks every family what still runs for `agent`, and the families other than the
+    /// registry's own also for every unarchived descendant (the ones its archive cascades to).
+    fn admission(&self, view: &AgentTable, agent: &Agent) -> (Stops, ActivityReport) {
         let families = read(&self.families);
+        let cascade: Vec<&Agent> = std::iter::once(agent)
+            .chain(
+                descendants(view, agent.id)
+                    .into_iter()
+                    .filter_map(|d| view.get(d))
+                    .filter(|d| !d.is_archived()),
+            )
+            .collect();
         let mut items = Vec::new();
         let mut report = ActivityReport {
             agent_id: Some(agent.id),
             families: BTreeMap::new(),
         };
-        for family in families.iter() {
-            let running = family.running(view, agent);
-            if running.is_empty() {
-                continue;
+        for Family {
+            family,
+            whole_subtree,
+        } in families.iter()
+        {
+            let owners = if *whole_subtree {
+                &cascade[..1]
+            } else {
+                &cascade[..]
+            };
+            for owner in owners {
+                let running: Vec<ActivityItem> = family
+                    .running(view, owner)
+                    .into_iter()
+                    .map(|mut item| {
+                        // Say whose work it is when it is not the target's own.
+                        if owner.id != agent.id && item.agent_id.is_none() {
+                            item.agent_id = Some(owner.id);
+                        }
+                        item
+                    })
+                    .collect();
+                if running.is_empty() {
+                    continue;
+                }
+                report
+                    .families
+                    .entry(family.name().to_string())
+                    .or_default()
+                    .extend(running.iter().cloned());
+                items.extend(
+                    running
+                        .into_iter()
+                        .map(|item| (family.clone(), owner.id, item)),
+                );
             }
-            report
-                .families
-                .entry(family.name().to_string())
-                .or_default()
-                .extend(running.iter().cloned());
-            items.extend(running.into_iter().map(|item| (family.clone(), item)));
         }
         (items, report)
     }
