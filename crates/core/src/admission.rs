@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Agent;
 use crate::ids::AgentId;
-use crate::lifecycle::AttentionReason;
+use crate::lifecycle::{AgentStatus, AttentionReason};
 use crate::runtime::{BoxFuture, CancelCause, RuntimeControl};
 use crate::view::{AgentsView, descendants};
 
@@ -86,7 +86,8 @@ impl ActivityFamily for TurnFamily {
     }
 
     fn running(&self, _: &dyn AgentsView, agent: &Agent) -> Vec<ActivityItem> {
-        if !agent.status.is_busy() {
+        // A runtime that is still starting has no turn yet; archive closes it like any other.
+        if agent.status != AgentStatus::Running {
             return Vec::new();
         }
         let waiting = agent.attention.map(|a| a.reason) == Some(AttentionReason::Permission);
@@ -97,7 +98,7 @@ impl ActivityFamily for TurnFamily {
             detail: if waiting {
                 "a turn is waiting on a permission".to_string()
             } else {
-                format!("a turn is {}", agent.status)
+                "a turn is running".to_string()
             },
         }]
     }
@@ -123,12 +124,12 @@ impl ActivityFamily for SubagentFamily {
         descendants(view, agent.id)
             .into_iter()
             .filter_map(|id| view.agent(id))
-            .filter(|d| !d.is_archived() && d.status.is_busy())
+            .filter(|d| !d.is_archived() && d.status == AgentStatus::Running)
             .map(|d| ActivityItem {
                 id: d.id.to_string(),
                 agent_id: Some(d.id),
                 title: d.title.clone(),
-                detail: format!("subagent is {}", d.status),
+                detail: "subagent is running a turn".to_string(),
             })
             .collect()
     }

@@ -24,7 +24,7 @@ pub use ids::{AgentId, InvalidId, WorkspaceId};
 pub use lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
 pub use registry::{
     ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, Change, NewAgent, Registry,
-    RegistryEvent,
+    RegistryEvent, SkippedChild,
 };
 pub use runtime::{BoxFuture, CancelCause, NoRuntimes, RuntimeControl, RuntimeError};
 pub use workspace::{Workspace, WorkspaceKind};

@@ -88,7 +88,17 @@ pub struct BulkArchiveOutcome {
     /// Every agent newly archived, cascades included.
     pub archived: Vec<AgentId>,
     /// Children left alone because they are busy or still have running work.
-    pub skipped: Vec<ActivityReport>,
+    pub skipped: Vec<SkippedChild>,
+}
+
+/// A child that "archive idle children" left alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedChild {
+    pub agent_id: AgentId,
+    pub status: AgentStatus,
+    /// What still runs for it (empty when it is only starting up).
+    pub activity: ActivityReport,
 }
 
 /// What boot found and did.
@@ -202,7 +212,10 @@ impl Registry {
 
         // Cascades a crash interrupted: the journal is written before the records, so every
         // listed agent was meant to be archived.
-        for journal in store.load_archive_journals()? {
+        let journals = store.load_archive_journals()?;
+        report.quarantined.extend(journals.quarantined);
+        report.skipped_newer.extend(journals.skipped_newer);
+        for journal in journals.records {
             let changes: Vec<(Agent, Agent)> = journal
                 .agents
                 .iter()
@@ -552,9 +565,17 @@ impl Registry {
     /// Brings an archived agent back to the lists. Nothing that archive stopped is restarted,
     /// and its children stay archived.
     pub async fn unarchive(&self, id: AgentId) -> Result<Agent, RegistryError> {
-        self.mutate(id, |a| {
-            a.archived_at = None;
-            Ok(())
+        self.blocking(move |inner| {
+            let _w = lock(&inner.writer);
+            if !inner.agent(id)?.is_archived() {
+                return inner.agent(id);
+            }
+            // A journal left behind by a failed removal would archive the agent again at boot.
+            inner.store.drop_from_archive_journals(id)?;
+            inner.mutate(id, |a| {
+                a.archived_at = None;
+                Ok(())
+            })
         })
         .await
     }
@@ -573,7 +594,18 @@ impl Registry {
                 let mut outcome = BulkArchiveOutcome::default();
                 let mut plans = Vec::new();
                 for child in children {
-                    if inner.agent(child)?.is_archived() {
+                    let agent = inner.agent(child)?;
+                    if agent.is_archived() {
+                        continue;
+                    }
+                    let skip = |activity| SkippedChild {
+                        agent_id: child,
+                        status: agent.status,
+                        activity,
+                    };
+                    if agent.status.is_busy() {
+                        let (_, activity) = inner.admission(&read(&inner.state).agents, &agent);
+                        outcome.skipped.push(skip(activity));
                         continue;
                     }
                     match inner.archive(child, false) {
@@ -581,7 +613,9 @@ impl Registry {
                             outcome.archived.extend(&plan.archived);
                             plans.push(plan);
                         }
-                        Err(RegistryError::AgentActive(report)) => outcome.skipped.push(*report),
+                        Err(RegistryError::AgentActive(report)) => {
+                            outcome.skipped.push(skip(*report))
+                        }
                         Err(e) => return Err(e),
                     }
                 }

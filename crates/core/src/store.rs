@@ -386,26 +386,65 @@ impl Store {
     }
 
     /// Cascades that were being written when the process died, oldest first.
-    pub fn load_archive_journals(&self) -> Result<Vec<ArchiveJournal>, StoreError> {
-        let mut journals = Vec::new();
+    pub fn load_archive_journals(&self) -> Result<Loaded<ArchiveJournal>, StoreError> {
+        let mut loaded = Loaded::default();
         for path in read_dir_sorted(&self.home.join("journal"))? {
             let name = file_name(&path);
             if is_temp_name(&name) {
                 remove_leftover(&path);
                 continue;
             }
-            match fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            {
-                Ok(journal) => journals.push(journal),
-                Err(reason) => {
-                    self.quarantine(&path, &reason);
+            let bytes = match fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    let reason = format!("unreadable: {e}");
+                    loaded.quarantined.push(self.quarantine(&path, &reason));
+                    continue;
+                }
+            };
+            if doc_version(&bytes).is_some_and(|v| v > JOURNAL_DOC_VERSION) {
+                loaded.skipped_newer.push(path);
+                continue;
+            }
+            match serde_json::from_slice(&bytes) {
+                Ok(journal) => loaded.records.push(journal),
+                Err(e) => {
+                    let reason = format!("not a valid archive journal: {e}");
+                    loaded.quarantined.push(self.quarantine(&path, &reason));
                 }
             }
         }
-        journals.sort_by_key(|j: &ArchiveJournal| j.archived_at);
-        Ok(journals)
+        loaded
+            .records
+            .sort_by_key(|j: &ArchiveJournal| j.archived_at);
+        Ok(loaded)
+    }
+
+    /// Removes `agent` from every archive journal still on disk (normally there is none: a
+    /// journal outlives its cascade only when removing it failed).
+    pub fn drop_from_archive_journals(&self, agent: AgentId) -> Result<(), StoreError> {
+        for path in read_dir_sorted(&self.home.join("journal"))? {
+            if is_temp_name(&file_name(&path)) {
+                continue;
+            }
+            let Ok(mut journal) = fs::read(&path)
+                .map_err(drop)
+                .and_then(|b| serde_json::from_slice::<ArchiveJournal>(&b).map_err(drop))
+            else {
+                continue;
+            };
+            if !journal.agents.contains(&agent) {
+                continue;
+            }
+            journal.agents.retain(|a| *a != agent);
+            if journal.agents.is_empty() {
+                fs::remove_file(&path).map_err(StoreError::io("remove", &path))?;
+                sync_dir(&self.home.join("journal"))?;
+            } else {
+                write_atomic(&path, &encode(&path, &journal)?)?;
+            }
+        }
+        Ok(())
     }
 
     pub fn new_archive_journal(

@@ -987,17 +987,19 @@ async fn archive_idle_children_skips_busy_ones() {
         .skipped
         .iter()
         .map(|r| {
-            (
-                r.agent_id.expect("names the child"),
-                r.families.keys().cloned().collect(),
-            )
+            assert_eq!(
+                r.activity.agent_id,
+                Some(r.agent_id),
+                "the report names the child"
+            );
+            (r.agent_id, r.activity.families.keys().cloned().collect())
         })
         .collect();
     assert_eq!(
         skipped,
         BTreeMap::from([
             (busy.id, vec!["turn".to_string()]),
-            (starting.id, vec!["turn".to_string()]),
+            (starting.id, vec![]),
             (with_runner.id, vec!["subagent".to_string()]),
             (with_job.id, vec!["job".to_string()]),
         ])
@@ -1225,4 +1227,31 @@ fn kind(change: &Change) -> &'static str {
         Change::WorkspaceRegistered(_) => "workspace_registered",
         Change::WorkspaceActivity(_) => "workspace_activity",
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_runtime_is_no_turn_and_archives_plainly() {
+    let fx = Fixture::new();
+    let reg = &fx.registry;
+    let parent = fx.create(0, None).await;
+    idle(reg, parent.id).await;
+    let starting = fx.create(0, Some(parent.id)).await;
+    assert_eq!(starting.status, AgentStatus::Initializing);
+    assert!(reg.activity(parent.id).expect("activity").is_empty());
+    assert!(reg.activity(starting.id).expect("activity").is_empty());
+
+    let outcome = reg.archive(parent.id, PLAIN).await.expect("plain archive");
+    assert_eq!(outcome.archived, vec![parent.id, starting.id]);
+    let archived = reg.get(starting.id).expect("child");
+    assert_eq!(
+        archived.status,
+        AgentStatus::Idle,
+        "normalized away from initializing"
+    );
+    fx.runtime.wait_for(WAIT, |c| c.len() >= 2).await;
+    assert_eq!(
+        set_of(fx.runtime.closes()),
+        set_of([parent.id, starting.id])
+    );
+    assert!(fx.runtime.cancels().is_empty(), "nothing to stop");
 }

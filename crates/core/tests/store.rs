@@ -856,6 +856,85 @@ async fn a_journal_naming_unknown_agents_is_finished_with_the_known_ones() {
     assert!(!journal_path(home.path(), a.id).exists());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_left_behind_never_archives_an_agent_unarchived_since() {
+    let home = TempDir::new().expect("home");
+    let cwd = TempDir::new().expect("cwd");
+    let (registry, _) = open(home.path()).await;
+    let parent = registry
+        .create_agent(new_agent(cwd.path(), "parent", None))
+        .await
+        .expect("parent");
+    let child = registry
+        .create_agent(new_agent(cwd.path(), "child", Some(parent.id)))
+        .await
+        .expect("child");
+    let outcome = registry
+        .archive(parent.id, ArchiveOptions::default())
+        .await
+        .expect("archive");
+    assert_eq!(outcome.archived, vec![parent.id, child.id]);
+    // As if removing the cascade's journal had failed.
+    let archived_at = registry
+        .get(parent.id)
+        .expect("parent")
+        .archived_at
+        .expect("archived");
+    write_json(
+        &journal_path(home.path(), parent.id),
+        &json!({
+            "version": 1,
+            "root": parent.id.to_string(),
+            "archivedAt": archived_at.to_string(),
+            "agents": [parent.id.to_string(), child.id.to_string()],
+        }),
+    );
+    registry.unarchive(child.id).await.expect("unarchive");
+    drop(registry);
+
+    let (registry, _) = open(home.path()).await;
+    assert!(
+        !registry.get(child.id).expect("child").is_archived(),
+        "the stale journal re-archived the child"
+    );
+    assert!(registry.get(parent.id).expect("parent").is_archived());
+    assert!(!journal_path(home.path(), parent.id).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_and_newer_journals_are_reported_not_replayed() {
+    let home = TempDir::new().expect("home");
+    let cwd = TempDir::new().expect("cwd");
+    let (registry, _) = open(home.path()).await;
+    let a = registry
+        .create_agent(new_agent(cwd.path(), "a", None))
+        .await
+        .expect("a");
+    drop(registry);
+    let newer = journal_path(home.path(), a.id);
+    write_json(
+        &newer,
+        &json!({ "version": 99, "root": a.id.to_string(), "agents": [a.id.to_string()] }),
+    );
+    let damaged = home
+        .path()
+        .join("journal")
+        .join(format!("archive-{}.json", AgentId::new()));
+    fs::write(&damaged, b"{ torn").expect("write damaged journal");
+
+    let (registry, report) = open(home.path()).await;
+    assert!(
+        !registry.get(a.id).expect("a").is_archived(),
+        "a newer journal was replayed"
+    );
+    assert_eq!(report.cascades_completed, 0);
+    assert_eq!(report.skipped_newer, vec![newer.clone()]);
+    assert!(newer.exists(), "a newer journal is left in place");
+    assert_eq!(report.quarantined.len(), 1);
+    assert_eq!(report.quarantined[0].original, damaged);
+    assert!(!damaged.exists());
+}
+
 // ---- a full disk ------------------------------------------------------------------------------
 
 /// A small tmpfs mounted for one test, unmounted on drop (a panicking test included).

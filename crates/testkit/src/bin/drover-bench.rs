@@ -1,0 +1,1206 @@
+//! `drover-bench`: prints how drover performs at fleet scale, against its targets.
+//!
+//! Not a timed test: it measures and prints figures, with PASS/MISS beside each target.
+//!
+//! 1. Boot: 10,000 agent records over 500 workspaces, written in the store's exact file format.
+//!    The real `drover daemon` is timed from spawn until `GET /health` reports every agent,
+//!    against a plain loop that reads and parses every file to `serde_json::Value`.
+//!    Target: boot ≤ 2× that loop; resident memory after boot < 50 MB.
+//! 2. Archive: a durable cascade over a root and 1,000 descendants, against 1,000 plain atomic
+//!    writes (temp file, write, fsync, rename, fsync folder) of the same files. Target ≤ 1.5×.
+//! 3. Workspace activity: what one status change costs the activity index, at 1,000, 10,000 and
+//!    100,000 agents (20 per workspace). Target: evaluations per change independent of fleet
+//!    size.
+//!
+//! The `drover` binary is `$DROVER_BIN`, else the one next to this executable: build both with
+//! `scripts/bench` (or `cargo build --release -p drover -p drover-testkit`). The stores go to a
+//! scratch folder under `$TMPDIR` (the archive figures are fsync-bound: they say as much about
+//! that disk as about drover); `DROVER_BENCH_KEEP=1` keeps it, e.g. to profile a boot. A missed
+//! target is reported, not an error: the exit status is non-zero only when the bench could not
+//! run.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use drover_core::store::{Store, cwd_dir_name};
+use drover_core::view::AgentsView;
+use drover_core::{
+    ActivityIndex, Agent, AgentId, AgentStatus, ArchiveOptions, NewAgent, NoRuntimes, PARENT_LABEL,
+    ProviderConfig, Registry, WorkspaceId,
+};
+use jiff::Timestamp;
+use serde::Serialize;
+use uuid::Uuid;
+
+const BOOT_AGENTS: usize = 10_000;
+const BOOT_WORKSPACES: usize = 500;
+const AGENTS_PER_WORKSPACE: usize = BOOT_AGENTS / BOOT_WORKSPACES;
+const CASCADE_DESCENDANTS: usize = 1_000;
+const ROUNDS: usize = 3;
+const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
+const POLL_EVERY: Duration = Duration::from_millis(2);
+const ACTIVITY_CHANGES: usize = 200_000;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drover-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One line of the final table.
+struct Row {
+    what: String,
+    measured: String,
+    target: String,
+    /// `None`: a figure shown for information, with no target to meet.
+    pass: Option<bool>,
+}
+
+fn run() -> Result<()> {
+    let drover = drover_binary()?;
+    let mut scratch = tempfile::Builder::new()
+        .prefix("drover-bench-")
+        .tempdir()
+        .context("cannot make a scratch folder")?;
+    // DROVER_BENCH_KEEP=1 leaves the generated stores behind, e.g. to profile a boot.
+    let keep = std::env::var_os("DROVER_BENCH_KEEP").is_some_and(|v| !v.is_empty() && v != "0");
+    scratch.disable_cleanup(keep);
+    println!("drover-bench");
+    println!("  drover binary: {}", drover.display());
+    println!("  scratch:       {}", scratch.path().display());
+    println!(
+        "  machine:       {} CPUs, {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        kernel()
+    );
+    println!();
+
+    let mut rows = Vec::new();
+    let started = Instant::now();
+    let home = scratch.path().join("boot-home");
+    boot_bench(&drover, &home, scratch.path(), &mut rows)?;
+    archive_bench(scratch.path(), keep, &mut rows)?;
+    activity_bench(&home, &mut rows)?;
+
+    println!("== summary ==");
+    // Widths in chars, as `format!` pads (`≤`, `µ` are wider in bytes).
+    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max();
+    let w0 = width(|r| &r.what).unwrap_or(0);
+    let w1 = width(|r| &r.measured).unwrap_or(0);
+    let w2 = width(|r| &r.target).unwrap_or(0);
+    println!(
+        "  {:<w0$}  {:<w1$}  {:<w2$}  result",
+        "measure", "measured", "target"
+    );
+    println!("  {}", "-".repeat(w0 + w1 + w2 + 12));
+    for row in &rows {
+        println!(
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
+            row.what,
+            row.measured,
+            row.target,
+            match row.pass {
+                Some(true) => "PASS",
+                Some(false) => "MISS",
+                None => "info",
+            }
+        );
+    }
+    let targets = rows.iter().filter(|r| r.pass.is_some()).count();
+    let passed = rows.iter().filter(|r| r.pass == Some(true)).count();
+    println!(
+        "\n  {passed} of {targets} targets met; bench ran {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if keep {
+        println!("  kept the stores in {}", scratch.path().display());
+    }
+    Ok(())
+}
+
+// ---- 1. boot --------------------------------------------------------------------------------
+
+fn boot_bench(drover: &Path, home: &Path, scratch: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    println!(
+        "== 1. boot with {BOOT_AGENTS} agents in {BOOT_WORKSPACES} workspaces (best of {ROUNDS}) =="
+    );
+    let t = Instant::now();
+    let stats = generate_fleet(home, BOOT_WORKSPACES, AGENTS_PER_WORKSPACE, 0x5eed)?;
+    // The generated files go to disk now, so their writeback does not land in a timing.
+    let _ = Command::new("sync").status();
+    println!(
+        "  generated {} agent files ({} subagents, {} archived, avg {} B) + {} workspace files in {}",
+        stats.agents,
+        stats.subagents,
+        stats.archived,
+        stats.agent_bytes / stats.agents.max(1),
+        stats.workspaces,
+        fmt_dur(t.elapsed())
+    );
+
+    // The files are what the store writes: the registry loads every one of them, cleanly.
+    let mut open_best = Duration::MAX;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let (registry, report) = Registry::open(home, Arc::new(NoRuntimes))
+            .map_err(|e| anyhow!("Registry::open on the generated store: {e}"))?;
+        open_best = open_best.min(t.elapsed());
+        ensure!(
+            report.agents == BOOT_AGENTS
+                && report.workspaces == BOOT_WORKSPACES
+                && report.quarantined.is_empty()
+                && report.skipped_newer.is_empty()
+                && report.interrupted.is_empty()
+                && report.workspaces_restored == 0,
+            "the generated store does not load cleanly: {report:?}"
+        );
+        drop(registry);
+    }
+    let mut load_best = Duration::MAX;
+    let store = Store::open(home)?;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let loaded = store.load_agents()?;
+        load_best = load_best.min(t.elapsed());
+        ensure!(loaded.records.len() == BOOT_AGENTS && loaded.quarantined.is_empty());
+    }
+    println!(
+        "  verified: Registry::open loads all {BOOT_AGENTS} agents and {BOOT_WORKSPACES} workspaces, 0 quarantined"
+    );
+
+    // (a) the floor: read and parse every file, nothing else.
+    let files = parse_all(home)?; // warm-up
+    ensure!(
+        files == BOOT_AGENTS + BOOT_WORKSPACES,
+        "expected {} files, read {files}",
+        BOOT_AGENTS + BOOT_WORKSPACES
+    );
+    let mut baseline = Duration::MAX;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        black_box(parse_all(home)?);
+        baseline = baseline.min(t.elapsed());
+    }
+
+    // (b) the real daemon.
+    let mut boots = Vec::new();
+    for round in 0..ROUNDS {
+        let log = scratch.join(format!("daemon-boot-{round}.stderr"));
+        boots.push(boot_daemon(drover, home, &log, BOOT_AGENTS)?);
+    }
+    let best = boots
+        .iter()
+        .min_by_key(|b| b.elapsed)
+        .ok_or_else(|| anyhow!("no boot"))?;
+    let max_rss = boots.iter().map(|b| b.rss_kb).max().unwrap_or(0);
+    let max_hwm = boots.iter().map(|b| b.hwm_kb).max().unwrap_or(0);
+
+    println!(
+        "  baseline: read + parse {files} files to serde_json::Value, one thread   {}",
+        fmt_dur(baseline)
+    );
+    for (i, b) in boots.iter().enumerate() {
+        println!(
+            "  daemon boot #{}: spawn → /health agents={BOOT_AGENTS}  {}  (registry open in daemon: {}; VmRSS {}, VmHWM {})",
+            i + 1,
+            fmt_dur(b.elapsed),
+            b.store_loaded_ms
+                .map_or_else(|| "?".to_string(), |ms| format!("{ms} ms")),
+            fmt_kb(b.rss_kb),
+            fmt_kb(b.hwm_kb)
+        );
+    }
+    println!(
+        "  in-process for contrast: Registry::open {}, Store::load_agents {}",
+        fmt_dur(open_best),
+        fmt_dur(load_best)
+    );
+    let ratio = best.elapsed.as_secs_f64() / baseline.as_secs_f64();
+    println!(
+        "  boot / baseline = {:.2}×; process, runtime, listener and HTTP poll outside the registry: ~{}",
+        ratio,
+        best.store_loaded_ms.map_or_else(
+            || "?".to_string(),
+            |ms| fmt_dur(best.elapsed.saturating_sub(Duration::from_millis(ms)))
+        )
+    );
+    println!();
+    rows.push(Row {
+        what: format!(
+            "boot, {}k agents (vs parse-all baseline)",
+            BOOT_AGENTS / 1000
+        ),
+        measured: format!(
+            "{} vs {} = {:.2}×",
+            fmt_dur(best.elapsed),
+            fmt_dur(baseline),
+            ratio
+        ),
+        target: "≤ 2.00×".to_string(),
+        pass: Some(ratio <= 2.0),
+    });
+    rows.push(Row {
+        what: "daemon VmRSS after boot (worst of 3)".to_string(),
+        measured: format!("{} (VmHWM {})", fmt_kb(max_rss), fmt_kb(max_hwm)),
+        target: "< 50 MB".to_string(),
+        pass: Some(max_rss < 50 * 1024),
+    });
+    Ok(())
+}
+
+struct FleetStats {
+    agents: usize,
+    subagents: usize,
+    archived: usize,
+    workspaces: usize,
+    agent_bytes: usize,
+}
+
+/// The agent file, field for field as `drover_core::store`'s `AgentDoc` writes it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentFile {
+    version: u32,
+    id: String,
+    provider: &'static str,
+    cwd: PathBuf,
+    workspace_id: String,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    last_activity_at: Timestamp,
+    title: Option<String>,
+    labels: BTreeMap<String, String>,
+    last_status: AgentStatus,
+    last_error: Option<String>,
+    archived_at: Option<Timestamp>,
+    requires_attention: bool,
+    attention_reason: Option<&'static str>,
+    attention_timestamp: Option<Timestamp>,
+    auto_archive: bool,
+    config: ConfigFile,
+    resume_handle: Option<ResumeFile>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigFile {
+    model: Option<&'static str>,
+    mode_id: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumeFile {
+    acp_session_id: String,
+}
+
+/// The workspace file, as `WorkspaceDoc` writes it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WorkspaceFile {
+    version: u32,
+    id: String,
+    kind: &'static str,
+    path: PathBuf,
+    name: String,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    archived_at: Option<Timestamp>,
+}
+
+const REPOS: [&str; 10] = [
+    "billing-api",
+    "web-console",
+    "ingest",
+    "search",
+    "mobile-app",
+    "auth",
+    "infra",
+    "docs-site",
+    "data-pipeline",
+    "notifications",
+];
+const TASKS: [&str; 8] = [
+    "Fix the flaky integration test in",
+    "Add pagination to the list endpoint of",
+    "Upgrade dependencies and fix breakage in",
+    "Investigate the memory growth in",
+    "Write a migration for the new schema of",
+    "Refactor error handling across",
+    "Review the open pull request on",
+    "Port the CLI flags parser in",
+];
+
+/// Writes `workspaces × per_workspace` agents with realistic records (subagent trees, archived
+/// subtrees, attention, errors, resume handles), as the store would have written them.
+fn generate_fleet(
+    home: &Path,
+    workspaces: usize,
+    per_workspace: usize,
+    seed: u64,
+) -> Result<FleetStats> {
+    let mut rng = Rng(seed);
+    fs::create_dir_all(home.join("agents"))?;
+    fs::create_dir_all(home.join("workspaces"))?;
+    let start = Timestamp::now().as_second() - 30 * 86_400;
+    // Whole seconds plus nanoseconds derived from them, as `Timestamp::now()` writes them.
+    let ts = |s: i64| {
+        let nanos = (s.wrapping_mul(0x9e37_79b9) & 0x3fff_ffff) % 1_000_000_000;
+        Timestamp::new(s, nanos as i32).map_err(|e| anyhow!("timestamp: {e}"))
+    };
+    let mut stats = FleetStats {
+        agents: 0,
+        subagents: 0,
+        archived: 0,
+        workspaces: 0,
+        agent_bytes: 0,
+    };
+    for w in 0..workspaces {
+        let repo = REPOS[w % REPOS.len()];
+        // Repos with several worktrees each: many workspaces, one cwd per workspace.
+        let cwd = PathBuf::from(format!("/home/dev/src/{repo}/wt-{:03}", w / REPOS.len()));
+        let ws_id = Uuid::now_v7().to_string();
+        let ws_created = start + (w as i64) * 5_000;
+        let ws = WorkspaceFile {
+            version: 1,
+            id: ws_id.clone(),
+            kind: if w % 3 == 0 {
+                "local_checkout"
+            } else {
+                "worktree"
+            },
+            path: cwd.clone(),
+            name: format!("wt-{:03}", w / REPOS.len()),
+            created_at: ts(ws_created)?,
+            updated_at: ts(ws_created)?,
+            archived_at: None,
+        };
+        write_doc(&home.join("workspaces").join(format!("{ws_id}.json")), &ws)?;
+        stats.workspaces += 1;
+
+        let dir = home.join("agents").join(cwd_dir_name(&cwd));
+        fs::create_dir_all(&dir)?;
+        let mut ids: Vec<String> = Vec::with_capacity(per_workspace);
+        let mut archived: Vec<bool> = Vec::with_capacity(per_workspace);
+        for k in 0..per_workspace {
+            let id = Uuid::now_v7().to_string();
+            let is_root = k % 5 == 0;
+            let parent = (!is_root).then(|| rng.below(k));
+            let is_archived = match parent {
+                Some(p) => archived[p] || rng.chance(10),
+                None => rng.chance(30),
+            };
+            let created = ws_created + (k as i64) * 97;
+            let updated = created + 60 + rng.below(3_600) as i64;
+            let mut labels = BTreeMap::new();
+            if let Some(p) = parent {
+                labels.insert(PARENT_LABEL.to_string(), ids[p].clone());
+            }
+            if rng.chance(40) {
+                labels.insert("team".to_string(), "platform".to_string());
+            }
+            if rng.chance(20) {
+                labels.insert(
+                    "ticket".to_string(),
+                    format!("ENG-{}", 1000 + rng.below(9000)),
+                );
+            }
+            let roll = rng.below(100);
+            let (status, attention, error) = if is_archived {
+                (AgentStatus::Closed, None, None)
+            } else if is_root && roll < 5 {
+                (
+                    AgentStatus::Error,
+                    Some("error"),
+                    Some("the runtime exited with status 1".to_string()),
+                )
+            } else if is_root && roll < 45 {
+                (AgentStatus::Idle, Some("finished"), None)
+            } else if roll < 75 {
+                (AgentStatus::Idle, None, None)
+            } else {
+                (AgentStatus::Closed, None, None)
+            };
+            let codex = rng.chance(50);
+            let doc = AgentFile {
+                version: 1,
+                id: id.clone(),
+                provider: if codex { "codex" } else { "claude" },
+                cwd: cwd.clone(),
+                workspace_id: ws_id.clone(),
+                created_at: ts(created)?,
+                updated_at: ts(updated)?,
+                last_activity_at: ts(updated - 5)?,
+                title: Some(format!(
+                    "{} {repo}{}",
+                    TASKS[rng.below(TASKS.len())],
+                    if is_root { "" } else { " (subtask)" }
+                )),
+                labels,
+                last_status: status,
+                last_error: error,
+                archived_at: if is_archived {
+                    Some(ts(updated)?)
+                } else {
+                    None
+                },
+                requires_attention: attention.is_some(),
+                attention_reason: attention,
+                attention_timestamp: if attention.is_some() {
+                    Some(ts(updated - 5)?)
+                } else {
+                    None
+                },
+                auto_archive: !is_root && rng.chance(30),
+                config: ConfigFile {
+                    model: Some(if codex {
+                        "gpt-5.3-codex"
+                    } else {
+                        "claude-opus-4-5"
+                    }),
+                    mode_id: Some("default"),
+                },
+                resume_handle: Some(ResumeFile {
+                    acp_session_id: Uuid::now_v7().to_string(),
+                }),
+            };
+            stats.agent_bytes += write_doc(&dir.join(format!("{id}.json")), &doc)?;
+            stats.agents += 1;
+            stats.subagents += usize::from(parent.is_some());
+            stats.archived += usize::from(is_archived);
+            ids.push(id);
+            archived.push(is_archived);
+        }
+    }
+    Ok(stats)
+}
+
+/// Pretty JSON and a newline, like the store; returns the size.
+fn write_doc(path: &Path, doc: &impl Serialize) -> Result<usize> {
+    let mut bytes = serde_json::to_vec_pretty(doc)?;
+    bytes.push(b'\n');
+    fs::write(path, &bytes).with_context(|| format!("cannot write `{}`", path.display()))?;
+    Ok(bytes.len())
+}
+
+/// The floor for boot: read every record file and parse it to a `Value`.
+fn parse_all(home: &Path) -> Result<usize> {
+    let mut count = 0;
+    let mut parse_dir = |dir: &Path| -> Result<()> {
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            let bytes = fs::read(&path)?;
+            let value: serde_json::Value = serde_json::from_slice(&bytes)?;
+            black_box(&value);
+            count += 1;
+        }
+        Ok(())
+    };
+    for entry in fs::read_dir(home.join("agents"))? {
+        parse_dir(&entry?.path())?;
+    }
+    parse_dir(&home.join("workspaces"))?;
+    Ok(count)
+}
+
+struct Boot {
+    elapsed: Duration,
+    rss_kb: u64,
+    hwm_kb: u64,
+    /// The daemon's own `store loaded elapsed_ms` log field.
+    store_loaded_ms: Option<u64>,
+}
+
+/// The daemon child, killed if the bench bails out while it runs.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn boot_daemon(drover: &Path, home: &Path, log: &Path, expect: usize) -> Result<Boot> {
+    let info_path = home.join("daemon.json");
+    match fs::remove_file(&info_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).context("cannot remove a stale daemon.json"),
+    }
+    let stderr = File::create(log)?;
+    let start = Instant::now();
+    let child = Command::new(drover)
+        .arg("daemon")
+        .arg("--home")
+        .arg(home)
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("DROVER_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("cannot run `{}`", drover.display()))?;
+    let mut daemon = Daemon(child);
+    let pid = daemon.0.id();
+    let mut addr: Option<SocketAddr> = None;
+    loop {
+        if start.elapsed() > BOOT_TIMEOUT {
+            bail!(
+                "the daemon did not report {expect} agents on /health within {BOOT_TIMEOUT:?}; its stderr: {}",
+                log.display()
+            );
+        }
+        if let Some(status) = daemon.0.try_wait()? {
+            bail!(
+                "the daemon exited during boot ({status}): {}",
+                fs::read_to_string(log).unwrap_or_default().trim()
+            );
+        }
+        if addr.is_none() {
+            addr = daemon_addr(&info_path, pid);
+        }
+        if let Some(addr) = addr
+            && let Some(health) = get_health(addr)
+            && health["agents"].as_u64() == Some(expect as u64)
+        {
+            break;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+    let elapsed = start.elapsed();
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .context("cannot read the daemon's /proc status")?;
+    let rss_kb = proc_field_kb(&status, "VmRSS:").unwrap_or(0);
+    let hwm_kb = proc_field_kb(&status, "VmHWM:").unwrap_or(0);
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .context("cannot run `kill`")?;
+    ensure!(killed.success(), "`kill -TERM {pid}` failed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(status) = daemon.0.try_wait()? {
+            break status;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the daemon did not stop within 10 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    ensure!(
+        exit.success(),
+        "the daemon stopped with {exit}: {}",
+        log.display()
+    );
+    let store_loaded_ms = fs::read_to_string(log).ok().and_then(|text| {
+        let line = text.lines().find(|l| l.contains("store loaded"))?;
+        let rest = &line[line.find("elapsed_ms=")? + "elapsed_ms=".len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    });
+    Ok(Boot {
+        elapsed,
+        rss_kb,
+        hwm_kb,
+        store_loaded_ms,
+    })
+}
+
+/// The address from `daemon.json`, once the daemon with this pid has written it.
+fn daemon_addr(path: &Path, pid: u32) -> Option<SocketAddr> {
+    let info: serde_json::Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
+    if info["pid"].as_u64() != Some(u64::from(pid)) {
+        return None;
+    }
+    info["url"].as_str()?.strip_prefix("http://")?.parse().ok()
+}
+
+/// `GET /health` over a bare HTTP/1.0 connection: the JSON body of a 200, else `None`.
+fn get_health(addr: SocketAddr) -> Option<serde_json::Value> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    if head.split_whitespace().nth(1) != Some("200") {
+        return None;
+    }
+    serde_json::from_str(body).ok()
+}
+
+fn proc_field_kb(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+// ---- 2. archive -----------------------------------------------------------------------------
+
+fn archive_bench(scratch: &Path, keep: bool, rows: &mut Vec<Row>) -> Result<()> {
+    println!(
+        "== 2. archive cascade: root + {CASCADE_DESCENDANTS} descendants, durable (best of {ROUNDS}, fresh tree each) =="
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut best_archive = Duration::MAX;
+    let mut best_baseline = Duration::MAX;
+    for round in 0..ROUNDS {
+        let home = scratch.join(format!("archive-home-{round}"));
+        let project = scratch.join(format!("archive-project-{round}"));
+        fs::create_dir_all(&project)?;
+        let (archive, baseline, record_bytes, build) =
+            runtime.block_on(archive_round(&home, &project, round as u64))?;
+        println!(
+            "  round {}: tree built in {} | baseline {} plain atomic writes ({} B avg): {} | archive: {}  ({:.2}×)",
+            round + 1,
+            fmt_dur(build),
+            CASCADE_DESCENDANTS,
+            record_bytes,
+            fmt_dur(baseline),
+            fmt_dur(archive),
+            archive.as_secs_f64() / baseline.as_secs_f64()
+        );
+        best_archive = best_archive.min(archive);
+        best_baseline = best_baseline.min(baseline);
+        // Keep the scratch folder small for the rounds that follow.
+        if !keep {
+            let _ = fs::remove_dir_all(&home);
+        }
+    }
+    let ratio = best_archive.as_secs_f64() / best_baseline.as_secs_f64();
+    println!(
+        "  best: archive {} ({:.0} µs per record), baseline {} ({:.0} µs per write): {:.2}×",
+        fmt_dur(best_archive),
+        best_archive.as_secs_f64() * 1e6 / (CASCADE_DESCENDANTS + 1) as f64,
+        fmt_dur(best_baseline),
+        best_baseline.as_secs_f64() * 1e6 / CASCADE_DESCENDANTS as f64,
+        ratio
+    );
+    println!();
+    rows.push(Row {
+        what: format!("archive cascade, 1+{CASCADE_DESCENDANTS} (vs atomic writes)"),
+        measured: format!(
+            "{} vs {} = {:.2}×",
+            fmt_dur(best_archive),
+            fmt_dur(best_baseline),
+            ratio
+        ),
+        target: "≤ 1.50×".to_string(),
+        pass: Some(ratio <= 1.5),
+    });
+    Ok(())
+}
+
+/// Builds a fresh tree through the registry, times the baseline writes in its folder, then the
+/// archive. Returns (archive, baseline, average record size, tree build time).
+async fn archive_round(
+    home: &Path,
+    project: &Path,
+    seed: u64,
+) -> Result<(Duration, Duration, usize, Duration)> {
+    let mut rng = Rng(0xa5c4_de00 ^ seed);
+    let (registry, _) = Registry::open(home, Arc::new(NoRuntimes))?;
+    let t = Instant::now();
+    let new_agent = |parent: Option<AgentId>, i: usize| NewAgent {
+        provider: "codex".to_string(),
+        cwd: project.to_path_buf(),
+        title: Some(format!(
+            "Subtask {i} of the migration of the billing schema"
+        )),
+        labels: BTreeMap::from([
+            ("team".to_string(), "platform".to_string()),
+            ("ticket".to_string(), format!("ENG-{}", 1000 + i)),
+        ]),
+        parent,
+        config: ProviderConfig {
+            model: Some("gpt-5.3-codex".to_string()),
+            mode: Some("default".to_string()),
+        },
+        ..NewAgent::default()
+    };
+    let root = registry.create_agent(new_agent(None, 0)).await?;
+    let mut tree = vec![root.clone()];
+    for i in 1..=CASCADE_DESCENDANTS {
+        let parent = tree[rng.below(tree.len())].id;
+        tree.push(registry.create_agent(new_agent(Some(parent), i)).await?);
+    }
+    // A settled fleet: every agent idle, a few subagents in a turn (their stops are issued).
+    for (i, agent) in tree.iter().enumerate() {
+        registry
+            .set_status(agent.id, AgentStatus::Idle, None)
+            .await?;
+        if i % 100 == 50 {
+            registry
+                .set_status(agent.id, AgentStatus::Running, None)
+                .await?;
+        }
+    }
+    let build = t.elapsed();
+    let _ = Command::new("sync").status();
+
+    // Baseline: the descendants' own files, rewritten as they are, one durable write each.
+    let store = Store::open(home)?;
+    let mut files = Vec::with_capacity(CASCADE_DESCENDANTS);
+    for agent in &tree[1..] {
+        let path = store.agent_path(agent.id, &agent.cwd);
+        let bytes = fs::read(&path)?;
+        files.push((path, bytes));
+    }
+    let record_bytes = files.iter().map(|(_, b)| b.len()).sum::<usize>() / files.len();
+    let baseline_writes = || -> Result<Duration> {
+        let t = Instant::now();
+        for (i, (path, bytes)) in files.iter().enumerate() {
+            plain_atomic_write(path, bytes, i)?;
+        }
+        Ok(t.elapsed())
+    };
+    // Alternate which goes first, so neither always meets the other's writeback. (The
+    // baseline rewrites the files as they were before the archive: harmless, the store is
+    // thrown away after the round.)
+    let mut baseline = Duration::ZERO;
+    if seed.is_multiple_of(2) {
+        baseline = baseline_writes()?;
+    }
+    let t = Instant::now();
+    let outcome = registry
+        .archive(
+            root.id,
+            ArchiveOptions {
+                stop_activity: true,
+            },
+        )
+        .await?;
+    let archive = t.elapsed();
+    if !seed.is_multiple_of(2) {
+        let _ = Command::new("sync").status();
+        baseline = baseline_writes()?;
+    }
+    ensure!(
+        outcome.archived.len() == CASCADE_DESCENDANTS + 1,
+        "the cascade archived {} agents, expected {}",
+        outcome.archived.len(),
+        CASCADE_DESCENDANTS + 1
+    );
+    Ok((archive, baseline, record_bytes, build))
+}
+
+/// Temp file beside `path`, write, fsync, rename over `path`, fsync the folder.
+fn plain_atomic_write(path: &Path, bytes: &[u8], n: usize) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| anyhow!("no parent"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("no file name"))?
+        .to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp-bench-{n}"));
+    let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+// ---- 3. workspace activity ------------------------------------------------------------------
+
+/// The fleet as the activity index sees it.
+struct Fleet {
+    agents: HashMap<AgentId, Agent>,
+    children: HashMap<AgentId, Vec<AgentId>>,
+}
+
+impl Fleet {
+    fn new(agents: Vec<Agent>) -> Fleet {
+        let mut children: HashMap<AgentId, Vec<AgentId>> = HashMap::new();
+        for a in &agents {
+            if let Some(p) = a.parent_id() {
+                children.entry(p).or_default().push(a.id);
+            }
+        }
+        for list in children.values_mut() {
+            list.sort();
+        }
+        Fleet {
+            agents: agents.into_iter().map(|a| (a.id, a)).collect(),
+            children,
+        }
+    }
+}
+
+impl AgentsView for Fleet {
+    fn agent(&self, id: AgentId) -> Option<&Agent> {
+        self.agents.get(&id)
+    }
+
+    fn children(&self, id: AgentId) -> Vec<AgentId> {
+        self.children.get(&id).cloned().unwrap_or_default()
+    }
+}
+
+fn activity_bench(home: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    println!(
+        "== 3. workspace activity after one status change ({AGENTS_PER_WORKSPACE} agents per workspace; {ACTIVITY_CHANGES} changes, best of {ROUNDS}) =="
+    );
+    let loaded = Store::open(home)?.load_agents()?;
+    ensure!(loaded.records.len() == BOOT_AGENTS);
+    let template = loaded.records;
+
+    let mut lines = Vec::new();
+    let mut evals_per_change = Vec::new();
+    for fleet_size in [1_000, 10_000, 100_000] {
+        let fleet = Fleet::new(scale_fleet(&template, fleet_size));
+        ensure!(fleet.agents.len() == fleet_size);
+        let m = measure_activity(fleet)?;
+        evals_per_change.push((fleet_size, m.root_evals, m.sub_evals));
+        lines.push((fleet_size, m));
+    }
+    println!(
+        "  {:>8}  {:>10}  {:>13}  {:>10}  {:>13}  {:>13}  {:>13}",
+        "agents",
+        "root: evals",
+        "root: ns/chg",
+        "sub: evals",
+        "sub: ns/chg",
+        "rebuild",
+        "rebuild evals"
+    );
+    for (n, m) in &lines {
+        println!(
+            "  {:>8}  {:>11.2}  {:>13.0}  {:>10.2}  {:>13.0}  {:>13}  {:>13}",
+            n,
+            m.root_evals,
+            m.root_ns,
+            m.sub_evals,
+            m.sub_ns,
+            fmt_dur(m.rebuild),
+            m.rebuild_evals
+        );
+    }
+    let (first, last) = (&lines[0].1, &lines[lines.len() - 1].1);
+    println!(
+        "  100× the fleet: per-change time ×{:.2} (root), ×{:.2} (subagent); full rebuild ×{:.1}",
+        last.root_ns / first.root_ns,
+        last.sub_ns / first.sub_ns,
+        last.rebuild.as_secs_f64() / first.rebuild.as_secs_f64()
+    );
+    let (to_running, to_idle) = registry_evaluations(home)?;
+    println!(
+        "  cross-check through the registry ({BOOT_AGENTS} agents, durable Registry::set_status on a root): \
+         idle→running {to_running} evaluation(s), running→idle {to_idle}"
+    );
+    println!();
+    let flat = evals_per_change
+        .iter()
+        .all(|(_, r, s)| *r == evals_per_change[0].1 && *s == evals_per_change[0].2)
+        && [to_running, to_idle]
+            .iter()
+            .all(|e| *e as f64 == evals_per_change[0].1);
+    let mut measured = String::new();
+    for (n, r, _) in &evals_per_change {
+        if !measured.is_empty() {
+            measured.push_str(" / ");
+        }
+        let _ = write!(measured, "{}k: {r:.2}", n / 1000);
+    }
+    let _ = write!(measured, " (registry: {to_running})");
+    rows.push(Row {
+        what: "activity: evaluations per status change".to_string(),
+        measured,
+        target: "same at 1k / 10k / 100k".to_string(),
+        pass: Some(flat),
+    });
+    let mut measured = String::new();
+    for (n, m) in &lines {
+        if !measured.is_empty() {
+            measured.push_str(" / ");
+        }
+        let _ = write!(measured, "{}k: {:.0} ns", n / 1000, m.root_ns);
+    }
+    rows.push(Row {
+        what: "activity: time per status change (info)".to_string(),
+        measured,
+        target: "-".to_string(),
+        pass: None,
+    });
+    Ok(())
+}
+
+/// What one status change costs the real registry's activity index: `activity_evaluations`
+/// deltas for idle → running and back on an idle root of the boot store.
+fn registry_evaluations(home: &Path) -> Result<(u64, u64)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (registry, _) = Registry::open(home, Arc::new(NoRuntimes))?;
+    let root = registry
+        .agents()
+        .into_iter()
+        .find(|a| {
+            a.parent_id().is_none()
+                && !a.is_archived()
+                && a.status == AgentStatus::Idle
+                && a.attention.is_none()
+                // A workspace not already showing something as urgent as `running`.
+                && registry.workspace_activity(a.workspace_id)
+                    < Some(drover_core::ActivityBucket::Running)
+        })
+        .ok_or_else(|| anyhow!("no idle root in a quiet workspace in the boot store"))?;
+    let before = registry.activity_evaluations();
+    runtime.block_on(registry.set_status(root.id, AgentStatus::Running, None))?;
+    let running = registry.activity_evaluations();
+    ensure!(
+        registry.workspace_activity(root.workspace_id)
+            == Some(drover_core::ActivityBucket::Running),
+        "the registry's workspace activity missed a change"
+    );
+    runtime.block_on(registry.set_status(root.id, AgentStatus::Idle, None))?;
+    let idle = registry.activity_evaluations();
+    Ok((running - before, idle - running))
+}
+
+/// `n` agents with the template's shape: the first `n / 20` workspaces of the 10k fleet, or
+/// copies of it under fresh ids.
+fn scale_fleet(template: &[Agent], n: usize) -> Vec<Agent> {
+    let mut by_ws: BTreeMap<WorkspaceId, Vec<&Agent>> = BTreeMap::new();
+    for a in template {
+        by_ws.entry(a.workspace_id).or_default().push(a);
+    }
+    if n <= template.len() {
+        return by_ws
+            .values()
+            .take(n / AGENTS_PER_WORKSPACE)
+            .flatten()
+            .map(|a| (*a).clone())
+            .collect();
+    }
+    let copies = n.div_ceil(template.len());
+    let mut out = Vec::with_capacity(copies * template.len());
+    for _ in 0..copies {
+        let ids: HashMap<AgentId, AgentId> =
+            template.iter().map(|a| (a.id, AgentId::new())).collect();
+        let workspaces: HashMap<WorkspaceId, WorkspaceId> =
+            by_ws.keys().map(|w| (*w, WorkspaceId::new())).collect();
+        for a in template {
+            let mut b = a.clone();
+            b.id = ids[&a.id];
+            b.workspace_id = workspaces[&a.workspace_id];
+            if let Some(p) = a.parent_id() {
+                b.labels
+                    .insert(PARENT_LABEL.to_string(), ids[&p].to_string());
+            }
+            out.push(b);
+        }
+    }
+    out.truncate(n);
+    out
+}
+
+struct ActivityFigures {
+    root_evals: f64,
+    root_ns: f64,
+    sub_evals: f64,
+    sub_ns: f64,
+    rebuild: Duration,
+    rebuild_evals: u64,
+}
+
+fn measure_activity(mut fleet: Fleet) -> Result<ActivityFigures> {
+    let mut rebuild = Duration::MAX;
+    let mut index = ActivityIndex::default();
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        index = ActivityIndex::build(&fleet, fleet.agents.values());
+        rebuild = rebuild.min(t.elapsed());
+    }
+    let rebuild_evals = index.evaluated();
+
+    // Changes rotate over every idle root (or subagent) of the fleet, as a real fleet's do, so
+    // the per-change figure includes the cache misses a large fleet brings.
+    let idle =
+        |a: &Agent| !a.is_archived() && a.status == AgentStatus::Idle && a.attention.is_none();
+    let mut roots: Vec<AgentId> = fleet
+        .agents
+        .values()
+        .filter(|a| idle(a) && a.parent_id().is_none())
+        .map(|a| a.id)
+        .collect();
+    let mut subs: Vec<AgentId> = fleet
+        .agents
+        .values()
+        .filter(|a| idle(a) && a.parent_id().is_some_and(|p| fleet.agents.contains_key(&p)))
+        .map(|a| a.id)
+        .collect();
+    ensure!(
+        !roots.is_empty() && !subs.is_empty(),
+        "no idle agents to flip"
+    );
+    let mut rng = Rng(0xac71);
+    rng.shuffle(&mut roots);
+    rng.shuffle(&mut subs);
+
+    // The index answers right: a root flipped to running makes its workspace `running`.
+    // (In a workspace not already showing something as urgent, such as an error.)
+    let probe = *roots
+        .iter()
+        .find(|id| {
+            index.workspace(fleet.agents[*id].workspace_id)
+                < Some(drover_core::ActivityBucket::Running)
+        })
+        .ok_or_else(|| anyhow!("no idle root in a quiet workspace"))?;
+    flip(&mut fleet, probe);
+    index.update(&fleet, [probe]);
+    let ws = fleet.agents[&probe].workspace_id;
+    ensure!(
+        index.workspace(ws) == Some(drover_core::ActivityBucket::Running),
+        "the activity index missed a change"
+    );
+    flip(&mut fleet, probe);
+    index.update(&fleet, [probe]);
+
+    let (root_evals, root_ns) = time_changes(&mut fleet, &mut index, &roots);
+    let (sub_evals, sub_ns) = time_changes(&mut fleet, &mut index, &subs);
+    Ok(ActivityFigures {
+        root_evals,
+        root_ns,
+        sub_evals,
+        sub_ns,
+        rebuild,
+        rebuild_evals,
+    })
+}
+
+/// idle ↔ running.
+fn flip(fleet: &mut Fleet, id: AgentId) {
+    if let Some(a) = fleet.agents.get_mut(&id) {
+        a.status = if a.status == AgentStatus::Idle {
+            AgentStatus::Running
+        } else {
+            AgentStatus::Idle
+        };
+    }
+}
+
+/// Flips agents in turn and updates the index for each, as the registry's commit does for a
+/// status change. Returns (evaluations per change, ns per change), best of `ROUNDS`.
+fn time_changes(fleet: &mut Fleet, index: &mut ActivityIndex, ids: &[AgentId]) -> (f64, f64) {
+    let mut best = f64::MAX;
+    let mut evals = 0.0;
+    for _ in 0..ROUNDS {
+        let before = index.evaluated();
+        let t = Instant::now();
+        for i in 0..ACTIVITY_CHANGES {
+            // Each agent goes idle → running on one pass over the list, back on the next.
+            let id = ids[i % ids.len()];
+            flip(fleet, id);
+            black_box(index.update(fleet, [id]));
+        }
+        let ns = t.elapsed().as_nanos() as f64 / ACTIVITY_CHANGES as f64;
+        best = best.min(ns);
+        evals = (index.evaluated() - before) as f64 / ACTIVITY_CHANGES as f64;
+    }
+    (evals, best)
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+fn drover_binary() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("DROVER_BIN").filter(|b| !b.is_empty()) {
+        let bin = PathBuf::from(bin);
+        ensure!(
+            bin.is_file(),
+            "DROVER_BIN=`{}` is not a file; build it with `cargo build --release -p drover`",
+            bin.display()
+        );
+        return Ok(bin);
+    }
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let bin = exe
+        .parent()
+        .map(|dir| dir.join("drover"))
+        .ok_or_else(|| anyhow!("`{}` has no folder", exe.display()))?;
+    ensure!(
+        bin.is_file(),
+        "no `drover` binary at `{}`: build it with `cargo build --release -p drover` (or run \
+         scripts/bench), or point DROVER_BIN at one",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+fn kernel() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| format!("Linux {}", s.trim()))
+        .unwrap_or_else(|_| std::env::consts::OS.to_string())
+}
+
+fn fmt_dur(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+fn fmt_kb(kb: u64) -> String {
+    format!("{:.1} MB", kb as f64 / 1024.0)
+}
+
+/// SplitMix64: deterministic figures without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// True `percent` times in 100.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i + 1);
+            items.swap(i, j);
+        }
+    }
+}
