@@ -16,6 +16,20 @@ pub const PARENT_LABEL: &str = "drover.parent-agent-id";
 pub struct ProviderConfig {
     pub model: Option<String>,
     pub mode: Option<String>,
+    pub permission_policy: PermissionPolicy,
+}
+
+/// How the agent's permission requests are answered.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionPolicy {
+    /// Wait for a client to answer (the agent's attention becomes `permission`).
+    #[default]
+    Ask,
+    /// Allow every request at once (unattended runs).
+    Allow,
 }
 
 /// What a provider needs to resume its own session for this agent (ACP `session/load`).

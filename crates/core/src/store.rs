@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, ProviderConfig, ResumeHandle};
+use crate::agent::{Agent, PermissionPolicy, ProviderConfig, ResumeHandle};
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::workspace::{Workspace, WorkspaceKind};
@@ -651,6 +651,8 @@ struct ConfigDoc {
     model: Option<String>,
     #[serde(default)]
     mode_id: Option<String>,
+    #[serde(default)]
+    permission_policy: PermissionPolicy,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
@@ -715,6 +717,7 @@ impl AgentDoc {
             config: ConfigDoc {
                 model: a.config.model.clone(),
                 mode_id: a.config.mode.clone(),
+                permission_policy: a.config.permission_policy,
                 unknown: config_unknown,
             },
             resume_handle: a.resume.as_ref().map(|r| ResumeDoc {
@@ -768,6 +771,7 @@ impl AgentDoc {
             config: ProviderConfig {
                 model: self.config.model,
                 mode: self.config.mode_id,
+                permission_policy: self.config.permission_policy,
             },
             resume,
             unknown,

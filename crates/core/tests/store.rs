@@ -270,6 +270,7 @@ async fn unknown_fields_survive_a_rewrite() {
             ProviderConfig {
                 model: Some("opus".to_string()),
                 mode: None,
+                ..ProviderConfig::default()
             },
         )
         .await
@@ -351,6 +352,7 @@ async fn unknown_fields_survive_a_rewrite() {
             ProviderConfig {
                 model: Some("sonnet".to_string()),
                 mode: Some("plan".to_string()),
+                ..ProviderConfig::default()
             },
         )
         .await

@@ -742,6 +742,7 @@ async fn archive_round(
         config: ProviderConfig {
             model: Some("gpt-5.3-codex".to_string()),
             mode: Some("default".to_string()),
+            ..ProviderConfig::default()
         },
         ..NewAgent::default()
     };

@@ -1,0 +1,413 @@
+//! Durable per-agent timelines: everything an agent did, as items with increasing `seq`.
+//!
+//! On disk, `timelines/{agent-id}.jsonl` is an append-only log of entries, one JSON object per
+//! line:
+//!
+//! ```text
+//! {"op":"item","item":{"seq":7,"at":"…","kind":"agent_message","text":"Hel"}}
+//! {"op":"append","seq":7,"field":"text","text":"lo"}        streamed chunks coalesce into item 7
+//! {"op":"patch","seq":5,"fields":{"status":"completed"}}     a tool call update merges into item 5
+//! ```
+//!
+//! Reading folds the entries into items. A torn last line (a crash mid-write) is cut off when
+//! the log is opened for writing, and skipped when it is read. Appends are not fsynced one by
+//! one (a daemon crash keeps them: they are in the page cache); [`Timeline::sync`] makes them
+//! durable against a machine crash at turn boundaries.
+//!
+//! The timeline knows nothing about ACP: callers decide the kinds (see `docs/storage.md`).
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::ids::AgentId;
+use crate::store::StoreError;
+
+/// One thing that happened, as clients see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineItem {
+    pub seq: u64,
+    pub at: Timestamp,
+    /// `user_message`, `agent_message`, `agent_thought`, `tool_call`, `permission`, `plan`,
+    /// `mode`, `config`, `usage`, `turn_started`, `turn_ended`, `notice`, `raw`, ...
+    pub kind: String,
+    #[serde(flatten)]
+    pub data: Map<String, Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Entry {
+    Item {
+        item: TimelineItem,
+    },
+    Append {
+        seq: u64,
+        field: String,
+        text: String,
+    },
+    Patch {
+        seq: u64,
+        fields: Map<String, Value>,
+    },
+}
+
+/// Which part of a timeline to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    /// The last `limit` items.
+    Tail { limit: usize },
+    /// Up to `limit` items just before `seq`.
+    Before { seq: u64, limit: usize },
+    /// Up to `limit` items just after `seq`.
+    After { seq: u64, limit: usize },
+}
+
+/// A page of items, oldest first, and whether more lie beyond each end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelinePage {
+    pub items: Vec<TimelineItem>,
+    pub has_older: bool,
+    pub has_newer: bool,
+}
+
+/// The writer of one agent's timeline, with its items folded in memory.
+#[derive(Debug)]
+pub struct Timeline {
+    path: PathBuf,
+    file: File,
+    items: Vec<TimelineItem>,
+    /// seq → index in `items`.
+    index: HashMap<u64, usize>,
+    next_seq: u64,
+}
+
+impl Timeline {
+    pub fn path_for(home: &Path, agent: AgentId) -> PathBuf {
+        home.join("timelines").join(format!("{agent}.jsonl"))
+    }
+
+    /// Opens (creating) the timeline for appending: folds what is there and cuts a torn tail.
+    pub fn open(home: &Path, agent: AgentId) -> Result<Timeline, StoreError> {
+        let path = Self::path_for(home, agent);
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StoreError::Io { op, path, source }
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io("create folder", dir))?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        let (items, good_len) = fold(BufReader::new(&file)).map_err(io("read", &path))?;
+        let len = file.seek(SeekFrom::End(0)).map_err(io("read", &path))?;
+        if good_len < len {
+            tracing::warn!(path = %path.display(), cut = len - good_len, "cut the torn end of a timeline");
+            file.set_len(good_len).map_err(io("truncate", &path))?;
+        }
+        let next_seq = items.last().map_or(1, |i| i.seq + 1);
+        let index = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (item.seq, i))
+            .collect();
+        Ok(Timeline {
+            path,
+            file,
+            items,
+            index,
+            next_seq,
+        })
+    }
+
+    /// Reads a page without opening for writing (a cold agent's history).
+    pub fn read_page(home: &Path, agent: AgentId, page: Page) -> Result<TimelinePage, StoreError> {
+        let path = Self::path_for(home, agent);
+        let items = match File::open(&path) {
+            Ok(file) => {
+                fold(BufReader::new(file))
+                    .map_err(|source| StoreError::Io {
+                        op: "read",
+                        path: path.clone(),
+                        source,
+                    })?
+                    .0
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    op: "read",
+                    path,
+                    source,
+                });
+            }
+        };
+        Ok(paginate(&items, page))
+    }
+
+    pub fn page(&self, page: Page) -> TimelinePage {
+        paginate(&self.items, page)
+    }
+
+    pub fn items(&self) -> &[TimelineItem] {
+        &self.items
+    }
+
+    pub fn get(&self, seq: u64) -> Option<&TimelineItem> {
+        self.index.get(&seq).map(|i| &self.items[*i])
+    }
+
+    pub fn last(&self) -> Option<&TimelineItem> {
+        self.items.last()
+    }
+
+    /// Appends a new item and returns it (with its seq).
+    pub fn push(
+        &mut self,
+        kind: &str,
+        data: Map<String, Value>,
+    ) -> Result<TimelineItem, StoreError> {
+        let item = TimelineItem {
+            seq: self.next_seq,
+            at: Timestamp::now(),
+            kind: kind.to_string(),
+            data,
+        };
+        self.write(&Entry::Item { item: item.clone() })?;
+        self.next_seq += 1;
+        self.index.insert(item.seq, self.items.len());
+        self.items.push(item.clone());
+        Ok(item)
+    }
+
+    /// Appends `text` to a string field of item `seq` (streamed chunks).
+    pub fn append_text(&mut self, seq: u64, field: &str, text: &str) -> Result<(), StoreError> {
+        if !self.index.contains_key(&seq) {
+            return Ok(());
+        }
+        self.write(&Entry::Append {
+            seq,
+            field: field.to_string(),
+            text: text.to_string(),
+        })?;
+        if let Some(i) = self.index.get(&seq) {
+            apply_append(&mut self.items[*i], field, text);
+        }
+        Ok(())
+    }
+
+    /// Merges `fields` into item `seq` (a tool call update, a resolved permission).
+    pub fn patch(&mut self, seq: u64, fields: Map<String, Value>) -> Result<(), StoreError> {
+        if !self.index.contains_key(&seq) || fields.is_empty() {
+            return Ok(());
+        }
+        self.write(&Entry::Patch {
+            seq,
+            fields: fields.clone(),
+        })?;
+        if let Some(i) = self.index.get(&seq) {
+            apply_patch(&mut self.items[*i], fields);
+        }
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable against a machine crash.
+    pub fn sync(&mut self) -> Result<(), StoreError> {
+        self.file.sync_data().map_err(|source| StoreError::Io {
+            op: "sync",
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn write(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        let mut line = serde_json::to_vec(entry).map_err(|source| StoreError::Encode {
+            path: self.path.clone(),
+            source,
+        })?;
+        line.push(b'\n');
+        // One write per entry: with O_APPEND a line is never interleaved with another.
+        self.file.write_all(&line).map_err(|source| StoreError::Io {
+            op: "append to",
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+fn apply_append(item: &mut TimelineItem, field: &str, text: &str) {
+    match item.data.get_mut(field) {
+        Some(Value::String(s)) => s.push_str(text),
+        _ => {
+            item.data
+                .insert(field.to_string(), Value::String(text.to_string()));
+        }
+    }
+}
+
+fn apply_patch(item: &mut TimelineItem, fields: Map<String, Value>) {
+    for (k, v) in fields {
+        if v.is_null() {
+            continue;
+        }
+        item.data.insert(k, v);
+    }
+}
+
+/// Folds a log into items; returns them and the length of the well-formed prefix.
+fn fold(reader: impl BufRead) -> std::io::Result<(Vec<TimelineItem>, u64)> {
+    let mut items: Vec<TimelineItem> = Vec::new();
+    let mut index: HashMap<u64, usize> = HashMap::new();
+    let mut good = 0u64;
+    let mut reader = reader;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') {
+            break; // torn: the write never finished
+        }
+        match serde_json::from_slice::<Entry>(&line) {
+            Ok(Entry::Item { item }) => {
+                index.insert(item.seq, items.len());
+                items.push(item);
+            }
+            Ok(Entry::Append { seq, field, text }) => {
+                if let Some(i) = index.get(&seq) {
+                    apply_append(&mut items[*i], &field, &text);
+                }
+            }
+            Ok(Entry::Patch { seq, fields }) => {
+                if let Some(i) = index.get(&seq) {
+                    apply_patch(&mut items[*i], fields);
+                }
+            }
+            // A damaged line in the middle: skip it, keep the rest.
+            Err(e) => tracing::warn!(error = %e, "skipped a damaged timeline line"),
+        }
+        good += n as u64;
+    }
+    Ok((items, good))
+}
+
+fn paginate(items: &[TimelineItem], page: Page) -> TimelinePage {
+    let (start, end) = match page {
+        Page::Tail { limit } => (items.len().saturating_sub(limit), items.len()),
+        Page::Before { seq, limit } => {
+            let end = items.partition_point(|i| i.seq < seq);
+            (end.saturating_sub(limit), end)
+        }
+        Page::After { seq, limit } => {
+            let start = items.partition_point(|i| i.seq <= seq);
+            (start, (start + limit).min(items.len()))
+        }
+    };
+    TimelinePage {
+        items: items[start..end].to_vec(),
+        has_older: start > 0,
+        has_newer: end < items.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn folds_appends_and_patches_and_survives_reopen() {
+        let home = tempfile::tempdir().expect("home");
+        let agent = AgentId::new();
+        let mut t = Timeline::open(home.path(), agent).expect("open");
+        let msg = t
+            .push("agent_message", obj(json!({"text": "Hel"})))
+            .expect("push");
+        t.append_text(msg.seq, "text", "lo").expect("append");
+        let tool = t
+            .push(
+                "tool_call",
+                obj(json!({"toolCallId": "t1", "status": "pending"})),
+            )
+            .expect("push");
+        t.patch(tool.seq, obj(json!({"status": "completed"})))
+            .expect("patch");
+        drop(t);
+        let t = Timeline::open(home.path(), agent).expect("reopen");
+        assert_eq!(t.items().len(), 2);
+        assert_eq!(t.items()[0].data["text"], "Hello");
+        assert_eq!(t.items()[1].data["status"], "completed");
+        assert_eq!(t.last().map(|i| i.seq), Some(2));
+    }
+
+    #[test]
+    fn a_torn_last_line_is_cut_and_seq_continues() {
+        let home = tempfile::tempdir().expect("home");
+        let agent = AgentId::new();
+        let mut t = Timeline::open(home.path(), agent).expect("open");
+        t.push("notice", obj(json!({"text": "one"}))).expect("push");
+        drop(t);
+        let path = Timeline::path_for(home.path(), agent);
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open raw");
+        f.write_all(br#"{"op":"item","item":{"seq":2,"at":"#)
+            .expect("torn write");
+        drop(f);
+        let page = Timeline::read_page(home.path(), agent, Page::Tail { limit: 10 }).expect("read");
+        assert_eq!(page.items.len(), 1);
+        let mut t = Timeline::open(home.path(), agent).expect("reopen");
+        let two = t.push("notice", obj(json!({"text": "two"}))).expect("push");
+        assert_eq!(two.seq, 2);
+        drop(t);
+        let page = Timeline::read_page(home.path(), agent, Page::Tail { limit: 10 }).expect("read");
+        assert_eq!(
+            page.items.iter().map(|i| i.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+    }
+
+    #[test]
+    fn pages() {
+        let home = tempfile::tempdir().expect("home");
+        let agent = AgentId::new();
+        let mut t = Timeline::open(home.path(), agent).expect("open");
+        for i in 0..10 {
+            t.push("notice", obj(json!({ "n": i }))).expect("push");
+        }
+        let tail = t.page(Page::Tail { limit: 3 });
+        assert_eq!(
+            tail.items.iter().map(|i| i.seq).collect::<Vec<_>>(),
+            vec![8, 9, 10]
+        );
+        assert!(tail.has_older && !tail.has_newer);
+        let before = t.page(Page::Before { seq: 8, limit: 3 });
+        assert_eq!(
+            before.items.iter().map(|i| i.seq).collect::<Vec<_>>(),
+            vec![5, 6, 7]
+        );
+        let after = t.page(Page::After { seq: 2, limit: 2 });
+        assert_eq!(
+            after.items.iter().map(|i| i.seq).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        assert!(after.has_older && after.has_newer);
+    }
+}
