@@ -21,6 +21,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// List the providers (presets and config.toml) and whether each can run here.
+    Providers {
+        /// Data directory whose config.toml to read [default: $DROVER_HOME, else ~/.drover]
+        #[arg(long, value_name = "DIR")]
+        home: Option<PathBuf>,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the daemon in the foreground (Ctrl-C or SIGTERM stops it cleanly).
     Daemon {
         /// Data directory [default: $DROVER_HOME, else ~/.drover]
@@ -36,6 +45,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Daemon { home, listen } => daemon(home, listen),
+        Command::Providers { home, json } => providers(home, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -68,6 +78,37 @@ fn daemon(home: Option<PathBuf>, listen: SocketAddr) -> anyhow::Result<()> {
         drover_daemon::run_locked(lock, listener, config, shutdown_signal()).await?;
         Ok(())
     })
+}
+
+fn providers(home: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let home = match home {
+        Some(home) => home,
+        None => DaemonConfig::default_home()?,
+    };
+    let providers = drover_acp::Providers::load(&home)?;
+    let rows: Vec<(&drover_acp::Provider, drover_acp::Availability)> = providers
+        .all()
+        .map(|p| (p, providers.availability(p)))
+        .collect();
+    if json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(p, a)| serde_json::json!({"provider": p, "availability": a}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    let width = rows.iter().map(|(p, _)| p.name.len()).max().unwrap_or(0);
+    for (provider, availability) in rows {
+        let (state, detail) = match availability {
+            drover_acp::Availability::Available { path } => {
+                ("available", path.display().to_string())
+            }
+            drover_acp::Availability::Unavailable { reason } => ("unavailable", reason),
+        };
+        println!("{:width$}  {:11}  {}", provider.name, state, detail);
+    }
+    Ok(())
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

@@ -4,7 +4,7 @@
 //! line:
 //!
 //! ```text
-//! {"op":"item","item":{"seq":7,"at":"…","kind":"agent_message","text":"Hel"}}
+//! {"op":"item","item":{"seq":7,"at":"…","kind":"agent_message","data":{"text":"Hel"}}}
 //! {"op":"append","seq":7,"field":"text","text":"lo"}        streamed chunks coalesce into item 7
 //! {"op":"patch","seq":5,"fields":{"status":"completed"}}     a tool call update merges into item 5
 //! ```
@@ -36,7 +36,7 @@ pub struct TimelineItem {
     /// `user_message`, `agent_message`, `agent_thought`, `tool_call`, `permission`, `plan`,
     /// `mode`, `config`, `usage`, `turn_started`, `turn_ended`, `notice`, `raw`, ...
     pub kind: String,
-    #[serde(flatten)]
+    /// The item's fields (nested, so an agent's own `kind` or `seq` field never collides).
     pub data: Map<String, Value>,
 }
 

@@ -369,7 +369,7 @@ async fn unknown_fields_survive_a_rewrite() {
     let doc = read_json(&path);
     assert_eq!(
         doc["config"],
-        json!({"model": "sonnet", "modeId": "plan", "reasoningEffort": "high"})
+        json!({"model": "sonnet", "modeId": "plan", "permissionPolicy": "ask", "reasoningEffort": "high"})
     );
     assert_eq!(doc["resumeHandle"], json!({"acpSessionId": "s-2"}));
     assert_eq!(doc["futureNested"], future_nested);

@@ -12,7 +12,7 @@ mod server;
 use std::future::Future;
 use std::sync::Arc;
 
-use drover_core::{NoRuntimes, Registry, RegistryError};
+use drover_core::{RegistryError, RuntimeControl};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -72,14 +72,14 @@ pub async fn run_locked(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
     let started = std::time::Instant::now();
-    let home = config.home.clone();
-    let (registry, boot) =
-        tokio::task::spawn_blocking(move || Registry::open(&home, Arc::new(NoRuntimes)))
-            .await
-            .map_err(|e| DaemonError::Io {
-                op: "load the store".to_string(),
-                source: std::io::Error::other(e),
-            })??;
+    let providers = drover_acp::Providers::load(&config.home)
+        .map_err(|e| DaemonError::Config(e.to_string()))?;
+    let (runtimes, registry, boot) = drover_acp::RuntimeManager::open(&config.home, providers)
+        .await
+        .map_err(|e| match e {
+            drover_acp::AcpError::Registry(e) => DaemonError::Registry(e),
+            other => DaemonError::Config(other.to_string()),
+        })?;
     for q in &boot.quarantined {
         tracing::error!(path = %q.original.display(), moved_to = ?q.moved_to, reason = %q.reason,
             "quarantined a damaged record");
@@ -113,6 +113,7 @@ pub async fn run_locked(
 
     let app = server::router(server::AppState {
         registry: registry.clone(),
+        runtimes: runtimes.clone(),
         info: Arc::new(info),
         home: config.home.clone(),
     });
@@ -124,6 +125,7 @@ pub async fn run_locked(
         .await;
 
     tracing::info!("shutting down: closing runtimes");
+    runtimes.shutdown().await;
     registry.shutdown().await;
     tracing::info!("shutting down: store flushed");
     lock.release();

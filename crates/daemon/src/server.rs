@@ -16,6 +16,7 @@ use crate::DaemonInfo;
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) registry: Registry,
+    pub(crate) runtimes: drover_acp::RuntimeManager,
     pub(crate) info: Arc<DaemonInfo>,
     pub(crate) home: PathBuf,
 }
@@ -35,6 +36,7 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
         "home": state.home,
         "startedAt": state.info.started_at,
         "agents": state.registry.agent_count(),
+        "activeRuntimes": state.runtimes.active_count(),
         "workspaces": state.registry.workspaces().len(),
     }))
 }

@@ -5,7 +5,11 @@
 //! activity family (think `job`) whose running work a test scripts. [`crash`] is the line
 //! protocol of `drover-crashdriver`, the process the crash test kills.
 
+pub mod acp_client;
 pub mod crash;
+pub mod model;
+pub mod real_agents;
+pub mod scripted_agent;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -282,5 +286,36 @@ impl ActivityFamily for TestFamily {
             StopBehaviour::Panic => panic!("test family panics while stopping {}", item.id),
             StopBehaviour::Hang => Box::pin(std::future::pending()),
         }
+    }
+}
+
+/// Whether no live process is left in process group `pgid` (a zombie waiting for its reaper
+/// runs nothing and counts as gone). Reads `/proc`.
+pub fn process_group_gone(pgid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    !dir.flatten().any(|entry| {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z"
+    })
+}
+
+/// Waits (at most `timeout`) until [`process_group_gone`] holds.
+pub async fn wait_process_group_gone(pgid: u32, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if process_group_gone(pgid) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -1,0 +1,587 @@
+//! drover's agent runtimes: each agent's provider process speaking the Agent Client Protocol
+//! (v1, JSON-RPC over stdio), its turns, its durable inbox and timeline.
+//!
+//! [`RuntimeManager`] is the registry's [`RuntimeControl`] and the entry point for clients:
+//! create an agent and start it, deliver messages (followup, steer, inject), cancel, answer
+//! permissions, wait until idle, read timelines. One task per agent owns that agent's process,
+//! connection, inbox and timeline; everything else talks to it through a bounded channel.
+//!
+//! Nothing here decides lifecycle rules: the registry does. Nothing here knows about
+//! WebSocket or HTTP.
+
+mod actor;
+pub mod process;
+pub mod providers;
+pub mod rpc;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use drover_core::inbox::{Delivery, Inbox, InboxMessage};
+use drover_core::timeline::{Page, Timeline, TimelineItem, TimelinePage};
+use drover_core::{
+    Agent, AgentId, BoxFuture, CancelCause, NewAgent, Registry, RegistryError, RuntimeControl,
+    RuntimeError, store::StoreError,
+};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+pub use providers::{Availability, Provider, Providers};
+
+use actor::Command;
+
+/// How long a closing agent gets between TERM and KILL.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+/// How many timeline updates a subscriber may fall behind before it lags.
+const UPDATE_CAPACITY: usize = 8192;
+
+/// A change to one agent's timeline, for live clients.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineEvent {
+    pub agent_id: AgentId,
+    pub update: TimelineUpdate,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TimelineUpdate {
+    Item {
+        item: TimelineItem,
+    },
+    Append {
+        seq: u64,
+        field: String,
+        text: String,
+    },
+    Patch {
+        seq: u64,
+        fields: Map<String, Value>,
+    },
+}
+
+/// How a client answers a permission request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionChoice {
+    /// By option kind: `allow_once`, `allow_always`, `reject_once`, `reject_always`.
+    Kind(String),
+    /// By the agent's own option id.
+    OptionId(String),
+    /// Decline to choose (the agent treats it as cancelled).
+    Cancel,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionAnswer {
+    /// The permission item's timeline seq; `None` answers the oldest pending request.
+    pub request: Option<u64>,
+    pub choice: PermissionChoice,
+}
+
+/// A permission request waiting for an answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPermission {
+    /// The permission item's timeline seq: what an answer names.
+    pub seq: u64,
+    pub tool_call_id: Option<String>,
+    pub title: Option<String>,
+    pub options: Vec<Value>,
+}
+
+/// Why a runtime operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("unknown provider `{0}` (see `drover providers`)")]
+    UnknownProvider(String),
+    #[error("provider `{provider}` is unavailable: {reason}")]
+    ProviderUnavailable { provider: String, reason: String },
+    #[error("agent `{0}` has no pending permission request")]
+    NoPendingPermission(AgentId),
+    #[error("agent `{agent}`: {message}")]
+    Permission { agent: AgentId, message: String },
+    #[error("agent `{agent}` could not start: {message}")]
+    StartFailed { agent: AgentId, message: String },
+    #[error("agent `{agent}`: {message}")]
+    Agent { agent: AgentId, message: String },
+    #[error("the runtime of agent `{0}` stopped")]
+    Stopped(AgentId),
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+}
+
+impl AcpError {
+    /// The stable code clients match on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AcpError::Registry(e) => e.code(),
+            AcpError::Store(_) => "store_failed",
+            AcpError::UnknownProvider(_) => "unknown_provider",
+            AcpError::ProviderUnavailable { .. } => "provider_unavailable",
+            AcpError::NoPendingPermission(_) | AcpError::Permission { .. } => "no_such_permission",
+            AcpError::StartFailed { .. } => "agent_start_failed",
+            AcpError::Agent { .. } => "agent_error",
+            AcpError::Stopped(_) => "runtime_stopped",
+            AcpError::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+/// What the agents of one daemon share.
+pub(crate) struct Shared {
+    pub(crate) home: PathBuf,
+    pub(crate) providers: Providers,
+    pub(crate) registry: OnceLock<Registry>,
+    pub(crate) updates: broadcast::Sender<TimelineEvent>,
+    actors: Mutex<HashMap<AgentId, ActorHandle>>,
+    shutting_down: AtomicBool,
+    generation: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn registry(&self) -> &Registry {
+        // `RuntimeManager::attach` runs right after `Registry::open`, before anything can
+        // reach an actor.
+        self.registry
+            .get()
+            .expect("the registry is attached before agents run")
+    }
+
+    pub(crate) fn emit(&self, agent_id: AgentId, update: TimelineUpdate) {
+        let _ = self.updates.send(TimelineEvent { agent_id, update });
+    }
+
+    fn forget(&self, id: AgentId, generation: u64) {
+        let mut actors = self
+            .actors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if actors.get(&id).is_some_and(|h| h.generation == generation) {
+            actors.remove(&id);
+        }
+    }
+}
+
+#[derive(Clone)]
+struct ActorHandle {
+    commands: mpsc::Sender<Command>,
+    busy: watch::Receiver<bool>,
+    generation: u64,
+}
+
+/// The runtimes of one daemon.
+#[derive(Clone)]
+pub struct RuntimeManager {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RuntimeManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeManager")
+            .field("home", &self.shared.home)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeManager {
+    pub fn new(home: &Path, providers: Providers) -> RuntimeManager {
+        let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
+        RuntimeManager {
+            shared: Arc::new(Shared {
+                home: home.to_path_buf(),
+                providers,
+                registry: OnceLock::new(),
+                updates,
+                actors: Mutex::new(HashMap::new()),
+                shutting_down: AtomicBool::new(false),
+                generation: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Opens the registry with this manager as its runtimes, then delivers what the inbox kept
+    /// across a restart. The usual way to boot.
+    pub async fn open(
+        home: &Path,
+        providers: Providers,
+    ) -> Result<(RuntimeManager, Registry, drover_core::BootReport), AcpError> {
+        let manager = RuntimeManager::new(home, providers);
+        let runtimes: Arc<dyn RuntimeControl> = Arc::new(manager.clone());
+        let home_buf = home.to_path_buf();
+        let (registry, boot) =
+            tokio::task::spawn_blocking(move || Registry::open(&home_buf, runtimes))
+                .await
+                .map_err(|_| AcpError::ShuttingDown)??;
+        manager.attach(registry.clone());
+        manager.resume_pending().await;
+        Ok((manager, registry, boot))
+    }
+
+    /// Connects the registry (once).
+    pub fn attach(&self, registry: Registry) {
+        let _ = self.shared.registry.set(registry);
+    }
+
+    pub fn providers(&self) -> &Providers {
+        &self.shared.providers
+    }
+
+    pub fn registry(&self) -> &Registry {
+        self.shared.registry()
+    }
+
+    /// How many agents have a task (a live or starting runtime, or queued work).
+    pub fn active_count(&self) -> usize {
+        self.shared
+            .actors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// Timeline updates of every agent, live.
+    pub fn subscribe(&self) -> broadcast::Receiver<TimelineEvent> {
+        self.shared.updates.subscribe()
+    }
+
+    /// Starts the runtime of every agent whose inbox kept a message that wakes it.
+    pub async fn resume_pending(&self) {
+        let dir = self.shared.home.join("inbox");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(id) = name
+                .strip_suffix(".jsonl")
+                .and_then(|s| s.parse::<AgentId>().ok())
+            else {
+                continue;
+            };
+            let has_wake = Inbox::open(&self.shared.home, id).is_ok_and(|i| i.has_wake());
+            let live = self.registry().get(id).is_some_and(|a| !a.is_archived());
+            if has_wake && live {
+                tracing::info!(agent = %id, "delivering messages queued before the restart");
+                if let Ok(handle) = self.handle(id) {
+                    let _ = handle.commands.send(Command::Wake).await;
+                }
+            }
+        }
+    }
+
+    /// Checks the provider, creates the agent, starts its runtime, and queues `prompt` as its
+    /// first message.
+    pub async fn create_agent(
+        &self,
+        mut new: NewAgent,
+        prompt: Option<String>,
+    ) -> Result<Agent, AcpError> {
+        let provider = self
+            .shared
+            .providers
+            .get(&new.provider)
+            .ok_or_else(|| AcpError::UnknownProvider(new.provider.clone()))?;
+        if let Availability::Unavailable { reason } = self.shared.providers.availability(provider) {
+            return Err(AcpError::ProviderUnavailable {
+                provider: new.provider.clone(),
+                reason,
+            });
+        }
+        if new.config.model.is_none() {
+            new.config.model = provider.default_model.clone();
+        }
+        if new.config.mode.is_none() {
+            new.config.mode = provider.default_mode.clone();
+        }
+        let agent = self.registry().create_agent(new).await?;
+        let handle = self.handle(agent.id)?;
+        match prompt.filter(|p| !p.trim().is_empty()) {
+            Some(prompt) => {
+                let message = InboxMessage::new(Delivery::Followup, prompt, "user");
+                self.send(&handle, agent.id, |reply| Command::Deliver {
+                    message,
+                    reply,
+                })
+                .await?;
+            }
+            None => {
+                let _ = handle.commands.send(Command::Start).await;
+            }
+        }
+        Ok(agent)
+    }
+
+    /// Queues a message. `followup` waits for the current turn, `steer` cancels it (keeping
+    /// the inbox) and goes first, `inject` rides along with the next prompt. Returns the
+    /// message id once it is durable.
+    pub async fn deliver(
+        &self,
+        agent: AgentId,
+        delivery: Delivery,
+        text: String,
+        source: String,
+    ) -> Result<String, AcpError> {
+        let record = self.known(agent)?;
+        if record.is_archived() && delivery.wakes() {
+            return Err(RegistryError::Archived { agent }.into());
+        }
+        let message = InboxMessage::new(delivery, text, source);
+        let id = message.id.clone();
+        // A task that is closing (its agent was just archived or closed) takes no more
+        // commands: the message goes to a fresh one.
+        for attempt in 0..3 {
+            let handle = self.handle(agent)?;
+            let message = message.clone();
+            match self
+                .send(&handle, agent, |reply| Command::Deliver { message, reply })
+                .await
+            {
+                Err(AcpError::Stopped(_)) if attempt < 2 => {
+                    self.shared.forget(agent, handle.generation)
+                }
+                other => return other.map(|()| id),
+            }
+        }
+        Ok(id)
+    }
+
+    /// Cancels the running turn; without `keep_inbox`, queued messages are dropped too.
+    pub async fn cancel_turn(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+        keep_inbox: bool,
+    ) -> Result<(), AcpError> {
+        self.known(agent)?;
+        let Some(handle) = self.existing(agent) else {
+            if !keep_inbox {
+                // A cold agent may still hold queued messages on disk.
+                let home = self.shared.home.clone();
+                tokio::task::spawn_blocking(move || {
+                    Inbox::open(&home, agent).and_then(|mut i| i.discard_all())
+                })
+                .await
+                .map_err(|_| AcpError::ShuttingDown)??;
+            }
+            return Ok(());
+        };
+        self.send(&handle, agent, |reply| Command::Cancel {
+            cause,
+            keep_inbox,
+            reply,
+        })
+        .await
+    }
+
+    pub async fn answer_permission(
+        &self,
+        agent: AgentId,
+        answer: PermissionAnswer,
+    ) -> Result<(), AcpError> {
+        self.known(agent)?;
+        let handle = self
+            .existing(agent)
+            .ok_or(AcpError::NoPendingPermission(agent))?;
+        self.send(&handle, agent, |reply| Command::Answer { answer, reply })
+            .await
+    }
+
+    pub async fn pending_permissions(
+        &self,
+        agent: AgentId,
+    ) -> Result<Vec<PendingPermission>, AcpError> {
+        self.known(agent)?;
+        let Some(handle) = self.existing(agent) else {
+            return Ok(Vec::new());
+        };
+        self.send(&handle, agent, |reply| Command::Pending { reply })
+            .await
+    }
+
+    /// Sets the mode (recorded, and sent to a live agent).
+    pub async fn set_mode(&self, agent: AgentId, mode: String) -> Result<(), AcpError> {
+        self.known(agent)?;
+        let handle = self.handle(agent)?;
+        self.send(&handle, agent, |reply| Command::SetMode { mode, reply })
+            .await
+    }
+
+    /// Sets the model (recorded, and sent to a live agent).
+    pub async fn set_model(&self, agent: AgentId, model: String) -> Result<(), AcpError> {
+        self.known(agent)?;
+        let handle = self.handle(agent)?;
+        self.send(&handle, agent, |reply| Command::SetModel { model, reply })
+            .await
+    }
+
+    /// Resolves when the agent is idle with nothing queued that would wake it, or after
+    /// `timeout` (then `false`).
+    pub async fn wait_idle(&self, agent: AgentId, timeout: Duration) -> Result<bool, AcpError> {
+        self.known(agent)?;
+        let Some(handle) = self.existing(agent) else {
+            return Ok(true);
+        };
+        let mut busy = handle.busy.clone();
+        let settled = async move {
+            // Commands sent before this call (a delivery) must count.
+            let (reply, rx) = oneshot::channel();
+            if handle.commands.send(Command::Ping { reply }).await.is_ok() {
+                let _ = rx.await;
+            }
+            let _ = busy.wait_for(|b| !*b).await;
+        };
+        Ok(tokio::time::timeout(timeout, settled).await.is_ok())
+    }
+
+    /// A page of the agent's timeline (from disk: appends are written as they happen).
+    pub async fn timeline(&self, agent: AgentId, page: Page) -> Result<TimelinePage, AcpError> {
+        self.known(agent)?;
+        let home = self.shared.home.clone();
+        Ok(
+            tokio::task::spawn_blocking(move || Timeline::read_page(&home, agent, page))
+                .await
+                .map_err(|_| AcpError::ShuttingDown)??,
+        )
+    }
+
+    /// The process id of the agent's live runtime (its process group id), if any.
+    pub async fn runtime_pid(&self, agent: AgentId) -> Option<u32> {
+        let handle = self.existing(agent)?;
+        let (reply, rx) = oneshot::channel();
+        handle.commands.send(Command::Pid { reply }).await.ok()?;
+        rx.await.ok().flatten()
+    }
+
+    fn known(&self, agent: AgentId) -> Result<Agent, AcpError> {
+        self.registry()
+            .get(agent)
+            .ok_or_else(|| RegistryError::UnknownAgent(agent.to_string()).into())
+    }
+
+    fn existing(&self, agent: AgentId) -> Option<ActorHandle> {
+        self.shared
+            .actors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&agent)
+            .cloned()
+    }
+
+    /// The agent's task, started if needed (cheap: no process until a turn needs one).
+    fn handle(&self, agent: AgentId) -> Result<ActorHandle, AcpError> {
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return Err(AcpError::ShuttingDown);
+        }
+        let mut actors = self
+            .shared
+            .actors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(handle) = actors.get(&agent)
+            && !handle.commands.is_closed()
+        {
+            return Ok(handle.clone());
+        }
+        let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
+        let (commands, busy) = actor::spawn(self.shared.clone(), agent, generation)?;
+        let handle = ActorHandle {
+            commands,
+            busy,
+            generation,
+        };
+        actors.insert(agent, handle.clone());
+        Ok(handle)
+    }
+
+    async fn send<T>(
+        &self,
+        handle: &ActorHandle,
+        agent: AgentId,
+        command: impl FnOnce(oneshot::Sender<Result<T, AcpError>>) -> Command,
+    ) -> Result<T, AcpError> {
+        let (reply, rx) = oneshot::channel();
+        handle
+            .commands
+            .send(command(reply))
+            .await
+            .map_err(|_| AcpError::Stopped(agent))?;
+        rx.await.map_err(|_| AcpError::Stopped(agent))?
+    }
+
+    async fn close_agent(&self, agent: AgentId) {
+        let Some(handle) = self.existing(agent) else {
+            return;
+        };
+        let (reply, rx) = oneshot::channel();
+        if handle.commands.send(Command::Close { reply }).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+impl RuntimeControl for RuntimeManager {
+    fn cancel(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+        keep_inbox: bool,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let manager = self.clone();
+        Box::pin(async move {
+            manager
+                .cancel_turn(agent, cause, keep_inbox)
+                .await
+                .map_err(|e| RuntimeError {
+                    agent,
+                    message: e.to_string(),
+                })
+        })
+    }
+
+    fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let manager = self.clone();
+        Box::pin(async move {
+            manager.close_agent(agent).await;
+            Ok(())
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        let manager = self.clone();
+        Box::pin(async move {
+            manager.shared.shutting_down.store(true, Ordering::SeqCst);
+            let handles: Vec<(AgentId, ActorHandle)> = manager
+                .shared
+                .actors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .map(|(id, h)| (*id, h.clone()))
+                .collect();
+            let mut closing = tokio::task::JoinSet::new();
+            for (_, handle) in handles {
+                closing.spawn(async move {
+                    let (reply, rx) = oneshot::channel();
+                    if handle
+                        .commands
+                        .send(Command::Shutdown { reply })
+                        .await
+                        .is_ok()
+                    {
+                        let _ = rx.await;
+                    }
+                });
+            }
+            while closing.join_next().await.is_some() {}
+        })
+    }
+}

@@ -1,0 +1,315 @@
+//! The one way an agent process starts: explicit cwd and environment, its own process group,
+//! stderr drained into a bounded buffer, and the whole group ended on close or drop.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::watch;
+
+/// How many stderr lines are kept, and how long each may be.
+const STDERR_LINES: usize = 50;
+const STDERR_LINE_BYTES: usize = 2_000;
+
+/// Variables an agent inherits from the daemon's environment; everything else comes from the
+/// provider's own configuration.
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    /// The complete environment of the process.
+    pub env: BTreeMap<String, String>,
+}
+
+/// The last lines an agent wrote to stderr.
+#[derive(Debug, Clone, Default)]
+pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    fn push(&self, mut line: String) {
+        if line.len() > STDERR_LINE_BYTES {
+            let mut cut = STDERR_LINE_BYTES;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+            line.push('…');
+        }
+        let mut lines = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if lines.len() == STDERR_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// The last `n` lines, oldest first.
+    pub fn last(&self, n: usize) -> Vec<String> {
+        let lines = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        lines
+            .iter()
+            .skip(lines.len().saturating_sub(n))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A running agent process.
+#[derive(Debug)]
+pub struct AgentProcess {
+    pub pid: u32,
+    pub stdin: ChildStdin,
+    pub stdout: ChildStdout,
+    pub stderr: StderrTail,
+    /// Becomes `Some(status)` when the process (the group's leader) exits.
+    pub exited: watch::Receiver<Option<ExitStatus>>,
+    /// Becomes `true` once stderr is closed and every line is in `stderr`.
+    pub stderr_closed: watch::Receiver<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start `{program}` in `{cwd}`: {source}")]
+pub struct SpawnError {
+    pub program: String,
+    pub cwd: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Starts the process in a new process group of its own.
+pub fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
+    let mut command = Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env)
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().map_err(|source| SpawnError {
+        program: spec.program.display().to_string(),
+        cwd: spec.cwd.display().to_string(),
+        source,
+    })?;
+    let pid = child.id().unwrap_or_default();
+    let io_missing = || SpawnError {
+        program: spec.program.display().to_string(),
+        cwd: spec.cwd.display().to_string(),
+        source: std::io::Error::other("stdio was not captured"),
+    };
+    let stdin = child.stdin.take().ok_or_else(io_missing)?;
+    let stdout = child.stdout.take().ok_or_else(io_missing)?;
+    let stderr_pipe = child.stderr.take().ok_or_else(io_missing)?;
+
+    let stderr = StderrTail::default();
+    let tail = stderr.clone();
+    let (stderr_done, stderr_closed) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr_pipe).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(pid, %line, "agent stderr");
+            tail.push(line);
+        }
+        let _ = stderr_done.send(true);
+    });
+
+    let (exit_tx, exited) = watch::channel(None);
+    tokio::spawn(wait_child(child, exit_tx));
+    Ok(AgentProcess {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+        exited,
+        stderr_closed,
+    })
+}
+
+async fn wait_child(mut child: Child, exit_tx: watch::Sender<Option<ExitStatus>>) {
+    let status = child.wait().await;
+    match status {
+        Ok(status) => {
+            let _ = exit_tx.send(Some(status));
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot wait for an agent process"),
+    }
+}
+
+/// Ends everything an agent started: its process group, and every process that is not in it
+/// but descends from it or carries its `DROVER_AGENT_ID=<marker>` (agents run their tools in
+/// process groups of their own, and a tool outlives a crashed agent under a new parent).
+/// TERM first, then KILL after `grace` (or as soon as the leader is gone).
+pub async fn terminate_group(
+    pid: u32,
+    marker: Option<&str>,
+    exited: &mut watch::Receiver<Option<ExitStatus>>,
+    grace: Duration,
+) {
+    let Ok(raw) = i32::try_from(pid) else { return };
+    if raw <= 0 {
+        return;
+    }
+    let mut targets = agent_processes(pid, marker);
+    signal_all(pid, &targets, Signal::SIGTERM);
+    let _ = tokio::time::timeout(grace, exited.wait_for(Option::is_some)).await;
+    // Whoever was started meanwhile, or outlived the leader, goes too.
+    for found in agent_processes(pid, marker) {
+        if !targets.contains(&found) {
+            targets.push(found);
+        }
+    }
+    signal_all(pid, &targets, Signal::SIGKILL);
+}
+
+/// Sends KILL at once to everything [`terminate_group`] would end (for paths that cannot wait:
+/// the leader already exited).
+pub fn kill_group_now(pid: u32, marker: Option<&str>) {
+    let targets = agent_processes(pid, marker);
+    signal_all(pid, &targets, Signal::SIGKILL);
+}
+
+fn signal_all(leader: u32, targets: &[(u32, u32)], signal: Signal) {
+    let mut groups: Vec<u32> = vec![leader];
+    for (_, pgid) in targets {
+        // Never the daemon's own group (an agent that did not get a group of its own).
+        if !groups.contains(pgid) && *pgid != std::process::id() && is_foreign_group(*pgid) {
+            groups.push(*pgid);
+        }
+    }
+    for group in groups {
+        if let Ok(raw) = i32::try_from(group)
+            && raw > 1
+        {
+            let _ = killpg(Pid::from_raw(raw), signal);
+        }
+    }
+    for (pid, _) in targets {
+        if let Ok(raw) = i32::try_from(*pid)
+            && raw > 1
+            && *pid != std::process::id()
+        {
+            let _ = nix::sys::signal::kill(Pid::from_raw(raw), signal);
+        }
+    }
+}
+
+/// Whether `pgid` is not the daemon's own process group.
+fn is_foreign_group(pgid: u32) -> bool {
+    let own = nix::unistd::getpgrp().as_raw();
+    i32::try_from(pgid).is_ok_and(|g| g != own && g > 1)
+}
+
+/// (pid, pgid) of every live process that descends from `leader` or carries the agent's
+/// marker in its environment. Reads `/proc`.
+fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<(u32, u32)> {
+    let needle = marker.map(|m| format!("DROVER_AGENT_ID={m}\0").into_bytes());
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut table: Vec<(u32, u32, u32, bool)> = Vec::new(); // pid, ppid, pgid, marked
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() < 3 || fields[0] == "Z" {
+            continue;
+        }
+        let (Ok(ppid), Ok(pgid)) = (fields[1].parse::<u32>(), fields[2].parse::<u32>()) else {
+            continue;
+        };
+        let marked = needle.as_ref().is_some_and(|needle| {
+            std::fs::read(entry.path().join("environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
+        });
+        table.push((pid, ppid, pgid, marked));
+    }
+    let mut found: Vec<u32> = vec![leader];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        for (pid, ppid, _, _) in &table {
+            if *ppid == parent && !found.contains(pid) {
+                found.push(*pid);
+            }
+        }
+        i += 1;
+    }
+    table
+        .iter()
+        .filter(|(pid, _, _, marked)| {
+            *pid != std::process::id() && (*marked || found.contains(pid))
+        })
+        .map(|(pid, _, pgid, _)| (*pid, *pgid))
+        .collect()
+}
+
+/// Whether any process of the group led by `pid` is still alive.
+pub fn group_alive(pid: u32) -> bool {
+    match i32::try_from(pid) {
+        Ok(raw) if raw > 0 => killpg(Pid::from_raw(raw), None).is_ok(),
+        _ => false,
+    }
+}
+
+/// Describes an exit status for people: `exit status 3`, `signal 9 (SIGKILL)`.
+pub fn describe_exit(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        format!("exit status {code}")
+    } else if let Some(sig) = status.signal() {
+        match Signal::try_from(sig) {
+            Ok(s) => format!("signal {sig} ({})", s.as_str()),
+            Err(_) => format!("signal {sig}"),
+        }
+    } else {
+        status.to_string()
+    }
+}

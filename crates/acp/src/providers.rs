@@ -1,0 +1,326 @@
+//! Providers: how an agent is run. Built-in presets for known ACP agents, plus custom
+//! providers (or overrides of a preset) from `$DROVER_HOME/config.toml`:
+//!
+//! ```toml
+//! [providers.codex]                       # override a preset's command or environment
+//! command = ["/opt/codex-acp/bin/codex-acp"]
+//! env = { CODEX_HOME = "/home/me/.codex-drover" }
+//!
+//! [providers.mine]                        # any ACP agent
+//! label = "My agent"
+//! command = ["my-agent", "--acp"]
+//! env = { MY_AGENT_TOKEN = "…" }
+//! model = "big"
+//! mode = "default"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provider {
+    pub name: String,
+    pub label: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Variables set for the agent on top of the allowlisted part of the daemon's environment.
+    /// Shown with their values hidden: they often hold keys.
+    #[serde(serialize_with = "hide_values")]
+    pub env: BTreeMap<String, String>,
+    pub default_model: Option<String>,
+    pub default_mode: Option<String>,
+    /// What to do when the command is missing.
+    pub install_hint: String,
+    pub builtin: bool,
+}
+
+fn hide_values<S: serde::Serializer>(
+    env: &BTreeMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(env.keys().map(|k| (k, "<set>")))
+}
+
+/// Whether a provider's command can be run here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Availability {
+    Available { path: PathBuf },
+    Unavailable { reason: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{}` is not valid: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderEntry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderEntry {
+    label: Option<String>,
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    model: Option<String>,
+    mode: Option<String>,
+}
+
+/// Every provider the daemon knows, by name.
+#[derive(Debug, Clone)]
+pub struct Providers {
+    by_name: BTreeMap<String, Provider>,
+    /// The PATH used to find commands (the daemon's, or the provider's own `PATH` variable).
+    path_var: Option<String>,
+}
+
+fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
+    Provider {
+        name: name.to_string(),
+        label: label.to_string(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        env: BTreeMap::new(),
+        default_model: None,
+        default_mode: None,
+        install_hint: hint.to_string(),
+        builtin: true,
+    }
+}
+
+impl Providers {
+    /// The built-in presets.
+    pub fn presets() -> Providers {
+        let list = [
+            preset(
+                "codex",
+                "Codex",
+                &["codex-acp"],
+                "install it with `npm install -g @zed-industries/codex-acp`, or set `command` under [providers.codex] in config.toml",
+            ),
+            preset(
+                "claude",
+                "Claude Code",
+                &["claude-agent-acp"],
+                "install it with `npm install -g @zed-industries/claude-agent-acp`, or set `command` under [providers.claude] in config.toml",
+            ),
+            preset(
+                "gemini",
+                "Gemini CLI",
+                &["gemini", "--acp"],
+                "install it with `npm install -g @google/gemini-cli`, or set `command` under [providers.gemini] in config.toml",
+            ),
+            preset(
+                "opencode",
+                "OpenCode",
+                &["opencode", "acp"],
+                "install it with `npm install -g opencode-ai`, or set `command` under [providers.opencode] in config.toml",
+            ),
+            preset(
+                "qwen",
+                "Qwen Code",
+                &["qwen", "--acp"],
+                "install it with `npm install -g @qwen-code/qwen-code`, or set `command` under [providers.qwen] in config.toml",
+            ),
+            preset(
+                "copilot",
+                "GitHub Copilot",
+                &["copilot", "--acp"],
+                "install it with `npm install -g @github/copilot`, or set `command` under [providers.copilot] in config.toml",
+            ),
+        ];
+        Providers {
+            by_name: list.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            path_var: std::env::var("PATH").ok(),
+        }
+    }
+
+    /// The presets with `$DROVER_HOME/config.toml` applied (a missing file is fine).
+    pub fn load(home: &Path) -> Result<Providers, ConfigError> {
+        let path = home.join("config.toml");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::presets().with_config(&path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::presets()),
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    fn with_config(mut self, path: &Path, text: &str) -> Result<Providers, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let file: ConfigFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        for (name, entry) in file.providers {
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(invalid(format!(
+                    "provider name `{name}`: use letters, digits, `-` and `_`"
+                )));
+            }
+            if let Some(command) = &entry.command
+                && command.first().is_none_or(|c| c.trim().is_empty())
+            {
+                return Err(invalid(format!(
+                    "[providers.{name}] `command` must name a program"
+                )));
+            }
+            let provider = match self.by_name.remove(&name) {
+                Some(mut preset) => {
+                    if let Some(command) = entry.command {
+                        preset.command = command;
+                    }
+                    preset.env.extend(entry.env);
+                    preset.label = entry.label.unwrap_or(preset.label);
+                    preset.default_model = entry.model.or(preset.default_model);
+                    preset.default_mode = entry.mode.or(preset.default_mode);
+                    preset
+                }
+                None => Provider {
+                    label: entry.label.unwrap_or_else(|| name.clone()),
+                    command: entry
+                        .command
+                        .ok_or_else(|| invalid(format!("[providers.{name}] needs a `command`")))?,
+                    env: entry.env,
+                    default_model: entry.model,
+                    default_mode: entry.mode,
+                    install_hint: format!(
+                        "check `command` under [providers.{name}] in {}",
+                        path.display()
+                    ),
+                    builtin: false,
+                    name: name.clone(),
+                },
+            };
+            self.by_name.insert(name, provider);
+        }
+        Ok(self)
+    }
+
+    /// Adds or replaces a provider (for embedding and tests).
+    pub fn insert(&mut self, provider: Provider) {
+        self.by_name.insert(provider.name.clone(), provider);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Provider> {
+        self.by_name.get(name)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Provider> {
+        self.by_name.values()
+    }
+
+    /// Finds the provider's program: an absolute or relative path as given, else on PATH (the
+    /// provider's own `PATH` if it sets one).
+    pub fn availability(&self, provider: &Provider) -> Availability {
+        let Some(program) = provider.command.first() else {
+            return Availability::Unavailable {
+                reason: format!("provider `{}` has no command", provider.name),
+            };
+        };
+        let path_var = provider
+            .env
+            .get("PATH")
+            .cloned()
+            .or_else(|| self.path_var.clone());
+        match resolve(program, path_var.as_deref()) {
+            Some(path) => Availability::Available { path },
+            None => Availability::Unavailable {
+                reason: format!(
+                    "`{program}` was not found (provider `{}`): {}",
+                    provider.name, provider.install_hint
+                ),
+            },
+        }
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn resolve(program: &str, path_var: Option<&str>) -> Option<PathBuf> {
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return is_executable(&path).then_some(path);
+    }
+    std::env::split_paths(path_var?)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_overrides_presets_and_adds_providers() {
+        let text = r#"
+            [providers.codex]
+            command = ["/opt/codex"]
+            env = { CODEX_HOME = "/x" }
+
+            [providers.mine]
+            label = "Mine"
+            command = ["/bin/sh", "-c", "exit 0"]
+            model = "big"
+        "#;
+        let p = Providers::presets()
+            .with_config(Path::new("/h/config.toml"), text)
+            .expect("valid");
+        let codex = p.get("codex").expect("codex");
+        assert_eq!(codex.command, vec!["/opt/codex"]);
+        assert_eq!(codex.env["CODEX_HOME"], "/x");
+        assert!(codex.builtin);
+        let mine = p.get("mine").expect("mine");
+        assert_eq!(mine.default_model.as_deref(), Some("big"));
+        assert!(matches!(
+            p.availability(mine),
+            Availability::Available { .. }
+        ));
+        match p.availability(codex) {
+            Availability::Unavailable { reason } => {
+                assert!(reason.contains("/opt/codex"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_config_names_the_file_and_the_problem() {
+        for (text, needle) in [
+            ("[providers.x]\nlabel = \"no command\"", "needs a `command`"),
+            ("[providers.x]\ncommand = []", "must name a program"),
+            ("[providers.x]\ncommand = [\"a\"]\ncomand = 1", "comand"),
+            ("[providers.\"a b\"]\ncommand = [\"a\"]", "provider name"),
+        ] {
+            let err = Providers::presets()
+                .with_config(Path::new("/h/config.toml"), text)
+                .expect_err(text)
+                .to_string();
+            assert!(
+                err.contains("/h/config.toml") && err.contains(needle),
+                "{err}"
+            );
+        }
+    }
+}

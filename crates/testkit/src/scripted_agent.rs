@@ -1,0 +1,1223 @@
+//! A scripted ACP agent: the logic of the `drover-scripted-agent` binary, a real child process
+//! that speaks ACP v1 (JSON-RPC 2.0, one JSON object per line on stdin/stdout) and whose turns
+//! are written by the test, so that daemon tests are fast and deterministic and can reproduce
+//! the quirks of real agents (see `agents-offline.md`).
+//!
+//! # Methods
+//! - `initialize` → `protocolVersion: 1`, `loadSession: true` (false with
+//!   `SCRIPTED_AGENT_NO_LOAD=1`), `promptCapabilities {image: false, audio: false,
+//!   embeddedContext: true}`, `mcpCapabilities {http: true, sse: false}`, `authMethods: []`.
+//! - `session/new {cwd, mcpServers}` → `{sessionId, modes, models}`; modes `default` and `plan`,
+//!   models `scripted-small` and `scripted-large`. `cwd` must be an absolute path.
+//! - `session/load {sessionId, cwd, mcpServers}` replays the stored history as `session/update`
+//!   notifications (`user_message_chunk`, `agent_message_chunk`, `agent_thought_chunk`), then
+//!   replies `{modes, models}` with the session's current mode and model. Unknown id → error
+//!   -32002.
+//! - `session/set_mode {sessionId, modeId}` → a `current_mode_update` notification, then `{}`.
+//! - `session/set_model {sessionId, modelId}` → `{}`.
+//! - `session/prompt {sessionId, prompt}` plays the prompt's directives (below) and replies
+//!   `{stopReason}`.
+//! - `session/cancel {sessionId}` (notification) cancels the session's running prompts: they
+//!   reply `stopReason: "cancelled"` (except `hang`).
+//! - Any other request → error -32601; other notifications and malformed lines are logged to
+//!   stderr and ignored. The agent never exits because of its input.
+//!
+//! # Directives
+//! The text of the prompt's blocks (text blocks, the text of embedded resources, the uri of
+//! resource links), joined with newlines, is read line by line; each non-empty line (trimmed)
+//! is one directive, played in order. Before each directive a cancelled turn ends with
+//! `cancelled`. A prompt without directives says `ok`.
+//!
+//! | directive | what the agent does |
+//! |---|---|
+//! | `say <text>` | one `agent_message_chunk` with `<text>` |
+//! | `stream <n> [<delay_ms>]` | `n` chunks `chunk <i>\n` (i from 1), `delay_ms` (default 0) apart; cancellable |
+//! | `think <text>` | one `agent_thought_chunk` |
+//! | `tool <title>` | `tool_call` (status `pending`, kind `execute`), then `tool_call_update` `completed` with text content |
+//! | `permission <title>` | `tool_call`, then `session/request_permission`; allow → `tool_call_update` `completed` + say `permission granted`; reject → `failed` + say `permission denied`; outcome `cancelled` or a `session/cancel` → stop reason `cancelled` (claude's order) |
+//! | `permission-first <title>` | asks first; once allowed announces the `tool_call` (`in_progress`), then completes it (codex's order) |
+//! | `permission-only <title>` | asks, then sends only `tool_call_update` for an id no `tool_call` announced (gemini's order) |
+//! | `sleep <ms>` | waits; cancellable |
+//! | `hang` | never replies to this prompt and ignores cancel (one sent before it is reached too); the process keeps running, even after stdin closes |
+//! | `crash [<code>]` | flushes stdout, writes `scripted agent crashing` to stderr and exits with `code` (default 3) |
+//! | `garbage` | writes a line that is not JSON to stdout |
+//! | `plan <step>; <step>...` | a `plan` update, entries `pending`, priority `medium` |
+//! | `usage` | a `usage_update` (`used`, `size`, `cost {amount, currency}`) |
+//! | `unknown` | a `session/update` of the unknown kind `scripted_unknown_kind` and an unknown notification `_scripted/status` |
+//! | `fail <message>` | replies to the prompt with JSON-RPC error -32603 `<message>` (ends the turn) |
+//! | `stop <reason>` | ends the turn now with stop reason `<reason>` (`max_tokens`, `refusal`, ...) |
+//! | `env <VAR>` | says the variable's value, or `<unset>` |
+//! | `cwd` | says the process's working directory |
+//! | `session-cwd` | says the `cwd` given by `session/new` or `session/load` |
+//! | `mcp-servers` | says the `mcpServers` given by `session/new` or `session/load`, as JSON |
+//! | `spawn-child` | spawns `sleep 1000` in the agent's process group (stdio null) and says `child <pid>` |
+//! | `spawn-tool` | spawns `sleep 1000` in a process group of its own, as real agents run their tools, and says `tool <pid>` |
+//! | `stderr <text>` | writes `<text>` to stderr |
+//! | `echo-prompt` | says the whole prompt text as received |
+//! | anything else | says `ok: <line>` |
+//!
+//! # Environment
+//! - `SCRIPTED_AGENT_STATE_DIR`: where session histories are kept (one `<sessionId>.jsonl` per
+//!   session); default `$TMPDIR/drover-scripted-agent`.
+//! - `SCRIPTED_AGENT_NO_LOAD=1`: advertise `loadSession: false` (and refuse `session/load`).
+//! - `SCRIPTED_AGENT_STRING_IDS=1`: agent→client request ids are UUID strings (as codex-acp's),
+//!   not integers from 0.
+//! - `SCRIPTED_AGENT_LATE_UPDATES=1`: after each prompt reply, send a `usage_update` and a
+//!   `session_info_update` (real agents do).
+//! - `SCRIPTED_AGENT_IGNORE_EOF=1`: keep running after stdin closes (as codex-acp does).
+//!
+//! When stdin closes the agent cancels its running prompts, waits for them and exits 0; a
+//! prompt in `hang` never ends, so the process then runs until it is killed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+/// JSON-RPC: the method does not exist.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC: the params are wrong.
+pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC: internal error; `fail` uses it.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// ACP: the resource (here a session) was not found.
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
+
+const MODES: [(&str, &str); 2] = [("default", "Default"), ("plan", "Plan")];
+const MODELS: [(&str, &str); 2] = [
+    ("scripted-small", "Scripted small"),
+    ("scripted-large", "Scripted large"),
+];
+/// What `garbage` writes to stdout.
+pub const GARBAGE_LINE: &str = "this is not JSON {{{ scripted garbage";
+/// What `crash` writes to stderr before exiting.
+pub const CRASH_MESSAGE: &str = "scripted agent crashing";
+
+/// Settings read once from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub load_session: bool,
+    pub string_ids: bool,
+    pub late_updates: bool,
+    pub ignore_eof: bool,
+    pub state_dir: PathBuf,
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        let flag = |name: &str| {
+            std::env::var(name)
+                .map(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+                .unwrap_or(false)
+        };
+        Config {
+            load_session: !flag("SCRIPTED_AGENT_NO_LOAD"),
+            string_ids: flag("SCRIPTED_AGENT_STRING_IDS"),
+            late_updates: flag("SCRIPTED_AGENT_LATE_UPDATES"),
+            ignore_eof: flag("SCRIPTED_AGENT_IGNORE_EOF"),
+            state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| std::env::temp_dir().join("drover-scripted-agent")),
+        }
+    }
+}
+
+/// How a `permission*` directive orders the tool call and the question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionOrder {
+    /// `tool_call`, then ask (claude).
+    AnnounceFirst,
+    /// Ask, then `tool_call` once allowed (codex).
+    AskFirst,
+    /// Ask, then only `tool_call_update`s (gemini).
+    AskOnly,
+}
+
+/// One line of a prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Directive {
+    Say(String),
+    Stream {
+        count: u64,
+        delay: Duration,
+    },
+    Think(String),
+    Tool(String),
+    Permission {
+        title: String,
+        order: PermissionOrder,
+    },
+    Sleep(Duration),
+    Hang,
+    Crash(i32),
+    Garbage,
+    Plan(Vec<String>),
+    Usage,
+    Unknown,
+    Fail(String),
+    Stop(String),
+    Env(String),
+    Cwd,
+    SessionCwd,
+    McpServers,
+    SpawnChild,
+    /// A child in a process group of its own.
+    SpawnTool,
+    Stderr(String),
+    EchoPrompt,
+    /// Any other line: says `ok: <line>`.
+    Other(String),
+}
+
+impl Directive {
+    /// Parses one trimmed, non-empty line; a line that fits no directive is `Other`.
+    pub fn parse(line: &str) -> Directive {
+        let (word, rest) = match line.split_once(char::is_whitespace) {
+            Some((word, rest)) => (word, rest.trim()),
+            None => (line, ""),
+        };
+        let other = || Directive::Other(line.to_string());
+        let ms = |s: &str| s.parse::<u64>().ok().map(Duration::from_millis);
+        match word {
+            "say" => Directive::Say(rest.to_string()),
+            "stream" => {
+                let mut args = rest.split_whitespace();
+                let count = args.next().and_then(|n| n.parse().ok());
+                let delay = match args.next() {
+                    Some(d) => ms(d),
+                    None => Some(Duration::ZERO),
+                };
+                match (count, delay, args.next()) {
+                    (Some(count), Some(delay), None) => Directive::Stream { count, delay },
+                    _ => other(),
+                }
+            }
+            "think" => Directive::Think(rest.to_string()),
+            "tool" => Directive::Tool(rest.to_string()),
+            "permission" | "permission-first" | "permission-only" => Directive::Permission {
+                title: rest.to_string(),
+                order: match word {
+                    "permission" => PermissionOrder::AnnounceFirst,
+                    "permission-first" => PermissionOrder::AskFirst,
+                    _ => PermissionOrder::AskOnly,
+                },
+            },
+            "sleep" => ms(rest).map_or_else(other, Directive::Sleep),
+            "hang" if rest.is_empty() => Directive::Hang,
+            "crash" if rest.is_empty() => Directive::Crash(3),
+            "crash" => rest.parse().map_or_else(|_| other(), Directive::Crash),
+            "garbage" if rest.is_empty() => Directive::Garbage,
+            "plan" => Directive::Plan(
+                rest.split(';')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            ),
+            "usage" if rest.is_empty() => Directive::Usage,
+            "unknown" if rest.is_empty() => Directive::Unknown,
+            "fail" => Directive::Fail(rest.to_string()),
+            "stop" if !rest.is_empty() => Directive::Stop(rest.to_string()),
+            "env" if !rest.is_empty() => Directive::Env(rest.to_string()),
+            "cwd" if rest.is_empty() => Directive::Cwd,
+            "session-cwd" if rest.is_empty() => Directive::SessionCwd,
+            "mcp-servers" if rest.is_empty() => Directive::McpServers,
+            "spawn-child" if rest.is_empty() => Directive::SpawnChild,
+            "spawn-tool" if rest.is_empty() => Directive::SpawnTool,
+            "stderr" => Directive::Stderr(rest.to_string()),
+            "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
+            _ => other(),
+        }
+    }
+
+    /// The directives of a prompt's text, in order.
+    pub fn parse_all(text: &str) -> Vec<Directive> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(Directive::parse)
+            .collect()
+    }
+}
+
+/// Runs the agent on this process's stdin/stdout until stdin closes; the binary's `main`.
+pub fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("scripted agent: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run(Config::from_env()));
+    // Output is flushed by now; do not wait for anything else the runtime still holds.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
+}
+
+/// Reads stdin until EOF, then ends the way the module doc describes.
+pub async fn run(config: Config) -> ExitCode {
+    // Bounded so that a client that stops reading stdout eventually stalls the agent, as a pipe
+    // would; 1024 lines is far more than any directive writes at once.
+    let (tx, rx) = mpsc::channel(1024);
+    // Plain threads for stdio: the workspace's tokio has no `io-std`, and blocking reads and
+    // writes are what stdio is anyway.
+    std::thread::spawn(move || write_lines(rx));
+    // Small: the reader should not run far ahead of the agent.
+    let (lines_tx, mut lines) = mpsc::channel(16);
+    std::thread::spawn(move || read_lines(lines_tx));
+    let ignore_eof = config.ignore_eof;
+    let agent = Arc::new(Agent::new(config, Output { tx }));
+    let mut prompts = JoinSet::new();
+    while let Some(line) = lines.recv().await {
+        match String::from_utf8(line) {
+            Ok(line) => agent.handle_line(&line, &mut prompts).await,
+            Err(e) => log(format!("ignoring a line that is not UTF-8: {e}")),
+        }
+        while prompts.try_join_next().is_some() {}
+    }
+    if ignore_eof {
+        log("stdin closed; staying alive (SCRIPTED_AGENT_IGNORE_EOF)");
+        std::future::pending::<()>().await;
+    }
+    agent.cancel_all();
+    // A prompt in `hang` never ends: then neither does this wait, like an agent that keeps
+    // running after its client left.
+    while prompts.join_next().await.is_some() {}
+    agent.out.flush().await;
+    ExitCode::SUCCESS
+}
+
+fn log(message: impl std::fmt::Display) {
+    eprintln!("scripted agent: {message}");
+}
+
+enum Out {
+    Line(String),
+    /// Answered once every line sent before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Sends stdin's lines, raw, until EOF.
+fn read_lines(tx: mpsc::Sender<Vec<u8>>) {
+    use std::io::BufRead as _;
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        let mut line = Vec::new();
+        match stdin.read_until(b'\n', &mut line) {
+            Ok(0) => return,
+            Ok(_) => {
+                if tx.blocking_send(line).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                log(format!("reading stdin failed: {e}"));
+                return;
+            }
+        }
+    }
+}
+
+/// The only writer of stdout; each line is flushed on its own.
+fn write_lines(mut rx: mpsc::Receiver<Out>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let mut broken = false;
+    while let Some(out) = rx.blocking_recv() {
+        match out {
+            Out::Line(mut line) if !broken => {
+                line.push('\n');
+                let written = stdout
+                    .write_all(line.as_bytes())
+                    .and_then(|()| stdout.flush());
+                if let Err(e) = written {
+                    // Keep draining so that no sender blocks on a reader that is gone.
+                    log(format!(
+                        "writing stdout failed, dropping output from now on: {e}"
+                    ));
+                    broken = true;
+                }
+            }
+            Out::Line(_) => {}
+            Out::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Output {
+    tx: mpsc::Sender<Out>,
+}
+
+impl Output {
+    async fn line(&self, line: String) {
+        let _ = self.tx.send(Out::Line(line)).await;
+    }
+
+    async fn send(&self, message: Value) {
+        self.line(message.to_string()).await;
+    }
+
+    async fn reply(&self, id: Value, result: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            .await;
+    }
+
+    async fn error(&self, id: Value, code: i64, message: impl Into<String>) {
+        let message: String = message.into();
+        self.send(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
+            .await;
+    }
+
+    async fn notify(&self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await;
+    }
+
+    async fn update(&self, session_id: &str, update: Value) {
+        self.notify(
+            "session/update",
+            json!({"sessionId": session_id, "update": update}),
+        )
+        .await;
+    }
+
+    /// Waits (at most two seconds) until every line sent so far is written.
+    async fn flush(&self) {
+        let (done, flushed) = oneshot::channel();
+        if self.tx.send(Out::Flush(done)).await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), flushed).await;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    cwd: String,
+    mcp_servers: Value,
+    mode: String,
+    model: String,
+    /// Bumped by `session/cancel`; a prompt is cancelled once it differs from its start value.
+    cancel: watch::Sender<u64>,
+    used_tokens: u64,
+}
+
+impl Session {
+    fn new(cwd: String, mcp_servers: Value) -> Session {
+        Session {
+            cwd,
+            mcp_servers,
+            mode: MODES[0].0.to_string(),
+            model: MODELS[0].0.to_string(),
+            cancel: watch::Sender::new(0),
+            used_tokens: 0,
+        }
+    }
+
+    fn modes_and_models(&self) -> Value {
+        json!({
+            "modes": {
+                "currentModeId": self.mode,
+                "availableModes": MODES.iter()
+                    .map(|(id, name)| json!({"id": id, "name": name}))
+                    .collect::<Vec<_>>(),
+            },
+            "models": {
+                "currentModelId": self.model,
+                "availableModels": MODELS.iter()
+                    .map(|(id, name)| json!({"modelId": id, "name": name}))
+                    .collect::<Vec<_>>(),
+            },
+        })
+    }
+}
+
+type Answer = Result<Value, Value>;
+
+#[derive(Debug)]
+struct Agent {
+    config: Config,
+    out: Output,
+    sessions: Mutex<HashMap<String, Session>>,
+    /// Our requests to the client awaiting an answer, by the id's JSON text.
+    pending: Mutex<HashMap<String, oneshot::Sender<Answer>>>,
+    next_request: AtomicU64,
+    next_session: AtomicU64,
+    next_tool: AtomicU64,
+}
+
+/// One running prompt.
+#[derive(Debug)]
+struct Turn {
+    session_id: String,
+    text: String,
+    cancel: watch::Receiver<u64>,
+    start: u64,
+}
+
+impl Turn {
+    fn cancelled(&self) -> bool {
+        *self.cancel.borrow() != self.start
+    }
+
+    async fn until_cancelled(&mut self) {
+        let start = self.start;
+        if self.cancel.wait_for(|v| *v != start).await.is_err() {
+            // Sessions are never dropped, so this cannot happen; never cancel if it does.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// How a directive leaves the turn.
+enum Flow {
+    Continue,
+    End(String),
+    Fail(String),
+    Hang,
+}
+
+fn cancelled() -> Flow {
+    Flow::End("cancelled".to_string())
+}
+
+fn text_content(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The prompt's text as the directives read it.
+fn prompt_text(prompt: &Value) -> String {
+    let blocks = prompt.as_array().map(Vec::as_slice).unwrap_or_default();
+    blocks
+        .iter()
+        .filter_map(|block| match block["type"].as_str() {
+            Some("text") => block["text"].as_str(),
+            Some("resource") => block["resource"]["text"].as_str(),
+            Some("resource_link") => block["uri"].as_str(),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn valid_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+impl Agent {
+    fn new(config: Config, out: Output) -> Agent {
+        Agent {
+            config,
+            out,
+            sessions: Mutex::default(),
+            pending: Mutex::default(),
+            next_request: AtomicU64::new(0),
+            next_session: AtomicU64::new(0),
+            next_tool: AtomicU64::new(0),
+        }
+    }
+
+    async fn handle_line(self: &Arc<Self>, line: &str, prompts: &mut JoinSet<()>) {
+        let line = line.trim();
+        if line.is_empty() {
+            return;
+        }
+        let message: Value = match serde_json::from_str(line) {
+            Ok(message) => message,
+            Err(e) => return log(format!("ignoring a line that is not JSON ({e}): {line}")),
+        };
+        let Some(object) = message.as_object() else {
+            return log(format!("ignoring a message that is not an object: {line}"));
+        };
+        let params = object.get("params").cloned().unwrap_or(Value::Null);
+        match (
+            object.get("method").and_then(Value::as_str),
+            object.get("id"),
+        ) {
+            (Some(method), Some(id)) => self.request(id.clone(), method, params, prompts).await,
+            (Some(method), None) => self.notification(method, &params),
+            (None, Some(id)) => self.answer(id, object),
+            (None, None) => log(format!("ignoring a message without method or id: {line}")),
+        }
+    }
+
+    async fn request(
+        self: &Arc<Self>,
+        id: Value,
+        method: &str,
+        params: Value,
+        prompts: &mut JoinSet<()>,
+    ) {
+        let result = match method {
+            "initialize" => Ok(self.initialize()),
+            "session/new" => self.new_session(&params),
+            "session/load" if self.config.load_session => self.load_session(&params).await,
+            "session/set_mode" => self.set_mode(&params).await,
+            "session/set_model" => self.set_model(&params),
+            "session/prompt" => match self.start_turn(&params) {
+                Ok(turn) => {
+                    let agent = Arc::clone(self);
+                    prompts.spawn(async move { agent.prompt(id, turn).await });
+                    return;
+                }
+                Err(e) => Err(e),
+            },
+            _ => Err((METHOD_NOT_FOUND, format!("method not found: {method}"))),
+        };
+        match result {
+            Ok(result) => self.out.reply(id, result).await,
+            Err((code, message)) => self.out.error(id, code, message).await,
+        }
+    }
+
+    fn notification(&self, method: &str, params: &Value) {
+        match method {
+            "session/cancel" => {
+                let session_id = params["sessionId"].as_str().unwrap_or_default();
+                match lock(&self.sessions).get(session_id) {
+                    Some(session) => session.cancel.send_modify(|v| *v += 1),
+                    None => log(format!("session/cancel for unknown session `{session_id}`")),
+                }
+            }
+            _ => log(format!("ignoring notification `{method}`")),
+        }
+    }
+
+    /// A response from the client to one of our requests.
+    fn answer(&self, id: &Value, object: &serde_json::Map<String, Value>) {
+        let Some(waiter) = lock(&self.pending).remove(&id.to_string()) else {
+            return log(format!("ignoring a response to unknown request {id}"));
+        };
+        let answer = match object.get("error") {
+            Some(error) => Err(error.clone()),
+            None => Ok(object.get("result").cloned().unwrap_or(Value::Null)),
+        };
+        let _ = waiter.send(answer);
+    }
+
+    fn cancel_all(&self) {
+        for session in lock(&self.sessions).values() {
+            session.cancel.send_modify(|v| *v += 1);
+        }
+    }
+
+    fn initialize(&self) -> Value {
+        json!({
+            "protocolVersion": 1,
+            "agentCapabilities": {
+                "loadSession": self.config.load_session,
+                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "mcpCapabilities": {"http": true, "sse": false},
+            },
+            "authMethods": [],
+            "agentInfo": {"name": "drover-scripted-agent", "version": env!("CARGO_PKG_VERSION")},
+        })
+    }
+
+    fn history_path(&self, session_id: &str) -> PathBuf {
+        self.config.state_dir.join(format!("{session_id}.jsonl"))
+    }
+
+    /// Appends one history entry; a failure is logged, not fatal.
+    fn record(&self, session_id: &str, entry: Value) {
+        let path = self.history_path(session_id);
+        if let Err(e) = append_line(&path, &entry.to_string()) {
+            log(format!("cannot record history in {}: {e}", path.display()));
+        }
+    }
+
+    fn new_session(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let cwd = session_cwd(params)?;
+        let mcp_servers = params.get("mcpServers").cloned().unwrap_or(json!([]));
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let n = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let session_id = format!("scripted-{}-{n}-{nanos}", std::process::id());
+        let path = self.history_path(&session_id);
+        std::fs::create_dir_all(&self.config.state_dir)
+            .and_then(|()| append_line(&path, &json!({"type": "session", "cwd": cwd}).to_string()))
+            .map_err(|e| {
+                (
+                    INTERNAL_ERROR,
+                    format!("cannot create {}: {e}", path.display()),
+                )
+            })?;
+        let session = Session::new(cwd, mcp_servers);
+        let mut result = session.modes_and_models();
+        result["sessionId"] = json!(session_id);
+        lock(&self.sessions).insert(session_id, session);
+        Ok(result)
+    }
+
+    async fn load_session(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        let cwd = session_cwd(params)?;
+        let not_found = || {
+            (
+                RESOURCE_NOT_FOUND,
+                format!("session `{session_id}` not found"),
+            )
+        };
+        if !valid_session_id(session_id) {
+            return Err(not_found());
+        }
+        let path = self.history_path(session_id);
+        let history = match std::fs::read_to_string(&path) {
+            Ok(history) => history,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) => {
+                return Err((
+                    INTERNAL_ERROR,
+                    format!("cannot read {}: {e}", path.display()),
+                ));
+            }
+        };
+        let mut session = Session::new(cwd, params.get("mcpServers").cloned().unwrap_or(json!([])));
+        for line in history.lines() {
+            // A torn last line (the agent was killed mid-write) is skipped.
+            let Ok(entry) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let text = entry["text"].as_str().unwrap_or_default();
+            let kind = match entry["type"].as_str() {
+                Some("user") => "user_message_chunk",
+                Some("agent") => "agent_message_chunk",
+                Some("thought") => "agent_thought_chunk",
+                Some("mode") => {
+                    session.mode = text.to_string();
+                    continue;
+                }
+                Some("model") => {
+                    session.model = text.to_string();
+                    continue;
+                }
+                _ => continue,
+            };
+            self.out
+                .update(
+                    session_id,
+                    json!({"sessionUpdate": kind, "content": text_content(text)}),
+                )
+                .await;
+        }
+        let result = session.modes_and_models();
+        let mut sessions = lock(&self.sessions);
+        match sessions.get_mut(session_id) {
+            // Loaded again in this process: keep the cancel channel its prompts watch.
+            Some(existing) => {
+                existing.cwd = session.cwd;
+                existing.mcp_servers = session.mcp_servers;
+                existing.mode = session.mode;
+                existing.model = session.model;
+            }
+            None => {
+                sessions.insert(session_id.to_string(), session);
+            }
+        }
+        Ok(result)
+    }
+
+    async fn set_mode(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        let mode = params["modeId"].as_str().unwrap_or_default();
+        if !MODES.iter().any(|(id, _)| *id == mode) {
+            return Err((INVALID_PARAMS, format!("unknown mode `{mode}`")));
+        }
+        self.with_session(session_id, |s| s.mode = mode.to_string())?;
+        self.record(session_id, json!({"type": "mode", "text": mode}));
+        self.out
+            .update(
+                session_id,
+                json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
+            )
+            .await;
+        Ok(json!({}))
+    }
+
+    fn set_model(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        let model = params["modelId"].as_str().unwrap_or_default();
+        if !MODELS.iter().any(|(id, _)| *id == model) {
+            return Err((INVALID_PARAMS, format!("unknown model `{model}`")));
+        }
+        self.with_session(session_id, |s| s.model = model.to_string())?;
+        self.record(session_id, json!({"type": "model", "text": model}));
+        Ok(json!({}))
+    }
+
+    fn with_session<T>(
+        &self,
+        session_id: &str,
+        f: impl FnOnce(&mut Session) -> T,
+    ) -> Result<T, (i64, String)> {
+        match lock(&self.sessions).get_mut(session_id) {
+            Some(session) => Ok(f(session)),
+            None => Err((
+                RESOURCE_NOT_FOUND,
+                format!("session `{session_id}` not found"),
+            )),
+        }
+    }
+
+    /// Registers a prompt before its task starts, so that a cancel read next applies to it.
+    fn start_turn(&self, params: &Value) -> Result<Turn, (i64, String)> {
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        let cancel = self.with_session(session_id, |s| s.cancel.subscribe())?;
+        let start = *cancel.borrow();
+        Ok(Turn {
+            session_id: session_id.to_string(),
+            text: prompt_text(&params["prompt"]),
+            cancel,
+            start,
+        })
+    }
+
+    async fn prompt(self: Arc<Self>, id: Value, mut turn: Turn) {
+        self.record(&turn.session_id, json!({"type": "user", "text": turn.text}));
+        let mut directives = Directive::parse_all(&turn.text);
+        if directives.is_empty() {
+            directives.push(Directive::Say("ok".to_string()));
+        }
+        let mut stop_reason = "end_turn".to_string();
+        for directive in directives {
+            // `hang` ignores cancel, also one that came just before it: a test that saw the
+            // output before `hang` knows the prompt hangs.
+            if directive != Directive::Hang && turn.cancelled() {
+                stop_reason = "cancelled".to_string();
+                break;
+            }
+            match self.play(&mut turn, directive).await {
+                Flow::Continue => {}
+                Flow::End(reason) => {
+                    stop_reason = reason;
+                    break;
+                }
+                Flow::Fail(message) => {
+                    return self.out.error(id, INTERNAL_ERROR, message).await;
+                }
+                Flow::Hang => std::future::pending::<()>().await,
+            }
+        }
+        self.out.reply(id, json!({"stopReason": stop_reason})).await;
+        if self.config.late_updates {
+            self.usage(&turn.session_id).await;
+            let title: String = turn
+                .text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .collect();
+            self.out
+                .update(
+                    &turn.session_id,
+                    json!({
+                        "sessionUpdate": "session_info_update",
+                        "title": title,
+                        "updatedAt": jiff::Timestamp::now().to_string(),
+                    }),
+                )
+                .await;
+        }
+    }
+
+    async fn say(&self, turn: &Turn, text: &str) {
+        self.record(&turn.session_id, json!({"type": "agent", "text": text}));
+        self.out
+            .update(
+                &turn.session_id,
+                json!({"sessionUpdate": "agent_message_chunk", "content": text_content(text)}),
+            )
+            .await;
+    }
+
+    async fn play(&self, turn: &mut Turn, directive: Directive) -> Flow {
+        let session_id = turn.session_id.clone();
+        match directive {
+            Directive::Say(text) => self.say(turn, &text).await,
+            Directive::Stream { count, delay } => {
+                for i in 1..=count {
+                    if i > 1 && !delay.is_zero() {
+                        tokio::select! {
+                            () = tokio::time::sleep(delay) => {}
+                            () = turn.until_cancelled() => return cancelled(),
+                        }
+                    }
+                    if turn.cancelled() {
+                        return cancelled();
+                    }
+                    self.say(turn, &format!("chunk {i}\n")).await;
+                }
+            }
+            Directive::Think(text) => {
+                self.record(&session_id, json!({"type": "thought", "text": text}));
+                self.out
+                    .update(
+                        &session_id,
+                        json!({"sessionUpdate": "agent_thought_chunk", "content": text_content(&text)}),
+                    )
+                    .await;
+            }
+            Directive::Tool(title) => {
+                let tool_call = self.tool_call(&title);
+                let tool_call_id = tool_call["toolCallId"].clone();
+                self.out
+                    .update(&session_id, with_kind("tool_call", tool_call))
+                    .await;
+                self.complete_tool(&session_id, &tool_call_id, &title).await;
+            }
+            Directive::Permission { title, order } => {
+                return self.permission(turn, &title, order).await;
+            }
+            Directive::Sleep(duration) => {
+                tokio::select! {
+                    () = tokio::time::sleep(duration) => {}
+                    () = turn.until_cancelled() => return cancelled(),
+                }
+            }
+            Directive::Hang => return Flow::Hang,
+            Directive::Crash(code) => {
+                self.out.flush().await;
+                eprintln!("{CRASH_MESSAGE}");
+                std::process::exit(code);
+            }
+            Directive::Garbage => self.out.line(GARBAGE_LINE.to_string()).await,
+            Directive::Plan(steps) => {
+                let entries: Vec<Value> = steps
+                    .iter()
+                    .map(|s| json!({"content": s, "priority": "medium", "status": "pending"}))
+                    .collect();
+                self.out
+                    .update(
+                        &session_id,
+                        json!({"sessionUpdate": "plan", "entries": entries}),
+                    )
+                    .await;
+            }
+            Directive::Usage => self.usage(&session_id).await,
+            Directive::Unknown => {
+                self.out
+                    .update(
+                        &session_id,
+                        json!({"sessionUpdate": "scripted_unknown_kind", "detail": "a kind no client knows"}),
+                    )
+                    .await;
+                self.out
+                    .notify(
+                        "_scripted/status",
+                        json!({"sessionId": session_id, "status": "busy"}),
+                    )
+                    .await;
+            }
+            Directive::Fail(message) => return Flow::Fail(message),
+            Directive::Stop(reason) => return Flow::End(reason),
+            Directive::Env(name) => {
+                let value = std::env::var(&name).unwrap_or_else(|_| "<unset>".to_string());
+                self.say(turn, &value).await;
+            }
+            Directive::Cwd => {
+                let cwd = std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|e| format!("<cwd unknown: {e}>"));
+                self.say(turn, &cwd).await;
+            }
+            Directive::SessionCwd => {
+                let cwd = self
+                    .with_session(&session_id, |s| s.cwd.clone())
+                    .unwrap_or_default();
+                self.say(turn, &cwd).await;
+            }
+            Directive::McpServers => {
+                let servers = self
+                    .with_session(&session_id, |s| s.mcp_servers.to_string())
+                    .unwrap_or_default();
+                self.say(turn, &servers).await;
+            }
+            Directive::SpawnChild => {
+                // Same process group (no setsid), stdio null so it holds none of our pipes.
+                // Dropping the handle leaves it running.
+                let spawned = tokio::process::Command::new("sleep")
+                    .arg("1000")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn();
+                let text = match spawned {
+                    Ok(child) => format!("child {}", child.id().unwrap_or_default()),
+                    Err(e) => format!("spawn failed: {e}"),
+                };
+                self.say(turn, &text).await;
+            }
+            Directive::SpawnTool => {
+                let spawned = tokio::process::Command::new("sleep")
+                    .arg("1000")
+                    .process_group(0)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn();
+                let text = match spawned {
+                    Ok(child) => format!("tool {}", child.id().unwrap_or_default()),
+                    Err(e) => format!("spawn failed: {e}"),
+                };
+                self.say(turn, &text).await;
+            }
+            Directive::Stderr(text) => eprintln!("{text}"),
+            Directive::EchoPrompt => {
+                let text = turn.text.clone();
+                self.say(turn, &text).await;
+            }
+            Directive::Other(line) => self.say(turn, &format!("ok: {line}")).await,
+        }
+        Flow::Continue
+    }
+
+    async fn usage(&self, session_id: &str) {
+        let used = self
+            .with_session(session_id, |s| {
+                s.used_tokens += 1000;
+                s.used_tokens
+            })
+            .unwrap_or_default();
+        self.out
+            .update(
+                session_id,
+                json!({
+                    "sessionUpdate": "usage_update",
+                    "used": used,
+                    "size": 200_000,
+                    "cost": {"amount": used as f64 / 1_000_000.0, "currency": "USD"},
+                }),
+            )
+            .await;
+    }
+
+    fn tool_call(&self, title: &str) -> Value {
+        let n = self.next_tool.fetch_add(1, Ordering::Relaxed);
+        json!({
+            "toolCallId": format!("scripted-tool-{}-{n}", std::process::id()),
+            "title": title,
+            "kind": "execute",
+            "status": "pending",
+            "rawInput": {"command": title},
+        })
+    }
+
+    async fn complete_tool(&self, session_id: &str, tool_call_id: &Value, title: &str) {
+        self.out
+            .update(
+                session_id,
+                json!({
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": tool_call_id,
+                    "status": "completed",
+                    "content": [{"type": "content", "content": text_content(&format!("ran {title}"))}],
+                }),
+            )
+            .await;
+    }
+
+    async fn permission(&self, turn: &mut Turn, title: &str, order: PermissionOrder) -> Flow {
+        let session_id = turn.session_id.clone();
+        let tool_call = self.tool_call(title);
+        let tool_call_id = tool_call["toolCallId"].clone();
+        if order == PermissionOrder::AnnounceFirst {
+            self.out
+                .update(&session_id, with_kind("tool_call", tool_call.clone()))
+                .await;
+        }
+        let options: Vec<Value> = [
+            ("allow-once", "Allow once", "allow_once"),
+            ("allow-always", "Always allow", "allow_always"),
+            ("reject-once", "Reject", "reject_once"),
+            ("reject-always", "Always reject", "reject_always"),
+        ]
+        .iter()
+        .map(|(id, name, kind)| json!({"optionId": id, "name": name, "kind": kind}))
+        .collect();
+        let params = json!({"sessionId": session_id, "toolCall": tool_call, "options": options});
+        let (key, answer) = self.ask("session/request_permission", params).await;
+        let answer = tokio::select! {
+            answer = answer => answer,
+            () = turn.until_cancelled() => {
+                lock(&self.pending).remove(&key);
+                return cancelled();
+            }
+        };
+        let option = match answer {
+            Ok(Ok(result)) => match result["outcome"]["outcome"].as_str() {
+                Some("selected") => result["outcome"]["optionId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                Some("cancelled") => return cancelled(),
+                _ => {
+                    log(format!("permission answer without an outcome: {result}"));
+                    return cancelled();
+                }
+            },
+            Ok(Err(error)) => {
+                log(format!("permission request failed: {error}"));
+                return cancelled();
+            }
+            Err(_) => return cancelled(),
+        };
+        if option.starts_with("allow") {
+            if order == PermissionOrder::AskFirst {
+                let mut announce = with_kind("tool_call", tool_call);
+                announce["status"] = json!("in_progress");
+                self.out.update(&session_id, announce).await;
+            }
+            self.complete_tool(&session_id, &tool_call_id, title).await;
+            self.say(turn, "permission granted").await;
+        } else {
+            if !option.starts_with("reject") {
+                log(format!(
+                    "unknown permission option `{option}`, taken as a reject"
+                ));
+            }
+            self.out
+                .update(
+                    &session_id,
+                    json!({
+                        "sessionUpdate": "tool_call_update",
+                        "toolCallId": tool_call_id,
+                        "status": "failed",
+                        "content": [{"type": "content", "content": text_content("the user rejected this")}],
+                    }),
+                )
+                .await;
+            self.say(turn, "permission denied").await;
+        }
+        Flow::Continue
+    }
+
+    /// Sends a request to the client; returns its pending key and where its answer arrives.
+    async fn ask(&self, method: &str, params: Value) -> (String, oneshot::Receiver<Answer>) {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let id = if self.config.string_ids {
+            json!(uuid::Uuid::now_v7().to_string())
+        } else {
+            json!(n)
+        };
+        let key = id.to_string();
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(key.clone(), tx);
+        self.out
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        (key, rx)
+    }
+}
+
+fn with_kind(kind: &str, mut update: Value) -> Value {
+    update["sessionUpdate"] = json!(kind);
+    update
+}
+
+fn session_cwd(params: &Value) -> Result<String, (i64, String)> {
+    match params["cwd"].as_str() {
+        Some(cwd) if Path::new(cwd).is_absolute() => Ok(cwd.to_string()),
+        Some(cwd) => Err((
+            INVALID_PARAMS,
+            format!("cwd `{cwd}` is not an absolute path"),
+        )),
+        None => Err((INVALID_PARAMS, "cwd is missing".to_string())),
+    }
+}
+
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    // One write per line, so concurrent appends do not interleave within a line.
+    file.write_all(format!("{line}\n").as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_directives() {
+        assert_eq!(
+            Directive::parse("say hello world"),
+            Directive::Say("hello world".into())
+        );
+        assert_eq!(
+            Directive::parse("stream 5"),
+            Directive::Stream {
+                count: 5,
+                delay: Duration::ZERO
+            }
+        );
+        assert_eq!(
+            Directive::parse("stream 3 20"),
+            Directive::Stream {
+                count: 3,
+                delay: Duration::from_millis(20)
+            }
+        );
+        assert_eq!(
+            Directive::parse("stream x"),
+            Directive::Other("stream x".into())
+        );
+        assert_eq!(Directive::parse("crash"), Directive::Crash(3));
+        assert_eq!(Directive::parse("crash 7"), Directive::Crash(7));
+        assert_eq!(
+            Directive::parse("plan a; b ;"),
+            Directive::Plan(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            Directive::parse("permission-only rm -rf x"),
+            Directive::Permission {
+                title: "rm -rf x".into(),
+                order: PermissionOrder::AskOnly
+            }
+        );
+        assert_eq!(
+            Directive::parse("hello there"),
+            Directive::Other("hello there".into())
+        );
+        assert_eq!(
+            Directive::parse_all("\n  say a \n\nhang\n"),
+            vec![Directive::Say("a".into()), Directive::Hang]
+        );
+    }
+
+    #[test]
+    fn prompt_text_joins_blocks() {
+        let prompt = json!([
+            {"type": "text", "text": "context"},
+            {"type": "resource", "resource": {"uri": "file:///a", "text": "say inner"}},
+            {"type": "image", "data": "", "mimeType": "image/png"},
+            {"type": "text", "text": "say outer"},
+        ]);
+        assert_eq!(prompt_text(&prompt), "context\nsay inner\nsay outer");
+    }
+}
