@@ -789,3 +789,128 @@ async fn tools_in_their_own_process_group_end_with_the_agent() {
     let tool = said_pid(&fleet.items(b).await, "tool ");
     wait_dead(tool, "a tool of a crashed agent").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn string_request_ids_and_answers_by_option_id() {
+    let fleet = Fleet::with_env(&[("SCRIPTED_AGENT_STRING_IDS", "1")]).await;
+    let id = fleet.run("permission-only format the disk").await;
+    let deadline = Instant::now() + WAIT;
+    let pending = loop {
+        let pending = fleet
+            .manager
+            .pending_permissions(id)
+            .await
+            .expect("pending");
+        if !pending.is_empty() {
+            break pending;
+        }
+        assert!(Instant::now() < deadline, "no permission request");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let wrong = fleet
+        .manager
+        .answer_permission(
+            id,
+            PermissionAnswer {
+                request: Some(pending[0].seq),
+                choice: PermissionChoice::OptionId("no-such-option".to_string()),
+            },
+        )
+        .await
+        .expect_err("unknown option");
+    assert!(wrong.to_string().contains("no-such-option"), "{wrong}");
+    fleet
+        .manager
+        .answer_permission(
+            id,
+            PermissionAnswer {
+                request: Some(pending[0].seq),
+                choice: PermissionChoice::OptionId("reject-once".to_string()),
+            },
+        )
+        .await
+        .expect("answer");
+    fleet.idle(id).await;
+    assert!(
+        fleet
+            .texts(id, "agent_message")
+            .await
+            .iter()
+            .any(|t| t == "permission denied")
+    );
+    // The tool call only ever came as updates (gemini's order): still one item.
+    let tools = fleet
+        .items(id)
+        .await
+        .into_iter()
+        .filter(|i| i.kind == "tool_call")
+        .count();
+    assert_eq!(tools, 1);
+    let none = fleet
+        .manager
+        .answer_permission(
+            id,
+            PermissionAnswer {
+                request: None,
+                choice: PermissionChoice::Kind("allow_once".to_string()),
+            },
+        )
+        .await
+        .expect_err("nothing pending");
+    assert_eq!(none.code(), "no_such_permission");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mode_and_model_reach_a_live_agent_and_the_record() {
+    let fleet = Fleet::new().await;
+    let mut new = fleet.new_agent();
+    new.config.mode = Some("plan".to_string());
+    let id = fleet
+        .manager
+        .create_agent(new, Some("say hi".to_string()))
+        .await
+        .expect("create")
+        .id;
+    fleet.idle(id).await;
+    // The configured mode was applied when the session opened.
+    let modes: Vec<String> = fleet
+        .items(id)
+        .await
+        .into_iter()
+        .filter(|i| i.kind == "mode")
+        .filter_map(|i| {
+            i.data
+                .get("modeId")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(modes, ["plan"]);
+    fleet
+        .manager
+        .set_mode(id, "default".to_string())
+        .await
+        .expect("mode");
+    fleet
+        .manager
+        .set_model(id, "scripted-large".to_string())
+        .await
+        .expect("model");
+    let agent = fleet.registry.get(id).expect("agent");
+    assert_eq!(agent.config.mode.as_deref(), Some("default"));
+    assert_eq!(agent.config.model.as_deref(), Some("scripted-large"));
+    let err = fleet
+        .manager
+        .set_mode(id, "no-such-mode".to_string())
+        .await
+        .expect_err("unknown mode");
+    assert_eq!(err.code(), "agent_error");
+    assert_eq!(
+        fleet
+            .registry
+            .get(id)
+            .and_then(|a| a.config.mode)
+            .as_deref(),
+        Some("default")
+    );
+}
