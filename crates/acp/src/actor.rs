@@ -559,6 +559,7 @@ impl Actor {
             live.modes = result.get("modes").cloned().filter(|m| !m.is_null());
             live.models = result.get("models").cloned().filter(|m| !m.is_null());
         }
+        self.publish_modes();
         if agent.resume.as_ref().map(|r| &r.acp_session_id) != Some(&session_id) {
             let _ = self
                 .shared
@@ -663,9 +664,23 @@ impl Actor {
         }
     }
 
+    /// Shares the live runtime's modes with clients (or forgets them when it is gone).
+    fn publish_modes(&self) {
+        let mut modes = self
+            .shared
+            .modes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.live.as_ref().and_then(|l| l.modes.clone()) {
+            Some(m) => modes.insert(self.id, m),
+            None => modes.remove(&self.id),
+        };
+    }
+
     async fn stop_runtime(&mut self) {
         self.resolve_all_permissions().await;
         if let Some(mut live) = self.live.take() {
+            self.publish_modes();
             process::terminate_group(
                 live.pid,
                 Some(&self.id.to_string()),
@@ -682,6 +697,7 @@ impl Actor {
         let Some(mut live) = self.live.take() else {
             return;
         };
+        self.publish_modes();
         let status = wait_exit(&mut live.exited).await;
         // Whatever else is in its group goes too.
         process::kill_group_now(live.pid, Some(&self.id.to_string()));
@@ -905,6 +921,7 @@ impl Actor {
                 {
                     modes["currentModeId"] = json!(mode);
                 }
+                self.publish_modes();
             }
             "config_option_update" => {
                 self.push("config", strip_kind(update));
@@ -940,6 +957,7 @@ impl Actor {
                 }
                 self.shared.emit(
                     self.id,
+                    self.timeline.revision(),
                     TimelineUpdate::Append {
                         seq,
                         field: "text".to_string(),
@@ -977,8 +995,11 @@ impl Actor {
                 if let Err(e) = self.timeline.patch(seq, fields.clone()) {
                     tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
                 }
-                self.shared
-                    .emit(self.id, TimelineUpdate::Patch { seq, fields });
+                self.shared.emit(
+                    self.id,
+                    self.timeline.revision(),
+                    TimelineUpdate::Patch { seq, fields },
+                );
                 Some(seq)
             }
             None => {
@@ -1179,7 +1200,11 @@ impl Actor {
         match self.timeline.push(kind, data) {
             Ok(item) => {
                 let seq = item.seq;
-                self.shared.emit(self.id, TimelineUpdate::Item { item });
+                self.shared.emit(
+                    self.id,
+                    self.timeline.revision(),
+                    TimelineUpdate::Item { item },
+                );
                 Some(seq)
             }
             Err(e) => {
@@ -1194,8 +1219,11 @@ impl Actor {
             tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
             return;
         }
-        self.shared
-            .emit(self.id, TimelineUpdate::Patch { seq, fields });
+        self.shared.emit(
+            self.id,
+            self.timeline.revision(),
+            TimelineUpdate::Patch { seq, fields },
+        );
     }
 }
 

@@ -45,6 +45,8 @@ const UPDATE_CAPACITY: usize = 8192;
 #[serde(rename_all = "camelCase")]
 pub struct TimelineEvent {
     pub agent_id: AgentId,
+    /// The timeline's revision after this change (see `TimelinePage::revision`).
+    pub revision: u64,
     pub update: TimelineUpdate,
 }
 
@@ -143,6 +145,8 @@ pub(crate) struct Shared {
     pub(crate) registry: OnceLock<Registry>,
     pub(crate) updates: broadcast::Sender<TimelineEvent>,
     actors: Mutex<HashMap<AgentId, ActorHandle>>,
+    /// The modes each live runtime offers (`modes` of `session/new`), for clients.
+    pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
     shutting_down: AtomicBool,
     generation: AtomicU64,
 }
@@ -156,8 +160,12 @@ impl Shared {
             .expect("the registry is attached before agents run")
     }
 
-    pub(crate) fn emit(&self, agent_id: AgentId, update: TimelineUpdate) {
-        let _ = self.updates.send(TimelineEvent { agent_id, update });
+    pub(crate) fn emit(&self, agent_id: AgentId, revision: u64, update: TimelineUpdate) {
+        let _ = self.updates.send(TimelineEvent {
+            agent_id,
+            revision,
+            update,
+        });
     }
 
     fn forget(&self, id: AgentId, generation: u64) {
@@ -202,6 +210,7 @@ impl RuntimeManager {
                 registry: OnceLock::new(),
                 updates,
                 actors: Mutex::new(HashMap::new()),
+                modes: Mutex::new(HashMap::new()),
                 shutting_down: AtomicBool::new(false),
                 generation: AtomicU64::new(0),
             }),
@@ -237,6 +246,30 @@ impl RuntimeManager {
 
     pub fn registry(&self) -> &Registry {
         self.shared.registry()
+    }
+
+    /// The modes the agent's live runtime offers (`{currentModeId, availableModes}`), if it is
+    /// live and offers any.
+    pub fn modes(&self, agent: AgentId) -> Option<Value> {
+        self.shared
+            .modes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&agent)
+            .cloned()
+    }
+
+    /// Starts the agent's runtime if it is not running (an archived agent is left alone).
+    pub async fn ensure_started(&self, agent: AgentId) -> Result<(), AcpError> {
+        if self.known(agent)?.is_archived() {
+            return Ok(());
+        }
+        let handle = self.handle(agent)?;
+        handle
+            .commands
+            .send(Command::Start)
+            .await
+            .map_err(|_| AcpError::Stopped(agent))
     }
 
     /// How many agents have a task (a live or starting runtime, or queued work).

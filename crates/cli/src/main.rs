@@ -38,13 +38,21 @@ enum Command {
         /// Address to listen on (loopback only)
         #[arg(long, env = "DROVER_LISTEN", value_name = "ADDR", default_value_t = DaemonConfig::default_listen())]
         listen: SocketAddr,
+        /// Ask clients for the token (`$DROVER_HOME/token`) even on loopback; beyond loopback
+        /// it is always asked for
+        #[arg(long)]
+        require_token: bool,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Daemon { home, listen } => daemon(home, listen),
+        Command::Daemon {
+            home,
+            listen,
+            require_token,
+        } => daemon(home, listen, require_token),
         Command::Providers { home, json } => providers(home, json),
     };
     match result {
@@ -56,12 +64,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn daemon(home: Option<PathBuf>, listen: SocketAddr) -> anyhow::Result<()> {
+fn daemon(home: Option<PathBuf>, listen: SocketAddr, require_token: bool) -> anyhow::Result<()> {
     let home = match home {
         Some(home) => home,
         None => DaemonConfig::default_home()?,
     };
-    let config = DaemonConfig::new(home, listen)?;
+    let mut config = DaemonConfig::new(home, listen)?;
+    config.require_token = require_token;
     // The lock comes before the port, so a second daemon on this home names the first one
     // instead of failing on a busy port.
     let lock = DataDirLock::acquire(&config.home)?;

@@ -285,20 +285,32 @@ fn boots_an_existing_store_reconciling_and_quarantining() {
 }
 
 #[test]
-fn refuses_to_listen_beyond_loopback() {
+fn a_token_is_created_with_owner_only_access_when_required() {
+    use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
-        .args(["daemon", "--home"])
+    let child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args([
+            "daemon",
+            "--require-token",
+            "--listen",
+            "127.0.0.1:0",
+            "--home",
+        ])
         .arg(home.path())
-        .args(["--listen", "0.0.0.0:0"])
-        .output()
-        .expect("run daemon");
-    assert!(!out.status.success());
-    let message = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        message.contains("refusing to listen on `0.0.0.0:0`"),
-        "{message}"
-    );
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut daemon = Daemon {
+        child,
+        home: home.path().to_path_buf(),
+        url: String::new(),
+    };
+    daemon.url = daemon.wait_for_url();
+    let token = home.path().join("token");
+    let meta = std::fs::metadata(&token).expect("token file");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(std::fs::read_to_string(&token).expect("read").trim().len() >= 32);
 }
 
 #[test]

@@ -75,6 +75,9 @@ pub struct TimelinePage {
     pub items: Vec<TimelineItem>,
     pub has_older: bool,
     pub has_newer: bool,
+    /// How many log entries the page reflects: a live update with a higher revision is newer
+    /// than the page, one with a lower or equal revision is already in it.
+    pub revision: u64,
 }
 
 /// The writer of one agent's timeline, with its items folded in memory.
@@ -86,6 +89,8 @@ pub struct Timeline {
     /// seq → index in `items`.
     index: HashMap<u64, usize>,
     next_seq: u64,
+    /// Entries in the log (items, appends, patches).
+    revision: u64,
 }
 
 impl Timeline {
@@ -109,7 +114,7 @@ impl Timeline {
             .create(true)
             .open(&path)
             .map_err(io("open", &path))?;
-        let (items, good_len) = fold(BufReader::new(&file)).map_err(io("read", &path))?;
+        let (items, good_len, revision) = fold(BufReader::new(&file)).map_err(io("read", &path))?;
         let len = file.seek(SeekFrom::End(0)).map_err(io("read", &path))?;
         if good_len < len {
             tracing::warn!(path = %path.display(), cut = len - good_len, "cut the torn end of a timeline");
@@ -127,23 +132,24 @@ impl Timeline {
             items,
             index,
             next_seq,
+            revision,
         })
     }
 
     /// Reads a page without opening for writing (a cold agent's history).
     pub fn read_page(home: &Path, agent: AgentId, page: Page) -> Result<TimelinePage, StoreError> {
         let path = Self::path_for(home, agent);
-        let items = match File::open(&path) {
+        let (items, revision) = match File::open(&path) {
             Ok(file) => {
-                fold(BufReader::new(file))
-                    .map_err(|source| StoreError::Io {
+                let (items, _, revision) =
+                    fold(BufReader::new(file)).map_err(|source| StoreError::Io {
                         op: "read",
                         path: path.clone(),
                         source,
-                    })?
-                    .0
+                    })?;
+                (items, revision)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
             Err(source) => {
                 return Err(StoreError::Io {
                     op: "read",
@@ -152,11 +158,16 @@ impl Timeline {
                 });
             }
         };
-        Ok(paginate(&items, page))
+        Ok(paginate(&items, page, revision))
     }
 
     pub fn page(&self, page: Page) -> TimelinePage {
-        paginate(&self.items, page)
+        paginate(&self.items, page, self.revision)
+    }
+
+    /// How many entries the log holds: each push, append or patch adds one.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     pub fn items(&self) -> &[TimelineItem] {
@@ -237,11 +248,15 @@ impl Timeline {
         })?;
         line.push(b'\n');
         // One write per entry: with O_APPEND a line is never interleaved with another.
-        self.file.write_all(&line).map_err(|source| StoreError::Io {
-            op: "append to",
-            path: self.path.clone(),
-            source,
-        })
+        self.file
+            .write_all(&line)
+            .map_err(|source| StoreError::Io {
+                op: "append to",
+                path: self.path.clone(),
+                source,
+            })?;
+        self.revision += 1;
+        Ok(())
     }
 }
 
@@ -264,11 +279,13 @@ fn apply_patch(item: &mut TimelineItem, fields: Map<String, Value>) {
     }
 }
 
-/// Folds a log into items; returns them and the length of the well-formed prefix.
-fn fold(reader: impl BufRead) -> std::io::Result<(Vec<TimelineItem>, u64)> {
+/// Folds a log into items; returns them, the length of the well-formed prefix, and how many
+/// entries it holds.
+fn fold(reader: impl BufRead) -> std::io::Result<(Vec<TimelineItem>, u64, u64)> {
     let mut items: Vec<TimelineItem> = Vec::new();
     let mut index: HashMap<u64, usize> = HashMap::new();
     let mut good = 0u64;
+    let mut entries = 0u64;
     let mut reader = reader;
     let mut line = Vec::new();
     loop {
@@ -299,11 +316,12 @@ fn fold(reader: impl BufRead) -> std::io::Result<(Vec<TimelineItem>, u64)> {
             Err(e) => tracing::warn!(error = %e, "skipped a damaged timeline line"),
         }
         good += n as u64;
+        entries += 1;
     }
-    Ok((items, good))
+    Ok((items, good, entries))
 }
 
-fn paginate(items: &[TimelineItem], page: Page) -> TimelinePage {
+fn paginate(items: &[TimelineItem], page: Page, revision: u64) -> TimelinePage {
     let (start, end) = match page {
         Page::Tail { limit } => (items.len().saturating_sub(limit), items.len()),
         Page::Before { seq, limit } => {
@@ -319,6 +337,7 @@ fn paginate(items: &[TimelineItem], page: Page) -> TimelinePage {
         items: items[start..end].to_vec(),
         has_older: start > 0,
         has_newer: end < items.len(),
+        revision,
     }
 }
 

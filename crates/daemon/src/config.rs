@@ -12,20 +12,15 @@ pub const DEFAULT_PORT: u16 = 7433;
 pub struct DaemonConfig {
     /// `$DROVER_HOME`, default `~/.drover`.
     pub home: PathBuf,
-    /// Default `127.0.0.1:7433`.
+    /// Default `127.0.0.1:7433`. Beyond loopback, clients must present the token.
     pub listen: SocketAddr,
+    /// Ask for the token even on loopback.
+    pub require_token: bool,
 }
 
 impl DaemonConfig {
     /// Checks the settings and makes the data directory.
     pub fn new(home: PathBuf, listen: SocketAddr) -> Result<DaemonConfig, DaemonError> {
-        if !listen.ip().is_loopback() {
-            // Remote clients need the token the client protocol brings; until then the daemon
-            // only listens where nobody else can reach it.
-            return Err(DaemonError::Config(format!(
-                "refusing to listen on `{listen}`: drover listens on loopback only (e.g. 127.0.0.1:{DEFAULT_PORT})"
-            )));
-        }
         std::fs::create_dir_all(&home).map_err(|source| DaemonError::Io {
             op: format!("create the data directory `{}`", home.display()),
             source,
@@ -34,7 +29,11 @@ impl DaemonConfig {
             op: format!("resolve the data directory `{}`", home.display()),
             source,
         })?;
-        Ok(DaemonConfig { home, listen })
+        Ok(DaemonConfig {
+            home,
+            listen,
+            require_token: false,
+        })
     }
 
     pub fn default_listen() -> SocketAddr {

@@ -8,6 +8,8 @@ pub mod config;
 pub mod lock;
 pub mod logging;
 mod server;
+mod wire;
+mod ws;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -111,16 +113,33 @@ pub async fn run_locked(
     lock.publish(&info)?;
     tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
 
+    let token = if config.require_token || !config.listen.ip().is_loopback() {
+        Some(lock::load_or_create_token(&config.home)?)
+    } else {
+        None
+    };
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let ws = ws::Context {
+        registry: registry.clone(),
+        runtimes: runtimes.clone(),
+        hub: ws::Hub::start(&registry, &runtimes),
+        token,
+    };
     let app = server::router(server::AppState {
         registry: registry.clone(),
         runtimes: runtimes.clone(),
         info: Arc::new(info),
         home: config.home.clone(),
+        addr,
+        ws,
+        stop,
     });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             tracing::info!("shutting down: no longer accepting connections");
+            // Open sessions close; they would otherwise hold the server open.
+            let _ = stop_tx.send(true);
         })
         .await;
 

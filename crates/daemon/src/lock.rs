@@ -92,3 +92,39 @@ fn describe_holder(home: &Path) -> String {
         None => "still starting".to_string(),
     }
 }
+
+/// The token clients present when the daemon listens beyond loopback: `$DROVER_HOME/token`,
+/// created at first need with mode 0600.
+pub fn load_or_create_token(home: &Path) -> Result<std::sync::Arc<str>, DaemonError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = home.join("token");
+    let io = |op: &str, source| DaemonError::Io {
+        op: format!("{op} `{}`", path.display()),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().into()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("read", e)),
+    }
+    // Two v7 uuids carry 148 random bits.
+    let token = format!(
+        "{}{}",
+        drover_core::AgentId::new().as_uuid().simple(),
+        drover_core::AgentId::new().as_uuid().simple()
+    );
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| io("create", e))?;
+    file.write_all(token.as_bytes())
+        .map_err(|e| io("write", e))?;
+    file.sync_all().map_err(|e| io("sync", e))?;
+    tracing::info!(path = %path.display(), "created the client token");
+    Ok(token.into())
+}

@@ -1,0 +1,87 @@
+//! Domain records to wire types: the one place the protocol's shapes are filled in.
+
+use drover_acp::{RuntimeManager, TimelineEvent, TimelineUpdate};
+use drover_core::{ActivityBucket, Agent, PermissionPolicy, Workspace};
+use drover_protocol::{AgentInfo, AgentUpdate, WorkspaceInfo};
+use serde_json::{Value, json};
+
+pub(crate) fn agent_info(agent: &Agent, runtimes: &RuntimeManager) -> AgentInfo {
+    let modes = runtimes.modes(agent.id);
+    AgentInfo {
+        id: agent.id.to_string(),
+        status: agent.status.as_str().to_string(),
+        created_at: agent.created_at.to_string(),
+        updated_at: agent.updated_at.to_string(),
+        last_activity_at: agent.last_activity_at.to_string(),
+        provider: agent.provider.clone(),
+        session_id: agent.resume.as_ref().map(|r| r.acp_session_id.clone()),
+        error: agent.last_error.clone(),
+        current_mode_id: modes
+            .as_ref()
+            .and_then(|m| m.get("currentModeId"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| agent.config.mode.clone()),
+        available_modes: modes.and_then(|m| m.get("availableModes").cloned()),
+        model: agent.config.model.clone(),
+        title: agent.title.clone(),
+        cwd: agent.cwd.display().to_string(),
+        parent_agent_id: agent.parent_id().map(|p| p.to_string()),
+        workspace_id: agent.workspace_id.to_string(),
+        labels: agent.labels.clone(),
+        archived_at: agent.archived_at.map(|t| t.to_string()),
+        requires_attention: agent.attention.is_some(),
+        attention_reason: agent.attention.map(|a| a.reason.as_str().to_string()),
+        attention_timestamp: agent.attention.map(|a| a.at.to_string()),
+        auto_archive: agent.auto_archive,
+        permission_policy: match agent.config.permission_policy {
+            PermissionPolicy::Ask => drover_protocol::PermissionPolicy::Ask,
+            PermissionPolicy::Allow => drover_protocol::PermissionPolicy::Allow,
+        },
+    }
+}
+
+pub(crate) fn bucket(b: Option<ActivityBucket>) -> Option<String> {
+    b.map(|b| {
+        serde_json::to_value(b)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    })
+}
+
+pub(crate) fn workspace_info(ws: &Workspace, activity: Option<ActivityBucket>) -> WorkspaceInfo {
+    WorkspaceInfo {
+        id: ws.id.to_string(),
+        kind: ws.kind.as_str().to_string(),
+        path: ws.path.display().to_string(),
+        name: ws.name.clone(),
+        created_at: ws.created_at.to_string(),
+        archived_at: ws.archived_at.map(|t| t.to_string()),
+        activity: bucket(activity),
+    }
+}
+
+pub(crate) fn update(event: &TimelineEvent) -> AgentUpdate {
+    let timestamp = match &event.update {
+        TimelineUpdate::Item { item } => item.at.to_string(),
+        _ => jiff::Timestamp::now().to_string(),
+    };
+    AgentUpdate {
+        agent_id: event.agent_id.to_string(),
+        timestamp,
+        notification: serde_json::to_value(&event.update).unwrap_or(Value::Null),
+    }
+}
+
+/// A stored item as the `item` notification of an update.
+pub(crate) fn item_update(
+    agent: &Agent,
+    item: &drover_core::timeline::TimelineItem,
+) -> AgentUpdate {
+    AgentUpdate {
+        agent_id: agent.id.to_string(),
+        timestamp: item.at.to_string(),
+        notification: json!({"op": "item", "item": item}),
+    }
+}

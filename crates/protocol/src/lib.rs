@@ -1,0 +1,533 @@
+//! The wire types of drover's client protocol: JSON messages over a WebSocket at `/ws`.
+//!
+//! Every message is one JSON object with a `type`. Client messages carry their fields beside
+//! `type` (and an optional `requestId`, echoed in the answer); daemon messages carry theirs in
+//! `payload`. `docs/protocol.md` describes each with an example; `schema/protocol.json` is the
+//! JSON Schema generated from these types (a test keeps them in step).
+//!
+//! Nothing here does I/O or knows the daemon's internals: ids and timestamps are strings,
+//! timeline items and activity reports are carried as JSON.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Bumped on any change a client must know about.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame a client may send; a larger one closes the connection with 1009.
+pub const MAX_CLIENT_FRAME: usize = 1024 * 1024;
+
+// ---- client → daemon ----------------------------------------------------------------------
+
+/// Where a message goes and whether it wakes the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Queued for the next turn; an idle agent starts it at once, a busy one after its turn.
+    Followup,
+    /// Cancels the current turn (keeping the inbox) and runs first.
+    Steer,
+    /// Context prepended to the next prompt; does not wake the agent.
+    Inject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionPolicy {
+    #[default]
+    Ask,
+    Allow,
+}
+
+/// What a client sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum ClientMessage {
+    /// First message of a connection.
+    Hello {
+        client: String,
+        #[serde(default)]
+        version: Option<String>,
+        protocol_version: u32,
+        #[serde(default)]
+        capabilities: Vec<String>,
+        /// Required when the daemon listens beyond loopback.
+        #[serde(default)]
+        token: Option<String>,
+        /// Also list archived agents in `session_state`.
+        #[serde(default)]
+        include_archived: bool,
+    },
+    /// Subscribes this session to the agent's updates, starting its runtime if needed, and
+    /// answers `agent_initialized` with its recent history. Idempotent.
+    InitializeAgentRequest {
+        agent_id: String,
+        #[serde(default)]
+        request_id: Option<String>,
+        /// How many recent timeline items to include (default 200).
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+    /// A page of an agent's timeline: items before `before`, after `after`, or the tail.
+    FetchTimeline {
+        agent_id: String,
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        before: Option<u64>,
+        #[serde(default)]
+        after: Option<u64>,
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+    CreateAgent {
+        #[serde(default)]
+        request_id: Option<String>,
+        provider: String,
+        /// The working directory (absolute). Default: the workspace's directory.
+        #[serde(default)]
+        cwd: Option<String>,
+        #[serde(default)]
+        workspace_id: Option<String>,
+        /// The first message (a followup).
+        #[serde(default)]
+        prompt: Option<String>,
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        model: Option<String>,
+        #[serde(default)]
+        mode: Option<String>,
+        #[serde(default)]
+        labels: BTreeMap<String, String>,
+        /// Makes the new agent a subagent of this one.
+        #[serde(default)]
+        parent_agent_id: Option<String>,
+        #[serde(default)]
+        auto_archive: bool,
+        #[serde(default)]
+        permission_policy: PermissionPolicy,
+    },
+    SendMessage {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        text: String,
+        #[serde(default = "default_delivery")]
+        delivery: Delivery,
+    },
+    /// Cancels the running turn; without `keepInbox` queued messages are dropped too.
+    Cancel {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        #[serde(default)]
+        keep_inbox: bool,
+    },
+    Archive {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        /// Stop what still runs instead of refusing with `agent_active`.
+        #[serde(default)]
+        stop_activity: bool,
+    },
+    Unarchive {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+    },
+    Detach {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+    },
+    ArchiveIdleChildren {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+    },
+    /// Answers a pending permission request: by option `kind` (`allow_once`, `allow_always`,
+    /// `reject_once`, `reject_always`) or `optionId`, or `cancel`. `seq` names the request
+    /// (its timeline item); without it the oldest pending one is answered.
+    AnswerPermission {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        #[serde(default)]
+        seq: Option<u64>,
+        #[serde(default)]
+        kind: Option<String>,
+        #[serde(default)]
+        option_id: Option<String>,
+        #[serde(default)]
+        cancel: bool,
+    },
+    SetMode {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        mode_id: String,
+    },
+    SetModel {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        model_id: String,
+    },
+    ListProviders {
+        #[serde(default)]
+        request_id: Option<String>,
+    },
+    /// Every agent, archived ones too if asked.
+    ListAgents {
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        include_archived: bool,
+    },
+    /// Answers `idle` when the agent is idle with nothing queued, or at the timeout.
+    WaitIdle {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+}
+
+fn default_delivery() -> Delivery {
+    Delivery::Followup
+}
+
+impl ClientMessage {
+    /// The correlation id, if the message has one.
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            ClientMessage::Hello { .. } => None,
+            ClientMessage::InitializeAgentRequest { request_id, .. }
+            | ClientMessage::FetchTimeline { request_id, .. }
+            | ClientMessage::CreateAgent { request_id, .. }
+            | ClientMessage::SendMessage { request_id, .. }
+            | ClientMessage::Cancel { request_id, .. }
+            | ClientMessage::Archive { request_id, .. }
+            | ClientMessage::Unarchive { request_id, .. }
+            | ClientMessage::Detach { request_id, .. }
+            | ClientMessage::ArchiveIdleChildren { request_id, .. }
+            | ClientMessage::AnswerPermission { request_id, .. }
+            | ClientMessage::SetMode { request_id, .. }
+            | ClientMessage::SetModel { request_id, .. }
+            | ClientMessage::ListProviders { request_id }
+            | ClientMessage::ListAgents { request_id, .. }
+            | ClientMessage::WaitIdle { request_id, .. } => request_id.as_deref(),
+        }
+    }
+}
+
+// ---- daemon → client ----------------------------------------------------------------------
+
+/// An agent as clients see it (`session_state`, `agent_status`, answers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInfo {
+    pub id: String,
+    /// `initializing`, `idle`, `running`, `error`, `closed`.
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_activity_at: String,
+    /// The provider (`codex`, `claude`, ...).
+    #[serde(rename = "type")]
+    pub provider: String,
+    /// The provider's own session id (ACP), for resume.
+    pub session_id: Option<String>,
+    /// The last error.
+    pub error: Option<String>,
+    pub current_mode_id: Option<String>,
+    /// Modes the live runtime offers (`null` while it is cold).
+    pub available_modes: Option<Value>,
+    pub model: Option<String>,
+    pub title: Option<String>,
+    pub cwd: String,
+    pub parent_agent_id: Option<String>,
+    pub workspace_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub archived_at: Option<String>,
+    pub requires_attention: bool,
+    /// `finished`, `error`, `permission`, `interrupted`.
+    pub attention_reason: Option<String>,
+    pub attention_timestamp: Option<String>,
+    pub auto_archive: bool,
+    pub permission_policy: PermissionPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceInfo {
+    pub id: String,
+    /// `directory`, `local_checkout`, `worktree`.
+    pub kind: String,
+    pub path: String,
+    pub name: String,
+    pub created_at: String,
+    pub archived_at: Option<String>,
+    /// `permission`, `error`, `running`, `attention`, `idle`, or `null` (no agents).
+    pub activity: Option<String>,
+}
+
+/// One change to an agent's timeline (`op`: `item`, `append`, `patch`; see docs/protocol.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentUpdate {
+    pub agent_id: String,
+    pub timestamp: String,
+    pub notification: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderInfo {
+    pub name: String,
+    pub label: String,
+    pub command: Vec<String>,
+    pub available: bool,
+    /// Where the command was found, or why it is unavailable.
+    pub detail: String,
+}
+
+/// What the daemon sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "type",
+    content = "payload",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum DaemonMessage {
+    Welcome {
+        daemon_version: String,
+        protocol_version: u32,
+        session_id: String,
+    },
+    /// Every agent (no history, no runtime started) and every workspace with its activity.
+    SessionState {
+        agents: Vec<AgentInfo>,
+        workspaces: Vec<WorkspaceInfo>,
+    },
+    AgentInitialized {
+        agent_id: String,
+        info: AgentInfo,
+        /// The recent history, oldest first: each an `item` notification.
+        updates: Vec<AgentUpdate>,
+        /// Earlier items exist: fetch them with `fetch_timeline` and `before: cursor`.
+        has_older: bool,
+        cursor: Option<u64>,
+        /// Permission requests waiting for an answer.
+        pending_permissions: Vec<Value>,
+        request_id: Option<String>,
+    },
+    /// An agent changed (status, title, labels, archive, detach, attention, config). To every
+    /// session.
+    AgentStatus { agent: AgentInfo },
+    /// A timeline change. Only to sessions that initialized the agent.
+    AgentUpdate(AgentUpdate),
+    /// A workspace was registered or its activity changed.
+    WorkspaceUpdate {
+        workspace: Option<WorkspaceInfo>,
+        workspace_id: String,
+        activity: Option<String>,
+    },
+    TimelinePage {
+        request_id: Option<String>,
+        agent_id: String,
+        items: Vec<Value>,
+        has_older: bool,
+        has_newer: bool,
+    },
+    AgentCreated {
+        request_id: Option<String>,
+        agent: AgentInfo,
+    },
+    MessageQueued {
+        request_id: Option<String>,
+        agent_id: String,
+        message_id: String,
+    },
+    /// A request that has no other answer succeeded.
+    Ok {
+        request_id: Option<String>,
+        agent_id: Option<String>,
+    },
+    Archived {
+        request_id: Option<String>,
+        agent_id: String,
+        /// Every agent newly archived (the target, then its cascade).
+        archived: Vec<String>,
+        /// The activity whose stops were issued.
+        stopped: Value,
+    },
+    ChildrenArchived {
+        request_id: Option<String>,
+        agent_id: String,
+        archived: Vec<String>,
+        skipped: Value,
+    },
+    Providers {
+        request_id: Option<String>,
+        providers: Vec<ProviderInfo>,
+    },
+    Agents {
+        request_id: Option<String>,
+        agents: Vec<AgentInfo>,
+    },
+    Idle {
+        request_id: Option<String>,
+        agent_id: String,
+        /// `false`: the timeout came first.
+        idle: bool,
+    },
+    /// A request failed. The connection stays open.
+    RequestError {
+        request_id: Option<String>,
+        /// Stable: `invalid_message`, `unknown_type`, `unknown_agent`, `agent_active`, ...
+        code: String,
+        message: String,
+        details: Option<Value>,
+    },
+    /// This session fell behind and events were dropped: re-read with `list_agents` and
+    /// re-initialize the agents it shows.
+    ResyncRequired { reason: String },
+}
+
+/// The JSON Schema of both directions, as committed in `schema/protocol.json`.
+pub fn schema() -> Value {
+    let client = schemars::schema_for!(ClientMessage);
+    let daemon = schemars::schema_for!(DaemonMessage);
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "drover client protocol",
+        "version": PROTOCOL_VERSION,
+        "client": client,
+        "daemon": daemon,
+    })
+}
+
+/// Why a client frame could not be decoded, with the stable code to send back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// `invalid_message` (not JSON, wrong field types, missing fields) or `unknown_type`.
+    pub code: &'static str,
+    pub message: String,
+    /// The `requestId` of the frame, if it had a readable one.
+    pub request_id: Option<String>,
+}
+
+/// Decodes one client frame, telling an unknown `type` apart from a malformed message.
+pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {
+        code: "invalid_message",
+        message: format!("not JSON: {e}"),
+        request_id: None,
+    })?;
+    let request_id = value
+        .get("requestId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let Some(kind) = value
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Err(DecodeError {
+            code: "invalid_message",
+            message: "a message needs a string `type`".to_string(),
+            request_id,
+        });
+    };
+    if !CLIENT_TYPES.contains(&kind.as_str()) {
+        return Err(DecodeError {
+            code: "unknown_type",
+            message: format!(
+                "unknown message type `{}`",
+                kind.chars().take(64).collect::<String>()
+            ),
+            request_id,
+        });
+    }
+    serde_json::from_value(value).map_err(|e| DecodeError {
+        code: "invalid_message",
+        message: format!("invalid `{kind}`: {e}"),
+        request_id,
+    })
+}
+
+/// Every client message type.
+pub const CLIENT_TYPES: &[&str] = &[
+    "hello",
+    "initialize_agent_request",
+    "fetch_timeline",
+    "create_agent",
+    "send_message",
+    "cancel",
+    "archive",
+    "unarchive",
+    "detach",
+    "archive_idle_children",
+    "answer_permission",
+    "set_mode",
+    "set_model",
+    "list_providers",
+    "list_agents",
+    "wait_idle",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding_tells_errors_apart() {
+        let ok = decode_client(
+            r#"{"type":"archive","agentId":"a","stopActivity":true,"requestId":"r1"}"#,
+        )
+        .expect("valid");
+        assert_eq!(ok.request_id(), Some("r1"));
+        let e = decode_client("{nope").expect_err("not json");
+        assert_eq!(e.code, "invalid_message");
+        let e =
+            decode_client(r#"{"type":"launch_missiles","requestId":"r2"}"#).expect_err("unknown");
+        assert_eq!(
+            (e.code, e.request_id.as_deref()),
+            ("unknown_type", Some("r2"))
+        );
+        let e = decode_client(r#"{"type":"archive","agentId":7,"requestId":"r3"}"#)
+            .expect_err("wrong type");
+        assert_eq!(
+            (e.code, e.request_id.as_deref()),
+            ("invalid_message", Some("r3"))
+        );
+        assert!(e.message.contains("archive"), "{}", e.message);
+        let e = decode_client(r#"{"type":"send_message","agentId":"a","text":"x","typo":1}"#)
+            .expect_err("unknown field");
+        assert!(e.message.contains("typo"), "{}", e.message);
+    }
+
+    #[test]
+    fn every_client_type_is_listed() {
+        let schema = serde_json::to_string(&schemars::schema_for!(ClientMessage)).expect("schema");
+        for t in CLIENT_TYPES {
+            assert!(
+                schema.contains(&format!("\"{t}\"")),
+                "{t} missing from the schema"
+            );
+        }
+    }
+}
