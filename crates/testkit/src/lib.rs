@@ -319,3 +319,48 @@ pub async fn wait_process_group_gone(pgid: u32, timeout: Duration) -> bool {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The `drover-scripted-agent` binary of this build: beside the running test's target folder,
+/// built on demand when a test of another package needs it.
+pub fn scripted_agent_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> or target/<profile>/<bin>
+    let mut dir = exe
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let bin = dir.join("drover-scripted-agent");
+    if !bin.is_file() {
+        let status =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "build",
+                    "-p",
+                    "drover-testkit",
+                    "--bin",
+                    "drover-scripted-agent",
+                ])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "cannot build drover-scripted-agent (cargo build -p drover-testkit --bin drover-scripted-agent)"
+        );
+    }
+    assert!(bin.is_file(), "{} is missing", bin.display());
+    bin
+}
+
+/// A `config.toml` with the scripted agent as provider `scripted`.
+pub fn scripted_config(agent_bin: &std::path::Path, state_dir: &std::path::Path) -> String {
+    format!(
+        "[providers.scripted]\nlabel = \"Scripted\"\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n",
+        bin = agent_bin.display().to_string(),
+        state = state_dir.display().to_string(),
+    )
+}
+
+pub mod daemon;

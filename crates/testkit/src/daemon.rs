@@ -1,0 +1,264 @@
+//! A real daemon for tests, in this process (`drover_daemon::run` on 127.0.0.1:0), with the
+//! scripted agent as provider `scripted`, and a small WebSocket client for the protocol.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long a test waits for any one message.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A daemon running in this process; stopped (in order) on drop or [`TestDaemon::stop`].
+#[derive(Debug)]
+pub struct TestDaemon {
+    pub home: PathBuf,
+    pub cwd: TempDir,
+    pub url: String,
+    /// `ws://127.0.0.1:PORT/ws`.
+    pub ws_url: String,
+    _home_dir: Option<TempDir>,
+    _state: TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestDaemon {
+    /// A daemon on a fresh home.
+    pub async fn start() -> TestDaemon {
+        let home = TempDir::new().expect("home");
+        let path = home.path().to_path_buf();
+        Self::start_in(path, Some(home), false).await
+    }
+
+    /// A daemon on `home` (kept by the caller), optionally asking for the token.
+    pub async fn start_in(home: PathBuf, keep: Option<TempDir>, require_token: bool) -> TestDaemon {
+        let state = TempDir::new().expect("agent state");
+        let config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::write(home.join("config.toml"), config).expect("config.toml");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut config = drover_daemon::DaemonConfig::new(home.clone(), addr).expect("config");
+        config.require_token = require_token;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) = drover_daemon::run(listener, config, shutdown).await {
+                panic!("daemon failed: {e}");
+            }
+        });
+        let daemon = TestDaemon {
+            home,
+            cwd: TempDir::new().expect("cwd"),
+            url: format!("http://{addr}"),
+            ws_url: format!("ws://{addr}/ws"),
+            _home_dir: keep,
+            _state: state,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        // Serving once daemon.json is there.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !daemon.home.join("daemon.json").exists() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "daemon did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        daemon
+    }
+
+    /// The agents' working directory, canonical.
+    pub fn cwd(&self) -> PathBuf {
+        std::fs::canonicalize(self.cwd.path()).expect("cwd")
+    }
+
+    /// Stops the daemon and waits for its ordered shutdown.
+    pub async fn stop(mut self) -> (PathBuf, Option<TempDir>) {
+        self.shutdown().await;
+        (self.home.clone(), self._home_dir.take())
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(WAIT, task).await;
+        }
+    }
+
+    /// A client that has said `hello` and read `welcome` and `session_state`.
+    pub async fn client(&self) -> (Client, Value) {
+        let mut client = Client::connect(&self.ws_url).await;
+        let state = client.hello(None).await;
+        (client, state)
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A protocol client: JSON frames over a WebSocket, every wait bounded.
+#[derive(Debug)]
+pub struct Client {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_request: u64,
+    /// Messages read while waiting for another one.
+    backlog: Vec<Value>,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Client {
+        Self::connect_with(url, &[]).await.expect("connect")
+    }
+
+    /// Connects with extra headers (e.g. `Origin`); the error is the refused handshake.
+    pub async fn connect_with(url: &str, headers: &[(&str, &str)]) -> Result<Client, String> {
+        let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+        for (k, v) in headers {
+            request.headers_mut().insert(
+                tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| e.to_string())?,
+                v.parse().map_err(
+                    |e: tokio_tungstenite::tungstenite::http::header::InvalidHeaderValue| {
+                        e.to_string()
+                    },
+                )?,
+            );
+        }
+        let (socket, _) = tokio_tungstenite::connect_async(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Client {
+            socket,
+            next_request: 0,
+            backlog: Vec::new(),
+        })
+    }
+
+    /// Sends `hello`; returns the `session_state` payload.
+    pub async fn hello(&mut self, token: Option<&str>) -> Value {
+        self.send(json!({"type": "hello", "client": "test", "protocolVersion": 1, "token": token}))
+            .await;
+        let welcome = self.recv_type("welcome").await;
+        assert_eq!(welcome["payload"]["protocolVersion"], 1);
+        self.recv_type("session_state").await["payload"].clone()
+    }
+
+    pub async fn send(&mut self, message: Value) {
+        self.send_text(message.to_string()).await;
+    }
+
+    pub async fn send_text(&mut self, text: String) {
+        self.socket
+            .send(Message::Text(text.into()))
+            .await
+            .expect("send");
+    }
+
+    /// Sends a request with a fresh `requestId` and returns the answer carrying it.
+    pub async fn request(&mut self, mut message: Value) -> Value {
+        self.next_request += 1;
+        let id = format!("r{}", self.next_request);
+        message["requestId"] = json!(id);
+        self.send(message).await;
+        self.recv_where(|m| m["payload"]["requestId"] == json!(id))
+            .await
+    }
+
+    /// The next message (from the backlog first).
+    pub async fn recv(&mut self) -> Value {
+        if !self.backlog.is_empty() {
+            return self.backlog.remove(0);
+        }
+        self.read().await.expect("the daemon closed the connection")
+    }
+
+    /// Reads the next frame from the socket: `None` when the connection closed.
+    pub async fn read(&mut self) -> Option<Value> {
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.socket.next())
+                .await
+                .expect("no message from the daemon in time")?;
+            match frame {
+                Ok(Message::Text(text)) => {
+                    return Some(serde_json::from_str(&text).expect("JSON from the daemon"));
+                }
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    }
+
+    /// The close frame's code once the daemon closes the connection.
+    pub async fn close_code(&mut self) -> Option<u16> {
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.socket.next())
+                .await
+                .ok()??;
+            match frame {
+                Ok(Message::Close(Some(frame))) => return Some(frame.code.into()),
+                Ok(Message::Close(None)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    }
+
+    /// The first message matching `want`; others are kept for later `recv`s.
+    pub async fn recv_where(&mut self, want: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.backlog.iter().position(&want) {
+            return self.backlog.remove(i);
+        }
+        loop {
+            let message = self.read().await.expect("the daemon closed the connection");
+            if want(&message) {
+                return message;
+            }
+            self.backlog.push(message);
+        }
+    }
+
+    pub async fn recv_type(&mut self, kind: &str) -> Value {
+        self.recv_where(|m| m["type"] == kind).await
+    }
+
+    /// Messages received so far and not yet taken.
+    pub fn backlog(&self) -> &[Value] {
+        &self.backlog
+    }
+
+    /// Waits until an `agent_update` for `agent` satisfies `want`.
+    pub async fn update_where(&mut self, agent: &str, want: impl Fn(&Value) -> bool) -> Value {
+        self.recv_where(|m| {
+            m["type"] == "agent_update"
+                && m["payload"]["agentId"] == agent
+                && want(&m["payload"]["notification"])
+        })
+        .await
+    }
+}
+
+/// Writes the scripted provider into an existing home's config (for a daemon started as a
+/// process).
+pub fn write_scripted_config(home: &Path, state_dir: &Path) {
+    let config = crate::scripted_config(&crate::scripted_agent_bin(), state_dir);
+    std::fs::write(home.join("config.toml"), config).expect("config.toml");
+}
