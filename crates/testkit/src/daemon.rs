@@ -41,6 +41,26 @@ impl TestDaemon {
     pub async fn start_in(home: PathBuf, keep: Option<TempDir>, require_token: bool) -> TestDaemon {
         let state = TempDir::new().expect("agent state");
         let config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
+        Self::start_with(home, keep, require_token, state, config).await
+    }
+
+    /// A daemon on `home` with this `config.toml` (the scripted provider is not added).
+    pub async fn start_with_config(
+        home: PathBuf,
+        keep: Option<TempDir>,
+        config: String,
+    ) -> TestDaemon {
+        let state = TempDir::new().expect("agent state");
+        Self::start_with(home, keep, false, state, config).await
+    }
+
+    async fn start_with(
+        home: PathBuf,
+        keep: Option<TempDir>,
+        require_token: bool,
+        state: TempDir,
+        config: String,
+    ) -> TestDaemon {
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(home.join("config.toml"), config).expect("config.toml");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -243,6 +263,11 @@ impl Client {
     /// Messages received so far and not yet taken.
     pub fn backlog(&self) -> &[Value] {
         &self.backlog
+    }
+
+    /// Forgets the messages received so far and not yet taken.
+    pub fn clear_backlog(&mut self) {
+        self.backlog.clear();
     }
 
     /// Waits until an `agent_update` for `agent` satisfies `want`.

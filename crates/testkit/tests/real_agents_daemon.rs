@@ -1,0 +1,307 @@
+//! Real coding agents (codex-acp, claude-agent-acp, gemini-cli) run through the drover daemon,
+//! driven over its client protocol, against the scripted model on 127.0.0.1: a plain turn, a
+//! shell command allowed and one rejected, three turns in one session, a cancel during a
+//! streaming reply, and a daemon restart followed by another turn on the same agent. Needs
+//! `scripts/install-agents`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::model::{self, ModelServer};
+use drover_testkit::real_agents::{RealAgent, agents_dir};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// Generous: claude's `session/new` alone takes a second or two on 2 cores.
+const TURN_MS: u64 = 90_000;
+
+fn toml_string(s: &str) -> String {
+    // A JSON string is a valid TOML basic string.
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+fn config(agent: RealAgent, model: &ModelServer, scratch: &Path, cwd: &Path) -> String {
+    let command = agent
+        .command(&agents_dir(), &model.url(), scratch, cwd)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut argv = vec![toml_string(&command.program.display().to_string())];
+    argv.extend(command.args.iter().map(|a| toml_string(a)));
+    let env: Vec<String> = command
+        .env
+        .iter()
+        .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
+        .collect();
+    format!(
+        "[providers.{name}]\ncommand = [{argv}]\nenv = {{ {env} }}\n",
+        name = agent.name(),
+        argv = argv.join(", "),
+        env = env.join(", "),
+    )
+}
+
+/// Live processes started for `agent` (they carry `DROVER_AGENT_ID` in their environment).
+fn processes_of(agent: &str) -> Vec<u32> {
+    let needle = format!("DROVER_AGENT_ID={agent}\0").into_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_string();
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            (state != "Z" && env.windows(needle.len()).any(|w| w == needle.as_slice()))
+                .then_some(pid)
+        })
+        .collect()
+}
+
+async fn none_left(agent: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if processes_of(agent).is_empty() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn items(client: &mut Client, id: &str) -> Vec<Value> {
+    let page = client
+        .request(json!({"type": "fetch_timeline", "agentId": id, "limit": 1000}))
+        .await;
+    page["payload"]["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn turn_events(client: &mut Client, id: &str) -> Vec<String> {
+    items(client, id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "turn_ended")
+        .map(|i| i["data"]["event"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+async fn last_reply(client: &mut Client, id: &str) -> String {
+    let items = items(client, id).await;
+    let start = items
+        .iter()
+        .rposition(|i| i["kind"] == "turn_started")
+        .unwrap_or(0);
+    items[start..]
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str())
+        .collect()
+}
+
+async fn settle(client: &mut Client, name: &str, id: &str, turns: usize) {
+    let idle = client
+        .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": TURN_MS}))
+        .await;
+    assert_eq!(idle["payload"]["idle"], true, "{name}: {idle}");
+    let events = turn_events(client, id).await;
+    assert_eq!(
+        events.len(),
+        turns,
+        "{name}: {:#?}",
+        items(client, id).await
+    );
+}
+
+async fn send(client: &mut Client, id: &str, text: &str) {
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": id, "text": text}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+}
+
+async fn answer_permission(client: &mut Client, name: &str, id: &str, kind: &str) {
+    // The request shows up as a `permission` item on the agent's stream.
+    client
+        .update_where(id, |n| {
+            n["op"] == "item" && n["item"]["kind"] == "permission"
+        })
+        .await;
+    let answered = client
+        .request(json!({"type": "answer_permission", "agentId": id, "kind": kind}))
+        .await;
+    assert_eq!(answered["type"], "ok", "{name}: {answered}");
+}
+
+async fn run_everything(agent: RealAgent) {
+    let name = agent.name();
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener).await;
+    let config = config(agent, &model, scratch.path(), &cwd);
+    let daemon =
+        TestDaemon::start_with_config(home.path().to_path_buf(), None, config.clone()).await;
+    let (mut client, _) = daemon.client().await;
+
+    // 1. A plain turn.
+    let created = client
+        .request(json!({
+            "type": "create_agent", "provider": name, "cwd": cwd, "title": format!("{name} end to end"),
+            "prompt": "reply hello from the scripted model",
+        }))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{name}: {created}");
+    let id = created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let init = client
+        .request(json!({"type": "initialize_agent_request", "agentId": id}))
+        .await;
+    assert_eq!(init["type"], "agent_initialized", "{init}");
+    settle(&mut client, name, &id, 1).await;
+    assert_eq!(
+        turn_events(&mut client, &id).await,
+        ["turn_completed"],
+        "{name}"
+    );
+    let reply = last_reply(&mut client, &id).await;
+    assert!(
+        reply.contains("hello from the scripted model"),
+        "{name}: {reply}"
+    );
+
+    // 2. A shell command whose permission is allowed runs for real.
+    client.clear_backlog();
+    send(&mut client, &id, "shell touch allowed.txt").await;
+    answer_permission(&mut client, name, &id, "allow_once").await;
+    settle(&mut client, name, &id, 2).await;
+    assert!(
+        cwd.join("allowed.txt").exists(),
+        "{name}: the allowed command did not run"
+    );
+
+    // 3. One that is rejected does not.
+    client.clear_backlog();
+    send(&mut client, &id, "shell touch rejected.txt").await;
+    answer_permission(&mut client, name, &id, "reject_once").await;
+    settle(&mut client, name, &id, 3).await;
+    assert!(
+        !cwd.join("rejected.txt").exists(),
+        "{name}: the rejected command ran"
+    );
+
+    // 4. Three more turns in one session.
+    for n in 1..=3 {
+        send(&mut client, &id, &format!("reply turn number {n}")).await;
+        settle(&mut client, name, &id, 3 + n).await;
+        let reply = last_reply(&mut client, &id).await;
+        assert!(
+            reply.contains(&format!("turn number {n}")),
+            "{name}: {reply}"
+        );
+    }
+
+    // 5. A cancel during a streaming reply. Last in this session: claude-agent-acp 0.23
+    //    answers the next prompt after a cancel at once with an empty `end_turn` (one reply
+    //    behind; upstream agentclientprotocol/claude-agent-acp#551); the restart below starts
+    //    a fresh process.
+    client.clear_backlog();
+    send(&mut client, &id, "stream 400 25").await;
+    client
+        .update_where(&id, |n| {
+            n["op"] == "append" || (n["op"] == "item" && n["item"]["kind"] == "agent_message")
+        })
+        .await;
+    let cancelled = client
+        .request(json!({"type": "cancel", "agentId": id, "keepInbox": true}))
+        .await;
+    assert_eq!(cancelled["type"], "ok", "{cancelled}");
+    settle(&mut client, name, &id, 7).await;
+    assert_eq!(
+        turn_events(&mut client, &id).await[6],
+        "turn_canceled",
+        "{name}"
+    );
+    assert!(
+        !processes_of(&id).is_empty(),
+        "{name}: the agent runs under its marker"
+    );
+
+    // 6. A daemon restart, then another turn on the same agent.
+    drop(client);
+    let (home_path, _) = daemon.stop().await;
+    assert!(
+        none_left(&id).await,
+        "{name}: processes left after the daemon stopped: {:?}",
+        processes_of(&id)
+    );
+    let daemon = TestDaemon::start_with_config(home_path, None, config).await;
+    let (mut client, state) = daemon.client().await;
+    let listed = state["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["id"] == id)
+        .cloned();
+    assert_eq!(
+        listed.map(|a| a["status"].clone()),
+        Some(json!("idle")),
+        "{name}"
+    );
+    send(&mut client, &id, "reply after the restart").await;
+    settle(&mut client, name, &id, 8).await;
+    let reply = last_reply(&mut client, &id).await;
+    assert!(reply.contains("after the restart"), "{name}: {reply}");
+    let notices: Vec<String> = items(&mut client, &id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "notice")
+        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        notices.iter().any(
+            |n| n == "resumed the agent's session" || n.starts_with("context was not restored")
+        ),
+        "{name}: the timeline says whether context was restored: {notices:?}"
+    );
+
+    // Everything the agent asked the model went to our loopback server.
+    assert!(!model.requests().is_empty());
+    drop(client);
+    daemon.stop().await;
+    assert!(
+        none_left(&id).await,
+        "{name}: processes left after shutdown: {:?}",
+        processes_of(&id)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_through_the_daemon() {
+    run_everything(RealAgent::Codex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_through_the_daemon() {
+    run_everything(RealAgent::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_through_the_daemon() {
+    run_everything(RealAgent::Gemini).await;
+}
