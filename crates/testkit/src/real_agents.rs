@@ -247,6 +247,13 @@ fn base_env(scratch: &Path) -> Result<BTreeMap<String, String>, RealAgentError> 
     if let Ok(bash) = find_on_path("bash", &env) {
         env.insert("SHELL".into(), path_string(&bash));
     }
+    // Where the system keeps its CA certificates, as drover passes them on: without them
+    // codex looks for a store on every request (tens of milliseconds a turn).
+    for key in ["SSL_CERT_FILE", "SSL_CERT_DIR"] {
+        if let Ok(value) = std::env::var(key) {
+            env.insert(key.to_string(), value);
+        }
+    }
     Ok(env)
 }
 
