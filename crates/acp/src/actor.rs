@@ -131,6 +131,10 @@ struct Live {
 struct Turn {
     response: BoxFuture<'static, Result<Value, RpcError>>,
     cancel: Option<CancelCause>,
+    /// Who asked to hear how this turn goes (notifyOnFinish).
+    notify: Option<AgentId>,
+    /// The timeline seq of this turn's `turn_started`.
+    started_seq: u64,
 }
 
 struct Permission {
@@ -713,8 +717,15 @@ impl Actor {
         self.push("notice", json!({"text": message}));
         self.permissions.clear();
         let registry = self.shared.registry().clone();
-        if self.turn.take().is_some() {
+        if let Some(turn) = self.turn.take() {
             self.close_chunk();
+            if let Some(target) = turn.notify {
+                let failed = TurnOutcome::Failed {
+                    error: message.clone(),
+                };
+                let text = self.finish_notice(&failed, turn.started_seq);
+                notify(self.shared.clone(), self.id, target, text).await;
+            }
             self.push(
                 "turn_ended",
                 json!({"event": "turn_failed", "error": message}),
@@ -771,7 +782,9 @@ impl Actor {
             return;
         }
         self.record_user_message(&claim);
-        self.push("turn_started", json!({"messageId": claim.message.id}));
+        let started_seq = self
+            .push("turn_started", json!({"messageId": claim.message.id}))
+            .unwrap_or_default();
         let Some(live) = &self.live else { return };
         let request = live.rpc.request(
             "session/prompt",
@@ -783,6 +796,8 @@ impl Actor {
         self.turn = Some(Turn {
             response: Box::pin(request),
             cancel: None,
+            notify: claim.message.notify,
+            started_seq,
         });
     }
 
@@ -851,6 +866,10 @@ impl Actor {
         let _ = self.timeline.sync();
         // The agent is done with them, answered or not.
         self.resolve_all_permissions().await;
+        if let Some(target) = turn.notify {
+            let text = self.finish_notice(&outcome, turn.started_seq);
+            notify(self.shared.clone(), self.id, target, text).await;
+        }
         if let Err(e) = self
             .shared
             .registry()
@@ -1071,7 +1090,7 @@ impl Actor {
             rpc_id: id,
             seq,
             tool_call_id,
-            title,
+            title: title.clone(),
             options,
         });
         let registry = self.shared.registry().clone();
@@ -1090,11 +1109,58 @@ impl Actor {
             if let Err(e) = self.answer(answer).await {
                 tracing::warn!(agent = %self.id, error = %e, "cannot allow a permission");
             }
-        } else if let Err(e) = registry
-            .set_attention(self.id, AttentionReason::Permission)
-            .await
-        {
-            tracing::warn!(agent = %self.id, error = %e, "cannot flag the permission request");
+        } else {
+            if let Err(e) = registry
+                .set_attention(self.id, AttentionReason::Permission)
+                .await
+            {
+                tracing::warn!(agent = %self.id, error = %e, "cannot flag the permission request");
+            }
+            if let Some(target) = self.turn.as_ref().and_then(|t| t.notify) {
+                let name = self.name();
+                let text = format!(
+                    "[drover] {name} needs a permission: {}. Answer it with the `answer_permission` tool (agentId {}), or look at it with `get_agent`.",
+                    title.as_deref().unwrap_or("a tool call"),
+                    self.id
+                );
+                notify(self.shared.clone(), self.id, target, text).await;
+            }
+        }
+    }
+
+    /// "Subagent \"title\" (id)" for notices.
+    fn name(&self) -> String {
+        let title = self.shared.registry().get(self.id).and_then(|a| a.title);
+        match title {
+            Some(title) => format!("Agent \"{title}\" ({})", self.id),
+            None => format!("Agent {}", self.id),
+        }
+    }
+
+    /// What the notified agent reads when this agent's turn ends.
+    fn finish_notice(&self, outcome: &TurnOutcome, started_seq: u64) -> String {
+        let name = self.name();
+        let reply: String = self
+            .timeline
+            .items()
+            .iter()
+            .filter(|i| i.seq > started_seq && i.kind == "agent_message")
+            .filter_map(|i| i.data.get("text").and_then(Value::as_str))
+            .collect();
+        // Quoted, so the reply reads as the child's words, not as instructions.
+        let reply: String = excerpt(&reply, 4000)
+            .lines()
+            .map(|l| format!("> {l}\n"))
+            .collect();
+        match outcome {
+            TurnOutcome::Completed if reply.is_empty() => {
+                format!("[drover] {name} finished its turn.")
+            }
+            TurnOutcome::Completed => {
+                format!("[drover] {name} finished its turn. Its reply:\n{reply}")
+            }
+            TurnOutcome::Canceled => format!("[drover] {name}: its turn was cancelled."),
+            TurnOutcome::Failed { error } => format!("[drover] {name}: its turn failed: {error}"),
         }
     }
 
@@ -1224,6 +1290,33 @@ impl Actor {
             self.timeline.revision(),
             TimelineUpdate::Patch { seq, fields },
         );
+    }
+}
+
+/// Queues `text` for `target` as a followup from agent `from`: it never interrupts the
+/// target's turn. An archived target gets nothing (the gate).
+async fn notify(shared: Arc<Shared>, from: AgentId, target: AgentId, text: String) {
+    let manager = crate::RuntimeManager { shared };
+    let delivery = manager.deliver(
+        target,
+        drover_core::inbox::Delivery::Followup,
+        text,
+        format!("agent:{from}"),
+    );
+    match tokio::time::timeout(Duration::from_secs(10), delivery).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::info!(agent = %from, %target, error = %e, "notification not delivered")
+        }
+        Err(_) => tracing::warn!(agent = %from, %target, "notification timed out"),
+    }
+}
+
+/// The first `max` characters of `text`, marked when cut.
+fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
     }
 }
 

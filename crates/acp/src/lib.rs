@@ -138,6 +138,10 @@ impl AcpError {
     }
 }
 
+fn new_source(notify: &Option<AgentId>) -> Option<String> {
+    notify.map(|a| format!("agent:{a}"))
+}
+
 /// What the agents of one daemon share.
 pub(crate) struct Shared {
     pub(crate) home: PathBuf,
@@ -315,8 +319,18 @@ impl RuntimeManager {
     /// first message.
     pub async fn create_agent(
         &self,
+        new: NewAgent,
+        prompt: Option<String>,
+    ) -> Result<Agent, AcpError> {
+        self.create_agent_notifying(new, prompt, None).await
+    }
+
+    /// [`RuntimeManager::create_agent`], telling `notify` how the first turn goes.
+    pub async fn create_agent_notifying(
+        &self,
         mut new: NewAgent,
         prompt: Option<String>,
+        notify: Option<AgentId>,
     ) -> Result<Agent, AcpError> {
         let provider = self
             .shared
@@ -339,7 +353,12 @@ impl RuntimeManager {
         let handle = self.handle(agent.id)?;
         match prompt.filter(|p| !p.trim().is_empty()) {
             Some(prompt) => {
-                let message = InboxMessage::new(Delivery::Followup, prompt, "user");
+                let source = match new_source(&notify) {
+                    Some(source) => source,
+                    None => "user".to_string(),
+                };
+                let message =
+                    InboxMessage::new(Delivery::Followup, prompt, source).notifying(notify);
                 self.send(&handle, agent.id, |reply| Command::Deliver {
                     message,
                     reply,
@@ -363,11 +382,21 @@ impl RuntimeManager {
         text: String,
         source: String,
     ) -> Result<String, AcpError> {
+        self.deliver_message(agent, InboxMessage::new(delivery, text, source))
+            .await
+    }
+
+    /// [`RuntimeManager::deliver`] for a message built by the caller (e.g. one whose turn
+    /// notifies another agent when it ends).
+    pub async fn deliver_message(
+        &self,
+        agent: AgentId,
+        message: InboxMessage,
+    ) -> Result<String, AcpError> {
         let record = self.known(agent)?;
-        if record.is_archived() && delivery.wakes() {
+        if record.is_archived() && message.delivery.wakes() {
             return Err(RegistryError::Archived { agent }.into());
         }
-        let message = InboxMessage::new(delivery, text, source);
         let id = message.id.clone();
         // A task that is closing (its agent was just archived or closed) takes no more
         // commands: the message goes to a fresh one.

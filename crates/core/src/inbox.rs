@@ -47,6 +47,10 @@ pub struct InboxMessage {
     pub text: String,
     /// Who sent it: `user`, `agent:{id}`, `system`.
     pub source: String,
+    /// The agent to tell when the turn this message starts ends, fails, or asks for a
+    /// permission (notifyOnFinish).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<AgentId>,
 }
 
 impl InboxMessage {
@@ -57,7 +61,14 @@ impl InboxMessage {
             delivery,
             text: text.into(),
             source: source.into(),
+            notify: None,
         }
+    }
+
+    /// The same message, telling `agent` how the turn it starts goes.
+    pub fn notifying(mut self, agent: Option<AgentId>) -> Self {
+        self.notify = agent;
+        self
     }
 }
 

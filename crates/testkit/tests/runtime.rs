@@ -914,3 +914,97 @@ async fn mode_and_model_reach_a_live_agent_and_the_record() {
         Some("default")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_notifies_its_parent_with_a_queued_followup() {
+    let fleet = Fleet::new().await;
+    let parent = fleet.run("sleep 300\nsay parent busy").await;
+    let mut new = fleet.new_agent();
+    new.parent = Some(parent);
+    new.title = Some("child".to_string());
+    let child = fleet
+        .manager
+        .create_agent_notifying(new, Some("say the tests pass".to_string()), Some(parent))
+        .await
+        .expect("child")
+        .id;
+    fleet.idle(child).await;
+    fleet.idle(parent).await;
+    // The parent's own turn was not interrupted, and the notice ran as its next turn.
+    assert_eq!(
+        fleet.turn_events(parent).await,
+        ["turn_completed", "turn_completed"]
+    );
+    let items = fleet.items(parent).await;
+    let notice = items
+        .iter()
+        .filter(|i| i.kind == "user_message")
+        .nth(1)
+        .expect("the notice");
+    assert_eq!(notice.data["source"], format!("agent:{child}"));
+    let text = notice.data["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("\"child\"")
+            && text.contains("finished its turn")
+            && text.contains("the tests pass"),
+        "{text}"
+    );
+
+    // A permission request is reported too; the answer comes from the parent (here: us).
+    fleet
+        .manager
+        .deliver_message(
+            child,
+            drover_core::inbox::InboxMessage::new(Delivery::Followup, "permission deploy", "user")
+                .notifying(Some(parent)),
+        )
+        .await
+        .expect("deliver");
+    fleet
+        .until(parent, "the permission notice", |i| {
+            i.iter().any(|i| {
+                i.kind == "user_message"
+                    && i.data["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("needs a permission: deploy"))
+            })
+        })
+        .await;
+    fleet
+        .manager
+        .answer_permission(
+            child,
+            PermissionAnswer {
+                request: None,
+                choice: PermissionChoice::Kind("allow_once".into()),
+            },
+        )
+        .await
+        .expect("answer");
+    fleet.idle(child).await;
+
+    // An archived parent hears nothing.
+    fleet.idle(parent).await;
+    let before = fleet.items(parent).await.len();
+    fleet.registry.detach(child).await.expect("detach");
+    fleet
+        .registry
+        .archive(parent, ArchiveOptions::default())
+        .await
+        .expect("archive parent");
+    fleet
+        .manager
+        .deliver_message(
+            child,
+            drover_core::inbox::InboxMessage::new(Delivery::Followup, "say again", "user")
+                .notifying(Some(parent)),
+        )
+        .await
+        .expect("deliver");
+    fleet.idle(child).await;
+    assert_eq!(
+        fleet.items(parent).await.len(),
+        before,
+        "an archived parent got a notice"
+    );
+}
