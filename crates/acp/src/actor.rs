@@ -286,6 +286,16 @@ impl Actor {
             Command::Close { reply } => {
                 // Later senders find the channel closed and start a fresh task.
                 self.commands.close();
+                if self.turn.is_some() {
+                    // The registry already moved the agent on (archive); the timeline says
+                    // how the turn ended.
+                    self.close_chunk();
+                    self.push(
+                        "turn_ended",
+                        json!({"event": "turn_canceled", "cause": "closed", "stopReason": "cancelled"}),
+                    );
+                    let _ = self.timeline.sync();
+                }
                 self.stop_runtime().await;
                 let _ = reply.send(());
                 return false;
@@ -503,12 +513,19 @@ impl Actor {
             .and_then(Value::as_bool)
             .unwrap_or(false);
         let cwd = agent.cwd.display().to_string();
+        let http_mcp = init
+            .pointer("/agentCapabilities/mcpCapabilities/http")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let mcp_servers = match self.shared.mcp.get() {
+            Some(servers) => servers(self.id, http_mcp),
+            None => json!([]),
+        };
 
         let mut session = None;
         if let Some(resume) = &agent.resume {
             if can_load {
-                let params =
-                    json!({"sessionId": resume.acp_session_id, "cwd": cwd, "mcpServers": []});
+                let params = json!({"sessionId": resume.acp_session_id, "cwd": cwd, "mcpServers": mcp_servers.clone()});
                 self.loading(true);
                 let loaded = self
                     .handshake_step(
@@ -546,7 +563,10 @@ impl Actor {
                 let result = self
                     .handshake_step(
                         "session/new",
-                        rpc.request("session/new", json!({"cwd": cwd, "mcpServers": []})),
+                        rpc.request(
+                            "session/new",
+                            json!({"cwd": cwd, "mcpServers": mcp_servers.clone()}),
+                        ),
                         SESSION_TIMEOUT,
                     )
                     .await?;

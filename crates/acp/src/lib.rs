@@ -142,6 +142,10 @@ fn new_source(notify: &Option<AgentId>) -> Option<String> {
     notify.map(|a| format!("agent:{a}"))
 }
 
+/// Gives an agent its MCP servers: called with the agent and whether it advertised HTTP MCP
+/// support; returns the `mcpServers` array of ACP `session/new`.
+pub type McpServers = Arc<dyn Fn(AgentId, bool) -> Value + Send + Sync>;
+
 /// What the agents of one daemon share.
 pub(crate) struct Shared {
     pub(crate) home: PathBuf,
@@ -151,6 +155,8 @@ pub(crate) struct Shared {
     actors: Mutex<HashMap<AgentId, ActorHandle>>,
     /// The modes each live runtime offers (`modes` of `session/new`), for clients.
     pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
+    /// The MCP servers given to an agent's session (`mcpServers` of `session/new`).
+    pub(crate) mcp: OnceLock<McpServers>,
     shutting_down: AtomicBool,
     generation: AtomicU64,
 }
@@ -215,6 +221,7 @@ impl RuntimeManager {
                 updates,
                 actors: Mutex::new(HashMap::new()),
                 modes: Mutex::new(HashMap::new()),
+                mcp: OnceLock::new(),
                 shutting_down: AtomicBool::new(false),
                 generation: AtomicU64::new(0),
             }),
@@ -237,6 +244,11 @@ impl RuntimeManager {
         manager.attach(registry.clone());
         manager.resume_pending().await;
         Ok((manager, registry, boot))
+    }
+
+    /// Sets how agents get their MCP servers (once, before agents start).
+    pub fn set_mcp_servers(&self, servers: McpServers) {
+        let _ = self.shared.mcp.set(servers);
     }
 
     /// Connects the registry (once).

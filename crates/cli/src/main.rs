@@ -1,138 +1,141 @@
-//! `drover`: runs the daemon (`drover daemon`); the client commands join it with the protocol.
+//! `drover`: runs the daemon (`drover daemon`) and talks to it over the client protocol
+//! (every other command). Parsing is in `args`, the commands in `commands` and `daemon_cmd`.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+/// `println!` that hands a closed stdout (`drover ls | head`) back as an error instead of
+/// panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+mod args;
+mod client;
+mod commands;
+mod daemon_cmd;
+mod error;
+mod output;
+mod resolve;
+
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
-use drover_daemon::{DaemonConfig, DataDirLock};
+use clap::{CommandFactory, Parser};
+use drover_daemon::DaemonConfig;
+use drover_protocol::Delivery;
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "drover",
-    version,
-    about = "Run and manage fleets of coding agents"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// List the providers (presets and config.toml) and whether each can run here.
-    Providers {
-        /// Data directory whose config.toml to read [default: $DROVER_HOME, else ~/.drover]
-        #[arg(long, value_name = "DIR")]
-        home: Option<PathBuf>,
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
-    },
-    /// Run the daemon in the foreground (Ctrl-C or SIGTERM stops it cleanly).
-    Daemon {
-        /// Data directory [default: $DROVER_HOME, else ~/.drover]
-        #[arg(long, value_name = "DIR")]
-        home: Option<PathBuf>,
-        /// Address to listen on (loopback only)
-        #[arg(long, env = "DROVER_LISTEN", value_name = "ADDR", default_value_t = DaemonConfig::default_listen())]
-        listen: SocketAddr,
-        /// Ask clients for the token (`$DROVER_HOME/token`) even on loopback; beyond loopback
-        /// it is always asked for
-        #[arg(long)]
-        require_token: bool,
-    },
-}
+use crate::args::{Cli, Command, DaemonAction};
+use crate::client::Endpoint;
+use crate::commands::Ctx;
+use crate::error::CliError;
+use crate::output::Style;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Daemon {
-            home,
-            listen,
-            require_token,
-        } => daemon(home, listen, require_token),
-        Command::Providers { home, json } => providers(home, json),
-    };
-    match result {
+    match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`drover ls | head`): nothing more to say.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("drover: {e:#}");
-            ExitCode::FAILURE
+            let reported = e.chain().any(|e| {
+                matches!(
+                    e.downcast_ref::<CliError>(),
+                    Some(CliError::Reported { .. })
+                )
+            });
+            if !reported {
+                eprintln!("drover: {e:#}");
+            }
+            ExitCode::from(error::exit_code(&e))
         }
     }
 }
 
-fn daemon(home: Option<PathBuf>, listen: SocketAddr, require_token: bool) -> anyhow::Result<()> {
-    let home = match home {
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let home = match cli.global.home.clone() {
         Some(home) => home,
         None => DaemonConfig::default_home()?,
     };
-    let mut config = DaemonConfig::new(home, listen)?;
-    config.require_token = require_token;
-    // The lock comes before the port, so a second daemon on this home names the first one
-    // instead of failing on a busy port.
-    let lock = DataDirLock::acquire(&config.home)?;
-    drover_daemon::logging::init(&config.home)
-        .with_context(|| format!("cannot open the log in `{}`", config.home.display()))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let seconds = |s: f64| {
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| anyhow::anyhow!("{s} is not a number of seconds"))
+    };
+    let command = match cli.command {
+        Command::Daemon(daemon) => {
+            return match daemon.action {
+                None => daemon_cmd::foreground(&home, &daemon.serve),
+                Some(DaemonAction::Start { serve, timeout }) => {
+                    daemon_cmd::start(&home, &serve, seconds(timeout)?)
+                }
+                Some(DaemonAction::Stop { timeout }) => daemon_cmd::stop(&home, seconds(timeout)?),
+                Some(DaemonAction::Status { json }) => daemon_cmd::status(&home, json),
+            };
+        }
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
+            return Ok(());
+        }
+        other => other,
+    };
+    let ctx = Ctx {
+        endpoint: Endpoint {
+            home,
+            url: cli.global.url.filter(|u| !u.is_empty()),
+        },
+        style: Style::detect(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        drover_daemon::run_locked(lock, listener, config, shutdown_signal()).await?;
-        Ok(())
-    })
-}
-
-fn providers(home: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
-    let home = match home {
-        Some(home) => home,
-        None => DaemonConfig::default_home()?,
-    };
-    let providers = drover_acp::Providers::load(&home)?;
-    let rows: Vec<(&drover_acp::Provider, drover_acp::Availability)> = providers
-        .all()
-        .map(|p| (p, providers.availability(p)))
-        .collect();
-    if json {
-        let list: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(p, a)| serde_json::json!({"provider": p, "availability": a}))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
-        return Ok(());
-    }
-    let width = rows.iter().map(|(p, _)| p.name.len()).max().unwrap_or(0);
-    for (provider, availability) in rows {
-        let (state, detail) = match availability {
-            drover_acp::Availability::Available { path } => {
-                ("available", path.display().to_string())
+        match command {
+            Command::Run(args) => commands::run(&ctx, args).await,
+            Command::Ls { all, tree, json } => commands::ls(&ctx, all, tree, json).await,
+            Command::Attach { id, tail, json } => commands::attach(&ctx, &id, tail, json).await,
+            Command::Send {
+                id,
+                message,
+                steer,
+                inject,
+                json,
+            } => {
+                let delivery = if steer {
+                    Delivery::Steer
+                } else if inject {
+                    Delivery::Inject
+                } else {
+                    Delivery::Followup
+                };
+                commands::send(&ctx, &id, message, delivery, json).await
             }
-            drover_acp::Availability::Unavailable { reason } => ("unavailable", reason),
-        };
-        println!("{:width$}  {:11}  {}", provider.name, state, detail);
-    }
-    Ok(())
-}
-
-/// Resolves on the first SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the daemon");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+            Command::Wait { id, timeout } => commands::wait(&ctx, &id, timeout).await,
+            Command::Stop { id, drop_queue } => commands::stop(&ctx, &id, drop_queue).await,
+            Command::Archive { id, stop, json } => commands::archive(&ctx, &id, stop, json).await,
+            Command::Unarchive { id } => commands::unarchive(&ctx, &id).await,
+            Command::Detach { id } => commands::detach(&ctx, &id).await,
+            Command::Inspect { id, json } => commands::inspect(&ctx, &id, json).await,
+            Command::Logs {
+                id,
+                tail,
+                follow,
+                json,
+            } => commands::logs(&ctx, &id, tail, follow, json).await,
+            Command::Permit { id, answer, always } => {
+                commands::permit(&ctx, &id, answer, always).await
+            }
+            Command::Providers { json } => commands::providers(&ctx, json).await,
+            Command::Daemon(_) | Command::Completions { .. } => Ok(()),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    })
 }

@@ -4,6 +4,7 @@ use crate::admission::ActivityReport;
 use crate::ids::{AgentId, InvalidId};
 use crate::lifecycle::AgentStatus;
 use crate::store::StoreError;
+use crate::worktree::WorktreeError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -36,6 +37,10 @@ pub enum RegistryError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A git worktree could not be made, was refused removal (`worktree_dirty`), or its setup
+    /// or teardown failed: the code is the worktree error's own.
+    #[error(transparent)]
+    Worktree(#[from] WorktreeError),
     #[error("the registry is shutting down")]
     ShuttingDown,
 }
@@ -53,6 +58,7 @@ impl RegistryError {
             RegistryError::AgentActive(_) => "agent_active",
             RegistryError::InvalidInput { .. } => "invalid_input",
             RegistryError::Store(_) => "store_failed",
+            RegistryError::Worktree(e) => e.code(),
             RegistryError::ShuttingDown => "shutting_down",
         }
     }

@@ -1,8 +1,10 @@
 //! drover's core: the registry of agents and workspaces, their lifecycle, relationships,
 //! archive admission, workspace activity, and the file store under `$DROVER_HOME`.
 //!
-//! Nothing here knows about HTTP, WebSocket framing, ACP or processes: runtimes are reached
-//! through [`runtime::RuntimeControl`], clients through [`registry::RegistryEvent`]s.
+//! Nothing here knows about HTTP, WebSocket framing, ACP or agent processes: runtimes are
+//! reached through [`runtime::RuntimeControl`], clients through [`registry::RegistryEvent`]s.
+//! The only processes started here are `git` and a project's worktree setup and teardown
+//! commands ([`worktree`]).
 
 pub mod activity;
 pub mod admission;
@@ -17,6 +19,7 @@ pub mod store;
 pub mod timeline;
 pub mod view;
 pub mod workspace;
+pub mod worktree;
 
 pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
@@ -25,8 +28,11 @@ pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};
 pub use lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
 pub use registry::{
-    ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, Change, NewAgent, Registry,
-    RegistryEvent, SkippedChild,
+    ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, Change, CreatedWorktree,
+    NewAgent, Registry, RegistryEvent, SkippedChild, WorkspaceArchiveOutcome, WorktreeCheck,
 };
 pub use runtime::{BoxFuture, CancelCause, NoRuntimes, RuntimeControl, RuntimeError};
 pub use workspace::{Workspace, WorkspaceKind};
+pub use worktree::{
+    CommandRun, WorktreeError, WorktreeInfo, WorktreeOptions, WorktreeRemoval, WorktreeStatus,
+};

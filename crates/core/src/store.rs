@@ -25,6 +25,7 @@ use crate::agent::{Agent, PermissionPolicy, ProviderConfig, ResumeHandle};
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::workspace::{Workspace, WorkspaceKind};
+use crate::worktree::WorktreeInfo;
 
 /// The document version this build writes. A file with a newer version is left untouched.
 pub const AGENT_DOC_VERSION: u32 = 1;
@@ -791,12 +792,34 @@ struct WorkspaceDoc {
     updated_at: Timestamp,
     #[serde(default)]
     archived_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    worktree: Option<WorktreeDoc>,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The `worktree` object of a workspace drover made a git worktree for.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WorktreeDoc {
+    source: PathBuf,
+    branch: String,
+    base: String,
+    base_commit: String,
+    #[serde(default)]
+    copied: Vec<String>,
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+// Like `config` in an agent record: keys this version does not know inside `worktree` ride in
+// the workspace's `unknown` map under this key.
+const WORKTREE_KEY: &str = "worktree";
+
 impl WorkspaceDoc {
     fn from_workspace(w: &Workspace) -> WorkspaceDoc {
+        let mut unknown = w.unknown.clone();
+        let worktree_unknown = take_object(&mut unknown, WORKTREE_KEY);
         WorkspaceDoc {
             version: WORKSPACE_DOC_VERSION,
             id: w.id,
@@ -806,11 +829,35 @@ impl WorkspaceDoc {
             created_at: w.created_at,
             updated_at: w.updated_at,
             archived_at: w.archived_at,
-            unknown: w.unknown.clone(),
+            worktree: w.worktree.as_ref().map(|t| WorktreeDoc {
+                source: t.source.clone(),
+                branch: t.branch.clone(),
+                base: t.base.clone(),
+                base_commit: t.base_commit.clone(),
+                copied: t.copied.clone(),
+                unknown: worktree_unknown,
+            }),
+            unknown,
         }
     }
 
     fn into_workspace(self) -> Workspace {
+        let mut unknown = self.unknown;
+        let worktree = self.worktree.map(|t| {
+            if !t.unknown.is_empty() {
+                unknown.insert(
+                    WORKTREE_KEY.to_string(),
+                    serde_json::Value::Object(t.unknown),
+                );
+            }
+            WorktreeInfo {
+                source: t.source,
+                branch: t.branch,
+                base: t.base,
+                base_commit: t.base_commit,
+                copied: t.copied,
+            }
+        });
         Workspace {
             id: self.id,
             kind: self.kind,
@@ -819,7 +866,8 @@ impl WorkspaceDoc {
             created_at: self.created_at,
             updated_at: self.updated_at,
             archived_at: self.archived_at,
-            unknown: self.unknown,
+            worktree,
+            unknown,
         }
     }
 }

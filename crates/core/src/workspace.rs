@@ -7,6 +7,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::WorkspaceId;
+use crate::worktree::WorktreeInfo;
 
 /// What kind of directory a workspace is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -55,5 +56,8 @@ pub struct Workspace {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub archived_at: Option<Timestamp>,
+    /// Set for a worktree drover made (`Registry::create_worktree_workspace`): where it comes
+    /// from and its branch. Archiving such a workspace removes the worktree.
+    pub worktree: Option<WorktreeInfo>,
     pub(crate) unknown: serde_json::Map<String, serde_json::Value>,
 }

@@ -7,6 +7,7 @@
 pub mod config;
 pub mod lock;
 pub mod logging;
+mod mcp;
 mod server;
 mod wire;
 mod ws;
@@ -110,14 +111,42 @@ pub async fn run_locked(
         daemon_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: Timestamp::now(),
     };
-    lock.publish(&info)?;
-    tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
-
+    // The token exists before anyone can read `daemon.json` and come looking for it.
     let token = if config.require_token || !config.listen.ip().is_loopback() {
         Some(lock::load_or_create_token(&config.home)?)
     } else {
         None
     };
+    lock.publish(&info)?;
+    tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
+
+    // Agents reach drover's MCP server at their own URL on this port.
+    let tokens = Arc::new(mcp::Tokens::default());
+    {
+        let tokens = tokens.clone();
+        let base = format!("http://{addr}");
+        runtimes.set_mcp_servers(Arc::new(move |agent, http| {
+            mcp::servers_for(&base, &tokens, agent, http)
+        }));
+    }
+    let mcp_handler = mcp::DroverMcp {
+        registry: registry.clone(),
+        runtimes: runtimes.clone(),
+        tokens,
+    };
+    // Stateless, plain JSON answers: every tool call stands alone, which is also what the
+    // stdio proxy (`drover mcp-proxy`) relays.
+    let mcp_config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None);
+    let mcp_service = rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        move || Ok(mcp_handler.clone()),
+        Arc::new(
+            rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default(),
+        ),
+        mcp_config,
+    );
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
         registry: registry.clone(),
@@ -133,7 +162,8 @@ pub async fn run_locked(
         addr,
         ws,
         stop,
-    });
+    })
+    .nest_service("/mcp", mcp_service);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

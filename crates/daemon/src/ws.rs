@@ -141,12 +141,110 @@ pub(crate) struct Context {
 /// What a request handler hands back to the session loop.
 enum Reply {
     Send(DaemonMessage),
-    /// `agent_initialized`: subscribe first, then send, then let through only what is newer.
+    /// `agent_initialized`: send it, then let through only the updates newer than `revision`.
     Initialized {
         agent: AgentId,
         revision: u64,
         message: DaemonMessage,
     },
+}
+
+/// A handler's reply, and the agent whose updates the session held for it (an
+/// `initialize_agent_request`).
+struct Answer {
+    held: Option<AgentId>,
+    reply: Reply,
+}
+
+/// Which agents' updates a session gets.
+///
+/// An `agent_initialized` covers the timeline up to a revision, read while the hub goes on
+/// broadcasting. Updates of an agent that is being initialized are therefore held (not
+/// dropped) until the answer is sent; then those newer than the answer follow it, so the
+/// client's history plus the updates is the timeline, with no gap and no repeat.
+#[derive(Default)]
+struct Subscriptions {
+    /// Agent → the timeline revision its last `agent_initialized` covered.
+    initialized: HashMap<AgentId, u64>,
+    /// Agents not yet initialized with an `initialize_agent_request` in flight.
+    pending: HashMap<AgentId, Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    requests: usize,
+    /// At most `HUB_CAPACITY`: more means the initialization took so long that the session
+    /// must resync anyway.
+    held: Vec<Arc<Outgoing>>,
+}
+
+enum Route {
+    Send,
+    Skip,
+    /// A held queue is full: the session fell behind.
+    Overflow,
+}
+
+impl Subscriptions {
+    /// An `initialize_agent_request` for `agent` was received; true if its updates are held
+    /// until the answer (the agent is not initialized yet).
+    fn begin(&mut self, agent: AgentId) -> bool {
+        if self.initialized.contains_key(&agent) {
+            return false;
+        }
+        self.pending.entry(agent).or_default().requests += 1;
+        true
+    }
+
+    fn route(&mut self, event: &Arc<Outgoing>) -> Route {
+        let Some(agent) = event.agent else {
+            return Route::Send;
+        };
+        if let Some(seen) = self.initialized.get(&agent) {
+            return if event.revision > *seen {
+                Route::Send
+            } else {
+                Route::Skip
+            };
+        }
+        if let Some(pending) = self.pending.get_mut(&agent) {
+            if pending.held.len() >= HUB_CAPACITY {
+                return Route::Overflow;
+            }
+            pending.held.push(event.clone());
+        }
+        Route::Skip
+    }
+
+    /// An initialization ended: answered at `revision`, or failed (`None`). Returns the held
+    /// updates to send after the answer.
+    fn finish(&mut self, agent: AgentId, held: bool, revision: Option<u64>) -> Vec<Arc<Outgoing>> {
+        let mut release = Vec::new();
+        if held && let Some(pending) = self.pending.get_mut(&agent) {
+            pending.requests = pending.requests.saturating_sub(1);
+            // A failure leaves the held updates to another request in flight, if any.
+            if revision.is_some() || pending.requests == 0 {
+                release = std::mem::take(&mut pending.held);
+            }
+            if pending.requests == 0 {
+                self.pending.remove(&agent);
+            }
+        }
+        let Some(revision) = revision else {
+            return Vec::new();
+        };
+        self.initialized.insert(agent, revision);
+        release.retain(|event| event.revision > revision);
+        release
+    }
+
+    /// The session fell behind: every subscription ends; the client re-initializes.
+    fn reset(&mut self) {
+        self.initialized.clear();
+        for pending in self.pending.values_mut() {
+            pending.held.clear();
+        }
+    }
 }
 
 /// Runs one connection until the client leaves or the daemon stops.
@@ -156,10 +254,10 @@ pub(crate) async fn session(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let session_id = uuid_v7();
+    // Replaced at `hello`: events from before the `session_state` snapshot are not sent.
     let mut events = context.hub.tx.subscribe();
-    let (reply_tx, mut replies) = mpsc::channel::<Reply>(REPLY_CAPACITY);
-    // Agents this session initialized → the timeline revision its `agent_initialized` had.
-    let mut initialized: HashMap<AgentId, u64> = HashMap::new();
+    let (reply_tx, mut replies) = mpsc::channel::<Answer>(REPLY_CAPACITY);
+    let mut subscriptions = Subscriptions::default();
     let mut greeted = false;
     loop {
         tokio::select! {
@@ -207,7 +305,12 @@ pub(crate) async fn session(
                         if socket.send(Message::Text(encode(&error))).await.is_err() { return; }
                         continue;
                     }
-                    greeted = true;
+                    if !greeted {
+                        // Subscribe before taking the snapshot: a change between the two is
+                        // sent again rather than lost.
+                        events = context.hub.tx.subscribe();
+                        greeted = true;
+                    }
                     let welcome = DaemonMessage::Welcome {
                         daemon_version: env!("CARGO_PKG_VERSION").to_string(),
                         protocol_version: PROTOCOL_VERSION,
@@ -226,37 +329,50 @@ pub(crate) async fn session(
                     if socket.send(Message::Text(encode(&error))).await.is_err() { return; }
                     continue;
                 }
+                let held = match &message {
+                    ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
+                        .parse::<AgentId>()
+                        .ok()
+                        .filter(|agent| subscriptions.begin(*agent)),
+                    _ => None,
+                };
                 let context = context.clone();
-                let reply = reply_tx.clone();
+                let reply_tx = reply_tx.clone();
                 tokio::spawn(async move {
-                    let answer = handle(message, &context).await;
-                    let _ = reply.send(answer).await;
+                    let reply = handle(message, &context).await;
+                    let _ = reply_tx.send(Answer { held, reply }).await;
                 });
             }
-            Some(reply) = replies.recv() => {
-                let message = match reply {
-                    Reply::Send(message) => message,
+            Some(Answer { held, reply }) = replies.recv() => {
+                let (message, release) = match reply {
+                    Reply::Send(message) => {
+                        if let Some(agent) = held {
+                            subscriptions.finish(agent, true, None);
+                        }
+                        (message, Vec::new())
+                    }
                     Reply::Initialized { agent, revision, message } => {
-                        initialized.insert(agent, revision);
-                        message
+                        (message, subscriptions.finish(agent, held.is_some(), Some(revision)))
                     }
                 };
                 if socket.send(Message::Text(encode(&message))).await.is_err() { return; }
+                for event in release {
+                    if socket.send(Message::Text(event.text.clone())).await.is_err() { return; }
+                }
             }
             event = events.recv(), if greeted => {
                 let text = match event {
-                    Ok(event) => {
-                        if let Some(agent) = event.agent {
-                            match initialized.get(&agent) {
-                                Some(seen) if event.revision > *seen => {}
-                                _ => continue,
-                            }
+                    Ok(event) => match subscriptions.route(&event) {
+                        Route::Send => event.text.clone(),
+                        Route::Skip => continue,
+                        Route::Overflow => {
+                            subscriptions.reset();
+                            encode(&DaemonMessage::ResyncRequired { reason: "this session fell behind while initializing an agent".to_string() })
                         }
-                        event.text.clone()
-                    }
+                    },
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         // Too slow: drop the subscriptions; the client re-initializes.
-                        initialized.clear();
+                        subscriptions.reset();
                         encode(&DaemonMessage::ResyncRequired { reason: format!("this session fell {n} events behind") })
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
@@ -372,6 +488,8 @@ async fn answer(message: ClientMessage, context: &Context) -> Result<Reply, Fail
     let runtimes = &context.runtimes;
     let send = |m| Ok(Reply::Send(m));
     match message {
+        // Not reached: the session loop answers every `hello` itself (a repeated one sends
+        // `welcome` and `session_state` again).
         ClientMessage::Hello { .. } => send(request_error(
             None,
             "invalid_message",
@@ -706,5 +824,86 @@ async fn answer(message: ClientMessage, context: &Context) -> Result<Reply, Fail
                 idle,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(agent: AgentId, revision: u64) -> Arc<Outgoing> {
+        Arc::new(Outgoing {
+            agent: Some(agent),
+            revision,
+            text: Utf8Bytes::from(format!("r{revision}")),
+        })
+    }
+
+    fn revisions(events: &[Arc<Outgoing>]) -> Vec<u64> {
+        events.iter().map(|e| e.revision).collect()
+    }
+
+    #[test]
+    fn updates_during_initialization_are_held_then_only_newer_ones_sent() {
+        let agent = AgentId::new();
+        let mut subs = Subscriptions::default();
+        assert!(matches!(subs.route(&update(agent, 1)), Route::Skip));
+        assert!(subs.begin(agent));
+        for revision in 2..=5 {
+            assert!(matches!(subs.route(&update(agent, revision)), Route::Skip));
+        }
+        // The answer covered revision 3: 4 and 5 follow it.
+        assert_eq!(revisions(&subs.finish(agent, true, Some(3))), [4, 5]);
+        assert!(matches!(subs.route(&update(agent, 6)), Route::Send));
+        // Initialized already: a second request holds nothing and moves the mark.
+        assert!(!subs.begin(agent));
+        assert!(subs.finish(agent, false, Some(8)).is_empty());
+        assert!(matches!(subs.route(&update(agent, 8)), Route::Skip));
+        assert!(matches!(subs.route(&update(agent, 9)), Route::Send));
+        // Status events always go.
+        let status = Arc::new(Outgoing {
+            agent: None,
+            revision: 0,
+            text: Utf8Bytes::from_static("s"),
+        });
+        assert!(matches!(subs.route(&status), Route::Send));
+    }
+
+    #[test]
+    fn a_failed_initialization_subscribes_nothing() {
+        let agent = AgentId::new();
+        let mut subs = Subscriptions::default();
+        assert!(subs.begin(agent));
+        assert!(subs.begin(agent));
+        subs.route(&update(agent, 1));
+        // One of two requests fails: the other still gets the held updates.
+        assert!(subs.finish(agent, true, None).is_empty());
+        assert_eq!(revisions(&subs.finish(agent, true, Some(0))), [1]);
+        let other = AgentId::new();
+        assert!(subs.begin(other));
+        subs.route(&update(other, 1));
+        assert!(subs.finish(other, true, None).is_empty());
+        assert!(subs.pending.is_empty());
+        assert!(matches!(subs.route(&update(other, 2)), Route::Skip));
+    }
+
+    #[test]
+    fn holding_is_bounded_and_a_reset_unsubscribes() {
+        let agent = AgentId::new();
+        let mut subs = Subscriptions::default();
+        subs.begin(agent);
+        for revision in 1..=HUB_CAPACITY as u64 {
+            assert!(matches!(subs.route(&update(agent, revision)), Route::Skip));
+        }
+        assert!(matches!(
+            subs.route(&update(agent, HUB_CAPACITY as u64 + 1)),
+            Route::Overflow
+        ));
+        subs.reset();
+        let initialized = AgentId::new();
+        subs.begin(initialized);
+        subs.finish(initialized, true, Some(0));
+        subs.reset();
+        assert!(matches!(subs.route(&update(initialized, 1)), Route::Skip));
     }
 }

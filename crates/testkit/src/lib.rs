@@ -7,6 +7,7 @@
 
 pub mod acp_client;
 pub mod crash;
+pub mod fleet_gen;
 pub mod model;
 pub mod real_agents;
 pub mod scripted_agent;

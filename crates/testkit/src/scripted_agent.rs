@@ -32,6 +32,7 @@
 //! |---|---|
 //! | `say <text>` | one `agent_message_chunk` with `<text>` |
 //! | `stream <n> [<delay_ms>]` | `n` chunks `chunk <i>\n` (i from 1), `delay_ms` (default 0) apart; cancellable |
+//! | `stream-stamped <n> [<delay_ms>]` | as `stream`, each chunk `chunk <i> @<ns>\n` where `<ns>` is the wall clock (`CLOCK_REALTIME`, nanoseconds since the Unix epoch, 19 digits) just before the chunk is written: a benchmark on the same host reads end-to-end delays from it |
 //! | `think <text>` | one `agent_thought_chunk` |
 //! | `tool <title>` | `tool_call` (status `pending`, kind `execute`), then `tool_call_update` `completed` with text content |
 //! | `permission <title>` | `tool_call`, then `session/request_permission`; allow → `tool_call_update` `completed` + say `permission granted`; reject → `failed` + say `permission denied`; outcome `cancelled` or a `session/cancel` → stop reason `cancelled` (claude's order) |
@@ -50,6 +51,7 @@
 //! | `cwd` | says the process's working directory |
 //! | `session-cwd` | says the `cwd` given by `session/new` or `session/load` |
 //! | `mcp-servers` | says the `mcpServers` given by `session/new` or `session/load`, as JSON |
+//! | `mcp <tool> <json arguments>` | calls `<tool>` on the session's first HTTP MCP server (`tools/call`) and says `mcp <tool>: <result text>` (or `mcp <tool> error: ...`) |
 //! | `spawn-child` | spawns `sleep 1000` in the agent's process group (stdio null) and says `child <pid>` |
 //! | `spawn-tool` | spawns `sleep 1000` in a process group of its own, as real agents run their tools, and says `tool <pid>` |
 //! | `stderr <text>` | writes `<text>` to stderr |
@@ -147,6 +149,11 @@ pub enum Directive {
         count: u64,
         delay: Duration,
     },
+    /// `stream` with the send time in each chunk.
+    StreamStamped {
+        count: u64,
+        delay: Duration,
+    },
     Think(String),
     Tool(String),
     Permission {
@@ -166,6 +173,11 @@ pub enum Directive {
     Cwd,
     SessionCwd,
     McpServers,
+    /// Calls a tool of the session's MCP server.
+    Mcp {
+        tool: String,
+        arguments: String,
+    },
     SpawnChild,
     /// A child in a process group of its own.
     SpawnTool,
@@ -186,7 +198,7 @@ impl Directive {
         let ms = |s: &str| s.parse::<u64>().ok().map(Duration::from_millis);
         match word {
             "say" => Directive::Say(rest.to_string()),
-            "stream" => {
+            "stream" | "stream-stamped" => {
                 let mut args = rest.split_whitespace();
                 let count = args.next().and_then(|n| n.parse().ok());
                 let delay = match args.next() {
@@ -194,7 +206,10 @@ impl Directive {
                     None => Some(Duration::ZERO),
                 };
                 match (count, delay, args.next()) {
-                    (Some(count), Some(delay), None) => Directive::Stream { count, delay },
+                    (Some(count), Some(delay), None) if word == "stream" => {
+                        Directive::Stream { count, delay }
+                    }
+                    (Some(count), Some(delay), None) => Directive::StreamStamped { count, delay },
                     _ => other(),
                 }
             }
@@ -228,6 +243,14 @@ impl Directive {
             "cwd" if rest.is_empty() => Directive::Cwd,
             "session-cwd" if rest.is_empty() => Directive::SessionCwd,
             "mcp-servers" if rest.is_empty() => Directive::McpServers,
+            "mcp" if !rest.is_empty() => {
+                let (tool, arguments) =
+                    rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
+                Directive::Mcp {
+                    tool: tool.to_string(),
+                    arguments: arguments.trim().to_string(),
+                }
+            }
             "spawn-child" if rest.is_empty() => Directive::SpawnChild,
             "spawn-tool" if rest.is_empty() => Directive::SpawnTool,
             "stderr" => Directive::Stderr(rest.to_string()),
@@ -858,7 +881,8 @@ impl Agent {
         let session_id = turn.session_id.clone();
         match directive {
             Directive::Say(text) => self.say(turn, &text).await,
-            Directive::Stream { count, delay } => {
+            Directive::Stream { count, delay } | Directive::StreamStamped { count, delay } => {
+                let stamped = matches!(directive, Directive::StreamStamped { .. });
                 for i in 1..=count {
                     if i > 1 && !delay.is_zero() {
                         tokio::select! {
@@ -869,7 +893,15 @@ impl Agent {
                     if turn.cancelled() {
                         return cancelled();
                     }
-                    self.say(turn, &format!("chunk {i}\n")).await;
+                    let text = if stamped {
+                        let ns = SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .map_or(0, |d| d.as_nanos());
+                        format!("chunk {i} @{ns}\n")
+                    } else {
+                        format!("chunk {i}\n")
+                    };
+                    self.say(turn, &text).await;
                 }
             }
             Directive::Think(text) => {
@@ -949,6 +981,36 @@ impl Agent {
                     .with_session(&session_id, |s| s.cwd.clone())
                     .unwrap_or_default();
                 self.say(turn, &cwd).await;
+            }
+            Directive::Mcp { tool, arguments } => {
+                let url = self
+                    .with_session(&session_id, |s| {
+                        s.mcp_servers
+                            .as_array()
+                            .and_then(|all| {
+                                all.iter()
+                                    .find_map(|m| m.get("url").and_then(Value::as_str))
+                            })
+                            .map(str::to_string)
+                    })
+                    .ok()
+                    .flatten();
+                let text = match url {
+                    None => format!("mcp {tool} error: no HTTP MCP server in this session"),
+                    Some(url) => {
+                        let tool_name = tool.clone();
+                        let call = tokio::task::spawn_blocking(move || {
+                            mcp_call(&url, &tool_name, &arguments)
+                        })
+                        .await;
+                        match call {
+                            Ok(Ok(result)) => format!("mcp {tool}: {result}"),
+                            Ok(Err(e)) => format!("mcp {tool} error: {e}"),
+                            Err(e) => format!("mcp {tool} error: {e}"),
+                        }
+                    }
+                };
+                self.say(turn, &text).await;
             }
             Directive::McpServers => {
                 let servers = self
@@ -1159,6 +1221,85 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     file.write_all(format!("{line}\n").as_bytes())
 }
 
+/// One MCP `tools/call` over streamable HTTP (a plain JSON answer), on loopback: the text of
+/// the result's content, or why it failed.
+fn mcp_call(url: &str, tool: &str, arguments: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let arguments: Value =
+        serde_json::from_str(arguments).map_err(|e| format!("arguments are not JSON: {e}"))?;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    })
+    .to_string();
+    let rest = url.strip_prefix("http://").ok_or("only http:// MCP urls")?;
+    let (authority, path) = rest
+        .split_once('/')
+        .map(|(a, p)| (a, format!("/{p}")))
+        .unwrap_or((rest, "/".to_string()));
+    let mut stream = std::net::TcpStream::connect(authority).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| e.to_string())?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP body")?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    let message: Value =
+        serde_json::from_str(body.trim()).map_err(|e| format!("not JSON ({e}): {body}"))?;
+    if let Some(error) = message.get("error") {
+        return Err(error.to_string());
+    }
+    let result = &message["result"];
+    let text: String = result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default();
+    if result["isError"] == json!(true) {
+        return Err(text);
+    }
+    // One line, so a reader can pick it out of the agent's message.
+    Ok(text.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || tail.len() < size {
+            break;
+        }
+        out.push_str(&tail[..size]);
+        rest = tail[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1186,6 +1327,13 @@ mod tests {
         assert_eq!(
             Directive::parse("stream x"),
             Directive::Other("stream x".into())
+        );
+        assert_eq!(
+            Directive::parse("stream-stamped 3 20"),
+            Directive::StreamStamped {
+                count: 3,
+                delay: Duration::from_millis(20)
+            }
         );
         assert_eq!(Directive::parse("crash"), Directive::Crash(3));
         assert_eq!(Directive::parse("crash 7"), Directive::Crash(7));

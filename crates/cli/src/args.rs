@@ -1,0 +1,223 @@
+//! The command line: every command, option and its help text.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use drover_daemon::DaemonConfig;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "drover",
+    version,
+    about = "Run and manage fleets of coding agents",
+    after_help = "An ID is a full agent id, a unique prefix of it, or an exact title.\n\
+                  Exit codes: 0 ok, 1 error (or a failed turn), 2 usage, 3 no daemon running, \
+                  4 no such agent (or ambiguous), 5 refused, 6 timeout, 130 interrupted."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the daemon is; every command takes these.
+#[derive(Debug, Clone, Args)]
+pub struct Global {
+    /// Data directory [default: $DROVER_HOME, else ~/.drover]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// The daemon's url (http://HOST:PORT) [default: the one in $DROVER_HOME/daemon.json]
+    #[arg(long, global = true, env = "DROVER_URL", value_name = "URL")]
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon in the foreground, or start, stop or check it in the background.
+    Daemon(DaemonArgs),
+    /// Create an agent and stream its reply until the turn ends.
+    Run(RunArgs),
+    /// List agents.
+    #[command(visible_alias = "list")]
+    Ls {
+        /// Include archived agents
+        #[arg(long, short)]
+        all: bool,
+        /// Show subagents under their parent
+        #[arg(long, short)]
+        tree: bool,
+        /// Print JSON (the agents as the protocol describes them)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow an agent live; Ctrl-C detaches and leaves it running.
+    Attach {
+        id: String,
+        /// Recent timeline items to show first
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        tail: usize,
+        /// Print each update as a JSON line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a message to an agent (queued for its next turn by default).
+    Send {
+        id: String,
+        message: String,
+        /// Stop the current turn and run this message first
+        #[arg(long, conflicts_with = "inject")]
+        steer: bool,
+        /// Add context to the next prompt without waking the agent
+        #[arg(long)]
+        inject: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until an agent is idle with nothing queued.
+    Wait {
+        id: String,
+        /// Give up after this many seconds (exit code 6)
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
+    },
+    /// Cancel an agent's running turn; queued messages then run unless --drop-queue.
+    Stop {
+        id: String,
+        /// Also discard the messages waiting in its inbox
+        #[arg(long)]
+        drop_queue: bool,
+    },
+    /// Archive an agent and its subagents (refused while work runs, unless --stop).
+    Archive {
+        id: String,
+        /// Stop what still runs instead of refusing
+        #[arg(long)]
+        stop: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring an archived agent back.
+    Unarchive { id: String },
+    /// Make a subagent a top-level agent.
+    Detach { id: String },
+    /// Show everything about one agent.
+    Inspect {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print an agent's timeline.
+    Logs {
+        id: String,
+        /// Only the last N items
+        #[arg(long, short = 'n', value_name = "N")]
+        tail: Option<usize>,
+        /// Keep printing new items as they come (Ctrl-C stops)
+        #[arg(long, short)]
+        follow: bool,
+        /// Print each item (and, with --follow, each update) as a JSON line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer an agent's oldest pending permission request.
+    Permit {
+        id: String,
+        answer: PermitAnswer,
+        /// Allow (or deny) this kind of request from now on
+        #[arg(long)]
+        always: bool,
+    },
+    /// List the providers and whether each can run (the daemon's view when it runs).
+    Providers {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PermitAnswer {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DaemonArgs {
+    #[command(subcommand)]
+    pub action: Option<DaemonAction>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// How the daemon listens.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback only)
+    #[arg(long, env = "DROVER_LISTEN", value_name = "ADDR", default_value_t = DaemonConfig::default_listen())]
+    pub listen: SocketAddr,
+    /// Ask clients for the token (`$DROVER_HOME/token`) even on loopback; beyond loopback
+    /// it is always asked for
+    #[arg(long)]
+    pub require_token: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonAction {
+    /// Start the daemon in the background (output in $DROVER_HOME/daemon.out).
+    Start {
+        #[command(flatten)]
+        serve: ServeArgs,
+        /// How long to wait for it to answer
+        #[arg(long, value_name = "SECONDS", default_value_t = 20.0)]
+        timeout: f64,
+    },
+    /// Stop the background daemon (SIGTERM) and wait for it to exit.
+    Stop {
+        /// How long to wait for it to exit
+        #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+        timeout: f64,
+    },
+    /// Say whether a daemon runs (exit code 0) or not (3).
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The first message
+    pub prompt: String,
+    /// Provider [default: $DROVER_PROVIDER, else codex]
+    #[arg(long, short, value_name = "P")]
+    pub provider: Option<String>,
+    /// Working directory [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    #[arg(long, short, value_name = "T")]
+    pub title: Option<String>,
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    #[arg(long, value_name = "M")]
+    pub mode: Option<String>,
+    /// Make it a subagent of this agent
+    #[arg(long, value_name = "ID")]
+    pub parent: Option<String>,
+    /// Detach: print the agent id and return at once
+    #[arg(long, short)]
+    pub detach: bool,
+    /// Archive the agent when its work is done
+    #[arg(long)]
+    pub auto_archive: bool,
+    /// Allow every permission request without asking
+    #[arg(long)]
+    pub allow_all: bool,
+    /// Print the agent (with -d) or each update as a JSON line
+    #[arg(long)]
+    pub json: bool,
+}

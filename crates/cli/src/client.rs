@@ -1,0 +1,291 @@
+//! The client side of the protocol: finds the daemon (`--url`, `$DROVER_URL`, or the url in
+//! `$DROVER_HOME/daemon.json`), connects to `/ws`, says `hello`, and pairs requests with their
+//! answers by `requestId`.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use drover_daemon::{DAEMON_INFO_FILE, DaemonInfo};
+use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, PROTOCOL_VERSION, WorkspaceInfo};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::error::CliError;
+
+/// How long connecting and the handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the daemon is: the options every client command shares.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The data directory (for `daemon.json` and `token`).
+    pub home: PathBuf,
+    /// An explicit url (`--url` / `$DROVER_URL`): `http://HOST:PORT` or `ws://HOST:PORT/ws`.
+    pub url: Option<String>,
+}
+
+impl Endpoint {
+    /// What `daemon.json` says, if a daemon published it.
+    pub fn published(&self) -> Option<DaemonInfo> {
+        read_info(&self.home)
+    }
+
+    /// The WebSocket url to connect to, or why there is none.
+    fn ws_url(&self) -> Result<String, CliError> {
+        let base = match &self.url {
+            Some(url) => url.clone(),
+            None => match self.published() {
+                Some(info) => info.url,
+                None => {
+                    return Err(CliError::NotRunning {
+                        home: self.home.clone(),
+                    });
+                }
+            },
+        };
+        Ok(ws_url(&base))
+    }
+
+    fn token(&self) -> Option<String> {
+        std::fs::read_to_string(self.home.join("token"))
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    }
+}
+
+/// `daemon.json` in `home`, if it is there and readable.
+pub fn read_info(home: &Path) -> Option<DaemonInfo> {
+    let bytes = std::fs::read(home.join(DAEMON_INFO_FILE)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// `http://h:p` → `ws://h:p/ws`; a `ws://` url is taken as given.
+fn ws_url(base: &str) -> String {
+    let base = base.trim_end_matches('/');
+    if base.starts_with("ws://") || base.starts_with("wss://") {
+        return base.to_string();
+    }
+    let rest = base
+        .strip_prefix("http://")
+        .map(|r| format!("ws://{r}"))
+        .or_else(|| base.strip_prefix("https://").map(|r| format!("wss://{r}")))
+        .unwrap_or_else(|| format!("ws://{base}"));
+    if rest.ends_with("/ws") {
+        rest
+    } else {
+        format!("{rest}/ws")
+    }
+}
+
+/// What `session_state` said on connect.
+#[derive(Debug)]
+pub struct SessionState {
+    pub agents: Vec<AgentInfo>,
+    pub workspaces: Vec<WorkspaceInfo>,
+}
+
+/// One session with the daemon.
+#[derive(Debug)]
+pub struct Connection {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_request: u64,
+    /// Messages read while waiting for an answer, in order.
+    backlog: VecDeque<DaemonMessage>,
+}
+
+impl Connection {
+    /// Connects and says `hello`; `include_archived` also lists archived agents in the state.
+    pub async fn open(
+        endpoint: &Endpoint,
+        include_archived: bool,
+    ) -> anyhow::Result<(Connection, SessionState)> {
+        let url = endpoint.ws_url()?;
+        let unreachable = |reason: String| -> CliError {
+            if endpoint.url.is_none() {
+                // daemon.json outlived its daemon (a crash): nobody is running.
+                CliError::NotRunning {
+                    home: endpoint.home.clone(),
+                }
+            } else {
+                CliError::Unreachable {
+                    url: url.clone(),
+                    reason,
+                }
+            }
+        };
+        let (socket, _) =
+            match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(&url))
+                .await
+            {
+                Ok(Ok(connected)) => connected,
+                Ok(Err(e)) => return Err(unreachable(e.to_string()).into()),
+                Err(_) => return Err(unreachable("no answer in time".to_string()).into()),
+            };
+        let mut connection = Connection {
+            socket,
+            next_request: 0,
+            backlog: VecDeque::new(),
+        };
+        connection
+            .send(&ClientMessage::Hello {
+                client: "drover-cli".to_string(),
+                version: Some(env!("CARGO_PKG_VERSION").to_string()),
+                protocol_version: PROTOCOL_VERSION,
+                capabilities: Vec::new(),
+                token: endpoint.token(),
+                include_archived,
+            })
+            .await?;
+        let state = tokio::time::timeout(CONNECT_TIMEOUT, connection.handshake())
+            .await
+            .map_err(|_| unreachable("no `welcome` in time".to_string()))??;
+        Ok((connection, state))
+    }
+
+    async fn handshake(&mut self) -> anyhow::Result<SessionState> {
+        loop {
+            match self.recv().await? {
+                DaemonMessage::Welcome { .. } => {}
+                DaemonMessage::SessionState { agents, workspaces } => {
+                    return Ok(SessionState { agents, workspaces });
+                }
+                DaemonMessage::RequestError {
+                    code,
+                    message,
+                    details,
+                    ..
+                } => {
+                    return Err(CliError::Daemon {
+                        code,
+                        message,
+                        details,
+                    }
+                    .into());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    async fn send(&mut self, message: &ClientMessage) -> anyhow::Result<()> {
+        let text = serde_json::to_string(message).context("cannot encode a request")?;
+        self.socket
+            .send(Message::Text(text.into()))
+            .await
+            .context("cannot send to the daemon")
+    }
+
+    /// Sends the request `make` builds around a fresh `requestId` and returns its answer; a
+    /// `request_error` becomes [`CliError::Daemon`]. Other messages wait in the backlog.
+    pub async fn request(
+        &mut self,
+        make: impl FnOnce(Option<String>) -> ClientMessage,
+    ) -> anyhow::Result<DaemonMessage> {
+        self.next_request += 1;
+        let id = format!("cli-{}", self.next_request);
+        self.send(&make(Some(id.clone()))).await?;
+        loop {
+            let message = self.read().await?;
+            if request_id(&message) != Some(id.as_str()) {
+                self.backlog.push_back(message);
+                continue;
+            }
+            if let DaemonMessage::RequestError {
+                code,
+                message,
+                details,
+                ..
+            } = message
+            {
+                return Err(CliError::Daemon {
+                    code,
+                    message,
+                    details,
+                }
+                .into());
+            }
+            return Ok(message);
+        }
+    }
+
+    /// The next message: from the backlog first, then the socket.
+    pub async fn recv(&mut self) -> anyhow::Result<DaemonMessage> {
+        match self.backlog.pop_front() {
+            Some(message) => Ok(message),
+            None => self.read().await,
+        }
+    }
+
+    async fn read(&mut self) -> anyhow::Result<DaemonMessage> {
+        loop {
+            let frame = self
+                .socket
+                .next()
+                .await
+                .ok_or_else(|| anyhow::anyhow!("the daemon closed the connection"))?
+                .context("lost the connection to the daemon")?;
+            match frame {
+                Message::Text(text) => {
+                    // A newer daemon may send messages this client does not know: skip them.
+                    if let Ok(message) = serde_json::from_str::<DaemonMessage>(&text) {
+                        return Ok(message);
+                    }
+                }
+                Message::Close(frame) => {
+                    let reason = frame
+                        .map(|f| f.reason.to_string())
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or_else(|| "no reason given".to_string());
+                    anyhow::bail!("the daemon closed the connection ({reason})");
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Says goodbye (best effort).
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+}
+
+/// The `requestId` an answer carries.
+fn request_id(message: &DaemonMessage) -> Option<&str> {
+    match message {
+        DaemonMessage::AgentInitialized { request_id, .. }
+        | DaemonMessage::TimelinePage { request_id, .. }
+        | DaemonMessage::AgentCreated { request_id, .. }
+        | DaemonMessage::MessageQueued { request_id, .. }
+        | DaemonMessage::Ok { request_id, .. }
+        | DaemonMessage::Archived { request_id, .. }
+        | DaemonMessage::ChildrenArchived { request_id, .. }
+        | DaemonMessage::Providers { request_id, .. }
+        | DaemonMessage::Agents { request_id, .. }
+        | DaemonMessage::Idle { request_id, .. }
+        | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
+        DaemonMessage::Welcome { .. }
+        | DaemonMessage::SessionState { .. }
+        | DaemonMessage::AgentStatus { .. }
+        | DaemonMessage::AgentUpdate(_)
+        | DaemonMessage::WorkspaceUpdate { .. }
+        | DaemonMessage::ResyncRequired { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ws_url;
+
+    #[test]
+    fn urls_become_websocket_urls() {
+        assert_eq!(ws_url("http://127.0.0.1:7433"), "ws://127.0.0.1:7433/ws");
+        assert_eq!(ws_url("http://127.0.0.1:7433/"), "ws://127.0.0.1:7433/ws");
+        assert_eq!(ws_url("ws://127.0.0.1:1/ws"), "ws://127.0.0.1:1/ws");
+        assert_eq!(ws_url("127.0.0.1:9"), "ws://127.0.0.1:9/ws");
+    }
+}

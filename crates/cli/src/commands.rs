@@ -1,0 +1,975 @@
+//! The client commands: each connects to the daemon, sends its requests, and prints the
+//! answer (data on stdout, diagnostics on stderr).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, Delivery, PermissionPolicy};
+use serde_json::{Value, json};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::args::{PermitAnswer, RunArgs};
+use crate::client::{Connection, Endpoint, SessionState};
+use crate::error::{CliError, exit};
+use crate::output::{self, Paint, Renderer, Style, Table, TurnEnd, View};
+use crate::resolve::{Prefer, ShortIds, resolve};
+
+/// Timeline items one `fetch_timeline` page may hold (the daemon's cap).
+const PAGE: usize = 1000;
+
+/// What every client command needs.
+#[derive(Debug)]
+pub struct Ctx {
+    pub endpoint: Endpoint,
+    pub style: Style,
+}
+
+impl Ctx {
+    /// Connects; the state lists archived agents too, so any agent can be named.
+    async fn connect(&self) -> anyhow::Result<(Connection, SessionState)> {
+        Connection::open(&self.endpoint, true).await
+    }
+
+    /// Connects and finds the agent `query` names: (connection, agent, its short name).
+    async fn agent(&self, query: &str) -> anyhow::Result<(Connection, AgentInfo, String)> {
+        self.agent_preferring(query, Prefer::Live).await
+    }
+
+    async fn agent_preferring(
+        &self,
+        query: &str,
+        prefer: Prefer,
+    ) -> anyhow::Result<(Connection, AgentInfo, String)> {
+        let (connection, SessionState { agents, .. }) = self.connect().await?;
+        let agent = resolve(&agents, query, prefer)?.clone();
+        let name = ShortIds::new(&agents).get(&agent.id).to_string();
+        Ok((connection, agent, name))
+    }
+}
+
+fn unexpected(message: &DaemonMessage) -> anyhow::Error {
+    anyhow::anyhow!("unexpected answer from the daemon: {message:?}")
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    outln!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Ctrl-C as a stream, set up before any wait so that no press is lost.
+fn interrupts() -> anyhow::Result<Signal> {
+    signal(SignalKind::interrupt()).context("cannot listen for Ctrl-C")
+}
+
+// ---- run, attach, logs ------------------------------------------------------------------------
+
+pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
+    let provider = args
+        .provider
+        .or_else(|| {
+            std::env::var("DROVER_PROVIDER")
+                .ok()
+                .filter(|p| !p.is_empty())
+        })
+        .unwrap_or_else(|| "codex".to_string());
+    let cwd = match &args.cwd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let cwd = std::fs::canonicalize(&cwd)
+        .with_context(|| format!("cannot use `{}` as the working directory", cwd.display()))?;
+    let (mut connection, SessionState { mut agents, .. }) = ctx.connect().await?;
+    let parent = match &args.parent {
+        Some(query) => Some(resolve(&agents, query, Prefer::Live)?.id.clone()),
+        None => None,
+    };
+    let answer = connection
+        .request(|request_id| ClientMessage::CreateAgent {
+            request_id,
+            provider,
+            cwd: Some(cwd.display().to_string()),
+            workspace_id: None,
+            prompt: Some(args.prompt.clone()),
+            title: args.title.clone(),
+            model: args.model.clone(),
+            mode: args.mode.clone(),
+            labels: BTreeMap::new(),
+            parent_agent_id: parent,
+            auto_archive: args.auto_archive,
+            permission_policy: if args.allow_all {
+                PermissionPolicy::Allow
+            } else {
+                PermissionPolicy::Ask
+            },
+        })
+        .await?;
+    let DaemonMessage::AgentCreated { agent, .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    if args.detach {
+        if args.json {
+            print_json(&agent)?;
+        } else {
+            outln!("{}", agent.id);
+        }
+        connection.close().await;
+        return Ok(());
+    }
+    agents.push(agent.clone());
+    let name = ShortIds::new(&agents).get(&agent.id).to_string();
+    let started = Instant::now();
+    let view = View {
+        timestamps: false,
+        show_user: false,
+        show_turns: false,
+        live: true,
+    };
+    let mut stream = Stream::new(ctx.style, view, &name, args.json);
+    let outcome = stream
+        .follow(&mut connection, &agent.id, None, Until::TurnEnds)
+        .await?;
+    connection.close().await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let tools = match stream.renderer.tool_count {
+        0 => String::new(),
+        1 => " · 1 tool call".to_string(),
+        n => format!(" · {n} tool calls"),
+    };
+    match outcome {
+        Outcome::Turn(end) => {
+            eprintln!(
+                "-- turn {} · {elapsed:.1}s{tools} · agent {name}",
+                end.describe()
+            );
+            if end.succeeded() {
+                Ok(())
+            } else {
+                Err(CliError::Reported {
+                    code: exit::ERROR,
+                    message: format!("turn {}", end.describe()),
+                }
+                .into())
+            }
+        }
+        Outcome::Failed(message) => Err(anyhow::anyhow!("agent {name}: {message}")),
+        Outcome::Interrupted => {
+            eprintln!("-- detached; the agent keeps running: drover attach {name}");
+            Err(CliError::Reported {
+                code: exit::INTERRUPTED,
+                message: "interrupted".to_string(),
+            }
+            .into())
+        }
+        Outcome::Closed(reason) => Err(anyhow::anyhow!(reason)),
+    }
+}
+
+pub async fn attach(ctx: &Ctx, id: &str, tail: usize, json: bool) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    eprintln!(
+        "-- attached to {name} ({}, {}); Ctrl-C detaches",
+        agent.title.as_deref().unwrap_or("untitled"),
+        agent.status
+    );
+    let view = View {
+        timestamps: false,
+        show_user: true,
+        show_turns: true,
+        live: true,
+    };
+    let mut stream = Stream::new(ctx.style, view, &name, json);
+    let outcome = stream
+        .follow(&mut connection, &agent.id, Some(tail), Until::Interrupted)
+        .await?;
+    connection.close().await;
+    match outcome {
+        Outcome::Interrupted => {
+            eprintln!("-- detached from {name}; it keeps running");
+            Ok(())
+        }
+        Outcome::Closed(reason) => Err(anyhow::anyhow!(reason)),
+        Outcome::Turn(_) | Outcome::Failed(_) => Ok(()),
+    }
+}
+
+pub async fn logs(
+    ctx: &Ctx,
+    id: &str,
+    tail: Option<usize>,
+    follow: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let view = View {
+        timestamps: true,
+        show_user: true,
+        show_turns: true,
+        live: follow,
+    };
+    let mut stream = Stream::new(ctx.style, view, &name, json);
+    if follow {
+        let outcome = stream
+            .follow(&mut connection, &agent.id, tail, Until::Interrupted)
+            .await?;
+        connection.close().await;
+        return match outcome {
+            Outcome::Closed(reason) => Err(anyhow::anyhow!(reason)),
+            _ => Ok(()),
+        };
+    }
+    let items = fetch_tail(&mut connection, &agent.id, tail).await?;
+    connection.close().await;
+    if items.is_empty() {
+        eprintln!("drover: {name} has no timeline yet");
+    }
+    for item in items {
+        stream.show(&json!({"op": "item", "item": item}))?;
+    }
+    stream.renderer.finish()?;
+    Ok(())
+}
+
+/// The last `want` timeline items (all of them if `None`), oldest first, paging back.
+async fn fetch_tail(
+    connection: &mut Connection,
+    agent: &str,
+    want: Option<usize>,
+) -> anyhow::Result<Vec<Value>> {
+    let mut items: Vec<Value> = Vec::new();
+    let mut before: Option<u64> = None;
+    loop {
+        let limit = want.map_or(PAGE, |w| (w - items.len()).min(PAGE));
+        if limit == 0 {
+            break;
+        }
+        let answer = connection
+            .request(|request_id| ClientMessage::FetchTimeline {
+                agent_id: agent.to_string(),
+                request_id,
+                before,
+                after: None,
+                limit: Some(limit),
+            })
+            .await?;
+        let DaemonMessage::TimelinePage {
+            items: page,
+            has_older,
+            ..
+        } = answer
+        else {
+            return Err(unexpected(&answer));
+        };
+        before = page
+            .first()
+            .and_then(|i| i.get("seq"))
+            .and_then(Value::as_u64);
+        let more = has_older && before.is_some() && !page.is_empty();
+        items.splice(0..0, page);
+        if !more {
+            break;
+        }
+    }
+    Ok(items)
+}
+
+/// When [`Stream::follow`] stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// The first `turn_ended`, or the agent failing before its turn started (`drover run`).
+    TurnEnds,
+    /// Only Ctrl-C (or the daemon going away).
+    Interrupted,
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Turn(TurnEnd),
+    /// The agent failed before a turn started.
+    Failed(String),
+    Interrupted,
+    Closed(String),
+}
+
+/// An agent's updates on stdout: as text, or one JSON line each.
+struct Stream {
+    renderer: Renderer<std::io::Stdout>,
+    json: bool,
+    /// The last item seen, so a re-initialization after `resync_required` repeats nothing.
+    last_seq: u64,
+    turn_started: bool,
+}
+
+impl Stream {
+    fn new(style: Style, view: View, name: &str, json: bool) -> Stream {
+        Stream {
+            renderer: Renderer::new(std::io::stdout(), style, view, name.to_string()),
+            json,
+            last_seq: 0,
+            turn_started: false,
+        }
+    }
+
+    /// Shows one notification; returns how a turn ended if it was a `turn_ended` item.
+    fn show(&mut self, notification: &Value) -> anyhow::Result<Option<TurnEnd>> {
+        if notification.get("op").and_then(Value::as_str) == Some("item") {
+            let item = &notification["item"];
+            if let Some(seq) = item.get("seq").and_then(Value::as_u64) {
+                if seq <= self.last_seq && self.last_seq > 0 {
+                    return Ok(None);
+                }
+                self.last_seq = seq;
+            }
+            if item.get("kind").and_then(Value::as_str) == Some("turn_started") {
+                self.turn_started = true;
+            }
+        }
+        if self.json {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{notification}")?;
+            out.flush()?;
+            if notification.pointer("/item/kind").and_then(Value::as_str) == Some("turn_ended") {
+                return Ok(Some(TurnEnd::from_data(&notification["item"]["data"])));
+            }
+            return Ok(None);
+        }
+        Ok(self.renderer.notification(notification)?)
+    }
+
+    /// Initializes the agent (its recent history, `tail` items) and shows its updates until
+    /// `until`.
+    async fn follow(
+        &mut self,
+        connection: &mut Connection,
+        agent: &str,
+        tail: Option<usize>,
+        until: Until,
+    ) -> anyhow::Result<Outcome> {
+        let mut interrupts = interrupts()?;
+        let outcome = self
+            .follow_inner(connection, agent, tail, until, &mut interrupts)
+            .await;
+        self.renderer.finish()?;
+        outcome
+    }
+
+    async fn follow_inner(
+        &mut self,
+        connection: &mut Connection,
+        agent: &str,
+        tail: Option<usize>,
+        until: Until,
+        interrupts: &mut Signal,
+    ) -> anyhow::Result<Outcome> {
+        let mut initialized = Some(initialize(connection, agent, tail).await?);
+        loop {
+            if let Some((info, updates)) = initialized.take() {
+                for update in updates {
+                    if let Some(end) = self.show(&update)?
+                        && until == Until::TurnEnds
+                    {
+                        return Ok(Outcome::Turn(end));
+                    }
+                }
+                if let Some(outcome) = self.check_status(&info, until) {
+                    return Ok(outcome);
+                }
+            }
+            let message = tokio::select! {
+                message = connection.recv() => message,
+                _ = interrupts.recv() => return Ok(Outcome::Interrupted),
+            };
+            let message = match message {
+                Ok(message) => message,
+                Err(e) => return Ok(Outcome::Closed(format!("{e:#}"))),
+            };
+            match message {
+                DaemonMessage::AgentUpdate(update) if update.agent_id == agent => {
+                    if let Some(end) = self.show(&update.notification)?
+                        && until == Until::TurnEnds
+                    {
+                        return Ok(Outcome::Turn(end));
+                    }
+                }
+                DaemonMessage::AgentStatus { agent: info } if info.id == agent => {
+                    if let Some(outcome) = self.check_status(&info, until) {
+                        return Ok(outcome);
+                    }
+                }
+                DaemonMessage::ResyncRequired { .. } => {
+                    // Events were dropped: take the history again (only newer items show).
+                    initialized = Some(initialize(connection, agent, Some(PAGE)).await?);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// `drover run` gives up on an agent that failed (or was archived) before its turn.
+    fn check_status(&self, info: &AgentInfo, until: Until) -> Option<Outcome> {
+        if until != Until::TurnEnds || self.turn_started {
+            return None;
+        }
+        if info.status == "error" {
+            let error = info.error.clone().unwrap_or_else(|| "failed".to_string());
+            return Some(Outcome::Failed(error));
+        }
+        if info.archived_at.is_some() {
+            return Some(Outcome::Failed("archived before its turn".to_string()));
+        }
+        None
+    }
+}
+
+/// `initialize_agent_request`: the agent and its recent history, as notifications.
+async fn initialize(
+    connection: &mut Connection,
+    agent: &str,
+    tail: Option<usize>,
+) -> anyhow::Result<(AgentInfo, Vec<Value>)> {
+    let answer = connection
+        .request(|request_id| ClientMessage::InitializeAgentRequest {
+            agent_id: agent.to_string(),
+            request_id,
+            limit: tail.map(|t| t.min(PAGE)),
+        })
+        .await?;
+    let DaemonMessage::AgentInitialized { info, updates, .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    Ok((info, updates.into_iter().map(|u| u.notification).collect()))
+}
+
+// ---- the list and one agent -------------------------------------------------------------------
+
+pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<()> {
+    // Without --all the archived agents are neither fetched nor counted for short ids: an id
+    // prefix that is also an archived agent's names the live one (see `resolve`).
+    let (connection, SessionState { mut agents, .. }) =
+        Connection::open(&ctx.endpoint, all).await?;
+    connection.close().await;
+    agents.retain(|a| all || a.archived_at.is_none());
+    let short = ShortIds::new(&agents);
+    agents.sort_by(|a, b| a.id.cmp(&b.id));
+    if json {
+        return print_json(&agents);
+    }
+    if agents.is_empty() {
+        eprintln!("drover: no agents; start one with `drover run \"…\"`");
+        return Ok(());
+    }
+    let rows: Vec<(String, &AgentInfo)> = if tree {
+        tree_order(&agents)
+            .into_iter()
+            .map(|(prefix, a)| (format!("{prefix}{}", short.get(&a.id)), a))
+            .collect()
+    } else {
+        agents
+            .iter()
+            .map(|a| (short.get(&a.id).to_string(), a))
+            .collect()
+    };
+    let now = jiff::Timestamp::now();
+    let mut table = Table::new(vec![
+        "ID",
+        "TITLE",
+        "PROVIDER",
+        "STATUS",
+        "ATTENTION",
+        "AGE",
+        "CWD",
+    ]);
+    for (id, agent) in rows {
+        let status = if agent.archived_at.is_some() {
+            format!("{} (archived)", agent.status)
+        } else {
+            agent.status.clone()
+        };
+        let paint = if agent.archived_at.is_some() {
+            Paint::Dim
+        } else {
+            output::status_paint(&agent.status)
+        };
+        let attention = agent.attention_reason.clone().unwrap_or("-".to_string());
+        let attention_paint = match attention.as_str() {
+            "permission" | "error" => Paint::Yellow,
+            _ => Paint::Plain,
+        };
+        table.row(vec![
+            (id, Paint::Plain),
+            (
+                output::truncate(agent.title.as_deref().unwrap_or("-"), 40),
+                Paint::Bold,
+            ),
+            (agent.provider.clone(), Paint::Plain),
+            (status, paint),
+            (attention, attention_paint),
+            (output::age(&agent.created_at, now), Paint::Plain),
+            (output::tilde(&agent.cwd), Paint::Dim),
+        ]);
+    }
+    let mut out = std::io::stdout().lock();
+    table.write(&mut out, ctx.style)?;
+    Ok(())
+}
+
+/// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their
+/// subagents under them.
+fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
+    let shown: HashMap<&str, &AgentInfo> = agents.iter().map(|a| (a.id.as_str(), a)).collect();
+    let mut children: HashMap<&str, Vec<&AgentInfo>> = HashMap::new();
+    let mut roots = Vec::new();
+    for agent in agents {
+        match agent.parent_agent_id.as_deref() {
+            Some(parent) if shown.contains_key(parent) => {
+                children.entry(parent).or_default().push(agent)
+            }
+            _ => roots.push(agent),
+        }
+    }
+    fn walk<'a>(
+        agent: &'a AgentInfo,
+        lead: &str,
+        branch: &str,
+        children: &HashMap<&str, Vec<&'a AgentInfo>>,
+        out: &mut Vec<(String, &'a AgentInfo)>,
+        depth: usize,
+    ) {
+        out.push((format!("{lead}{branch}"), agent));
+        // A parent cycle cannot happen in the registry; the depth bound keeps a bad answer
+        // from looping.
+        if depth > 64 {
+            return;
+        }
+        let kids = children.get(agent.id.as_str()).cloned().unwrap_or_default();
+        let lead = match branch {
+            "├─ " => format!("{lead}│  "),
+            "└─ " => format!("{lead}   "),
+            _ => lead.to_string(),
+        };
+        for (i, kid) in kids.iter().enumerate() {
+            let branch = if i + 1 == kids.len() {
+                "└─ "
+            } else {
+                "├─ "
+            };
+            walk(kid, &lead, branch, children, out, depth + 1);
+        }
+    }
+    let mut out = Vec::with_capacity(agents.len());
+    for root in roots {
+        walk(root, "", "", &children, &mut out, 0);
+    }
+    out
+}
+
+pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
+    let (connection, SessionState { agents, workspaces }) = ctx.connect().await?;
+    connection.close().await;
+    let agent = resolve(&agents, id, Prefer::Live)?;
+    let workspace = match workspaces.iter().find(|w| w.id == agent.workspace_id) {
+        Some(w) => format!("{} ({}, {})", w.name, w.kind, w.path),
+        None => agent.workspace_id.clone(),
+    };
+    let short = ShortIds::new(&agents);
+    let children: Vec<&AgentInfo> = agents
+        .iter()
+        .filter(|a| a.parent_agent_id.as_deref() == Some(agent.id.as_str()))
+        .collect();
+    if json {
+        let mut value = serde_json::to_value(agent)?;
+        value["children"] = json!(children.iter().map(|c| &c.id).collect::<Vec<_>>());
+        return print_json(&value);
+    }
+    let now = jiff::Timestamp::now();
+    let dash = || "-".to_string();
+    let style = ctx.style;
+    let mut rows: Vec<(&str, String)> = vec![
+        ("id", agent.id.clone()),
+        ("title", agent.title.clone().unwrap_or_else(dash)),
+        ("provider", agent.provider.clone()),
+        (
+            "status",
+            style.paint(output::status_paint(&agent.status), &agent.status),
+        ),
+        (
+            "attention",
+            match (&agent.attention_reason, &agent.attention_timestamp) {
+                (Some(reason), Some(at)) => format!("{reason} since {}", output::when(at, now)),
+                (Some(reason), None) => reason.clone(),
+                _ => dash(),
+            },
+        ),
+        ("error", agent.error.clone().unwrap_or_else(dash)),
+        ("cwd", agent.cwd.clone()),
+        ("workspace", workspace),
+        (
+            "parent",
+            agent
+                .parent_agent_id
+                .as_deref()
+                .map(|p| short.get(p).to_string())
+                .unwrap_or_else(dash),
+        ),
+        (
+            "children",
+            if children.is_empty() {
+                dash()
+            } else {
+                children
+                    .iter()
+                    .map(|c| short.get(&c.id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        ("model", agent.model.clone().unwrap_or_else(dash)),
+        ("mode", agent.current_mode_id.clone().unwrap_or_else(dash)),
+        (
+            "permissions",
+            match agent.permission_policy {
+                PermissionPolicy::Ask => "ask".to_string(),
+                PermissionPolicy::Allow => "allow all".to_string(),
+            },
+        ),
+        (
+            "auto-archive",
+            if agent.auto_archive { "yes" } else { "no" }.to_string(),
+        ),
+        (
+            "labels",
+            if agent.labels.is_empty() {
+                dash()
+            } else {
+                agent
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        ("session", agent.session_id.clone().unwrap_or_else(dash)),
+        ("created", output::when(&agent.created_at, now)),
+        ("last active", output::when(&agent.last_activity_at, now)),
+        (
+            "archived",
+            agent
+                .archived_at
+                .as_deref()
+                .map(|at| output::when(at, now))
+                .unwrap_or_else(dash),
+        ),
+    ];
+    if agent.archived_at.is_none() {
+        rows.retain(|(k, _)| *k != "archived");
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    for (key, value) in rows {
+        let key = format!("{key:width$}");
+        writeln!(out, "{}  {value}", style.paint(Paint::Bold, &key))?;
+    }
+    Ok(())
+}
+
+// ---- requests about one agent -----------------------------------------------------------------
+
+pub async fn send(
+    ctx: &Ctx,
+    id: &str,
+    message: String,
+    delivery: Delivery,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::SendMessage {
+            request_id,
+            agent_id: agent.id.clone(),
+            text: message,
+            delivery,
+        })
+        .await?;
+    connection.close().await;
+    let DaemonMessage::MessageQueued { message_id, .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    let delivery = match delivery {
+        Delivery::Followup => "followup",
+        Delivery::Steer => "steer",
+        Delivery::Inject => "inject",
+    };
+    if json {
+        return print_json(
+            &json!({"agentId": agent.id, "messageId": message_id, "delivery": delivery}),
+        );
+    }
+    outln!("queued {delivery} for {name} (message {message_id})");
+    Ok(())
+}
+
+pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<()> {
+    let timeout = match timeout {
+        Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) => anyhow::bail!("--timeout must be a number of seconds, not {s}"),
+        None => None,
+    };
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::WaitIdle {
+            request_id,
+            agent_id: agent.id.clone(),
+            timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        })
+        .await?;
+    connection.close().await;
+    match answer {
+        DaemonMessage::Idle { idle: true, .. } => {
+            eprintln!("drover: {name} is idle");
+            Ok(())
+        }
+        DaemonMessage::Idle { idle: false, .. } => Err(CliError::Timeout(format!(
+            "{name} is still busy after {:.1}s",
+            timeout.unwrap_or_default().as_secs_f64()
+        ))
+        .into()),
+        other => Err(unexpected(&other)),
+    }
+}
+
+pub async fn stop(ctx: &Ctx, id: &str, drop_queue: bool) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    connection
+        .request(|request_id| ClientMessage::Cancel {
+            request_id,
+            agent_id: agent.id.clone(),
+            keep_inbox: !drop_queue,
+        })
+        .await?;
+    connection.close().await;
+    if drop_queue {
+        outln!("stopped {name} and discarded its queued messages");
+    } else {
+        outln!("stopped {name}");
+    }
+    Ok(())
+}
+
+pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::Archive {
+            request_id,
+            agent_id: agent.id.clone(),
+            stop_activity: stop,
+        })
+        .await;
+    connection.close().await;
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => {
+            if let Some(CliError::Daemon {
+                code,
+                details: Some(details),
+                ..
+            }) = e.downcast_ref::<CliError>()
+                && code == "agent_active"
+            {
+                eprintln!("drover: cannot archive {name}: work still runs:");
+                for line in activity_lines(details, &name) {
+                    eprintln!("  {line}");
+                }
+                eprintln!("archive it anyway, stopping that work: drover archive {name} --stop");
+                return Err(CliError::Reported {
+                    code: exit::REFUSED,
+                    message: "agent_active".to_string(),
+                }
+                .into());
+            }
+            return Err(e);
+        }
+    };
+    let DaemonMessage::Archived {
+        archived, stopped, ..
+    } = &answer
+    else {
+        return Err(unexpected(&answer));
+    };
+    if json {
+        return print_json(&json!({"agentId": agent.id, "archived": archived, "stopped": stopped}));
+    }
+    let others = archived.iter().filter(|a| **a != agent.id).count();
+    let mut line = format!("archived {name}");
+    if others > 0 {
+        line.push_str(&format!(
+            " and {others} subagent{}",
+            if others == 1 { "" } else { "s" }
+        ));
+    }
+    outln!("{line}");
+    for item in activity_lines(stopped, &name) {
+        outln!("  stopped {item}");
+    }
+    Ok(())
+}
+
+/// One line per running item of an activity report (`{agentId, families: {name: [items]}}`).
+fn activity_lines(report: &Value, name: &str) -> Vec<String> {
+    let Some(families) = report.get("families").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    for (family, items) in families {
+        for item in items.as_array().into_iter().flatten() {
+            let text = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or_default();
+            let who = match item.get("agentId").and_then(Value::as_str) {
+                Some(id) if Some(id) == report.get("agentId").and_then(Value::as_str) => {
+                    name.to_string()
+                }
+                Some(id) => id.to_string(),
+                None => text("id").to_string(),
+            };
+            let title = match text("title") {
+                "" => String::new(),
+                t => format!(" \"{t}\""),
+            };
+            lines.push(format!("{family}: {who}{title}: {}", text("detail")));
+        }
+    }
+    lines
+}
+
+pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent_preferring(id, Prefer::Archived).await?;
+    connection
+        .request(|request_id| ClientMessage::Unarchive {
+            request_id,
+            agent_id: agent.id.clone(),
+        })
+        .await?;
+    connection.close().await;
+    outln!("unarchived {name}");
+    Ok(())
+}
+
+pub async fn detach(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    connection
+        .request(|request_id| ClientMessage::Detach {
+            request_id,
+            agent_id: agent.id.clone(),
+        })
+        .await?;
+    connection.close().await;
+    outln!("detached {name}: it is a top-level agent now");
+    Ok(())
+}
+
+pub async fn permit(ctx: &Ctx, id: &str, answer: PermitAnswer, always: bool) -> anyhow::Result<()> {
+    let kind = match (answer, always) {
+        (PermitAnswer::Allow, false) => "allow_once",
+        (PermitAnswer::Allow, true) => "allow_always",
+        (PermitAnswer::Deny, false) => "reject_once",
+        (PermitAnswer::Deny, true) => "reject_always",
+    };
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    connection
+        .request(|request_id| ClientMessage::AnswerPermission {
+            request_id,
+            agent_id: agent.id.clone(),
+            seq: None,
+            kind: Some(kind.to_string()),
+            option_id: None,
+            cancel: false,
+        })
+        .await?;
+    connection.close().await;
+    let verb = match answer {
+        PermitAnswer::Allow => "allowed",
+        PermitAnswer::Deny => "denied",
+    };
+    outln!("{verb} the oldest request of {name} ({kind})");
+    Ok(())
+}
+
+// ---- providers --------------------------------------------------------------------------------
+
+/// `drover providers`: the running daemon's view, else the config on disk.
+pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
+    let rows: Vec<(Value, bool, String)> = match Connection::open(&ctx.endpoint, false).await {
+        Ok((mut connection, _)) => {
+            let answer = connection
+                .request(|request_id| ClientMessage::ListProviders { request_id })
+                .await?;
+            connection.close().await;
+            let DaemonMessage::Providers { providers, .. } = answer else {
+                return Err(unexpected(&answer));
+            };
+            providers
+                .into_iter()
+                .map(|p| {
+                    let provider = json!({"name": p.name, "label": p.label, "command": p.command});
+                    (provider, p.available, p.detail)
+                })
+                .collect()
+        }
+        Err(e) if is_not_running(&e) && ctx.endpoint.url.is_none() => {
+            local_providers(&ctx.endpoint.home)?
+        }
+        Err(e) => return Err(e),
+    };
+    if json {
+        let list: Vec<Value> = rows
+            .into_iter()
+            .map(|(provider, available, detail)| {
+                let availability = if available {
+                    json!({"state": "available", "path": detail})
+                } else {
+                    json!({"state": "unavailable", "reason": detail})
+                };
+                json!({"provider": provider, "availability": availability})
+            })
+            .collect();
+        return print_json(&list);
+    }
+    let width = rows
+        .iter()
+        .map(|(p, _, _)| p["name"].as_str().unwrap_or_default().len())
+        .max()
+        .unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    for (provider, available, detail) in rows {
+        let name = provider["name"].as_str().unwrap_or_default();
+        let state = if available {
+            ctx.style.paint(Paint::Green, "available  ")
+        } else {
+            ctx.style.paint(Paint::Yellow, "unavailable")
+        };
+        writeln!(out, "{name:width$}  {state}  {detail}")?;
+    }
+    Ok(())
+}
+
+fn is_not_running(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<CliError>(),
+        Some(CliError::NotRunning { .. })
+    )
+}
+
+fn local_providers(home: &Path) -> anyhow::Result<Vec<(Value, bool, String)>> {
+    let providers = drover_acp::Providers::load(home)?;
+    providers
+        .all()
+        .map(|p| {
+            let (available, detail) = match providers.availability(p) {
+                drover_acp::Availability::Available { path } => (true, path.display().to_string()),
+                drover_acp::Availability::Unavailable { reason } => (false, reason),
+            };
+            Ok((serde_json::to_value(p)?, available, detail))
+        })
+        .collect()
+}

@@ -1,0 +1,239 @@
+//! `drover daemon`: the daemon in the foreground, and `start` / `stop` / `status` for one in
+//! the background.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use drover_daemon::{DaemonConfig, DaemonInfo, DataDirLock};
+use serde_json::Value;
+
+use crate::args::ServeArgs;
+use crate::client::read_info;
+use crate::error::{CliError, exit};
+
+/// `drover daemon`: serves until Ctrl-C or SIGTERM.
+pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
+    let mut config = DaemonConfig::new(home.to_path_buf(), serve.listen)?;
+    config.require_token = serve.require_token;
+    // The lock comes before the port, so a second daemon on this home names the first one
+    // instead of failing on a busy port.
+    let lock = DataDirLock::acquire(&config.home)?;
+    drover_daemon::logging::init(&config.home)
+        .with_context(|| format!("cannot open the log in `{}`", config.home.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        drover_daemon::run_locked(lock, listener, config, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the daemon");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// The daemon serving `home`, if one answers `/health` at the url it published.
+pub fn running(home: &Path) -> Option<(DaemonInfo, Value)> {
+    let info = read_info(home)?;
+    let health = health(&info.url)?;
+    Some((info, health))
+}
+
+/// `drover daemon start`: spawns `drover daemon` in its own process group, detached from this
+/// terminal, and waits until it answers.
+pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Result<()> {
+    if let Some((info, _)) = running(home) {
+        eprintln!("drover: a daemon already runs for {}", home.display());
+        outln!("{}  pid {}", info.url, info.pid);
+        return Ok(());
+    }
+    std::fs::create_dir_all(home)
+        .with_context(|| format!("cannot create the data directory `{}`", home.display()))?;
+    let out_path = home.join("daemon.out");
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&out_path)
+        .with_context(|| format!("cannot open `{}`", out_path.display()))?;
+    let err = out
+        .try_clone()
+        .with_context(|| format!("cannot open `{}`", out_path.display()))?;
+    let exe = std::env::current_exe().context("cannot find the drover executable")?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("daemon")
+        .arg("--home")
+        .arg(home)
+        .arg("--listen")
+        .arg(serve.listen.to_string())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    if serve.require_token {
+        command.arg("--require-token");
+    }
+    // A group of its own: Ctrl-C and the hangup of this terminal do not reach it.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command.spawn().context("cannot start `drover daemon`")?;
+    let pid = child.id();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().context("cannot watch the daemon")? {
+            let tail = tail_of(&out_path, 20);
+            anyhow::bail!(
+                "the daemon exited at start ({status}); the end of {}:\n{tail}",
+                out_path.display()
+            );
+        }
+        if let Some((info, _)) = running(home)
+            && info.pid == pid
+        {
+            outln!("{}  pid {}", info.url, info.pid);
+            eprintln!(
+                "drover: daemon started for {} (output in {})",
+                home.display(),
+                out_path.display()
+            );
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(CliError::Timeout(format!(
+                "the daemon (pid {pid}) did not answer within {timeout:?}; see {}",
+                out_path.display()
+            ))
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// `drover daemon stop`: SIGTERM, then wait (bounded) until the data directory is free.
+pub fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
+    let Some(info) = read_info(home).filter(|_| lock_held(home)) else {
+        return Err(CliError::NotRunning {
+            home: home.to_path_buf(),
+        }
+        .into());
+    };
+    let raw = i32::try_from(info.pid).context("the pid in daemon.json is out of range")?;
+    let pid = nix::unistd::Pid::from_raw(raw);
+    match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::ESRCH) => {
+            return Err(CliError::NotRunning {
+                home: home.to_path_buf(),
+            }
+            .into());
+        }
+        Err(e) => return Err(anyhow::anyhow!("cannot signal pid {}: {e}", info.pid)),
+    }
+    let deadline = Instant::now() + timeout;
+    // The lock goes when the process does: a zombie or a reused pid cannot fool this.
+    while lock_held(home) {
+        if Instant::now() >= deadline {
+            return Err(CliError::Timeout(format!(
+                "the daemon (pid {}) is still running after {timeout:?}",
+                info.pid
+            ))
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    eprintln!("drover: daemon stopped (pid {})", info.pid);
+    Ok(())
+}
+
+/// `drover daemon status`: exit code 0 when running, 3 when not.
+pub fn status(home: &Path, json: bool) -> anyhow::Result<()> {
+    match running(home) {
+        Some((info, health)) => {
+            if json {
+                outln!("{}", serde_json::to_string_pretty(&health)?);
+            } else {
+                let agents = health.get("agents").and_then(Value::as_u64).unwrap_or(0);
+                outln!(
+                    "running  {}  pid {}  version {}  agents {agents}",
+                    info.url,
+                    info.pid,
+                    info.daemon_version
+                );
+            }
+            Ok(())
+        }
+        None => {
+            if json {
+                outln!("{}", serde_json::json!({"status": "not_running"}));
+            } else {
+                outln!("not running");
+            }
+            Err(CliError::Reported {
+                code: exit::NOT_RUNNING,
+                message: format!("no drover daemon is running for {}", home.display()),
+            }
+            .into())
+        }
+    }
+}
+
+/// Whether some process holds the data directory's lock.
+fn lock_held(home: &Path) -> bool {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(home.join("daemon.lock"))
+    else {
+        return false;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
+/// `GET /health` (plain HTTP/1.0 on loopback): the JSON body, if it answers 200.
+fn health(url: &str) -> Option<Value> {
+    let addr = url.strip_prefix("http://")?.trim_end_matches('/');
+    let socket = addr.parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&socket, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    if response.split(' ').nth(1) != Some("200") {
+        return None;
+    }
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
+}
+
+fn tail_of(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,672 @@
+//! How the CLI shows things: colour (off with `NO_COLOR` or when stdout is not a terminal),
+//! tables, times, and the text rendering of an agent's timeline, live or from history.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+
+use jiff::{Timestamp, tz::TimeZone};
+use serde_json::Value;
+
+/// Whether to colour stdout.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    pub color: bool,
+}
+
+/// An ANSI colour (or none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paint {
+    Plain,
+    Bold,
+    Dim,
+    Red,
+    Green,
+    Yellow,
+    Cyan,
+}
+
+impl Style {
+    /// Colour only for a terminal, and never with `NO_COLOR` set (to anything but "").
+    pub fn detect() -> Style {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Style {
+            color: !no_color && std::io::stdout().is_terminal(),
+        }
+    }
+
+    pub fn paint(&self, paint: Paint, text: &str) -> String {
+        let code = match paint {
+            Paint::Plain => return text.to_string(),
+            Paint::Bold => "1",
+            Paint::Dim => "2",
+            Paint::Red => "31",
+            Paint::Green => "32",
+            Paint::Yellow => "33",
+            Paint::Cyan => "36",
+        };
+        if self.color && !text.is_empty() {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+/// The colour of an agent status.
+pub fn status_paint(status: &str) -> Paint {
+    match status {
+        "running" | "initializing" => Paint::Green,
+        "error" => Paint::Red,
+        "closed" => Paint::Dim,
+        _ => Paint::Plain,
+    }
+}
+
+/// A table of left-aligned columns, two spaces apart; widths come from the plain text so
+/// colour never shifts a column.
+#[derive(Debug)]
+pub struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<(String, Paint)>>,
+}
+
+impl Table {
+    pub fn new(headers: Vec<&'static str>) -> Table {
+        Table {
+            headers,
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<(String, Paint)>) {
+        self.rows.push(cells);
+    }
+
+    pub fn write(&self, out: &mut impl Write, style: Style) -> std::io::Result<()> {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (i, (text, _)) in row.iter().enumerate() {
+                if let Some(w) = widths.get_mut(i) {
+                    *w = (*w).max(text.chars().count());
+                }
+            }
+        }
+        let last = self.headers.len().saturating_sub(1);
+        let line = |cells: Vec<(String, Paint)>| {
+            let mut line = String::new();
+            for (i, (text, paint)) in cells.into_iter().enumerate() {
+                line.push_str(&style.paint(paint, &text));
+                if i < last {
+                    let pad = widths[i].saturating_sub(text.chars().count()) + 2;
+                    line.push_str(&" ".repeat(pad));
+                }
+            }
+            line.trim_end().to_string()
+        };
+        let header = self
+            .headers
+            .iter()
+            .map(|h| (h.to_string(), Paint::Bold))
+            .collect();
+        writeln!(out, "{}", line(header))?;
+        for row in &self.rows {
+            writeln!(out, "{}", line(row.clone()))?;
+        }
+        Ok(())
+    }
+}
+
+/// `5s`, `3m`, `2h`, `4d`: how long ago `at` was.
+pub fn age(at: &str, now: Timestamp) -> String {
+    let Ok(at) = at.parse::<Timestamp>() else {
+        return "-".to_string();
+    };
+    let secs = now.as_second().saturating_sub(at.as_second()).max(0);
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// `14:03:27` in local time.
+pub fn clock(at: &str) -> String {
+    match at.parse::<Timestamp>() {
+        Ok(at) => at
+            .to_zoned_datetime(TimeZone::system())
+            .strftime("%H:%M:%S")
+            .to_string(),
+        Err(_) => "--:--:--".to_string(),
+    }
+}
+
+/// `2025-06-01 14:03:27 (3m ago)` in local time.
+pub fn when(at: &str, now: Timestamp) -> String {
+    match at.parse::<Timestamp>() {
+        Ok(ts) => format!(
+            "{} ({} ago)",
+            ts.to_zoned_datetime(TimeZone::system())
+                .strftime("%Y-%m-%d %H:%M:%S"),
+            age(at, now)
+        ),
+        Err(_) => at.to_string(),
+    }
+}
+
+/// `$HOME/x` → `~/x`.
+pub fn tilde(path: &str) -> String {
+    match std::env::var("HOME") {
+        Ok(home) if !home.is_empty() && home != "/" => match path.strip_prefix(&home) {
+            Some("") => "~".to_string(),
+            Some(rest) if rest.starts_with('/') => format!("~{rest}"),
+            _ => path.to_string(),
+        },
+        _ => path.to_string(),
+    }
+}
+
+/// At most `max` characters, with `…` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    let single: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if single.chars().count() <= max {
+        return single;
+    }
+    let mut cut: String = single.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// How a turn ended (a `turn_ended` item).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnEnd {
+    /// `turn_completed`, `turn_failed`, `turn_canceled`, `turn_blocked`.
+    pub event: String,
+    pub detail: Option<String>,
+}
+
+impl TurnEnd {
+    pub fn from_data(data: &Value) -> TurnEnd {
+        let text = |k: &str| data.get(k).and_then(Value::as_str).map(str::to_string);
+        let event = text("event").unwrap_or_else(|| "turn_ended".to_string());
+        let detail = match event.as_str() {
+            "turn_completed" => text("stopReason"),
+            "turn_failed" => text("error"),
+            "turn_canceled" => text("cause"),
+            "turn_blocked" => text("reason"),
+            _ => None,
+        };
+        TurnEnd { event, detail }
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.event == "turn_completed"
+    }
+
+    /// `completed (end_turn)`, `failed: …`, `canceled (user)`.
+    pub fn describe(&self) -> String {
+        let word = self.event.strip_prefix("turn_").unwrap_or(&self.event);
+        match (&self.detail, word) {
+            (None, _) => word.to_string(),
+            (Some(d), "failed" | "blocked") => format!("{word}: {d}"),
+            (Some(d), _) => format!("{word} ({d})"),
+        }
+    }
+
+    fn paint(&self) -> Paint {
+        match self.event.as_str() {
+            "turn_completed" => Paint::Green,
+            "turn_canceled" => Paint::Yellow,
+            _ => Paint::Red,
+        }
+    }
+}
+
+/// What a [`Renderer`] shows.
+#[derive(Debug, Clone, Copy)]
+pub struct View {
+    /// Each item on its own line under a local time and a label (`drover logs`); otherwise a
+    /// conversation (`drover run`, `drover attach`).
+    pub timestamps: bool,
+    pub show_user: bool,
+    pub show_turns: bool,
+    /// Updates keep coming: a tool call gets its line once it settles (or its turn ends).
+    pub live: bool,
+}
+
+#[derive(Debug)]
+struct Tool {
+    title: String,
+    status: String,
+    at: String,
+    printed: bool,
+}
+
+/// Writes an agent's timeline as text: items as they come, message text as it is appended,
+/// tool calls one line each, permission requests with how to answer them.
+#[derive(Debug)]
+pub struct Renderer<W: Write> {
+    out: W,
+    style: Style,
+    view: View,
+    /// How to name the agent in hints (`drover permit NAME allow`).
+    name: String,
+    mid_line: bool,
+    /// Continuation lines of the current item start this far in.
+    indent: usize,
+    /// The item appended text belongs to, and its colour.
+    open: Option<(u64, Paint)>,
+    tools: HashMap<u64, Tool>,
+    tool_order: Vec<u64>,
+    permissions: HashMap<u64, String>,
+    /// Tool calls seen.
+    pub tool_count: usize,
+}
+
+const LABEL_WIDTH: usize = 8;
+
+impl<W: Write> Renderer<W> {
+    pub fn new(out: W, style: Style, view: View, name: String) -> Renderer<W> {
+        Renderer {
+            out,
+            style,
+            view,
+            name,
+            mid_line: false,
+            indent: 0,
+            open: None,
+            tools: HashMap::new(),
+            tool_order: Vec::new(),
+            permissions: HashMap::new(),
+            tool_count: 0,
+        }
+    }
+
+    /// Renders one `agent_update` notification (`op`: `item`, `append`, `patch`); returns how
+    /// a turn ended when this was a `turn_ended` item.
+    pub fn notification(&mut self, notification: &Value) -> std::io::Result<Option<TurnEnd>> {
+        let end = match notification.get("op").and_then(Value::as_str) {
+            Some("item") => match notification.get("item") {
+                Some(item) => self.item(item)?,
+                None => None,
+            },
+            Some("append") => {
+                let seq = notification.get("seq").and_then(Value::as_u64);
+                let text = notification.get("text").and_then(Value::as_str);
+                if let (Some(seq), Some(text), Some((open, paint))) = (seq, text, self.open)
+                    && open == seq
+                {
+                    self.text(text, paint)?;
+                }
+                None
+            }
+            Some("patch") => {
+                let seq = notification.get("seq").and_then(Value::as_u64);
+                let fields = notification.get("fields");
+                if let (Some(seq), Some(fields)) = (seq, fields) {
+                    self.patch(seq, fields)?;
+                }
+                None
+            }
+            _ => None,
+        };
+        self.out.flush()?;
+        Ok(end)
+    }
+
+    /// Renders one timeline item (`{seq, at, kind, data}`).
+    pub fn item(&mut self, item: &Value) -> std::io::Result<Option<TurnEnd>> {
+        let seq = item.get("seq").and_then(Value::as_u64).unwrap_or(0);
+        let at = item.get("at").and_then(Value::as_str).unwrap_or_default();
+        let kind = item.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let empty = Value::Object(Default::default());
+        let data = item.get("data").unwrap_or(&empty);
+        let text = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or_default();
+        self.open = None;
+        match kind {
+            "agent_message" | "agent_thought" => {
+                let thought = kind == "agent_thought";
+                let label = if thought { "thought" } else { "agent" };
+                self.start(at, label)?;
+                if thought && !self.view.timestamps {
+                    let prefix = self.style.paint(Paint::Dim, "thinking: ");
+                    write!(self.out, "{prefix}")?;
+                    self.mid_line = true;
+                }
+                let paint = if thought { Paint::Dim } else { Paint::Plain };
+                self.text(text("text"), paint)?;
+                self.open = Some((seq, paint));
+            }
+            "user_message" if self.view.show_user => {
+                self.start(at, "user")?;
+                if !self.view.timestamps {
+                    write!(self.out, "{}", self.style.paint(Paint::Bold, "> "))?;
+                    self.mid_line = true;
+                }
+                self.text(text("text"), Paint::Bold)?;
+                let delivery = text("delivery");
+                if !delivery.is_empty() && delivery != "followup" {
+                    let note = format!(" ({delivery})");
+                    write!(self.out, "{}", self.style.paint(Paint::Dim, &note))?;
+                }
+                if let Some(context) = data.get("context").and_then(Value::as_array) {
+                    for c in context.iter().filter_map(Value::as_str) {
+                        self.start(at, "context")?;
+                        if !self.view.timestamps {
+                            write!(self.out, "{}", self.style.paint(Paint::Dim, "  + "))?;
+                            self.mid_line = true;
+                        }
+                        self.text(c, Paint::Dim)?;
+                    }
+                }
+                // Whole when it arrives: end its line now, so a live reader sees it.
+                self.break_line()?;
+            }
+            "tool_call" => {
+                self.tool_count += 1;
+                let tool = Tool {
+                    title: tool_title(data),
+                    status: data
+                        .get("status")
+                        .and_then(Value::as_str)
+                        .unwrap_or("pending")
+                        .to_string(),
+                    at: at.to_string(),
+                    printed: false,
+                };
+                self.tools.insert(seq, tool);
+                self.tool_order.push(seq);
+                self.settle_tool(seq, !self.view.live)?;
+            }
+            "permission" => {
+                let title = data
+                    .get("title")
+                    .and_then(Value::as_str)
+                    .unwrap_or("a tool call")
+                    .to_string();
+                self.permissions.insert(seq, title.clone());
+                if text("status") == "pending" {
+                    self.line(at, "perm", Paint::Yellow, &self.permission_question(&title))?;
+                } else {
+                    let answer = permission_answer(data);
+                    self.line(
+                        at,
+                        "perm",
+                        Paint::Yellow,
+                        &format!("permission for {title}: {answer}"),
+                    )?;
+                }
+            }
+            "plan" => {
+                let text = self.labelled("plan:", "");
+                self.line(at, "plan", Paint::Cyan, &text)?;
+                let entries = data.get("entries").and_then(Value::as_array);
+                for entry in entries.into_iter().flatten() {
+                    let status = entry.get("status").and_then(Value::as_str).unwrap_or("?");
+                    let content = entry.get("content").and_then(Value::as_str).unwrap_or("");
+                    let text = format!("  [{status}] {content}");
+                    self.continuation(&text, Paint::Cyan)?;
+                }
+            }
+            "mode" => {
+                let mode = data.get("modeId").and_then(Value::as_str).unwrap_or("?");
+                let text = self.labelled("mode: ", mode);
+                self.line(at, "mode", Paint::Dim, &text)?;
+            }
+            "notice" => {
+                let text = self.labelled("notice: ", text("text"));
+                self.line(at, "notice", Paint::Yellow, &text)?;
+            }
+            "turn_started" if self.view.show_turns && self.view.timestamps => {
+                self.line(at, "turn", Paint::Dim, "started")?;
+            }
+            "turn_ended" => {
+                let end = TurnEnd::from_data(data);
+                self.flush_tools()?;
+                if self.view.show_turns {
+                    let text = if self.view.timestamps {
+                        end.describe()
+                    } else {
+                        format!("-- turn {}", end.describe())
+                    };
+                    self.line(at, "turn", end.paint(), &text)?;
+                }
+                return Ok(Some(end));
+            }
+            // usage, config, available_commands, session_info, raw: for --json readers.
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn patch(&mut self, seq: u64, fields: &Value) -> std::io::Result<()> {
+        if let Some(tool) = self.tools.get_mut(&seq) {
+            if let Some(status) = fields.get("status").and_then(Value::as_str) {
+                tool.status = status.to_string();
+            }
+            if let Some(title) = fields.get("title").and_then(Value::as_str) {
+                tool.title = title.to_string();
+            }
+            return self.settle_tool(seq, false);
+        }
+        if let Some(title) = self.permissions.get(&seq).cloned()
+            && fields.get("status").and_then(Value::as_str) == Some("answered")
+        {
+            let answer = permission_answer(fields);
+            let at = jiff::Timestamp::now().to_string();
+            self.line(
+                &at,
+                "perm",
+                Paint::Yellow,
+                &format!("permission for {title}: {answer}"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Prints the tool call's line once it has settled (or now, if `force`).
+    fn settle_tool(&mut self, seq: u64, force: bool) -> std::io::Result<()> {
+        let Some(tool) = self.tools.get(&seq) else {
+            return Ok(());
+        };
+        let settled = matches!(tool.status.as_str(), "completed" | "failed");
+        if tool.printed || !(settled || force) {
+            return Ok(());
+        }
+        let paint = match tool.status.as_str() {
+            "completed" => Paint::Green,
+            "failed" => Paint::Red,
+            _ => Paint::Yellow,
+        };
+        let text = format!("{} ({})", tool.title, tool.status);
+        let text = self.labelled("tool: ", &text);
+        let at = tool.at.clone();
+        if let Some(tool) = self.tools.get_mut(&seq) {
+            tool.printed = true;
+        }
+        self.line(&at, "tool", paint, &text)
+    }
+
+    /// Prints the tool calls that never settled (their turn ended).
+    fn flush_tools(&mut self) -> std::io::Result<()> {
+        for seq in self.tool_order.clone() {
+            self.settle_tool(seq, true)?;
+        }
+        Ok(())
+    }
+
+    /// `prefix` + `text` in a conversation; in the log view the label says it already.
+    fn labelled(&self, prefix: &str, text: &str) -> String {
+        if self.view.timestamps {
+            text.to_string()
+        } else {
+            format!("{prefix}{text}")
+        }
+    }
+
+    fn permission_question(&self, title: &str) -> String {
+        format!(
+            "permission requested: {title}\n  answer with: drover permit {} allow|deny [--always]",
+            self.name
+        )
+    }
+
+    /// Ends the current line, if any.
+    fn break_line(&mut self) -> std::io::Result<()> {
+        if self.mid_line {
+            writeln!(self.out)?;
+            self.mid_line = false;
+        }
+        Ok(())
+    }
+
+    /// Starts an item: a fresh line, with time and label in log view.
+    fn start(&mut self, at: &str, label: &str) -> std::io::Result<()> {
+        self.break_line()?;
+        if self.view.timestamps {
+            let time = self.style.paint(Paint::Dim, &clock(at));
+            write!(self.out, "{time} {:<LABEL_WIDTH$} ", label)?;
+            self.mid_line = true;
+            self.indent = 8 + 1 + LABEL_WIDTH + 1;
+        } else {
+            self.indent = 0;
+        }
+        Ok(())
+    }
+
+    /// A whole item of one or more lines.
+    fn line(&mut self, at: &str, label: &str, paint: Paint, text: &str) -> std::io::Result<()> {
+        self.open = None;
+        self.start(at, label)?;
+        self.text(text, paint)?;
+        self.break_line()
+    }
+
+    /// One more line of the current item.
+    fn continuation(&mut self, text: &str, paint: Paint) -> std::io::Result<()> {
+        self.break_line()?;
+        self.text(text, paint)?;
+        self.break_line()
+    }
+
+    /// Text of the current item; continuation lines are indented under it.
+    fn text(&mut self, text: &str, paint: Paint) -> std::io::Result<()> {
+        for (i, part) in text.split('\n').enumerate() {
+            if i > 0 {
+                writeln!(self.out)?;
+                self.mid_line = false;
+            }
+            if part.is_empty() {
+                continue;
+            }
+            if !self.mid_line {
+                write!(self.out, "{}", " ".repeat(self.indent))?;
+            }
+            write!(self.out, "{}", self.style.paint(paint, part))?;
+            self.mid_line = true;
+        }
+        Ok(())
+    }
+
+    /// Ends the output cleanly: the open line closed, unsettled tool calls shown.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        self.break_line()?;
+        self.flush_tools()?;
+        self.out.flush()
+    }
+}
+
+fn tool_title(data: &Value) -> String {
+    data.get("title")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            data.get("kind")
+                .and_then(Value::as_str)
+                .map(|k| format!("{k} tool"))
+        })
+        .unwrap_or_else(|| "tool call".to_string())
+}
+
+/// `allowed (allow_once)`, `denied (reject_always)`, `cancelled`.
+fn permission_answer(fields: &Value) -> String {
+    match fields.get("kind").and_then(Value::as_str) {
+        Some(kind) if kind.starts_with("allow") => format!("allowed ({kind})"),
+        Some(kind) if kind.starts_with("reject") => format!("denied ({kind})"),
+        Some(kind) => format!("answered ({kind})"),
+        None => match fields.pointer("/outcome/outcome").and_then(Value::as_str) {
+            Some("cancelled") | None => "cancelled".to_string(),
+            Some(other) => other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn render(view: View, updates: &[Value]) -> String {
+        let mut out = Vec::new();
+        {
+            let mut r = Renderer::new(&mut out, Style { color: false }, view, "abc".into());
+            for u in updates {
+                r.notification(u).expect("render");
+            }
+            r.finish().expect("finish");
+        }
+        String::from_utf8(out).expect("utf8")
+    }
+
+    const LIVE: View = View {
+        timestamps: false,
+        show_user: false,
+        show_turns: false,
+        live: true,
+    };
+
+    #[test]
+    fn streams_text_and_settles_tool_calls_on_one_line() {
+        let updates = [
+            json!({"op": "item", "item": {"seq": 1, "at": "", "kind": "agent_message", "data": {"text": "hel"}}}),
+            json!({"op": "append", "seq": 1, "field": "text", "text": "lo\nworld"}),
+            json!({"op": "item", "item": {"seq": 2, "at": "", "kind": "tool_call", "data": {"title": "build", "status": "pending"}}}),
+            json!({"op": "patch", "seq": 2, "fields": {"status": "completed"}}),
+            json!({"op": "item", "item": {"seq": 3, "at": "", "kind": "turn_ended", "data": {"event": "turn_completed", "stopReason": "end_turn"}}}),
+        ];
+        assert_eq!(
+            render(LIVE, &updates),
+            "hello\nworld\ntool: build (completed)\n"
+        );
+    }
+
+    #[test]
+    fn log_view_indents_continuations_under_the_label() {
+        let view = View {
+            timestamps: true,
+            show_user: true,
+            show_turns: true,
+            live: false,
+        };
+        let updates = [
+            json!({"op": "item", "item": {"seq": 1, "at": "bad", "kind": "agent_message", "data": {"text": "a\nb\n"}}}),
+        ];
+        assert_eq!(
+            render(view, &updates),
+            "--:--:-- agent    a\n                  b\n"
+        );
+    }
+
+    #[test]
+    fn turn_ends_read_well() {
+        let end = TurnEnd::from_data(&json!({"event": "turn_failed", "error": "boom"}));
+        assert_eq!(end.describe(), "failed: boom");
+        assert!(!end.succeeded());
+        let end = TurnEnd::from_data(&json!({"event": "turn_canceled", "cause": "user"}));
+        assert_eq!(end.describe(), "canceled (user)");
+    }
+}

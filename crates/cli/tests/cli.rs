@@ -1,0 +1,761 @@
+//! The `drover` client commands as a user runs them, against a real daemon process with the
+//! scripted provider: output (insta snapshots, ids, paths and times redacted) and exit codes.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+const WAIT: Duration = Duration::from_secs(20);
+const DROVER: &str = env!("CARGO_BIN_EXE_drover");
+
+/// What one `drover` invocation did.
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    /// `exit`, stdout and stderr, as a snapshot shows them.
+    fn transcript(&self) -> String {
+        format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+
+    fn ok(self) -> Out {
+        assert_eq!(self.code, 0, "{}", self.transcript());
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("{e}: {}", self.stdout))
+    }
+}
+
+/// A data directory with the scripted provider, a working directory, and (once started) a
+/// daemon process serving them.
+struct Fixture {
+    home: TempDir,
+    state: TempDir,
+    cwd: TempDir,
+    daemon: Option<Child>,
+}
+
+impl Fixture {
+    /// A home with no daemon.
+    fn new() -> Fixture {
+        let fixture = Fixture {
+            home: TempDir::new().expect("home"),
+            state: TempDir::new().expect("state"),
+            cwd: TempDir::new().expect("cwd"),
+            daemon: None,
+        };
+        drover_testkit::daemon::write_scripted_config(fixture.home(), fixture.state.path());
+        // And a provider whose agent exits at once.
+        let config = fixture.home().join("config.toml");
+        let mut text = std::fs::read_to_string(&config).expect("config");
+        text.push_str("\n[providers.broken]\ncommand = [\"/bin/sh\", \"-c\", \"exit 3\"]\n");
+        std::fs::write(&config, text).expect("config");
+        fixture
+    }
+
+    /// A home with a daemon running (`drover daemon --listen 127.0.0.1:0`).
+    fn start() -> Fixture {
+        Fixture::start_with(&[])
+    }
+
+    /// Same, with more `drover daemon` arguments.
+    fn start_with(args: &[&str]) -> Fixture {
+        let mut fixture = Fixture::new();
+        let child = Command::new(DROVER)
+            .args(["daemon", "--home"])
+            .arg(fixture.home())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env("PATH", "/usr/bin:/bin")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn drover daemon");
+        fixture.daemon = Some(child);
+        let deadline = Instant::now() + WAIT;
+        while !fixture.home().join("daemon.json").exists() {
+            assert!(Instant::now() < deadline, "the daemon did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        fixture
+    }
+
+    fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    fn cwd(&self) -> PathBuf {
+        std::fs::canonicalize(self.cwd.path()).expect("cwd")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(DROVER);
+        command
+            .args(args)
+            .current_dir(self.cwd())
+            .env("DROVER_HOME", self.home())
+            .env("DROVER_PROVIDER", "scripted")
+            .env("NO_COLOR", "1")
+            .env("HOME", "/nonexistent")
+            .env_remove("DROVER_URL")
+            .env_remove("DROVER_LISTEN");
+        command
+    }
+
+    /// Runs `drover ARGS` to the end.
+    fn drover(&self, args: &[&str]) -> Out {
+        let out = self
+            .command(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run drover");
+        Out {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// `drover run -d ...`: the new agent's id.
+    fn spawn_agent(&self, extra: &[&str], prompt: &str) -> String {
+        let mut args = vec!["run", "-d"];
+        args.extend_from_slice(extra);
+        args.push(prompt);
+        let out = self.drover(&args).ok();
+        out.stdout.trim().to_string()
+    }
+
+    fn info(&self, id: &str) -> Value {
+        self.drover(&["inspect", id, "--json"]).ok().json()
+    }
+
+    /// Polls until the agent's status is `status`.
+    fn wait_status(&self, id: &str, status: &str) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let info = self.info(id);
+            if info["status"] == status {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} never became {status}: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Paths of this fixture replaced by placeholders.
+    fn redact(&self, text: &str) -> String {
+        let agent = drover_testkit::scripted_agent_bin();
+        let mut text = text.to_string();
+        for (path, name) in [
+            (self.cwd(), "[CWD]"),
+            (self.home().to_path_buf(), "[HOME]"),
+            (self.state.path().to_path_buf(), "[STATE]"),
+            (agent, "[SCRIPTED_AGENT]"),
+        ] {
+            text = text.replace(&path.display().to_string(), name);
+        }
+        // The workspace is named after the directory.
+        let cwd = self.cwd();
+        let cwd_name = cwd.file_name().expect("a name").to_string_lossy();
+        text.replace(cwd_name.as_ref(), "[CWD_NAME]")
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // SAFETY: signalling our own child.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+            }
+            let deadline = Instant::now() + WAIT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Insta settings that redact ids, times, durations, pids and ports.
+fn settings() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_prepend_module_to_snapshot(false);
+    for (pattern, replacement) in [
+        (
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[ID]",
+        ),
+        // Short ids pad their table column: the padding goes with them.
+        (r"\b[0-9a-f]{8}(?:-[0-9a-f]{1,12})* {2,}", "[ID]  "),
+        (r"\b[0-9a-f]{8}(?:-[0-9a-f]{1,12})*\b", "[ID]"),
+        (r"(?m)^ID +", "ID  "),
+        (r"\d{4}-\d{2}-\d{2}T[0-9:.]+Z", "[TS]"),
+        (r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", "[DATE]"),
+        (r"\b\d{2}:\d{2}:\d{2}\b", "[TIME]"),
+        (r"\b\d+\.\d+s\b", "[ELAPSED]"),
+        (r"\(\d+[smhd] ago\)", "([AGE] ago)"),
+        (r"  \d{1,2}[smhd] {2,3}", "  [AGE]  "),
+        (r"pid \d+", "pid [PID]"),
+        (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
+        (r"scripted-\d+-\d+-\d+", "scripted-[SESSION]"),
+    ] {
+        settings.add_filter(pattern, replacement);
+    }
+    settings
+}
+
+macro_rules! snapshot {
+    ($name:expr, $value:expr) => {
+        settings().bind(|| insta::assert_snapshot!($name, $value))
+    };
+}
+
+/// A `drover` process still running, its stdout read line by line.
+struct Live {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Live {
+    fn spawn(fixture: &Fixture, args: &[&str]) -> Live {
+        let mut child = fixture
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn drover");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Live {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads stdout until a line contains `text`.
+    fn expect_line(&mut self, text: &str) {
+        let deadline = Instant::now() + WAIT;
+        while !self.seen.iter().any(|l| l.contains(text)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("no line with `{text}` in:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+
+    fn interrupt(&self) {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: signalling our own child.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, libc::SIGINT);
+        }
+    }
+
+    /// Waits for the exit and collects the rest of the output.
+    fn finish(mut self) -> Out {
+        let deadline = Instant::now() + WAIT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("poll") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "drover did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(line);
+        }
+        let mut stderr = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut stderr);
+        }
+        let mut stdout = self.seen.join("\n");
+        if !stdout.is_empty() {
+            stdout.push('\n');
+        }
+        Out {
+            code: status.code().unwrap_or(-1),
+            stdout,
+            stderr,
+        }
+    }
+}
+
+// ---- run --------------------------------------------------------------------------------------
+
+#[test]
+fn run_streams_the_reply_and_tool_calls_then_summarizes() {
+    let fx = Fixture::start();
+    let out = fx.drover(&[
+        "run",
+        "--title",
+        "greeter",
+        "say hello there\ntool build\nstream 3 20",
+    ]);
+    snapshot!("run_streams", out.transcript());
+    assert_eq!(out.code, 0);
+
+    let failed = fx.drover(&["run", "--title", "doomed", "say trying\nfail boom"]);
+    snapshot!("run_failed_turn", failed.transcript());
+    assert_eq!(failed.code, 1);
+}
+
+#[test]
+fn run_reports_an_agent_that_cannot_start() {
+    let fx = Fixture::start();
+    let out = fx.drover(&["run", "--provider", "broken", "say hi"]);
+    assert_eq!(out.code, 1, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("closed before it answered `initialize`"),
+        "{}",
+        out.stderr
+    );
+    let unknown = fx.drover(&["run", "--provider", "nope", "say hi"]);
+    snapshot!("run_unknown_provider", unknown.transcript());
+    assert_eq!(unknown.code, 4);
+}
+
+#[test]
+fn run_detached_prints_the_id_and_wait_and_logs_follow_it() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "bg"], "stream 2 50");
+    assert_eq!(id.len(), 36, "{id}");
+    let waited = fx.drover(&["wait", &id]);
+    assert_eq!(waited.code, 0, "{}", waited.transcript());
+    let logs = fx.drover(&["logs", "bg"]).ok();
+    snapshot!("logs_all", fx.redact(&logs.transcript()));
+    let tail = fx.drover(&["logs", &id[..13], "--tail", "2"]).ok();
+    snapshot!("logs_tail", tail.transcript());
+    let json = fx.drover(&["logs", "bg", "--json"]).ok();
+    let kinds: Vec<String> = json
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .map(|v| v["item"]["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "user_message",
+            "turn_started",
+            "agent_message",
+            "turn_ended"
+        ]
+    );
+
+    let json = fx
+        .drover(&["run", "-d", "--json", "--title", "bg2", "say x"])
+        .ok();
+    assert_eq!(json.json()["title"], "bg2");
+    assert_eq!(json.json()["cwd"], fx.cwd().display().to_string());
+}
+
+#[test]
+fn run_shows_permission_requests_and_permit_answers_them() {
+    let fx = Fixture::start();
+    let mut run = Live::spawn(&fx, &["run", "--title", "deployer", "permission deploy"]);
+    run.expect_line("answer with");
+    let permit = fx.drover(&["permit", "deployer", "allow"]);
+    snapshot!("permit_allow", permit.transcript());
+    assert_eq!(permit.code, 0);
+    let out = run.finish();
+    snapshot!("run_with_permission", out.transcript());
+    assert_eq!(out.code, 0);
+
+    // Nothing left to answer: refused.
+    let again = fx.drover(&["permit", "deployer", "deny", "--always"]);
+    assert_eq!(again.code, 5, "{}", again.transcript());
+    assert!(
+        again.stderr.contains("no pending permission"),
+        "{}",
+        again.stderr
+    );
+
+    // Denied once: the agent says so.
+    let id = fx.spawn_agent(&["--title", "denied"], "permission rm -rf");
+    fx.wait_status(&id, "running");
+    let deadline = Instant::now() + WAIT;
+    while fx.info(&id)["attentionReason"] != "permission" {
+        assert!(Instant::now() < deadline, "no permission request");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fx.drover(&["permit", &id, "deny"]).ok();
+    fx.drover(&["wait", &id]).ok();
+    let logs = fx.drover(&["logs", &id, "--tail", "4"]).ok();
+    snapshot!("permit_deny_logs", logs.transcript());
+
+    // --allow-all never asks.
+    let out = fx.drover(&["run", "--allow-all", "permission deploy"]).ok();
+    assert!(out.stdout.contains("permission granted"), "{}", out.stdout);
+}
+
+// ---- ls ---------------------------------------------------------------------------------------
+
+#[test]
+fn ls_shows_a_table_a_tree_and_json() {
+    let fx = Fixture::start();
+    let empty = fx.drover(&["ls"]);
+    snapshot!("ls_empty", empty.transcript());
+    let parent = fx.spawn_agent(&["--title", "parent"], "say p");
+    let child = fx.spawn_agent(&["--title", "child", "--parent", "parent"], "say c");
+    let grandchild = fx.spawn_agent(&["--title", "grandchild", "--parent", &child], "say g");
+    let second = fx.spawn_agent(&["--title", "second child", "--parent", &parent], "say s");
+    let solo = fx.spawn_agent(&["--title", "solo"], "say alone");
+    for id in [&parent, &child, &grandchild, &second, &solo] {
+        fx.drover(&["wait", id]).ok();
+    }
+    let table = fx.drover(&["ls"]).ok();
+    snapshot!("ls_table", fx.redact(&table.transcript()));
+    let tree = fx.drover(&["ls", "--tree"]).ok();
+    snapshot!("ls_tree", fx.redact(&tree.transcript()));
+    let json = fx.drover(&["ls", "--json"]).ok().json();
+    let agents = json.as_array().expect("an array");
+    assert_eq!(agents.len(), 5);
+    assert_eq!(agents[1]["id"], child.as_str());
+    assert_eq!(agents[1]["parentAgentId"], parent.as_str());
+    assert_eq!(agents[1]["status"], "idle");
+    assert_eq!(agents[1]["type"], "scripted");
+}
+
+// ---- send, wait, stop -------------------------------------------------------------------------
+
+#[test]
+fn send_queues_followups_steers_and_injects() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "talker"], "say first");
+    fx.drover(&["wait", &id]).ok();
+
+    let sent = fx.drover(&["send", "talker", "say second"]);
+    snapshot!("send_followup", sent.transcript());
+    fx.drover(&["wait", &id]).ok();
+
+    // A steer cancels the running turn and goes first.
+    fx.drover(&["send", &id, "sleep 20000"]).ok();
+    fx.wait_status(&id, "running");
+    let steer = fx.drover(&["send", &id, "--steer", "say steered"]).ok();
+    assert!(
+        steer.stdout.starts_with("queued steer for "),
+        "{}",
+        steer.stdout
+    );
+
+    // Context for the next prompt: it does not wake the agent.
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    let inject = fx
+        .drover(&["send", &id, "--inject", "the build is green", "--json"])
+        .ok();
+    assert_eq!(inject.json()["delivery"], "inject");
+    fx.drover(&["wait", &id]).ok();
+    assert_eq!(fx.info(&id)["status"], "idle");
+    fx.drover(&["send", &id, "echo-prompt"]).ok();
+    fx.drover(&["wait", &id]).ok();
+
+    let logs = fx.drover(&["logs", &id]).ok();
+    snapshot!("send_logs", logs.transcript());
+}
+
+#[test]
+fn wait_times_out_and_stop_cancels_the_turn() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "sleeper"], "sleep 20000");
+    fx.wait_status(&id, "running");
+    let waited = fx.drover(&["wait", "sleeper", "--timeout", "0.3"]);
+    snapshot!("wait_timeout", waited.transcript());
+    assert_eq!(waited.code, 6);
+
+    let stopped = fx.drover(&["stop", "sleeper"]);
+    snapshot!("stop", stopped.transcript());
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &id, "--tail", "1"]).ok();
+    snapshot!("stop_logs", logs.transcript());
+
+    // --drop-queue also discards what waits in the inbox.
+    fx.drover(&["send", &id, "sleep 20000"]).ok();
+    fx.wait_status(&id, "running");
+    fx.drover(&["send", &id, "say never"]).ok();
+    let dropped = fx.drover(&["stop", &id, "--drop-queue"]).ok();
+    assert!(dropped.stdout.contains("discarded"), "{}", dropped.stdout);
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &id, "--tail", "2"]).ok();
+    snapshot!("stop_drop_queue_logs", logs.transcript());
+    assert!(!logs.stdout.contains("never"));
+}
+
+// ---- archive, unarchive, detach ---------------------------------------------------------------
+
+#[test]
+fn archive_refuses_running_work_and_stop_archives_anyway() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "busy"], "sleep 30000");
+    fx.wait_status(&id, "running");
+    let refused = fx.drover(&["archive", "busy"]);
+    snapshot!("archive_refused", refused.transcript());
+    assert_eq!(refused.code, 5);
+    assert!(fx.info(&id)["archivedAt"].is_null());
+
+    let archived = fx.drover(&["archive", "busy", "--stop"]);
+    snapshot!("archive_stop", archived.transcript());
+    assert_eq!(archived.code, 0);
+    let ls = fx.drover(&["ls"]).ok();
+    assert!(ls.stdout.is_empty(), "{}", ls.stdout);
+    let all = fx.drover(&["ls", "--all"]).ok();
+    snapshot!("ls_all_archived", fx.redact(&all.transcript()));
+
+    let back = fx.drover(&["unarchive", "busy"]);
+    snapshot!("unarchive", back.transcript());
+    assert_eq!(back.code, 0);
+    assert!(fx.info(&id)["archivedAt"].is_null());
+    // Archived again when idle: no refusal.
+    fx.drover(&["wait", &id]).ok();
+    let json = fx.drover(&["archive", &id, "--json"]).ok().json();
+    assert_eq!(json["archived"][0], id.as_str());
+}
+
+#[test]
+fn detach_makes_a_subagent_top_level() {
+    let fx = Fixture::start();
+    let parent = fx.spawn_agent(&["--title", "boss"], "say b");
+    let child = fx.spawn_agent(&["--title", "helper", "--parent", &parent], "say h");
+    fx.drover(&["wait", &child]).ok();
+    fx.drover(&["wait", &parent]).ok();
+    let detached = fx.drover(&["detach", "helper"]);
+    snapshot!("detach", detached.transcript());
+    assert_eq!(detached.code, 0);
+    assert!(fx.info(&child)["parentAgentId"].is_null());
+    let tree = fx.drover(&["ls", "--tree"]).ok();
+    assert!(!tree.stdout.contains("└─"), "{}", tree.stdout);
+}
+
+// ---- inspect, attach, logs --follow -----------------------------------------------------------
+
+#[test]
+fn inspect_shows_one_agent() {
+    let fx = Fixture::start();
+    let parent = fx.spawn_agent(&["--title", "lead"], "say l");
+    let child = fx.spawn_agent(
+        &[
+            "--title",
+            "worker",
+            "--parent",
+            "lead",
+            "--mode",
+            "plan",
+            "--auto-archive",
+        ],
+        "say w",
+    );
+    fx.drover(&["wait", &parent]).ok();
+    fx.drover(&["wait", &child]).ok();
+    let out = fx.drover(&["inspect", "lead"]).ok();
+    snapshot!("inspect", fx.redact(&out.transcript()));
+    let json = fx.info("worker");
+    assert_eq!(json["parentAgentId"], parent.as_str());
+    assert_eq!(json["currentModeId"], "plan");
+    assert_eq!(json["autoArchive"], true);
+    assert_eq!(fx.info(&parent)["children"][0], child.as_str());
+}
+
+#[test]
+fn attach_streams_live_and_ctrl_c_leaves_the_agent_running() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "watched"], "say before");
+    fx.drover(&["wait", &id]).ok();
+    let mut attach = Live::spawn(&fx, &["attach", "watched"]);
+    attach.expect_line("turn completed");
+    fx.drover(&["send", &id, "say live\ntool probe\nsleep 30000"])
+        .ok();
+    attach.expect_line("tool: probe (completed)");
+    attach.interrupt();
+    let out = attach.finish();
+    snapshot!("attach", out.transcript());
+    assert_eq!(out.code, 0);
+    assert_eq!(fx.info(&id)["status"], "running", "still running");
+
+    let mut follow = Live::spawn(&fx, &["logs", "watched", "--follow", "--tail", "2"]);
+    follow.expect_line("probe (completed)");
+    fx.drover(&["send", &id, "--steer", "say followed"]).ok();
+    follow.expect_line("turn     completed");
+    follow.interrupt();
+    let out = follow.finish();
+    snapshot!("logs_follow", out.transcript());
+    assert_eq!(out.code, 0);
+}
+
+// ---- naming agents, errors --------------------------------------------------------------------
+
+#[test]
+fn ambiguous_and_unknown_ids_are_errors() {
+    let fx = Fixture::start();
+    let a = fx.spawn_agent(&["--title", "twin"], "say a");
+    let b = fx.spawn_agent(&["--title", "twin"], "say b");
+    fx.drover(&["wait", &a]).ok();
+    fx.drover(&["wait", &b]).ok();
+    let ambiguous = fx.drover(&["inspect", "twin"]);
+    snapshot!("ambiguous_title", ambiguous.transcript());
+    assert_eq!(ambiguous.code, 4);
+    let unknown = fx.drover(&["stop", "nope"]);
+    snapshot!("unknown_id", unknown.transcript());
+    assert_eq!(unknown.code, 4);
+    // The full id and a unique prefix (with or without hyphens) work.
+    assert_eq!(fx.info(&a)["id"], a.as_str());
+    let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    assert_eq!(fx.info(&b[..=common])["id"], b.as_str());
+    let simple: String = b.replace('-', "");
+    assert_eq!(
+        fx.info(&simple[..simple.len() - 2])["id"],
+        b.as_str(),
+        "a prefix without hyphens"
+    );
+}
+
+#[test]
+fn without_a_daemon_commands_say_how_to_start_one() {
+    let fx = Fixture::new();
+    let out = fx.drover(&["ls"]);
+    snapshot!("not_running", fx.redact(&out.transcript()));
+    assert_eq!(out.code, 3);
+    let run = fx.drover(&["run", "say hi"]);
+    assert_eq!(run.code, 3, "{}", run.transcript());
+    // A daemon.json left by a crash does not fool it.
+    std::fs::write(
+        fx.home().join("daemon.json"),
+        r#"{"version":1,"pid":1,"url":"http://127.0.0.1:9","daemonVersion":"0","startedAt":"2025-01-01T00:00:00Z"}"#,
+    )
+    .expect("write");
+    let stale = fx.drover(&["ls"]);
+    assert_eq!(stale.code, 3, "{}", stale.transcript());
+    // An explicit url that nobody serves.
+    let url = fx.drover(&["--url", "http://127.0.0.1:9", "ls"]);
+    assert_eq!(url.code, 3, "{}", url.transcript());
+    assert!(url.stderr.contains("127.0.0.1:9"), "{}", url.stderr);
+    // Usage errors are clap's 2.
+    assert_eq!(fx.drover(&["send"]).code, 2);
+}
+
+#[test]
+fn the_token_goes_with_the_handshake_when_the_home_has_one() {
+    let fx = Fixture::start_with(&["--require-token"]);
+    let deadline = Instant::now() + WAIT;
+    while !fx.home().join("token").exists() {
+        assert!(Instant::now() < deadline, "no token file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fx.drover(&["ls"]).ok();
+    let token = std::fs::read(fx.home().join("token")).expect("token");
+    std::fs::remove_file(fx.home().join("token")).expect("remove");
+    let refused = fx.drover(&["ls"]);
+    assert_eq!(refused.code, 1, "{}", refused.transcript());
+    assert!(refused.stderr.contains("token"), "{}", refused.stderr);
+    std::fs::write(fx.home().join("token"), token).expect("restore");
+}
+
+#[test]
+fn providers_asks_the_running_daemon() {
+    let fx = Fixture::start();
+    let out = fx.drover(&["providers"]).ok();
+    snapshot!("providers", fx.redact(&out.transcript()));
+    let json = fx.drover(&["providers", "--json"]).ok().json();
+    let scripted = json
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|p| p["provider"]["name"] == "scripted")
+        .expect("scripted")
+        .clone();
+    assert_eq!(scripted["availability"]["state"], "available");
+}
+
+#[test]
+fn completions_are_generated() {
+    let fx = Fixture::new();
+    let out = fx.drover(&["completions", "bash"]).ok();
+    assert!(out.stdout.contains("_drover"), "{}", out.stdout);
+    assert!(out.stdout.contains("permit"));
+    let zsh = fx.drover(&["completions", "zsh"]).ok();
+    assert!(zsh.stdout.contains("#compdef drover"));
+}
+
+// ---- the background daemon --------------------------------------------------------------------
+
+/// Stops a daemon `drover daemon start` left behind, should the test fail.
+struct StopOnDrop<'a>(&'a Fixture);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.drover(&["daemon", "stop"]);
+    }
+}
+
+#[test]
+fn daemon_start_status_stop() {
+    let fx = Fixture::new();
+    let status = fx.drover(&["daemon", "status"]);
+    snapshot!("daemon_status_not_running", status.transcript());
+    assert_eq!(status.code, 3);
+    let stop = fx.drover(&["daemon", "stop"]);
+    assert_eq!(stop.code, 3, "{}", stop.transcript());
+
+    let started = fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"]);
+    let _guard = StopOnDrop(&fx);
+    snapshot!("daemon_start", fx.redact(&started.transcript()));
+    assert_eq!(started.code, 0);
+    let again = fx
+        .drover(&["daemon", "start", "--listen", "127.0.0.1:0"])
+        .ok();
+    assert!(again.stderr.contains("already runs"), "{}", again.stderr);
+    assert_eq!(again.stdout, started.stdout);
+    let status = fx.drover(&["daemon", "status"]);
+    snapshot!("daemon_status_running", status.transcript());
+    assert_eq!(status.code, 0);
+    let health = fx.drover(&["daemon", "status", "--json"]).ok().json();
+    assert_eq!(health["status"], "ok");
+
+    // The background daemon serves clients.
+    let run = fx.drover(&["run", "say from the background"]).ok();
+    assert_eq!(run.stdout, "from the background\n");
+
+    let stopped = fx.drover(&["daemon", "stop"]);
+    snapshot!("daemon_stop", stopped.transcript());
+    assert_eq!(stopped.code, 0);
+    assert!(!fx.home().join("daemon.json").exists());
+    assert_eq!(fx.drover(&["daemon", "status"]).code, 3);
+    assert!(fx.home().join("daemon.out").exists());
+}

@@ -1,0 +1,429 @@
+//! Property tests of `decode_client`, the one door through which client frames enter the
+//! daemon: whatever arrives, it answers `Ok` or an error with a stable code, and never panics;
+//! every well-formed message survives a round trip.
+
+use std::collections::BTreeMap;
+
+use drover_protocol::{CLIENT_TYPES, ClientMessage, Delivery, PermissionPolicy, decode_client};
+use proptest::prelude::*;
+use serde_json::{Map, Number, Value};
+
+/// Field names the messages use, so that random objects often look almost right.
+const FIELDS: &[&str] = &[
+    "type",
+    "requestId",
+    "agentId",
+    "client",
+    "version",
+    "protocolVersion",
+    "capabilities",
+    "token",
+    "includeArchived",
+    "limit",
+    "before",
+    "after",
+    "provider",
+    "cwd",
+    "workspaceId",
+    "prompt",
+    "title",
+    "model",
+    "mode",
+    "labels",
+    "parentAgentId",
+    "autoArchive",
+    "permissionPolicy",
+    "text",
+    "delivery",
+    "keepInbox",
+    "stopActivity",
+    "seq",
+    "kind",
+    "optionId",
+    "cancel",
+    "modeId",
+    "modelId",
+    "timeoutMs",
+];
+
+fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_filter_map("finite", |f| Number::from_f64(f).map(Value::Number)),
+        any::<String>().prop_map(Value::String),
+        prop::sample::select(CLIENT_TYPES).prop_map(|t| Value::String(t.to_string())),
+        prop::sample::select(&["followup", "steer", "inject", "ask", "allow", ""][..])
+            .prop_map(|s| Value::String(s.to_string())),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec((field_name(), inner), 0..8)
+                .prop_map(|pairs| Value::Object(pairs.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+fn field_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => prop::sample::select(FIELDS).prop_map(str::to_string),
+        1 => any::<String>(),
+    ]
+}
+
+/// An object with a known `type` and a random selection of known fields: the shape that
+/// reaches serde's derived decoder most often.
+fn near_message() -> impl Strategy<Value = Value> {
+    (
+        prop::sample::select(CLIENT_TYPES),
+        prop::collection::vec((field_name(), json_value()), 0..10),
+    )
+        .prop_map(|(kind, fields)| {
+            let mut map: Map<String, Value> = fields.into_iter().collect();
+            map.insert("type".to_string(), Value::String(kind.to_string()));
+            Value::Object(map)
+        })
+}
+
+fn opt_string() -> impl Strategy<Value = Option<String>> {
+    proptest::option::of(any::<String>())
+}
+
+fn delivery() -> impl Strategy<Value = Delivery> {
+    prop_oneof![
+        Just(Delivery::Followup),
+        Just(Delivery::Steer),
+        Just(Delivery::Inject)
+    ]
+}
+
+fn policy() -> impl Strategy<Value = PermissionPolicy> {
+    prop_oneof![Just(PermissionPolicy::Ask), Just(PermissionPolicy::Allow)]
+}
+
+fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
+    prop::collection::btree_map(any::<String>(), any::<String>(), 0..4)
+}
+
+/// Every client message, with every field varied.
+fn client_message() -> impl Strategy<Value = ClientMessage> {
+    prop_oneof![
+        (
+            any::<String>(),
+            opt_string(),
+            any::<u32>(),
+            prop::collection::vec(any::<String>(), 0..4),
+            opt_string(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(client, version, protocol_version, capabilities, token, include_archived)| {
+                    ClientMessage::Hello {
+                        client,
+                        version,
+                        protocol_version,
+                        capabilities,
+                        token,
+                        include_archived,
+                    }
+                }
+            ),
+        (any::<String>(), opt_string(), any::<Option<usize>>()).prop_map(
+            |(agent_id, request_id, limit)| ClientMessage::InitializeAgentRequest {
+                agent_id,
+                request_id,
+                limit
+            }
+        ),
+        (
+            any::<String>(),
+            opt_string(),
+            any::<Option<u64>>(),
+            any::<Option<u64>>(),
+            any::<Option<usize>>()
+        )
+            .prop_map(|(agent_id, request_id, before, after, limit)| {
+                ClientMessage::FetchTimeline {
+                    agent_id,
+                    request_id,
+                    before,
+                    after,
+                    limit,
+                }
+            }),
+        (
+            (opt_string(), any::<String>(), opt_string(), opt_string()),
+            (opt_string(), opt_string(), opt_string(), opt_string()),
+            (labels(), opt_string(), any::<bool>(), policy())
+        )
+            .prop_map(
+                |(
+                    (request_id, provider, cwd, workspace_id),
+                    (prompt, title, model, mode),
+                    (labels, parent_agent_id, auto_archive, permission_policy),
+                )| ClientMessage::CreateAgent {
+                    request_id,
+                    provider,
+                    cwd,
+                    workspace_id,
+                    prompt,
+                    title,
+                    model,
+                    mode,
+                    labels,
+                    parent_agent_id,
+                    auto_archive,
+                    permission_policy,
+                }
+            ),
+        (opt_string(), any::<String>(), any::<String>(), delivery()).prop_map(
+            |(request_id, agent_id, text, delivery)| ClientMessage::SendMessage {
+                request_id,
+                agent_id,
+                text,
+                delivery
+            }
+        ),
+        (opt_string(), any::<String>(), any::<bool>()).prop_map(
+            |(request_id, agent_id, keep_inbox)| ClientMessage::Cancel {
+                request_id,
+                agent_id,
+                keep_inbox
+            }
+        ),
+        (opt_string(), any::<String>(), any::<bool>()).prop_map(
+            |(request_id, agent_id, stop_activity)| ClientMessage::Archive {
+                request_id,
+                agent_id,
+                stop_activity
+            }
+        ),
+        (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::Unarchive {
+                request_id,
+                agent_id,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::Detach {
+                request_id,
+                agent_id,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::ArchiveIdleChildren {
+                request_id,
+                agent_id,
+            }
+        }),
+        (
+            opt_string(),
+            any::<String>(),
+            any::<Option<u64>>(),
+            opt_string(),
+            opt_string(),
+            any::<bool>()
+        )
+            .prop_map(|(request_id, agent_id, seq, kind, option_id, cancel)| {
+                ClientMessage::AnswerPermission {
+                    request_id,
+                    agent_id,
+                    seq,
+                    kind,
+                    option_id,
+                    cancel,
+                }
+            }),
+        (opt_string(), any::<String>(), any::<String>()).prop_map(
+            |(request_id, agent_id, mode_id)| ClientMessage::SetMode {
+                request_id,
+                agent_id,
+                mode_id
+            }
+        ),
+        (opt_string(), any::<String>(), any::<String>()).prop_map(
+            |(request_id, agent_id, model_id)| ClientMessage::SetModel {
+                request_id,
+                agent_id,
+                model_id
+            }
+        ),
+        opt_string().prop_map(|request_id| ClientMessage::ListProviders { request_id }),
+        (opt_string(), any::<bool>()).prop_map(|(request_id, include_archived)| {
+            ClientMessage::ListAgents {
+                request_id,
+                include_archived,
+            }
+        }),
+        (opt_string(), any::<String>(), any::<Option<u64>>()).prop_map(
+            |(request_id, agent_id, timeout_ms)| ClientMessage::WaitIdle {
+                request_id,
+                agent_id,
+                timeout_ms
+            }
+        ),
+    ]
+}
+
+/// What every decode must satisfy, whatever the input.
+fn check_outcome(text: &str) -> Result<(), TestCaseError> {
+    match decode_client(text) {
+        Ok(message) => {
+            // What decodes re-encodes, and decodes again to the same message.
+            let again = serde_json::to_string(&message).expect("a decoded message encodes");
+            prop_assert_eq!(decode_client(&again).ok(), Some(message));
+        }
+        Err(e) => {
+            prop_assert!(
+                e.code == "invalid_message" || e.code == "unknown_type",
+                "unexpected code {}",
+                e.code
+            );
+            prop_assert!(!e.message.is_empty());
+            let value: Option<Value> = serde_json::from_str(text).ok();
+            if e.code == "unknown_type" {
+                let kind = value
+                    .as_ref()
+                    .and_then(|v| v.get("type"))
+                    .and_then(Value::as_str);
+                prop_assert!(kind.is_some_and(|k| !CLIENT_TYPES.contains(&k)));
+            }
+            // A readable `requestId` is echoed so that the client can match the error.
+            let request_id = value
+                .as_ref()
+                .and_then(|v| v.get("requestId"))
+                .and_then(Value::as_str);
+            prop_assert_eq!(e.request_id.as_deref(), request_id);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn arbitrary_strings_never_panic(text in any::<String>()) {
+        check_outcome(&text)?;
+    }
+
+    #[test]
+    fn json_looking_strings_never_panic(text in r#"[{}\[\]":, a-zA-Z0-9_\\.-]{0,80}"#) {
+        check_outcome(&text)?;
+    }
+
+    #[test]
+    fn arbitrary_json_values_never_panic(value in json_value()) {
+        check_outcome(&value.to_string())?;
+    }
+
+    #[test]
+    fn almost_messages_never_panic(value in near_message()) {
+        check_outcome(&value.to_string())?;
+    }
+
+    #[test]
+    fn unknown_types_are_told_apart(kind in "[a-z_]{1,24}", request_id in any::<String>()) {
+        prop_assume!(!CLIENT_TYPES.contains(&kind.as_str()));
+        let text = serde_json::json!({"type": kind, "requestId": request_id}).to_string();
+        let e = decode_client(&text).expect_err("unknown type");
+        prop_assert_eq!(e.code, "unknown_type");
+        prop_assert_eq!(e.request_id, Some(request_id));
+    }
+
+    #[test]
+    fn well_formed_messages_round_trip(message in client_message()) {
+        let text = serde_json::to_string(&message).expect("encodes");
+        let decoded = decode_client(&text);
+        prop_assert_eq!(decoded.as_ref().ok(), Some(&message), "{:?}", decoded.as_ref().err());
+        prop_assert_eq!(decoded.as_ref().ok().and_then(ClientMessage::request_id), message.request_id());
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_whatever_the_message(
+        message in client_message(),
+        field in "[a-z]{1,12}",
+        extra in json_leaf(),
+    ) {
+        prop_assume!(!FIELDS.contains(&field.as_str()));
+        let mut value = serde_json::to_value(&message).expect("encodes");
+        value[field.as_str()] = extra;
+        let e = decode_client(&value.to_string()).expect_err("unknown field");
+        prop_assert_eq!(e.code, "invalid_message");
+        prop_assert!(e.message.contains(&field), "{}", e.message);
+    }
+}
+
+/// The generator above covers every client message type.
+#[test]
+fn the_generator_covers_every_type() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let strategy = client_message();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..2000 {
+        let message = strategy.new_tree(&mut runner).expect("tree").current();
+        let value = serde_json::to_value(&message).expect("encodes");
+        seen.insert(value["type"].as_str().expect("type").to_string());
+    }
+    let all: std::collections::BTreeSet<String> =
+        CLIENT_TYPES.iter().map(|t| t.to_string()).collect();
+    assert_eq!(seen, all);
+}
+
+/// Inputs that once needed care; kept as fixtures.
+#[test]
+fn regression_fixtures() {
+    for (text, code) in [
+        ("", "invalid_message"),
+        ("null", "invalid_message"),
+        ("[]", "invalid_message"),
+        ("\"hello\"", "invalid_message"),
+        (r#"{"type":null}"#, "invalid_message"),
+        (r#"{"type":7,"requestId":"r"}"#, "invalid_message"),
+        (r#"{"type":"hello"}"#, "invalid_message"),
+        (r#"{"type":"HELLO"}"#, "unknown_type"),
+        (
+            r#"{"type":"hello","client":"c","protocolVersion":-1}"#,
+            "invalid_message",
+        ),
+        (
+            r#"{"type":"hello","client":"c","protocolVersion":4294967296}"#,
+            "invalid_message",
+        ),
+        (
+            r#"{"type":"wait_idle","agentId":"a","timeoutMs":1.5}"#,
+            "invalid_message",
+        ),
+        (
+            r#"{"type":"send_message","agentId":"a","text":"t","delivery":"shout"}"#,
+            "invalid_message",
+        ),
+        (
+            r#"{"type":"list_providers","requestId":7}"#,
+            "invalid_message",
+        ),
+        (
+            &format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)),
+            "invalid_message",
+        ),
+        (
+            &format!(
+                r#"{{"type":"list_agents","x":{}0{}}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+            "invalid_message",
+        ),
+    ] {
+        let e = decode_client(text).expect_err(text);
+        assert_eq!(e.code, code, "{text}: {}", e.message);
+    }
+}

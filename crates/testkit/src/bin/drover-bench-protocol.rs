@@ -1,0 +1,1546 @@
+//! `drover-bench-protocol`: prints how drover's client protocol performs, against its targets.
+//!
+//! Not a timed test: it measures and prints figures, with PASS/MISS beside each target. The
+//! daemon is the real `drover daemon` process; the clients are WebSocket connections from this
+//! process; everything runs on 127.0.0.1.
+//!
+//! 1. Fan-out: 50 scripted agents stream a turn at once (`stream-stamped 200 10` each) to 20
+//!    clients that each initialized every agent, so each client gets every `agent_update`
+//!    (200,000 deliveries a round). Each chunk carries the wall clock at which the agent wrote
+//!    it (`chunk <i> @<ns>`, `CLOCK_REALTIME` of this host), so the delay of every delivery is
+//!    its arrival time at the client minus that stamp: agent stdout → daemon → socket → client,
+//!    exactly, with no schedule to estimate. The baseline is a bare broadcast in a second
+//!    process (this executable, `--bare-server`: the same axum WebSocket stack, one tokio
+//!    broadcast channel of the hub's capacity, nothing else) that replays the round: the same
+//!    agents' chunks, `agent_update`-shaped and of the same size, each sent at the offset the
+//!    agent sent it, stamped at send, to 20 fresh clients reading with the same code. It runs
+//!    twice a round: with the daemon's socket options (Nagle's algorithm on, as `axum::serve`
+//!    leaves it) and with `TCP_NODELAY`. Figures: deliveries per second (all clients, first
+//!    stamp to last arrival) and the p50/p99 delay; 3 rounds (the same clients and agents, a
+//!    new turn each), medians. Target: daemon p99 ≤ 1.5× the bare broadcast's p99 (same
+//!    socket options), with every update delivered in order and no `resync_required`.
+//!    For one client, each `append` update's own `timestamp` (taken when the daemon's hub
+//!    serializes it) splits the daemon's delay into agent → hub and hub → client.
+//!    The server's CPU time (`/proc/PID/stat`; the agents' own excluded) per delivery is shown
+//!    for the daemon and the bare broadcast.
+//! 2. `session_state` with 10,000 agents (500 workspaces, written in the store's format by
+//!    `drover_testkit::fleet_gen`, as `drover-bench` does): a raw WebSocket sends `hello`;
+//!    from that moment, the time to the first byte of `welcome`, to the first and the last
+//!    byte of `session_state`, and its size. Best and median of 5 connections; no target. The
+//!    daemon's VmRSS is shown.
+//! 3. `drover ls` with those 10,000 agents: the real CLI (`--json`, and the default table)
+//!    against that daemon (`DROVER_HOME`), output to a pipe, wall clock, best of 5. Target
+//!    < 150 ms. SKIP, saying why, while the CLI has no `ls`.
+//!
+//! Binaries: `drover` is `$DROVER_BIN`, else the one next to this executable; the scripted
+//! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` next to this executable
+//! (`scripts/bench` builds all of them in release). Scratch homes go under `$TMPDIR`;
+//! `DROVER_BENCH_KEEP=1` keeps them (with the daemons' logs). A missed target is reported, not
+//! an error: the exit status is non-zero only when the bench could not run.
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use axum::extract::State;
+use axum::extract::ws::{Message as AxumMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use drover_testkit::fleet_gen::generate_fleet;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, broadcast};
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const FAN_AGENTS: usize = 50;
+const FAN_CLIENTS: usize = 20;
+const FAN_CHUNKS: usize = 200;
+const FAN_CHUNK_MS: u64 = 10;
+const FAN_TARGET: f64 = 1.5;
+/// Rounds of (daemon turn, bare replay); the figures compared are the medians.
+const FAN_ROUNDS: usize = 3;
+/// The daemon's hub holds 4096 events per session; the bare broadcast gets the same.
+const BARE_CAPACITY: usize = 4096;
+
+const STATE_AGENTS: usize = 10_000;
+const STATE_WORKSPACES: usize = 500;
+const STATE_ROUNDS: usize = 5;
+
+const LS_ROUNDS: usize = 5;
+const LS_TARGET: Duration = Duration::from_millis(150);
+
+/// The longest any one wait (a boot, a setup step, a whole fan-out run) may take.
+const WAIT: Duration = Duration::from_secs(60);
+
+type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--bare-server") {
+        return match bare_server_main(&args[2..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("drover-bench-protocol --bare-server: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("drover-bench-protocol: cannot start tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drover-bench-protocol: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One line of the final table.
+struct Row {
+    what: String,
+    measured: String,
+    target: String,
+    /// `None`: a figure shown for information, with no target to meet.
+    pass: Option<bool>,
+    /// Shown instead of PASS/MISS/info (a part that could not run).
+    skip: bool,
+}
+
+impl Row {
+    fn target(what: impl Into<String>, measured: String, target: &str, pass: bool) -> Row {
+        Row {
+            what: what.into(),
+            measured,
+            target: target.to_string(),
+            pass: Some(pass),
+            skip: false,
+        }
+    }
+
+    fn info(what: impl Into<String>, measured: String) -> Row {
+        Row {
+            what: what.into(),
+            measured,
+            target: "-".to_string(),
+            pass: None,
+            skip: false,
+        }
+    }
+
+    fn skip(what: impl Into<String>, why: String, target: &str) -> Row {
+        Row {
+            what: what.into(),
+            measured: why,
+            target: target.to_string(),
+            pass: None,
+            skip: true,
+        }
+    }
+}
+
+async fn run() -> Result<()> {
+    let drover = binary_next_to_me("DROVER_BIN", "drover", "-p drover")?;
+    let scripted = binary_next_to_me(
+        "DROVER_SCRIPTED_AGENT",
+        "drover-scripted-agent",
+        "-p drover-testkit",
+    )?;
+    let mut scratch = tempfile::Builder::new()
+        .prefix("drover-bench-protocol-")
+        .tempdir()
+        .context("cannot make a scratch folder")?;
+    let keep = std::env::var_os("DROVER_BENCH_KEEP").is_some_and(|v| !v.is_empty() && v != "0");
+    scratch.disable_cleanup(keep);
+    let root = scratch
+        .path()
+        .canonicalize()
+        .context("cannot resolve the scratch folder")?;
+    println!("drover-bench-protocol");
+    println!("  drover binary:  {}", drover.display());
+    println!("  scripted agent: {}", scripted.display());
+    println!("  scratch:        {}", root.display());
+    println!(
+        "  machine:        {} CPUs, {}, load average {}; the daemon, the bare server, the \
+         agents and this process (the clients) share them",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        kernel(),
+        fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "?".to_string())
+    );
+    println!();
+
+    let mut rows = Vec::new();
+    let started = Instant::now();
+    fanout_bench(&drover, &scripted, &root, &mut rows).await?;
+    let home = root.join("state-home");
+    let daemon = state_bench(&drover, &home, &root, &mut rows)?;
+    ls_bench(&drover, &home, &mut rows)?;
+    daemon.stop()?;
+
+    println!("== summary ==");
+    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max();
+    let w0 = width(|r| &r.what).unwrap_or(0);
+    let w1 = width(|r| &r.measured).unwrap_or(0);
+    let w2 = width(|r| &r.target).unwrap_or(0);
+    println!(
+        "  {:<w0$}  {:<w1$}  {:<w2$}  result",
+        "measure", "measured", "target"
+    );
+    println!("  {}", "-".repeat(w0 + w1 + w2 + 12));
+    for row in &rows {
+        println!(
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
+            row.what,
+            row.measured,
+            row.target,
+            match (row.skip, row.pass) {
+                (true, _) => "SKIP",
+                (false, Some(true)) => "PASS",
+                (false, Some(false)) => "MISS",
+                (false, None) => "info",
+            }
+        );
+    }
+    let targets = rows.iter().filter(|r| r.pass.is_some()).count();
+    let passed = rows.iter().filter(|r| r.pass == Some(true)).count();
+    let skipped = rows.iter().filter(|r| r.skip).count();
+    print!("\n  {passed} of {targets} targets met");
+    if skipped > 0 {
+        print!(", {skipped} skipped");
+    }
+    println!("; bench ran {:.1} s", started.elapsed().as_secs_f64());
+    if keep {
+        println!("  kept the homes and logs in {}", root.display());
+    }
+    // Removing the 10,000-agent home can take seconds on a busy disk.
+    drop(scratch);
+    Ok(())
+}
+
+// ---- 1. fan-out -----------------------------------------------------------------------------
+
+/// What one client read during a fan-out run.
+#[derive(Default)]
+struct Reading {
+    /// Arrival minus stamp, one per stamped `agent_update`, in nanoseconds.
+    delays: Vec<u64>,
+    bytes: u64,
+    first_stamp: u64,
+    last_arrival: u64,
+    resyncs: usize,
+    /// `(agent id, chunk index)` went backwards for some agent.
+    out_of_order: usize,
+    /// Every stamped message as `(stamp, agent id, chunk index)`, if asked for.
+    schedule: Vec<(u64, String, u64)>,
+    /// For the daemon's `append` updates, if asked for: `(hub − stamp, arrival − hub)` in
+    /// nanoseconds, where `hub` is the update's `timestamp`, taken when the daemon's hub
+    /// serializes it.
+    split: Vec<(u64, u64)>,
+}
+
+/// All clients of one run together.
+struct Figures {
+    delivered: usize,
+    expected: usize,
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+    p999: Duration,
+    max: Duration,
+    mean_bytes: f64,
+    span: Duration,
+    resyncs: usize,
+    out_of_order: usize,
+    /// CPU time (user + system) the server process spent on the run.
+    cpu: Duration,
+}
+
+impl Figures {
+    fn of(readings: Vec<Reading>, expected: usize) -> Figures {
+        let resyncs = readings.iter().map(|r| r.resyncs).sum();
+        let out_of_order = readings.iter().map(|r| r.out_of_order).sum();
+        let bytes: u64 = readings.iter().map(|r| r.bytes).sum();
+        let first = readings
+            .iter()
+            .map(|r| r.first_stamp)
+            .filter(|&s| s > 0)
+            .min()
+            .unwrap_or(0);
+        let last = readings.iter().map(|r| r.last_arrival).max().unwrap_or(0);
+        let mut delays: Vec<u64> = readings.into_iter().flat_map(|r| r.delays).collect();
+        delays.sort_unstable();
+        let at = |q: f64| quantile(&delays, q);
+        let span = Duration::from_nanos(last.saturating_sub(first));
+        Figures {
+            delivered: delays.len(),
+            expected,
+            per_second: delays.len() as f64 / span.as_secs_f64().max(1e-9),
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: Duration::from_nanos(delays.last().copied().unwrap_or(0)),
+            mean_bytes: bytes as f64 / delays.len().max(1) as f64,
+            span,
+            resyncs,
+            out_of_order,
+            cpu: Duration::ZERO,
+        }
+    }
+
+    fn print(&self, label: &str) {
+        println!(
+            "  {label}: {} of {} deliveries in {} = {:.0}/s; delay p50 {}, p99 {}, p99.9 {}, max {}; \
+             {:.0} B per message; {} resync_required, {} out of order; server CPU {} ({:.1} µs per \
+             delivery)",
+            self.delivered,
+            self.expected,
+            fmt_dur(self.span),
+            self.per_second,
+            fmt_dur(self.p50),
+            fmt_dur(self.p99),
+            fmt_dur(self.p999),
+            fmt_dur(self.max),
+            self.mean_bytes,
+            self.resyncs,
+            self.out_of_order,
+            fmt_dur(self.cpu),
+            self.cpu.as_secs_f64() * 1e6 / self.delivered.max(1) as f64
+        );
+    }
+}
+
+async fn fanout_bench(
+    drover: &Path,
+    scripted: &Path,
+    root: &Path,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    println!(
+        "== 1. fan-out: {FAN_AGENTS} scripted agents (`stream-stamped {FAN_CHUNKS} {FAN_CHUNK_MS}` \
+         each) to {FAN_CLIENTS} clients that initialized every agent; {FAN_ROUNDS} rounds, each \
+         a daemon turn then its bare replays =="
+    );
+    println!(
+        "  method: each chunk carries the wall clock at which the agent wrote it; delay = arrival \
+         at the client − that stamp (same host, CLOCK_REALTIME). Baseline: a bare tokio broadcast \
+         (axum WebSocket, as the daemon's) in a second process replays the round's messages \
+         (same agents, chunk numbers and ~size) at the times the agents sent them, stamped at \
+         send, to {FAN_CLIENTS} clients reading with the same code: `bare` with the daemon's \
+         socket options (Nagle on), `bare nodelay` with TCP_NODELAY on its sockets."
+    );
+    let expected = FAN_AGENTS * FAN_CHUNKS * FAN_CLIENTS;
+    let mut fleet = Fleet::start(drover, scripted, root).await?;
+    let mut daemon_runs = Vec::with_capacity(FAN_ROUNDS);
+    let mut bare_runs = Vec::with_capacity(FAN_ROUNDS);
+    let mut nodelay_runs = Vec::with_capacity(FAN_ROUNDS);
+    for round in 1..=FAN_ROUNDS {
+        let (daemon, schedule) = fleet.round(round).await?;
+        daemon.print(&format!("#{round} daemon      "));
+        let bare = fanout_bare(root, &schedule, expected, false).await?;
+        bare.print(&format!("#{round} bare        "));
+        let nodelay = fanout_bare(root, &schedule, expected, true).await?;
+        nodelay.print(&format!("#{round} bare nodelay"));
+        daemon_runs.push(daemon);
+        bare_runs.push(bare);
+        nodelay_runs.push(nodelay);
+    }
+    let (rss, hwm) = fleet.daemon.mem()?;
+    println!(
+        "  daemon VmRSS after the rounds {} (VmHWM {}), {FAN_AGENTS} agents and {} sessions open",
+        fmt_kb(rss),
+        fmt_kb(hwm),
+        FAN_CLIENTS + 1
+    );
+    fleet.daemon.stop()?;
+
+    let (d, b, n) = (
+        Medians::of(&daemon_runs),
+        Medians::of(&bare_runs),
+        Medians::of(&nodelay_runs),
+    );
+    let ratio = |x: Duration, y: Duration| x.as_secs_f64() / y.as_secs_f64().max(1e-9);
+    println!(
+        "  medians of {FAN_ROUNDS} rounds: p50 {} / {} / {}, p99 {} / {} / {}, {:.0}/s / {:.0}/s / \
+         {:.0}/s (daemon / bare / bare nodelay)",
+        fmt_dur(d.p50),
+        fmt_dur(b.p50),
+        fmt_dur(n.p50),
+        fmt_dur(d.p99),
+        fmt_dur(b.p99),
+        fmt_dur(n.p99),
+        d.per_second,
+        b.per_second,
+        n.per_second,
+    );
+    println!();
+    let delivered: usize = daemon_runs.iter().map(|f| f.delivered).sum();
+    let resyncs: usize = daemon_runs.iter().map(|f| f.resyncs).sum();
+    let out_of_order: usize = daemon_runs.iter().map(|f| f.out_of_order).sum();
+    let complete = delivered == expected * FAN_ROUNDS && resyncs == 0 && out_of_order == 0;
+    let p99_ratio = ratio(d.p99, b.p99);
+    rows.push(Row::target(
+        format!("fan-out {FAN_AGENTS}×{FAN_CLIENTS}: p99 delay vs bare (median of {FAN_ROUNDS})"),
+        format!("{} vs {} = {p99_ratio:.2}×", fmt_dur(d.p99), fmt_dur(b.p99)),
+        &format!("≤ {FAN_TARGET:.2}×"),
+        p99_ratio <= FAN_TARGET && complete,
+    ));
+    rows.push(Row::info(
+        "fan-out: p50 delay vs bare",
+        format!(
+            "{} vs {} = {:.2}×",
+            fmt_dur(d.p50),
+            fmt_dur(b.p50),
+            ratio(d.p50, b.p50)
+        ),
+    ));
+    rows.push(Row::info(
+        "fan-out: p99 / p50 vs bare with TCP_NODELAY",
+        format!(
+            "{} vs {} = {:.2}× / {} vs {} = {:.2}×",
+            fmt_dur(d.p99),
+            fmt_dur(n.p99),
+            ratio(d.p99, n.p99),
+            fmt_dur(d.p50),
+            fmt_dur(n.p50),
+            ratio(d.p50, n.p50)
+        ),
+    ));
+    rows.push(Row::info(
+        "fan-out: server CPU per delivery (daemon vs bare)",
+        format!(
+            "{:.1} µs vs {:.1} µs = {:.1}×",
+            d.cpu_us,
+            b.cpu_us,
+            d.cpu_us / b.cpu_us.max(1e-9)
+        ),
+    ));
+    rows.push(Row::info(
+        "fan-out: deliveries/s (daemon vs bare)",
+        format!(
+            "{:.0}/s vs {:.0}/s; daemon delivered {delivered} of {}{}",
+            d.per_second,
+            b.per_second,
+            expected * FAN_ROUNDS,
+            if resyncs + out_of_order > 0 {
+                format!(", {resyncs} resyncs, {out_of_order} out of order")
+            } else {
+                String::new()
+            }
+        ),
+    ));
+    Ok(())
+}
+
+/// Medians over the rounds of one kind of run.
+struct Medians {
+    p50: Duration,
+    p99: Duration,
+    per_second: f64,
+    /// Server CPU per delivery, in microseconds.
+    cpu_us: f64,
+}
+
+impl Medians {
+    fn of(runs: &[Figures]) -> Medians {
+        let pick = |f: fn(&Figures) -> Duration| median(&runs.iter().map(f).collect::<Vec<_>>());
+        Medians {
+            p50: pick(|f| f.p50),
+            p99: pick(|f| f.p99),
+            per_second: median_f64(&runs.iter().map(|f| f.per_second).collect::<Vec<_>>()),
+            cpu_us: median_f64(
+                &runs
+                    .iter()
+                    .map(|f| f.cpu.as_secs_f64() * 1e6 / f.delivered.max(1) as f64)
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+}
+
+/// The fan-out daemon with its agents created and every client subscribed to every agent.
+struct Fleet {
+    daemon: DaemonProc,
+    /// Creates the agents and sends the prompts; initializes nothing, so gets statuses only.
+    driver: Option<Ws>,
+    clients: Vec<Ws>,
+    agents: Vec<String>,
+}
+
+impl Fleet {
+    async fn start(drover: &Path, scripted: &Path, root: &Path) -> Result<Fleet> {
+        let home = root.join("fanout-home");
+        let cwd = root.join("fanout-cwd");
+        fs::create_dir_all(&home)?;
+        fs::create_dir_all(&cwd)?;
+        fs::write(
+            home.join("config.toml"),
+            drover_testkit::scripted_config(scripted, &root.join("fanout-agent-state")),
+        )?;
+        let daemon = DaemonProc::spawn(drover, &home, &root.join("daemon-fanout.stderr"), None)?;
+        let url = format!("ws://{}/ws", daemon.addr);
+        let t = Instant::now();
+        let mut driver = ws_connect(&url).await?;
+        hello(&mut driver).await?;
+        let mut agents = Vec::with_capacity(FAN_AGENTS);
+        for i in 0..FAN_AGENTS {
+            let answer = request(
+                &mut driver,
+                json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "title": format!("fan-out {i}")}),
+                format!("create-{i}"),
+            )
+            .await?;
+            let id = answer["payload"]["agent"]["id"]
+                .as_str()
+                .ok_or_else(|| anyhow!("agent_created without an id: {answer}"))?;
+            agents.push(id.to_string());
+        }
+        let mut setup = JoinSet::new();
+        for _ in 0..FAN_CLIENTS {
+            let (url, agents) = (url.clone(), agents.clone());
+            setup.spawn(async move {
+                let mut ws = ws_connect(&url).await?;
+                hello(&mut ws).await?;
+                initialize_all(&mut ws, &agents).await?;
+                anyhow::Ok(ws)
+            });
+        }
+        let mut clients = Vec::with_capacity(FAN_CLIENTS);
+        while let Some(joined) = setup.join_next().await {
+            clients.push(joined??);
+        }
+        println!(
+            "  daemon: {FAN_AGENTS} agents created and initialized by {FAN_CLIENTS} clients in {}",
+            fmt_dur(t.elapsed())
+        );
+        Ok(Fleet {
+            daemon,
+            driver: Some(driver),
+            clients,
+            agents,
+        })
+    }
+
+    /// One turn of every agent, read by every client; returns the figures and what the agents
+    /// sent when, as `(stamp, agent id, chunk index)` in stamp order.
+    async fn round(&mut self, round: usize) -> Result<(Figures, Vec<(u64, String, u64)>)> {
+        let per_client = FAN_AGENTS * FAN_CHUNKS;
+        let cpu_before = cpu_time(self.daemon.pid)?;
+        let mut readers = JoinSet::new();
+        for (i, ws) in self.clients.drain(..).enumerate() {
+            readers.spawn(read_stamped(ws, Source::Daemon, per_client, i == 0));
+        }
+        let mut driver = self.driver.take().ok_or_else(|| anyhow!("no driver"))?;
+        for (i, id) in self.agents.iter().enumerate() {
+            send_json(
+                &mut driver,
+                &json!({"type": "send_message", "agentId": id, "requestId": format!("go-{round}-{i}"),
+                        "text": format!("stream-stamped {FAN_CHUNKS} {FAN_CHUNK_MS}")}),
+            )
+            .await?;
+        }
+        // The answers, and the statuses, so that the driver's session never backs up.
+        let agents = self.agents.len();
+        let answers = tokio::spawn(async move {
+            let mut queued = 0;
+            while queued < agents {
+                let message = recv_json(&mut driver).await?;
+                match message["type"].as_str() {
+                    Some("message_queued") => queued += 1,
+                    Some("request_error") => bail!("send_message failed: {message}"),
+                    _ => {}
+                }
+            }
+            anyhow::Ok(driver)
+        });
+        let mut readings = Vec::new();
+        let mut resynced = Vec::new();
+        while let Some(joined) = readers.join_next().await {
+            let (ws, reading) = joined??;
+            if reading.resyncs > 0 {
+                resynced.push(ws);
+            } else {
+                self.clients.push(ws);
+            }
+            readings.push(reading);
+        }
+        let cpu = cpu_time(self.daemon.pid)?.saturating_sub(cpu_before);
+        // Every turn over before the next round.
+        let mut driver = answers.await??;
+        for (i, id) in self.agents.iter().enumerate() {
+            send_json(
+                &mut driver,
+                &json!({"type": "wait_idle", "agentId": id, "requestId": format!("idle-{round}-{i}"),
+                        "timeoutMs": WAIT.as_millis() as u64}),
+            )
+            .await?;
+        }
+        let mut idle = 0;
+        while idle < self.agents.len() {
+            let message = recv_json(&mut driver).await?;
+            match message["type"].as_str() {
+                Some("idle") => idle += 1,
+                Some("request_error") => bail!("wait_idle failed: {message}"),
+                _ => {}
+            }
+        }
+        self.driver = Some(driver);
+        // A client told to resync subscribes again, as a real one would.
+        for mut ws in resynced {
+            initialize_all(&mut ws, &self.agents).await?;
+            self.clients.push(ws);
+        }
+        let mut schedule = Vec::new();
+        let mut split = Vec::new();
+        for reading in &mut readings {
+            if !reading.schedule.is_empty() {
+                schedule = std::mem::take(&mut reading.schedule);
+                split = std::mem::take(&mut reading.split);
+            }
+        }
+        schedule.sort_unstable();
+        if !split.is_empty() {
+            let mut to_hub: Vec<u64> = split.iter().map(|s| s.0).collect();
+            let mut to_client: Vec<u64> = split.iter().map(|s| s.1).collect();
+            to_hub.sort_unstable();
+            to_client.sort_unstable();
+            println!(
+                "  #{round} daemon, one client's {} appends: agent → hub p50 {}, p99 {}; hub → client \
+                 p50 {}, p99 {}",
+                split.len(),
+                fmt_dur(quantile(&to_hub, 0.50)),
+                fmt_dur(quantile(&to_hub, 0.99)),
+                fmt_dur(quantile(&to_client, 0.50)),
+                fmt_dur(quantile(&to_client, 0.99)),
+            );
+        }
+        let mut figures = Figures::of(readings, per_client * FAN_CLIENTS);
+        figures.cpu = cpu;
+        Ok((figures, schedule))
+    }
+}
+
+async fn fanout_bare(
+    root: &Path,
+    schedule: &[(u64, String, u64)],
+    expected: usize,
+    nodelay: bool,
+) -> Result<Figures> {
+    let first = schedule.first().map_or(0, |s| s.0);
+    let mut plan = String::new();
+    for (stamp, agent, chunk) in schedule {
+        plan.push_str(&format!("{} {agent} {chunk}\n", stamp - first));
+    }
+    let path = root.join("fanout-schedule.txt");
+    fs::write(&path, plan)?;
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let mut child = Command::new(&exe)
+        .arg("--bare-server")
+        .arg(&path)
+        .arg(FAN_CLIENTS.to_string())
+        .arg(if nodelay { "nodelay" } else { "nagle" })
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot run `{} --bare-server`", exe.display()))?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+    let pid = child.id();
+    let guard = Reaper(Some(child));
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .ok_or_else(|| anyhow!("the bare server said {line:?}"))?
+        .to_string();
+    let url = format!("ws://{addr}/ws");
+    let per_client = FAN_AGENTS * FAN_CHUNKS;
+    let mut readers = JoinSet::new();
+    for _ in 0..FAN_CLIENTS {
+        let ws = ws_connect(&url).await?;
+        readers.spawn(read_stamped(ws, Source::Bare, per_client, false));
+    }
+    let mut readings = Vec::new();
+    while let Some(joined) = readers.join_next().await {
+        let (mut ws, reading) = joined??;
+        let _ = ws.close(None).await;
+        readings.push(reading);
+    }
+    let cpu = cpu_time(pid)?;
+    drop(guard);
+    let mut figures = Figures::of(readings, expected);
+    figures.cpu = cpu;
+    Ok(figures)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Daemon,
+    /// The bare server: the client says `ready` first.
+    Bare,
+}
+
+/// Reads until `expected` stamped chunks arrived (or the run's deadline), noting each delay.
+async fn read_stamped(
+    mut ws: Ws,
+    source: Source,
+    expected: usize,
+    record: bool,
+) -> Result<(Ws, Reading)> {
+    if source == Source::Bare {
+        ws.send(Message::Text("ready".into())).await?;
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut reading = Reading {
+        delays: Vec::with_capacity(expected),
+        ..Reading::default()
+    };
+    let mut last_chunk: std::collections::HashMap<String, u64> = Default::default();
+    while reading.delays.len() < expected {
+        let frame = match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(Some(Err(e))) => bail!("a client's connection failed: {e}"),
+            Ok(None) => break,
+            Err(_) => break,
+        };
+        let arrival = now_ns();
+        let Message::Text(text) = frame else { continue };
+        if let Some((stamp, chunk)) = stamp_of(&text) {
+            reading.delays.push(arrival.saturating_sub(stamp));
+            reading.bytes += text.len() as u64;
+            if reading.first_stamp == 0 || stamp < reading.first_stamp {
+                reading.first_stamp = stamp;
+            }
+            reading.last_arrival = arrival;
+            if let Some(agent) = agent_of(&text) {
+                let last = last_chunk.entry(agent.to_string()).or_insert(0);
+                if chunk <= *last {
+                    reading.out_of_order += 1;
+                }
+                *last = chunk;
+                if record {
+                    reading.schedule.push((stamp, agent.to_string(), chunk));
+                    if source == Source::Daemon
+                        && text.contains("\"op\":\"append\"")
+                        && let Some(hub) = hub_time(&text)
+                    {
+                        reading
+                            .split
+                            .push((hub.saturating_sub(stamp), arrival.saturating_sub(hub)));
+                    }
+                }
+            }
+        } else if text.contains("\"type\":\"resync_required\"") {
+            reading.resyncs += 1;
+            if source == Source::Daemon {
+                // The daemon dropped this session's subscriptions: nothing more will come.
+                break;
+            }
+        }
+    }
+    Ok((ws, reading))
+}
+
+/// `(stamp, chunk index)` of an `agent_update` carrying a `chunk <i> @<ns>` text.
+fn stamp_of(text: &str) -> Option<(u64, u64)> {
+    if !text.starts_with("{\"type\":\"agent_update\"") {
+        return None;
+    }
+    let at = text.find(" @")?;
+    let stamp = digits(&text[at + 2..])?;
+    let before = &text[..at];
+    let chunk = digits(&before[before.rfind("chunk ")? + 6..])?;
+    Some((stamp, chunk))
+}
+
+/// The update's `timestamp` in nanoseconds since the epoch.
+fn hub_time(text: &str) -> Option<u64> {
+    let key = "\"timestamp\":\"";
+    let start = text.find(key)? + key.len();
+    let len = text[start..].find('"')?;
+    let at: jiff::Timestamp = text[start..start + len].parse().ok()?;
+    u64::try_from(at.as_nanosecond()).ok()
+}
+
+fn agent_of(text: &str) -> Option<&str> {
+    let key = "\"agentId\":\"";
+    let start = text.find(key)? + key.len();
+    let len = text[start..].find('"')?;
+    Some(&text[start..start + len])
+}
+
+fn digits(s: &str) -> Option<u64> {
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    s[..end].parse().ok()
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+async fn ws_connect(url: &str) -> Result<Ws> {
+    let (ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+        .await
+        .map_err(|_| anyhow!("connecting to {url} timed out"))?
+        .with_context(|| format!("cannot connect to {url}"))?;
+    Ok(ws)
+}
+
+async fn send_json(ws: &mut Ws, message: &Value) -> Result<()> {
+    ws.send(Message::Text(message.to_string().into())).await?;
+    Ok(())
+}
+
+async fn recv_json(ws: &mut Ws) -> Result<Value> {
+    loop {
+        let frame = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .map_err(|_| anyhow!("no message from the daemon in {WAIT:?}"))?
+            .ok_or_else(|| anyhow!("the daemon closed the connection"))??;
+        if let Message::Text(text) = frame {
+            return Ok(serde_json::from_str(&text)?);
+        }
+    }
+}
+
+async fn hello(ws: &mut Ws) -> Result<Value> {
+    send_json(
+        ws,
+        &json!({"type": "hello", "client": "drover-bench-protocol", "protocolVersion": 1}),
+    )
+    .await?;
+    loop {
+        let message = recv_json(ws).await?;
+        match message["type"].as_str() {
+            Some("session_state") => return Ok(message),
+            Some("request_error") => bail!("hello refused: {message}"),
+            _ => {}
+        }
+    }
+}
+
+/// Sends `message` with `requestId` and returns its answer (other messages are dropped).
+async fn request(ws: &mut Ws, mut message: Value, id: String) -> Result<Value> {
+    message["requestId"] = json!(id);
+    send_json(ws, &message).await?;
+    loop {
+        let answer = recv_json(ws).await?;
+        if answer["payload"]["requestId"] == json!(id) {
+            ensure!(
+                answer["type"] != "request_error",
+                "{} failed: {answer}",
+                message["type"]
+            );
+            return Ok(answer);
+        }
+    }
+}
+
+/// Pipelines `initialize_agent_request` for every agent and waits for every answer.
+async fn initialize_all(ws: &mut Ws, agents: &[String]) -> Result<()> {
+    for (i, id) in agents.iter().enumerate() {
+        send_json(
+            ws,
+            &json!({"type": "initialize_agent_request", "agentId": id, "requestId": format!("init-{i}")}),
+        )
+        .await?;
+    }
+    let mut answered = 0;
+    while answered < agents.len() {
+        let message = recv_json(ws).await?;
+        match message["type"].as_str() {
+            Some("agent_initialized") => answered += 1,
+            Some("request_error") => bail!("initialize_agent_request failed: {message}"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+// ---- the bare broadcast (a second process) --------------------------------------------------
+
+struct Bare {
+    tx: broadcast::Sender<Utf8Bytes>,
+    clients: usize,
+    ready: AtomicUsize,
+    go: Notify,
+}
+
+/// `--bare-server SCHEDULE CLIENTS nagle|nodelay`: prints `listening ADDR`, waits for CLIENTS
+/// WebSocket clients to send a first message, then sends one stamped `agent_update` per line of
+/// SCHEDULE (`<offset ns> <agent id> <chunk index>`) at that offset from the start, and exits.
+/// `nagle` leaves the accepted sockets as the daemon does (Nagle's algorithm on); `nodelay`
+/// sets `TCP_NODELAY` on them.
+fn bare_server_main(args: &[String]) -> Result<()> {
+    let usage = || anyhow!("usage: --bare-server SCHEDULE CLIENTS nagle|nodelay");
+    let plan = fs::read_to_string(args.first().ok_or_else(usage)?)?;
+    let clients: usize = args.get(1).ok_or_else(usage)?.parse()?;
+    let nodelay = match args.get(2).map(String::as_str) {
+        Some("nagle") => false,
+        Some("nodelay") => true,
+        _ => return Err(usage()),
+    };
+    let mut schedule = Vec::new();
+    for line in plan.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(offset), Some(agent), Some(chunk)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            bail!("a bad schedule line: {line:?}");
+        };
+        schedule.push((
+            Duration::from_nanos(offset.parse()?),
+            agent.to_string(),
+            chunk.parse::<u64>()?,
+        ));
+    }
+    // The daemon's runtime: multi-threaded, one worker per CPU.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let (tx, _) = broadcast::channel(BARE_CAPACITY);
+        let bare = Arc::new(Bare {
+            tx,
+            clients,
+            ready: AtomicUsize::new(0),
+            go: Notify::new(),
+        });
+        let app = axum::Router::new()
+            .route("/ws", axum::routing::get(bare_upgrade))
+            .with_state(bare.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("listening {}", listener.local_addr()?);
+        std::io::stdout().flush()?;
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(move |tcp| {
+            if nodelay {
+                let _ = tcp.set_nodelay(true);
+            }
+        });
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        bare.go.notified().await;
+        // Paced by a thread of its own: `std::thread::sleep` keeps each send within tens of
+        // microseconds of its offset, where tokio's millisecond timer would bunch the sends
+        // of each millisecond together (the agents, 50 processes, are not bunched so).
+        let tx = bare.tx.clone();
+        let producer = std::thread::spawn(move || {
+            let start = Instant::now();
+            for (offset, agent, chunk) in schedule {
+                if let Some(wait) = offset.checked_sub(start.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+                // The shape and size of the daemon's `append` update, serialized once.
+                let message = json!({"type": "agent_update", "payload": {
+                    "agentId": agent,
+                    "timestamp": jiff::Timestamp::now().to_string(),
+                    "notification": {"op": "append", "seq": 3, "field": "text",
+                                     "text": format!("chunk {chunk} @{}\n", now_ns())},
+                }});
+                let _ = tx.send(Utf8Bytes::from(message.to_string()));
+            }
+        });
+        tokio::task::spawn_blocking(move || producer.join())
+            .await?
+            .map_err(|_| anyhow!("the producer thread panicked"))?;
+        // The clients leave once they have everything; give them the time to.
+        tokio::time::sleep(WAIT).await;
+        server.abort();
+        anyhow::Ok(())
+    })
+}
+
+async fn bare_upgrade(
+    ws: WebSocketUpgrade,
+    State(bare): State<Arc<Bare>>,
+) -> axum::response::Response {
+    ws.on_upgrade(move |socket| bare_session(socket, bare))
+}
+
+async fn bare_session(mut socket: WebSocket, bare: Arc<Bare>) {
+    let mut events = bare.tx.subscribe();
+    // The client's first message says it reads.
+    match socket.recv().await {
+        Some(Ok(_)) => {}
+        _ => return,
+    }
+    if bare.ready.fetch_add(1, Ordering::SeqCst) + 1 == bare.clients {
+        bare.go.notify_one();
+    }
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let text = match event {
+                    Ok(text) => text,
+                    Err(broadcast::error::RecvError::Lagged(n)) => Utf8Bytes::from(
+                        json!({"type": "resync_required", "payload": {"reason": format!("fell {n} behind")}}).to_string(),
+                    ),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                if socket.send(AxumMessage::Text(text)).await.is_err() { return; }
+            }
+            frame = socket.recv() => match frame {
+                Some(Ok(AxumMessage::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
+
+// ---- 2. session_state -----------------------------------------------------------------------
+
+/// Times from sending `hello`.
+struct StateRound {
+    welcome: Duration,
+    first_byte: Duration,
+    last_byte: Duration,
+    bytes: usize,
+}
+
+fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> Result<DaemonProc> {
+    println!(
+        "== 2. session_state with {STATE_AGENTS} agents in {STATE_WORKSPACES} workspaces \
+         (raw WebSocket, {STATE_ROUNDS} connections) =="
+    );
+    let t = Instant::now();
+    let stats = generate_fleet(
+        home,
+        STATE_WORKSPACES,
+        STATE_AGENTS / STATE_WORKSPACES,
+        0x5eed,
+    )?;
+    let _ = Command::new("sync").status();
+    let live = stats.agents - stats.archived;
+    println!(
+        "  generated {} agents ({} archived, so {live} in session_state) + {} workspaces in {}",
+        stats.agents,
+        stats.archived,
+        stats.workspaces,
+        fmt_dur(t.elapsed())
+    );
+    let t = Instant::now();
+    let daemon = DaemonProc::spawn(
+        drover,
+        home,
+        &root.join("daemon-state.stderr"),
+        Some(STATE_AGENTS),
+    )?;
+    let booted = t.elapsed();
+    let (rss_boot, _) = daemon.mem()?;
+    println!(
+        "  daemon booted in {} (VmRSS {})",
+        fmt_dur(booted),
+        fmt_kb(rss_boot)
+    );
+    let mut rounds = Vec::with_capacity(STATE_ROUNDS);
+    for round in 0..STATE_ROUNDS {
+        let (r, payload) = session_state_round(daemon.addr)?;
+        if round == 0 {
+            let state: Value = serde_json::from_slice(&payload)?;
+            let agents = state["payload"]["agents"].as_array().map_or(0, Vec::len);
+            let workspaces = state["payload"]["workspaces"]
+                .as_array()
+                .map_or(0, Vec::len);
+            ensure!(
+                agents == live && workspaces == STATE_WORKSPACES,
+                "session_state lists {agents} agents and {workspaces} workspaces, expected {live} and {STATE_WORKSPACES}"
+            );
+        }
+        println!(
+            "  #{}: welcome {}, session_state first byte {}, last byte {}, {}",
+            round + 1,
+            fmt_dur(r.welcome),
+            fmt_dur(r.first_byte),
+            fmt_dur(r.last_byte),
+            fmt_bytes(r.bytes as u64)
+        );
+        rounds.push(r);
+    }
+    let (rss, hwm) = daemon.mem()?;
+    println!(
+        "  daemon VmRSS after the connections {} (VmHWM {})",
+        fmt_kb(rss),
+        fmt_kb(hwm)
+    );
+    let first: Vec<Duration> = rounds.iter().map(|r| r.first_byte).collect();
+    let last: Vec<Duration> = rounds.iter().map(|r| r.last_byte).collect();
+    let bytes = rounds.first().map_or(0, |r| r.bytes);
+    println!();
+    rows.push(Row::info(
+        format!(
+            "session_state, {}k agents: time to first byte",
+            STATE_AGENTS / 1000
+        ),
+        format!(
+            "best {}, median {} (last byte: median {})",
+            fmt_dur(first.iter().copied().min().unwrap_or_default()),
+            fmt_dur(median(&first)),
+            fmt_dur(median(&last))
+        ),
+    ));
+    rows.push(Row::info(
+        format!("session_state, {}k agents: size", STATE_AGENTS / 1000),
+        format!(
+            "{} ({live} agents, {:.0} B each)",
+            fmt_bytes(bytes as u64),
+            bytes as f64 / live.max(1) as f64
+        ),
+    ));
+    rows.push(Row::info(
+        format!("daemon VmRSS, {}k agents", STATE_AGENTS / 1000),
+        format!(
+            "{} after boot, {} after {STATE_ROUNDS} session_states (VmHWM {})",
+            fmt_kb(rss_boot),
+            fmt_kb(rss),
+            fmt_kb(hwm)
+        ),
+    ));
+    Ok(daemon)
+}
+
+/// One connection: upgrade, `hello`, and the frames up to the end of `session_state`, over a
+/// plain socket so that the first byte can be timed. Returns the figures and the payload.
+fn session_state_round(addr: SocketAddr) -> Result<(StateRound, Vec<u8>)> {
+    let mut socket = TcpStream::connect(addr)?;
+    socket.set_nodelay(true)?;
+    socket.set_read_timeout(Some(WAIT))?;
+    write!(
+        socket,
+        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )?;
+    let mut buf = Vec::with_capacity(1 << 20);
+    let mut chunk = vec![0u8; 1 << 18];
+    let head_end = loop {
+        let n = socket.read(&mut chunk)?;
+        ensure!(n > 0, "the daemon closed the connection during the upgrade");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    ensure!(
+        head.starts_with("HTTP/1.1 101"),
+        "the upgrade was refused: {head}"
+    );
+    buf.drain(..head_end);
+
+    let hello = br#"{"type":"hello","client":"drover-bench-protocol","protocolVersion":1}"#;
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut frame = vec![0x81, 0x80 | hello.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(hello.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let start = Instant::now();
+    socket.write_all(&frame)?;
+
+    // (when, bytes received so far) after each read.
+    let mut reads: Vec<(Duration, usize)> = vec![(Duration::ZERO, buf.len())];
+    let mut pos = 0;
+    let mut welcome = None;
+    loop {
+        // Complete frames at `pos`?
+        while let Some((header, len, opcode)) = frame_at(&buf[pos..]) {
+            if buf.len() < pos + header + len {
+                break;
+            }
+            let payload = &buf[pos + header..pos + header + len];
+            let arrived = |offset: usize| {
+                reads
+                    .iter()
+                    .find(|(_, total)| *total > offset)
+                    .map_or(Duration::ZERO, |(at, _)| *at)
+            };
+            ensure!(opcode == 1, "unexpected frame with opcode {opcode}");
+            if payload.starts_with(b"{\"type\":\"welcome\"") {
+                welcome = Some(arrived(pos));
+            } else if payload.starts_with(b"{\"type\":\"session_state\"") {
+                let round = StateRound {
+                    welcome: welcome.ok_or_else(|| anyhow!("session_state before welcome"))?,
+                    first_byte: arrived(pos),
+                    last_byte: arrived(pos + header + len - 1),
+                    bytes: len,
+                };
+                return Ok((round, payload.to_vec()));
+            } else if payload.starts_with(b"{\"type\":\"request_error\"") {
+                bail!("hello refused: {}", String::from_utf8_lossy(payload));
+            }
+            pos += header + len;
+        }
+        let n = socket.read(&mut chunk)?;
+        ensure!(
+            n > 0,
+            "the daemon closed the connection before session_state"
+        );
+        buf.extend_from_slice(&chunk[..n]);
+        reads.push((start.elapsed(), buf.len()));
+    }
+}
+
+/// `(header length, payload length, opcode)` of an unmasked server frame, once its header is in.
+fn frame_at(buf: &[u8]) -> Option<(usize, usize, u8)> {
+    let (&b0, &b1) = (buf.first()?, buf.get(1)?);
+    let opcode = b0 & 0x0f;
+    match b1 & 0x7f {
+        126 => Some((
+            4,
+            u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?]) as usize,
+            opcode,
+        )),
+        127 => {
+            let bytes: [u8; 8] = buf.get(2..10)?.try_into().ok()?;
+            Some((10, u64::from_be_bytes(bytes) as usize, opcode))
+        }
+        n => Some((2, n as usize, opcode)),
+    }
+}
+
+// ---- 3. drover ls ---------------------------------------------------------------------------
+
+fn ls_bench(drover: &Path, home: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    println!(
+        "== 3. `drover ls` with {STATE_AGENTS} agents (best of {LS_ROUNDS}, output to a pipe) =="
+    );
+    let target = format!("< {}", fmt_dur(LS_TARGET));
+    let probe = Command::new(drover)
+        .args(["ls", "--help"])
+        .env("DROVER_HOME", home)
+        .output()
+        .with_context(|| format!("cannot run `{}`", drover.display()))?;
+    if !probe.status.success() {
+        let why = String::from_utf8_lossy(&probe.stderr)
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output")
+            .trim()
+            .to_string();
+        println!(
+            "  SKIP: `drover ls --help` failed ({}): {why}",
+            probe.status
+        );
+        println!();
+        for variant in ["--json", "(table)"] {
+            rows.push(Row::skip(
+                format!("drover ls {variant}, {}k agents", STATE_AGENTS / 1000),
+                "this drover has no `ls` yet".to_string(),
+                &target,
+            ));
+        }
+        return Ok(());
+    }
+    for (variant, args) in [("--json", &["ls", "--json"][..]), ("(table)", &["ls"][..])] {
+        let mut times = Vec::with_capacity(LS_ROUNDS);
+        let mut out_bytes = 0;
+        let mut lines = 0;
+        for _ in 0..LS_ROUNDS {
+            let t = Instant::now();
+            let out = Command::new(drover)
+                .args(args)
+                .env("DROVER_HOME", home)
+                .stdin(Stdio::null())
+                .output()?;
+            times.push(t.elapsed());
+            ensure!(
+                out.status.success(),
+                "`drover {}` failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            out_bytes = out.stdout.len();
+            lines = out.stdout.iter().filter(|&&b| b == b'\n').count();
+        }
+        let best = times.iter().copied().min().unwrap_or_default();
+        println!(
+            "  drover {}: best {}, median {}; {} on stdout, {lines} lines",
+            args.join(" "),
+            fmt_dur(best),
+            fmt_dur(median(&times)),
+            fmt_bytes(out_bytes as u64)
+        );
+        rows.push(Row::target(
+            format!("drover ls {variant}, {}k agents", STATE_AGENTS / 1000),
+            format!("{} (median {})", fmt_dur(best), fmt_dur(median(&times))),
+            &target,
+            best < LS_TARGET,
+        ));
+    }
+    println!();
+    Ok(())
+}
+
+// ---- the daemon process ---------------------------------------------------------------------
+
+/// `drover daemon` on a home, killed if the bench bails out while it runs.
+struct DaemonProc {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+}
+
+impl DaemonProc {
+    /// Starts the daemon and waits until `/health` answers (with `agents` agents, if given).
+    fn spawn(drover: &Path, home: &Path, log: &Path, agents: Option<usize>) -> Result<DaemonProc> {
+        let info_path = home.join("daemon.json");
+        match fs::remove_file(&info_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).context("cannot remove a stale daemon.json"),
+        }
+        let child = Command::new(drover)
+            .arg("daemon")
+            .arg("--home")
+            .arg(home)
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("DROVER_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(log)?)
+            .spawn()
+            .with_context(|| format!("cannot run `{}`", drover.display()))?;
+        let pid = child.id();
+        let mut reaper = Reaper(Some(child));
+        let start = Instant::now();
+        let mut addr = None;
+        loop {
+            ensure!(
+                start.elapsed() < WAIT,
+                "the daemon did not come up within {WAIT:?}; its stderr: {}",
+                log.display()
+            );
+            if let Some(status) = reaper.child()?.try_wait()? {
+                bail!(
+                    "the daemon exited during boot ({status}): {}",
+                    fs::read_to_string(log).unwrap_or_default().trim()
+                );
+            }
+            if addr.is_none() {
+                addr = daemon_addr(&info_path, pid);
+            }
+            if let Some(addr) = addr
+                && let Some(health) = get_health(addr)
+                && agents.is_none_or(|n| health["agents"].as_u64() == Some(n as u64))
+            {
+                let child = reaper.take()?;
+                return Ok(DaemonProc { child, pid, addr });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// VmRSS and VmHWM in KB.
+    fn mem(&self) -> Result<(u64, u64)> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .context("cannot read the daemon's /proc status")?;
+        Ok((
+            proc_field_kb(&status, "VmRSS:").unwrap_or(0),
+            proc_field_kb(&status, "VmHWM:").unwrap_or(0),
+        ))
+    }
+
+    /// SIGTERM, and waits for the ordered shutdown.
+    fn stop(mut self) -> Result<()> {
+        let killed = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .context("cannot run `kill`")?;
+        ensure!(killed.success(), "`kill -TERM {}` failed", self.pid);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the daemon did not stop within 20 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for DaemonProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A child killed on drop unless taken.
+struct Reaper(Option<Child>);
+
+impl Reaper {
+    fn child(&mut self) -> Result<&mut Child> {
+        self.0
+            .as_mut()
+            .ok_or_else(|| anyhow!("the child was taken"))
+    }
+
+    fn take(mut self) -> Result<Child> {
+        self.0.take().ok_or_else(|| anyhow!("the child was taken"))
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut()
+            && let Ok(None) = child.try_wait()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The address from `daemon.json`, once the daemon with this pid has written it.
+fn daemon_addr(path: &Path, pid: u32) -> Option<SocketAddr> {
+    let info: Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
+    if info["pid"].as_u64() != Some(u64::from(pid)) {
+        return None;
+    }
+    info["url"].as_str()?.strip_prefix("http://")?.parse().ok()
+}
+
+/// `GET /health` over a bare HTTP/1.0 connection: the JSON body of a 200, else `None`.
+fn get_health(addr: SocketAddr) -> Option<Value> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    if head.split_whitespace().nth(1) != Some("200") {
+        return None;
+    }
+    serde_json::from_str(body).ok()
+}
+
+/// User + system CPU time of a process, all threads (`/proc/PID/stat`, in USER_HZ = 100 ticks).
+fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("cannot read /proc/{pid}/stat"))?;
+    // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))
+    };
+    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+}
+
+fn proc_field_kb(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+fn binary_next_to_me(var: &str, name: &str, package: &str) -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os(var).filter(|b| !b.is_empty()) {
+        let bin = PathBuf::from(bin);
+        ensure!(bin.is_file(), "{var}=`{}` is not a file", bin.display());
+        return Ok(bin);
+    }
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let bin = exe
+        .parent()
+        .map(|dir| dir.join(name))
+        .ok_or_else(|| anyhow!("`{}` has no folder", exe.display()))?;
+    ensure!(
+        bin.is_file(),
+        "no `{name}` at `{}`: build it with `cargo build --release {package}` (or run \
+         scripts/bench), or point {var} at one",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// The `q` quantile of sorted nanoseconds.
+fn quantile(sorted: &[u64], q: f64) -> Duration {
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+    Duration::from_nanos(sorted.get(i).copied().unwrap_or(0))
+}
+
+fn median(v: &[Duration]) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    match v.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2,
+    }
+}
+
+fn median_f64(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn kernel() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| format!("Linux {}", s.trim()))
+        .unwrap_or_else(|_| std::env::consts::OS.to_string())
+}
+
+fn fmt_dur(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+fn fmt_kb(kb: u64) -> String {
+    format!("{:.1} MB", kb as f64 / 1024.0)
+}
+
+fn fmt_bytes(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{:.1} MB", b as f64 / (1 << 20) as f64)
+    } else {
+        format!("{:.1} KB", b as f64 / 1024.0)
+    }
+}

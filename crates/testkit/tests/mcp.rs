@@ -1,0 +1,253 @@
+//! Agents driving drover through its MCP server: the scripted agent calls the tools at the URL
+//! it got in `session/new`, through the real daemon.
+
+use drover_testkit::daemon::{Client, TestDaemon};
+use serde_json::{Value, json};
+
+async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
+    let created = client
+        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{created}");
+    created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+async fn idle(client: &mut Client, id: &str) {
+    let idle = client
+        .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 20000}))
+        .await;
+    assert_eq!(idle["payload"]["idle"], true, "{idle}");
+}
+
+async fn items(client: &mut Client, id: &str) -> Vec<Value> {
+    let page = client
+        .request(json!({"type": "fetch_timeline", "agentId": id, "limit": 1000}))
+        .await;
+    page["payload"]["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn replies(client: &mut Client, id: &str) -> Vec<String> {
+    items(client, id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+async fn agents(client: &mut Client) -> Vec<Value> {
+    let list = client.request(json!({"type": "list_agents"})).await;
+    list["payload"]["agents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_creates_a_subagent_and_hears_back() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current"}, "title": "kid", "prompt": "say child reporting"}"#;
+    let parent = create(&mut client, &daemon, call, "parent").await;
+    idle(&mut client, &parent).await;
+    let said = replies(&mut client, &parent).await;
+    assert!(said[0].starts_with("mcp create_agent: "), "{said:?}");
+    let result: Value = serde_json::from_str(said[0].trim_start_matches("mcp create_agent: "))
+        .expect("tool result JSON");
+    assert_eq!(result["relationship"], "subagent");
+    let child = result["agentId"].as_str().expect("child id").to_string();
+
+    // The child shows under its parent, ran its prompt, and the parent was told.
+    let listed = agents(&mut client).await;
+    let kid = listed
+        .iter()
+        .find(|a| a["id"] == child)
+        .expect("child listed");
+    assert_eq!(kid["parentAgentId"], parent.as_str());
+    assert_eq!(kid["title"], "kid");
+    idle(&mut client, &child).await;
+    assert_eq!(replies(&mut client, &child).await, ["child reporting"]);
+    idle(&mut client, &parent).await;
+    let notices: Vec<Value> = items(&mut client, &parent)
+        .await
+        .into_iter()
+        .filter(|i| i["kind"] == "user_message" && i["data"]["source"] == format!("agent:{child}"))
+        .collect();
+    assert_eq!(notices.len(), 1, "one notice");
+    let text = notices[0]["data"]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("finished its turn") && text.contains("> child reporting"),
+        "{text}"
+    );
+
+    // Archiving the parent takes the subagent with it.
+    let archived = client
+        .request(json!({"type": "archive", "agentId": parent, "stopActivity": true}))
+        .await;
+    let list: Vec<&str> = archived["payload"]["archived"]
+        .as_array()
+        .expect("archived")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(list, [parent.as_str(), child.as_str()]);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_errors_name_the_field_and_agents_only_control_their_own() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let other = create(&mut client, &daemon, "say I am someone else", "other").await;
+    idle(&mut client, &other).await;
+    let script = format!(
+        "mcp create_agent {{\"workspace\": {{\"kind\": \"current\"}}, \"prompt\": \"say x\"}}\n\
+         mcp create_agent {{\"relationship\": {{\"kind\": \"sideways\"}}, \"workspace\": {{\"kind\": \"current\"}}}}\n\
+         mcp cancel_agent {{\"agentId\": \"{other}\"}}\n\
+         mcp get_agent {{\"agentId\": \"{other}\"}}\n\
+         mcp list_agents {{\"scope\": \"all\"}}"
+    );
+    let caller = create(&mut client, &daemon, &script, "caller").await;
+    idle(&mut client, &caller).await;
+    let said = replies(&mut client, &caller).await.concat();
+    assert!(
+        said.contains("mcp create_agent error:") && said.contains("missing field `relationship`"),
+        "{said}"
+    );
+    assert!(said.contains("unknown variant `sideways`"), "{said}");
+    assert!(
+        said.contains("mcp cancel_agent error:") && said.contains("is not yours"),
+        "{said}"
+    );
+    assert!(
+        said.contains("mcp get_agent: ") && said.contains("I am someone else"),
+        "read-only tools work on any agent: {said}"
+    );
+    assert!(
+        said.contains("mcp list_agents: ") && said.contains(&other),
+        "{said}"
+    );
+    // Nothing was created by the failed calls.
+    assert_eq!(agents(&mut client).await.len(), 2);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_a_valid_token_is_refused() {
+    let daemon = TestDaemon::start().await;
+    let addr = daemon.url.trim_start_matches("http://").to_string();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}"#;
+    for path in ["/mcp/not-a-token", "/mcp/"] {
+        let response = tokio::task::spawn_blocking({
+            let addr = addr.clone();
+            move || {
+                use std::io::{Read, Write};
+                let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+                write!(
+                    stream,
+                    "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .expect("write");
+                let mut out = String::new();
+                stream.read_to_string(&mut out).expect("read");
+                out
+            }
+        })
+        .await
+        .expect("request");
+        assert!(
+            response.contains("unknown or missing agent token"),
+            "{path}: {response}"
+        );
+    }
+    daemon.stop().await;
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=drover",
+            "-c",
+            "user.email=drover@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("git");
+    assert!(status.success(), "git {args:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
+    let daemon = TestDaemon::start().await;
+    let repo = daemon.cwd();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "hello\n").expect("write");
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let (mut client, _) = daemon.client().await;
+    let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "create", "source": {"kind": "worktree", "name": "feature"}}, "title": "worker", "prompt": "cwd"}"#;
+    let parent = create(&mut client, &daemon, call, "lead").await;
+    idle(&mut client, &parent).await;
+    let said = replies(&mut client, &parent).await;
+    let result: Value = serde_json::from_str(said[0].trim_start_matches("mcp create_agent: "))
+        .expect("tool result JSON");
+    let child = result["agentId"].as_str().expect("child").to_string();
+    let worktree = std::path::PathBuf::from(result["cwd"].as_str().expect("cwd"));
+    assert!(
+        worktree.starts_with(daemon.home.join("worktrees")),
+        "{worktree:?}"
+    );
+    assert!(
+        worktree.join("README").exists(),
+        "the worktree holds the checkout"
+    );
+    idle(&mut client, &child).await;
+    assert_eq!(
+        replies(&mut client, &child).await,
+        [worktree.display().to_string()],
+        "the child runs in the worktree"
+    );
+    let workspace = result["workspaceId"]
+        .as_str()
+        .expect("workspace")
+        .to_string();
+    assert_ne!(workspace, "", "a workspace of its own");
+
+    // The lead archives the worktree: its agent goes with it, the directory is removed.
+    idle(&mut client, &parent).await;
+    let archive = format!("mcp archive_worktree {{\"workspaceId\": \"{workspace}\"}}");
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": parent, "text": archive}))
+        .await;
+    assert_eq!(sent["type"], "message_queued");
+    idle(&mut client, &parent).await;
+    let said = replies(&mut client, &parent).await.concat();
+    assert!(said.contains("mcp archive_worktree: "), "{said}");
+    assert!(!worktree.exists(), "the worktree directory is gone");
+    let all = client
+        .request(json!({"type": "list_agents", "includeArchived": true}))
+        .await;
+    let kid = all["payload"]["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["id"] == child)
+        .cloned()
+        .expect("child");
+    assert!(
+        kid["archivedAt"].is_string(),
+        "the worktree's agent is archived: {kid}"
+    );
+    daemon.stop().await;
+}
