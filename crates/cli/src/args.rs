@@ -137,6 +137,13 @@ pub enum Command {
     },
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
+    /// Relay MCP between stdio and the daemon's HTTP MCP server (what drover gives agents
+    /// that cannot speak MCP over HTTP themselves).
+    #[command(hide = true)]
+    McpProxy {
+        /// The agent's MCP URL (`http://127.0.0.1:PORT/mcp/TOKEN`)
+        url: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

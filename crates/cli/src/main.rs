@@ -15,6 +15,7 @@ mod client;
 mod commands;
 mod daemon_cmd;
 mod error;
+mod mcp_proxy;
 mod output;
 mod resolve;
 
@@ -85,6 +86,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
             return Ok(());
         }
+        Command::McpProxy { url } => return mcp_proxy::run(&url).map_err(Into::into),
         other => other,
     };
     let ctx = Ctx {
@@ -135,7 +137,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 commands::permit(&ctx, &id, answer, always).await
             }
             Command::Providers { json } => commands::providers(&ctx, json).await,
-            Command::Daemon(_) | Command::Completions { .. } => Ok(()),
+            Command::Daemon(_) | Command::Completions { .. } | Command::McpProxy { .. } => Ok(()),
         }
     })
 }

@@ -28,8 +28,9 @@ pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};
 pub use lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
 pub use registry::{
-    ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, Change, CreatedWorktree,
-    NewAgent, Registry, RegistryEvent, SkippedChild, WorkspaceArchiveOutcome, WorktreeCheck,
+    ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, CREATED_WORKSPACE_LABEL,
+    Change, CreatedWorktree, NewAgent, Registry, RegistryEvent, SkippedChild,
+    WorkspaceArchiveOutcome, WorktreeCheck,
 };
 pub use runtime::{BoxFuture, CancelCause, NoRuntimes, RuntimeControl, RuntimeError};
 pub use workspace::{Workspace, WorkspaceKind};

@@ -52,6 +52,10 @@ pub enum Change {
     WorkspaceActivity(ActivityChange),
 }
 
+/// Marks an agent created together with its workspace (a worktree made for it): its
+/// autoArchive archives that workspace too.
+pub const CREATED_WORKSPACE_LABEL: &str = "drover.created-workspace";
+
 /// What a new agent is made of.
 #[derive(Debug, Clone, Default)]
 pub struct NewAgent {
@@ -670,6 +674,23 @@ impl Registry {
         if let Some(plan) = plan {
             tracing::info!(agent = %id, archived = plan.archived.len(), "autoArchive after the first terminal turn event");
             self.dispatch(plan);
+            // A worktree made for this agent goes with it (refused, and kept, if it holds
+            // uncommitted or unpushed work).
+            if let Some(ws) = agent
+                .labels
+                .get(CREATED_WORKSPACE_LABEL)
+                .and_then(|w| w.parse::<WorkspaceId>().ok())
+                .filter(|w| *w == agent.workspace_id)
+            {
+                match self.archive_workspace(ws, false).await {
+                    Ok(_) => {
+                        tracing::info!(agent = %id, workspace = %ws, "autoArchive archived the agent's worktree")
+                    }
+                    Err(e) => {
+                        tracing::warn!(agent = %id, workspace = %ws, error = %e, "autoArchive kept the agent's worktree")
+                    }
+                }
+            }
         }
         Ok(agent)
     }

@@ -477,6 +477,7 @@ impl DroverMcp {
 
     async fn create_agent(&self, caller: AgentId, params: CreateAgentParams) -> ToolResult {
         let parent = self.agent(&caller.to_string())?;
+        let mut created_workspace = None;
         let (cwd, workspace_id) = match params.workspace {
             WorkspaceChoice::Current { cwd } => (
                 cwd.map(PathBuf::from).unwrap_or_else(|| parent.cwd.clone()),
@@ -517,6 +518,7 @@ impl DroverMcp {
                     )
                     .await
                     .map_err(|e| e.to_string())?;
+                created_workspace = Some(created.workspace.id);
                 (created.workspace.path.clone(), Some(created.workspace.id))
             }
         };
@@ -525,7 +527,16 @@ impl DroverMcp {
             cwd,
             workspace_id,
             title: params.title,
-            labels: Default::default(),
+            labels: created_workspace
+                .map(|ws| {
+                    [(
+                        drover_core::CREATED_WORKSPACE_LABEL.to_string(),
+                        ws.to_string(),
+                    )]
+                    .into_iter()
+                    .collect()
+                })
+                .unwrap_or_default(),
             parent: matches!(params.relationship, Relationship::Subagent).then_some(caller),
             auto_archive: params.auto_archive,
             config: ProviderConfig {

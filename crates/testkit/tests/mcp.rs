@@ -251,3 +251,42 @@ async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
     );
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_archived_agent_takes_the_worktree_made_for_it() {
+    let daemon = TestDaemon::start().await;
+    let repo = daemon.cwd();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "hello\n").expect("write");
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let (mut client, _) = daemon.client().await;
+    let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "create", "source": {"kind": "worktree", "name": "oneshot"}}, "autoArchive": true, "notifyOnFinish": false, "prompt": "say done"}"#;
+    let parent = create(&mut client, &daemon, call, "lead").await;
+    idle(&mut client, &parent).await;
+    let said = replies(&mut client, &parent).await;
+    let result: Value = serde_json::from_str(said[0].trim_start_matches("mcp create_agent: "))
+        .expect("tool result JSON");
+    let child = result["agentId"].as_str().expect("child").to_string();
+    let worktree = std::path::PathBuf::from(result["cwd"].as_str().expect("cwd"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while worktree.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worktree outlived its autoArchived agent"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let all = client
+        .request(json!({"type": "list_agents", "includeArchived": true}))
+        .await;
+    let kid = all["payload"]["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["id"] == child)
+        .cloned()
+        .expect("child");
+    assert!(kid["archivedAt"].is_string(), "{kid}");
+    daemon.stop().await;
+}
