@@ -86,7 +86,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
             return Ok(());
         }
-        Command::McpProxy { url } => return mcp_proxy::run(&url).map_err(Into::into),
+        Command::McpProxy { url } => return mcp_proxy::run(&url),
         other => other,
     };
     let ctx = Ctx {
