@@ -368,7 +368,35 @@ impl ServerHandler for DroverMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&context)?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let result = match request.name.as_ref() {
+        let name = request.name.to_string();
+        if !tools().iter().any(|t| t.name == name) {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{name}`"),
+                None,
+            ));
+        }
+        let result = self.run_tool(caller, &name, arguments).await;
+        Ok(match result {
+            Ok(value) => CallToolResult::success(vec![ContentBlock::text(
+                serde_json::to_string_pretty(&value).unwrap_or_default(),
+            )]),
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+        }
+        .into())
+    }
+}
+
+/// A malformed call is a tool error (the calling model reads it) naming the field: serde says
+/// which.
+fn parse<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, String> {
+    serde_json::from_value(arguments).map_err(|e| format!("invalid arguments: {e}"))
+}
+
+type ToolResult = Result<Value, String>;
+
+impl DroverMcp {
+    async fn run_tool(&self, caller: AgentId, name: &str, arguments: Value) -> ToolResult {
+        match name {
             "create_agent" => self.create_agent(caller, parse(arguments)?).await,
             "send_prompt" => self.send_prompt(caller, parse(arguments)?).await,
             "wait_for_agent" => self.wait_for_agent(parse(arguments)?).await,
@@ -388,32 +416,10 @@ impl ServerHandler for DroverMcp {
             "create_worktree" => self.create_worktree(caller, parse(arguments)?).await,
             "list_worktrees" => Ok(self.list_worktrees()),
             "archive_worktree" => self.archive_worktree(caller, parse(arguments)?).await,
-            other => {
-                return Err(ErrorData::invalid_params(
-                    format!("unknown tool `{other}`"),
-                    None,
-                ));
-            }
-        };
-        Ok(match result {
-            Ok(value) => CallToolResult::success(vec![ContentBlock::text(
-                serde_json::to_string_pretty(&value).unwrap_or_default(),
-            )]),
-            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+            other => Err(format!("unknown tool `{other}`")),
         }
-        .into())
     }
-}
 
-/// A malformed call is a tool error naming the field (serde says which).
-fn parse<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ErrorData> {
-    serde_json::from_value(arguments)
-        .map_err(|e| ErrorData::invalid_params(format!("invalid arguments: {e}"), None))
-}
-
-type ToolResult = Result<Value, String>;
-
-impl DroverMcp {
     /// The calling agent, from the token in the URL.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<AgentId, ErrorData> {
         let token = context

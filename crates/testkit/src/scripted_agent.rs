@@ -1264,7 +1264,7 @@ fn mcp_call(url: &str, tool: &str, arguments: &str) -> Result<String, String> {
     let message: Value =
         serde_json::from_str(body.trim()).map_err(|e| format!("not JSON ({e}): {body}"))?;
     if let Some(error) = message.get("error") {
-        return Err(error.to_string());
+        return Err(format!("protocol error: {error}"));
     }
     let result = &message["result"];
     let text: String = result["content"]

@@ -117,7 +117,7 @@ async fn tool_errors_name_the_field_and_agents_only_control_their_own() {
     idle(&mut client, &caller).await;
     let said = replies(&mut client, &caller).await.concat();
     assert!(
-        said.contains("mcp create_agent error:") && said.contains("missing field `relationship`"),
+        said.contains("mcp create_agent error: invalid arguments: missing field `relationship`"),
         "{said}"
     );
     assert!(said.contains("unknown variant `sideways`"), "{said}");
