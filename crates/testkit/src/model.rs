@@ -19,6 +19,10 @@
 //!                         codex `cat` through its shell tool)
 //! sleep <ms>              wait <ms> before answering with the next directive (or the final
 //!                         reply); the response headers go out first
+//! call <tool> [<json>]    call the offered tool whose name is <tool> or ends with it, e.g. an
+//!                         MCP tool (`call create_agent {...}` finds codex's `create_agent` in
+//!                         its `mcp__drover` namespace, claude's `mcp__drover__create_agent`),
+//!                         with the JSON object <json> as arguments (default `{}`)
 //! ```
 //!
 //! One directive is played per model request: the number of tool results after the latest
@@ -66,6 +70,7 @@ pub enum Action {
     Shell { command: String },
     Write { path: String, content: String },
     Read { path: String },
+    Call { tool: String, arguments: Value },
 }
 
 /// Parses the directives in a user message. Lines that are not directives are skipped.
@@ -107,6 +112,16 @@ pub fn parse_script(text: &str) -> Vec<Step> {
             "read" if !rest.is_empty() => Action::Read {
                 path: rest.to_string(),
             },
+            "call" if !rest.is_empty() => {
+                let (tool, arguments) = rest.split_once(' ').unwrap_or((rest, "{}"));
+                match serde_json::from_str::<Value>(arguments.trim()) {
+                    Ok(arguments @ Value::Object(_)) => Action::Call {
+                        tool: tool.to_string(),
+                        arguments,
+                    },
+                    _ => continue,
+                }
+            }
             "sleep" => match rest.parse::<u64>() {
                 Ok(ms) => {
                     delay_ms += ms;
@@ -354,12 +369,25 @@ fn describe(step: &Step) -> Value {
     serde_json::to_value(step).unwrap_or(Value::Null)
 }
 
-/// A tool the request offers: its name, kind (`function`, `custom`, ...) and parameter schema.
-#[derive(Debug, Clone)]
+/// A tool the request offers: its name, kind (`function`, `custom`, ...) and parameter schema,
+/// and the namespace it was offered in (codex groups an MCP server's tools in a `namespace`
+/// tool named `mcp__<server>`).
+#[derive(Debug, Clone, Default)]
 struct Tool {
     name: String,
     kind: String,
     params: Value,
+    namespace: Option<String>,
+}
+
+impl Tool {
+    /// `<namespace>__<name>`, or the name.
+    fn qualified_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}__{}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// The part of a request the script needs.
@@ -385,10 +413,27 @@ impl Turn {
             })
     }
 
+    /// The agent's own tool with one of `names`, in that order of preference (tools in a
+    /// namespace belong to MCP servers and are never picked here).
     fn tool(&self, names: &[&str]) -> Option<&Tool> {
-        names
+        names.iter().find_map(|n| {
+            self.tools
+                .iter()
+                .find(|t| t.namespace.is_none() && t.name == *n)
+        })
+    }
+
+    /// The tool named `wanted` (bare or qualified), else the first whose qualified name ends
+    /// with it.
+    fn tool_ending_with(&self, wanted: &str) -> Option<&Tool> {
+        self.tools
             .iter()
-            .find_map(|n| self.tools.iter().find(|t| t.name == *n))
+            .find(|t| t.name == wanted || t.qualified_name() == wanted)
+            .or_else(|| {
+                self.tools
+                    .iter()
+                    .find(|t| t.qualified_name().ends_with(wanted))
+            })
     }
 
     /// Codex: `input` is a list of items; user messages carry `input_text` parts and tool
@@ -400,11 +445,7 @@ impl Turn {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|t| Tool {
-                    name: t["name"].as_str().unwrap_or_default().to_string(),
-                    kind: t["type"].as_str().unwrap_or_default().to_string(),
-                    params: t["parameters"].clone(),
-                })
+                .flat_map(openai_tools)
                 .collect(),
             ..Turn::default()
         };
@@ -436,6 +477,7 @@ impl Turn {
                     name: t["name"].as_str().unwrap_or_default().to_string(),
                     kind: "function".to_string(),
                     params: t["input_schema"].clone(),
+                    namespace: None,
                 })
                 .collect(),
             ..Turn::default()
@@ -476,6 +518,7 @@ impl Turn {
                     } else {
                         f["parametersJsonSchema"].clone()
                     },
+                    namespace: None,
                 })
                 .collect(),
             ..Turn::default()
@@ -500,6 +543,27 @@ impl Turn {
             }
         }
         turn
+    }
+}
+
+/// One entry of a Responses API `tools` list: a tool, or a `namespace` holding tools.
+fn openai_tools(t: &Value) -> Vec<Tool> {
+    let tool = |t: &Value, namespace: Option<String>| Tool {
+        name: t["name"].as_str().unwrap_or_default().to_string(),
+        kind: t["type"].as_str().unwrap_or_default().to_string(),
+        params: t["parameters"].clone(),
+        namespace,
+    };
+    if t["type"] == "namespace" {
+        let ns = t["name"].as_str().unwrap_or_default().to_string();
+        t["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|inner| tool(inner, Some(ns.clone())))
+            .collect()
+    } else {
+        vec![tool(t, None)]
     }
 }
 
@@ -546,6 +610,8 @@ enum Output {
     },
     Call {
         name: String,
+        /// The namespace the tool was offered in (codex's MCP tools).
+        namespace: Option<String>,
         args: Args,
     },
 }
@@ -573,6 +639,14 @@ impl Output {
             interval_ms: 0,
         }
     }
+
+    fn call(tool: &Tool, args: Args) -> Output {
+        Output::Call {
+            name: tool.name.clone(),
+            namespace: tool.namespace.clone(),
+            args,
+        }
+    }
 }
 
 fn stream_deltas(count: u32) -> Vec<String> {
@@ -598,14 +672,14 @@ fn output(api: Api, turn: &Turn, action: &Action) -> Output {
                         patch.push('\n');
                     }
                     patch.push_str("*** End Patch\n");
-                    Output::Call {
-                        name: tool.name.clone(),
-                        args: if tool.kind == "custom" {
+                    Output::call(
+                        tool,
+                        if tool.kind == "custom" {
                             Args::Freeform(patch)
                         } else {
                             Args::Json(json!({ "input": patch }))
                         },
-                    }
+                    )
                 }
                 None => missing_tool("apply_patch"),
             },
@@ -618,10 +692,7 @@ fn output(api: Api, turn: &Turn, action: &Action) -> Output {
                 match turn.tool(names) {
                     Some(tool) => {
                         let key = param(tool, &["file_path", "absolute_path", "path"]);
-                        Output::Call {
-                            name: tool.name.clone(),
-                            args: Args::Json(json!({ key: path, "content": content })),
-                        }
+                        Output::call(tool, Args::Json(json!({ key: path, "content": content })))
                     }
                     None => missing_tool(names[0]),
                 }
@@ -638,14 +709,15 @@ fn output(api: Api, turn: &Turn, action: &Action) -> Output {
                 match turn.tool(names) {
                     Some(tool) => {
                         let key = param(tool, &["file_path", "absolute_path", "path"]);
-                        Output::Call {
-                            name: tool.name.clone(),
-                            args: Args::Json(json!({ key: path })),
-                        }
+                        Output::call(tool, Args::Json(json!({ key: path })))
                     }
                     None => missing_tool(names[0]),
                 }
             }
+        },
+        Action::Call { tool, arguments } => match turn.tool_ending_with(tool) {
+            Some(found) => Output::call(found, Args::Json(arguments.clone())),
+            None => missing_tool(tool),
         },
     }
 }
@@ -659,29 +731,22 @@ fn shell_call(api: Api, turn: &Turn, command: &str) -> Output {
                     "shell_command" => json!({ "command": command }),
                     _ => json!({ "command": ["bash", "-lc", command] }),
                 };
-                Output::Call {
-                    name: tool.name.clone(),
-                    args: Args::Json(args),
-                }
+                Output::call(tool, Args::Json(args))
             }
             None => missing_tool("exec_command"),
         },
         Api::Anthropic => match turn.tool(&["Bash"]) {
-            Some(tool) => Output::Call {
-                name: tool.name.clone(),
-                args: Args::Json(
-                    json!({ "command": command, "description": "Run a scripted command" }),
-                ),
-            },
+            Some(tool) => Output::call(
+                tool,
+                Args::Json(json!({ "command": command, "description": "Run a scripted command" })),
+            ),
             None => missing_tool("Bash"),
         },
         Api::Gemini => match turn.tool(&["run_shell_command"]) {
-            Some(tool) => Output::Call {
-                name: tool.name.clone(),
-                args: Args::Json(
-                    json!({ "command": command, "description": "Run a scripted command" }),
-                ),
-            },
+            Some(tool) => Output::call(
+                tool,
+                Args::Json(json!({ "command": command, "description": "Run a scripted command" })),
+            ),
             None => missing_tool("run_shell_command"),
         },
     }
@@ -808,16 +873,23 @@ fn openai_events(shared: &Shared, turn: &Turn, step: Step) -> Vec<Event> {
         }
         Output::Call {
             name,
+            namespace,
             args: Args::Json(args),
         } => {
-            events.extend(item(json!({
+            let mut call = json!({
                 "type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
                 "name": name, "arguments": args.to_string(),
-            })));
+            });
+            // A tool offered in a namespace is called by its name within it.
+            if let Some(ns) = namespace {
+                call["namespace"] = json!(ns);
+            }
+            events.extend(item(call));
         }
         Output::Call {
             name,
             args: Args::Freeform(input),
+            ..
         } => {
             events.extend(item(json!({
                 "type": "custom_tool_call", "id": format!("ctc_{n}"),
@@ -873,7 +945,7 @@ fn anthropic_events(shared: &Shared, turn: &Turn, step: Step) -> Vec<Event> {
             }
             "end_turn"
         }
-        Output::Call { name, args } => {
+        Output::Call { name, args, .. } => {
             events.push(event(
                 Some("content_block_start"),
                 json!({"type": "content_block_start", "index": 0, "content_block": {
@@ -966,7 +1038,7 @@ fn gemini_events(turn: &Turn, step: Step) -> Vec<Event> {
                 })
                 .collect()
         }
-        Output::Call { name, args } => {
+        Output::Call { name, args, .. } => {
             vec![chunk(
                 json!([{ "functionCall": { "name": name, "args": args.into_json() } }]),
                 true,
@@ -1037,6 +1109,94 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn parses_tool_calls() {
+        let steps = parse_script(
+            "call create_agent {\"relationship\": {\"kind\": \"subagent\"}}\n\
+             call list_providers\ncall broken {not json\ncall listed [1]\ncall",
+        );
+        let actions: Vec<_> = steps.into_iter().map(|s| s.action).collect();
+        assert_eq!(
+            actions,
+            vec![
+                Action::Call {
+                    tool: "create_agent".into(),
+                    arguments: json!({"relationship": {"kind": "subagent"}}),
+                },
+                Action::Call {
+                    tool: "list_providers".into(),
+                    arguments: json!({}),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_call_finds_the_tool_by_suffix_in_codex_namespaces() {
+        let body = json!({
+            "input": [{"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "call create_agent {\"title\": \"kid\"}"},
+            ]}],
+            "tools": [
+                {"type": "function", "name": "exec_command", "parameters": {}},
+                {"type": "namespace", "name": "mcp__drover", "tools": [
+                    {"type": "function", "name": "create_agent", "parameters": {}},
+                    {"type": "function", "name": "exec_command", "parameters": {}},
+                ]},
+            ],
+        });
+        let turn = Turn::openai(&body);
+        let step = turn.step();
+        match output(Api::OpenAi, &turn, &step.action) {
+            Output::Call {
+                name,
+                namespace,
+                args: Args::Json(args),
+            } => {
+                assert_eq!(name, "create_agent");
+                assert_eq!(namespace.as_deref(), Some("mcp__drover"));
+                assert_eq!(args, json!({"title": "kid"}));
+            }
+            other => panic!("{other:?}"),
+        }
+        let events = openai_events(
+            &Shared {
+                log: Arc::default(),
+                ids: AtomicU64::new(0),
+                started: Instant::now(),
+            },
+            &turn,
+            step,
+        );
+        let call = &events[1].data["item"];
+        assert_eq!(call["type"], "function_call");
+        assert_eq!(call["namespace"], "mcp__drover");
+        assert_eq!(call["name"], "create_agent");
+        // The agent's own shell tool is still the one outside any namespace.
+        match shell_call(Api::OpenAi, &turn, "ls") {
+            Output::Call { namespace, .. } => assert_eq!(namespace, None),
+            other => panic!("{other:?}"),
+        }
+        // Claude's flat MCP names (`mcp__drover__create_agent`) match by suffix.
+        let body = json!({
+            "messages": [{"role": "user", "content": "call create_agent"}],
+            "tools": [{"name": "mcp__drover__create_agent", "input_schema": {}}],
+        });
+        let turn = Turn::anthropic(&body);
+        match output(Api::Anthropic, &turn, &turn.step().action) {
+            Output::Call { name, .. } => assert_eq!(name, "mcp__drover__create_agent"),
+            other => panic!("{other:?}"),
+        }
+        // No such tool: a plain answer says so.
+        let turn = Turn::anthropic(&json!({
+            "messages": [{"role": "user", "content": "call nothing_here {}"}],
+        }));
+        assert!(matches!(
+            output(Api::Anthropic, &turn, &turn.step().action),
+            Output::Text { .. }
+        ));
     }
 
     #[test]

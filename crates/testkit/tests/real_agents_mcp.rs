@@ -1,0 +1,461 @@
+//! The end-to-end proof of agents creating agents, with a real agent: codex-acp (against the
+//! scripted model on 127.0.0.1) runs in the real daemon, in a real git repository, and its model
+//! calls drover's `create_agent` MCP tool to start a subagent (the scripted ACP agent) in a new
+//! git worktree. The child runs its turn in the worktree; codex hears of it as a queued
+//! followup and runs a follow-up turn; archiving codex without `stopActivity` while the child
+//! runs is refused and lists the child; with `stopActivity` both are archived and no process of
+//! either is left; archiving the worktree runs the repository's teardown and removes it.
+//! Needs `scripts/install-agents`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::model::{self, FINAL_REPLY, ModelServer};
+use drover_testkit::real_agents::{RealAgent, agents_dir};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// How long one codex turn may take (several requests of at most 20 s each).
+const TURN: Duration = Duration::from_secs(90);
+
+fn toml_string(s: &str) -> String {
+    // A JSON string is a valid TOML basic string.
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// `config.toml`: codex against `model` (trusting `cwd`), and the scripted agent.
+fn config(model: &ModelServer, scratch: &Path, cwd: &Path, scripted_state: &Path) -> String {
+    let command = RealAgent::Codex
+        .command(&agents_dir(), &model.url(), scratch, cwd)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut argv = vec![toml_string(&command.program.display().to_string())];
+    argv.extend(command.args.iter().map(|a| toml_string(a)));
+    let env: Vec<String> = command
+        .env
+        .iter()
+        .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
+        .collect();
+    format!(
+        "[providers.codex]\ncommand = [{argv}]\nenv = {{ {env} }}\n\n{scripted}",
+        argv = argv.join(", "),
+        env = env.join(", "),
+        scripted =
+            drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), scripted_state),
+    )
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=drover",
+            "-c",
+            "user.email=drover@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Live (not zombie) processes started for `agent`: they carry `DROVER_AGENT_ID` in their
+/// environment. With each one's command line.
+fn processes_of(agent: &str) -> Vec<(u32, String)> {
+    let needle = format!("DROVER_AGENT_ID={agent}\0").into_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+            if state == "Z" {
+                return None;
+            }
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            if !env.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                return None;
+            }
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            Some((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
+        })
+        .collect()
+}
+
+/// Processes whose command line runs `mcp-proxy` against the daemon at `url`.
+fn relays_to(url: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains("mcp-proxy") && cmdline.contains(url)).then_some(cmdline)
+        })
+        .collect()
+}
+
+async fn none_left(agent: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_of(agent).is_empty() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+async fn items(client: &mut Client, id: &str) -> Vec<Value> {
+    let page = client
+        .request(json!({"type": "fetch_timeline", "agentId": id, "limit": 1000}))
+        .await;
+    page["payload"]["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn turn_events(client: &mut Client, id: &str) -> Vec<String> {
+    items(client, id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "turn_ended")
+        .map(|i| i["data"]["event"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Waits until `id` is idle with `turns` turns ended.
+async fn settle(client: &mut Client, id: &str, turns: usize) {
+    let deadline = Instant::now() + TURN;
+    loop {
+        let idle = client
+            .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 10_000}))
+            .await;
+        if idle["payload"]["idle"] == true && turn_events(client, id).await.len() >= turns {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} did not settle after {turns} turns: {:#?}",
+            items(client, id).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = turn_events(client, id).await;
+    assert_eq!(events.len(), turns, "{:#?}", items(client, id).await);
+}
+
+async fn agents(client: &mut Client) -> Vec<Value> {
+    let list = client
+        .request(json!({"type": "list_agents", "includeArchived": true}))
+        .await;
+    list["payload"]["agents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn agent(client: &mut Client, id: &str) -> Value {
+    agents(client)
+        .await
+        .into_iter()
+        .find(|a| a["id"] == id)
+        .unwrap_or_else(|| panic!("agent {id} not listed"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_creates_a_subagent_in_a_worktree() {
+    let home = TempDir::new().expect("home");
+    let repo_dir = TempDir::new().expect("repo");
+    let scratch = TempDir::new().expect("scratch");
+    let state = TempDir::new().expect("scripted state");
+    let outside = TempDir::new().expect("outside");
+    let repo = std::fs::canonicalize(repo_dir.path()).expect("repo");
+    let outside = std::fs::canonicalize(outside.path()).expect("outside");
+    let teardown_marker = outside.join("teardown-ran");
+
+    // A repository with a project file: setup leaves a (git-ignored) mark in the new worktree,
+    // teardown leaves one outside it.
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "hello\n").expect("README");
+    std::fs::write(repo.join(".gitignore"), "setup-ran\n").expect(".gitignore");
+    std::fs::write(
+        repo.join("drover.toml"),
+        format!(
+            "[worktree]\nsetup = [\"echo set up > setup-ran\"]\nteardown = [{}]\n",
+            toml_string(&format!("touch {}", teardown_marker.display()))
+        ),
+    )
+    .expect("drover.toml");
+    git(&repo, &["add", "README", ".gitignore", "drover.toml"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener).await;
+    let config = config(&model, scratch.path(), &repo, state.path());
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+
+    // 1. Codex's model calls create_agent: a subagent, in a new worktree, with the scripted
+    //    agent as provider.
+    let call = json!({
+        "relationship": {"kind": "subagent"},
+        "workspace": {"kind": "create", "source": {"kind": "worktree", "name": "child"}},
+        "provider": "scripted",
+        "prompt": "cwd\nsleep 300\nsay child done",
+        "title": "child",
+    });
+    let created = client
+        .request(json!({
+            "type": "create_agent", "provider": "codex", "cwd": repo, "title": "parent",
+            "prompt": format!("call create_agent {call}\nreply the child is on its way"),
+        }))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{created}");
+    let parent = created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let init = client
+        .request(json!({"type": "initialize_agent_request", "agentId": parent}))
+        .await;
+    assert_eq!(init["type"], "agent_initialized", "{init}");
+
+    // Codex asks before running an MCP tool (approval policy `untrusted`): the user allows it.
+    let asked = client
+        .update_where(&parent, |n| {
+            n["op"] == "item" && n["item"]["kind"] == "permission"
+        })
+        .await;
+    let title = asked["payload"]["notification"]["item"]["data"]["title"].clone();
+    assert_eq!(title, "Approve MCP tool call", "{asked}");
+    // Codex advertises `mcpCapabilities.http`, so it got drover's MCP server as an `http`
+    // entry: no stdio relay (`<daemon executable> mcp-proxy <url>`) runs anywhere.
+    let relays = relays_to(&daemon.url);
+    assert!(relays.is_empty(), "a stdio MCP relay runs: {relays:?}");
+    let allowed = client
+        .request(json!({"type": "answer_permission", "agentId": parent, "kind": "allow_once"}))
+        .await;
+    assert_eq!(allowed["type"], "ok", "{allowed}");
+
+    // 2. The child shows under codex and runs its turn in the new worktree.
+    let deadline = Instant::now() + TURN;
+    let child = loop {
+        let kids: Vec<Value> = agents(&mut client)
+            .await
+            .into_iter()
+            .filter(|a| a["parentAgentId"] == parent.as_str())
+            .collect();
+        if let Some(kid) = kids.first() {
+            assert_eq!(kids.len(), 1, "{kids:?}");
+            break kid.clone();
+        }
+        assert!(Instant::now() < deadline, "no subagent appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let child_id = child["id"].as_str().expect("child id").to_string();
+    assert_eq!(child["type"], "scripted", "{child}");
+    assert_eq!(child["title"], "child", "{child}");
+    let worktree = PathBuf::from(child["cwd"].as_str().expect("cwd"));
+    assert!(
+        worktree.starts_with(home.path().join("worktrees")),
+        "{worktree:?}"
+    );
+    assert_ne!(
+        child["workspaceId"],
+        created["payload"]["agent"]["workspaceId"]
+    );
+    let workspace = child["workspaceId"].as_str().expect("ws").to_string();
+    assert!(
+        worktree.join("README").is_file(),
+        "the worktree is a checkout"
+    );
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("setup-ran"))
+            .ok()
+            .as_deref(),
+        Some("set up\n"),
+        "setup ran in the new worktree"
+    );
+    settle(&mut client, &child_id, 1).await;
+    let said: String = items(&mut client, &child_id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str())
+        .collect();
+    assert!(
+        said.starts_with(&worktree.display().to_string()) && said.ends_with("child done"),
+        "the child ran in the worktree: {said:?}"
+    );
+
+    // 3. Codex is told (a queued followup from the child) and runs a follow-up turn, which
+    //    its model answers.
+    settle(&mut client, &parent, 2).await;
+    let timeline = items(&mut client, &parent).await;
+    let source = format!("agent:{child_id}");
+    let notices: Vec<&Value> = timeline
+        .iter()
+        .filter(|i| i["kind"] == "user_message" && i["data"]["source"] == source.as_str())
+        .collect();
+    assert_eq!(notices.len(), 1, "{timeline:#?}");
+    assert_eq!(notices[0]["data"]["delivery"], "followup", "{timeline:#?}");
+    let notice = notices[0]["data"]["text"].as_str().unwrap_or_default();
+    assert!(
+        notice.contains("finished its turn") && notice.contains("child done"),
+        "{notice}"
+    );
+    assert_eq!(
+        turn_events(&mut client, &parent).await,
+        ["turn_completed", "turn_completed"]
+    );
+    let replies: Vec<&str> = timeline
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str())
+        .collect();
+    assert_eq!(
+        replies,
+        ["the child is on its way", FINAL_REPLY],
+        "{timeline:#?}"
+    );
+    // What codex's model saw: the tool's result (the new agent's id), then the notice.
+    let requests = model.requests();
+    let tool_output = requests
+        .iter()
+        .flat_map(|r| r["body"]["input"].as_array().cloned().unwrap_or_default())
+        .find(|i| i["type"] == "function_call_output")
+        .expect("the tool's result went back to the model");
+    assert!(tool_output.to_string().contains(&child_id), "{tool_output}");
+    let last_input = requests
+        .last()
+        .and_then(|r| r["body"]["input"].as_array().cloned())
+        .unwrap_or_default();
+    assert!(
+        last_input
+            .iter()
+            .any(|i| i["role"] == "user" && i.to_string().contains("finished its turn")),
+        "the follow-up turn carries the notice: {last_input:?}"
+    );
+
+    // 4. The child works again (a long turn); archiving codex without stopActivity is refused
+    //    and names the child as running subagent work.
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": child_id, "text": "sleep 60000"}))
+        .await;
+    assert_eq!(sent["type"], "message_queued", "{sent}");
+    let deadline = Instant::now() + TURN;
+    while agent(&mut client, &child_id).await["status"] != "running" {
+        assert!(Instant::now() < deadline, "the child did not start working");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = client
+        .request(json!({"type": "archive", "agentId": parent}))
+        .await;
+    assert_eq!(refused["type"], "request_error", "{refused}");
+    assert_eq!(refused["payload"]["code"], "agent_active", "{refused}");
+    let subagents = refused["payload"]["details"]["families"]["subagent"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        subagents.iter().any(|s| s["agentId"] == child_id.as_str()),
+        "{refused}"
+    );
+    assert!(agent(&mut client, &parent).await["archivedAt"].is_null());
+    assert!(agent(&mut client, &child_id).await["archivedAt"].is_null());
+    assert!(!processes_of(&child_id).is_empty(), "the child still runs");
+
+    // 5. With stopActivity both are archived and no process of either is left.
+    let archived = client
+        .request(json!({"type": "archive", "agentId": parent, "stopActivity": true}))
+        .await;
+    assert_eq!(archived["type"], "archived", "{archived}");
+    let mut list: Vec<&str> = archived["payload"]["archived"]
+        .as_array()
+        .expect("archived")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    list.sort_unstable();
+    let mut both = [parent.as_str(), child_id.as_str()];
+    both.sort_unstable();
+    assert_eq!(list, both, "{archived}");
+    for id in [&parent, &child_id] {
+        assert!(agent(&mut client, id).await["archivedAt"].is_string());
+        assert!(
+            none_left(id).await,
+            "processes of {id} left: {:?}",
+            processes_of(id)
+        );
+    }
+    assert!(worktree.is_dir(), "archiving agents keeps their worktree");
+
+    // 6. The worktree is archived through the daemon's MCP tool `archive_worktree`, called by
+    //    a root agent (no client protocol request archives a workspace yet): the teardown runs
+    //    and the worktree is removed.
+    let archive_call = format!("mcp archive_worktree {{\"workspaceId\": \"{workspace}\"}}");
+    let janitor = client
+        .request(json!({
+            "type": "create_agent", "provider": "scripted", "cwd": repo, "title": "janitor",
+            "prompt": archive_call,
+        }))
+        .await;
+    assert_eq!(janitor["type"], "agent_created", "{janitor}");
+    let janitor = janitor["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    settle(&mut client, &janitor, 1).await;
+    let said: String = items(&mut client, &janitor)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str())
+        .collect();
+    let outcome: Value = serde_json::from_str(
+        said.strip_prefix("mcp archive_worktree: ")
+            .unwrap_or_else(|| panic!("{said}")),
+    )
+    .expect("the tool's JSON result");
+    assert_eq!(outcome["worktree"]["removed"], true, "{outcome}");
+    assert_eq!(
+        outcome["agents"],
+        json!([]),
+        "its agents were archived already: {outcome}"
+    );
+    assert_eq!(
+        outcome["worktree"]["teardown"].as_array().map(Vec::len),
+        Some(1),
+        "{outcome}"
+    );
+    assert!(teardown_marker.exists(), "the teardown ran");
+    assert!(!worktree.exists(), "the worktree is removed");
+    let state = daemon.client().await.1;
+    let ws = state["workspaces"]
+        .as_array()
+        .expect("workspaces")
+        .iter()
+        .find(|w| w["id"] == workspace.as_str())
+        .cloned()
+        .expect("the workspace is kept");
+    assert_eq!(ws["kind"], "worktree", "{ws}");
+    assert!(ws["archivedAt"].is_string(), "{ws}");
+
+    drop(client);
+    daemon.stop().await;
+    for id in [&parent, &child_id, &janitor] {
+        assert!(none_left(id).await, "{id}: {:?}", processes_of(id));
+    }
+}
