@@ -14,7 +14,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -120,15 +120,7 @@ impl Inbox {
             let path = p.to_path_buf();
             move |source| StoreError::Io { op, path, source }
         };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io("create folder", dir))?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(io("open", &path))?;
+        let mut file = crate::store::open_log(&path)?;
         let mut pending: VecDeque<InboxMessage> = VecDeque::new();
         let mut good = 0u64;
         {

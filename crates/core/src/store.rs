@@ -54,7 +54,10 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+    pub(crate) fn io<'a>(
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(io::Error) -> StoreError + 'a {
         move |source| StoreError::Io {
             op,
             path: path.to_path_buf(),
@@ -492,6 +495,20 @@ pub fn cwd_dir_name(cwd: &Path) -> String {
 }
 
 // ---- file helpers ---------------------------------------------------------------------------
+
+/// Opens an append-only log (a timeline, an inbox) for reading and appending, creating it and
+/// its folder.
+pub(crate) fn open_log(path: &Path) -> Result<File, StoreError> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(StoreError::io("create folder", dir))?;
+    }
+    OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(StoreError::io("open", path))
+}
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 

@@ -17,7 +17,7 @@
 //! The timeline knows nothing about ACP: callers decide the kinds (see `docs/storage.md`).
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -105,15 +105,7 @@ impl Timeline {
             let path = path.to_path_buf();
             move |source| StoreError::Io { op, path, source }
         };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io("create folder", dir))?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(io("open", &path))?;
+        let mut file = crate::store::open_log(&path)?;
         let (items, good_len, revision) = fold(BufReader::new(&file)).map_err(io("read", &path))?;
         let len = file.seek(SeekFrom::End(0)).map_err(io("read", &path))?;
         if good_len < len {
@@ -343,6 +335,8 @@ fn paginate(items: &[TimelineItem], page: Page, revision: u64) -> TimelinePage {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
+
     use super::*;
     use serde_json::json;
 
