@@ -6,6 +6,7 @@
 //! protocol of `drover-crashdriver`, the process the crash test kills.
 
 pub mod acp_client;
+pub mod bench;
 pub mod crash;
 pub mod fleet_gen;
 pub mod model;

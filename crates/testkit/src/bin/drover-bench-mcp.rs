@@ -32,19 +32,19 @@
 //! error: the exit status is non-zero only when the bench could not run.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use drover_testkit::acp_client::{AcpClient, AgentCommand, ClientOptions};
-use futures_util::{SinkExt, StreamExt};
+use drover_testkit::bench::{
+    self, DaemonProc, Row, Ws, fmt_dur, hello, median, now_ns, request, ws_connect,
+};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 const ROUNDS: usize = 20;
 const WARM_UP: usize = 3;
@@ -53,35 +53,8 @@ const TARGET: Duration = Duration::from_millis(20);
 const WAIT: Duration = Duration::from_secs(60);
 const CHILD_PROMPT: &str = "say first";
 
-type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
-
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("drover-bench-mcp: cannot start tokio: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("drover-bench-mcp: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// One line of the final table.
-struct Row {
-    what: String,
-    measured: String,
-    target: String,
-    pass: Option<bool>,
+    bench::block_on("drover-bench-mcp", Some(2), run())
 }
 
 /// One round through drover.
@@ -104,27 +77,14 @@ struct Alone {
 }
 
 async fn run() -> Result<()> {
-    let drover = binary_next_to_me("DROVER_BIN", "drover", "-p drover")?;
-    let scripted = binary_next_to_me(
-        "DROVER_SCRIPTED_AGENT",
-        "drover-scripted-agent",
-        "-p drover-testkit",
-    )?;
-    let mut scratch = tempfile::Builder::new()
-        .prefix("drover-bench-mcp-")
-        .tempdir()
-        .context("cannot make a scratch folder")?;
-    let keep = std::env::var_os("DROVER_BENCH_KEEP").is_some_and(|v| !v.is_empty() && v != "0");
-    scratch.disable_cleanup(keep);
+    let drover = bench::drover_binary()?;
+    let scripted = bench::scripted_agent_binary()?;
+    let (scratch, keep) = bench::scratch("drover-bench-mcp-")?;
     let root = scratch
         .path()
         .canonicalize()
         .context("cannot resolve the scratch folder")?;
-    let rounds = std::env::var("DROVER_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .filter(|r| *r > 0)
-        .unwrap_or(ROUNDS);
+    let rounds = bench::rounds(ROUNDS);
     println!("drover-bench-mcp");
     println!("  drover binary:  {}", drover.display());
     println!("  scripted agent: {}", scripted.display());
@@ -132,11 +92,8 @@ async fn run() -> Result<()> {
     println!(
         "  machine:        {} CPUs, load average {}; the daemon, the agents and this process \
          share them",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|l| l.split_whitespace().next().map(str::to_string))
-            .unwrap_or_else(|| "?".to_string())
+        bench::cpus(),
+        bench::load_average()
     );
     println!();
 
@@ -150,11 +107,11 @@ async fn run() -> Result<()> {
         home.join("config.toml"),
         drover_testkit::scripted_config(&scripted, &state),
     )?;
-    let daemon = DaemonProc::spawn(&drover, &home, &root.join("daemon.log"))?;
+    let daemon = DaemonProc::spawn(&drover, &home, &root.join("daemon.log"), None, WAIT)?;
     let started = Instant::now();
 
     let mut ws = ws_connect(&format!("ws://{}/ws", daemon.addr)).await?;
-    hello(&mut ws).await?;
+    hello(&mut ws, "drover-bench-mcp").await?;
     let mut requests = 0u64;
     let mut next_id = || {
         requests += 1;
@@ -267,68 +224,38 @@ async fn run() -> Result<()> {
 
     let target = format!("< {}", fmt_dur(TARGET));
     let rows = [
-        Row {
-            what: "create_agent (MCP) → child's first agent_message, minus the agent's start-up + first update".to_string(),
-            measured: format!(
+        Row::target(
+            "create_agent (MCP) → child's first agent_message, minus the agent's start-up + first update",
+            format!(
                 "median {} ({} vs {})",
                 fmt_signed(overhead),
                 fmt_dur(first_message),
                 fmt_dur(first_update)
             ),
-            target: target.clone(),
-            pass: Some(overhead < signed(TARGET)),
-        },
-        Row {
-            what: format!(
+            target.clone(),
+            overhead < signed(TARGET),
+        ),
+        Row::target(
+            format!(
                 "create_agent (MCP) → child's first timeline item ({}), minus the agent's start-up",
                 kinds.join("/")
             ),
-            measured: format!(
+            format!(
                 "median {} ({} vs {})",
                 fmt_signed(item_overhead),
                 fmt_dur(first_item),
                 fmt_dur(start_up)
             ),
             target,
-            pass: Some(item_overhead < signed(TARGET)),
-        },
-        Row {
-            what: "create_agent MCP round trip (the new id back)".to_string(),
-            measured: format!("median {}", fmt_dur(mcp_rtt)),
-            target: "-".to_string(),
-            pass: None,
-        },
+            item_overhead < signed(TARGET),
+        ),
+        Row::info(
+            "create_agent MCP round trip (the new id back)",
+            format!("median {}", fmt_dur(mcp_rtt)),
+        ),
     ];
 
-    println!("== summary ==");
-    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max();
-    let w0 = width(|r| &r.what).unwrap_or(0);
-    let w1 = width(|r| &r.measured).unwrap_or(0);
-    let w2 = width(|r| &r.target).unwrap_or(0);
-    println!(
-        "  {:<w0$}  {:<w1$}  {:<w2$}  result",
-        "measure", "measured", "target"
-    );
-    println!("  {}", "-".repeat(w0 + w1 + w2 + 12));
-    for row in &rows {
-        println!(
-            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
-            row.what,
-            row.measured,
-            row.target,
-            match row.pass {
-                Some(true) => "PASS",
-                Some(false) => "MISS",
-                None => "info",
-            }
-        );
-    }
-    let targets = rows.iter().filter(|r| r.pass.is_some()).count();
-    let passed = rows.iter().filter(|r| r.pass == Some(true)).count();
-    println!(
-        "\n  {passed} of {targets} targets met; bench ran {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    bench::print_summary(&rows, started);
     if keep {
         println!("  kept the home and the daemon's log in {}", root.display());
     }
@@ -507,64 +434,6 @@ fn redact(url: &str) -> String {
 
 // ---- the client protocol ------------------------------------------------------------------
 
-async fn ws_connect(url: &str) -> Result<Ws> {
-    let (ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
-        .await
-        .map_err(|_| anyhow!("connecting to {url} timed out"))?
-        .with_context(|| format!("cannot connect to {url}"))?;
-    Ok(ws)
-}
-
-async fn send_json(ws: &mut Ws, message: &Value) -> Result<()> {
-    ws.send(Message::Text(message.to_string().into())).await?;
-    Ok(())
-}
-
-async fn recv_json(ws: &mut Ws) -> Result<Value> {
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .map_err(|_| anyhow!("no message from the daemon in {WAIT:?}"))?
-            .ok_or_else(|| anyhow!("the daemon closed the connection"))??;
-        if let Message::Text(text) = frame {
-            return Ok(serde_json::from_str(&text)?);
-        }
-    }
-}
-
-async fn hello(ws: &mut Ws) -> Result<Value> {
-    send_json(
-        ws,
-        &json!({"type": "hello", "client": "drover-bench-mcp", "protocolVersion": 1}),
-    )
-    .await?;
-    loop {
-        let message = recv_json(ws).await?;
-        match message["type"].as_str() {
-            Some("session_state") => return Ok(message),
-            Some("request_error") => bail!("hello refused: {message}"),
-            _ => {}
-        }
-    }
-}
-
-/// Sends `message` with `requestId` and returns its answer (other messages are dropped).
-async fn request(ws: &mut Ws, mut message: Value, id: String) -> Result<Value> {
-    message["requestId"] = json!(id);
-    send_json(ws, &message).await?;
-    loop {
-        let answer = recv_json(ws).await?;
-        if answer["payload"]["requestId"] == json!(id) {
-            ensure!(
-                answer["type"] != "request_error",
-                "{} failed: {answer}",
-                message["type"]
-            );
-            return Ok(answer);
-        }
-    }
-}
-
 async fn wait_idle(ws: &mut Ws, agent: &str, id: String) -> Result<()> {
     let idle = request(
         ws,
@@ -601,151 +470,8 @@ async fn agent_messages(ws: &mut Ws, agent: &str, id: String) -> Result<String> 
         .collect())
 }
 
-// ---- the daemon process ---------------------------------------------------------------------
-
-/// `drover daemon` on a home, killed if the bench bails out while it runs.
-struct DaemonProc {
-    child: Child,
-    pid: u32,
-    addr: SocketAddr,
-}
-
-impl DaemonProc {
-    /// Starts the daemon and waits until `/health` answers.
-    fn spawn(drover: &Path, home: &Path, log: &Path) -> Result<DaemonProc> {
-        let mut child = Command::new(drover)
-            .arg("daemon")
-            .arg("--home")
-            .arg(home)
-            .args(["--listen", "127.0.0.1:0"])
-            .env_remove("DROVER_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(log)?)
-            .spawn()
-            .with_context(|| format!("cannot run `{}`", drover.display()))?;
-        let pid = child.id();
-        let start = Instant::now();
-        loop {
-            if start.elapsed() > WAIT {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!(
-                    "the daemon did not come up within {WAIT:?}; its log: {}",
-                    log.display()
-                );
-            }
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "the daemon exited during boot ({status}): {}",
-                    fs::read_to_string(log).unwrap_or_default().trim()
-                );
-            }
-            if let Some(addr) = daemon_addr(&home.join("daemon.json"), pid)
-                && get_health(addr)
-            {
-                return Ok(DaemonProc { child, pid, addr });
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// SIGTERM, and waits for the ordered shutdown.
-    fn stop(mut self) -> Result<()> {
-        let killed = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .context("cannot run `kill`")?;
-        ensure!(killed.success(), "`kill -TERM {}` failed", self.pid);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if self.child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "the daemon did not stop within 20 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for DaemonProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The address from `daemon.json`, once the daemon with this pid has written it.
-fn daemon_addr(path: &Path, pid: u32) -> Option<SocketAddr> {
-    let info: Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
-    if info["pid"].as_u64() != Some(u64::from(pid)) {
-        return None;
-    }
-    info["url"].as_str()?.strip_prefix("http://")?.parse().ok()
-}
-
-/// Whether `GET /health` answers 200.
-fn get_health(addr: SocketAddr) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    String::from_utf8_lossy(&response).split_whitespace().nth(1) == Some("200")
-}
-
-// ---- helpers --------------------------------------------------------------------------------
-
-fn binary_next_to_me(var: &str, name: &str, package: &str) -> Result<PathBuf> {
-    if let Some(bin) = std::env::var_os(var).filter(|b| !b.is_empty()) {
-        let bin = PathBuf::from(bin);
-        ensure!(bin.is_file(), "{var}=`{}` is not a file", bin.display());
-        return Ok(bin);
-    }
-    let exe = std::env::current_exe().context("cannot find this executable")?;
-    let bin = exe
-        .parent()
-        .map(|dir| dir.join(name))
-        .ok_or_else(|| anyhow!("`{}` has no folder", exe.display()))?;
-    ensure!(
-        bin.is_file(),
-        "no `{name}` at `{}`: build it with `cargo build --release {package}` (or run \
-         scripts/bench), or point {var} at one",
-        bin.display()
-    );
-    Ok(bin)
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 fn signed(d: Duration) -> i128 {
     i128::try_from(d.as_nanos()).unwrap_or(i128::MAX)
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    match v.len() {
-        0 => Duration::ZERO,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2,
-    }
 }
 
 /// The median of signed nanoseconds.
@@ -755,17 +481,6 @@ fn median_signed(mut v: Vec<i128>) -> i128 {
         0 => 0,
         n if n % 2 == 1 => v[n / 2],
         n => (v[n / 2 - 1] + v[n / 2]) / 2,
-    }
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.1} µs", s * 1e6)
     }
 }
 

@@ -38,25 +38,28 @@
 //! `DROVER_BENCH_KEEP=1` keeps them (with the daemons' logs). A missed target is reported, not
 //! an error: the exit status is non-zero only when the bench could not run.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use axum::extract::State;
 use axum::extract::ws::{Message as AxumMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use drover_testkit::bench::{
+    self, DaemonProc, Reaper, Row, Ws, fmt_bytes, fmt_dur, fmt_kb, hello, median, median_f64,
+    now_ns, proc_cpu_time, quantile, recv_json, request, send_json, ws_connect,
+};
 use drover_testkit::fleet_gen::generate_fleet;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 const FAN_AGENTS: usize = 50;
 const FAN_CLIENTS: usize = 20;
@@ -78,8 +81,6 @@ const LS_TARGET: Duration = Duration::from_millis(150);
 /// The longest any one wait (a boot, a setup step, a whole fan-out run) may take.
 const WAIT: Duration = Duration::from_secs(60);
 
-type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--bare-server") {
@@ -91,81 +92,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("drover-bench-protocol: cannot start tokio: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("drover-bench-protocol: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// One line of the final table.
-struct Row {
-    what: String,
-    measured: String,
-    target: String,
-    /// `None`: a figure shown for information, with no target to meet.
-    pass: Option<bool>,
-    /// Shown instead of PASS/MISS/info (a part that could not run).
-    skip: bool,
-}
-
-impl Row {
-    fn target(what: impl Into<String>, measured: String, target: &str, pass: bool) -> Row {
-        Row {
-            what: what.into(),
-            measured,
-            target: target.to_string(),
-            pass: Some(pass),
-            skip: false,
-        }
-    }
-
-    fn info(what: impl Into<String>, measured: String) -> Row {
-        Row {
-            what: what.into(),
-            measured,
-            target: "-".to_string(),
-            pass: None,
-            skip: false,
-        }
-    }
-
-    fn skip(what: impl Into<String>, why: String, target: &str) -> Row {
-        Row {
-            what: what.into(),
-            measured: why,
-            target: target.to_string(),
-            pass: None,
-            skip: true,
-        }
-    }
+    bench::block_on("drover-bench-protocol", None, run())
 }
 
 async fn run() -> Result<()> {
-    let drover = binary_next_to_me("DROVER_BIN", "drover", "-p drover")?;
-    let scripted = binary_next_to_me(
-        "DROVER_SCRIPTED_AGENT",
-        "drover-scripted-agent",
-        "-p drover-testkit",
-    )?;
-    let mut scratch = tempfile::Builder::new()
-        .prefix("drover-bench-protocol-")
-        .tempdir()
-        .context("cannot make a scratch folder")?;
-    let keep = std::env::var_os("DROVER_BENCH_KEEP").is_some_and(|v| !v.is_empty() && v != "0");
-    scratch.disable_cleanup(keep);
+    let drover = bench::drover_binary()?;
+    let scripted = bench::scripted_agent_binary()?;
+    let (scratch, keep) = bench::scratch("drover-bench-protocol-")?;
     let root = scratch
         .path()
         .canonicalize()
@@ -177,12 +110,9 @@ async fn run() -> Result<()> {
     println!(
         "  machine:        {} CPUs, {}, load average {}; the daemon, the bare server, the \
          agents and this process (the clients) share them",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        kernel(),
-        fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|l| l.split_whitespace().next().map(str::to_string))
-            .unwrap_or_else(|| "?".to_string())
+        bench::cpus(),
+        bench::kernel(),
+        bench::load_average()
     );
     println!();
 
@@ -194,38 +124,7 @@ async fn run() -> Result<()> {
     ls_bench(&drover, &home, &mut rows)?;
     daemon.stop()?;
 
-    println!("== summary ==");
-    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max();
-    let w0 = width(|r| &r.what).unwrap_or(0);
-    let w1 = width(|r| &r.measured).unwrap_or(0);
-    let w2 = width(|r| &r.target).unwrap_or(0);
-    println!(
-        "  {:<w0$}  {:<w1$}  {:<w2$}  result",
-        "measure", "measured", "target"
-    );
-    println!("  {}", "-".repeat(w0 + w1 + w2 + 12));
-    for row in &rows {
-        println!(
-            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
-            row.what,
-            row.measured,
-            row.target,
-            match (row.skip, row.pass) {
-                (true, _) => "SKIP",
-                (false, Some(true)) => "PASS",
-                (false, Some(false)) => "MISS",
-                (false, None) => "info",
-            }
-        );
-    }
-    let targets = rows.iter().filter(|r| r.pass.is_some()).count();
-    let passed = rows.iter().filter(|r| r.pass == Some(true)).count();
-    let skipped = rows.iter().filter(|r| r.skip).count();
-    print!("\n  {passed} of {targets} targets met");
-    if skipped > 0 {
-        print!(", {skipped} skipped");
-    }
-    println!("; bench ran {:.1} s", started.elapsed().as_secs_f64());
+    bench::print_summary(&rows, started);
     if keep {
         println!("  kept the homes and logs in {}", root.display());
     }
@@ -398,7 +297,7 @@ async fn fanout_bench(
     rows.push(Row::target(
         format!("fan-out {FAN_AGENTS}×{FAN_CLIENTS}: p99 delay vs bare (median of {FAN_ROUNDS})"),
         format!("{} vs {} = {p99_ratio:.2}×", fmt_dur(d.p99), fmt_dur(b.p99)),
-        &format!("≤ {FAN_TARGET:.2}×"),
+        format!("≤ {FAN_TARGET:.2}×"),
         p99_ratio <= FAN_TARGET && complete,
     ));
     rows.push(Row::info(
@@ -493,11 +392,17 @@ impl Fleet {
             home.join("config.toml"),
             drover_testkit::scripted_config(scripted, &root.join("fanout-agent-state")),
         )?;
-        let daemon = DaemonProc::spawn(drover, &home, &root.join("daemon-fanout.stderr"), None)?;
+        let daemon = DaemonProc::spawn(
+            drover,
+            &home,
+            &root.join("daemon-fanout.stderr"),
+            None,
+            WAIT,
+        )?;
         let url = format!("ws://{}/ws", daemon.addr);
         let t = Instant::now();
         let mut driver = ws_connect(&url).await?;
-        hello(&mut driver).await?;
+        hello(&mut driver, "drover-bench-protocol").await?;
         let mut agents = Vec::with_capacity(FAN_AGENTS);
         for i in 0..FAN_AGENTS {
             let answer = request(
@@ -516,7 +421,7 @@ impl Fleet {
             let (url, agents) = (url.clone(), agents.clone());
             setup.spawn(async move {
                 let mut ws = ws_connect(&url).await?;
-                hello(&mut ws).await?;
+                hello(&mut ws, "drover-bench-protocol").await?;
                 initialize_all(&mut ws, &agents).await?;
                 anyhow::Ok(ws)
             });
@@ -541,7 +446,7 @@ impl Fleet {
     /// sent when, as `(stamp, agent id, chunk index)` in stamp order.
     async fn round(&mut self, round: usize) -> Result<(Figures, Vec<(u64, String, u64)>)> {
         let per_client = FAN_AGENTS * FAN_CHUNKS;
-        let cpu_before = cpu_time(self.daemon.pid)?;
+        let cpu_before = proc_cpu_time(self.daemon.pid)?;
         let mut readers = JoinSet::new();
         for (i, ws) in self.clients.drain(..).enumerate() {
             readers.spawn(read_stamped(ws, Source::Daemon, per_client, i == 0));
@@ -580,7 +485,7 @@ impl Fleet {
             }
             readings.push(reading);
         }
-        let cpu = cpu_time(self.daemon.pid)?.saturating_sub(cpu_before);
+        let cpu = proc_cpu_time(self.daemon.pid)?.saturating_sub(cpu_before);
         // Every turn over before the next round.
         let mut driver = answers.await??;
         for (i, id) in self.agents.iter().enumerate() {
@@ -683,7 +588,7 @@ async fn fanout_bare(
         let _ = ws.close(None).await;
         readings.push(reading);
     }
-    let cpu = cpu_time(pid)?;
+    let cpu = proc_cpu_time(pid)?;
     drop(guard);
     let mut figures = Figures::of(readings, expected);
     figures.cpu = cpu;
@@ -789,70 +694,6 @@ fn agent_of(text: &str) -> Option<&str> {
 fn digits(s: &str) -> Option<u64> {
     let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     s[..end].parse().ok()
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-async fn ws_connect(url: &str) -> Result<Ws> {
-    let (ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
-        .await
-        .map_err(|_| anyhow!("connecting to {url} timed out"))?
-        .with_context(|| format!("cannot connect to {url}"))?;
-    Ok(ws)
-}
-
-async fn send_json(ws: &mut Ws, message: &Value) -> Result<()> {
-    ws.send(Message::Text(message.to_string().into())).await?;
-    Ok(())
-}
-
-async fn recv_json(ws: &mut Ws) -> Result<Value> {
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .map_err(|_| anyhow!("no message from the daemon in {WAIT:?}"))?
-            .ok_or_else(|| anyhow!("the daemon closed the connection"))??;
-        if let Message::Text(text) = frame {
-            return Ok(serde_json::from_str(&text)?);
-        }
-    }
-}
-
-async fn hello(ws: &mut Ws) -> Result<Value> {
-    send_json(
-        ws,
-        &json!({"type": "hello", "client": "drover-bench-protocol", "protocolVersion": 1}),
-    )
-    .await?;
-    loop {
-        let message = recv_json(ws).await?;
-        match message["type"].as_str() {
-            Some("session_state") => return Ok(message),
-            Some("request_error") => bail!("hello refused: {message}"),
-            _ => {}
-        }
-    }
-}
-
-/// Sends `message` with `requestId` and returns its answer (other messages are dropped).
-async fn request(ws: &mut Ws, mut message: Value, id: String) -> Result<Value> {
-    message["requestId"] = json!(id);
-    send_json(ws, &message).await?;
-    loop {
-        let answer = recv_json(ws).await?;
-        if answer["payload"]["requestId"] == json!(id) {
-            ensure!(
-                answer["type"] != "request_error",
-                "{} failed: {answer}",
-                message["type"]
-            );
-            return Ok(answer);
-        }
-    }
 }
 
 /// Pipelines `initialize_agent_request` for every agent and waits for every answer.
@@ -1043,6 +884,7 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         home,
         &root.join("daemon-state.stderr"),
         Some(STATE_AGENTS),
+        WAIT,
     )?;
     let booted = t.elapsed();
     let (rss_boot, _) = daemon.mem()?;
@@ -1286,261 +1128,4 @@ fn ls_bench(drover: &Path, home: &Path, rows: &mut Vec<Row>) -> Result<()> {
     }
     println!();
     Ok(())
-}
-
-// ---- the daemon process ---------------------------------------------------------------------
-
-/// `drover daemon` on a home, killed if the bench bails out while it runs.
-struct DaemonProc {
-    child: Child,
-    pid: u32,
-    addr: SocketAddr,
-}
-
-impl DaemonProc {
-    /// Starts the daemon and waits until `/health` answers (with `agents` agents, if given).
-    fn spawn(drover: &Path, home: &Path, log: &Path, agents: Option<usize>) -> Result<DaemonProc> {
-        let info_path = home.join("daemon.json");
-        match fs::remove_file(&info_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).context("cannot remove a stale daemon.json"),
-        }
-        let child = Command::new(drover)
-            .arg("daemon")
-            .arg("--home")
-            .arg(home)
-            .args(["--listen", "127.0.0.1:0"])
-            .env_remove("DROVER_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(log)?)
-            .spawn()
-            .with_context(|| format!("cannot run `{}`", drover.display()))?;
-        let pid = child.id();
-        let mut reaper = Reaper(Some(child));
-        let start = Instant::now();
-        let mut addr = None;
-        loop {
-            ensure!(
-                start.elapsed() < WAIT,
-                "the daemon did not come up within {WAIT:?}; its stderr: {}",
-                log.display()
-            );
-            if let Some(status) = reaper.child()?.try_wait()? {
-                bail!(
-                    "the daemon exited during boot ({status}): {}",
-                    fs::read_to_string(log).unwrap_or_default().trim()
-                );
-            }
-            if addr.is_none() {
-                addr = daemon_addr(&info_path, pid);
-            }
-            if let Some(addr) = addr
-                && let Some(health) = get_health(addr)
-                && agents.is_none_or(|n| health["agents"].as_u64() == Some(n as u64))
-            {
-                let child = reaper.take()?;
-                return Ok(DaemonProc { child, pid, addr });
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// VmRSS and VmHWM in KB.
-    fn mem(&self) -> Result<(u64, u64)> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .context("cannot read the daemon's /proc status")?;
-        Ok((
-            proc_field_kb(&status, "VmRSS:").unwrap_or(0),
-            proc_field_kb(&status, "VmHWM:").unwrap_or(0),
-        ))
-    }
-
-    /// SIGTERM, and waits for the ordered shutdown.
-    fn stop(mut self) -> Result<()> {
-        let killed = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .context("cannot run `kill`")?;
-        ensure!(killed.success(), "`kill -TERM {}` failed", self.pid);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if self.child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "the daemon did not stop within 20 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for DaemonProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A child killed on drop unless taken.
-struct Reaper(Option<Child>);
-
-impl Reaper {
-    fn child(&mut self) -> Result<&mut Child> {
-        self.0
-            .as_mut()
-            .ok_or_else(|| anyhow!("the child was taken"))
-    }
-
-    fn take(mut self) -> Result<Child> {
-        self.0.take().ok_or_else(|| anyhow!("the child was taken"))
-    }
-}
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut()
-            && let Ok(None) = child.try_wait()
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The address from `daemon.json`, once the daemon with this pid has written it.
-fn daemon_addr(path: &Path, pid: u32) -> Option<SocketAddr> {
-    let info: Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
-    if info["pid"].as_u64() != Some(u64::from(pid)) {
-        return None;
-    }
-    info["url"].as_str()?.strip_prefix("http://")?.parse().ok()
-}
-
-/// `GET /health` over a bare HTTP/1.0 connection: the JSON body of a 200, else `None`.
-fn get_health(addr: SocketAddr) -> Option<Value> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).ok()?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    if head.split_whitespace().nth(1) != Some("200") {
-        return None;
-    }
-    serde_json::from_str(body).ok()
-}
-
-/// User + system CPU time of a process, all threads (`/proc/PID/stat`, in USER_HZ = 100 ticks).
-fn cpu_time(pid: u32) -> Result<Duration> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("cannot read /proc/{pid}/stat"))?;
-    // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<u64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse().ok())
-            .ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))
-    };
-    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
-}
-
-fn proc_field_kb(status: &str, field: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line[field.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
-}
-
-// ---- helpers --------------------------------------------------------------------------------
-
-fn binary_next_to_me(var: &str, name: &str, package: &str) -> Result<PathBuf> {
-    if let Some(bin) = std::env::var_os(var).filter(|b| !b.is_empty()) {
-        let bin = PathBuf::from(bin);
-        ensure!(bin.is_file(), "{var}=`{}` is not a file", bin.display());
-        return Ok(bin);
-    }
-    let exe = std::env::current_exe().context("cannot find this executable")?;
-    let bin = exe
-        .parent()
-        .map(|dir| dir.join(name))
-        .ok_or_else(|| anyhow!("`{}` has no folder", exe.display()))?;
-    ensure!(
-        bin.is_file(),
-        "no `{name}` at `{}`: build it with `cargo build --release {package}` (or run \
-         scripts/bench), or point {var} at one",
-        bin.display()
-    );
-    Ok(bin)
-}
-
-/// The `q` quantile of sorted nanoseconds.
-fn quantile(sorted: &[u64], q: f64) -> Duration {
-    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
-    Duration::from_nanos(sorted.get(i).copied().unwrap_or(0))
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    match v.len() {
-        0 => Duration::ZERO,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2,
-    }
-}
-
-fn median_f64(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn kernel() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| format!("Linux {}", s.trim()))
-        .unwrap_or_else(|_| std::env::consts::OS.to_string())
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.1} µs", s * 1e6)
-    }
-}
-
-fn fmt_kb(kb: u64) -> String {
-    format!("{:.1} MB", kb as f64 / 1024.0)
-}
-
-fn fmt_bytes(b: u64) -> String {
-    if b >= 1 << 20 {
-        format!("{:.1} MB", b as f64 / (1 << 20) as f64)
-    } else {
-        format!("{:.1} KB", b as f64 / 1024.0)
-    }
 }

@@ -25,7 +25,7 @@
 //! is non-zero only when the bench could not run.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +37,7 @@ use drover_core::inbox::Delivery;
 use drover_core::timeline::{Page, TimelineItem};
 use drover_core::{AgentId, NewAgent, Registry, RuntimeControl};
 use drover_testkit::acp_client::{AcpClient, ClientOptions};
+use drover_testkit::bench::{self, Row, fmt_bytes, fmt_dur, fmt_kb, median, median_f64};
 use drover_testkit::model;
 use drover_testkit::real_agents::{self, RealAgent};
 use tokio::sync::broadcast;
@@ -62,67 +63,12 @@ const OVERHEAD_PROMPT: &str = "reply hello from the scripted model";
 const WAIT: Duration = Duration::from_secs(120);
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKER_THREADS)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("drover-bench-runtime: cannot start tokio: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("drover-bench-runtime: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// One line of the final table.
-struct Row {
-    what: String,
-    measured: String,
-    target: String,
-    /// `None`: a figure shown for information, with no target to meet.
-    pass: Option<bool>,
-    /// Shown instead of PASS/MISS/info (a part that could not run).
-    skip: bool,
-}
-
-impl Row {
-    fn target(what: impl Into<String>, measured: String, target: &str, pass: bool) -> Row {
-        Row {
-            what: what.into(),
-            measured,
-            target: target.to_string(),
-            pass: Some(pass),
-            skip: false,
-        }
-    }
-
-    fn info(what: impl Into<String>, measured: String) -> Row {
-        Row {
-            what: what.into(),
-            measured,
-            target: "-".to_string(),
-            pass: None,
-            skip: false,
-        }
-    }
+    bench::block_on("drover-bench-runtime", Some(WORKER_THREADS), run())
 }
 
 async fn run() -> Result<()> {
-    let scripted = scripted_agent_binary()?;
-    let mut scratch = tempfile::Builder::new()
-        .prefix("drover-bench-runtime-")
-        .tempdir()
-        .context("cannot make a scratch folder")?;
-    let keep = std::env::var_os("DROVER_BENCH_KEEP").is_some_and(|v| !v.is_empty() && v != "0");
-    scratch.disable_cleanup(keep);
+    let scripted = bench::scripted_agent_binary()?;
+    let (scratch, keep) = bench::scratch("drover-bench-runtime-")?;
     // Canonical, so the cwd codex is told to trust is the one it sees.
     let root = scratch
         .path()
@@ -133,8 +79,8 @@ async fn run() -> Result<()> {
     println!("  scratch:        {}", root.display());
     println!(
         "  machine:        {} CPUs, {}; tokio runtime with {WORKER_THREADS} workers",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        kernel()
+        bench::cpus(),
+        bench::kernel()
     );
     println!(
         "  memory and CPU figures are this process's: the RuntimeManager (the daemon's runtimes) \
@@ -148,38 +94,7 @@ async fn run() -> Result<()> {
     stream_bench(&scripted, &root, &mut rows).await?;
     overhead_bench(&root, &mut rows).await?;
 
-    println!("== summary ==");
-    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max();
-    let w0 = width(|r| &r.what).unwrap_or(0);
-    let w1 = width(|r| &r.measured).unwrap_or(0);
-    let w2 = width(|r| &r.target).unwrap_or(0);
-    println!(
-        "  {:<w0$}  {:<w1$}  {:<w2$}  result",
-        "measure", "measured", "target"
-    );
-    println!("  {}", "-".repeat(w0 + w1 + w2 + 12));
-    for row in &rows {
-        println!(
-            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
-            row.what,
-            row.measured,
-            row.target,
-            match (row.skip, row.pass) {
-                (true, _) => "SKIP",
-                (false, Some(true)) => "PASS",
-                (false, Some(false)) => "MISS",
-                (false, None) => "info",
-            }
-        );
-    }
-    let targets = rows.iter().filter(|r| r.pass.is_some()).count();
-    let passed = rows.iter().filter(|r| r.pass == Some(true)).count();
-    let skipped = rows.iter().filter(|r| r.skip).count();
-    print!("\n  {passed} of {targets} targets met");
-    if skipped > 0 {
-        print!(", {skipped} skipped");
-    }
-    println!("; bench ran {:.1} s", started.elapsed().as_secs_f64());
+    bench::print_summary(&rows, started);
     if keep {
         println!("  kept the stores in {}", root.display());
     }
@@ -472,7 +387,7 @@ async fn fleet_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resul
     rows.push(Row::target(
         format!("{FLEET_AGENTS} agents: turns completed"),
         format!("{completed} of {FLEET_AGENTS}"),
-        &format!("{FLEET_AGENTS} of {FLEET_AGENTS}"),
+        format!("{FLEET_AGENTS} of {FLEET_AGENTS}"),
         completed == FLEET_AGENTS,
     ));
     rows.push(Row::info(
@@ -600,14 +515,11 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
     if let Err(e) = RealAgent::Codex.require_installed(&agents) {
         println!("  SKIP: {e}");
         println!();
-        rows.push(Row {
-            what: "overhead: codex turn, drover / direct ACP".to_string(),
-            measured: "not run: codex-acp is not installed (run scripts/install-agents)"
-                .to_string(),
-            target: "≤ 1.05×".to_string(),
-            pass: None,
-            skip: true,
-        });
+        rows.push(Row::skip(
+            "overhead: codex turn, drover / direct ACP",
+            "not run: codex-acp is not installed (run scripts/install-agents)".to_string(),
+            "≤ 1.05×",
+        ));
         return Ok(());
     }
     let base = root.join("overhead");
@@ -983,80 +895,5 @@ impl Sampler {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-// ---- helpers --------------------------------------------------------------------------------
-
-fn scripted_agent_binary() -> Result<PathBuf> {
-    if let Some(bin) = std::env::var_os("DROVER_SCRIPTED_AGENT").filter(|b| !b.is_empty()) {
-        let bin = PathBuf::from(bin);
-        ensure!(
-            bin.is_file(),
-            "DROVER_SCRIPTED_AGENT=`{}` is not a file",
-            bin.display()
-        );
-        return Ok(bin);
-    }
-    let exe = std::env::current_exe().context("cannot find this executable")?;
-    let bin = exe
-        .parent()
-        .map(|dir| dir.join("drover-scripted-agent"))
-        .ok_or_else(|| anyhow!("`{}` has no folder", exe.display()))?;
-    ensure!(
-        bin.is_file(),
-        "no `drover-scripted-agent` at `{}`: build it with `cargo build --release -p \
-         drover-testkit` (or run scripts/bench), or point DROVER_SCRIPTED_AGENT at one",
-        bin.display()
-    );
-    Ok(bin)
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    match v.len() {
-        0 => Duration::ZERO,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2,
-    }
-}
-
-fn median_f64(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn kernel() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| format!("Linux {}", s.trim()))
-        .unwrap_or_else(|_| std::env::consts::OS.to_string())
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.1} µs", s * 1e6)
-    }
-}
-
-fn fmt_kb(kb: u64) -> String {
-    format!("{:.1} MB", kb as f64 / 1024.0)
-}
-
-fn fmt_bytes(b: u64) -> String {
-    if b >= 1 << 20 {
-        format!("{:.1} MB", b as f64 / (1 << 20) as f64)
-    } else {
-        format!("{:.1} KB", b as f64 / 1024.0)
     }
 }

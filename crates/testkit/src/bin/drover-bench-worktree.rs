@@ -30,44 +30,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use drover_core::{NoRuntimes, Registry, WorktreeOptions};
+use drover_testkit::bench::{self, Row, fmt_dur};
 
 /// Rounds per repository unless `DROVER_BENCH_ROUNDS` says otherwise.
 const ROUNDS: usize = 15;
 const TARGET: f64 = 1.2;
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("drover-bench-worktree: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// One line of the final table.
-struct Row {
-    what: String,
-    measured: String,
-    target: String,
-    pass: Option<bool>,
+    bench::exit("drover-bench-worktree", run())
 }
 
 fn run() -> Result<()> {
-    let mut scratch = tempfile::Builder::new()
-        .prefix("drover-bench-worktree-")
-        .tempdir()
-        .context("cannot make a scratch folder")?;
-    let keep = std::env::var_os("DROVER_BENCH_KEEP").is_some_and(|v| !v.is_empty() && v != "0");
-    scratch.disable_cleanup(keep);
+    let (scratch, keep) = bench::scratch("drover-bench-worktree-")?;
     let scratch = fs::canonicalize(scratch.path())?;
     println!("drover-bench-worktree");
     println!("  scratch:       {}", scratch.display());
     println!("  git:           {}", git(&scratch, &["--version"])?.trim());
-    println!(
-        "  machine:       {} CPUs",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    println!("  machine:       {} CPUs", bench::cpus());
     println!();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -77,11 +56,7 @@ fn run() -> Result<()> {
     let home = scratch.join("home");
     let (registry, _) = Registry::open(&home, Arc::new(NoRuntimes)).context("open the registry")?;
 
-    let rounds = std::env::var("DROVER_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .filter(|r| *r > 0)
-        .unwrap_or(ROUNDS);
+    let rounds = bench::rounds(ROUNDS);
     let started = Instant::now();
     let mut rows = Vec::new();
     for (label, files, dirs) in [("small", 20, 1), ("mid-sized", 1_000, 40)] {
@@ -91,35 +66,7 @@ fn run() -> Result<()> {
         )?);
     }
 
-    println!("== summary ==");
-    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max();
-    let w0 = width(|r| &r.what).unwrap_or(0);
-    let w1 = width(|r| &r.measured).unwrap_or(0);
-    let w2 = width(|r| &r.target).unwrap_or(0);
-    println!(
-        "  {:<w0$}  {:<w1$}  {:<w2$}  result",
-        "measure", "measured", "target"
-    );
-    println!("  {}", "-".repeat(w0 + w1 + w2 + 12));
-    for row in &rows {
-        println!(
-            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
-            row.what,
-            row.measured,
-            row.target,
-            match row.pass {
-                Some(true) => "PASS",
-                Some(false) => "MISS",
-                None => "info",
-            }
-        );
-    }
-    let targets = rows.iter().filter(|r| r.pass.is_some()).count();
-    let passed = rows.iter().filter(|r| r.pass == Some(true)).count();
-    println!(
-        "\n  {passed} of {targets} targets met; bench ran {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    bench::print_summary(&rows, started);
     if keep {
         println!("  kept the scratch folder {}", scratch.display());
     }
@@ -215,16 +162,16 @@ fn bench_repo(
         median
     );
     println!();
-    Ok(Row {
-        what: format!("create a worktree, {files} files (vs git worktree add)"),
-        measured: format!(
+    Ok(Row::target(
+        format!("create a worktree, {files} files (vs git worktree add)"),
+        format!(
             "median {median:.2}× (best {} vs {} = {ratio:.2}×)",
             fmt_dur(best_drover),
             fmt_dur(best_plain),
         ),
-        target: format!("≤ {TARGET:.2}×"),
-        pass: Some(median <= TARGET),
-    })
+        format!("≤ {TARGET:.2}×"),
+        median <= TARGET,
+    ))
 }
 
 /// A repository of `files` files (about 1.5 KB each) spread over `dirs` folders, one commit,
@@ -275,15 +222,4 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.1} µs", s * 1e6)
-    }
 }

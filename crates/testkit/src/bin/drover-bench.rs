@@ -23,20 +23,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::hint::black_box;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use anyhow::{Result, anyhow, ensure};
 use drover_core::store::Store;
 use drover_core::view::AgentsView;
 use drover_core::{
     ActivityIndex, Agent, AgentId, AgentStatus, ArchiveOptions, NewAgent, NoRuntimes, PARENT_LABEL,
     ProviderConfig, Registry, WorkspaceId,
 };
+use drover_testkit::bench::{self, DaemonProc, Row, fmt_dur, fmt_kb};
 use drover_testkit::fleet_gen::{Rng, generate_fleet};
 
 const BOOT_AGENTS: usize = 10_000;
@@ -45,44 +45,23 @@ const AGENTS_PER_WORKSPACE: usize = BOOT_AGENTS / BOOT_WORKSPACES;
 const CASCADE_DESCENDANTS: usize = 1_000;
 const ROUNDS: usize = 3;
 const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
-const POLL_EVERY: Duration = Duration::from_millis(2);
 const ACTIVITY_CHANGES: usize = 200_000;
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("drover-bench: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// One line of the final table.
-struct Row {
-    what: String,
-    measured: String,
-    target: String,
-    /// `None`: a figure shown for information, with no target to meet.
-    pass: Option<bool>,
+    bench::exit("drover-bench", run())
 }
 
 fn run() -> Result<()> {
-    let drover = drover_binary()?;
-    let mut scratch = tempfile::Builder::new()
-        .prefix("drover-bench-")
-        .tempdir()
-        .context("cannot make a scratch folder")?;
+    let drover = bench::drover_binary()?;
     // DROVER_BENCH_KEEP=1 leaves the generated stores behind, e.g. to profile a boot.
-    let keep = std::env::var_os("DROVER_BENCH_KEEP").is_some_and(|v| !v.is_empty() && v != "0");
-    scratch.disable_cleanup(keep);
+    let (scratch, keep) = bench::scratch("drover-bench-")?;
     println!("drover-bench");
     println!("  drover binary: {}", drover.display());
     println!("  scratch:       {}", scratch.path().display());
     println!(
         "  machine:       {} CPUs, {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        kernel()
+        bench::cpus(),
+        bench::kernel()
     );
     println!();
 
@@ -93,36 +72,7 @@ fn run() -> Result<()> {
     archive_bench(scratch.path(), keep, &mut rows)?;
     activity_bench(&home, &mut rows)?;
 
-    println!("== summary ==");
-    // Widths in chars, as `format!` pads (`≤`, `µ` are wider in bytes).
-    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max();
-    let w0 = width(|r| &r.what).unwrap_or(0);
-    let w1 = width(|r| &r.measured).unwrap_or(0);
-    let w2 = width(|r| &r.target).unwrap_or(0);
-    println!(
-        "  {:<w0$}  {:<w1$}  {:<w2$}  result",
-        "measure", "measured", "target"
-    );
-    println!("  {}", "-".repeat(w0 + w1 + w2 + 12));
-    for row in &rows {
-        println!(
-            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
-            row.what,
-            row.measured,
-            row.target,
-            match row.pass {
-                Some(true) => "PASS",
-                Some(false) => "MISS",
-                None => "info",
-            }
-        );
-    }
-    let targets = rows.iter().filter(|r| r.pass.is_some()).count();
-    let passed = rows.iter().filter(|r| r.pass == Some(true)).count();
-    println!(
-        "\n  {passed} of {targets} targets met; bench ran {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    bench::print_summary(&rows, started);
     if keep {
         println!("  kept the stores in {}", scratch.path().display());
     }
@@ -236,26 +186,26 @@ fn boot_bench(drover: &Path, home: &Path, scratch: &Path, rows: &mut Vec<Row>) -
         )
     );
     println!();
-    rows.push(Row {
-        what: format!(
+    rows.push(Row::target(
+        format!(
             "boot, {}k agents (vs parse-all baseline)",
             BOOT_AGENTS / 1000
         ),
-        measured: format!(
+        format!(
             "{} vs {} = {:.2}×",
             fmt_dur(best.elapsed),
             fmt_dur(baseline),
             ratio
         ),
-        target: "≤ 2.00×".to_string(),
-        pass: Some(ratio <= 2.0),
-    });
-    rows.push(Row {
-        what: "daemon VmRSS after boot (worst of 3)".to_string(),
-        measured: format!("{} (VmHWM {})", fmt_kb(max_rss), fmt_kb(max_hwm)),
-        target: "< 50 MB".to_string(),
-        pass: Some(max_rss < 50 * 1024),
-    });
+        "≤ 2.00×",
+        ratio <= 2.0,
+    ));
+    rows.push(Row::target(
+        "daemon VmRSS after boot (worst of 3)",
+        format!("{} (VmHWM {})", fmt_kb(max_rss), fmt_kb(max_hwm)),
+        "< 50 MB",
+        max_rss < 50 * 1024,
+    ));
     Ok(())
 }
 
@@ -287,87 +237,11 @@ struct Boot {
     store_loaded_ms: Option<u64>,
 }
 
-/// The daemon child, killed if the bench bails out while it runs.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 fn boot_daemon(drover: &Path, home: &Path, log: &Path, expect: usize) -> Result<Boot> {
-    let info_path = home.join("daemon.json");
-    match fs::remove_file(&info_path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).context("cannot remove a stale daemon.json"),
-    }
-    let stderr = File::create(log)?;
-    let start = Instant::now();
-    let child = Command::new(drover)
-        .arg("daemon")
-        .arg("--home")
-        .arg(home)
-        .args(["--listen", "127.0.0.1:0"])
-        .env_remove("DROVER_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .with_context(|| format!("cannot run `{}`", drover.display()))?;
-    let mut daemon = Daemon(child);
-    let pid = daemon.0.id();
-    let mut addr: Option<SocketAddr> = None;
-    loop {
-        if start.elapsed() > BOOT_TIMEOUT {
-            bail!(
-                "the daemon did not report {expect} agents on /health within {BOOT_TIMEOUT:?}; its stderr: {}",
-                log.display()
-            );
-        }
-        if let Some(status) = daemon.0.try_wait()? {
-            bail!(
-                "the daemon exited during boot ({status}): {}",
-                fs::read_to_string(log).unwrap_or_default().trim()
-            );
-        }
-        if addr.is_none() {
-            addr = daemon_addr(&info_path, pid);
-        }
-        if let Some(addr) = addr
-            && let Some(health) = get_health(addr)
-            && health["agents"].as_u64() == Some(expect as u64)
-        {
-            break;
-        }
-        std::thread::sleep(POLL_EVERY);
-    }
-    let elapsed = start.elapsed();
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))
-        .context("cannot read the daemon's /proc status")?;
-    let rss_kb = proc_field_kb(&status, "VmRSS:").unwrap_or(0);
-    let hwm_kb = proc_field_kb(&status, "VmHWM:").unwrap_or(0);
-
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .context("cannot run `kill`")?;
-    ensure!(killed.success(), "`kill -TERM {pid}` failed");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(status) = daemon.0.try_wait()? {
-            break status;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "the daemon did not stop within 10 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let daemon = DaemonProc::spawn(drover, home, log, Some(expect), BOOT_TIMEOUT)?;
+    let elapsed = daemon.started.elapsed();
+    let (rss_kb, hwm_kb) = daemon.mem()?;
+    let exit = daemon.stop()?;
     ensure!(
         exit.success(),
         "the daemon stopped with {exit}: {}",
@@ -385,42 +259,6 @@ fn boot_daemon(drover: &Path, home: &Path, log: &Path, expect: usize) -> Result<
         hwm_kb,
         store_loaded_ms,
     })
-}
-
-/// The address from `daemon.json`, once the daemon with this pid has written it.
-fn daemon_addr(path: &Path, pid: u32) -> Option<SocketAddr> {
-    let info: serde_json::Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
-    if info["pid"].as_u64() != Some(u64::from(pid)) {
-        return None;
-    }
-    info["url"].as_str()?.strip_prefix("http://")?.parse().ok()
-}
-
-/// `GET /health` over a bare HTTP/1.0 connection: the JSON body of a 200, else `None`.
-fn get_health(addr: SocketAddr) -> Option<serde_json::Value> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).ok()?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    if head.split_whitespace().nth(1) != Some("200") {
-        return None;
-    }
-    serde_json::from_str(body).ok()
-}
-
-fn proc_field_kb(status: &str, field: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line[field.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
 }
 
 // ---- 2. archive -----------------------------------------------------------------------------
@@ -467,17 +305,17 @@ fn archive_bench(scratch: &Path, keep: bool, rows: &mut Vec<Row>) -> Result<()> 
         ratio
     );
     println!();
-    rows.push(Row {
-        what: format!("archive cascade, 1+{CASCADE_DESCENDANTS} (vs atomic writes)"),
-        measured: format!(
+    rows.push(Row::target(
+        format!("archive cascade, 1+{CASCADE_DESCENDANTS} (vs atomic writes)"),
+        format!(
             "{} vs {} = {:.2}×",
             fmt_dur(best_archive),
             fmt_dur(best_baseline),
             ratio
         ),
-        target: "≤ 1.50×".to_string(),
-        pass: Some(ratio <= 1.5),
-    });
+        "≤ 1.50×",
+        ratio <= 1.5,
+    ));
     Ok(())
 }
 
@@ -694,12 +532,12 @@ fn activity_bench(home: &Path, rows: &mut Vec<Row>) -> Result<()> {
         let _ = write!(measured, "{}k: {r:.2}", n / 1000);
     }
     let _ = write!(measured, " (registry: {to_running})");
-    rows.push(Row {
-        what: "activity: evaluations per status change".to_string(),
+    rows.push(Row::target(
+        "activity: evaluations per status change",
         measured,
-        target: "same at 1k / 10k / 100k".to_string(),
-        pass: Some(flat),
-    });
+        "same at 1k / 10k / 100k",
+        flat,
+    ));
     let mut measured = String::new();
     for (n, m) in &lines {
         if !measured.is_empty() {
@@ -707,12 +545,10 @@ fn activity_bench(home: &Path, rows: &mut Vec<Row>) -> Result<()> {
         }
         let _ = write!(measured, "{}k: {:.0} ns", n / 1000, m.root_ns);
     }
-    rows.push(Row {
-        what: "activity: time per status change (info)".to_string(),
+    rows.push(Row::info(
+        "activity: time per status change (info)",
         measured,
-        target: "-".to_string(),
-        pass: None,
-    });
+    ));
     Ok(())
 }
 
@@ -890,51 +726,4 @@ fn time_changes(fleet: &mut Fleet, index: &mut ActivityIndex, ids: &[AgentId]) -
         evals = (index.evaluated() - before) as f64 / ACTIVITY_CHANGES as f64;
     }
     (evals, best)
-}
-
-// ---- helpers --------------------------------------------------------------------------------
-
-fn drover_binary() -> Result<PathBuf> {
-    if let Some(bin) = std::env::var_os("DROVER_BIN").filter(|b| !b.is_empty()) {
-        let bin = PathBuf::from(bin);
-        ensure!(
-            bin.is_file(),
-            "DROVER_BIN=`{}` is not a file; build it with `cargo build --release -p drover`",
-            bin.display()
-        );
-        return Ok(bin);
-    }
-    let exe = std::env::current_exe().context("cannot find this executable")?;
-    let bin = exe
-        .parent()
-        .map(|dir| dir.join("drover"))
-        .ok_or_else(|| anyhow!("`{}` has no folder", exe.display()))?;
-    ensure!(
-        bin.is_file(),
-        "no `drover` binary at `{}`: build it with `cargo build --release -p drover` (or run \
-         scripts/bench), or point DROVER_BIN at one",
-        bin.display()
-    );
-    Ok(bin)
-}
-
-fn kernel() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| format!("Linux {}", s.trim()))
-        .unwrap_or_else(|_| std::env::consts::OS.to_string())
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.1} µs", s * 1e6)
-    }
-}
-
-fn fmt_kb(kb: u64) -> String {
-    format!("{:.1} MB", kb as f64 / 1024.0)
 }
