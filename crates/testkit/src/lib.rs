@@ -9,6 +9,7 @@ pub mod acp_client;
 pub mod bench;
 pub mod crash;
 pub mod fleet_gen;
+pub mod mcp_http;
 pub mod model;
 pub mod real_agents;
 pub mod scripted_agent;

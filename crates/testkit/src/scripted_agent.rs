@@ -1221,83 +1221,16 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     file.write_all(format!("{line}\n").as_bytes())
 }
 
-/// One MCP `tools/call` over streamable HTTP (a plain JSON answer), on loopback: the text of
-/// the result's content, or why it failed.
+/// One MCP `tools/call`: the result's text on one line (a reader picks it out of the agent's
+/// message), or why it failed (`protocol error: ...` when no tool result came back).
 fn mcp_call(url: &str, tool: &str, arguments: &str) -> Result<String, String> {
-    use std::io::{Read, Write};
     let arguments: Value =
         serde_json::from_str(arguments).map_err(|e| format!("arguments are not JSON: {e}"))?;
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments},
-    })
-    .to_string();
-    let rest = url.strip_prefix("http://").ok_or("only http:// MCP urls")?;
-    let (authority, path) = rest
-        .split_once('/')
-        .map(|(a, p)| (a, format!("/{p}")))
-        .unwrap_or((rest, "/".to_string()));
-    let mut stream = std::net::TcpStream::connect(authority).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .map_err(|e| e.to_string())?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP body")?;
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    let message: Value =
-        serde_json::from_str(body.trim()).map_err(|e| format!("not JSON ({e}): {body}"))?;
-    if let Some(error) = message.get("error") {
-        return Err(format!("protocol error: {error}"));
+    match crate::mcp_http::tools_call(url, tool, &arguments, Duration::from_secs(120)) {
+        Ok(text) => Ok(text.split_whitespace().collect::<Vec<_>>().join(" ")),
+        Err(crate::mcp_http::CallError::Tool(text)) => Err(text),
+        Err(crate::mcp_http::CallError::Protocol(e)) => Err(format!("protocol error: {e}")),
     }
-    let result = &message["result"];
-    let text: String = result["content"]
-        .as_array()
-        .map(|blocks| {
-            blocks
-                .iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default();
-    if result["isError"] == json!(true) {
-        return Err(text);
-    }
-    // One line, so a reader can pick it out of the agent's message.
-    Ok(text.split_whitespace().collect::<Vec<_>>().join(" "))
-}
-
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || tail.len() < size {
-            break;
-        }
-        out.push_str(&tail[..size]);
-        rest = tail[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 #[cfg(test)]

@@ -33,8 +33,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -358,70 +356,13 @@ async fn agent_alone(cmd: &AgentCommand) -> Result<Alone> {
 /// `tools/call` at an HTTP MCP URL (drover answers plain JSON, statelessly); the tool's JSON
 /// result.
 fn mcp_call(url: &str, tool: &str, arguments: Value) -> Result<Value> {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments},
-    })
-    .to_string();
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow!("only http:// MCP urls"))?;
-    let (authority, path) = rest
-        .split_once('/')
-        .map(|(a, p)| (a, format!("/{p}")))
-        .unwrap_or((rest, "/".to_string()));
-    let mut stream = TcpStream::connect(authority)?;
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(WAIT))?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow!("no HTTP body: {response}"))?;
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
+    use drover_testkit::mcp_http::{CallError, tools_call};
+    let text = match tools_call(url, tool, &arguments, WAIT) {
+        Ok(text) => text,
+        Err(CallError::Protocol(e)) => bail!("MCP error: {e}"),
+        Err(CallError::Tool(text)) => bail!("{tool} failed: {text}"),
     };
-    let message: Value =
-        serde_json::from_str(body.trim()).with_context(|| format!("not JSON: {body}"))?;
-    if let Some(error) = message.get("error") {
-        bail!("MCP error: {error}");
-    }
-    let result = &message["result"];
-    let text: String = result["content"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|b| b["text"].as_str())
-        .collect();
-    ensure!(result["isError"] != json!(true), "{tool} failed: {text}");
     serde_json::from_str(&text).with_context(|| format!("{tool} answered {text}"))
-}
-
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || tail.len() < size {
-            break;
-        }
-        out.push_str(&tail[..size]);
-        rest = tail[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 /// The URL without its token.
