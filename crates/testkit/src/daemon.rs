@@ -265,6 +265,38 @@ impl Client {
         &self.backlog
     }
 
+    /// The agent's timeline items (`fetch_timeline`, up to 1000).
+    pub async fn timeline(&mut self, agent: &str) -> Vec<Value> {
+        let page = self
+            .request(json!({"type": "fetch_timeline", "agentId": agent, "limit": 1000}))
+            .await;
+        page["payload"]["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The `event` of each `turn_ended` item of the agent, in order.
+    pub async fn turn_events(&mut self, agent: &str) -> Vec<String> {
+        self.timeline(agent)
+            .await
+            .iter()
+            .filter(|i| i["kind"] == "turn_ended")
+            .map(|i| i["data"]["event"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// `list_agents`.
+    pub async fn agents(&mut self, include_archived: bool) -> Vec<Value> {
+        let list = self
+            .request(json!({"type": "list_agents", "includeArchived": include_archived}))
+            .await;
+        list["payload"]["agents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Forgets the messages received so far and not yet taken.
     pub fn clear_backlog(&mut self) {
         self.backlog.clear();

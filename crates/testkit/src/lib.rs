@@ -367,3 +367,60 @@ pub fn scripted_config(agent_bin: &std::path::Path, state_dir: &std::path::Path)
 }
 
 pub mod daemon;
+
+/// Live (not zombie) processes started for agent `agent`, found by the `DROVER_AGENT_ID` drover
+/// puts in every agent's environment (its tools inherit it): (pid, command line).
+pub fn agent_processes(agent: &str) -> Vec<(u32, String)> {
+    let needle = format!("DROVER_AGENT_ID={agent}\0").into_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            if stat.rsplit_once(')')?.1.split_whitespace().next()? == "Z" {
+                return None;
+            }
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            if !env.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                return None;
+            }
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            Some((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
+        })
+        .collect()
+}
+
+/// Waits (at most 10 s) until no process of agent `agent` is left.
+pub async fn no_agent_processes_left(agent: &str) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !agent_processes(agent).is_empty() {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// Runs `git` in `dir` with a fixed identity (no user config needed); panics with its stderr
+/// when it fails.
+pub fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=drover",
+            "-c",
+            "user.email=drover@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

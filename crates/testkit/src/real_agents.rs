@@ -298,3 +298,21 @@ fn toml_string(s: &str) -> String {
     out.push('"');
     out
 }
+
+/// A `[providers.<name>]` table of `config.toml` running `command`.
+pub fn provider_toml(name: &str, command: &AgentCommand) -> String {
+    // A JSON string is a valid TOML basic string.
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut argv = vec![quote(&command.program.display().to_string())];
+    argv.extend(command.args.iter().map(|a| quote(a)));
+    let env: Vec<String> = command
+        .env
+        .iter()
+        .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
+        .collect();
+    format!(
+        "[providers.{name}]\ncommand = [{}]\nenv = {{ {} }}\n",
+        argv.join(", "),
+        env.join(", ")
+    )
+}

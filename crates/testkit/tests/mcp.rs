@@ -2,6 +2,7 @@
 //! it got in `session/new`, through the real daemon.
 
 use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::git;
 use serde_json::{Value, json};
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
@@ -22,31 +23,14 @@ async fn idle(client: &mut Client, id: &str) {
     assert_eq!(idle["payload"]["idle"], true, "{idle}");
 }
 
-async fn items(client: &mut Client, id: &str) -> Vec<Value> {
-    let page = client
-        .request(json!({"type": "fetch_timeline", "agentId": id, "limit": 1000}))
-        .await;
-    page["payload"]["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
 async fn replies(client: &mut Client, id: &str) -> Vec<String> {
-    items(client, id)
+    client
+        .timeline(id)
         .await
         .iter()
         .filter(|i| i["kind"] == "agent_message")
         .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
         .collect()
-}
-
-async fn agents(client: &mut Client) -> Vec<Value> {
-    let list = client.request(json!({"type": "list_agents"})).await;
-    list["payload"]["agents"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,7 +48,7 @@ async fn an_agent_creates_a_subagent_and_hears_back() {
     let child = result["agentId"].as_str().expect("child id").to_string();
 
     // The child shows under its parent, ran its prompt, and the parent was told.
-    let listed = agents(&mut client).await;
+    let listed = client.agents(false).await;
     let kid = listed
         .iter()
         .find(|a| a["id"] == child)
@@ -74,7 +58,8 @@ async fn an_agent_creates_a_subagent_and_hears_back() {
     idle(&mut client, &child).await;
     assert_eq!(replies(&mut client, &child).await, ["child reporting"]);
     idle(&mut client, &parent).await;
-    let notices: Vec<Value> = items(&mut client, &parent)
+    let notices: Vec<Value> = client
+        .timeline(&parent)
         .await
         .into_iter()
         .filter(|i| i["kind"] == "user_message" && i["data"]["source"] == format!("agent:{child}"))
@@ -134,7 +119,7 @@ async fn tool_errors_name_the_field_and_agents_only_control_their_own() {
         "{said}"
     );
     // Nothing was created by the failed calls.
-    assert_eq!(agents(&mut client).await.len(), 2);
+    assert_eq!(client.agents(false).await.len(), 2);
     daemon.stop().await;
 }
 
@@ -168,23 +153,6 @@ async fn a_request_without_a_valid_token_is_refused() {
         );
     }
     daemon.stop().await;
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let status = std::process::Command::new("git")
-        .args([
-            "-c",
-            "user.name=drover",
-            "-c",
-            "user.email=drover@example.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("git");
-    assert!(status.success(), "git {args:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,98 +5,26 @@
 //! `scripts/install-agents`.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use drover_testkit::daemon::{Client, TestDaemon};
 use drover_testkit::model::{self, ModelServer};
-use drover_testkit::real_agents::{RealAgent, agents_dir};
-use serde_json::{Value, json};
+use drover_testkit::real_agents::{RealAgent, agents_dir, provider_toml};
+use drover_testkit::{agent_processes, no_agent_processes_left};
+use serde_json::json;
 use tempfile::TempDir;
 
 /// Generous: claude's `session/new` alone takes a second or two on 2 cores.
 const TURN_MS: u64 = 90_000;
 
-fn toml_string(s: &str) -> String {
-    // A JSON string is a valid TOML basic string.
-    serde_json::to_string(s).unwrap_or_default()
-}
-
 fn config(agent: RealAgent, model: &ModelServer, scratch: &Path, cwd: &Path) -> String {
     let command = agent
         .command(&agents_dir(), &model.url(), scratch, cwd)
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut argv = vec![toml_string(&command.program.display().to_string())];
-    argv.extend(command.args.iter().map(|a| toml_string(a)));
-    let env: Vec<String> = command
-        .env
-        .iter()
-        .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
-        .collect();
-    format!(
-        "[providers.{name}]\ncommand = [{argv}]\nenv = {{ {env} }}\n",
-        name = agent.name(),
-        argv = argv.join(", "),
-        env = env.join(", "),
-    )
-}
-
-/// Live processes started for `agent` (they carry `DROVER_AGENT_ID` in their environment).
-fn processes_of(agent: &str) -> Vec<u32> {
-    let needle = format!("DROVER_AGENT_ID={agent}\0").into_bytes();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let state = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .next()?
-                .to_string();
-            let env = std::fs::read(e.path().join("environ")).ok()?;
-            (state != "Z" && env.windows(needle.len()).any(|w| w == needle.as_slice()))
-                .then_some(pid)
-        })
-        .collect()
-}
-
-async fn none_left(agent: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if processes_of(agent).is_empty() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn items(client: &mut Client, id: &str) -> Vec<Value> {
-    let page = client
-        .request(json!({"type": "fetch_timeline", "agentId": id, "limit": 1000}))
-        .await;
-    page["payload"]["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-async fn turn_events(client: &mut Client, id: &str) -> Vec<String> {
-    items(client, id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "turn_ended")
-        .map(|i| i["data"]["event"].as_str().unwrap_or_default().to_string())
-        .collect()
+    provider_toml(agent.name(), &command)
 }
 
 async fn last_reply(client: &mut Client, id: &str) -> String {
-    let items = items(client, id).await;
+    let items = client.timeline(id).await;
     let start = items
         .iter()
         .rposition(|i| i["kind"] == "turn_started")
@@ -113,12 +41,12 @@ async fn settle(client: &mut Client, name: &str, id: &str, turns: usize) {
         .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": TURN_MS}))
         .await;
     assert_eq!(idle["payload"]["idle"], true, "{name}: {idle}");
-    let events = turn_events(client, id).await;
+    let events = client.turn_events(id).await;
     assert_eq!(
         events.len(),
         turns,
         "{name}: {:#?}",
-        items(client, id).await
+        client.timeline(id).await
     );
 }
 
@@ -174,11 +102,7 @@ async fn run_everything(agent: RealAgent) {
         .await;
     assert_eq!(init["type"], "agent_initialized", "{init}");
     settle(&mut client, name, &id, 1).await;
-    assert_eq!(
-        turn_events(&mut client, &id).await,
-        ["turn_completed"],
-        "{name}"
-    );
+    assert_eq!(client.turn_events(&id).await, ["turn_completed"], "{name}");
     let reply = last_reply(&mut client, &id).await;
     assert!(
         reply.contains("hello from the scripted model"),
@@ -232,13 +156,9 @@ async fn run_everything(agent: RealAgent) {
         .await;
     assert_eq!(cancelled["type"], "ok", "{cancelled}");
     settle(&mut client, name, &id, 7).await;
-    assert_eq!(
-        turn_events(&mut client, &id).await[6],
-        "turn_canceled",
-        "{name}"
-    );
+    assert_eq!(client.turn_events(&id).await[6], "turn_canceled", "{name}");
     assert!(
-        !processes_of(&id).is_empty(),
+        !agent_processes(&id).is_empty(),
         "{name}: the agent runs under its marker"
     );
 
@@ -246,9 +166,9 @@ async fn run_everything(agent: RealAgent) {
     drop(client);
     let (home_path, _) = daemon.stop().await;
     assert!(
-        none_left(&id).await,
+        no_agent_processes_left(&id).await,
         "{name}: processes left after the daemon stopped: {:?}",
-        processes_of(&id)
+        agent_processes(&id)
     );
     let daemon = TestDaemon::start_with_config(home_path, None, config).await;
     let (mut client, state) = daemon.client().await;
@@ -267,7 +187,8 @@ async fn run_everything(agent: RealAgent) {
     settle(&mut client, name, &id, 8).await;
     let reply = last_reply(&mut client, &id).await;
     assert!(reply.contains("after the restart"), "{name}: {reply}");
-    let notices: Vec<String> = items(&mut client, &id)
+    let notices: Vec<String> = client
+        .timeline(&id)
         .await
         .iter()
         .filter(|i| i["kind"] == "notice")
@@ -285,9 +206,9 @@ async fn run_everything(agent: RealAgent) {
     drop(client);
     daemon.stop().await;
     assert!(
-        none_left(&id).await,
+        no_agent_processes_left(&id).await,
         "{name}: processes left after shutdown: {:?}",
-        processes_of(&id)
+        agent_processes(&id)
     );
 }
 

@@ -12,81 +12,24 @@ use std::time::{Duration, Instant};
 
 use drover_testkit::daemon::{Client, TestDaemon};
 use drover_testkit::model::{self, FINAL_REPLY, ModelServer};
-use drover_testkit::real_agents::{RealAgent, agents_dir};
+use drover_testkit::real_agents::{RealAgent, agents_dir, provider_toml};
+use drover_testkit::{agent_processes, git, no_agent_processes_left};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
 /// How long one codex turn may take (several requests of at most 20 s each).
 const TURN: Duration = Duration::from_secs(90);
 
-fn toml_string(s: &str) -> String {
-    // A JSON string is a valid TOML basic string.
-    serde_json::to_string(s).unwrap_or_default()
-}
-
 /// `config.toml`: codex against `model` (trusting `cwd`), and the scripted agent.
 fn config(model: &ModelServer, scratch: &Path, cwd: &Path, scripted_state: &Path) -> String {
     let command = RealAgent::Codex
         .command(&agents_dir(), &model.url(), scratch, cwd)
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut argv = vec![toml_string(&command.program.display().to_string())];
-    argv.extend(command.args.iter().map(|a| toml_string(a)));
-    let env: Vec<String> = command
-        .env
-        .iter()
-        .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
-        .collect();
     format!(
-        "[providers.codex]\ncommand = [{argv}]\nenv = {{ {env} }}\n\n{scripted}",
-        argv = argv.join(", "),
-        env = env.join(", "),
-        scripted =
-            drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), scripted_state),
+        "{}\n{}",
+        provider_toml("codex", &command),
+        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), scripted_state)
     )
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args([
-            "-c",
-            "user.name=drover",
-            "-c",
-            "user.email=drover@example.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Live (not zombie) processes started for `agent`: they carry `DROVER_AGENT_ID` in their
-/// environment. With each one's command line.
-fn processes_of(agent: &str) -> Vec<(u32, String)> {
-    let needle = format!("DROVER_AGENT_ID={agent}\0").into_bytes();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
-            if state == "Z" {
-                return None;
-            }
-            let env = std::fs::read(e.path().join("environ")).ok()?;
-            if !env.windows(needle.len()).any(|w| w == needle.as_slice()) {
-                return None;
-            }
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            Some((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
-        })
-        .collect()
 }
 
 /// Processes whose command line runs `mcp-proxy` against the daemon at `url`.
@@ -103,36 +46,6 @@ fn relays_to(url: &str) -> Vec<String> {
         .collect()
 }
 
-async fn none_left(agent: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_of(agent).is_empty() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    true
-}
-
-async fn items(client: &mut Client, id: &str) -> Vec<Value> {
-    let page = client
-        .request(json!({"type": "fetch_timeline", "agentId": id, "limit": 1000}))
-        .await;
-    page["payload"]["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-async fn turn_events(client: &mut Client, id: &str) -> Vec<String> {
-    items(client, id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "turn_ended")
-        .map(|i| i["data"]["event"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
 /// Waits until `id` is idle with `turns` turns ended.
 async fn settle(client: &mut Client, id: &str, turns: usize) {
     let deadline = Instant::now() + TURN;
@@ -140,32 +53,23 @@ async fn settle(client: &mut Client, id: &str, turns: usize) {
         let idle = client
             .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 10_000}))
             .await;
-        if idle["payload"]["idle"] == true && turn_events(client, id).await.len() >= turns {
+        if idle["payload"]["idle"] == true && client.turn_events(id).await.len() >= turns {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "{id} did not settle after {turns} turns: {:#?}",
-            items(client, id).await
+            client.timeline(id).await
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let events = turn_events(client, id).await;
-    assert_eq!(events.len(), turns, "{:#?}", items(client, id).await);
-}
-
-async fn agents(client: &mut Client) -> Vec<Value> {
-    let list = client
-        .request(json!({"type": "list_agents", "includeArchived": true}))
-        .await;
-    list["payload"]["agents"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    let events = client.turn_events(id).await;
+    assert_eq!(events.len(), turns, "{:#?}", client.timeline(id).await);
 }
 
 async fn agent(client: &mut Client, id: &str) -> Value {
-    agents(client)
+    client
+        .agents(true)
         .await
         .into_iter()
         .find(|a| a["id"] == id)
@@ -192,7 +96,8 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         repo.join("drover.toml"),
         format!(
             "[worktree]\nsetup = [\"echo set up > setup-ran\"]\nteardown = [{}]\n",
-            toml_string(&format!("touch {}", teardown_marker.display()))
+            serde_json::to_string(&format!("touch {}", teardown_marker.display()))
+                .expect("a string")
         ),
     )
     .expect("drover.toml");
@@ -252,7 +157,8 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     // 2. The child shows under codex and runs its turn in the new worktree.
     let deadline = Instant::now() + TURN;
     let child = loop {
-        let kids: Vec<Value> = agents(&mut client)
+        let kids: Vec<Value> = client
+            .agents(true)
             .await
             .into_iter()
             .filter(|a| a["parentAgentId"] == parent.as_str())
@@ -289,7 +195,8 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         "setup ran in the new worktree"
     );
     settle(&mut client, &child_id, 1).await;
-    let said: String = items(&mut client, &child_id)
+    let said: String = client
+        .timeline(&child_id)
         .await
         .iter()
         .filter(|i| i["kind"] == "agent_message")
@@ -303,7 +210,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     // 3. Codex is told (a queued followup from the child) and runs a follow-up turn, which
     //    its model answers.
     settle(&mut client, &parent, 2).await;
-    let timeline = items(&mut client, &parent).await;
+    let timeline = client.timeline(&parent).await;
     let source = format!("agent:{child_id}");
     let notices: Vec<&Value> = timeline
         .iter()
@@ -317,7 +224,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         "{notice}"
     );
     assert_eq!(
-        turn_events(&mut client, &parent).await,
+        client.turn_events(&parent).await,
         ["turn_completed", "turn_completed"]
     );
     let replies: Vec<&str> = timeline
@@ -375,7 +282,10 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     );
     assert!(agent(&mut client, &parent).await["archivedAt"].is_null());
     assert!(agent(&mut client, &child_id).await["archivedAt"].is_null());
-    assert!(!processes_of(&child_id).is_empty(), "the child still runs");
+    assert!(
+        !agent_processes(&child_id).is_empty(),
+        "the child still runs"
+    );
 
     // 5. With stopActivity both are archived and no process of either is left.
     let archived = client
@@ -395,9 +305,9 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     for id in [&parent, &child_id] {
         assert!(agent(&mut client, id).await["archivedAt"].is_string());
         assert!(
-            none_left(id).await,
+            no_agent_processes_left(id).await,
             "processes of {id} left: {:?}",
-            processes_of(id)
+            agent_processes(id)
         );
     }
     assert!(worktree.is_dir(), "archiving agents keeps their worktree");
@@ -418,7 +328,8 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         .expect("id")
         .to_string();
     settle(&mut client, &janitor, 1).await;
-    let said: String = items(&mut client, &janitor)
+    let said: String = client
+        .timeline(&janitor)
         .await
         .iter()
         .filter(|i| i["kind"] == "agent_message")
@@ -456,6 +367,10 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     drop(client);
     daemon.stop().await;
     for id in [&parent, &child_id, &janitor] {
-        assert!(none_left(id).await, "{id}: {:?}", processes_of(id));
+        assert!(
+            no_agent_processes_left(id).await,
+            "{id}: {:?}",
+            agent_processes(id)
+        );
     }
 }
