@@ -191,7 +191,7 @@ impl Connection {
         self.send(&make(Some(id.clone()))).await?;
         loop {
             let message = self.read().await?;
-            if request_id(&message) != Some(id.as_str()) {
+            if message.request_id() != Some(id.as_str()) {
                 self.backlog.push_back(message);
                 continue;
             }
@@ -251,29 +251,6 @@ impl Connection {
     /// Says goodbye (best effort).
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
-    }
-}
-
-/// The `requestId` an answer carries.
-fn request_id(message: &DaemonMessage) -> Option<&str> {
-    match message {
-        DaemonMessage::AgentInitialized { request_id, .. }
-        | DaemonMessage::TimelinePage { request_id, .. }
-        | DaemonMessage::AgentCreated { request_id, .. }
-        | DaemonMessage::MessageQueued { request_id, .. }
-        | DaemonMessage::Ok { request_id, .. }
-        | DaemonMessage::Archived { request_id, .. }
-        | DaemonMessage::ChildrenArchived { request_id, .. }
-        | DaemonMessage::Providers { request_id, .. }
-        | DaemonMessage::Agents { request_id, .. }
-        | DaemonMessage::Idle { request_id, .. }
-        | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
-        DaemonMessage::Welcome { .. }
-        | DaemonMessage::SessionState { .. }
-        | DaemonMessage::AgentStatus { .. }
-        | DaemonMessage::AgentUpdate(_)
-        | DaemonMessage::WorkspaceUpdate { .. }
-        | DaemonMessage::ResyncRequired { .. } => None,
     }
 }
 

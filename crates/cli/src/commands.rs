@@ -104,6 +104,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
             } else {
                 PermissionPolicy::Ask
             },
+            worktree: None,
         })
         .await?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {

@@ -59,6 +59,12 @@ pub(crate) fn workspace_info(ws: &Workspace, activity: Option<ActivityBucket>) -
         created_at: ws.created_at.to_string(),
         archived_at: ws.archived_at.map(|t| t.to_string()),
         activity: bucket(activity),
+        worktree: ws.worktree.as_ref().map(|w| drover_protocol::WorktreeInfo {
+            source: w.source.display().to_string(),
+            branch: w.branch.clone(),
+            base: w.base.clone(),
+            base_commit: w.base_commit.clone(),
+        }),
     }
 }
 

@@ -286,7 +286,7 @@ pub(crate) async fn session(
                 let message = match decode_client(&text) {
                     Ok(message) => message,
                     Err(e) => {
-                        let error = request_error(e.request_id, e.code, e.message, None);
+                        let error = request_error(e.request_id, e.code.as_str(), e.message, None);
                         if socket.send(Message::Text(encode(&error))).await.is_err() { return; }
                         continue;
                     }
@@ -582,6 +582,7 @@ async fn answer(message: ClientMessage, context: &Context) -> Result<Reply, Fail
             parent_agent_id,
             auto_archive,
             permission_policy,
+            worktree: _,
         } => {
             let workspace_id = match workspace_id {
                 Some(raw) => Some(raw.parse::<WorkspaceId>().map_err(|_| Failure {
@@ -809,6 +810,10 @@ async fn answer(message: ClientMessage, context: &Context) -> Result<Reply, Fail
                 .collect();
             send(DaemonMessage::Agents { request_id, agents })
         }
+        ClientMessage::ListWorkspaces { .. }
+        | ClientMessage::CreateWorktree { .. }
+        | ClientMessage::GetWorktreeStatus { .. }
+        | ClientMessage::ArchiveWorkspace { .. } => Err(invalid("type", "not served yet")),
         ClientMessage::WaitIdle {
             request_id,
             agent_id: raw,

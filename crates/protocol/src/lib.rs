@@ -20,6 +20,86 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame a client may send; a larger one closes the connection with 1009.
 pub const MAX_CLIENT_FRAME: usize = 1024 * 1024;
 
+/// Defines [`ErrorCode`] from one list, so that the enum, [`ErrorCode::ALL`] and the wire
+/// strings cannot disagree.
+macro_rules! error_codes {
+    ($($variant:ident => $code:literal,)*) => {
+        /// Why a request failed: the stable `code` of a `request_error` (and of an MCP tool
+        /// error). Clients match on it; the message beside it is for people.
+        /// `docs/protocol.md` explains each one (a test keeps the two in step).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ErrorCode {
+            $($variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order `docs/protocol.md` lists them.
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The code as it goes on the wire.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    InvalidMessage => "invalid_message",
+    UnknownType => "unknown_type",
+    HelloRequired => "hello_required",
+    UnsupportedVersion => "unsupported_version",
+    Unauthorized => "unauthorized",
+    UnknownAgent => "unknown_agent",
+    UnknownWorkspace => "unknown_workspace",
+    UnknownProvider => "unknown_provider",
+    ProviderUnavailable => "provider_unavailable",
+    InvalidInput => "invalid_input",
+    InvalidId => "invalid_id",
+    NotPermitted => "not_permitted",
+    AgentActive => "agent_active",
+    AgentArchived => "agent_archived",
+    TurnBlocked => "turn_blocked",
+    IllegalTransition => "illegal_transition",
+    NoSuchPermission => "no_such_permission",
+    AgentStartFailed => "agent_start_failed",
+    AgentError => "agent_error",
+    RuntimeStopped => "runtime_stopped",
+    StoreFailed => "store_failed",
+    ShuttingDown => "shutting_down",
+    NotAWorktree => "not_a_worktree",
+    NotAGitRepository => "not_a_git_repository",
+    GitFailed => "git_failed",
+    InvalidProjectFile => "invalid_project_file",
+    WorktreeSetupFailed => "worktree_setup_failed",
+    WorktreeTeardownFailed => "worktree_teardown_failed",
+    WorktreeDirty => "worktree_dirty",
+    WorktreeBusy => "worktree_busy",
+    WorktreeIoFailed => "worktree_io_failed",
+}
+
+impl ErrorCode {
+    /// The code a `request_error` carries, if this drover knows it (a newer daemon may send
+    /// codes an older client does not).
+    pub fn parse(code: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 // ---- client → daemon ----------------------------------------------------------------------
 
 /// Where a message goes and whether it wakes the agent.
@@ -115,6 +195,10 @@ pub enum ClientMessage {
         auto_archive: bool,
         #[serde(default)]
         permission_policy: PermissionPolicy,
+        /// Run the agent in a new git worktree of the checkout at `cwd` (made first; archived
+        /// with the agent when `autoArchive` archives it). Needs `cwd`, not `workspaceId`.
+        #[serde(default)]
+        worktree: Option<NewWorktree>,
     },
     SendMessage {
         #[serde(default)]
@@ -202,6 +286,61 @@ pub enum ClientMessage {
         #[serde(default)]
         timeout_ms: Option<u64>,
     },
+    /// Every workspace with its activity (archived ones too if asked).
+    ListWorkspaces {
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        include_archived: bool,
+    },
+    /// Makes a git worktree of the checkout at `repository` on a new branch, runs the
+    /// project's setup, and registers it as a `worktree` workspace.
+    CreateWorktree {
+        #[serde(default)]
+        request_id: Option<String>,
+        /// An existing git checkout (absolute path).
+        repository: String,
+        /// As in [`NewWorktree`].
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        branch: Option<String>,
+        #[serde(default)]
+        base: Option<String>,
+    },
+    /// What a worktree workspace holds that exists nowhere else (uncommitted changes,
+    /// unpushed commits), and whether its folder vanished.
+    GetWorktreeStatus {
+        #[serde(default)]
+        request_id: Option<String>,
+        workspace_id: String,
+    },
+    /// Archives a workspace and every agent in it. A worktree drover made is removed (after
+    /// its teardown); with uncommitted or unpushed work that is refused (`worktree_dirty`)
+    /// unless `force`.
+    ArchiveWorkspace {
+        #[serde(default)]
+        request_id: Option<String>,
+        workspace_id: String,
+        #[serde(default)]
+        force: bool,
+    },
+}
+
+/// A worktree to make: every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewWorktree {
+    /// The worktree's folder name under `$DROVER_HOME/worktrees/<project>/` (sanitized;
+    /// suffixed when taken; generated when absent).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The new branch (default `drover/<name>`); it must not exist yet.
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// What to branch from: a branch, tag or commit (default: the checkout's HEAD).
+    #[serde(default)]
+    pub base: Option<String>,
 }
 
 fn default_delivery() -> Delivery {
@@ -227,7 +366,11 @@ impl ClientMessage {
             | ClientMessage::SetModel { request_id, .. }
             | ClientMessage::ListProviders { request_id }
             | ClientMessage::ListAgents { request_id, .. }
-            | ClientMessage::WaitIdle { request_id, .. } => request_id.as_deref(),
+            | ClientMessage::WaitIdle { request_id, .. }
+            | ClientMessage::ListWorkspaces { request_id, .. }
+            | ClientMessage::CreateWorktree { request_id, .. }
+            | ClientMessage::GetWorktreeStatus { request_id, .. }
+            | ClientMessage::ArchiveWorkspace { request_id, .. } => request_id.as_deref(),
         }
     }
 }
@@ -281,6 +424,63 @@ pub struct WorkspaceInfo {
     pub archived_at: Option<String>,
     /// `permission`, `error`, `running`, `attention`, `idle`, or `null` (no agents).
     pub activity: Option<String>,
+    /// For a worktree drover made: where it comes from.
+    pub worktree: Option<WorktreeInfo>,
+}
+
+/// Where a worktree workspace comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeInfo {
+    /// The source checkout it was made from.
+    pub source: String,
+    pub branch: String,
+    /// What the branch was made from, as named.
+    pub base: String,
+    pub base_commit: String,
+}
+
+/// One setup or teardown command of a worktree, as it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRunInfo {
+    pub command: String,
+    /// `null` when it was killed (by a signal, or for running out of time).
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    /// stdout and stderr as they came, the last 64 KiB.
+    pub output: String,
+    pub duration_ms: u64,
+}
+
+/// What a worktree holds that exists nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeStatusInfo {
+    pub path: String,
+    pub branch: String,
+    /// The folder vanished outside drover.
+    pub missing: bool,
+    /// `git status --porcelain` entries (`XY path`), at most 200.
+    pub uncommitted: Vec<String>,
+    pub uncommitted_count: usize,
+    /// Commits reachable from no other branch, remote or the base (`abc1234 subject`), at
+    /// most 200.
+    pub unpushed: Vec<String>,
+    pub unpushed_count: usize,
+}
+
+/// What removing a worktree did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeRemovalInfo {
+    /// What it held just before (what `force` discarded, if anything).
+    pub status: WorktreeStatusInfo,
+    pub teardown: Vec<CommandRunInfo>,
+    /// The folder was removed (`false` when it had vanished already).
+    pub removed: bool,
+    /// The branch was deleted (only when every commit on it is reachable elsewhere).
+    pub branch_deleted: bool,
 }
 
 /// One change to an agent's timeline (`op`: `item`, `append`, `patch`; see docs/protocol.md).
@@ -394,10 +594,37 @@ pub enum DaemonMessage {
         /// `false`: the timeout came first.
         idle: bool,
     },
+    Workspaces {
+        request_id: Option<String>,
+        workspaces: Vec<WorkspaceInfo>,
+    },
+    WorktreeCreated {
+        request_id: Option<String>,
+        workspace: WorkspaceInfo,
+        /// The project's setup commands as they ran.
+        setup: Vec<CommandRunInfo>,
+    },
+    WorktreeStatus {
+        request_id: Option<String>,
+        workspace_id: String,
+        status: WorktreeStatusInfo,
+    },
+    WorkspaceArchived {
+        request_id: Option<String>,
+        workspace_id: String,
+        archived_at: Option<String>,
+        /// It was archived before: nothing was done.
+        already_archived: bool,
+        /// Every agent newly archived (the workspace's agents and their cascades).
+        agents: Vec<String>,
+        /// For a worktree drover made: what removing it did.
+        worktree: Option<WorktreeRemovalInfo>,
+    },
     /// A request failed. The connection stays open.
     RequestError {
         request_id: Option<String>,
-        /// Stable: `invalid_message`, `unknown_type`, `unknown_agent`, `agent_active`, ...
+        /// Stable: one of [`ErrorCode`] (`invalid_message`, `unknown_agent`, `agent_active`,
+        /// ...). A string on the wire so that an older client reads a newer daemon's codes.
         code: String,
         message: String,
         details: Option<Value>,
@@ -405,6 +632,36 @@ pub enum DaemonMessage {
     /// This session fell behind and events were dropped: re-read with `list_agents` and
     /// re-initialize the agents it shows.
     ResyncRequired { reason: String },
+}
+
+impl DaemonMessage {
+    /// The `requestId` an answer carries (`None` for events and for answers to requests that
+    /// had none).
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            DaemonMessage::AgentInitialized { request_id, .. }
+            | DaemonMessage::TimelinePage { request_id, .. }
+            | DaemonMessage::AgentCreated { request_id, .. }
+            | DaemonMessage::MessageQueued { request_id, .. }
+            | DaemonMessage::Ok { request_id, .. }
+            | DaemonMessage::Archived { request_id, .. }
+            | DaemonMessage::ChildrenArchived { request_id, .. }
+            | DaemonMessage::Providers { request_id, .. }
+            | DaemonMessage::Agents { request_id, .. }
+            | DaemonMessage::Idle { request_id, .. }
+            | DaemonMessage::Workspaces { request_id, .. }
+            | DaemonMessage::WorktreeCreated { request_id, .. }
+            | DaemonMessage::WorktreeStatus { request_id, .. }
+            | DaemonMessage::WorkspaceArchived { request_id, .. }
+            | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
+            DaemonMessage::Welcome { .. }
+            | DaemonMessage::SessionState { .. }
+            | DaemonMessage::AgentStatus { .. }
+            | DaemonMessage::AgentUpdate(_)
+            | DaemonMessage::WorkspaceUpdate { .. }
+            | DaemonMessage::ResyncRequired { .. } => None,
+        }
+    }
 }
 
 /// The JSON Schema of both directions, as committed in `schema/protocol.json`.
@@ -424,7 +681,7 @@ pub fn schema() -> Value {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
     /// `invalid_message` (not JSON, wrong field types, missing fields) or `unknown_type`.
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     /// The `requestId` of the frame, if it had a readable one.
     pub request_id: Option<String>,
@@ -433,7 +690,7 @@ pub struct DecodeError {
 /// Decodes one client frame, telling an unknown `type` apart from a malformed message.
 pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
     let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {
-        code: "invalid_message",
+        code: ErrorCode::InvalidMessage,
         message: format!("not JSON: {e}"),
         request_id: None,
     })?;
@@ -447,14 +704,14 @@ pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
         .map(str::to_string)
     else {
         return Err(DecodeError {
-            code: "invalid_message",
+            code: ErrorCode::InvalidMessage,
             message: "a message needs a string `type`".to_string(),
             request_id,
         });
     };
     if !CLIENT_TYPES.contains(&kind.as_str()) {
         return Err(DecodeError {
-            code: "unknown_type",
+            code: ErrorCode::UnknownType,
             message: format!(
                 "unknown message type `{}`",
                 kind.chars().take(64).collect::<String>()
@@ -463,7 +720,7 @@ pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
         });
     }
     serde_json::from_value(value).map_err(|e| DecodeError {
-        code: "invalid_message",
+        code: ErrorCode::InvalidMessage,
         message: format!("invalid `{kind}`: {e}"),
         request_id,
     })
@@ -487,6 +744,10 @@ pub const CLIENT_TYPES: &[&str] = &[
     "list_providers",
     "list_agents",
     "wait_idle",
+    "list_workspaces",
+    "create_worktree",
+    "get_worktree_status",
+    "archive_workspace",
 ];
 
 #[cfg(test)]
@@ -501,18 +762,18 @@ mod tests {
         .expect("valid");
         assert_eq!(ok.request_id(), Some("r1"));
         let e = decode_client("{nope").expect_err("not json");
-        assert_eq!(e.code, "invalid_message");
+        assert_eq!(e.code, ErrorCode::InvalidMessage);
         let e =
             decode_client(r#"{"type":"launch_missiles","requestId":"r2"}"#).expect_err("unknown");
         assert_eq!(
             (e.code, e.request_id.as_deref()),
-            ("unknown_type", Some("r2"))
+            (ErrorCode::UnknownType, Some("r2"))
         );
         let e = decode_client(r#"{"type":"archive","agentId":7,"requestId":"r3"}"#)
             .expect_err("wrong type");
         assert_eq!(
             (e.code, e.request_id.as_deref()),
-            ("invalid_message", Some("r3"))
+            (ErrorCode::InvalidMessage, Some("r3"))
         );
         assert!(e.message.contains("archive"), "{}", e.message);
         let e = decode_client(r#"{"type":"send_message","agentId":"a","text":"x","typo":1}"#)

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use drover_protocol::{CLIENT_TYPES, ClientMessage, Delivery, PermissionPolicy, decode_client};
+use drover_protocol::{
+    CLIENT_TYPES, ClientMessage, Delivery, NewWorktree, PermissionPolicy, decode_client,
+};
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
@@ -160,13 +162,15 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         (
             (opt_string(), any::<String>(), opt_string(), opt_string()),
             (opt_string(), opt_string(), opt_string(), opt_string()),
-            (labels(), opt_string(), any::<bool>(), policy())
+            (labels(), opt_string(), any::<bool>(), policy()),
+            prop::option::of(new_worktree())
         )
             .prop_map(
                 |(
                     (request_id, provider, cwd, workspace_id),
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
+                    worktree,
                 )| ClientMessage::CreateAgent {
                     request_id,
                     provider,
@@ -180,6 +184,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     parent_agent_id,
                     auto_archive,
                     permission_policy,
+                    worktree,
                 }
             ),
         (opt_string(), any::<String>(), any::<String>(), delivery()).prop_map(
@@ -268,7 +273,43 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 timeout_ms
             }
         ),
+        (opt_string(), any::<bool>()).prop_map(|(request_id, include_archived)| {
+            ClientMessage::ListWorkspaces {
+                request_id,
+                include_archived,
+            }
+        }),
+        (opt_string(), any::<String>(), new_worktree()).prop_map(|(request_id, repository, w)| {
+            ClientMessage::CreateWorktree {
+                request_id,
+                repository,
+                name: w.name,
+                branch: w.branch,
+                base: w.base,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, workspace_id)| {
+            ClientMessage::GetWorktreeStatus {
+                request_id,
+                workspace_id,
+            }
+        }),
+        (opt_string(), any::<String>(), any::<bool>()).prop_map(
+            |(request_id, workspace_id, force)| ClientMessage::ArchiveWorkspace {
+                request_id,
+                workspace_id,
+                force
+            }
+        ),
     ]
+}
+
+fn new_worktree() -> impl Strategy<Value = NewWorktree> {
+    (opt_string(), opt_string(), opt_string()).prop_map(|(name, branch, base)| NewWorktree {
+        name,
+        branch,
+        base,
+    })
 }
 
 /// What every decode must satisfy, whatever the input.

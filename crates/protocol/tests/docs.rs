@@ -1,10 +1,10 @@
 //! `docs/protocol.md` is the protocol's reference: it must describe every message type (a
 //! `### \`type\`` section) and list every error code the daemon can send (a row of the codes
-//! table). The codes are collected from the sources that produce them, so a new code fails
-//! here until it is documented.
+//! table). The codes are `drover_protocol::ErrorCode`'s, so a new code fails here until it is
+//! documented, and a documented code drover no longer sends fails too.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -52,93 +52,70 @@ fn every_message_has_a_section() {
     );
 }
 
-/// The `snake_case` string literals in the body of `fn code` of a source file.
-fn codes_of_fn(path: &str) -> BTreeSet<String> {
+/// The string literal right after each `marker` in a source file.
+fn codes_after(path: &str, marker: &str) -> BTreeSet<String> {
     let source = read(path);
-    let Some(start) = source.find("pub fn code(&self)") else {
-        return BTreeSet::new();
-    };
-    let body = &source[start..];
-    let end = body.find("\n    }\n").unwrap_or(body.len());
-    literals(&body[..end])
-}
-
-/// The first `snake_case` literal after each `marker` in a source file, if it comes before
-/// the marker's `stop` character (the end of the call or of the line).
-fn codes_after(path: &str, markers: &[(&str, char)]) -> BTreeSet<String> {
-    let source = read(path);
-    let mut codes = BTreeSet::new();
-    for (marker, stop) in markers {
-        for (at, _) in source.match_indices(marker) {
-            let rest = &source[at + marker.len()..];
-            let scope = rest.split(*stop).next().unwrap_or_default();
-            // `literals` reads every other `"`-separated piece: start at a quote.
-            let from_quote = scope.find('"').map_or("", |i| &scope[i..]);
-            if let Some(code) = literals(&format!("x{from_quote}")).into_iter().next() {
-                codes.insert(code);
-            }
-        }
-    }
-    codes
-}
-
-/// The string literals of `text` (between `"`s) that look like codes.
-fn literals(text: &str) -> BTreeSet<String> {
-    text.split('"')
-        .skip(1)
-        .step_by(2)
-        .filter(|s| {
-            !s.is_empty()
-                && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
-                && !s.starts_with('_')
+    source
+        .match_indices(marker)
+        .filter_map(|(at, _)| {
+            let rest = source[at + marker.len()..].strip_prefix('"')?;
+            Some(rest[..rest.find('"')?].to_string())
         })
+        .collect()
+}
+
+/// The codes of the errors table: the first cell of each row, when it is code-shaped.
+fn documented_codes(doc: &str) -> BTreeSet<String> {
+    let table = doc
+        .split("\n## Errors\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/protocol.md has an `## Errors` section");
+    table
+        .lines()
+        .filter_map(|line| line.strip_prefix("| "))
+        .filter_map(|row| row.split(" |").next())
+        .flat_map(|cell| cell.split(", "))
+        .filter_map(|code| code.strip_prefix('`')?.strip_suffix('`'))
         .map(str::to_string)
         .collect()
 }
 
 #[test]
 fn every_error_code_is_documented() {
-    let mut codes = BTreeSet::new();
-    for path in [
-        "crates/core/src/error.rs",
-        "crates/core/src/worktree.rs",
-        "crates/acp/src/lib.rs",
-    ] {
-        if Path::new(&repo().join(path)).exists() {
-            codes.extend(codes_of_fn(path));
-        }
-    }
-    codes.extend(codes_after(
-        "crates/daemon/src/ws.rs",
-        &[("code: ", '\n'), ("request_error(", ')')],
-    ));
-    codes.extend(codes_after(
-        "crates/protocol/src/lib.rs",
-        &[("code: ", '\n')],
-    ));
-    codes.extend(codes_after(
-        "crates/daemon/src/server.rs",
-        &[("\"code\": ", '\n')],
-    ));
-    // The literal scan must find the well-known ones, or it is broken.
-    for known in [
-        "invalid_message",
-        "unknown_type",
-        "unknown_agent",
-        "agent_active",
-    ] {
-        assert!(
-            codes.contains(known),
-            "the scan missed `{known}`: {codes:?}"
-        );
-    }
     let doc = doc();
-    let missing: Vec<&String> = codes
+    let documented = documented_codes(&doc);
+    // Requests fail only with `ErrorCode`s (the compiler sees to that); the HTTP side has two
+    // codes of its own.
+    let mut codes: BTreeSet<String> = drover_protocol::ErrorCode::ALL
         .iter()
-        .filter(|code| !doc.contains(&format!("`{code}`")))
+        .map(|c| c.as_str().to_string())
         .collect();
+    let http = codes_after("crates/daemon/src/server.rs", "\"code\": ");
+    assert!(
+        http.contains("not_found"),
+        "the scan of server.rs is broken: {http:?}"
+    );
+    codes.extend(http);
+    let missing: Vec<&String> = codes.difference(&documented).collect();
     assert!(
         missing.is_empty(),
-        "error codes missing from docs/protocol.md: {missing:?}"
+        "error codes missing from docs/protocol.md's table: {missing:?}"
     );
+    let stale: Vec<&String> = documented.difference(&codes).collect();
+    assert!(
+        stale.is_empty(),
+        "docs/protocol.md's table lists codes drover never sends: {stale:?}"
+    );
+}
+
+#[test]
+fn error_codes_round_trip() {
+    use drover_protocol::ErrorCode;
+    let mut seen = BTreeSet::new();
+    for code in ErrorCode::ALL {
+        assert!(seen.insert(code.as_str()), "`{code}` is listed twice");
+        assert_eq!(ErrorCode::parse(code.as_str()), Some(*code));
+    }
+    assert_eq!(ErrorCode::parse("launch_missiles"), None);
 }
