@@ -24,20 +24,8 @@ use serde::{Deserialize, Serialize};
 use crate::ids::AgentId;
 use crate::store::StoreError;
 
-/// Where a message goes and whether it wakes the agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Delivery {
-    Followup,
-    Steer,
-    Inject,
-}
-
-impl Delivery {
-    pub fn wakes(self) -> bool {
-        !matches!(self, Delivery::Inject)
-    }
-}
+/// Where a message goes and whether it wakes the agent: the protocol's enum, stored as is.
+pub use drover_protocol::Delivery;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InboxMessage {

@@ -446,7 +446,33 @@ impl Registry {
     // ---- mutations -----------------------------------------------------------------------
 
     pub async fn create_agent(&self, new: NewAgent) -> Result<Agent, RegistryError> {
-        self.blocking(move |inner| inner.create_agent(new)).await
+        self.blocking(move |inner| inner.create_agent(new, None))
+            .await
+    }
+
+    /// Creates an agent in a new git worktree of the checkout at `source` (see
+    /// [`Registry::create_worktree_workspace`]), labelled [`CREATED_WORKSPACE_LABEL`] so that
+    /// its `autoArchive` takes the worktree with it. `new.cwd` and `new.workspace_id` are
+    /// ignored. Everything about the agent is checked before the worktree is made, and a
+    /// worktree whose agent could not be recorded is removed again (folder, branch and
+    /// workspace record): a failure leaves nothing behind.
+    pub async fn create_agent_in_worktree(
+        &self,
+        new: NewAgent,
+        source: PathBuf,
+        options: WorktreeOptions,
+    ) -> Result<(Agent, CreatedWorktree), RegistryError> {
+        self.blocking(move |inner| {
+            // Checked again with the record's write; checked here so that a bad request makes
+            // no worktree at all.
+            inner.check_new_agent(&new)?;
+            let made = inner.make_worktree(&source, &options)?;
+            let setup = made.setup.clone();
+            let agent = inner.create_agent(new, Some(&made))?;
+            let workspace = inner.workspace(agent.workspace_id)?;
+            Ok((agent, CreatedWorktree { workspace, setup }))
+        })
+        .await
     }
 
     /// Registers a workspace for a directory (another one, if the directory has some already).
@@ -483,33 +509,8 @@ impl Registry {
         options: WorktreeOptions,
     ) -> Result<CreatedWorktree, RegistryError> {
         self.blocking(move |inner| {
-            let source = existing_dir(&source).map_err(|e| match e {
-                RegistryError::InvalidInput { message, .. } => {
-                    RegistryError::invalid("source", message)
-                }
-                e => e,
-            })?;
-            let root = inner.store.home().join(WORKTREES_DIR);
-            // A vanished worktree's folder stays its workspace's until that is archived.
-            let reserved: HashSet<PathBuf> = read(&inner.state)
-                .workspaces
-                .values()
-                .filter(|w| w.archived_at.is_none())
-                .map(|w| w.path.clone())
-                .collect();
-            let made = worktree::create(&root, &source, &options, &reserved)?;
-            let now = Timestamp::now();
-            let ws = Workspace {
-                id: WorkspaceId::new(),
-                kind: WorkspaceKind::Worktree,
-                path: made.path.clone(),
-                name: made.name.clone(),
-                created_at: now,
-                updated_at: now,
-                archived_at: None,
-                worktree: Some(made.info.clone()),
-                unknown: serde_json::Map::new(),
-            };
+            let made = inner.make_worktree(&source, &options)?;
+            let ws = worktree_workspace(&made);
             let written = {
                 let _w = lock(&inner.writer);
                 let written = inner.store.write_workspace(&ws);
@@ -1071,30 +1072,86 @@ impl Inner {
         let _ = self.events.send(RegistryEvent { seq, change });
     }
 
-    fn create_agent(&self, new: NewAgent) -> Result<Agent, RegistryError> {
+    /// Makes a git worktree of `source` under `$DROVER_HOME/worktrees`, with its setup run.
+    /// Git and setup run outside the writer lock.
+    fn make_worktree(
+        &self,
+        source: &Path,
+        options: &WorktreeOptions,
+    ) -> Result<worktree::Created, RegistryError> {
+        let source = existing_dir(source).map_err(|e| match e {
+            RegistryError::InvalidInput { message, .. } => {
+                RegistryError::invalid("source", message)
+            }
+            e => e,
+        })?;
+        let root = self.store.home().join(WORKTREES_DIR);
+        // A vanished worktree's folder stays its workspace's until that is archived.
+        let reserved: HashSet<PathBuf> = read(&self.state)
+            .workspaces
+            .values()
+            .filter(|w| w.archived_at.is_none())
+            .map(|w| w.path.clone())
+            .collect();
+        Ok(worktree::create(&root, &source, options, &reserved)?)
+    }
+
+    /// What [`Inner::create_agent`] refuses whatever the workspace: checked again under the
+    /// writer lock, and before a worktree is made for the agent.
+    fn check_new_agent(&self, new: &NewAgent) -> Result<(), RegistryError> {
         if new.provider.trim().is_empty() {
             return Err(RegistryError::invalid("provider", "must not be empty"));
         }
-        let cwd = existing_dir(&new.cwd)?;
-        let _w = lock(&self.writer);
-        let mut labels = new.labels;
-        if labels.contains_key(PARENT_LABEL) {
-            return Err(RegistryError::invalid(
-                "labels",
-                format!("`{PARENT_LABEL}` is set from `parent`, not as a label"),
-            ));
-        }
-        if let Some(parent) = new.parent {
-            let parent_agent = self.agent(parent)?;
-            if parent_agent.is_archived() {
-                return Err(RegistryError::Archived { agent: parent });
+        for reserved in [PARENT_LABEL, CREATED_WORKSPACE_LABEL] {
+            if new.labels.contains_key(reserved) {
+                return Err(RegistryError::invalid(
+                    "labels",
+                    format!("`{reserved}` is set by drover, not as a label"),
+                ));
             }
+        }
+        if let Some(parent) = new.parent
+            && self.agent(parent)?.is_archived()
+        {
+            return Err(RegistryError::Archived { agent: parent });
+        }
+        Ok(())
+    }
+
+    /// Creates the agent; in the worktree `made` for it (a new workspace, removed again if the
+    /// agent cannot be recorded), or else in `new.workspace_id` or its cwd's workspace.
+    fn create_agent(
+        &self,
+        new: NewAgent,
+        made: Option<&worktree::Created>,
+    ) -> Result<Agent, RegistryError> {
+        let cwd = match made {
+            Some(made) => Ok(made.path.clone()),
+            None => existing_dir(&new.cwd),
+        };
+        let _w = lock(&self.writer);
+        let cwd = match cwd.and_then(|cwd| self.check_new_agent(&new).map(|()| cwd)) {
+            Ok(cwd) => cwd,
+            Err(e) => {
+                if let Some(made) = made {
+                    worktree::discard(made);
+                }
+                return Err(e);
+            }
+        };
+        let mut labels = new.labels;
+        if let Some(parent) = new.parent {
             labels.insert(PARENT_LABEL.to_string(), parent.to_string());
         }
         let (workspace, registered) = {
             let state = read(&self.state);
-            match new.workspace_id {
-                Some(id) => match state.workspaces.get(&id) {
+            match (made, new.workspace_id) {
+                (Some(made), _) => {
+                    let ws = worktree_workspace(made);
+                    labels.insert(CREATED_WORKSPACE_LABEL.to_string(), ws.id.to_string());
+                    (ws, true)
+                }
+                (None, Some(id)) => match state.workspaces.get(&id) {
                     Some(ws) if ws.archived_at.is_none() => (ws.clone(), false),
                     Some(_) => {
                         return Err(RegistryError::invalid(
@@ -1104,7 +1161,7 @@ impl Inner {
                     }
                     None => return Err(RegistryError::UnknownWorkspace(id.to_string())),
                 },
-                None => match state
+                (None, None) => match state
                     .workspaces
                     .values()
                     .filter(|w| w.archived_at.is_none() && w.path == cwd)
@@ -1138,14 +1195,19 @@ impl Inner {
             resume: None,
             unknown: serde_json::Map::new(),
         };
-        if registered {
-            self.store.write_workspace(&workspace)?;
-        }
         let registered = registered.then_some(workspace);
-        if let Err(e) = self.commit_with(registered.clone(), vec![(None, agent.clone())]) {
+        let written = match &registered {
+            Some(ws) => self.store.write_workspace(ws).map_err(RegistryError::from),
+            None => Ok(()),
+        }
+        .and_then(|()| self.commit_with(registered.clone(), vec![(None, agent.clone())]));
+        if let Err(e) = written {
             if let Some(ws) = registered {
                 // Keep the disk as it was: the workspace existed only for this agent.
                 let _ = std::fs::remove_file(self.store.workspace_path(ws.id));
+            }
+            if let Some(made) = made {
+                worktree::discard(made);
             }
             return Err(e);
         }
@@ -1375,6 +1437,22 @@ fn turn_gate(view: &AgentTable, id: AgentId) -> Result<(), RegistryError> {
             archived,
         }),
         None => Ok(()),
+    }
+}
+
+/// The record of a worktree drover just made.
+fn worktree_workspace(made: &worktree::Created) -> Workspace {
+    let now = Timestamp::now();
+    Workspace {
+        id: WorkspaceId::new(),
+        kind: WorkspaceKind::Worktree,
+        path: made.path.clone(),
+        name: made.name.clone(),
+        created_at: now,
+        updated_at: now,
+        archived_at: None,
+        worktree: Some(made.info.clone()),
+        unknown: serde_json::Map::new(),
     }
 }
 

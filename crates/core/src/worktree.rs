@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorCode;
+
 /// The project file at the root of a source checkout.
 pub const PROJECT_FILE: &str = "drover.toml";
 
@@ -87,17 +89,17 @@ pub enum WorktreeError {
 
 impl WorktreeError {
     /// The stable code clients match on.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            WorktreeError::NotARepository { .. } => "not_a_git_repository",
-            WorktreeError::InvalidInput { .. } => "invalid_input",
-            WorktreeError::Git { .. } => "git_failed",
-            WorktreeError::ProjectFile { .. } => "invalid_project_file",
-            WorktreeError::SetupFailed { .. } => "worktree_setup_failed",
-            WorktreeError::TeardownFailed { .. } => "worktree_teardown_failed",
-            WorktreeError::Dirty(_) => "worktree_dirty",
-            WorktreeError::Busy(_) => "worktree_busy",
-            WorktreeError::Io { .. } => "worktree_io_failed",
+            WorktreeError::NotARepository { .. } => ErrorCode::NotAGitRepository,
+            WorktreeError::InvalidInput { .. } => ErrorCode::InvalidInput,
+            WorktreeError::Git { .. } => ErrorCode::GitFailed,
+            WorktreeError::ProjectFile { .. } => ErrorCode::InvalidProjectFile,
+            WorktreeError::SetupFailed { .. } => ErrorCode::WorktreeSetupFailed,
+            WorktreeError::TeardownFailed { .. } => ErrorCode::WorktreeTeardownFailed,
+            WorktreeError::Dirty(_) => ErrorCode::WorktreeDirty,
+            WorktreeError::Busy(_) => ErrorCode::WorktreeBusy,
+            WorktreeError::Io { .. } => ErrorCode::WorktreeIoFailed,
         }
     }
 
