@@ -12,6 +12,7 @@ pub mod agent;
 pub mod error;
 pub mod ids;
 pub mod inbox;
+mod jsonl;
 pub mod lifecycle;
 pub mod registry;
 pub mod runtime;
