@@ -10,8 +10,8 @@
 //!   attention `interrupted`.
 //!
 //! This file holds the handle, the reads, and the record mutations with their one write path
-//! (`mutate` → `commit` → `emit`); [`boot`] opens the registry, [`archive`] archives agents,
-//! [`workspaces`] registers and archives workspaces and the worktrees drover makes.
+//! (`mutate` → `commit` → `emit`); `boot.rs` opens the registry, `archive.rs` archives agents,
+//! `workspaces.rs` registers and archives workspaces and the worktrees drover makes.
 
 mod archive;
 mod boot;
