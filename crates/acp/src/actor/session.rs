@@ -420,13 +420,19 @@ impl Actor {
 
     /// The process ended on its own: its turn fails, or the agent is in error.
     pub(super) async fn on_exit(&mut self) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let status = wait_exit(&mut live.exited).await;
+        // Whatever else is in its group goes too.
+        process::kill_group_now(live.pid, Some(&self.id.to_string()));
+        // The exit can be seen before the reader has passed on what the agent wrote just
+        // before it: take that first, up to the end of its output.
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.read_to_end()).await;
         let Some(mut live) = self.live.take() else {
             return;
         };
         self.publish_modes();
-        let status = wait_exit(&mut live.exited).await;
-        // Whatever else is in its group goes too.
-        process::kill_group_now(live.pid, Some(&self.id.to_string()));
         // Its last words explain the exit: let the reader take them all.
         let _ =
             tokio::time::timeout(Duration::from_secs(1), live.stderr_closed.wait_for(|c| *c)).await;
@@ -453,6 +459,16 @@ impl Actor {
         }
         // Do not restart on our own: the next message does.
         self.start_failed = true;
+    }
+
+    /// Handles the agent's messages until its output ends.
+    async fn read_to_end(&mut self) {
+        while let Some(live) = self.live.as_mut() {
+            match live.incoming.recv().await {
+                Some(Incoming::Closed) | None => return,
+                Some(message) => self.on_incoming(message).await,
+            }
+        }
     }
 
     pub(super) async fn set_mode(&mut self, mode: String) -> Result<(), AcpError> {
