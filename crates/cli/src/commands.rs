@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use drover_acp::ItemKind;
 use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, Delivery, PermissionPolicy};
 use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -323,7 +324,7 @@ impl Stream {
                 }
                 self.last_seq = seq;
             }
-            if item.get("kind").and_then(Value::as_str) == Some("turn_started") {
+            if item.get("kind").and_then(Value::as_str) == Some(ItemKind::TurnStarted.as_str()) {
                 self.turn_started = true;
             }
         }
@@ -331,7 +332,9 @@ impl Stream {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{notification}")?;
             out.flush()?;
-            if notification.pointer("/item/kind").and_then(Value::as_str) == Some("turn_ended") {
+            if notification.pointer("/item/kind").and_then(Value::as_str)
+                == Some(ItemKind::TurnEnded.as_str())
+            {
                 return Ok(Some(TurnEnd::from_data(&notification["item"]["data"])));
             }
             return Ok(None);
