@@ -41,7 +41,7 @@ pub use actor::{LastStderr, LaunchError};
 pub use drover_core::timeline::Entry as TimelineUpdate;
 /// The kinds of timeline item the runtimes write, for readers of timelines.
 pub use drover_core::timeline::ItemKind;
-pub use providers::{Availability, Provider, Providers};
+pub use providers::{Availability, ConfigError, LiveProviders, Provider, Providers};
 
 use actor::Command;
 
@@ -97,9 +97,12 @@ pub enum AcpError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("unknown provider `{0}` (see `drover providers`)")]
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("unknown provider `{0}` (`drover providers` or the `list_providers` tool lists them)")]
     UnknownProvider(String),
-    #[error("provider `{provider}` is unavailable: {reason}")]
+    /// `reason` names the provider and says what to install.
+    #[error("{reason}")]
     ProviderUnavailable { provider: String, reason: String },
     #[error("agent `{0}` has no pending permission request")]
     NoPendingPermission(AgentId),
@@ -124,6 +127,7 @@ impl AcpError {
         match self {
             AcpError::Registry(e) => e.code(),
             AcpError::Store(_) => ErrorCode::StoreFailed,
+            AcpError::Config(_) => ErrorCode::InvalidConfig,
             AcpError::UnknownProvider(_) => ErrorCode::UnknownProvider,
             AcpError::ProviderUnavailable { .. } => ErrorCode::ProviderUnavailable,
             AcpError::NoPendingPermission(_) | AcpError::Permission { .. } => {
@@ -153,7 +157,7 @@ pub fn no_mcp_servers() -> McpServers {
 /// What the agents of one daemon share.
 pub(crate) struct Shared {
     pub(crate) home: PathBuf,
-    pub(crate) providers: Providers,
+    pub(crate) providers: LiveProviders,
     pub(crate) registry: Registry,
     pub(crate) updates: broadcast::Sender<TimelineEvent>,
     actors: Arc<Actors>,
@@ -372,7 +376,7 @@ impl RuntimeManager {
         let manager = RuntimeManager {
             shared: Arc::new(Shared {
                 home: home.to_path_buf(),
-                providers,
+                providers: LiveProviders::new(home, providers),
                 registry: registry.clone(),
                 updates,
                 actors,
@@ -384,8 +388,9 @@ impl RuntimeManager {
         Ok((manager, registry, boot))
     }
 
-    pub fn providers(&self) -> &Providers {
-        &self.shared.providers
+    /// The providers as `config.toml` says now (it is read again when it changed).
+    pub fn providers(&self) -> Result<Arc<Providers>, AcpError> {
+        Ok(self.shared.providers.current()?)
     }
 
     pub fn registry(&self) -> &Registry {
@@ -477,12 +482,11 @@ impl RuntimeManager {
     /// Checks that the agent's provider is known and available, and fills in the provider's
     /// default model and mode: what must hold before an agent is recorded.
     pub fn prepare(&self, new: &mut NewAgent) -> Result<(), AcpError> {
-        let provider = self
-            .shared
-            .providers
+        let providers = self.providers()?;
+        let provider = providers
             .get(&new.provider)
             .ok_or_else(|| AcpError::UnknownProvider(new.provider.clone()))?;
-        if let Availability::Unavailable { reason } = self.shared.providers.availability(provider) {
+        if let Availability::Unavailable { reason } = providers.availability(provider) {
             return Err(AcpError::ProviderUnavailable {
                 provider: new.provider.clone(),
                 reason,

@@ -16,6 +16,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +64,58 @@ pub enum ConfigError {
     },
     #[error("`{}` is not valid: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
+}
+
+/// The providers of a running daemon. `config.toml` is read again whenever it changed (its
+/// modification time or size), so an edit takes effect at the next use, without a restart.
+#[derive(Debug)]
+pub struct LiveProviders {
+    path: PathBuf,
+    home: PathBuf,
+    current: Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    /// What `config.toml` looked like when `providers` was read from it (`None`: no file).
+    stamp: Option<(SystemTime, u64)>,
+    providers: Arc<Providers>,
+}
+
+impl LiveProviders {
+    /// `providers` as loaded from `home`'s `config.toml` just now.
+    pub fn new(home: &Path, providers: Providers) -> LiveProviders {
+        let path = home.join("config.toml");
+        LiveProviders {
+            current: Mutex::new(Loaded {
+                stamp: stamp(&path),
+                providers: Arc::new(providers),
+            }),
+            path,
+            home: home.to_path_buf(),
+        }
+    }
+
+    /// The providers as `config.toml` says now. A file that changed and no longer reads is
+    /// an error naming it (and the line), until it is fixed.
+    pub fn current(&self) -> Result<Arc<Providers>, ConfigError> {
+        let now = stamp(&self.path);
+        let mut loaded = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if now != loaded.stamp {
+            let providers = Providers::load(&self.home)?;
+            tracing::info!(path = %self.path.display(), "providers reloaded");
+            *loaded = Loaded {
+                stamp: now,
+                providers: Arc::new(providers),
+            };
+        }
+        Ok(loaded.providers.clone())
+    }
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -55,6 +55,7 @@ error_codes! {
     UnknownAgent => "unknown_agent",
     UnknownWorkspace => "unknown_workspace",
     UnknownProvider => "unknown_provider",
+    InvalidConfig => "invalid_config",
     ProviderUnavailable => "provider_unavailable",
     InvalidInput => "invalid_input",
     InvalidId => "invalid_id",

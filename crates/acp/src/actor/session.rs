@@ -29,6 +29,9 @@ const SETTING_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum LaunchError {
     #[error("unknown provider `{0}`")]
     UnknownProvider(String),
+    /// `config.toml` changed and no longer reads.
+    #[error("{0}")]
+    Config(String),
     /// The provider's program is not there (the reason says what to install).
     #[error("{reason}")]
     Unavailable { reason: String },
@@ -146,7 +149,11 @@ impl Actor {
 
     /// Spawns the provider's program in the agent's directory, with the allowed environment.
     fn spawn_process(&mut self, agent: &Agent) -> Result<RpcClient, LaunchError> {
-        let providers = &self.shared.providers;
+        let providers = self
+            .shared
+            .providers
+            .current()
+            .map_err(|e| LaunchError::Config(e.to_string()))?;
         let provider = providers
             .get(&agent.provider)
             .ok_or_else(|| LaunchError::UnknownProvider(agent.provider.clone()))?;

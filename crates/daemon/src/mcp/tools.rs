@@ -463,7 +463,7 @@ async fn answer_permission(ops: &Ops, caller: AgentId, params: PermissionParams)
 
 async fn list_providers(ops: &Ops, _caller: AgentId, _params: NoParams) -> ToolResult {
     let list: Vec<Value> = ops
-        .list_providers()
+        .list_providers()?
         .iter()
         .map(|p| json!({"name": p.name, "label": p.label, "available": p.available}))
         .collect();

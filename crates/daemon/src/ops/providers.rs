@@ -2,7 +2,7 @@
 
 use drover_acp::Availability;
 
-use super::Ops;
+use super::{OpError, Ops};
 
 /// A provider as clients see it.
 #[derive(Debug)]
@@ -16,9 +16,10 @@ pub(crate) struct ProviderView {
 }
 
 impl Ops {
-    pub(crate) fn list_providers(&self) -> Vec<ProviderView> {
-        let providers = self.runtimes.providers();
-        providers
+    /// Every provider as `config.toml` says now (an edit takes effect without a restart).
+    pub(crate) fn list_providers(&self) -> Result<Vec<ProviderView>, OpError> {
+        let providers = self.runtimes.providers()?;
+        Ok(providers
             .all()
             .map(|p| {
                 let (available, detail) = match providers.availability(p) {
@@ -33,6 +34,6 @@ impl Ops {
                     detail,
                 }
             })
-            .collect()
+            .collect())
     }
 }

@@ -180,7 +180,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
         M::ListProviders { request_id } => send(DaemonMessage::Providers {
             request_id,
             providers: ops
-                .list_providers()
+                .list_providers()?
                 .into_iter()
                 .map(wire::provider)
                 .collect(),
