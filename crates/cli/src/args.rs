@@ -11,7 +11,8 @@ use drover_daemon::DaemonConfig;
     name = "drover",
     version,
     about = "Run and manage fleets of coding agents",
-    after_help = "An ID is a full agent id, a unique prefix of it, or an exact title.\n\
+    after_help = "An ID is a full agent id, a unique prefix or suffix of it (the short handle \
+                  `drover ls` shows), or an exact title.\n\
                   Exit codes: 0 ok, 1 error (or a failed turn), 2 usage, 3 no daemon running, \
                   4 no such agent (or ambiguous), 5 refused, 6 timeout, 130 interrupted."
 )]
@@ -54,6 +55,7 @@ pub enum Command {
     },
     /// Follow an agent live; Ctrl-C detaches and leaves it running.
     Attach {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Recent timeline items to show first
         #[arg(long, value_name = "N", default_value_t = 20)]
@@ -64,7 +66,10 @@ pub enum Command {
     },
     /// Send a message to an agent (queued for its next turn by default).
     Send {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
+        /// The message (not empty)
+        #[arg(value_parser = not_blank)]
         message: String,
         /// Stop the current turn and run this message first
         #[arg(long, conflicts_with = "inject")]
@@ -72,11 +77,13 @@ pub enum Command {
         /// Add context to the next prompt without waking the agent
         #[arg(long)]
         inject: bool,
+        /// Print the queued message's ids as JSON
         #[arg(long)]
         json: bool,
     },
     /// Wait until an agent is idle with nothing queued.
     Wait {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Give up after this many seconds (exit code 6)
         #[arg(long, value_name = "SECONDS")]
@@ -84,6 +91,7 @@ pub enum Command {
     },
     /// Cancel an agent's running turn; queued messages then run unless --drop-queue.
     Stop {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Also discard the messages waiting in its inbox
         #[arg(long)]
@@ -91,27 +99,38 @@ pub enum Command {
     },
     /// Archive an agent and its subagents (refused while work runs, unless --stop).
     Archive {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Stop what still runs instead of refusing
         #[arg(long)]
         stop: bool,
+        /// Print what was archived and stopped as JSON
         #[arg(long)]
         json: bool,
     },
     /// Bring an archived agent back.
-    Unarchive { id: String },
+    Unarchive {
+        /// The agent (id, unique prefix or suffix, or title; archived ones win a tie)
+        id: String,
+    },
     /// Make a subagent a top-level agent.
-    Detach { id: String },
+    Detach {
+        /// The agent (id, unique prefix or suffix, or title)
+        id: String,
+    },
     /// Show everything about one agent.
     Inspect {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
+        /// Print the agent as JSON (as the protocol describes it, plus its children)
         #[arg(long)]
         json: bool,
     },
     /// Print an agent's timeline.
     Logs {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
-        /// Only the last N items
+        /// Only the last N items (that print: with --json every item counts)
         #[arg(long, short = 'n', value_name = "N")]
         tail: Option<usize>,
         /// Keep printing new items as they come (Ctrl-C stops)
@@ -123,7 +142,9 @@ pub enum Command {
     },
     /// Answer an agent's oldest pending permission request.
     Permit {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
+        /// Allow or deny the request
         answer: PermitAnswer,
         /// Allow (or deny) this kind of request from now on
         #[arg(long)]
@@ -136,7 +157,10 @@ pub enum Command {
         json: bool,
     },
     /// Print a shell completion script.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
     /// Relay MCP between stdio and the daemon's HTTP MCP server (what drover gives agents
     /// that cannot speak MCP over HTTP themselves).
     #[command(hide = true)]
@@ -164,7 +188,8 @@ pub struct DaemonArgs {
 /// How the daemon listens.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (loopback only)
+    /// Address to listen on; beyond loopback, clients must give the token
+    /// (`$DROVER_HOME/token`)
     #[arg(long, env = "DROVER_LISTEN", value_name = "ADDR", default_value_t = DaemonConfig::default_listen())]
     pub listen: SocketAddr,
     /// Ask clients for the token (`$DROVER_HOME/token`) even on loopback; beyond loopback
@@ -191,6 +216,7 @@ pub enum DaemonAction {
     },
     /// Say whether a daemon runs (exit code 0) or not (3).
     Status {
+        /// Print the daemon's `/health` answer as JSON
         #[arg(long)]
         json: bool,
     },
@@ -198,7 +224,8 @@ pub enum DaemonAction {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The first message
+    /// The first message (not empty)
+    #[arg(value_parser = not_blank)]
     pub prompt: String,
     /// Provider [default: $DROVER_PROVIDER, else codex]
     #[arg(long, short, value_name = "P")]
@@ -206,10 +233,13 @@ pub struct RunArgs {
     /// Working directory [default: the current directory]
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    /// A title, to name the agent by on the command line
     #[arg(long, short, value_name = "T")]
     pub title: Option<String>,
+    /// Model [default: the provider's]
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
+    /// Session mode, such as `plan` [default: the provider's]
     #[arg(long, value_name = "M")]
     pub mode: Option<String>,
     /// Make it a subagent of this agent
@@ -227,4 +257,46 @@ pub struct RunArgs {
     /// Print the agent (with -d) or each update as a JSON line
     #[arg(long)]
     pub json: bool,
+}
+
+/// A prompt or message with something in it: an empty one would give the agent nothing to do.
+fn not_blank(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("it is empty; say what the agent should do".to_string());
+    }
+    Ok(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every argument and flag of every command says what it is for.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {} (no about)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "drover", &mut missing);
+        assert!(missing.is_empty(), "no help for: {missing:#?}");
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

@@ -19,6 +19,7 @@ mod mcp_proxy;
 mod output;
 mod resolve;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -82,8 +83,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             };
         }
         Command::Completions { shell } => {
-            let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
+            // Into memory first: `generate` panics on a write error, and a reader that stops
+            // early (`| head`) is one.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "drover", &mut script);
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&script)?;
+            stdout.flush()?;
             return Ok(());
         }
         Command::McpProxy { url } => return mcp_proxy::run(&url),

@@ -237,6 +237,21 @@ pub struct View {
     pub live: bool,
 }
 
+impl View {
+    /// Whether an item of this kind gets a line in this view (the others, such as `usage`, are
+    /// for `--json` readers).
+    pub fn shows(&self, kind: Option<&str>) -> bool {
+        match kind.unwrap_or_default() {
+            "agent_message" | "agent_thought" | "tool_call" | "permission" | "plan" | "mode"
+            | "notice" => true,
+            "user_message" => self.show_user,
+            "turn_started" => self.show_turns && self.timestamps,
+            "turn_ended" => self.show_turns,
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Tool {
     title: String,
@@ -659,6 +674,46 @@ mod tests {
             render(view, &updates),
             "--:--:-- agent    a\n                  b\n"
         );
+    }
+
+    #[test]
+    fn shows_says_which_items_print() {
+        let kinds = [
+            "agent_message",
+            "agent_thought",
+            "user_message",
+            "tool_call",
+            "permission",
+            "plan",
+            "mode",
+            "notice",
+            "turn_started",
+            "turn_ended",
+            "usage",
+            "config",
+            "available_commands",
+            "session_info",
+            "raw",
+        ];
+        let log = View {
+            timestamps: true,
+            show_user: true,
+            show_turns: true,
+            live: false,
+        };
+        let conversation = View {
+            timestamps: false,
+            show_user: true,
+            show_turns: true,
+            live: false,
+        };
+        for view in [log, conversation, LIVE] {
+            for kind in kinds {
+                let item = json!({"op": "item", "item": {"seq": 1, "at": "", "kind": kind, "data": {"text": "x", "status": "completed", "event": "turn_completed"}}});
+                let printed = !render(view, &[item]).is_empty();
+                assert_eq!(printed, view.shows(Some(kind)), "{kind} in {view:?}");
+            }
+        }
     }
 
     #[test]

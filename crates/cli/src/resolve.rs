@@ -1,5 +1,10 @@
-//! Naming agents on the command line: a full id, a unique prefix of it (with or without the
-//! hyphens), or an exact title; and the shortest prefixes that tell the known agents apart.
+//! Naming agents on the command line: a full id, a unique prefix or suffix of it (with or
+//! without the hyphens), or an exact title; and the short handle each agent is shown by.
+//!
+//! Ids are UUIDv7: their leading characters are a timestamp, shared by agents made close
+//! together, and their last ones are random. So the handle is the end of the id (its last
+//! [`HANDLE`] hex digits, more only if two known agents share them), which stays the same as
+//! more agents are created.
 
 use std::collections::HashMap;
 
@@ -7,8 +12,8 @@ use drover_protocol::AgentInfo;
 
 use crate::error::CliError;
 
-/// Shortest prefixes never go below this many characters.
-const MIN_PREFIX: usize = 8;
+/// Handles are this many characters: 32 random bits.
+const HANDLE: usize = 8;
 
 /// Which agent wins when a prefix or title matches several and only one of them is in the
 /// preferred state.
@@ -18,6 +23,23 @@ pub enum Prefer {
     Live,
     /// Archived agents (`drover unarchive`).
     Archived,
+}
+
+/// Whether `query` names `id` by a prefix or a suffix: as written, or hex digits only (the
+/// hyphens left out).
+pub fn abbreviates(id: &str, query: &str) -> bool {
+    if query.is_empty() {
+        return false;
+    }
+    let query = query.to_ascii_lowercase();
+    if id.starts_with(&query) || id.ends_with(&query) {
+        return true;
+    }
+    if query.contains('-') || !query.chars().all(|c| c.is_ascii_hexdigit()) {
+        return false;
+    }
+    let simple = id.replace('-', "");
+    simple.starts_with(&query) || simple.ends_with(&query)
 }
 
 /// The agent `query` names among `agents` (archived ones included, so archived agents can be
@@ -30,18 +52,9 @@ pub fn resolve<'a>(
     if let Some(agent) = agents.iter().find(|a| a.id == query) {
         return Ok(agent);
     }
-    let query_lower = query.to_ascii_lowercase();
-    let simple_query = query_lower.replace('-', "");
-    let is_prefix = |id: &str| {
-        !query.is_empty()
-            && (id.starts_with(&query_lower)
-                || (!query.contains('-')
-                    && query.chars().all(|c| c.is_ascii_hexdigit())
-                    && id.replace('-', "").starts_with(&simple_query)))
-    };
     let matches: Vec<&AgentInfo> = agents
         .iter()
-        .filter(|a| is_prefix(&a.id) || a.title.as_deref() == Some(query))
+        .filter(|a| abbreviates(&a.id, query) || a.title.as_deref() == Some(query))
         .collect();
     let preferred: Vec<&AgentInfo> = matches
         .iter()
@@ -82,8 +95,8 @@ pub fn resolve<'a>(
     }
 }
 
-/// For each id, its shortest prefix (at least [`MIN_PREFIX`] characters) that no other id
-/// shares. Ids are UUIDv7, so ids made close in time share their leading characters.
+/// For each id, its handle: its shortest suffix (at least [`HANDLE`] characters) that no
+/// other id ends with.
 #[derive(Debug, Default)]
 pub struct ShortIds {
     lengths: HashMap<String, usize>,
@@ -91,30 +104,47 @@ pub struct ShortIds {
 
 impl ShortIds {
     pub fn new(agents: &[AgentInfo]) -> ShortIds {
-        let mut ids: Vec<&str> = agents.iter().map(|a| a.id.as_str()).collect();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids: Vec<&str> = agents.iter().map(|a| a.id.as_str()).collect();
+        ShortIds::of(&ids)
+    }
+
+    /// Handles for any ids (agents, workspaces).
+    pub fn of(ids: &[&str]) -> ShortIds {
+        // Sorted by their reversed text, ids sharing an ending are neighbours.
+        let mut reversed: Vec<String> = ids.iter().map(|id| id.chars().rev().collect()).collect();
+        reversed.sort_unstable();
+        reversed.dedup();
         let common =
             |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
-        let mut lengths = HashMap::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            let before = if i > 0 { common(ids[i - 1], id) } else { 0 };
-            let after = ids.get(i + 1).map_or(0, |next| common(id, next));
-            let mut len = (before.max(after) + 1).max(MIN_PREFIX).min(id.len());
-            // Never end on a hyphen.
-            if id.as_bytes().get(len - 1) == Some(&b'-') {
-                len = (len + 1).min(id.len());
+        let mut lengths = HashMap::with_capacity(reversed.len());
+        for (i, rev) in reversed.iter().enumerate() {
+            let before = if i > 0 {
+                common(&reversed[i - 1], rev)
+            } else {
+                0
+            };
+            let after = reversed.get(i + 1).map_or(0, |next| common(rev, next));
+            let mut len = (before.max(after) + 1).max(HANDLE).min(rev.len());
+            // Never start on a hyphen.
+            if rev.as_bytes().get(len - 1) == Some(&b'-') {
+                len = (len + 1).min(rev.len());
             }
-            lengths.insert(id.to_string(), len);
+            lengths.insert(rev.chars().rev().collect(), len);
         }
         ShortIds { lengths }
     }
 
-    /// The short form of `id` (the whole id if it is not one of the known agents).
+    /// The handle of `id` (its last [`HANDLE`] characters if it is not one of the known ids).
     pub fn get<'a>(&self, id: &'a str) -> &'a str {
-        match self.lengths.get(id) {
-            Some(len) => &id[..*len],
-            None => &id[..id.len().min(MIN_PREFIX)],
+        let len = self
+            .lengths
+            .get(id)
+            .copied()
+            .unwrap_or(HANDLE)
+            .min(id.len());
+        match id.get(id.len() - len..) {
+            Some(handle) => handle,
+            None => id,
         }
     }
 }
@@ -187,6 +217,25 @@ mod tests {
                 .map(|a| a.id.as_str()),
             Some(A)
         );
+        // A suffix, with or without hyphens.
+        assert_eq!(
+            resolve(&agents, "000000000002", Prefer::Live)
+                .ok()
+                .map(|a| a.id.as_str()),
+            Some(B)
+        );
+        assert_eq!(
+            resolve(&agents, "a10-8000-000000000001", Prefer::Live)
+                .ok()
+                .map(|a| a.id.as_str()),
+            Some(A)
+        );
+        assert_eq!(
+            resolve(&agents, "70008000000000000003", Prefer::Live)
+                .ok()
+                .map(|a| a.id.as_str()),
+            Some(C)
+        );
         assert!(matches!(
             resolve(&agents, "0193b1c2", Prefer::Live),
             Err(CliError::Ambiguous { .. })
@@ -218,13 +267,44 @@ mod tests {
     }
 
     #[test]
-    fn short_ids_are_unique_and_never_end_on_a_hyphen() {
+    fn handles_are_unique_suffixes_and_never_start_on_a_hyphen() {
         let agents = vec![agent(A, None), agent(B, None), agent(C, None)];
         let short = ShortIds::new(&agents);
-        assert_eq!(short.get(A), "0193b1c2-7d4e-7a10-8");
-        assert_eq!(short.get(B), "0193b1c2-7d4e-7a10-9");
-        assert_eq!(short.get(C), "0194aaaa");
-        let lone = ShortIds::new(&agents[..1]);
-        assert_eq!(lone.get(A), "0193b1c2");
+        assert_eq!(short.get(A), "00000001");
+        assert_eq!(short.get(B), "00000002");
+        assert_eq!(short.get(C), "00000003");
+        // Two ids ending alike: longer handles, never starting on a hyphen.
+        const D: &str = "0194aaaa-0000-7000-8001-000000000003";
+        let twins = ShortIds::new(&[agent(C, None), agent(D, None)]);
+        assert_eq!(twins.get(C), "0-000000000003");
+        assert_eq!(twins.get(D), "1-000000000003");
+        assert_eq!(ShortIds::default().get(A), "00000001");
+    }
+
+    #[test]
+    fn a_handle_stays_the_same_as_agents_made_in_the_same_millisecond_come() {
+        // UUIDv7 ids of one millisecond: the same first 12 hex digits.
+        let ids: Vec<String> = (0..200u32)
+            .map(|i| {
+                let random = (u64::from(i) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                format!(
+                    "0193b1c2-7d4e-7{:03x}-8{:03x}-{:012x}",
+                    i % 0x1000,
+                    (random >> 52) & 0xfff,
+                    random & 0xffff_ffff_ffff
+                )
+            })
+            .collect();
+        let first = ShortIds::of(&[ids[0].as_str()]).get(&ids[0]).to_string();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let all = ShortIds::of(&refs);
+        assert_eq!(all.get(&ids[0]), first);
+        let agents: Vec<AgentInfo> = ids.iter().map(|id| agent(id, None)).collect();
+        for id in &ids {
+            let handle = all.get(id);
+            assert_eq!(handle.len(), 8, "{id}");
+            let found = resolve(&agents, handle, Prefer::Live).map(|a| a.id.as_str());
+            assert_eq!(found.ok(), Some(id.as_str()), "{handle}");
+        }
     }
 }

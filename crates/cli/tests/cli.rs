@@ -713,6 +713,135 @@ fn completions_are_generated() {
     assert!(zsh.stdout.contains("#compdef drover"));
 }
 
+// ---- what a newcomer met ---------------------------------------------------------------------
+
+#[test]
+fn the_handle_a_command_prints_keeps_naming_the_agent() {
+    let fx = Fixture::start();
+    let out = fx.drover(&["run", "--title", "first", "say one"]).ok();
+    let handle = out
+        .stderr
+        .trim()
+        .rsplit(' ')
+        .next()
+        .expect("the summary ends with the agent")
+        .to_string();
+    assert_eq!(handle.len(), 8, "{}", out.stderr);
+    let first = fx.info(&handle)["id"].as_str().expect("id").to_string();
+    assert!(first.ends_with(&handle), "{first} {handle}");
+    // Agents made in the same moment share their leading digits, not their handles.
+    let mut ids = vec![first.clone()];
+    for i in 0..6 {
+        ids.push(fx.spawn_agent(&["--title", &format!("more {i}")], "say more"));
+    }
+    assert_eq!(
+        fx.info(&handle)["id"],
+        first.as_str(),
+        "the first handle still works"
+    );
+    let ls = fx.drover(&["ls"]).ok();
+    for id in &ids {
+        let shown = &id[id.len() - 8..];
+        assert!(ls.stdout.contains(shown), "{shown} in\n{}", ls.stdout);
+        assert_eq!(fx.info(shown)["id"], id.as_str());
+        fx.drover(&["wait", shown]).ok();
+    }
+    let sent = fx.drover(&["send", &handle, "say again"]).ok();
+    assert!(
+        sent.stdout
+            .starts_with(&format!("queued followup for {handle} ")),
+        "{}",
+        sent.stdout
+    );
+}
+
+#[test]
+fn empty_prompts_and_bad_directories_are_bad_arguments() {
+    let fx = Fixture::start();
+    for prompt in ["", "   ", "\n\t"] {
+        let out = fx.drover(&["run", prompt]);
+        assert_eq!(out.code, 2, "{:?}: {}", prompt, out.transcript());
+        assert!(out.stderr.contains("empty"), "{}", out.stderr);
+    }
+    let ls = fx.drover(&["ls", "--json"]).ok().json();
+    assert_eq!(ls.as_array().map(Vec::len), Some(0), "no agent was made");
+
+    let id = fx.spawn_agent(&["--title", "listener"], "say hi");
+    let empty = fx.drover(&["send", &id, ""]);
+    assert_eq!(empty.code, 2, "{}", empty.transcript());
+
+    let missing = fx.cwd().join("nowhere");
+    let missing = fx.drover(&["run", "--cwd", &missing.display().to_string(), "say hi"]);
+    let file = fx.cwd().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let file = fx.drover(&["run", "--cwd", &file.display().to_string(), "say hi"]);
+    assert_eq!(missing.code, 2, "{}", missing.transcript());
+    assert_eq!(file.code, 2, "{}", file.transcript());
+    assert!(file.stderr.contains("not a directory"), "{}", file.stderr);
+}
+
+#[test]
+fn logs_tail_counts_the_items_it_prints() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "counted"], "say one\nusage\nusage\nusage");
+    fx.drover(&["wait", &id]).ok();
+    let tail = fx.drover(&["logs", &id, "--tail", "3"]).ok();
+    assert_eq!(tail.stdout.lines().count(), 3, "{}", tail.stdout);
+    assert!(tail.stdout.contains("one"), "{}", tail.stdout);
+    // In JSON every item counts, the hidden ones too.
+    let json = fx.drover(&["logs", &id, "--tail", "3", "--json"]).ok();
+    let kinds: Vec<String> = json
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .map(|v| v["item"]["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    assert!(kinds.iter().any(|k| k == "usage"), "{kinds:?}");
+}
+
+#[test]
+fn repeated_archives_and_detaches_say_nothing_changed() {
+    let fx = Fixture::start();
+    let lone = fx.spawn_agent(&["--title", "lone"], "say l");
+    fx.drover(&["wait", &lone]).ok();
+    let detached = fx.drover(&["detach", "lone"]).ok();
+    assert!(
+        detached.stdout.contains("is a top-level agent already"),
+        "{}",
+        detached.stdout
+    );
+    let archived = fx.drover(&["archive", "lone"]).ok();
+    assert!(
+        archived.stdout.starts_with("archived "),
+        "{}",
+        archived.stdout
+    );
+    let again = fx.drover(&["archive", &lone]).ok();
+    assert_eq!(
+        again.stdout,
+        format!("{} was already archived\n", &lone[lone.len() - 8..])
+    );
+}
+
+#[test]
+fn completions_into_a_closed_pipe_exit_quietly() {
+    let fx = Fixture::new();
+    let mut child = fx
+        .command(&["completions", "bash"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The reader goes away before anything is written (`| head -0`).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 // ---- the background daemon --------------------------------------------------------------------
 
 /// Stops a daemon `drover daemon start` left behind, should the test fail.
