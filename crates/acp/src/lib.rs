@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use drover_core::error::ErrorCode;
 use drover_core::inbox::{Delivery, Inbox, InboxMessage};
 use drover_core::timeline::{Page, Timeline, TimelineItem, TimelinePage};
 use drover_core::{
@@ -123,17 +124,19 @@ pub enum AcpError {
 
 impl AcpError {
     /// The stable code clients match on.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
             AcpError::Registry(e) => e.code(),
-            AcpError::Store(_) => "store_failed",
-            AcpError::UnknownProvider(_) => "unknown_provider",
-            AcpError::ProviderUnavailable { .. } => "provider_unavailable",
-            AcpError::NoPendingPermission(_) | AcpError::Permission { .. } => "no_such_permission",
-            AcpError::StartFailed { .. } => "agent_start_failed",
-            AcpError::Agent { .. } => "agent_error",
-            AcpError::Stopped(_) => "runtime_stopped",
-            AcpError::ShuttingDown => "shutting_down",
+            AcpError::Store(_) => ErrorCode::StoreFailed,
+            AcpError::UnknownProvider(_) => ErrorCode::UnknownProvider,
+            AcpError::ProviderUnavailable { .. } => ErrorCode::ProviderUnavailable,
+            AcpError::NoPendingPermission(_) | AcpError::Permission { .. } => {
+                ErrorCode::NoSuchPermission
+            }
+            AcpError::StartFailed { .. } => ErrorCode::AgentStartFailed,
+            AcpError::Agent { .. } => ErrorCode::AgentError,
+            AcpError::Stopped(_) => ErrorCode::RuntimeStopped,
+            AcpError::ShuttingDown => ErrorCode::ShuttingDown,
         }
     }
 }
@@ -344,6 +347,15 @@ impl RuntimeManager {
         prompt: Option<String>,
         notify: Option<AgentId>,
     ) -> Result<Agent, AcpError> {
+        self.prepare(&mut new)?;
+        let agent = self.registry().create_agent(new).await?;
+        self.start_new(&agent, prompt, notify).await?;
+        Ok(agent)
+    }
+
+    /// Checks that the agent's provider is known and available, and fills in the provider's
+    /// default model and mode: what must hold before an agent is recorded.
+    pub fn prepare(&self, new: &mut NewAgent) -> Result<(), AcpError> {
         let provider = self
             .shared
             .providers
@@ -361,7 +373,17 @@ impl RuntimeManager {
         if new.config.mode.is_none() {
             new.config.mode = provider.default_mode.clone();
         }
-        let agent = self.registry().create_agent(new).await?;
+        Ok(())
+    }
+
+    /// Starts a newly recorded agent's runtime and queues `prompt` as its first message,
+    /// telling `notify` how that turn goes.
+    pub async fn start_new(
+        &self,
+        agent: &Agent,
+        prompt: Option<String>,
+        notify: Option<AgentId>,
+    ) -> Result<(), AcpError> {
         let handle = self.handle(agent.id)?;
         match prompt.filter(|p| !p.trim().is_empty()) {
             Some(prompt) => {
@@ -375,13 +397,13 @@ impl RuntimeManager {
                     message,
                     reply,
                 })
-                .await?;
+                .await
             }
             None => {
                 let _ = handle.commands.send(Command::Start).await;
+                Ok(())
             }
         }
-        Ok(agent)
     }
 
     /// Queues a message. `followup` waits for the current turn, `steer` cancels it (keeping

@@ -1,21 +1,30 @@
 //! The one way an agent process starts: explicit cwd and environment, its own process group,
 //! stderr drained into a bounded buffer, and the whole group ended on close or drop.
+//!
+//! The process group, the output tail and the exit description are drover-core's `child`
+//! helpers, shared with a worktree's setup and teardown; what is an agent's own is here: the
+//! environment allowlist, async pipes, and finding every process an agent started.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
+use drover_core::child::{self, OutputTail, signal_group};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+pub use drover_core::child::describe_exit;
+
 /// How many stderr lines are kept, and how long each may be.
 const STDERR_LINES: usize = 50;
 const STDERR_LINE_BYTES: usize = 2_000;
+/// Bytes that hold the last `STDERR_LINES` lines however long they are: each is cut to
+/// `STDERR_LINE_BYTES`, plus `…` and its newline.
+const STDERR_TAIL_BYTES: usize = STDERR_LINES * (STDERR_LINE_BYTES + '…'.len_utf8() + 1);
 
 /// Variables an agent inherits from the daemon's environment; everything else comes from the
 /// provider's own configuration.
@@ -51,40 +60,23 @@ pub struct SpawnSpec {
 }
 
 /// The last lines an agent wrote to stderr.
-#[derive(Debug, Clone, Default)]
-pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+#[derive(Debug, Clone)]
+pub struct StderrTail(OutputTail);
+
+impl Default for StderrTail {
+    fn default() -> Self {
+        StderrTail(OutputTail::new(STDERR_TAIL_BYTES))
+    }
+}
 
 impl StderrTail {
-    fn push(&self, mut line: String) {
-        if line.len() > STDERR_LINE_BYTES {
-            let mut cut = STDERR_LINE_BYTES;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-            line.push('…');
-        }
-        let mut lines = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if lines.len() == STDERR_LINES {
-            lines.pop_front();
-        }
-        lines.push_back(line);
+    fn push(&self, line: &str) {
+        self.0.push_line(line, STDERR_LINE_BYTES);
     }
 
-    /// The last `n` lines, oldest first.
+    /// The last `n` lines (at most 50), oldest first.
     pub fn last(&self, n: usize) -> Vec<String> {
-        let lines = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        lines
-            .iter()
-            .skip(lines.len().saturating_sub(n))
-            .cloned()
-            .collect()
+        self.0.last_lines(n.min(STDERR_LINES))
     }
 }
 
@@ -112,16 +104,12 @@ pub struct SpawnError {
 
 /// Starts the process in a new process group of its own.
 pub fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
-    let mut command = Command::new(&spec.program);
+    let mut command = Command::from(child::command(&spec.program, &spec.cwd));
     command
         .args(&spec.args)
-        .current_dir(&spec.cwd)
         .env_clear()
         .envs(&spec.env)
-        .process_group(0)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .kill_on_drop(true);
     let mut child = command.spawn().map_err(|source| SpawnError {
         program: spec.program.display().to_string(),
@@ -145,7 +133,7 @@ pub fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
         let mut lines = BufReader::new(stderr_pipe).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             tracing::debug!(pid, %line, "agent stderr");
-            tail.push(line);
+            tail.push(&line);
         }
         let _ = stderr_done.send(true);
     });
@@ -214,11 +202,7 @@ fn signal_all(leader: u32, targets: &[(u32, u32)], signal: Signal) {
         }
     }
     for group in groups {
-        if let Ok(raw) = i32::try_from(group)
-            && raw > 1
-        {
-            let _ = killpg(Pid::from_raw(raw), signal);
-        }
+        signal_group(group, Some(signal));
     }
     for (pid, _) in targets {
         if let Ok(raw) = i32::try_from(*pid)
@@ -293,23 +277,5 @@ fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<(u32, u32)> {
 
 /// Whether any process of the group led by `pid` is still alive.
 pub fn group_alive(pid: u32) -> bool {
-    match i32::try_from(pid) {
-        Ok(raw) if raw > 0 => killpg(Pid::from_raw(raw), None).is_ok(),
-        _ => false,
-    }
-}
-
-/// Describes an exit status for people: `exit status 3`, `signal 9 (SIGKILL)`.
-pub fn describe_exit(status: &ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    if let Some(code) = status.code() {
-        format!("exit status {code}")
-    } else if let Some(sig) = status.signal() {
-        match Signal::try_from(sig) {
-            Ok(s) => format!("signal {sig} ({})", s.as_str()),
-            Err(_) => format!("signal {sig}"),
-        }
-    } else {
-        status.to_string()
-    }
+    signal_group(pid, None)
 }

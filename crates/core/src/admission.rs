@@ -17,7 +17,7 @@ use crate::agent::Agent;
 use crate::ids::AgentId;
 use crate::lifecycle::{AgentStatus, AttentionReason};
 use crate::runtime::{BoxFuture, CancelCause, RuntimeControl};
-use crate::view::{AgentsView, descendants};
+use crate::view::{AgentTable, AgentsView, descendants};
 
 /// One piece of running work.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +73,80 @@ pub trait ActivityFamily: Send + Sync + 'static {
     /// Stops one item, the same way the user's own stop does. Resolves when the stop is issued;
     /// the registry does not wait for it and never undoes the archive if it fails.
     fn stop(&self, owner: AgentId, item: ActivityItem) -> BoxFuture<'static, Result<(), String>>;
+}
+
+/// A registered family, and the agents an archive asks it about.
+pub(crate) struct Family {
+    pub(crate) family: Arc<dyn ActivityFamily>,
+    /// The registry's own `turn` and `subagent` families answer for the target's whole subtree
+    /// (a descendant's turn is the target's `subagent` item). Any other family is asked about
+    /// every agent the archive would archive: the cascade hides their work as much as the
+    /// target's.
+    pub(crate) whole_subtree: bool,
+}
+
+/// Running items, each with the family that stops it and the agent whose work it is.
+pub(crate) type Stops = Vec<(Arc<dyn ActivityFamily>, AgentId, ActivityItem)>;
+
+/// Admission: asks every family what still runs for `agent`, and the families other than the
+/// registry's own also for every unarchived descendant (the ones its archive cascades to).
+/// Returns the items to stop and the report an archive refused without `stopActivity` shows.
+pub(crate) fn admission(
+    families: &[Family],
+    view: &AgentTable,
+    agent: &Agent,
+) -> (Stops, ActivityReport) {
+    let cascade: Vec<&Agent> = std::iter::once(agent)
+        .chain(
+            descendants(view, agent.id)
+                .into_iter()
+                .filter_map(|d| view.get(d))
+                .filter(|d| !d.is_archived()),
+        )
+        .collect();
+    let mut items = Vec::new();
+    let mut report = ActivityReport {
+        agent_id: Some(agent.id),
+        families: BTreeMap::new(),
+    };
+    for Family {
+        family,
+        whole_subtree,
+    } in families
+    {
+        let owners = if *whole_subtree {
+            &cascade[..1]
+        } else {
+            &cascade[..]
+        };
+        for owner in owners {
+            let running: Vec<ActivityItem> = family
+                .running(view, owner)
+                .into_iter()
+                .map(|mut item| {
+                    // Say whose work it is when it is not the target's own.
+                    if owner.id != agent.id && item.agent_id.is_none() {
+                        item.agent_id = Some(owner.id);
+                    }
+                    item
+                })
+                .collect();
+            if running.is_empty() {
+                continue;
+            }
+            report
+                .families
+                .entry(family.name().to_string())
+                .or_default()
+                .extend(running.iter().cloned());
+            items.extend(
+                running
+                    .into_iter()
+                    .map(|item| (family.clone(), owner.id, item)),
+            );
+        }
+    }
+    (items, report)
 }
 
 /// The agent's own turn, including one that waits on a permission.

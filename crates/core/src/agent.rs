@@ -19,18 +19,8 @@ pub struct ProviderConfig {
     pub permission_policy: PermissionPolicy,
 }
 
-/// How the agent's permission requests are answered.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum PermissionPolicy {
-    /// Wait for a client to answer (the agent's attention becomes `permission`).
-    #[default]
-    Ask,
-    /// Allow every request at once (unattended runs).
-    Allow,
-}
+/// How the agent's permission requests are answered: the protocol's enum, stored as is.
+pub use drover_protocol::PermissionPolicy;
 
 /// What a provider needs to resume its own session for this agent (ACP `session/load`).
 #[derive(Debug, Clone, PartialEq, Eq)]

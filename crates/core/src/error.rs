@@ -1,5 +1,7 @@
 //! The registry's errors, each with a stable code for clients.
 
+pub use drover_protocol::ErrorCode;
+
 use crate::admission::ActivityReport;
 use crate::ids::{AgentId, InvalidId};
 use crate::lifecycle::AgentStatus;
@@ -46,20 +48,20 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
-    /// The stable code clients match on (documented in `docs/protocol.md` once it exists).
-    pub fn code(&self) -> &'static str {
+    /// The stable code clients match on (documented in `docs/protocol.md`).
+    pub fn code(&self) -> ErrorCode {
         match self {
-            RegistryError::UnknownAgent(_) => "unknown_agent",
-            RegistryError::UnknownWorkspace(_) => "unknown_workspace",
-            RegistryError::InvalidId(_) => "invalid_id",
-            RegistryError::IllegalTransition { .. } => "illegal_transition",
-            RegistryError::Archived { .. } => "agent_archived",
-            RegistryError::TurnBlocked { .. } => "turn_blocked",
-            RegistryError::AgentActive(_) => "agent_active",
-            RegistryError::InvalidInput { .. } => "invalid_input",
-            RegistryError::Store(_) => "store_failed",
+            RegistryError::UnknownAgent(_) => ErrorCode::UnknownAgent,
+            RegistryError::UnknownWorkspace(_) => ErrorCode::UnknownWorkspace,
+            RegistryError::InvalidId(_) => ErrorCode::InvalidId,
+            RegistryError::IllegalTransition { .. } => ErrorCode::IllegalTransition,
+            RegistryError::Archived { .. } => ErrorCode::AgentArchived,
+            RegistryError::TurnBlocked { .. } => ErrorCode::TurnBlocked,
+            RegistryError::AgentActive(_) => ErrorCode::AgentActive,
+            RegistryError::InvalidInput { .. } => ErrorCode::InvalidInput,
+            RegistryError::Store(_) => ErrorCode::StoreFailed,
             RegistryError::Worktree(e) => e.code(),
-            RegistryError::ShuttingDown => "shutting_down",
+            RegistryError::ShuttingDown => ErrorCode::ShuttingDown,
         }
     }
 

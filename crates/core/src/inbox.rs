@@ -14,30 +14,17 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::AgentId;
+use crate::jsonl::Log;
 use crate::store::StoreError;
 
-/// Where a message goes and whether it wakes the agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Delivery {
-    Followup,
-    Steer,
-    Inject,
-}
-
-impl Delivery {
-    pub fn wakes(self) -> bool {
-        !matches!(self, Delivery::Inject)
-    }
-}
+/// Where a message goes and whether it wakes the agent: the protocol's enum, stored as is.
+pub use drover_protocol::Delivery;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InboxMessage {
@@ -103,8 +90,7 @@ impl Claim {
 /// One agent's inbox.
 #[derive(Debug)]
 pub struct Inbox {
-    path: PathBuf,
-    file: File,
+    log: Log,
     pending: VecDeque<InboxMessage>,
 }
 
@@ -115,49 +101,18 @@ impl Inbox {
 
     /// Opens the inbox, replaying its log (a torn last line is cut off).
     pub fn open(home: &Path, agent: AgentId) -> Result<Inbox, StoreError> {
-        let path = Self::path_for(home, agent);
-        let io = |op: &'static str, p: &Path| {
-            let path = p.to_path_buf();
-            move |source| StoreError::Io { op, path, source }
-        };
-        let mut file = crate::store::open_log(&path)?;
         let mut pending: VecDeque<InboxMessage> = VecDeque::new();
-        let mut good = 0u64;
-        {
-            let mut reader = BufReader::new(&file);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = reader
-                    .read_until(b'\n', &mut line)
-                    .map_err(io("read", &path))?;
-                if n == 0 || line.last() != Some(&b'\n') {
-                    break;
-                }
-                match serde_json::from_slice::<Entry>(&line) {
-                    Ok(Entry::Queued { message }) => pending.push_back(message),
-                    Ok(Entry::Claimed { ids } | Entry::Discarded { ids }) => {
-                        pending.retain(|m| !ids.contains(&m.id));
-                    }
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "skipped a damaged inbox line")
-                    }
-                }
-                good += n as u64;
+        let (mut log, _) = Log::open(&Self::path_for(home, agent), |entry| match entry {
+            Entry::Queued { message } => pending.push_back(message),
+            Entry::Claimed { ids } | Entry::Discarded { ids } => {
+                pending.retain(|m| !ids.contains(&m.id));
             }
-        }
-        let len = file.seek(SeekFrom::End(0)).map_err(io("read", &path))?;
-        if pending.is_empty() && len > 0 {
+        })?;
+        if pending.is_empty() && !log.is_empty()? {
             // Nothing pending: start the log afresh instead of growing it forever.
-            file.set_len(0).map_err(io("truncate", &path))?;
-        } else if good < len {
-            file.set_len(good).map_err(io("truncate", &path))?;
+            log.clear()?;
         }
-        Ok(Inbox {
-            path,
-            file,
-            pending,
-        })
+        Ok(Inbox { log, pending })
     }
 
     pub fn pending(&self) -> impl Iterator<Item = &InboxMessage> {
@@ -223,19 +178,7 @@ impl Inbox {
     }
 
     fn write(&mut self, entry: &Entry) -> Result<(), StoreError> {
-        let mut line = serde_json::to_vec(entry).map_err(|source| StoreError::Encode {
-            path: self.path.clone(),
-            source,
-        })?;
-        line.push(b'\n');
-        self.file
-            .write_all(&line)
-            .and_then(|()| self.file.sync_data())
-            .map_err(|source| StoreError::Io {
-                op: "append to",
-                path: self.path.clone(),
-                source,
-            })
+        self.log.append_synced(entry)
     }
 }
 

@@ -4,14 +4,16 @@
 //! Nothing here knows about HTTP, WebSocket framing, ACP or agent processes: runtimes are
 //! reached through [`runtime::RuntimeControl`], clients through [`registry::RegistryEvent`]s.
 //! The only processes started here are `git` and a project's worktree setup and teardown
-//! commands ([`worktree`]).
+//! commands ([`worktree`]); [`child`] is how they start, and how drover-acp starts agents.
 
 pub mod activity;
 pub mod admission;
 pub mod agent;
+pub mod child;
 pub mod error;
 pub mod ids;
 pub mod inbox;
+mod jsonl;
 pub mod lifecycle;
 pub mod registry;
 pub mod runtime;

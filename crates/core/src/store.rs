@@ -496,20 +496,6 @@ pub fn cwd_dir_name(cwd: &Path) -> String {
 
 // ---- file helpers ---------------------------------------------------------------------------
 
-/// Opens an append-only log (a timeline, an inbox) for reading and appending, creating it and
-/// its folder.
-pub(crate) fn open_log(path: &Path) -> Result<File, StoreError> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(StoreError::io("create folder", dir))?;
-    }
-    OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(StoreError::io("open", path))
-}
-
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn file_name(path: &Path) -> String {

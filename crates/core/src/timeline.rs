@@ -17,8 +17,6 @@
 //! The timeline knows nothing about ACP: callers decide the kinds (see `docs/storage.md`).
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
@@ -26,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::ids::AgentId;
+use crate::jsonl::{self, Log};
 use crate::store::StoreError;
 
 /// One thing that happened, as clients see it.
@@ -83,8 +82,7 @@ pub struct TimelinePage {
 /// The writer of one agent's timeline, with its items folded in memory.
 #[derive(Debug)]
 pub struct Timeline {
-    path: PathBuf,
-    file: File,
+    log: Log,
     items: Vec<TimelineItem>,
     /// seq → index in `items`.
     index: HashMap<u64, usize>,
@@ -100,27 +98,12 @@ impl Timeline {
 
     /// Opens (creating) the timeline for appending: folds what is there and cuts a torn tail.
     pub fn open(home: &Path, agent: AgentId) -> Result<Timeline, StoreError> {
-        let path = Self::path_for(home, agent);
-        let io = |op: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| StoreError::Io { op, path, source }
-        };
-        let mut file = crate::store::open_log(&path)?;
-        let (items, good_len, revision) = fold(BufReader::new(&file)).map_err(io("read", &path))?;
-        let len = file.seek(SeekFrom::End(0)).map_err(io("read", &path))?;
-        if good_len < len {
-            tracing::warn!(path = %path.display(), cut = len - good_len, "cut the torn end of a timeline");
-            file.set_len(good_len).map_err(io("truncate", &path))?;
-        }
+        let mut fold = Fold::default();
+        let (log, revision) = Log::open(&Self::path_for(home, agent), |e| fold.apply(e))?;
+        let Fold { items, index } = fold;
         let next_seq = items.last().map_or(1, |i| i.seq + 1);
-        let index = items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| (item.seq, i))
-            .collect();
         Ok(Timeline {
-            path,
-            file,
+            log,
             items,
             index,
             next_seq,
@@ -130,27 +113,9 @@ impl Timeline {
 
     /// Reads a page without opening for writing (a cold agent's history).
     pub fn read_page(home: &Path, agent: AgentId, page: Page) -> Result<TimelinePage, StoreError> {
-        let path = Self::path_for(home, agent);
-        let (items, revision) = match File::open(&path) {
-            Ok(file) => {
-                let (items, _, revision) =
-                    fold(BufReader::new(file)).map_err(|source| StoreError::Io {
-                        op: "read",
-                        path: path.clone(),
-                        source,
-                    })?;
-                (items, revision)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
-            Err(source) => {
-                return Err(StoreError::Io {
-                    op: "read",
-                    path,
-                    source,
-                });
-            }
-        };
-        Ok(paginate(&items, page, revision))
+        let mut fold = Fold::default();
+        let revision = jsonl::read(&Self::path_for(home, agent), |e| fold.apply(e))?;
+        Ok(paginate(&fold.items, page, revision))
     }
 
     pub fn page(&self, page: Page) -> TimelinePage {
@@ -226,27 +191,11 @@ impl Timeline {
 
     /// Makes everything appended so far durable against a machine crash.
     pub fn sync(&mut self) -> Result<(), StoreError> {
-        self.file.sync_data().map_err(|source| StoreError::Io {
-            op: "sync",
-            path: self.path.clone(),
-            source,
-        })
+        self.log.sync()
     }
 
     fn write(&mut self, entry: &Entry) -> Result<(), StoreError> {
-        let mut line = serde_json::to_vec(entry).map_err(|source| StoreError::Encode {
-            path: self.path.clone(),
-            source,
-        })?;
-        line.push(b'\n');
-        // One write per entry: with O_APPEND a line is never interleaved with another.
-        self.file
-            .write_all(&line)
-            .map_err(|source| StoreError::Io {
-                op: "append to",
-                path: self.path.clone(),
-                source,
-            })?;
+        self.log.append(entry)?;
         self.revision += 1;
         Ok(())
     }
@@ -271,46 +220,33 @@ fn apply_patch(item: &mut TimelineItem, fields: Map<String, Value>) {
     }
 }
 
-/// Folds a log into items; returns them, the length of the well-formed prefix, and how many
-/// entries it holds.
-fn fold(reader: impl BufRead) -> std::io::Result<(Vec<TimelineItem>, u64, u64)> {
-    let mut items: Vec<TimelineItem> = Vec::new();
-    let mut index: HashMap<u64, usize> = HashMap::new();
-    let mut good = 0u64;
-    let mut entries = 0u64;
-    let mut reader = reader;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = reader.read_until(b'\n', &mut line)?;
-        if n == 0 {
-            break;
-        }
-        if line.last() != Some(&b'\n') {
-            break; // torn: the write never finished
-        }
-        match serde_json::from_slice::<Entry>(&line) {
-            Ok(Entry::Item { item }) => {
-                index.insert(item.seq, items.len());
-                items.push(item);
+/// A log folded into items, as it replays.
+#[derive(Default)]
+struct Fold {
+    items: Vec<TimelineItem>,
+    /// seq → index in `items`.
+    index: HashMap<u64, usize>,
+}
+
+impl Fold {
+    fn apply(&mut self, entry: Entry) {
+        match entry {
+            Entry::Item { item } => {
+                self.index.insert(item.seq, self.items.len());
+                self.items.push(item);
             }
-            Ok(Entry::Append { seq, field, text }) => {
-                if let Some(i) = index.get(&seq) {
-                    apply_append(&mut items[*i], &field, &text);
+            Entry::Append { seq, field, text } => {
+                if let Some(i) = self.index.get(&seq) {
+                    apply_append(&mut self.items[*i], &field, &text);
                 }
             }
-            Ok(Entry::Patch { seq, fields }) => {
-                if let Some(i) = index.get(&seq) {
-                    apply_patch(&mut items[*i], fields);
+            Entry::Patch { seq, fields } => {
+                if let Some(i) = self.index.get(&seq) {
+                    apply_patch(&mut self.items[*i], fields);
                 }
             }
-            // A damaged line in the middle: skip it, keep the rest.
-            Err(e) => tracing::warn!(error = %e, "skipped a damaged timeline line"),
         }
-        good += n as u64;
-        entries += 1;
     }
-    Ok((items, good, entries))
 }
 
 fn paginate(items: &[TimelineItem], page: Page, revision: u64) -> TimelinePage {
@@ -336,6 +272,7 @@ fn paginate(items: &[TimelineItem], page: Page, revision: u64) -> TimelinePage {
 #[cfg(test)]
 mod tests {
     use std::fs::OpenOptions;
+    use std::io::Write;
 
     use super::*;
     use serde_json::json;

@@ -520,7 +520,7 @@ async fn activity_stays_equal_to_a_recomputation(ops: Vec<Op>) -> Result<(), Tes
                     Ok(a) => prop_assert_eq!(a.status, to),
                     Err(e) => prop_assert!(
                         ["illegal_transition", "agent_archived", "turn_blocked"]
-                            .contains(&e.code()),
+                            .contains(&e.code().as_str()),
                         "{}",
                         e
                     ),

@@ -884,7 +884,7 @@ async fn the_turn_gate_refuses_archived_lineage() {
         .expect_err("archived");
     assert_eq!(err.code(), "agent_archived");
     assert_eq!(
-        reg.check_turn_gate(parent.id).map_err(|e| e.code()),
+        reg.check_turn_gate(parent.id).map_err(|e| e.code().as_str()),
         Err("agent_archived")
     );
     let err = reg
@@ -932,7 +932,7 @@ async fn detaching_from_an_archived_lineage_opens_the_gate() {
     reg.archive(parent.id, PLAIN).await.expect("archive");
     reg.unarchive(child.id).await.expect("unarchive");
     assert_eq!(
-        reg.check_turn_gate(child.id).map_err(|e| e.code()),
+        reg.check_turn_gate(child.id).map_err(|e| e.code().as_str()),
         Err("turn_blocked")
     );
     reg.detach(child.id).await.expect("detach");

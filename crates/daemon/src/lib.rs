@@ -9,6 +9,7 @@ pub mod http_client;
 pub mod lock;
 pub mod logging;
 mod mcp;
+mod ops;
 mod server;
 mod wire;
 mod ws;
@@ -130,9 +131,12 @@ pub async fn run_locked(
             mcp::servers_for(&base, &tokens, agent, http)
         }));
     }
-    let mcp_handler = mcp::DroverMcp {
+    let ops = ops::Ops {
         registry: registry.clone(),
         runtimes: runtimes.clone(),
+    };
+    let mcp_handler = mcp::DroverMcp {
+        ops: ops.clone(),
         tokens,
     };
     // Stateless, plain JSON answers: every tool call stands alone, which is also what the
@@ -150,9 +154,8 @@ pub async fn run_locked(
     );
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
-        registry: registry.clone(),
-        runtimes: runtimes.clone(),
-        hub: ws::Hub::start(&registry, &runtimes),
+        hub: ws::Hub::start(&ops),
+        ops,
         token,
     };
     let app = server::router(server::AppState {

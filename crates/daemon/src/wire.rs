@@ -1,12 +1,17 @@
 //! Domain records to wire types: the one place the protocol's shapes are filled in.
 
-use drover_acp::{RuntimeManager, TimelineEvent, TimelineUpdate};
-use drover_core::{ActivityBucket, Agent, PermissionPolicy, Workspace};
-use drover_protocol::{AgentInfo, AgentUpdate, WorkspaceInfo};
+use drover_acp::{TimelineEvent, TimelineUpdate};
+use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
+use drover_protocol::{
+    AgentInfo, AgentUpdate, CommandRunInfo, ProviderInfo, WorkspaceInfo, WorktreeRemovalInfo,
+    WorktreeStatusInfo,
+};
+
+use crate::ops::providers::ProviderView;
 use serde_json::{Value, json};
 
-pub(crate) fn agent_info(agent: &Agent, runtimes: &RuntimeManager) -> AgentInfo {
-    let modes = runtimes.modes(agent.id);
+/// `modes`: what the agent's live runtime offers (`{currentModeId, availableModes}`), if any.
+pub(crate) fn agent_info(agent: &Agent, modes: Option<Value>) -> AgentInfo {
     AgentInfo {
         id: agent.id.to_string(),
         status: agent.status.as_str().to_string(),
@@ -34,10 +39,7 @@ pub(crate) fn agent_info(agent: &Agent, runtimes: &RuntimeManager) -> AgentInfo 
         attention_reason: agent.attention.map(|a| a.reason.as_str().to_string()),
         attention_timestamp: agent.attention.map(|a| a.at.to_string()),
         auto_archive: agent.auto_archive,
-        permission_policy: match agent.config.permission_policy {
-            PermissionPolicy::Ask => drover_protocol::PermissionPolicy::Ask,
-            PermissionPolicy::Allow => drover_protocol::PermissionPolicy::Allow,
-        },
+        permission_policy: agent.config.permission_policy,
     }
 }
 
@@ -89,5 +91,46 @@ pub(crate) fn item_update(
         agent_id: agent.id.to_string(),
         timestamp: item.at.to_string(),
         notification: json!({"op": "item", "item": item}),
+    }
+}
+
+pub(crate) fn command_run(run: &CommandRun) -> CommandRunInfo {
+    CommandRunInfo {
+        command: run.command.clone(),
+        exit_code: run.exit_code,
+        timed_out: run.timed_out,
+        output: run.output.clone(),
+        duration_ms: run.duration_ms,
+    }
+}
+
+pub(crate) fn worktree_status(status: &WorktreeStatus) -> WorktreeStatusInfo {
+    WorktreeStatusInfo {
+        path: status.path.display().to_string(),
+        branch: status.branch.clone(),
+        missing: status.missing,
+        uncommitted: status.uncommitted.clone(),
+        uncommitted_count: status.uncommitted_count,
+        unpushed: status.unpushed.clone(),
+        unpushed_count: status.unpushed_count,
+    }
+}
+
+pub(crate) fn worktree_removal(removal: &WorktreeRemoval) -> WorktreeRemovalInfo {
+    WorktreeRemovalInfo {
+        status: worktree_status(&removal.status),
+        teardown: removal.teardown.iter().map(command_run).collect(),
+        removed: removal.removed,
+        branch_deleted: removal.branch_deleted,
+    }
+}
+
+pub(crate) fn provider(p: ProviderView) -> ProviderInfo {
+    ProviderInfo {
+        name: p.name,
+        label: p.label,
+        command: p.command,
+        available: p.available,
+        detail: p.detail,
     }
 }

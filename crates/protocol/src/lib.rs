@@ -102,8 +102,9 @@ impl std::fmt::Display for ErrorCode {
 
 // ---- client → daemon ----------------------------------------------------------------------
 
-/// Where a message goes and whether it wakes the agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Where a message goes and whether it wakes the agent. (The daemon's inbox stores the same
+/// enum: it is defined once, here.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Delivery {
     /// Queued for the next turn; an idle agent starts it at once, a busy one after its turn.
@@ -114,11 +115,21 @@ pub enum Delivery {
     Inject,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+impl Delivery {
+    /// Whether the message starts a turn (an `inject` waits for the next one).
+    pub fn wakes(self) -> bool {
+        !matches!(self, Delivery::Inject)
+    }
+}
+
+/// How an agent's permission requests are answered. (The agent record stores the same enum.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionPolicy {
+    /// Wait for a client to answer (the agent's attention becomes `permission`).
     #[default]
     Ask,
+    /// Allow every request at once (unattended runs).
     Allow,
 }
 

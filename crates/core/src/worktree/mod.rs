@@ -3,48 +3,38 @@
 //! setup, teardown, files to copy), status (uncommitted changes, commits found nowhere else),
 //! and removal that never loses a commit.
 //!
+//! This file holds the errors, the records, and create / status / remove / discard;
+//! `project.rs` reads `drover.toml` and runs its commands, `git.rs` runs git.
+//!
 //! Everything here shells out to `git` and `sh` and blocks: the registry calls it from
 //! blocking threads, never under its writer lock. Nothing here touches a record. One
 //! repository's `git worktree add`, `remove` and `prune` run one at a time (git itself fails
 //! when two adds overlap).
 
-use std::collections::{HashMap, HashSet};
+mod git;
+mod project;
+
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
-use std::os::unix::process::CommandExt;
-use std::path::{Component, Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
-use std::time::{Duration, Instant};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// The project file at the root of a source checkout.
-pub const PROJECT_FILE: &str = "drover.toml";
+use git::{branch_exists, delete_branch, git, git_serial, make_branch, repo_lock, repo_lock_of};
+use project::run_commands;
+pub use project::{DEFAULT_COMMAND_TIMEOUT, PROJECT_FILE, ProjectConfig, WorktreeConfig};
 
-/// How long setup (or teardown) may run, all its commands together, unless the project file
-/// says otherwise.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-/// How much of a command's output is kept (its end).
-const OUTPUT_LIMIT: usize = 64 * 1024;
+use crate::error::ErrorCode;
 
 /// How many status entries and commits a status lists (the counts are exact).
 const LIST_LIMIT: usize = 200;
 
 /// Longest worktree or project name.
 const MAX_NAME: usize = 64;
-
-/// Environment variables that would point git at another repository than the one we name.
-const GIT_LOCATION_VARS: [&str; 5] = [
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_OBJECT_DIRECTORY",
-];
 
 /// A worktree operation that failed. Each has a stable code (see [`WorktreeError::code`]).
 #[derive(Debug, thiserror::Error)]
@@ -87,17 +77,17 @@ pub enum WorktreeError {
 
 impl WorktreeError {
     /// The stable code clients match on.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            WorktreeError::NotARepository { .. } => "not_a_git_repository",
-            WorktreeError::InvalidInput { .. } => "invalid_input",
-            WorktreeError::Git { .. } => "git_failed",
-            WorktreeError::ProjectFile { .. } => "invalid_project_file",
-            WorktreeError::SetupFailed { .. } => "worktree_setup_failed",
-            WorktreeError::TeardownFailed { .. } => "worktree_teardown_failed",
-            WorktreeError::Dirty(_) => "worktree_dirty",
-            WorktreeError::Busy(_) => "worktree_busy",
-            WorktreeError::Io { .. } => "worktree_io_failed",
+            WorktreeError::NotARepository { .. } => ErrorCode::NotAGitRepository,
+            WorktreeError::InvalidInput { .. } => ErrorCode::InvalidInput,
+            WorktreeError::Git { .. } => ErrorCode::GitFailed,
+            WorktreeError::ProjectFile { .. } => ErrorCode::InvalidProjectFile,
+            WorktreeError::SetupFailed { .. } => ErrorCode::WorktreeSetupFailed,
+            WorktreeError::TeardownFailed { .. } => ErrorCode::WorktreeTeardownFailed,
+            WorktreeError::Dirty(_) => ErrorCode::WorktreeDirty,
+            WorktreeError::Busy(_) => ErrorCode::WorktreeBusy,
+            WorktreeError::Io { .. } => ErrorCode::WorktreeIoFailed,
         }
     }
 
@@ -115,103 +105,6 @@ impl WorktreeError {
             message: message.into(),
         }
     }
-}
-
-// ---- the project file -----------------------------------------------------------------------
-
-/// `drover.toml` at the root of a source checkout. Every key is optional; unknown keys and
-/// sections are ignored (they may belong to a newer drover).
-///
-/// ```toml
-/// [worktree]
-/// setup = ["npm ci", "cp .env.example .env.local"]   # run in a new worktree, in order
-/// teardown = ["docker compose down"]                 # run before a worktree is removed
-/// copy = [".env", "config/local.yml"]                # untracked files copied from the source
-/// timeout = 600                                      # seconds for all setup (or teardown) commands
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct ProjectConfig {
-    #[serde(default)]
-    pub worktree: WorktreeConfig,
-}
-
-/// The `[worktree]` section of `drover.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct WorktreeConfig {
-    /// Shell commands (`sh -c`) run in a new worktree, in order; the first failure fails the
-    /// creation.
-    #[serde(default)]
-    pub setup: Vec<String>,
-    /// Shell commands run in a worktree before it is removed.
-    #[serde(default)]
-    pub teardown: Vec<String>,
-    /// Paths relative to the checkout root (files or folders), copied from the source into a
-    /// new worktree when the source has them and the worktree does not (e.g. `.env`).
-    #[serde(default)]
-    pub copy: Vec<String>,
-    /// Seconds all setup commands together (and, separately, all teardown commands) may run.
-    #[serde(default)]
-    pub timeout: Option<u64>,
-}
-
-impl ProjectConfig {
-    /// Reads `root/drover.toml`; a missing file is the empty configuration.
-    pub fn load(root: &Path) -> Result<ProjectConfig, WorktreeError> {
-        let path = root.join(PROJECT_FILE);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ProjectConfig::default()),
-            Err(e) => {
-                return Err(WorktreeError::ProjectFile {
-                    path,
-                    message: e.to_string(),
-                });
-            }
-        };
-        let config: ProjectConfig =
-            toml::from_str(&text).map_err(|e| WorktreeError::ProjectFile {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-        for entry in &config.worktree.copy {
-            if let Err(message) = check_relative(entry) {
-                return Err(WorktreeError::ProjectFile {
-                    path,
-                    message: format!("`worktree.copy` entry `{entry}`: {message}"),
-                });
-            }
-        }
-        Ok(config)
-    }
-
-    fn timeout(&self) -> Duration {
-        self.worktree
-            .timeout
-            .map_or(DEFAULT_COMMAND_TIMEOUT, Duration::from_secs)
-    }
-}
-
-/// A `copy` entry must stay inside the checkout and out of `.git`.
-fn check_relative(entry: &str) -> Result<(), &'static str> {
-    let path = Path::new(entry);
-    if entry.trim().is_empty() {
-        return Err("is empty");
-    }
-    let mut normal = 0;
-    for component in path.components() {
-        match component {
-            Component::Normal(part) if normal == 0 && part == ".git" => {
-                return Err("must not reach into `.git`");
-            }
-            Component::Normal(_) => normal += 1,
-            Component::CurDir => {}
-            _ => return Err("must be a relative path inside the checkout"),
-        }
-    }
-    if normal == 0 {
-        return Err("names no file");
-    }
-    Ok(())
 }
 
 // ---- records and results --------------------------------------------------------------------
@@ -481,43 +374,13 @@ pub fn create(
     options: &WorktreeOptions,
     reserved: &HashSet<PathBuf>,
 ) -> Result<Created, WorktreeError> {
-    if let Some(branch) = &options.branch {
-        check_ref_arg("branch", branch)?;
-    }
-    if let Some(base) = &options.base {
-        check_ref_arg("base", base)?;
-    }
-    let wanted = match &options.name {
-        Some(raw) => {
-            let name = sanitize_name(raw);
-            if name.is_empty() {
-                return Err(WorktreeError::invalid(
-                    "name",
-                    format!("`{raw}` has nothing usable in a folder or branch name"),
-                ));
-            }
-            Some(name)
-        }
-        None => None,
-    };
-    let candidate = |attempt: usize| match &wanted {
-        Some(name) if attempt == 1 => name.clone(),
-        Some(name) => format!("{name}-{attempt}"),
-        None => generated_name(),
-    };
-    let branch_for = |name: &str| {
-        options
-            .branch
-            .clone()
-            .unwrap_or_else(|| format!("drover/{name}"))
-    };
-
-    let mut name = candidate(1);
-    let mut branch = branch_for(&name);
+    let names = Names::new(options)?;
+    let first = names.candidate(1);
+    let first_branch = names.branch_for(&first);
     let base_arg = options.base.as_deref().unwrap_or("HEAD");
-    let (resolved, mut made_branch) = std::thread::scope(|scope| {
+    let (resolved, made_branch) = std::thread::scope(|scope| {
         let resolving = scope.spawn(|| resolve_source(source, options.base.as_deref()));
-        let made = make_branch(source, &branch, base_arg);
+        let made = make_branch(source, &first_branch, base_arg);
         let resolved = resolving
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -527,109 +390,25 @@ pub fn create(
         Ok(src) => src,
         Err(e) => {
             if made_branch.is_ok() {
-                delete_branch(source, &branch);
+                delete_branch(source, &first_branch);
             }
             return Err(e);
         }
     };
-    let config = match ProjectConfig::load(&src.root) {
-        Ok(config) => config,
+    let prepared = ProjectConfig::load(&src.root)
+        .and_then(|config| Ok((config, project_folder(root, &src.project)?)));
+    let (config, project_dir) = match prepared {
+        Ok(prepared) => prepared,
         Err(e) => {
             if made_branch.is_ok() {
-                delete_branch(&src.root, &branch);
+                delete_branch(&src.root, &first_branch);
             }
             return Err(e);
         }
     };
-    let project_dir = root.join(&src.project);
-    let project_dir = fs::create_dir_all(&project_dir)
-        .map_err(WorktreeError::io("create folder", &project_dir))
-        // Canonical, as the registry stores every path.
-        .and_then(|()| {
-            fs::canonicalize(&project_dir).map_err(WorktreeError::io("resolve", &project_dir))
-        });
-    let project_dir = match project_dir {
-        Ok(dir) => dir,
-        Err(e) => {
-            if made_branch.is_ok() {
-                delete_branch(&src.root, &branch);
-            }
-            return Err(e);
-        }
-    };
-
-    let mut attempt = 1;
-    let path = loop {
-        match made_branch {
-            Ok(()) => {
-                let path = project_dir.join(&name);
-                // The branch is ours; the folder may still be taken (by another repository
-                // with the same folder name, or by a record of a worktree that vanished).
-                // Creating it reserves it; git accepts an empty folder.
-                let created = if reserved.contains(&path) {
-                    Err(io::ErrorKind::AlreadyExists.into())
-                } else {
-                    fs::create_dir(&path)
-                };
-                match created {
-                    Ok(()) => break path,
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                        delete_branch(&src.root, &branch);
-                    }
-                    Err(e) => {
-                        delete_branch(&src.root, &branch);
-                        return Err(WorktreeError::io("create folder", &path)(e));
-                    }
-                }
-            }
-            Err(e) => {
-                let exists = branch_exists(&src.root, &branch);
-                match &options.branch {
-                    Some(given) if exists => {
-                        return Err(WorktreeError::invalid(
-                            "branch",
-                            format!("branch `{given}` exists already"),
-                        ));
-                    }
-                    // Kept from an earlier worktree of that name (it had unmerged commits), or
-                    // taken by a concurrent creation: try the next name.
-                    None if exists => {}
-                    _ => return Err(e),
-                }
-            }
-        }
-        attempt += 1;
-        if attempt > 1000 {
-            return Err(WorktreeError::invalid(
-                "name",
-                "no free worktree name after 1000 tries",
-            ));
-        }
-        name = candidate(attempt);
-        branch = branch_for(&name);
-        made_branch = make_branch(&src.root, &branch, &src.base_commit);
-    };
-
-    let serial = repo_lock(&src.common_dir);
-    let added = git_serial(
-        &serial,
-        &src.root,
-        [
-            OsStr::new("worktree"),
-            OsStr::new("add"),
-            OsStr::new("--quiet"),
-            path.as_os_str(),
-            OsStr::new(&branch),
-        ],
-    );
-    if let Err(e) = added {
-        // A failing post-checkout hook fails the command after the worktree was made.
-        let _ = fs::remove_dir_all(&path);
-        let _ = git_serial(&serial, &src.root, ["worktree", "prune"]);
-        delete_branch(&src.root, &branch);
-        let _ = fs::remove_dir(&project_dir);
-        return Err(e);
-    }
+    let first = (first, first_branch, made_branch);
+    let (name, branch, path) = reserve(&src, &project_dir, reserved, &names, first)?;
+    add_worktree(&src, &project_dir, &path, &branch)?;
     let mut made = Created {
         path,
         name,
@@ -651,18 +430,153 @@ pub fn create(
     }
 }
 
-/// `git branch <branch> <base>`: fails, creating nothing, when the branch exists. The branch
-/// does not track its base (a plain `git push` from the worktree must not go to the base's
-/// remote branch).
-fn make_branch(dir: &Path, branch: &str, base: &str) -> Result<(), WorktreeError> {
-    git(dir, ["branch", "--no-track", branch, base]).map(drop)
+/// The names a creation tries: the caller's (sanitized), then `-2`, `-3`, ..., or generated
+/// ones; and the branch for each.
+struct Names {
+    wanted: Option<String>,
+    branch: Option<String>,
 }
 
-/// Deletes a branch this module just made (it holds nothing of its own). Logged on failure.
-fn delete_branch(dir: &Path, branch: &str) {
-    if let Err(e) = git(dir, ["branch", "-D", "--", branch]) {
-        tracing::warn!(error = %e, %branch, "cannot delete the branch of a half-made worktree");
+impl Names {
+    fn new(options: &WorktreeOptions) -> Result<Names, WorktreeError> {
+        if let Some(branch) = &options.branch {
+            check_ref_arg("branch", branch)?;
+        }
+        if let Some(base) = &options.base {
+            check_ref_arg("base", base)?;
+        }
+        let wanted = match &options.name {
+            Some(raw) => {
+                let name = sanitize_name(raw);
+                if name.is_empty() {
+                    return Err(WorktreeError::invalid(
+                        "name",
+                        format!("`{raw}` has nothing usable in a folder or branch name"),
+                    ));
+                }
+                Some(name)
+            }
+            None => None,
+        };
+        Ok(Names {
+            wanted,
+            branch: options.branch.clone(),
+        })
     }
+
+    fn candidate(&self, attempt: usize) -> String {
+        match &self.wanted {
+            Some(name) if attempt == 1 => name.clone(),
+            Some(name) => format!("{name}-{attempt}"),
+            None => generated_name(),
+        }
+    }
+
+    fn branch_for(&self, name: &str) -> String {
+        self.branch
+            .clone()
+            .unwrap_or_else(|| format!("drover/{name}"))
+    }
+}
+
+/// `root/<project>`, made if needed, canonical (as the registry stores every path).
+fn project_folder(root: &Path, project: &str) -> Result<PathBuf, WorktreeError> {
+    let dir = root.join(project);
+    fs::create_dir_all(&dir).map_err(WorktreeError::io("create folder", &dir))?;
+    fs::canonicalize(&dir).map_err(WorktreeError::io("resolve", &dir))
+}
+
+/// Finds a free name: its branch made (`first` is the first try, already attempted) and its
+/// folder created. Returns the name, the branch and the folder.
+fn reserve(
+    src: &Source,
+    project_dir: &Path,
+    reserved: &HashSet<PathBuf>,
+    names: &Names,
+    first: (String, String, Result<(), WorktreeError>),
+) -> Result<(String, String, PathBuf), WorktreeError> {
+    let (mut name, mut branch, mut made_branch) = first;
+    let mut attempt = 1;
+    loop {
+        match made_branch {
+            Ok(()) => {
+                let path = project_dir.join(&name);
+                // The branch is ours; the folder may still be taken (by another repository
+                // with the same folder name, or by a record of a worktree that vanished).
+                // Creating it reserves it; git accepts an empty folder.
+                let created = if reserved.contains(&path) {
+                    Err(io::ErrorKind::AlreadyExists.into())
+                } else {
+                    fs::create_dir(&path)
+                };
+                match created {
+                    Ok(()) => return Ok((name, branch, path)),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        delete_branch(&src.root, &branch);
+                    }
+                    Err(e) => {
+                        delete_branch(&src.root, &branch);
+                        return Err(WorktreeError::io("create folder", &path)(e));
+                    }
+                }
+            }
+            Err(e) => {
+                let exists = branch_exists(&src.root, &branch);
+                match &names.branch {
+                    Some(given) if exists => {
+                        return Err(WorktreeError::invalid(
+                            "branch",
+                            format!("branch `{given}` exists already"),
+                        ));
+                    }
+                    // Kept from an earlier worktree of that name (it had unmerged commits), or
+                    // taken by a concurrent creation: try the next name.
+                    None if exists => {}
+                    _ => return Err(e),
+                }
+            }
+        }
+        attempt += 1;
+        if attempt > 1000 {
+            return Err(WorktreeError::invalid(
+                "name",
+                "no free worktree name after 1000 tries",
+            ));
+        }
+        name = names.candidate(attempt);
+        branch = names.branch_for(&name);
+        made_branch = make_branch(&src.root, &branch, &src.base_commit);
+    }
+}
+
+/// `git worktree add` into the reserved folder; on failure undoes the folder and the branch.
+fn add_worktree(
+    src: &Source,
+    project_dir: &Path,
+    path: &Path,
+    branch: &str,
+) -> Result<(), WorktreeError> {
+    let serial = repo_lock(&src.common_dir);
+    let added = git_serial(
+        &serial,
+        &src.root,
+        [
+            OsStr::new("worktree"),
+            OsStr::new("add"),
+            OsStr::new("--quiet"),
+            path.as_os_str(),
+            OsStr::new(branch),
+        ],
+    );
+    if let Err(e) = added {
+        // A failing post-checkout hook fails the command after the worktree was made.
+        let _ = fs::remove_dir_all(path);
+        let _ = git_serial(&serial, &src.root, ["worktree", "prune"]);
+        delete_branch(&src.root, branch);
+        let _ = fs::remove_dir(project_dir);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Copies the project's files and runs its setup in a fresh worktree.
@@ -1000,269 +914,6 @@ fn check_ref_arg(field: &'static str, value: &str) -> Result<(), WorktreeError> 
     Ok(())
 }
 
-fn branch_exists(root: &Path, branch: &str) -> bool {
-    git(
-        root,
-        [
-            "show-ref",
-            "--verify",
-            "--quiet",
-            &format!("refs/heads/{branch}"),
-        ],
-    )
-    .is_ok()
-}
-
-// ---- processes ------------------------------------------------------------------------------
-
-/// Runs `git -C dir args…`, returning its stdout. Its stdin is closed and it never prompts.
-fn git<I, S>(dir: &Path, args: I) -> Result<String, WorktreeError>
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<OsStr>,
-{
-    let args: Vec<S> = args.into_iter().collect();
-    let mut cmd = Command::new("git");
-    cmd.arg("-C")
-        .arg(dir)
-        .args(&args)
-        .stdin(Stdio::null())
-        .env("GIT_TERMINAL_PROMPT", "0");
-    for var in GIT_LOCATION_VARS {
-        cmd.env_remove(var);
-    }
-    let shown = || {
-        args.iter()
-            .map(|a| a.as_ref().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let out = cmd.output().map_err(|e| WorktreeError::Git {
-        dir: dir.to_path_buf(),
-        args: shown(),
-        message: format!("cannot run git: {e}"),
-    })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let message = match (stderr.trim(), stdout.trim()) {
-            ("", "") => describe(out.status),
-            ("", out) => out.to_string(),
-            (err, _) => err.to_string(),
-        };
-        return Err(WorktreeError::Git {
-            dir: dir.to_path_buf(),
-            args: shown(),
-            message,
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The lock that runs one repository's `git worktree add`, `remove` and `prune` one at a time:
-/// while git adds a worktree it reads every other worktree's entry, and fails (`failed to read
-/// .git/worktrees/…/commondir`) on one another `add` is still writing.
-fn repo_lock(common_dir: &Path) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    LOCKS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(common_dir.to_path_buf())
-        .or_default()
-        .clone()
-}
-
-/// [`repo_lock`] for the repository of the checkout at `root`.
-fn repo_lock_of(root: &Path) -> Arc<Mutex<()>> {
-    let common = git(
-        root,
-        ["rev-parse", "--path-format=absolute", "--git-common-dir"],
-    )
-    .map(|out| PathBuf::from(out.trim()))
-    .unwrap_or_else(|_| root.to_path_buf());
-    repo_lock(&common)
-}
-
-/// [`git`], holding the repository's worktree lock.
-fn git_serial<I, S>(lock: &Mutex<()>, dir: &Path, args: I) -> Result<String, WorktreeError>
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<OsStr>,
-{
-    let _serial = lock.lock().unwrap_or_else(PoisonError::into_inner);
-    git(dir, args)
-}
-
-fn describe(status: ExitStatus) -> String {
-    match status.code() {
-        Some(code) => format!("exited with status {code}"),
-        None => "killed by a signal".to_string(),
-    }
-}
-
-/// Runs `commands` one after another in `cwd` within `timeout` all together. Returns every
-/// run, or the first that failed.
-fn run_commands(
-    commands: &[String],
-    cwd: &Path,
-    info: &WorktreeInfo,
-    timeout: Duration,
-) -> Result<Vec<CommandRun>, Box<CommandRun>> {
-    let deadline = Instant::now() + timeout;
-    let mut runs = Vec::with_capacity(commands.len());
-    for command in commands {
-        let run = run_shell(command, cwd, info, deadline);
-        if !run.succeeded() {
-            return Err(Box::new(run));
-        }
-        runs.push(run);
-    }
-    Ok(runs)
-}
-
-/// `sh -c command` in `cwd`, in a process group of its own (killed whole when the deadline
-/// passes), with `DROVER_WORKTREE`, `DROVER_SOURCE` and `DROVER_BRANCH` set.
-fn run_shell(command: &str, cwd: &Path, info: &WorktreeInfo, deadline: Instant) -> CommandRun {
-    let started = Instant::now();
-    let mut run = CommandRun {
-        command: command.to_string(),
-        exit_code: None,
-        timed_out: false,
-        output: String::new(),
-        duration_ms: 0,
-    };
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .env("DROVER_WORKTREE", cwd)
-        .env("DROVER_SOURCE", &info.source)
-        .env("DROVER_BRANCH", &info.branch)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for var in GIT_LOCATION_VARS {
-        cmd.env_remove(var);
-    }
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            run.output = format!("cannot start `sh`: {e}");
-            return run;
-        }
-    };
-    let tail = Arc::new(Mutex::new(Tail::default()));
-    let (done_tx, done_rx) = mpsc::channel();
-    let mut readers = 0;
-    let streams: [Option<Box<dyn Read + Send>>; 2] = [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    ];
-    for mut stream in streams.into_iter().flatten() {
-        let tail = tail.clone();
-        let done = done_tx.clone();
-        readers += 1;
-        // Detached: a background process the command started may hold the pipe open; the
-        // thread ends when it closes it.
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = stream.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                tail.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(&buf[..n]);
-            }
-            let _ = done.send(());
-        });
-    }
-    drop(done_tx);
-
-    let mut pause = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() >= deadline => {
-                run.timed_out = true;
-                kill_group(child.id());
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => {
-                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err(e) => {
-                tail.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(format!("cannot wait for the command: {e}\n").as_bytes());
-                kill_group(child.id());
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    // The output is complete once both pipes closed; a process left in the background may
-    // keep one open, so wait only briefly.
-    let grace = Instant::now() + Duration::from_millis(200);
-    for _ in 0..readers {
-        if done_rx
-            .recv_timeout(grace.saturating_duration_since(Instant::now()))
-            .is_err()
-        {
-            break;
-        }
-    }
-    run.exit_code = status.and_then(|s| s.code());
-    run.output = tail.lock().unwrap_or_else(PoisonError::into_inner).text();
-    run.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    run
-}
-
-fn kill_group(pid: u32) {
-    use nix::sys::signal::{Signal, killpg};
-    use nix::unistd::Pid;
-    if let Ok(raw) = i32::try_from(pid) {
-        let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
-    }
-}
-
-/// The end of a command's output.
-#[derive(Default)]
-struct Tail {
-    bytes: Vec<u8>,
-    cut: bool,
-}
-
-impl Tail {
-    fn push(&mut self, chunk: &[u8]) {
-        self.bytes.extend_from_slice(chunk);
-        if self.bytes.len() > OUTPUT_LIMIT {
-            let excess = self.bytes.len() - OUTPUT_LIMIT;
-            self.bytes.drain(..excess);
-            self.cut = true;
-        }
-    }
-
-    fn text(&self) -> String {
-        let text = String::from_utf8_lossy(&self.bytes);
-        if self.cut {
-            format!("[… earlier output cut …]\n{text}")
-        } else {
-            text.into_owned()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1276,30 +927,5 @@ mod tests {
         assert_eq!(sanitize_name("..."), "");
         assert_eq!(sanitize_name("ünïcödé"), "n-c-d");
         assert_eq!(sanitize_name(&"a".repeat(100)).len(), MAX_NAME);
-    }
-
-    #[test]
-    fn copy_entries_stay_inside_the_checkout() {
-        assert!(check_relative(".env").is_ok());
-        assert!(check_relative("config/local.yml").is_ok());
-        assert!(check_relative("../secret").is_err());
-        assert!(check_relative("/etc/passwd").is_err());
-        assert!(check_relative(".git/config").is_err());
-        assert!(check_relative(".").is_err());
-        assert!(check_relative("").is_err());
-    }
-
-    #[test]
-    fn the_project_file_reads_every_key() {
-        let config: ProjectConfig = toml::from_str(
-            "[worktree]\nsetup = [\"a\"]\nteardown = [\"b\"]\ncopy = [\".env\"]\ntimeout = 5\n[other]\nx = 1\n",
-        )
-        .expect("parses");
-        assert_eq!(config.worktree.setup, ["a"]);
-        assert_eq!(config.worktree.teardown, ["b"]);
-        assert_eq!(config.worktree.copy, [".env"]);
-        assert_eq!(config.timeout(), Duration::from_secs(5));
-        let empty: ProjectConfig = toml::from_str("").expect("parses");
-        assert_eq!(empty.timeout(), DEFAULT_COMMAND_TIMEOUT);
     }
 }

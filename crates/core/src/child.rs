@@ -1,0 +1,302 @@
+//! Child processes, started one way by everyone who starts them (agents in drover-acp, a
+//! worktree's setup and teardown here): a process group of their own, a bounded tail of what
+//! they wrote, one description of how they ended, and signals to the whole group.
+
+use std::collections::VecDeque;
+use std::ffi::OsStr;
+use std::io::{self, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// `program` in `cwd`, in a new process group of its own (so the group can be ended whole),
+/// stdin closed, stdout and stderr piped. Async callers turn it into a
+/// `tokio::process::Command`.
+pub fn command(program: impl AsRef<OsStr>, cwd: &Path) -> Command {
+    let mut command = Command::new(program);
+    command
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    command
+}
+
+/// Sends `signal` to the process group `pgid` (`None` only checks that it exists). Never to
+/// group 0 or 1 (ours, init's). Whether the group exists.
+pub fn signal_group(pgid: u32, signal: Option<Signal>) -> bool {
+    match i32::try_from(pgid) {
+        Ok(raw) if raw > 1 => killpg(Pid::from_raw(raw), signal).is_ok(),
+        _ => false,
+    }
+}
+
+/// Describes an exit status for people: `exit status 3`, `signal 9 (SIGKILL)`.
+pub fn describe_exit(status: &ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        format!("exit status {code}")
+    } else if let Some(sig) = status.signal() {
+        match Signal::try_from(sig) {
+            Ok(s) => format!("signal {sig} ({})", s.as_str()),
+            Err(_) => format!("signal {sig}"),
+        }
+    } else {
+        status.to_string()
+    }
+}
+
+/// The end of what a child wrote: its last `limit` bytes, shared by the threads or tasks that
+/// read its pipes and whoever reports on it.
+#[derive(Debug, Clone)]
+pub struct OutputTail(Arc<Mutex<TailBuf>>);
+
+#[derive(Debug)]
+struct TailBuf {
+    bytes: VecDeque<u8>,
+    limit: usize,
+    /// Earlier output was dropped.
+    cut: bool,
+    /// The kept bytes start inside a line (what came before them did not end with a newline).
+    mid_line: bool,
+}
+
+impl OutputTail {
+    pub fn new(limit: usize) -> OutputTail {
+        OutputTail(Arc::new(Mutex::new(TailBuf {
+            bytes: VecDeque::new(),
+            limit,
+            cut: false,
+            mid_line: false,
+        })))
+    }
+
+    /// Adds output as it came.
+    pub fn push(&self, chunk: &[u8]) {
+        let mut tail = self.buf();
+        tail.bytes.extend(chunk);
+        if tail.bytes.len() > tail.limit {
+            let excess = tail.bytes.len() - tail.limit;
+            tail.mid_line = tail.bytes.get(excess - 1) != Some(&b'\n');
+            tail.bytes.drain(..excess);
+            tail.cut = true;
+        }
+    }
+
+    /// Adds one line (without its newline), cut to `max` bytes at a character boundary and
+    /// marked `…` when longer.
+    pub fn push_line(&self, line: &str, max: usize) {
+        let mut kept = line;
+        if kept.len() > max {
+            let mut cut = max;
+            while !kept.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            kept = &kept[..cut];
+        }
+        let mut bytes = Vec::with_capacity(kept.len() + 4);
+        bytes.extend_from_slice(kept.as_bytes());
+        if kept.len() < line.len() {
+            bytes.extend_from_slice("…".as_bytes());
+        }
+        bytes.push(b'\n');
+        self.push(&bytes);
+    }
+
+    /// Everything kept, preceded by a note when earlier output was cut.
+    pub fn text(&self) -> String {
+        let tail = self.buf();
+        let (a, b) = tail.bytes.as_slices();
+        let text = String::from_utf8_lossy(&[a, b].concat()).into_owned();
+        if tail.cut {
+            format!("[… earlier output cut …]\n{text}")
+        } else {
+            text
+        }
+    }
+
+    /// The last `n` whole lines, oldest first, without their newlines (a line whose start was
+    /// cut is left out).
+    pub fn last_lines(&self, n: usize) -> Vec<String> {
+        let tail = self.buf();
+        let (a, b) = tail.bytes.as_slices();
+        let bytes = [a, b].concat();
+        let text = String::from_utf8_lossy(&bytes);
+        let mut lines: Vec<&str> = text.split_terminator('\n').collect();
+        if tail.mid_line && !lines.is_empty() {
+            lines.remove(0);
+        }
+        let skip = lines.len().saturating_sub(n);
+        lines[skip..].iter().map(|l| (*l).to_string()).collect()
+    }
+
+    fn buf(&self) -> std::sync::MutexGuard<'_, TailBuf> {
+        // Poisoning: a push either finished or did not start changing the buffer.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How a command [`run`] to its end went.
+#[derive(Debug)]
+pub struct Finished {
+    /// `None` when it was killed at the deadline or could not be waited for.
+    pub status: Option<ExitStatus>,
+    pub timed_out: bool,
+    /// stdout and stderr as they came, the last `limit` bytes.
+    pub output: String,
+}
+
+/// Runs `command` (made by [`command`]) to its end, its stdout and stderr into one tail of
+/// `limit` bytes. When `deadline` passes its whole process group is killed. Blocking. An error
+/// is a failure to start it.
+///
+/// A thread waits for the child, and this one waits on that thread with a timeout: no polling,
+/// and no process-wide SIGCHLD handler such as `wait-timeout` installs, which a daemon whose
+/// tokio runtime reaps its agents by SIGCHLD should not have.
+pub fn run(mut command: Command, deadline: Instant, limit: usize) -> io::Result<Finished> {
+    let mut child = command.spawn()?;
+    let tail = OutputTail::new(limit);
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut readers = 0;
+    let streams: [Option<Box<dyn Read + Send>>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ];
+    for mut stream in streams.into_iter().flatten() {
+        let tail = tail.clone();
+        let done = done_tx.clone();
+        readers += 1;
+        // Detached: a background process the command started may hold the pipe open; the
+        // thread ends when it closes it.
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = stream.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                tail.push(&buf[..n]);
+            }
+            let _ = done.send(());
+        });
+    }
+    drop(done_tx);
+
+    let pid = child.id();
+    let (exit_tx, exit_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = exit_tx.send(child.wait());
+    });
+    let mut timed_out = false;
+    let waited = match exit_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(waited) => waited,
+        Err(RecvTimeoutError::Timeout) => match exit_rx.try_recv() {
+            // It ended just as time ran out.
+            Ok(waited) => waited,
+            Err(_) => {
+                timed_out = true;
+                signal_group(pid, Some(Signal::SIGKILL));
+                let _ = exit_rx.recv();
+                Err(io::Error::new(io::ErrorKind::TimedOut, "ran out of time"))
+            }
+        },
+        Err(RecvTimeoutError::Disconnected) => Err(io::Error::other("the waiting thread died")),
+    };
+    let status = match waited {
+        Ok(status) => Some(status),
+        Err(_) if timed_out => None,
+        Err(e) => {
+            tail.push(format!("cannot wait for the command: {e}\n").as_bytes());
+            signal_group(pid, Some(Signal::SIGKILL));
+            None
+        }
+    };
+    // The output is complete once both pipes closed; a process left in the background may
+    // keep one open, so wait only briefly.
+    let grace = Instant::now() + Duration::from_millis(200);
+    for _ in 0..readers {
+        if done_rx
+            .recv_timeout(grace.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    Ok(Finished {
+        status,
+        timed_out,
+        output: tail.text(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_end_and_says_it_cut() {
+        let tail = OutputTail::new(8);
+        tail.push(b"0123");
+        assert_eq!(tail.text(), "0123");
+        tail.push(b"456789\nab");
+        assert_eq!(tail.text(), "[… earlier output cut …]\n56789\nab");
+        assert_eq!(tail.last_lines(5), ["ab"]);
+    }
+
+    #[test]
+    fn lines_are_cut_to_their_limit_and_only_whole_ones_are_listed() {
+        let tail = OutputTail::new(3 * 6);
+        tail.push_line("héllo wörld", 5);
+        assert_eq!(tail.last_lines(9), ["héll…"]);
+        for line in ["a", "", "b", "c", "d", "e", "f"] {
+            tail.push_line(line, 5);
+        }
+        assert_eq!(tail.last_lines(3), ["d", "e", "f"]);
+        assert_eq!(tail.last_lines(100), ["a", "", "b", "c", "d", "e", "f"]);
+    }
+
+    #[test]
+    fn exits_are_described_by_code_or_signal() {
+        assert_eq!(
+            describe_exit(&ExitStatus::from_raw(3 << 8)),
+            "exit status 3"
+        );
+        assert_eq!(
+            describe_exit(&ExitStatus::from_raw(9)),
+            "signal 9 (SIGKILL)"
+        );
+    }
+
+    #[test]
+    fn a_command_past_its_deadline_is_killed_with_its_group() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut cmd = command("sh", dir.path());
+        cmd.arg("-c").arg("echo started; sleep 30 & sleep 30");
+        let started = Instant::now();
+        let finished = run(cmd, Instant::now() + Duration::from_millis(300), 1024).expect("run");
+        assert!(
+            finished.timed_out && finished.status.is_none(),
+            "{finished:?}"
+        );
+        assert!(finished.output.contains("started"), "{finished:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+
+        let mut cmd = command("sh", dir.path());
+        cmd.arg("-c").arg("echo out; echo err >&2; exit 4");
+        let finished = run(cmd, Instant::now() + Duration::from_secs(30), 1024).expect("run");
+        assert_eq!(finished.status.and_then(|s| s.code()), Some(4));
+        assert!(!finished.timed_out);
+        assert!(finished.output.contains("out") && finished.output.contains("err"));
+    }
+}

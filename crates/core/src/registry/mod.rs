@@ -1,0 +1,751 @@
+//! The registry: owns every agent's lifecycle, relationships, archive and workspace.
+//!
+//! Invariants (also in ARCHITECTURE.md):
+//! - Every mutation is written to disk before it is applied in memory and before it is
+//!   announced. A failed write changes nothing, in memory or on disk.
+//! - Mutations are serialized by one writer lock, so events come out in the order the changes
+//!   were made. The state lock is held only to read or to apply, never across disk I/O or an
+//!   `.await`; disk I/O runs on blocking threads.
+//! - After boot no agent is `running` or `initializing`: a crash left them `idle` with
+//!   attention `interrupted`.
+//!
+//! This file holds the handle, the reads, and the record mutations with their one write path
+//! (`mutate` → `commit` → `emit`); `boot.rs` opens the registry, `archive.rs` archives agents,
+//! `workspaces.rs` registers and archives workspaces and the worktrees drover makes.
+
+mod archive;
+mod boot;
+mod workspaces;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use jiff::Timestamp;
+use tokio::sync::broadcast;
+
+use crate::activity::{ActivityBucket, ActivityChange, ActivityIndex};
+use crate::admission::{ActivityFamily, ActivityReport, Family};
+use crate::agent::{Agent, PARENT_LABEL, ProviderConfig, ResumeHandle};
+use crate::error::RegistryError;
+use crate::ids::{AgentId, WorkspaceId};
+use crate::lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
+use crate::runtime::RuntimeControl;
+use crate::store::Store;
+use crate::view::{AgentTable, AgentsView, ancestors, descendants};
+use crate::workspace::Workspace;
+use crate::worktree;
+
+pub use archive::{ArchiveOptions, ArchiveOutcome, BulkArchiveOutcome, SkippedChild};
+pub use boot::BootReport;
+pub use workspaces::{CreatedWorktree, WORKTREES_DIR, WorkspaceArchiveOutcome, WorktreeCheck};
+
+use workspaces::{new_workspace, worktree_workspace};
+
+/// How many events a subscriber may fall behind before it is told it lagged
+/// (`broadcast::error::RecvError::Lagged`) and must re-read the state.
+const EVENT_CAPACITY: usize = 4096;
+
+/// Something changed. `seq` increases by one per event, in the order of the changes.
+#[derive(Debug, Clone)]
+pub struct RegistryEvent {
+    pub seq: u64,
+    pub change: Change,
+}
+
+#[derive(Debug, Clone)]
+pub enum Change {
+    AgentCreated(Box<Agent>),
+    /// Status, title, labels, archive, detach, attention, config: the whole new record.
+    AgentUpdated(Box<Agent>),
+    /// A workspace was registered, or its record changed (archived): the whole new record.
+    WorkspaceRegistered(Box<Workspace>),
+    WorkspaceActivity(ActivityChange),
+}
+
+/// Marks an agent created together with its workspace (a worktree made for it): its
+/// autoArchive archives that workspace too.
+pub const CREATED_WORKSPACE_LABEL: &str = "drover.created-workspace";
+
+/// What a new agent is made of.
+#[derive(Debug, Clone, Default)]
+pub struct NewAgent {
+    pub provider: String,
+    /// Must be an existing directory; stored canonical.
+    pub cwd: PathBuf,
+    /// The workspace to join; by default the first workspace registered for `cwd`, or a new one.
+    pub workspace_id: Option<WorkspaceId>,
+    pub title: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// Makes the new agent a subagent of this one.
+    pub parent: Option<AgentId>,
+    pub auto_archive: bool,
+    pub config: ProviderConfig,
+}
+
+/// A cheap, cloneable handle on the registry.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("home", &self.inner.store.home())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Store,
+    /// Serializes mutations; held across disk I/O, only on blocking threads.
+    writer: Mutex<()>,
+    state: RwLock<State>,
+    events: broadcast::Sender<RegistryEvent>,
+    families: RwLock<Vec<Family>>,
+    runtimes: Arc<dyn RuntimeControl>,
+    /// Workspaces whose archive is running git or teardown (outside the writer lock).
+    archiving: Mutex<HashSet<WorkspaceId>>,
+    /// Worktrees already reported missing, so each is reported once.
+    missing_reported: Mutex<HashSet<WorkspaceId>>,
+}
+
+#[derive(Default)]
+struct State {
+    agents: AgentTable,
+    workspaces: HashMap<WorkspaceId, Workspace>,
+    activity: ActivityIndex,
+    next_seq: u64,
+}
+
+impl Registry {
+    /// Adds an activity family to archive admission (jobs, schedules, ...). An archive asks it
+    /// about the target and about every descendant the cascade would archive.
+    pub fn register_family(&self, family: Arc<dyn ActivityFamily>) {
+        write(&self.inner.families).push(Family {
+            family,
+            whole_subtree: false,
+        });
+    }
+
+    /// Events from now on. A subscriber that falls more than `EVENT_CAPACITY` behind gets
+    /// `Lagged` and must re-read the state.
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.inner.events.subscribe()
+    }
+
+    pub fn home(&self) -> &Path {
+        self.inner.store.home()
+    }
+
+    // ---- reads ---------------------------------------------------------------------------
+
+    pub fn get(&self, id: AgentId) -> Option<Agent> {
+        read(&self.inner.state).agents.get(id).cloned()
+    }
+
+    /// Every agent, archived ones included, oldest first.
+    pub fn agents(&self) -> Vec<Agent> {
+        let mut all: Vec<Agent> = read(&self.inner.state).agents.values().cloned().collect();
+        all.sort_by_key(|a| a.id);
+        all
+    }
+
+    pub fn agent_count(&self) -> usize {
+        read(&self.inner.state).agents.len()
+    }
+
+    /// The subagents track of `id`: its unarchived children, oldest first.
+    pub fn subagents(&self, id: AgentId) -> Vec<Agent> {
+        let state = read(&self.inner.state);
+        state
+            .agents
+            .children(id)
+            .into_iter()
+            .filter_map(|c| state.agents.get(c))
+            .filter(|c| !c.is_archived())
+            .cloned()
+            .collect()
+    }
+
+    pub fn workspace(&self, id: WorkspaceId) -> Option<Workspace> {
+        read(&self.inner.state).workspaces.get(&id).cloned()
+    }
+
+    /// Every workspace, oldest first.
+    pub fn workspaces(&self) -> Vec<Workspace> {
+        let mut all: Vec<Workspace> = read(&self.inner.state)
+            .workspaces
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by_key(|w| w.id);
+        all
+    }
+
+    pub fn workspace_activity(&self, id: WorkspaceId) -> Option<ActivityBucket> {
+        read(&self.inner.state).activity.workspace(id)
+    }
+
+    /// Agent evaluations the activity index has done: what workspace activity costs.
+    pub fn activity_evaluations(&self) -> u64 {
+        read(&self.inner.state).activity.evaluated()
+    }
+
+    /// What still runs for an agent and for the descendants its archive would archive, by
+    /// family.
+    pub fn activity(&self, id: AgentId) -> Result<ActivityReport, RegistryError> {
+        let state = read(&self.inner.state);
+        let agent = state
+            .agents
+            .get(id)
+            .ok_or_else(|| RegistryError::UnknownAgent(id.to_string()))?;
+        Ok(self.inner.admission(&state.agents, agent).1)
+    }
+
+    /// The gate at the single place where a turn starts: refuses an archived agent, or one
+    /// whose subagent lineage reaches an archived agent.
+    pub fn check_turn_gate(&self, id: AgentId) -> Result<(), RegistryError> {
+        let state = read(&self.inner.state);
+        turn_gate(&state.agents, id)
+    }
+
+    // ---- mutations -----------------------------------------------------------------------
+
+    pub async fn create_agent(&self, new: NewAgent) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| inner.create_agent(new, None))
+            .await
+    }
+
+    /// A lifecycle transition reported by the agent's runtime. `error` is recorded with
+    /// `error` status. Entering `running` passes the turn gate.
+    pub async fn set_status(
+        &self,
+        id: AgentId,
+        to: AgentStatus,
+        error: Option<String>,
+    ) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| {
+            let _w = lock(&inner.writer);
+            inner.set_status(id, to, error)
+        })
+        .await
+    }
+
+    /// A terminal turn event: moves the agent out of `running`, sets attention, and archives
+    /// an `autoArchive` agent (stopping what it left running).
+    pub async fn record_turn_end(
+        &self,
+        id: AgentId,
+        outcome: TurnOutcome,
+    ) -> Result<Agent, RegistryError> {
+        let (agent, plan) = self
+            .blocking(move |inner| {
+                let _w = lock(&inner.writer);
+                let agent = inner.record_turn_end(id, &outcome)?;
+                if !agent.auto_archive || agent.is_archived() {
+                    return Ok((agent, None));
+                }
+                let plan = inner.archive(id, true)?;
+                let agent = inner.agent(id)?;
+                Ok((agent, Some(plan)))
+            })
+            .await?;
+        if let Some(plan) = plan {
+            tracing::info!(agent = %id, archived = plan.archived.len(), "autoArchive after the first terminal turn event");
+            self.dispatch(plan);
+            // A worktree made for this agent goes with it (refused, and kept, if it holds
+            // uncommitted or unpushed work).
+            if let Some(ws) = agent
+                .labels
+                .get(CREATED_WORKSPACE_LABEL)
+                .and_then(|w| w.parse::<WorkspaceId>().ok())
+                .filter(|w| *w == agent.workspace_id)
+            {
+                match self.archive_workspace(ws, false).await {
+                    Ok(_) => {
+                        tracing::info!(agent = %id, workspace = %ws, "autoArchive archived the agent's worktree")
+                    }
+                    Err(e) => {
+                        tracing::warn!(agent = %id, workspace = %ws, error = %e, "autoArchive kept the agent's worktree")
+                    }
+                }
+            }
+        }
+        Ok(agent)
+    }
+
+    pub async fn set_attention(
+        &self,
+        id: AgentId,
+        reason: AttentionReason,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            a.attention = Some(Attention {
+                reason,
+                at: Timestamp::now(),
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn clear_attention(&self, id: AgentId) -> Result<Agent, RegistryError> {
+        self.mutate(id, |a| {
+            a.attention = None;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn set_title(
+        &self,
+        id: AgentId,
+        title: Option<String>,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            a.title = title
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty());
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets and removes labels. The parent label is not a plain label: it is set at creation
+    /// and removed by [`Registry::detach`].
+    pub async fn update_labels(
+        &self,
+        id: AgentId,
+        set: BTreeMap<String, String>,
+        remove: Vec<String>,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            if set.contains_key(PARENT_LABEL) || remove.iter().any(|k| k == PARENT_LABEL) {
+                return Err(RegistryError::invalid(
+                    "labels",
+                    format!("`{PARENT_LABEL}` is set by creating a subagent and removed by detach"),
+                ));
+            }
+            for key in &remove {
+                a.labels.remove(key);
+            }
+            a.labels.extend(set);
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn set_config(
+        &self,
+        id: AgentId,
+        config: ProviderConfig,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            a.config = config;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn set_resume_handle(
+        &self,
+        id: AgentId,
+        resume: Option<ResumeHandle>,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            a.resume = resume;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes the parent label, nothing else: the agent keeps running (or not), keeps its cwd
+    /// and workspace, and from now on is a root for cascade and activity.
+    pub async fn detach(&self, id: AgentId) -> Result<Agent, RegistryError> {
+        self.mutate(id, |a| {
+            a.labels.remove(PARENT_LABEL);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Waits for the mutation in flight, if any, then closes every runtime. Every acknowledged
+    /// mutation is already on disk; after this returns nothing more is written.
+    pub async fn shutdown(&self) {
+        self.inner.runtimes.shutdown().await;
+        let inner = self.inner.clone();
+        let _ = tokio::task::spawn_blocking(move || drop(lock(&inner.writer))).await;
+    }
+
+    // ---- helpers -------------------------------------------------------------------------
+
+    async fn mutate(
+        &self,
+        id: AgentId,
+        change: impl FnOnce(&mut Agent) -> Result<(), RegistryError> + Send + 'static,
+    ) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| {
+            let _w = lock(&inner.writer);
+            inner.mutate(id, change)
+        })
+        .await
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Inner) -> Result<T, RegistryError> + Send + 'static,
+    ) -> Result<T, RegistryError> {
+        let inner = self.inner.clone();
+        match tokio::task::spawn_blocking(move || work(&inner)).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(RegistryError::ShuttingDown),
+        }
+    }
+}
+
+impl Inner {
+    fn agent(&self, id: AgentId) -> Result<Agent, RegistryError> {
+        read(&self.state)
+            .agents
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RegistryError::UnknownAgent(id.to_string()))
+    }
+
+    /// Applies `change` to a copy of the agent and commits it. The caller holds the writer.
+    fn mutate(
+        &self,
+        id: AgentId,
+        change: impl FnOnce(&mut Agent) -> Result<(), RegistryError>,
+    ) -> Result<Agent, RegistryError> {
+        let old = self.agent(id)?;
+        let mut new = old.clone();
+        change(&mut new)?;
+        if new == old {
+            return Ok(new);
+        }
+        new.updated_at = Timestamp::now();
+        self.commit(vec![(Some(old), new.clone())])?;
+        Ok(new)
+    }
+
+    /// Writes the changed records, then applies them, updates workspace activity for what they
+    /// touch, and announces it all. The caller holds the writer.
+    fn commit(&self, changes: Vec<(Option<Agent>, Agent)>) -> Result<(), RegistryError> {
+        self.commit_with(None, changes)
+    }
+
+    /// `commit`, first applying and announcing a workspace the caller has written already.
+    fn commit_with(
+        &self,
+        workspace: Option<Workspace>,
+        changes: Vec<(Option<Agent>, Agent)>,
+    ) -> Result<(), RegistryError> {
+        let refs: Vec<(Option<&Agent>, &Agent)> =
+            changes.iter().map(|(o, n)| (o.as_ref(), n)).collect();
+        self.store.write_agents(&refs)?;
+
+        let mut state = write(&self.state);
+        if let Some(ws) = workspace {
+            state.workspaces.insert(ws.id, ws.clone());
+            self.emit(&mut state, Change::WorkspaceRegistered(Box::new(ws)));
+        }
+        let mut touched: Vec<AgentId> = Vec::with_capacity(changes.len());
+        let mut seen: HashSet<AgentId> = HashSet::new();
+        let mut events = Vec::with_capacity(changes.len());
+        for (old, new) in changes {
+            let moves_subtree = old.as_ref().is_none_or(|o| {
+                o.parent_id() != new.parent_id() || o.workspace_id != new.workspace_id
+            });
+            let id = new.id;
+            events.push(match old {
+                None => Change::AgentCreated(Box::new(new.clone())),
+                Some(_) => Change::AgentUpdated(Box::new(new.clone())),
+            });
+            state.agents.insert(new);
+            if seen.insert(id) {
+                touched.push(id);
+            }
+            if moves_subtree {
+                for d in descendants(&state.agents, id) {
+                    if seen.insert(d) {
+                        touched.push(d);
+                    }
+                }
+            }
+        }
+        let State {
+            agents, activity, ..
+        } = &mut *state;
+        let activity_changes = activity.update(agents, touched);
+        for event in events {
+            self.emit(&mut state, event);
+        }
+        for change in activity_changes {
+            self.emit(&mut state, Change::WorkspaceActivity(change));
+        }
+        Ok(())
+    }
+
+    fn emit(&self, state: &mut State, change: Change) {
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        // No subscriber is fine: the state is the truth, events are a convenience.
+        let _ = self.events.send(RegistryEvent { seq, change });
+    }
+
+    /// What [`Inner::create_agent`] refuses whatever the workspace: checked again under the
+    /// writer lock, and before a worktree is made for the agent.
+    fn check_new_agent(&self, new: &NewAgent) -> Result<(), RegistryError> {
+        if new.provider.trim().is_empty() {
+            return Err(RegistryError::invalid("provider", "must not be empty"));
+        }
+        for reserved in [PARENT_LABEL, CREATED_WORKSPACE_LABEL] {
+            if new.labels.contains_key(reserved) {
+                return Err(RegistryError::invalid(
+                    "labels",
+                    format!("`{reserved}` is set by drover, not as a label"),
+                ));
+            }
+        }
+        if let Some(parent) = new.parent
+            && self.agent(parent)?.is_archived()
+        {
+            return Err(RegistryError::Archived { agent: parent });
+        }
+        Ok(())
+    }
+
+    /// Creates the agent; in the worktree `made` for it (a new workspace, removed again if the
+    /// agent cannot be recorded), or else in `new.workspace_id` or its cwd's workspace.
+    fn create_agent(
+        &self,
+        new: NewAgent,
+        made: Option<&worktree::Created>,
+    ) -> Result<Agent, RegistryError> {
+        let cwd = match made {
+            Some(made) => Ok(made.path.clone()),
+            None => existing_dir(&new.cwd),
+        };
+        let _w = lock(&self.writer);
+        let cwd = match cwd.and_then(|cwd| self.check_new_agent(&new).map(|()| cwd)) {
+            Ok(cwd) => cwd,
+            Err(e) => {
+                if let Some(made) = made {
+                    worktree::discard(made);
+                }
+                return Err(e);
+            }
+        };
+        let mut labels = new.labels;
+        if let Some(parent) = new.parent {
+            labels.insert(PARENT_LABEL.to_string(), parent.to_string());
+        }
+        let (workspace, registered) = {
+            let state = read(&self.state);
+            match (made, new.workspace_id) {
+                (Some(made), _) => {
+                    let ws = worktree_workspace(made);
+                    labels.insert(CREATED_WORKSPACE_LABEL.to_string(), ws.id.to_string());
+                    (ws, true)
+                }
+                (None, Some(id)) => match state.workspaces.get(&id) {
+                    Some(ws) if ws.archived_at.is_none() => (ws.clone(), false),
+                    Some(_) => {
+                        return Err(RegistryError::invalid(
+                            "workspaceId",
+                            format!("workspace `{id}` is archived"),
+                        ));
+                    }
+                    None => return Err(RegistryError::UnknownWorkspace(id.to_string())),
+                },
+                (None, None) => match state
+                    .workspaces
+                    .values()
+                    .filter(|w| w.archived_at.is_none() && w.path == cwd)
+                    .min_by_key(|w| w.id)
+                {
+                    Some(ws) => (ws.clone(), false),
+                    None => (new_workspace(WorkspaceId::new(), &cwd, None), true),
+                },
+            }
+        };
+        let now = Timestamp::now();
+        let agent = Agent {
+            id: AgentId::new(),
+            provider: new.provider.trim().to_string(),
+            cwd,
+            workspace_id: workspace.id,
+            created_at: now,
+            updated_at: now,
+            last_activity_at: now,
+            title: new
+                .title
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+            labels,
+            status: AgentStatus::Initializing,
+            last_error: None,
+            archived_at: None,
+            attention: None,
+            auto_archive: new.auto_archive,
+            config: new.config,
+            resume: None,
+            unknown: serde_json::Map::new(),
+        };
+        let registered = registered.then_some(workspace);
+        let written = match &registered {
+            Some(ws) => self.store.write_workspace(ws).map_err(RegistryError::from),
+            None => Ok(()),
+        }
+        .and_then(|()| self.commit_with(registered.clone(), vec![(None, agent.clone())]));
+        if let Err(e) = written {
+            if let Some(ws) = registered {
+                // Keep the disk as it was: the workspace existed only for this agent.
+                let _ = std::fs::remove_file(self.store.workspace_path(ws.id));
+            }
+            if let Some(made) = made {
+                worktree::discard(made);
+            }
+            return Err(e);
+        }
+        Ok(agent)
+    }
+
+    fn set_status(
+        &self,
+        id: AgentId,
+        to: AgentStatus,
+        error: Option<String>,
+    ) -> Result<Agent, RegistryError> {
+        if to == AgentStatus::Running {
+            turn_gate(&read(&self.state).agents, id)?;
+        }
+        self.mutate(id, |a| {
+            let from = a.status;
+            if !from.can_become(to) {
+                return Err(RegistryError::IllegalTransition {
+                    agent: id,
+                    from,
+                    to,
+                });
+            }
+            if to.is_busy() && a.is_archived() {
+                return Err(RegistryError::Archived { agent: id });
+            }
+            let now = Timestamp::now();
+            a.status = to;
+            match to {
+                AgentStatus::Running => {
+                    // The user engaged with the agent: what it asked attention for is seen.
+                    a.attention = None;
+                    a.last_error = None;
+                    a.last_activity_at = now;
+                }
+                AgentStatus::Error => {
+                    a.last_error = Some(error.unwrap_or_else(|| "the runtime failed".to_string()));
+                    a.attention = Some(Attention {
+                        reason: AttentionReason::Error,
+                        at: now,
+                    });
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    }
+
+    fn record_turn_end(&self, id: AgentId, outcome: &TurnOutcome) -> Result<Agent, RegistryError> {
+        self.mutate(id, |a| {
+            let to = match outcome {
+                TurnOutcome::Failed { .. } => AgentStatus::Error,
+                _ => AgentStatus::Idle,
+            };
+            if a.status != AgentStatus::Running {
+                return Err(RegistryError::IllegalTransition {
+                    agent: id,
+                    from: a.status,
+                    to,
+                });
+            }
+            let now = Timestamp::now();
+            a.status = to;
+            a.last_activity_at = now;
+            match outcome {
+                TurnOutcome::Completed => {
+                    a.attention = Some(Attention {
+                        reason: AttentionReason::Finished,
+                        at: now,
+                    });
+                }
+                TurnOutcome::Failed { error } => {
+                    a.last_error = Some(error.clone());
+                    a.attention = Some(Attention {
+                        reason: AttentionReason::Error,
+                        at: now,
+                    });
+                }
+                // Whoever cancelled knows; a pending permission is moot now.
+                TurnOutcome::Canceled => a.attention = None,
+            }
+            Ok(())
+        })
+    }
+}
+
+fn turn_gate(view: &AgentTable, id: AgentId) -> Result<(), RegistryError> {
+    let agent = view
+        .get(id)
+        .ok_or_else(|| RegistryError::UnknownAgent(id.to_string()))?;
+    if agent.is_archived() {
+        return Err(RegistryError::Archived { agent: id });
+    }
+    match ancestors(view, id)
+        .into_iter()
+        .find(|a| view.get(*a).is_some_and(Agent::is_archived))
+    {
+        Some(archived) => Err(RegistryError::TurnBlocked {
+            agent: id,
+            archived,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn existing_dir(path: &Path) -> Result<PathBuf, RegistryError> {
+    if !path.is_absolute() {
+        return Err(RegistryError::invalid(
+            "cwd",
+            format!("`{}` is not an absolute path", path.display()),
+        ));
+    }
+    match std::fs::canonicalize(path) {
+        Ok(p) if p.is_dir() => Ok(p),
+        Ok(_) => Err(RegistryError::invalid(
+            "cwd",
+            format!("`{}` is not a directory", path.display()),
+        )),
+        Err(e) => Err(RegistryError::invalid(
+            "cwd",
+            format!("`{}`: {e}", path.display()),
+        )),
+    }
+}
+
+// Poisoning: every critical section either completes its in-memory update or does not start
+// it (disk I/O happens before the state is touched), so the data behind a poisoned lock is
+// consistent and we keep serving.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,519 @@
+//! drover's MCP tools: their parameters (whose JSON Schemas the calling model reads), the one
+//! table that lists them with their handlers, and the handlers, each of which calls one
+//! operation as the calling agent and shapes its answer for a model to read.
+//!
+//! A failed call is a tool error (the model reads it), never a protocol error: malformed
+//! arguments name the field (serde says which), and an operation's failure carries the same
+//! code a client of the protocol gets.
+
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use drover_core::{AgentId, WorktreeOptions};
+use drover_protocol::Delivery;
+use rmcp::model::{CallToolResult, ContentBlock, Tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::ops::agents::{CreateAgent, Placement, Summary};
+use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
+
+/// How long `wait_for_agent` waits unless told otherwise.
+const DEFAULT_WAIT: Duration = Duration::from_secs(50);
+
+// ---- parameters -------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum Relationship {
+    /// The new agent belongs to the caller: it shows in the caller's subagents, is archived
+    /// with it, and counts as running work of the caller.
+    Subagent,
+    /// The new agent stands alone (a handoff, fire and forget).
+    Detached,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum WorkspaceChoice {
+    /// The caller's workspace, optionally in another directory.
+    Current {
+        #[serde(default)]
+        cwd: Option<String>,
+    },
+    /// A new workspace.
+    Create { source: WorkspaceSource },
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum WorkspaceSource {
+    /// An existing directory, registered as a workspace of its own.
+    Directory { path: String },
+    /// A new git worktree of a repository (default: the caller's checkout).
+    Worktree(WorktreeParams),
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateAgentParams {
+    /// Required: `{"kind": "subagent"}` or `{"kind": "detached"}`.
+    relationship: Relationship,
+    /// Required: `{"kind": "current"}` or `{"kind": "create", "source": {...}}`.
+    workspace: WorkspaceChoice,
+    /// The first message of the new agent.
+    #[serde(default)]
+    prompt: Option<String>,
+    /// Default: the caller's provider.
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    auto_archive: bool,
+    /// Tell the caller (a queued message) when the new agent's turn ends, fails, or needs a
+    /// permission. Default true.
+    #[serde(default)]
+    notify_on_finish: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SendPromptParams {
+    agent_id: String,
+    prompt: String,
+    /// `followup` (default: after the current turn), `steer` (now), `inject` (context for the
+    /// next prompt).
+    #[serde(default)]
+    delivery: Option<Delivery>,
+    /// Default true: tell the caller how the turn goes.
+    #[serde(default)]
+    notify_on_finish: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AgentParams {
+    agent_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WaitParams {
+    agent_id: String,
+    /// At most 100; default 50.
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Scope {
+    /// The caller's subagents (default).
+    Subagents,
+    /// Every agent in the caller's workspace.
+    Workspace,
+    /// Every unarchived agent.
+    All,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListParams {
+    #[serde(default)]
+    scope: Option<Scope>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CancelParams {
+    agent_id: String,
+    #[serde(default)]
+    keep_inbox: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ArchiveParams {
+    agent_id: String,
+    /// Stop what still runs instead of refusing.
+    #[serde(default)]
+    stop_activity: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PermissionParams {
+    agent_id: String,
+    /// `allow_once`, `allow_always`, `reject_once` or `reject_always`.
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    option_id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WorktreeParams {
+    /// The checkout to branch from (default: yours).
+    #[serde(default)]
+    repository: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    branch: Option<String>,
+    #[serde(default)]
+    base: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ArchiveWorktreeParams {
+    workspace_id: String,
+    /// Archive even with uncommitted changes or unpushed commits (the branch is kept).
+    #[serde(default)]
+    force: bool,
+}
+
+// ---- the table ----------------------------------------------------------------------------
+
+/// Lists every tool once: its name, parameters, handler and description. The list a client
+/// sees and the dispatch of a call both come from here.
+macro_rules! tools {
+    ($($name:literal => $handler:ident($params:ty): $description:literal,)*) => {
+        static TOOLS: LazyLock<Vec<Tool>> =
+            LazyLock::new(|| vec![$(tool::<$params>($name, $description),)*]);
+
+        /// Runs the tool `name`, or `None` if there is no such tool.
+        pub(super) async fn call(
+            ops: &Ops,
+            caller: AgentId,
+            name: &str,
+            arguments: Value,
+        ) -> Option<CallToolResult> {
+            let result = match name {
+                $($name => match parse::<$params>(arguments) {
+                    Ok(params) => $handler(ops, caller, params).await,
+                    Err(e) => Err(e),
+                },)*
+                _ => return None,
+            };
+            Some(match result {
+                Ok(value) => CallToolResult::success(vec![ContentBlock::text(
+                    serde_json::to_string_pretty(&value).unwrap_or_default(),
+                )]),
+                Err(e) => tool_error(&e),
+            })
+        }
+    };
+}
+
+tools! {
+    "create_agent" => create_agent(CreateAgentParams):
+        "Create an agent; returns its id at once (it runs in the background). `relationship` and `workspace` are required decisions: a subagent belongs to you (listed under you, archived with you); a detached agent stands alone. With notifyOnFinish (default) you get a message when its turn ends, fails or needs a permission.",
+    "send_prompt" => send_prompt(SendPromptParams):
+        "Send a prompt to an agent you control (yourself or a descendant): followup (after its current turn), steer (now) or inject (context for its next prompt). Returns at once; with notifyOnFinish (default) you get a message when the turn ends.",
+    "wait_for_agent" => wait_for_agent(WaitParams):
+        "Wait until an agent is idle, needs a permission, or failed, or until the timeout (at most 100 s); call again to keep waiting.",
+    "get_agent" => get_agent(AgentParams):
+        "An agent's status, attention, last message and pending permission.",
+    "list_agents" => list_agents(ListParams):
+        "List agents: your subagents (default), your workspace's agents, or all.",
+    "cancel_agent" => cancel_agent(CancelParams):
+        "Cancel the running turn of an agent you control.",
+    "archive_agent" => archive_agent(ArchiveParams):
+        "Archive an agent you control (and its subagents). Refused while it still runs work unless stopActivity.",
+    "detach_agent" => detach_agent(AgentParams):
+        "Detach one of your subagents: it keeps running on its own.",
+    "answer_permission" => answer_permission(PermissionParams):
+        "Answer the oldest pending permission request of an agent you control, by option kind or id.",
+    "list_providers" => list_providers(NoParams):
+        "The providers agents can be created with, and whether each is available.",
+    "create_worktree" => create_worktree(WorktreeParams):
+        "Create a git worktree (a new branch) as a workspace, running the repository's drover.toml setup; create agents in it with create_agent and workspace {kind: current, cwd: <its path>}.",
+    "list_worktrees" => list_worktrees(NoParams):
+        "The worktree workspaces drover made and that are not archived.",
+    "archive_worktree" => archive_worktree(ArchiveWorktreeParams):
+        "Archive a worktree workspace: refused with uncommitted changes or unpushed commits unless force; runs teardown, removes the worktree, archives its agents (the branch with unmerged commits is kept).",
+}
+
+/// Every tool, for `tools/list`.
+pub(super) fn list() -> &'static [Tool] {
+    &TOOLS
+}
+
+fn tool<T: JsonSchema>(name: &'static str, description: &'static str) -> Tool {
+    let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
+    let object = schema.as_object().cloned().unwrap_or_default();
+    Tool::new(name, description, Arc::new(object))
+}
+
+/// Malformed arguments, named by serde.
+fn parse<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, OpError> {
+    serde_json::from_value(arguments).map_err(|e| OpError::Invalid {
+        field: "arguments",
+        message: e.to_string(),
+    })
+}
+
+/// An operation's failure as the calling model reads it: the message, then the stable code
+/// (and the details, such as the running work of a refused archive), as text and as
+/// structured content.
+fn tool_error(e: &OpError) -> CallToolResult {
+    let message = match e {
+        OpError::Invalid {
+            field: "arguments",
+            message,
+        } => format!("invalid arguments: {message}"),
+        e => e.to_string(),
+    };
+    let details = e.details();
+    let mut text = format!("{message}\ncode: {}", e.code());
+    if let Some(details) = &details {
+        text.push_str(&format!("\ndetails: {details}"));
+    }
+    let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(json!({
+        "code": e.code().as_str(),
+        "message": message,
+        "details": details,
+    }));
+    result
+}
+
+type ToolResult = Result<Value, OpError>;
+
+// ---- the tools ----------------------------------------------------------------------------
+
+async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> ToolResult {
+    let placement = match params.workspace {
+        WorkspaceChoice::Current { cwd } => Placement::Existing {
+            cwd: cwd.map(PathBuf::from),
+            workspace: None,
+        },
+        WorkspaceChoice::Create {
+            source: WorkspaceSource::Directory { path },
+        } => Placement::NewDirectory {
+            path: PathBuf::from(path),
+        },
+        WorkspaceChoice::Create {
+            source: WorkspaceSource::Worktree(worktree),
+        } => Placement::NewWorktree {
+            source: worktree.repository.clone().map(PathBuf::from),
+            options: worktree_options(worktree),
+        },
+    };
+    let notify = params.notify_on_finish.unwrap_or(true).then_some(caller);
+    let request = CreateAgent {
+        provider: params.provider,
+        placement,
+        prompt: params.prompt,
+        title: params.title,
+        model: params.model,
+        mode: params.mode,
+        labels: Default::default(),
+        parent: matches!(params.relationship, Relationship::Subagent).then_some(caller),
+        auto_archive: params.auto_archive,
+        permission_policy: None,
+        notify,
+    };
+    let created = ops.create_agent(Caller::Agent(caller), request).await?;
+    let agent = created.agent;
+    let mut answer = json!({
+        "agentId": agent.id.to_string(),
+        "title": agent.title,
+        "provider": agent.provider,
+        "cwd": agent.cwd,
+        "workspaceId": agent.workspace_id.to_string(),
+        "relationship": if agent.parent_id().is_some() { "subagent" } else { "detached" },
+        "notifyOnFinish": notify.is_some(),
+    });
+    if let Some(made) = created.worktree {
+        answer["worktree"] = json!({
+            "path": made.workspace.path,
+            "branch": made.workspace.worktree.as_ref().map(|w| w.branch.clone()),
+            "setup": made.setup,
+        });
+    }
+    Ok(answer)
+}
+
+async fn send_prompt(ops: &Ops, caller: AgentId, params: SendPromptParams) -> ToolResult {
+    let id = parse_agent(&params.agent_id)?;
+    let sent = ops
+        .send_message(
+            Caller::Agent(caller),
+            id,
+            params.prompt,
+            params.delivery.unwrap_or(Delivery::Followup),
+            params.notify_on_finish.unwrap_or(true),
+        )
+        .await?;
+    Ok(
+        json!({"agentId": id.to_string(), "messageId": sent.message_id, "notifyOnFinish": sent.notify}),
+    )
+}
+
+async fn wait_for_agent(ops: &Ops, _caller: AgentId, params: WaitParams) -> ToolResult {
+    let id = parse_agent(&params.agent_id)?;
+    let timeout = params
+        .timeout_seconds
+        .map_or(DEFAULT_WAIT, Duration::from_secs);
+    let (summary, timed_out) = ops.wait_until_settled(id, timeout).await?;
+    let mut report = describe(&summary);
+    report["timedOut"] = json!(timed_out);
+    Ok(report)
+}
+
+async fn get_agent(ops: &Ops, _caller: AgentId, params: AgentParams) -> ToolResult {
+    let id = parse_agent(&params.agent_id)?;
+    Ok(describe(&ops.summary(id).await?))
+}
+
+fn describe(summary: &Summary) -> Value {
+    let agent = &summary.agent;
+    json!({
+        "agentId": agent.id.to_string(),
+        "title": agent.title,
+        "provider": agent.provider,
+        "status": agent.status.as_str(),
+        "attention": agent.attention.map(|a| a.reason.as_str()),
+        "error": agent.last_error,
+        "archived": agent.is_archived(),
+        "parentAgentId": agent.parent_id().map(|p| p.to_string()),
+        "cwd": agent.cwd,
+        "lastMessage": summary.last_message,
+        "pendingPermission": summary.pending.first(),
+    })
+}
+
+async fn list_agents(ops: &Ops, caller: AgentId, params: ListParams) -> ToolResult {
+    let me = ops.agent(caller)?;
+    let list: Vec<Value> = ops
+        .list_agents(false)
+        .iter()
+        .filter(
+            |a| match params.scope.as_ref().unwrap_or(&Scope::Subagents) {
+                Scope::Subagents => a.parent_id() == Some(caller),
+                Scope::Workspace => a.workspace_id == me.workspace_id,
+                Scope::All => true,
+            },
+        )
+        .map(|a| {
+            json!({
+                "agentId": a.id.to_string(),
+                "title": a.title,
+                "provider": a.provider,
+                "status": a.status.as_str(),
+                "attention": a.attention.map(|x| x.reason.as_str()),
+                "parentAgentId": a.parent_id().map(|p| p.to_string()),
+            })
+        })
+        .collect();
+    Ok(json!({"agents": list}))
+}
+
+async fn cancel_agent(ops: &Ops, caller: AgentId, params: CancelParams) -> ToolResult {
+    let id = parse_agent(&params.agent_id)?;
+    ops.cancel(Caller::Agent(caller), id, params.keep_inbox)
+        .await?;
+    Ok(json!({"agentId": id.to_string(), "cancelled": true}))
+}
+
+async fn archive_agent(ops: &Ops, caller: AgentId, params: ArchiveParams) -> ToolResult {
+    let id = parse_agent(&params.agent_id)?;
+    let outcome = ops
+        .archive(Caller::Agent(caller), id, params.stop_activity)
+        .await?;
+    Ok(json!({
+        "archived": outcome.archived.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "stopped": outcome.stopped,
+    }))
+}
+
+async fn detach_agent(ops: &Ops, caller: AgentId, params: AgentParams) -> ToolResult {
+    let id = parse_agent(&params.agent_id)?;
+    ops.detach(Caller::Agent(caller), id).await?;
+    Ok(json!({"agentId": id.to_string(), "detached": true}))
+}
+
+async fn answer_permission(ops: &Ops, caller: AgentId, params: PermissionParams) -> ToolResult {
+    let id = parse_agent(&params.agent_id)?;
+    ops.answer_permission(
+        Caller::Agent(caller),
+        id,
+        None,
+        params.kind,
+        params.option_id,
+        false,
+    )
+    .await?;
+    Ok(json!({"agentId": id.to_string(), "answered": true}))
+}
+
+async fn list_providers(ops: &Ops, _caller: AgentId, _params: NoParams) -> ToolResult {
+    let list: Vec<Value> = ops
+        .list_providers()
+        .iter()
+        .map(|p| json!({"name": p.name, "label": p.label, "available": p.available}))
+        .collect();
+    Ok(json!({"providers": list}))
+}
+
+async fn create_worktree(ops: &Ops, caller: AgentId, params: WorktreeParams) -> ToolResult {
+    let source = params.repository.clone().map(PathBuf::from);
+    let created = ops
+        .create_worktree(Caller::Agent(caller), source, worktree_options(params))
+        .await?;
+    Ok(json!({
+        "workspaceId": created.workspace.id.to_string(),
+        "path": created.workspace.path,
+        "branch": created.workspace.worktree.as_ref().map(|w| w.branch.clone()),
+        "setup": created.setup,
+    }))
+}
+
+async fn list_worktrees(ops: &Ops, _caller: AgentId, _params: NoParams) -> ToolResult {
+    let list: Vec<Value> = ops
+        .list_workspaces(false)
+        .iter()
+        .filter_map(|w| {
+            let info = w.worktree.as_ref()?;
+            Some(json!({
+                "workspaceId": w.id.to_string(),
+                "path": w.path,
+                "branch": info.branch,
+                "source": info.source,
+                "base": info.base,
+            }))
+        })
+        .collect();
+    Ok(json!({"worktrees": list}))
+}
+
+async fn archive_worktree(ops: &Ops, caller: AgentId, params: ArchiveWorktreeParams) -> ToolResult {
+    let id = parse_workspace(&params.workspace_id)?;
+    let outcome = ops
+        .archive_workspace(Caller::Agent(caller), id, params.force)
+        .await?;
+    Ok(serde_json::to_value(outcome).unwrap_or(Value::Null))
+}
+
+fn worktree_options(params: WorktreeParams) -> WorktreeOptions {
+    WorktreeOptions {
+        name: params.name,
+        branch: params.branch,
+        base: params.base,
+        setup_timeout: None,
+    }
+}

@@ -1,0 +1,306 @@
+//! Agents: create one (in an existing workspace, a new directory, or a new git worktree),
+//! initialize it for a client, read it and its timeline, wait for it, set its mode and model.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use drover_acp::PendingPermission;
+use drover_core::timeline::{Page, TimelinePage};
+use drover_core::{
+    Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, PermissionPolicy,
+    ProviderConfig, WorkspaceId, WorktreeOptions,
+};
+
+use super::{Caller, OpError, Ops};
+
+/// Timeline items a client gets when it initializes an agent, unless it asks for another
+/// number.
+pub(crate) const DEFAULT_HISTORY: usize = 200;
+/// The most items one page holds.
+pub(crate) const MAX_PAGE: usize = 1000;
+/// The longest an agent's `wait_for_agent` waits before answering "still running": under
+/// the usual MCP client tool timeout, so the caller gets an answer and can call again.
+pub(crate) const MAX_AGENT_WAIT: Duration = Duration::from_secs(100);
+/// The longest a client's `wait_idle` waits.
+const MAX_CLIENT_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Where a new agent works.
+#[derive(Debug, Clone)]
+pub(crate) enum Placement {
+    /// In `cwd`, in the given workspace or the one registered for `cwd` (made if none is).
+    /// Without `cwd`, in the workspace's directory; without either, the caller's.
+    Existing {
+        cwd: Option<PathBuf>,
+        workspace: Option<WorkspaceId>,
+    },
+    /// In `path`, registered as a workspace of its own.
+    NewDirectory { path: PathBuf },
+    /// In a new git worktree of the checkout at `source` (the caller's cwd when absent).
+    NewWorktree {
+        source: Option<PathBuf>,
+        options: WorktreeOptions,
+    },
+}
+
+/// What a new agent is.
+#[derive(Debug, Clone)]
+pub(crate) struct CreateAgent {
+    /// Default: the calling agent's provider (required from a user).
+    pub(crate) provider: Option<String>,
+    pub(crate) placement: Placement,
+    pub(crate) prompt: Option<String>,
+    pub(crate) title: Option<String>,
+    /// Default: the calling agent's model, else the provider's.
+    pub(crate) model: Option<String>,
+    pub(crate) mode: Option<String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) parent: Option<AgentId>,
+    pub(crate) auto_archive: bool,
+    /// Default: the calling agent's policy, else `ask`.
+    pub(crate) permission_policy: Option<PermissionPolicy>,
+    /// Tell this agent how the first turn goes (a queued message when it ends, fails, or
+    /// waits for a permission).
+    pub(crate) notify: Option<AgentId>,
+}
+
+/// A new agent, and the worktree made for it if one was.
+#[derive(Debug)]
+pub(crate) struct Created {
+    pub(crate) agent: Agent,
+    pub(crate) worktree: Option<CreatedWorktree>,
+}
+
+/// What a client gets when it opens an agent.
+#[derive(Debug)]
+pub(crate) struct Initialized {
+    pub(crate) agent: Agent,
+    pub(crate) page: TimelinePage,
+    pub(crate) pending: Vec<PendingPermission>,
+}
+
+/// An agent at a glance: what an agent asks about another.
+#[derive(Debug)]
+pub(crate) struct Summary {
+    pub(crate) agent: Agent,
+    /// The text of its last `agent_message`, if any of its recent items is one.
+    pub(crate) last_message: Option<String>,
+    pub(crate) pending: Vec<PendingPermission>,
+}
+
+impl Ops {
+    /// Creates an agent, starts its runtime and queues its first message. Everything that can
+    /// be checked is checked before anything is made; a worktree made for an agent that then
+    /// cannot be recorded is removed again (see `Registry::create_agent_in_worktree`).
+    pub(crate) async fn create_agent(
+        &self,
+        caller: Caller,
+        request: CreateAgent,
+    ) -> Result<Created, OpError> {
+        let me = match caller {
+            Caller::Agent(id) => Some(self.agent(id)?),
+            Caller::User => None,
+        };
+        let provider = request
+            .provider
+            .or_else(|| me.as_ref().map(|m| m.provider.clone()))
+            .ok_or_else(|| OpError::invalid("provider", "name a provider"))?;
+        let mut new = NewAgent {
+            provider,
+            cwd: PathBuf::new(),
+            workspace_id: None,
+            title: request.title,
+            labels: request.labels,
+            parent: request.parent,
+            auto_archive: request.auto_archive,
+            config: ProviderConfig {
+                model: request
+                    .model
+                    .or_else(|| me.as_ref().and_then(|m| m.config.model.clone())),
+                mode: request.mode,
+                permission_policy: request
+                    .permission_policy
+                    .or_else(|| me.as_ref().map(|m| m.config.permission_policy))
+                    .unwrap_or_default(),
+            },
+        };
+        if let Some(parent) = new.parent {
+            self.controlled(caller, parent)?;
+        }
+        self.runtimes.prepare(&mut new)?;
+        let my_cwd = me.as_ref().map(|m| m.cwd.clone());
+        let (agent, worktree) = match request.placement {
+            Placement::NewWorktree { source, options } => {
+                let source = source
+                    .or(my_cwd)
+                    .ok_or_else(|| OpError::invalid("cwd", "name the repository"))?;
+                let (agent, made) = self
+                    .registry
+                    .create_agent_in_worktree(new, source, options)
+                    .await?;
+                (agent, Some(made))
+            }
+            Placement::NewDirectory { path } => {
+                let ws = self.registry.register_workspace(path, None).await?;
+                new.cwd = ws.path;
+                new.workspace_id = Some(ws.id);
+                (self.registry.create_agent(new).await?, None)
+            }
+            Placement::Existing { cwd, workspace } => {
+                let workspace = workspace.or(me.as_ref().map(|m| m.workspace_id));
+                new.cwd = match (cwd, workspace) {
+                    (Some(cwd), _) => cwd,
+                    (None, Some(ws)) => self.workspace(ws)?.path,
+                    (None, None) => {
+                        return Err(OpError::invalid("cwd", "give `cwd` or `workspaceId`"));
+                    }
+                };
+                new.workspace_id = workspace;
+                (self.registry.create_agent(new).await?, None)
+            }
+        };
+        self.runtimes
+            .start_new(&agent, request.prompt, request.notify)
+            .await?;
+        Ok(Created { agent, worktree })
+    }
+
+    /// Starts the agent's runtime if needed and reads what a client shows when it opens it:
+    /// the last `limit` timeline items and the permissions waiting for an answer.
+    pub(crate) async fn initialize_agent(
+        &self,
+        id: AgentId,
+        limit: Option<usize>,
+    ) -> Result<Initialized, OpError> {
+        self.agent(id)?;
+        self.runtimes.ensure_started(id).await?;
+        let limit = limit.unwrap_or(DEFAULT_HISTORY).min(MAX_PAGE);
+        let page = self.runtimes.timeline(id, Page::Tail { limit }).await?;
+        // Read after the page: the record is at least as new as the history.
+        let agent = self.agent(id)?;
+        let pending = self.runtimes.pending_permissions(id).await?;
+        Ok(Initialized {
+            agent,
+            page,
+            pending,
+        })
+    }
+
+    /// A page of the agent's timeline: items before `before`, after `after`, or the tail.
+    pub(crate) async fn timeline(
+        &self,
+        id: AgentId,
+        before: Option<u64>,
+        after: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<TimelinePage, OpError> {
+        self.agent(id)?;
+        let limit = limit.unwrap_or(DEFAULT_HISTORY).clamp(1, MAX_PAGE);
+        let page = match (before, after) {
+            (Some(_), Some(_)) => {
+                return Err(OpError::invalid(
+                    "before",
+                    "give `before` or `after`, not both",
+                ));
+            }
+            (Some(seq), None) => Page::Before { seq, limit },
+            (None, Some(seq)) => Page::After { seq, limit },
+            (None, None) => Page::Tail { limit },
+        };
+        Ok(self.runtimes.timeline(id, page).await?)
+    }
+
+    /// Every agent, archived ones too if asked.
+    pub(crate) fn list_agents(&self, include_archived: bool) -> Vec<Agent> {
+        self.registry
+            .agents()
+            .into_iter()
+            .filter(|a| include_archived || !a.is_archived())
+            .collect()
+    }
+
+    /// The agent, its last message and its pending permissions.
+    pub(crate) async fn summary(&self, id: AgentId) -> Result<Summary, OpError> {
+        let agent = self.agent(id)?;
+        let last_message = self
+            .runtimes
+            .timeline(id, Page::Tail { limit: 50 })
+            .await
+            .ok()
+            .and_then(|page| {
+                page.items
+                    .iter()
+                    .rev()
+                    .find(|i| i.kind == "agent_message")
+                    .and_then(|i| i.data.get("text")?.as_str().map(str::to_string))
+            });
+        let pending = self
+            .runtimes
+            .pending_permissions(id)
+            .await
+            .unwrap_or_default();
+        Ok(Summary {
+            agent,
+            last_message,
+            pending,
+        })
+    }
+
+    /// Waits until the agent is idle with nothing queued that would wake it, or `timeout`
+    /// (then `false`). An agent with no runtime is idle.
+    pub(crate) async fn wait_idle(
+        &self,
+        id: AgentId,
+        timeout: Option<Duration>,
+    ) -> Result<bool, OpError> {
+        self.agent(id)?;
+        let timeout = timeout.unwrap_or(MAX_CLIENT_WAIT).min(MAX_CLIENT_WAIT);
+        Ok(self.runtimes.wait_idle(id, timeout).await?)
+    }
+
+    /// Waits (at most [`MAX_AGENT_WAIT`]) until the agent needs someone: idle, asking for a
+    /// permission, or failed. Returns its summary and whether the wait timed out instead.
+    pub(crate) async fn wait_until_settled(
+        &self,
+        id: AgentId,
+        timeout: Duration,
+    ) -> Result<(Summary, bool), OpError> {
+        self.agent(id)?;
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_AGENT_WAIT);
+        loop {
+            let now = self.agent(id)?;
+            let permission = now.attention.map(|a| a.reason) == Some(AttentionReason::Permission);
+            let failed = now.status == AgentStatus::Error;
+            let idle = self
+                .runtimes
+                .wait_idle(id, Duration::from_millis(200))
+                .await?;
+            let settled = permission || failed || idle;
+            if settled || tokio::time::Instant::now() >= deadline {
+                return Ok((self.summary(id).await?, !settled));
+            }
+        }
+    }
+
+    /// Sets the mode (recorded, and sent to a live agent).
+    pub(crate) async fn set_mode(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        mode: String,
+    ) -> Result<(), OpError> {
+        self.controlled(caller, id)?;
+        Ok(self.runtimes.set_mode(id, mode).await?)
+    }
+
+    /// Sets the model (recorded, and sent to a live agent).
+    pub(crate) async fn set_model(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        model: String,
+    ) -> Result<(), OpError> {
+        self.controlled(caller, id)?;
+        Ok(self.runtimes.set_model(id, model).await?)
+    }
+}

@@ -1,0 +1,51 @@
+//! Archive (a soft delete with its cascade, refused while work runs unless it is stopped),
+//! unarchive, detach, and archiving the idle children of an agent.
+
+use drover_core::{AgentId, ArchiveOptions, ArchiveOutcome, BulkArchiveOutcome};
+
+use super::{Caller, OpError, Ops};
+
+impl Ops {
+    /// Archives the agent and its unarchived descendants. With running work: refused
+    /// (`agent_active`, listing it) unless `stop_activity`, which stops it.
+    pub(crate) async fn archive(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        stop_activity: bool,
+    ) -> Result<ArchiveOutcome, OpError> {
+        self.controlled(caller, id)?;
+        Ok(self
+            .registry
+            .archive(id, ArchiveOptions { stop_activity })
+            .await?)
+    }
+
+    pub(crate) async fn unarchive(&self, caller: Caller, id: AgentId) -> Result<(), OpError> {
+        self.controlled(caller, id)?;
+        self.registry.unarchive(id).await?;
+        Ok(())
+    }
+
+    /// Makes a subagent a top-level agent; it keeps running.
+    pub(crate) async fn detach(&self, caller: Caller, id: AgentId) -> Result<(), OpError> {
+        let target = self.controlled(caller, id)?;
+        if caller == Caller::Agent(target.id) {
+            return Err(OpError::NotPermitted(
+                "an agent cannot detach itself".to_string(),
+            ));
+        }
+        self.registry.detach(id).await?;
+        Ok(())
+    }
+
+    /// Archives the children that run nothing; reports the others.
+    pub(crate) async fn archive_idle_children(
+        &self,
+        caller: Caller,
+        id: AgentId,
+    ) -> Result<BulkArchiveOutcome, OpError> {
+        self.controlled(caller, id)?;
+        Ok(self.registry.archive_idle_children(id).await?)
+    }
+}

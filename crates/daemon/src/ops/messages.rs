@@ -1,0 +1,61 @@
+//! Messages to agents (followup, steer, inject) and cancelling their turns.
+
+use drover_core::inbox::{Delivery, InboxMessage};
+use drover_core::{AgentId, CancelCause};
+
+use super::{Caller, OpError, Ops};
+
+impl Ops {
+    /// Queues `text` for the agent; returns the message id once it is durable. When an agent
+    /// sends a message that wakes another agent, it is told how that turn goes unless
+    /// `notify_sender` is false.
+    pub(crate) async fn send_message(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        text: String,
+        delivery: Delivery,
+        notify_sender: bool,
+    ) -> Result<SentMessage, OpError> {
+        let target = self.controlled(caller, id)?;
+        if text.trim().is_empty() {
+            return Err(OpError::invalid("text", "must not be empty"));
+        }
+        let notify = match caller {
+            Caller::Agent(me) if notify_sender && me != target.id && delivery.wakes() => Some(me),
+            _ => None,
+        };
+        let message = InboxMessage::new(delivery, text, caller.source()).notifying(notify);
+        let message_id = self.runtimes.deliver_message(target.id, message).await?;
+        Ok(SentMessage {
+            message_id,
+            notify: notify.is_some(),
+        })
+    }
+
+    /// Cancels the running turn; without `keep_inbox`, queued messages are dropped too.
+    pub(crate) async fn cancel(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        keep_inbox: bool,
+    ) -> Result<(), OpError> {
+        let target = self.controlled(caller, id)?;
+        let cause = match caller {
+            Caller::Agent(me) if me != target.id => CancelCause::Parent,
+            _ => CancelCause::User,
+        };
+        Ok(self
+            .runtimes
+            .cancel_turn(target.id, cause, keep_inbox)
+            .await?)
+    }
+}
+
+/// A queued message.
+#[derive(Debug)]
+pub(crate) struct SentMessage {
+    pub(crate) message_id: String,
+    /// The sender will be told how the turn goes.
+    pub(crate) notify: bool,
+}

@@ -1,0 +1,207 @@
+//! The operations: everything a client can ask of drover, one function each, with typed
+//! arguments, typed results and one error type.
+//!
+//! The front-ends (the client protocol in `ws`, the MCP server in `mcp`, and through the
+//! protocol the CLI and the web UI) only decode a request, call one operation and encode its
+//! answer. What an operation means lives here once: which defaults apply, who may do it (an
+//! agent controls itself and its descendants; a user controls everything), and how a
+//! half-done operation is undone.
+//!
+//! - [`agents`]: create, initialize, read, wait for, and configure agents.
+//! - [`messages`]: send messages and cancel turns.
+//! - [`archive`]: archive, unarchive, detach, archive idle children.
+//! - [`permissions`]: answer permission requests.
+//! - [`workspaces`]: workspaces and the git worktrees drover makes.
+//! - [`providers`]: the providers agents can be created with.
+
+pub(crate) mod agents;
+pub(crate) mod archive;
+pub(crate) mod messages;
+pub(crate) mod permissions;
+pub(crate) mod providers;
+pub(crate) mod workspaces;
+
+use drover_acp::{AcpError, RuntimeManager, TimelineEvent};
+use drover_core::view::AgentsView;
+use drover_core::{
+    ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
+};
+use drover_protocol::ErrorCode;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+/// What the operations work on: the daemon's registry and runtimes.
+#[derive(Clone, Debug)]
+pub(crate) struct Ops {
+    pub(crate) registry: Registry,
+    pub(crate) runtimes: RuntimeManager,
+}
+
+/// Who asks. A user (any client of the protocol) may do anything; an agent (over MCP) may
+/// control only itself and its descendants, and read everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    User,
+    Agent(AgentId),
+}
+
+impl Caller {
+    /// The source recorded on messages this caller sends.
+    pub(crate) fn source(self) -> String {
+        match self {
+            Caller::User => "user".to_string(),
+            Caller::Agent(id) => format!("agent:{id}"),
+        }
+    }
+}
+
+/// Why an operation failed. Every front-end reports it with the same [`ErrorCode`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Runtime(AcpError),
+    /// A request that names a wrong value or combination.
+    #[error("`{field}`: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    /// An agent acting on what is not its own.
+    #[error("{0}")]
+    NotPermitted(String),
+    #[error("workspace `{0}` is not a worktree drover made")]
+    NotAWorktree(WorkspaceId),
+}
+
+impl From<AcpError> for OpError {
+    fn from(e: AcpError) -> OpError {
+        match e {
+            AcpError::Registry(e) => OpError::Registry(e),
+            other => OpError::Runtime(other),
+        }
+    }
+}
+
+impl OpError {
+    pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> OpError {
+        OpError::Invalid {
+            field,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn code(&self) -> ErrorCode {
+        match self {
+            OpError::Registry(e) => e.code(),
+            OpError::Runtime(e) => e.code(),
+            OpError::Invalid { .. } => ErrorCode::InvalidMessage,
+            OpError::NotPermitted(_) => ErrorCode::NotPermitted,
+            OpError::NotAWorktree(_) => ErrorCode::NotAWorktree,
+        }
+    }
+
+    /// What a client needs beyond the message: the running work of an `agent_active`
+    /// refusal, what a `worktree_dirty` worktree holds.
+    pub(crate) fn details(&self) -> Option<Value> {
+        match self {
+            OpError::Registry(RegistryError::AgentActive(report)) => {
+                serde_json::to_value(report).ok()
+            }
+            OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(
+                status,
+            ))) => serde_json::to_value(crate::wire::worktree_status(status)).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// An agent id as a client wrote it: one that is not a UUID names no agent.
+pub(crate) fn parse_agent(raw: &str) -> Result<AgentId, OpError> {
+    raw.parse()
+        .map_err(|_| RegistryError::UnknownAgent(shorten(raw)).into())
+}
+
+pub(crate) fn parse_workspace(raw: &str) -> Result<WorkspaceId, OpError> {
+    raw.parse()
+        .map_err(|_| RegistryError::UnknownWorkspace(shorten(raw)).into())
+}
+
+/// Enough of a client's string to recognise it in an error, not a megabyte of it.
+fn shorten(raw: &str) -> String {
+    raw.chars().take(80).collect()
+}
+
+impl Ops {
+    /// Every change to agent and workspace records, as it happens.
+    pub(crate) fn subscribe_changes(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.registry.subscribe()
+    }
+
+    /// Every change to every agent's timeline, as it happens.
+    pub(crate) fn subscribe_timelines(&self) -> broadcast::Receiver<TimelineEvent> {
+        self.runtimes.subscribe()
+    }
+
+    /// The workspace's activity bucket (`None`: no agent contributes).
+    pub(crate) fn workspace_activity(&self, id: WorkspaceId) -> Option<ActivityBucket> {
+        self.registry.workspace_activity(id)
+    }
+
+    /// The modes the agent's live runtime offers, if it is live and offers any.
+    pub(crate) fn modes(&self, id: AgentId) -> Option<Value> {
+        self.runtimes.modes(id)
+    }
+
+    pub(crate) fn agent(&self, id: AgentId) -> Result<Agent, OpError> {
+        self.registry
+            .get(id)
+            .ok_or_else(|| RegistryError::UnknownAgent(id.to_string()).into())
+    }
+
+    pub(crate) fn workspace(&self, id: WorkspaceId) -> Result<Workspace, OpError> {
+        self.registry
+            .workspace(id)
+            .ok_or_else(|| RegistryError::UnknownWorkspace(id.to_string()).into())
+    }
+
+    /// The agent `id`, if `caller` may control it: a user always, an agent itself and its
+    /// descendants.
+    pub(crate) fn controlled(&self, caller: Caller, id: AgentId) -> Result<Agent, OpError> {
+        let target = self.agent(id)?;
+        let Caller::Agent(me) = caller else {
+            return Ok(target);
+        };
+        if target.id == me {
+            return Ok(target);
+        }
+        let agents = self.registry.agents();
+        let view = Snapshot(agents.iter().map(|a| (a.id, a)).collect());
+        if drover_core::view::ancestors(&view, target.id).contains(&me) {
+            Ok(target)
+        } else {
+            Err(OpError::NotPermitted(format!(
+                "agent `{}` is not yours: you may control yourself and your own subagents (read-only tools work on any agent)",
+                target.id
+            )))
+        }
+    }
+}
+
+/// The registry's agents as a view, for lineage checks.
+struct Snapshot<'a>(std::collections::HashMap<AgentId, &'a Agent>);
+
+impl AgentsView for Snapshot<'_> {
+    fn agent(&self, id: AgentId) -> Option<&Agent> {
+        self.0.get(&id).copied()
+    }
+
+    fn children(&self, id: AgentId) -> Vec<AgentId> {
+        self.0
+            .values()
+            .filter(|a| a.parent_id() == Some(id))
+            .map(|a| a.id)
+            .collect()
+    }
+}

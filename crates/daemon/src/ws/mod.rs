@@ -1,0 +1,411 @@
+//! The client protocol over WebSocket (`/ws`): the handshake, the `agent_status` /
+//! `agent_update` / `workspace_update` streams, and the requests, which `requests` hands to
+//! the operations layer.
+//!
+//! Events are turned into JSON once, by the hub, and fanned out to every session through a
+//! broadcast channel. A session that falls behind (its socket is slow) lags on that channel:
+//! it is told `resync_required` and must re-initialize, while the daemon and the other
+//! sessions go on.
+
+mod requests;
+mod subscriptions;
+
+use std::sync::Arc;
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
+use drover_acp::TimelineEvent;
+use drover_core::{AgentId, Change, RegistryEvent};
+use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::ops::Ops;
+use crate::wire;
+use requests::Reply;
+use subscriptions::{Route, Subscriptions};
+
+/// How many serialized events a session may fall behind before it must resync.
+const HUB_CAPACITY: usize = 4096;
+/// Answers waiting to be written to one session's socket.
+const REPLY_CAPACITY: usize = 256;
+
+/// One event, serialized once for every session.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    /// `Some` for `agent_update`: only sessions that initialized this agent get it.
+    agent: Option<AgentId>,
+    revision: u64,
+    text: Utf8Bytes,
+}
+
+/// Fans registry and runtime events out to sessions.
+#[derive(Clone)]
+pub(crate) struct Hub {
+    tx: broadcast::Sender<Arc<Outgoing>>,
+}
+
+impl Hub {
+    pub(crate) fn start(ops: &Ops) -> Hub {
+        let (tx, _) = broadcast::channel(HUB_CAPACITY);
+        let hub = Hub { tx };
+        let mut changes = ops.subscribe_changes();
+        let mut timelines = ops.subscribe_timelines();
+        let out = hub.tx.clone();
+        let ops = ops.clone();
+        tokio::spawn(async move {
+            loop {
+                let outgoing = tokio::select! {
+                    change = changes.recv() => match change {
+                        Ok(event) => status_message(&event, &ops),
+                        Err(broadcast::error::RecvError::Lagged(n)) => resync(format!("the daemon dropped {n} registry events")),
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                    update = timelines.recv() => match update {
+                        Ok(event) => update_message(&event),
+                        Err(broadcast::error::RecvError::Lagged(n)) => resync(format!("the daemon dropped {n} timeline updates")),
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                };
+                let _ = out.send(Arc::new(outgoing));
+            }
+        });
+        hub
+    }
+}
+
+fn encode(message: &DaemonMessage) -> Utf8Bytes {
+    // Our own types always serialize.
+    Utf8Bytes::from(serde_json::to_string(message).unwrap_or_default())
+}
+
+fn resync(reason: String) -> Outgoing {
+    Outgoing {
+        agent: None,
+        revision: 0,
+        text: encode(&DaemonMessage::ResyncRequired { reason }),
+    }
+}
+
+fn status_message(event: &RegistryEvent, ops: &Ops) -> Outgoing {
+    let message = match &event.change {
+        Change::AgentCreated(agent) | Change::AgentUpdated(agent) => DaemonMessage::AgentStatus {
+            agent: wire::agent_info(agent, ops.modes(agent.id)),
+        },
+        Change::WorkspaceRegistered(ws) => DaemonMessage::WorkspaceUpdate {
+            workspace: Some(wire::workspace_info(ws, ops.workspace_activity(ws.id))),
+            workspace_id: ws.id.to_string(),
+            activity: wire::bucket(ops.workspace_activity(ws.id)),
+        },
+        Change::WorkspaceActivity(change) => DaemonMessage::WorkspaceUpdate {
+            workspace: None,
+            workspace_id: change.workspace_id.to_string(),
+            activity: wire::bucket(change.activity),
+        },
+    };
+    Outgoing {
+        agent: None,
+        revision: 0,
+        text: encode(&message),
+    }
+}
+
+fn update_message(event: &TimelineEvent) -> Outgoing {
+    Outgoing {
+        agent: Some(event.agent_id),
+        revision: event.revision,
+        text: encode(&DaemonMessage::AgentUpdate(wire::update(event))),
+    }
+}
+
+/// What one session shares with the daemon.
+#[derive(Clone)]
+pub(crate) struct Context {
+    pub(crate) ops: Ops,
+    pub(crate) hub: Hub,
+    /// Required in `hello` when the daemon listens beyond loopback.
+    pub(crate) token: Option<Arc<str>>,
+}
+
+/// A request's reply, and the agent whose updates the session held for it (an
+/// `initialize_agent_request`).
+struct Answer {
+    held: Option<AgentId>,
+    reply: Reply,
+}
+
+/// What a session does after a frame.
+enum Next {
+    Continue,
+    /// The connection is over (the client left, or was told to go).
+    Close,
+}
+
+/// Runs one connection until the client leaves or the daemon stops.
+pub(crate) async fn session(
+    mut socket: WebSocket,
+    context: Context,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut session = Session {
+        id: drover_core::AgentId::new().to_string(),
+        // Replaced at `hello`: events from before the `session_state` snapshot are not sent.
+        events: context.hub.tx.subscribe(),
+        subscriptions: Subscriptions::default(),
+        greeted: false,
+        context,
+    };
+    let (reply_tx, mut replies) = mpsc::channel::<Answer>(REPLY_CAPACITY);
+    loop {
+        let next = tokio::select! {
+            () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                let _ = socket.send(Message::Close(Some(CloseFrame { code: close_code::AWAY, reason: "the daemon is shutting down".into() }))).await;
+                Next::Close
+            }
+            frame = socket.recv() => session.on_frame(&mut socket, frame, &reply_tx).await,
+            Some(answer) = replies.recv() => session.on_answer(&mut socket, answer).await,
+            event = session.events.recv(), if session.greeted => session.on_event(&mut socket, event).await,
+        };
+        if matches!(next, Next::Close) {
+            return;
+        }
+    }
+}
+
+/// One connection's state.
+struct Session {
+    id: String,
+    context: Context,
+    events: broadcast::Receiver<Arc<Outgoing>>,
+    subscriptions: Subscriptions,
+    greeted: bool,
+}
+
+/// Sends one message; `Close` if the socket is gone.
+async fn send(socket: &mut WebSocket, text: Utf8Bytes) -> Next {
+    match socket.send(Message::Text(text)).await {
+        Ok(()) => Next::Continue,
+        Err(_) => Next::Close,
+    }
+}
+
+impl Session {
+    async fn on_frame(
+        &mut self,
+        socket: &mut WebSocket,
+        frame: Option<Result<Message, axum::Error>>,
+        replies: &mpsc::Sender<Answer>,
+    ) -> Next {
+        let text = match frame {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Binary(_))) => {
+                let error = request_error(
+                    None,
+                    ErrorCode::InvalidMessage,
+                    "binary frames are not part of the protocol; send JSON text".into(),
+                    None,
+                );
+                return send(socket, encode(&error)).await;
+            }
+            Some(Ok(Message::Close(_))) | None => return Next::Close,
+            Some(Ok(_)) => return Next::Continue,
+            Some(Err(e)) => {
+                if is_too_big(&e) {
+                    let _ = socket
+                        .send(Message::Close(Some(CloseFrame {
+                            code: close_code::SIZE,
+                            reason: "message too big".into(),
+                        })))
+                        .await;
+                }
+                return Next::Close;
+            }
+        };
+        let message = match decode_client(&text) {
+            Ok(message) => message,
+            Err(e) => {
+                let error = request_error(e.request_id, e.code, e.message, None);
+                return send(socket, encode(&error)).await;
+            }
+        };
+        if let ClientMessage::Hello {
+            protocol_version,
+            token,
+            include_archived,
+            ..
+        } = &message
+        {
+            return self
+                .hello(
+                    socket,
+                    *protocol_version,
+                    token.as_deref(),
+                    *include_archived,
+                )
+                .await;
+        }
+        if !self.greeted {
+            let error = request_error(
+                message.request_id().map(str::to_string),
+                ErrorCode::HelloRequired,
+                "send `hello` first".into(),
+                None,
+            );
+            return send(socket, encode(&error)).await;
+        }
+        let held = match &message {
+            ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
+                .parse::<AgentId>()
+                .ok()
+                .filter(|agent| self.subscriptions.begin(*agent)),
+            _ => None,
+        };
+        // Requests run beside the session, so a slow one (a `wait_idle`) holds up nothing.
+        let ops = self.context.ops.clone();
+        let replies = replies.clone();
+        tokio::spawn(async move {
+            let reply = requests::handle(message, &ops).await;
+            let _ = replies.send(Answer { held, reply }).await;
+        });
+        Next::Continue
+    }
+
+    /// `hello`: checks the token and the version, then sends `welcome` and `session_state`.
+    async fn hello(
+        &mut self,
+        socket: &mut WebSocket,
+        protocol_version: u32,
+        token: Option<&str>,
+        include_archived: bool,
+    ) -> Next {
+        if let Some(expected) = &self.context.token
+            && token != Some(&**expected)
+        {
+            let error = request_error(
+                None,
+                ErrorCode::Unauthorized,
+                "this daemon needs its token (the `token` file in its home) in `hello`".into(),
+                None,
+            );
+            let _ = socket.send(Message::Text(encode(&error))).await;
+            let _ = socket
+                .send(Message::Close(Some(CloseFrame {
+                    code: close_code::POLICY,
+                    reason: "unauthorized".into(),
+                })))
+                .await;
+            return Next::Close;
+        }
+        if protocol_version != PROTOCOL_VERSION {
+            let error = request_error(
+                None,
+                ErrorCode::UnsupportedVersion,
+                format!("this daemon speaks protocol {PROTOCOL_VERSION}, not {protocol_version}"),
+                None,
+            );
+            return send(socket, encode(&error)).await;
+        }
+        if !self.greeted {
+            // Subscribe before taking the snapshot: a change between the two is sent again
+            // rather than lost.
+            self.events = self.context.hub.tx.subscribe();
+            self.greeted = true;
+        }
+        let welcome = DaemonMessage::Welcome {
+            daemon_version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol_version: PROTOCOL_VERSION,
+            session_id: self.id.clone(),
+        };
+        let state = requests::session_state(&self.context.ops, include_archived);
+        match send(socket, encode(&welcome)).await {
+            Next::Continue => send(socket, encode(&state)).await,
+            Next::Close => Next::Close,
+        }
+    }
+
+    async fn on_answer(&mut self, socket: &mut WebSocket, answer: Answer) -> Next {
+        let Answer { held, reply } = answer;
+        let (message, release) = match reply {
+            Reply::Send(message) => {
+                if let Some(agent) = held {
+                    self.subscriptions.finish(agent, true, None);
+                }
+                (message, Vec::new())
+            }
+            Reply::Initialized {
+                agent,
+                revision,
+                message,
+            } => (
+                message,
+                self.subscriptions
+                    .finish(agent, held.is_some(), Some(revision)),
+            ),
+        };
+        if let Next::Close = send(socket, encode(&message)).await {
+            return Next::Close;
+        }
+        for event in release {
+            if let Next::Close = send(socket, event.text.clone()).await {
+                return Next::Close;
+            }
+        }
+        Next::Continue
+    }
+
+    async fn on_event(
+        &mut self,
+        socket: &mut WebSocket,
+        event: Result<Arc<Outgoing>, broadcast::error::RecvError>,
+    ) -> Next {
+        let text = match event {
+            Ok(event) => match self.subscriptions.route(&event) {
+                Route::Send => event.text.clone(),
+                Route::Skip => return Next::Continue,
+                Route::Overflow => {
+                    self.subscriptions.reset();
+                    encode(&DaemonMessage::ResyncRequired {
+                        reason: "this session fell behind while initializing an agent".to_string(),
+                    })
+                }
+            },
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                // Too slow: drop the subscriptions; the client re-initializes.
+                self.subscriptions.reset();
+                encode(&DaemonMessage::ResyncRequired {
+                    reason: format!("this session fell {n} events behind"),
+                })
+            }
+            Err(broadcast::error::RecvError::Closed) => return Next::Close,
+        };
+        send(socket, text).await
+    }
+}
+
+/// Whether a receive error is a frame over the size limit (tungstenite's capacity error,
+/// which axum wraps).
+fn is_too_big(e: &axum::Error) -> bool {
+    use std::error::Error as _;
+    use tokio_tungstenite::tungstenite;
+    let mut source = e.source();
+    while let Some(inner) = source {
+        if let Some(ws) = inner.downcast_ref::<tungstenite::Error>() {
+            return matches!(ws, tungstenite::Error::Capacity(_));
+        }
+        source = inner.source();
+    }
+    false
+}
+
+pub(crate) fn request_error(
+    request_id: Option<String>,
+    code: ErrorCode,
+    message: String,
+    details: Option<Value>,
+) -> DaemonMessage {
+    DaemonMessage::RequestError {
+        request_id,
+        code: code.as_str().to_string(),
+        message,
+        details,
+    }
+}

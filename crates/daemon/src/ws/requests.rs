@@ -1,0 +1,410 @@
+//! The client protocol's requests: each decoded [`ClientMessage`] calls one operation and
+//! encodes its answer. Nothing here decides anything; see `crate::ops`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use drover_core::AgentId;
+use drover_core::WorktreeOptions;
+use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode, NewWorktree};
+use serde_json::Value;
+
+use super::request_error;
+use crate::ops::agents::{CreateAgent, Placement};
+use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
+use crate::wire;
+
+/// Every client of the protocol is the machine's user.
+const CALLER: Caller = Caller::User;
+
+/// What a request hands back to the session loop.
+pub(super) enum Reply {
+    Send(DaemonMessage),
+    /// `agent_initialized`: send it, then let through only the updates newer than `revision`.
+    Initialized {
+        agent: AgentId,
+        revision: u64,
+        message: DaemonMessage,
+    },
+}
+
+/// Answers one request (never `hello`: the session answers that itself).
+pub(super) async fn handle(message: ClientMessage, ops: &Ops) -> Reply {
+    let request_id = message.request_id().map(str::to_string);
+    match answer(message, ops).await {
+        Ok(reply) => reply,
+        Err(e) => Reply::Send(request_error(
+            request_id,
+            e.code(),
+            e.to_string(),
+            e.details(),
+        )),
+    }
+}
+
+type Answered = Result<Reply, OpError>;
+
+async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
+    use ClientMessage as M;
+    match message {
+        M::Hello { .. } => Ok(Reply::Send(request_error(
+            None,
+            ErrorCode::InvalidMessage,
+            "`hello` was already sent".into(),
+            None,
+        ))),
+        M::InitializeAgentRequest {
+            agent_id,
+            request_id,
+            limit,
+        } => initialize_agent(ops, request_id, &agent_id, limit).await,
+        M::FetchTimeline {
+            agent_id,
+            request_id,
+            before,
+            after,
+            limit,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            let page = ops.timeline(id, before, after, limit).await?;
+            send(DaemonMessage::TimelinePage {
+                request_id,
+                agent_id: id.to_string(),
+                items: page
+                    .items
+                    .iter()
+                    .filter_map(|i| serde_json::to_value(i).ok())
+                    .collect(),
+                has_older: page.has_older,
+                has_newer: page.has_newer,
+            })
+        }
+        message @ M::CreateAgent { .. } => create_agent(ops, message).await,
+        M::SendMessage {
+            request_id,
+            agent_id,
+            text,
+            delivery,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            let sent = ops.send_message(CALLER, id, text, delivery, false).await?;
+            send(DaemonMessage::MessageQueued {
+                request_id,
+                agent_id: id.to_string(),
+                message_id: sent.message_id,
+            })
+        }
+        M::Cancel {
+            request_id,
+            agent_id,
+            keep_inbox,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.cancel(CALLER, id, keep_inbox).await?;
+            ok(request_id, id)
+        }
+        M::Archive {
+            request_id,
+            agent_id,
+            stop_activity,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            let outcome = ops.archive(CALLER, id, stop_activity).await?;
+            send(DaemonMessage::Archived {
+                request_id,
+                agent_id: id.to_string(),
+                archived: outcome.archived.iter().map(ToString::to_string).collect(),
+                stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
+            })
+        }
+        M::Unarchive {
+            request_id,
+            agent_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.unarchive(CALLER, id).await?;
+            ok(request_id, id)
+        }
+        M::Detach {
+            request_id,
+            agent_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.detach(CALLER, id).await?;
+            ok(request_id, id)
+        }
+        M::ArchiveIdleChildren {
+            request_id,
+            agent_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            let outcome = ops.archive_idle_children(CALLER, id).await?;
+            send(DaemonMessage::ChildrenArchived {
+                request_id,
+                agent_id: id.to_string(),
+                archived: outcome.archived.iter().map(ToString::to_string).collect(),
+                skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
+            })
+        }
+        M::AnswerPermission {
+            request_id,
+            agent_id,
+            seq,
+            kind,
+            option_id,
+            cancel,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.answer_permission(CALLER, id, seq, kind, option_id, cancel)
+                .await?;
+            ok(request_id, id)
+        }
+        M::SetMode {
+            request_id,
+            agent_id,
+            mode_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.set_mode(CALLER, id, mode_id).await?;
+            ok(request_id, id)
+        }
+        M::SetModel {
+            request_id,
+            agent_id,
+            model_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.set_model(CALLER, id, model_id).await?;
+            ok(request_id, id)
+        }
+        M::ListProviders { request_id } => send(DaemonMessage::Providers {
+            request_id,
+            providers: ops
+                .list_providers()
+                .into_iter()
+                .map(wire::provider)
+                .collect(),
+        }),
+        M::ListAgents {
+            request_id,
+            include_archived,
+        } => send(DaemonMessage::Agents {
+            request_id,
+            agents: ops
+                .list_agents(include_archived)
+                .iter()
+                .map(|a| wire::agent_info(a, ops.modes(a.id)))
+                .collect(),
+        }),
+        M::WaitIdle {
+            request_id,
+            agent_id,
+            timeout_ms,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            let idle = ops
+                .wait_idle(id, timeout_ms.map(Duration::from_millis))
+                .await?;
+            send(DaemonMessage::Idle {
+                request_id,
+                agent_id: id.to_string(),
+                idle,
+            })
+        }
+        M::ListWorkspaces {
+            request_id,
+            include_archived,
+        } => send(DaemonMessage::Workspaces {
+            request_id,
+            workspaces: workspace_infos(ops, include_archived),
+        }),
+        M::CreateWorktree {
+            request_id,
+            repository,
+            name,
+            branch,
+            base,
+        } => {
+            let options = worktree_options(NewWorktree { name, branch, base });
+            let created = ops
+                .create_worktree(CALLER, Some(PathBuf::from(repository)), options)
+                .await?;
+            let ws = &created.workspace;
+            send(DaemonMessage::WorktreeCreated {
+                request_id,
+                workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
+                setup: created.setup.iter().map(wire::command_run).collect(),
+            })
+        }
+        M::GetWorktreeStatus {
+            request_id,
+            workspace_id,
+        } => {
+            let id = parse_workspace(&workspace_id)?;
+            let status = ops.worktree_status(id).await?;
+            send(DaemonMessage::WorktreeStatus {
+                request_id,
+                workspace_id: id.to_string(),
+                status: wire::worktree_status(&status),
+            })
+        }
+        M::ArchiveWorkspace {
+            request_id,
+            workspace_id,
+            force,
+        } => {
+            let id = parse_workspace(&workspace_id)?;
+            let outcome = ops.archive_workspace(CALLER, id, force).await?;
+            send(DaemonMessage::WorkspaceArchived {
+                request_id,
+                workspace_id: id.to_string(),
+                archived_at: outcome.archived_at.map(|t| t.to_string()),
+                already_archived: outcome.already_archived,
+                agents: outcome.agents.iter().map(ToString::to_string).collect(),
+                worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
+            })
+        }
+    }
+}
+
+fn send(message: DaemonMessage) -> Answered {
+    Ok(Reply::Send(message))
+}
+
+fn ok(request_id: Option<String>, agent: AgentId) -> Answered {
+    send(DaemonMessage::Ok {
+        request_id,
+        agent_id: Some(agent.to_string()),
+    })
+}
+
+async fn initialize_agent(
+    ops: &Ops,
+    request_id: Option<String>,
+    raw: &str,
+    limit: Option<usize>,
+) -> Answered {
+    let id = parse_agent(raw)?;
+    let opened = ops.initialize_agent(id, limit).await?;
+    let agent = &opened.agent;
+    let message = DaemonMessage::AgentInitialized {
+        agent_id: id.to_string(),
+        info: wire::agent_info(agent, ops.modes(id)),
+        updates: opened
+            .page
+            .items
+            .iter()
+            .map(|i| wire::item_update(agent, i))
+            .collect(),
+        has_older: opened.page.has_older,
+        cursor: opened.page.items.first().map(|i| i.seq),
+        pending_permissions: opened
+            .pending
+            .iter()
+            .filter_map(|p| serde_json::to_value(p).ok())
+            .collect(),
+        request_id,
+    };
+    Ok(Reply::Initialized {
+        agent: id,
+        revision: opened.page.revision,
+        message,
+    })
+}
+
+async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
+    let ClientMessage::CreateAgent {
+        request_id,
+        provider,
+        cwd,
+        workspace_id,
+        prompt,
+        title,
+        model,
+        mode,
+        labels,
+        parent_agent_id,
+        auto_archive,
+        permission_policy,
+        worktree,
+    } = message
+    else {
+        return Err(OpError::invalid("type", "expected `create_agent`"));
+    };
+    let workspace = workspace_id.as_deref().map(parse_workspace).transpose()?;
+    let placement = match (worktree, cwd) {
+        (Some(_), _) if workspace.is_some() => {
+            return Err(OpError::invalid(
+                "worktree",
+                "a new worktree is a new workspace: give `cwd` (its repository), not `workspaceId`",
+            ));
+        }
+        (Some(worktree), Some(cwd)) => Placement::NewWorktree {
+            source: Some(PathBuf::from(cwd)),
+            options: worktree_options(worktree),
+        },
+        (Some(_), None) => {
+            return Err(OpError::invalid(
+                "cwd",
+                "give the repository to make the worktree of",
+            ));
+        }
+        (None, cwd) => {
+            if cwd.is_none() && workspace.is_none() {
+                return Err(OpError::invalid("cwd", "give `cwd` or `workspaceId`"));
+            }
+            Placement::Existing {
+                cwd: cwd.map(PathBuf::from),
+                workspace,
+            }
+        }
+    };
+    let parent = parent_agent_id.as_deref().map(parse_agent).transpose()?;
+    let request = CreateAgent {
+        provider: Some(provider),
+        placement,
+        prompt,
+        title,
+        model,
+        mode,
+        labels,
+        parent,
+        auto_archive,
+        permission_policy: Some(permission_policy),
+        notify: None,
+    };
+    let created = ops.create_agent(CALLER, request).await?;
+    send(DaemonMessage::AgentCreated {
+        request_id,
+        agent: wire::agent_info(&created.agent, ops.modes(created.agent.id)),
+    })
+}
+
+fn worktree_options(worktree: NewWorktree) -> WorktreeOptions {
+    WorktreeOptions {
+        name: worktree.name,
+        branch: worktree.branch,
+        base: worktree.base,
+        setup_timeout: None,
+    }
+}
+
+fn workspace_infos(ops: &Ops, include_archived: bool) -> Vec<drover_protocol::WorkspaceInfo> {
+    ops.list_workspaces(include_archived)
+        .iter()
+        .map(|w| wire::workspace_info(w, ops.workspace_activity(w.id)))
+        .collect()
+}
+
+/// The snapshot a session starts from: every agent (no history) and every workspace.
+pub(super) fn session_state(ops: &Ops, include_archived: bool) -> DaemonMessage {
+    DaemonMessage::SessionState {
+        agents: ops
+            .list_agents(include_archived)
+            .iter()
+            .map(|a| wire::agent_info(a, ops.modes(a.id)))
+            .collect(),
+        // Archived workspaces too, as before `list_workspaces` existed.
+        workspaces: workspace_infos(ops, true),
+    }
+}

@@ -1,0 +1,187 @@
+//! Which agents' timeline updates one session gets, and the hand-off that makes an
+//! `agent_initialized` answer plus the updates after it the whole timeline.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use drover_core::AgentId;
+
+use super::{HUB_CAPACITY, Outgoing};
+
+/// Which agents' updates a session gets.
+///
+/// An `agent_initialized` covers the timeline up to a revision, read while the hub goes on
+/// broadcasting. Updates of an agent that is being initialized are therefore held (not
+/// dropped) until the answer is sent; then those newer than the answer follow it, so the
+/// client's history plus the updates is the timeline, with no gap and no repeat.
+#[derive(Default)]
+pub(super) struct Subscriptions {
+    /// Agent → the timeline revision its last `agent_initialized` covered.
+    initialized: HashMap<AgentId, u64>,
+    /// Agents not yet initialized with an `initialize_agent_request` in flight.
+    pending: HashMap<AgentId, Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    requests: usize,
+    /// At most `HUB_CAPACITY`: more means the initialization took so long that the session
+    /// must resync anyway.
+    held: Vec<Arc<Outgoing>>,
+}
+
+pub(super) enum Route {
+    Send,
+    Skip,
+    /// A held queue is full: the session fell behind.
+    Overflow,
+}
+
+impl Subscriptions {
+    /// An `initialize_agent_request` for `agent` was received; true if its updates are held
+    /// until the answer (the agent is not initialized yet).
+    pub(super) fn begin(&mut self, agent: AgentId) -> bool {
+        if self.initialized.contains_key(&agent) {
+            return false;
+        }
+        self.pending.entry(agent).or_default().requests += 1;
+        true
+    }
+
+    pub(super) fn route(&mut self, event: &Arc<Outgoing>) -> Route {
+        let Some(agent) = event.agent else {
+            return Route::Send;
+        };
+        if let Some(seen) = self.initialized.get(&agent) {
+            return if event.revision > *seen {
+                Route::Send
+            } else {
+                Route::Skip
+            };
+        }
+        if let Some(pending) = self.pending.get_mut(&agent) {
+            if pending.held.len() >= HUB_CAPACITY {
+                return Route::Overflow;
+            }
+            pending.held.push(event.clone());
+        }
+        Route::Skip
+    }
+
+    /// An initialization ended: answered at `revision`, or failed (`None`). Returns the held
+    /// updates to send after the answer.
+    pub(super) fn finish(
+        &mut self,
+        agent: AgentId,
+        held: bool,
+        revision: Option<u64>,
+    ) -> Vec<Arc<Outgoing>> {
+        let mut release = Vec::new();
+        if held && let Some(pending) = self.pending.get_mut(&agent) {
+            pending.requests = pending.requests.saturating_sub(1);
+            // A failure leaves the held updates to another request in flight, if any.
+            if revision.is_some() || pending.requests == 0 {
+                release = std::mem::take(&mut pending.held);
+            }
+            if pending.requests == 0 {
+                self.pending.remove(&agent);
+            }
+        }
+        let Some(revision) = revision else {
+            return Vec::new();
+        };
+        self.initialized.insert(agent, revision);
+        release.retain(|event| event.revision > revision);
+        release
+    }
+
+    /// The session fell behind: every subscription ends; the client re-initializes.
+    pub(super) fn reset(&mut self) {
+        self.initialized.clear();
+        for pending in self.pending.values_mut() {
+            pending.held.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::extract::ws::Utf8Bytes;
+
+    fn update(agent: AgentId, revision: u64) -> Arc<Outgoing> {
+        Arc::new(Outgoing {
+            agent: Some(agent),
+            revision,
+            text: Utf8Bytes::from(format!("r{revision}")),
+        })
+    }
+
+    fn revisions(events: &[Arc<Outgoing>]) -> Vec<u64> {
+        events.iter().map(|e| e.revision).collect()
+    }
+
+    #[test]
+    fn updates_during_initialization_are_held_then_only_newer_ones_sent() {
+        let agent = AgentId::new();
+        let mut subs = Subscriptions::default();
+        assert!(matches!(subs.route(&update(agent, 1)), Route::Skip));
+        assert!(subs.begin(agent));
+        for revision in 2..=5 {
+            assert!(matches!(subs.route(&update(agent, revision)), Route::Skip));
+        }
+        // The answer covered revision 3: 4 and 5 follow it.
+        assert_eq!(revisions(&subs.finish(agent, true, Some(3))), [4, 5]);
+        assert!(matches!(subs.route(&update(agent, 6)), Route::Send));
+        // Initialized already: a second request holds nothing and moves the mark.
+        assert!(!subs.begin(agent));
+        assert!(subs.finish(agent, false, Some(8)).is_empty());
+        assert!(matches!(subs.route(&update(agent, 8)), Route::Skip));
+        assert!(matches!(subs.route(&update(agent, 9)), Route::Send));
+        // Status events always go.
+        let status = Arc::new(Outgoing {
+            agent: None,
+            revision: 0,
+            text: Utf8Bytes::from_static("s"),
+        });
+        assert!(matches!(subs.route(&status), Route::Send));
+    }
+
+    #[test]
+    fn a_failed_initialization_subscribes_nothing() {
+        let agent = AgentId::new();
+        let mut subs = Subscriptions::default();
+        assert!(subs.begin(agent));
+        assert!(subs.begin(agent));
+        subs.route(&update(agent, 1));
+        // One of two requests fails: the other still gets the held updates.
+        assert!(subs.finish(agent, true, None).is_empty());
+        assert_eq!(revisions(&subs.finish(agent, true, Some(0))), [1]);
+        let other = AgentId::new();
+        assert!(subs.begin(other));
+        subs.route(&update(other, 1));
+        assert!(subs.finish(other, true, None).is_empty());
+        assert!(subs.pending.is_empty());
+        assert!(matches!(subs.route(&update(other, 2)), Route::Skip));
+    }
+
+    #[test]
+    fn holding_is_bounded_and_a_reset_unsubscribes() {
+        let agent = AgentId::new();
+        let mut subs = Subscriptions::default();
+        subs.begin(agent);
+        for revision in 1..=HUB_CAPACITY as u64 {
+            assert!(matches!(subs.route(&update(agent, revision)), Route::Skip));
+        }
+        assert!(matches!(
+            subs.route(&update(agent, HUB_CAPACITY as u64 + 1)),
+            Route::Overflow
+        ));
+        subs.reset();
+        let initialized = AgentId::new();
+        subs.begin(initialized);
+        subs.finish(initialized, true, Some(0));
+        subs.reset();
+        assert!(matches!(subs.route(&update(initialized, 1)), Route::Skip));
+    }
+}
