@@ -150,6 +150,17 @@ pub enum Command {
         #[arg(long)]
         always: bool,
     },
+    /// List workspaces: where agents work, and what the agents in each are doing.
+    Workspaces {
+        /// Include archived workspaces
+        #[arg(long, short)]
+        all: bool,
+        /// Print JSON (the workspaces as the protocol describes them, with `agentCount`)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make, list, check and remove the git worktrees drover makes for agents.
+    Worktree(WorktreeArgs),
     /// List the providers and whether each can run (the daemon's view when it runs).
     Providers {
         /// Print JSON instead of a table
@@ -167,6 +178,71 @@ pub enum Command {
     McpProxy {
         /// The agent's MCP URL (`http://127.0.0.1:PORT/mcp/TOKEN`)
         url: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A WS is a workspace's full id, a unique prefix or suffix of it (the \
+                        handle `drover worktree ls` shows), its name, or its path."
+)]
+pub struct WorktreeArgs {
+    #[command(subcommand)]
+    pub action: WorktreeAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorktreeAction {
+    /// List the worktree workspaces.
+    #[command(visible_alias = "list")]
+    Ls {
+        /// Include archived (removed) worktrees
+        #[arg(long, short)]
+        all: bool,
+        /// Print JSON (the workspaces as the protocol describes them, with `agentCount`)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a git worktree of a checkout on a new branch, run its project's setup, and
+    /// register it as a workspace; prints its path.
+    New {
+        /// Its folder name under $DROVER_HOME/worktrees/<project>/ [default: generated]
+        name: Option<String>,
+        /// The git checkout to branch from [default: the current directory]
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
+        /// The new branch [default: drover/<name>]; it must not exist yet
+        #[arg(long, value_name = "B")]
+        branch: Option<String>,
+        /// What to branch from: a branch, tag or commit [default: the checkout's HEAD]
+        #[arg(long, value_name = "REF")]
+        base: Option<String>,
+        /// Print the workspace and the setup commands' runs as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a worktree holds that exists nowhere else: uncommitted changes and unpushed
+    /// commits. Exit code 0 when it holds none, 1 when it holds some.
+    Status {
+        /// The worktree workspace (id, unique prefix or suffix, name, or path)
+        ws: String,
+        /// Print the status as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a worktree: archive its workspace and agents, run its teardown, delete its
+    /// folder (and its branch when merged). Refused (exit code 5) while it holds uncommitted
+    /// or unpushed work, unless --force.
+    Rm {
+        /// The worktree workspace (id, unique prefix or suffix, name, or path)
+        ws: String,
+        /// Remove it even with uncommitted or unpushed work (a branch with commits found
+        /// nowhere else is kept all the same)
+        #[arg(long)]
+        force: bool,
+        /// Print what was archived and removed as JSON
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -245,6 +321,13 @@ pub struct RunArgs {
     /// Make it a subagent of this agent
     #[arg(long, value_name = "ID")]
     pub parent: Option<String>,
+    /// Run it in a new git worktree of the checkout at --cwd, named NAME (see `drover
+    /// worktree`)
+    #[arg(long, value_name = "NAME")]
+    pub worktree: Option<String>,
+    /// What the worktree branches from: a branch, tag or commit [default: the checkout's HEAD]
+    #[arg(long, value_name = "REF", requires = "worktree")]
+    pub base: Option<String>,
     /// Detach: print the agent id and return at once
     #[arg(long, short)]
     pub detach: bool,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use drover_protocol::{
-    AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, PermissionPolicy,
+    AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
 };
 use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -31,7 +31,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// Connects; the state lists archived agents too, so any agent can be named.
-    async fn connect(&self) -> anyhow::Result<(Connection, SessionState)> {
+    pub(crate) async fn connect(&self) -> anyhow::Result<(Connection, SessionState)> {
         Connection::open(&self.endpoint, true).await
     }
 
@@ -52,11 +52,11 @@ impl Ctx {
     }
 }
 
-fn unexpected(message: &DaemonMessage) -> anyhow::Error {
+pub(crate) fn unexpected(message: &DaemonMessage) -> anyhow::Error {
     anyhow::anyhow!("unexpected answer from the daemon: {message:?}")
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
@@ -105,7 +105,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
             } else {
                 PermissionPolicy::Ask
             },
-            worktree: None,
+            worktree: args.worktree.clone().map(|name| NewWorktree {
+                name: Some(name),
+                branch: None,
+                base: args.base.clone(),
+            }),
         })
         .await?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {
@@ -122,6 +126,9 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     }
     agents.push(agent.clone());
     let name = ShortIds::new(&agents).get(&agent.id).to_string();
+    if args.worktree.is_some() {
+        eprintln!("-- {name} works in the new worktree {}", agent.cwd);
+    }
     let started = Instant::now();
     let view = View {
         timestamps: false,
@@ -171,7 +178,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
 
 /// `dir` made absolute, if it is a directory: the same refusal (a bad argument) whether it is
 /// missing or a file.
-fn working_directory(dir: &Path) -> Result<PathBuf, CliError> {
+pub(crate) fn working_directory(dir: &Path) -> Result<PathBuf, CliError> {
     let refuse = |why: String| {
         CliError::BadArgument(format!(
             "cannot use `{}` as the working directory: {why}",

@@ -30,9 +30,13 @@ pub enum CliError {
     Unreachable { url: String, reason: String },
     #[error("no agent matches `{0}` (see `drover ls --all`)")]
     UnknownAgent(String),
-    #[error("`{query}` matches {} agents; use more of the id:\n{}", candidates.len(), candidates.join("\n"))]
+    #[error("no workspace matches `{0}` (see `drover workspaces --all`)")]
+    UnknownWorkspace(String),
+    #[error("`{query}` matches {} {what}; use more of the id:\n{}", candidates.len(), candidates.join("\n"))]
     Ambiguous {
         query: String,
+        /// `agents`, `workspaces`.
+        what: &'static str,
         candidates: Vec<String>,
     },
     /// A `request_error` from the daemon.
@@ -56,7 +60,9 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::NotRunning { .. } | CliError::Unreachable { .. } => exit::NOT_RUNNING,
-            CliError::UnknownAgent(_) | CliError::Ambiguous { .. } => exit::NOT_FOUND,
+            CliError::UnknownAgent(_)
+            | CliError::UnknownWorkspace(_)
+            | CliError::Ambiguous { .. } => exit::NOT_FOUND,
             CliError::BadArgument(_) => exit::USAGE,
             CliError::Daemon { code, .. } => {
                 ErrorCode::parse(code).map_or(exit::ERROR, daemon_exit)

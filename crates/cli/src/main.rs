@@ -18,6 +18,7 @@ mod error;
 mod mcp_proxy;
 mod output;
 mod resolve;
+mod workspaces;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -28,7 +29,7 @@ use clap::{CommandFactory, Parser};
 use drover_daemon::DaemonConfig;
 use drover_protocol::Delivery;
 
-use crate::args::{Cli, Command, DaemonAction};
+use crate::args::{Cli, Command, DaemonAction, WorktreeAction};
 use crate::client::Endpoint;
 use crate::commands::Ctx;
 use crate::error::CliError;
@@ -143,6 +144,21 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 commands::permit(&ctx, &id, answer, always).await
             }
             Command::Providers { json } => commands::providers(&ctx, json).await,
+            Command::Workspaces { all, json } => workspaces::list(&ctx, all, false, json).await,
+            Command::Worktree(worktree) => match worktree.action {
+                WorktreeAction::Ls { all, json } => workspaces::list(&ctx, all, true, json).await,
+                WorktreeAction::New {
+                    name,
+                    repo,
+                    branch,
+                    base,
+                    json,
+                } => workspaces::new(&ctx, name, repo, branch, base, json).await,
+                WorktreeAction::Status { ws, json } => workspaces::status(&ctx, &ws, json).await,
+                WorktreeAction::Rm { ws, force, json } => {
+                    workspaces::remove(&ctx, &ws, force, json).await
+                }
+            },
             Command::Daemon(_) | Command::Completions { .. } | Command::McpProxy { .. } => Ok(()),
         }
     })

@@ -1,5 +1,6 @@
-//! Naming agents on the command line: a full id, a unique prefix or suffix of it (with or
-//! without the hyphens), or an exact title; and the short handle each agent is shown by.
+//! Naming agents and workspaces on the command line: a full id, a unique prefix or suffix of
+//! it (with or without the hyphens), or an exact title (for a workspace, its name or path);
+//! and the short handle each is shown by.
 //!
 //! Ids are UUIDv7: their leading characters are a timestamp, shared by agents made close
 //! together, and their last ones are random. So the handle is the end of the id (its last
@@ -8,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use drover_protocol::AgentInfo;
+use drover_protocol::{AgentInfo, WorkspaceInfo};
 
 use crate::error::CliError;
 
@@ -49,27 +50,18 @@ pub fn resolve<'a>(
     query: &str,
     prefer: Prefer,
 ) -> Result<&'a AgentInfo, CliError> {
-    if let Some(agent) = agents.iter().find(|a| a.id == query) {
-        return Ok(agent);
-    }
-    let matches: Vec<&AgentInfo> = agents
-        .iter()
-        .filter(|a| abbreviates(&a.id, query) || a.title.as_deref() == Some(query))
-        .collect();
-    let preferred: Vec<&AgentInfo> = matches
-        .iter()
-        .copied()
-        .filter(|a| a.archived_at.is_none() == (prefer == Prefer::Live))
-        .collect();
-    if matches.len() > 1
-        && let [one] = preferred.as_slice()
-    {
-        return Ok(one);
-    }
-    match matches.as_slice() {
-        [one] => Ok(one),
-        [] => Err(CliError::UnknownAgent(query.to_string())),
-        many => {
+    let found = pick(
+        agents,
+        query,
+        prefer,
+        |a| &a.id,
+        |a| a.title.as_deref() == Some(query),
+        |a| a.archived_at.is_some(),
+    );
+    match found {
+        Ok(agent) => Ok(agent),
+        Err(many) if many.is_empty() => Err(CliError::UnknownAgent(query.to_string())),
+        Err(many) => {
             let short = ShortIds::new(agents);
             let candidates = many
                 .iter()
@@ -79,19 +71,99 @@ pub fn resolve<'a>(
                         short.get(&a.id),
                         a.title.as_deref().unwrap_or("-"),
                         a.status,
-                        if a.archived_at.is_some() {
-                            " (archived)"
-                        } else {
-                            ""
-                        }
+                        archived_note(a.archived_at.is_some())
                     )
                 })
                 .collect();
             Err(CliError::Ambiguous {
                 query: query.to_string(),
+                what: "agents",
                 candidates,
             })
         }
+    }
+}
+
+/// The workspace `query` names: a full id, a unique prefix or suffix of it, an exact name, or
+/// its path (as written, or the directory it names here).
+pub fn resolve_workspace<'a>(
+    workspaces: &'a [WorkspaceInfo],
+    query: &str,
+    prefer: Prefer,
+) -> Result<&'a WorkspaceInfo, CliError> {
+    let here = std::fs::canonicalize(query)
+        .ok()
+        .map(|p| p.display().to_string());
+    let found = pick(
+        workspaces,
+        query,
+        prefer,
+        |w| &w.id,
+        |w| w.name == query || w.path == query || here.as_deref() == Some(w.path.as_str()),
+        |w| w.archived_at.is_some(),
+    );
+    match found {
+        Ok(workspace) => Ok(workspace),
+        Err(many) if many.is_empty() => Err(CliError::UnknownWorkspace(query.to_string())),
+        Err(many) => {
+            let ids: Vec<&str> = workspaces.iter().map(|w| w.id.as_str()).collect();
+            let short = ShortIds::of(&ids);
+            let candidates = many
+                .iter()
+                .map(|w| {
+                    format!(
+                        "  {}  {}  {}{}",
+                        short.get(&w.id),
+                        w.name,
+                        w.path,
+                        archived_note(w.archived_at.is_some())
+                    )
+                })
+                .collect();
+            Err(CliError::Ambiguous {
+                query: query.to_string(),
+                what: "workspaces",
+                candidates,
+            })
+        }
+    }
+}
+
+fn archived_note(archived: bool) -> &'static str {
+    if archived { " (archived)" } else { "" }
+}
+
+/// The one item `query` names: by its full id, else by an abbreviation of it or `named`; when
+/// several match and only one is in the preferred state, that one. Otherwise the matches
+/// (none, or too many).
+fn pick<'a, T>(
+    items: &'a [T],
+    query: &str,
+    prefer: Prefer,
+    id: impl Fn(&T) -> &str,
+    named: impl Fn(&T) -> bool,
+    archived: impl Fn(&T) -> bool,
+) -> Result<&'a T, Vec<&'a T>> {
+    if let Some(item) = items.iter().find(|i| id(i) == query) {
+        return Ok(item);
+    }
+    let matches: Vec<&T> = items
+        .iter()
+        .filter(|i| abbreviates(id(i), query) || named(i))
+        .collect();
+    let preferred: Vec<&T> = matches
+        .iter()
+        .copied()
+        .filter(|i| archived(i) == (prefer == Prefer::Archived))
+        .collect();
+    if matches.len() > 1
+        && let [one] = preferred.as_slice()
+    {
+        return Ok(one);
+    }
+    match matches.as_slice() {
+        [one] => Ok(one),
+        _ => Err(matches),
     }
 }
 
@@ -279,6 +351,50 @@ mod tests {
         assert_eq!(twins.get(C), "0-000000000003");
         assert_eq!(twins.get(D), "1-000000000003");
         assert_eq!(ShortIds::default().get(A), "00000001");
+    }
+
+    fn workspace(id: &str, name: &str, path: &str, archived: bool) -> WorkspaceInfo {
+        WorkspaceInfo {
+            id: id.to_string(),
+            kind: "worktree".to_string(),
+            path: path.to_string(),
+            name: name.to_string(),
+            created_at: String::new(),
+            archived_at: archived.then(|| "2025-01-01T00:00:00Z".to_string()),
+            activity: None,
+            worktree: None,
+        }
+    }
+
+    #[test]
+    fn workspaces_resolve_by_id_handle_name_and_path() {
+        let workspaces = vec![
+            workspace(A, "parser", "/w/repo/parser", false),
+            workspace(B, "docs", "/w/repo/docs", false),
+            workspace(C, "parser", "/w/repo/parser-2", true),
+        ];
+        let pick = |q: &str| {
+            resolve_workspace(&workspaces, q, Prefer::Live)
+                .ok()
+                .map(|w| w.id.as_str())
+        };
+        assert_eq!(pick(B), Some(B));
+        assert_eq!(pick("00000002"), Some(B));
+        assert_eq!(pick("docs"), Some(B));
+        assert_eq!(pick("/w/repo/parser-2"), Some(C));
+        // The live one wins a tie on the name.
+        assert_eq!(pick("parser"), Some(A));
+        assert!(matches!(
+            resolve_workspace(&workspaces, "0193b1c2", Prefer::Live),
+            Err(CliError::Ambiguous {
+                what: "workspaces",
+                ..
+            })
+        ));
+        assert!(matches!(
+            resolve_workspace(&workspaces, "nope", Prefer::Live),
+            Err(CliError::UnknownWorkspace(_))
+        ));
     }
 
     #[test]

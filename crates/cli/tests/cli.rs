@@ -713,6 +713,208 @@ fn completions_are_generated() {
     assert!(zsh.stdout.contains("#compdef drover"));
 }
 
+// ---- workspaces and worktrees -----------------------------------------------------------------
+
+/// A git repository with one commit (and a `drover.toml` whose setup says something), in the
+/// fixture's working directory.
+fn repository(fx: &Fixture) -> PathBuf {
+    let repo = fx.cwd().join("repo");
+    std::fs::create_dir(&repo).expect("repo");
+    std::fs::write(repo.join("README"), "hello\n").expect("README");
+    std::fs::write(
+        repo.join("drover.toml"),
+        "[worktree]\nsetup = [\"echo prepared $DROVER_BRANCH\"]\n",
+    )
+    .expect("drover.toml");
+    drover_testkit::git(&repo, &["init", "-q", "-b", "main"]);
+    drover_testkit::git(&repo, &["add", "README", "drover.toml"]);
+    drover_testkit::git(&repo, &["commit", "-q", "-m", "first"]);
+    repo
+}
+
+/// The paths `git worktree list` shows for `repo`.
+fn git_worktrees(repo: &Path) -> Vec<String> {
+    let out = Command::new("git")
+        .args(["worktree", "list", "--porcelain"])
+        .current_dir(repo)
+        .output()
+        .expect("git worktree list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("worktree "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Commit hashes (`abc1234 subject`) redacted too.
+macro_rules! snapshot_git {
+    ($name:expr, $value:expr) => {{
+        let mut settings = settings();
+        settings.add_filter(r"\b[0-9a-f]{7,12} ", "[COMMIT] ");
+        settings.bind(|| insta::assert_snapshot!($name, $value))
+    }};
+}
+
+#[test]
+fn worktrees_are_made_listed_checked_and_removed() {
+    let fx = Fixture::start();
+    let repo = repository(&fx);
+    let repo_arg = repo.display().to_string();
+    let made = fx.drover(&["worktree", "new", "parser", "--repo", &repo_arg]);
+    snapshot!("worktree_new", fx.redact(&made.transcript()));
+    assert_eq!(made.code, 0);
+    let path = made.stdout.trim().to_string();
+    assert_eq!(
+        path,
+        fx.home()
+            .join("worktrees/repo/parser")
+            .display()
+            .to_string()
+    );
+    assert!(git_worktrees(&repo).contains(&path));
+
+    // An agent in the working directory: a directory workspace beside the worktree.
+    fx.drover(&["run", "say here"]).ok();
+    let ls = fx.drover(&["worktree", "ls"]).ok();
+    snapshot!("worktree_ls", fx.redact(&ls.transcript()));
+    let all = fx.drover(&["workspaces"]).ok();
+    snapshot!("workspaces", fx.redact(&all.transcript()));
+    let json = fx.drover(&["workspaces", "--json"]).ok().json();
+    let listed = json.as_array().expect("an array");
+    assert_eq!(listed.len(), 2, "{json}");
+    let tree = listed
+        .iter()
+        .find(|w| w["kind"] == "worktree")
+        .expect("the worktree");
+    assert_eq!(tree["worktree"]["branch"], "drover/parser");
+    assert_eq!(tree["agentCount"], 0);
+    let dir = listed
+        .iter()
+        .find(|w| w["kind"] != "worktree")
+        .expect("the directory");
+    assert_eq!(dir["agentCount"], 1);
+
+    let clean = fx.drover(&["worktree", "status", "parser"]);
+    snapshot!("worktree_status_clean", fx.redact(&clean.transcript()));
+    assert_eq!(clean.code, 0);
+
+    // A commit found nowhere else, and a file not committed.
+    let tree = PathBuf::from(&path);
+    std::fs::write(tree.join("notes.txt"), "notes\n").expect("notes");
+    drover_testkit::git(&tree, &["add", "notes.txt"]);
+    drover_testkit::git(&tree, &["commit", "-q", "-m", "parser notes"]);
+    std::fs::write(tree.join("draft.txt"), "draft\n").expect("draft");
+    // Named by its path this time.
+    let dirty = fx.drover(&["worktree", "status", &path]);
+    snapshot_git!("worktree_status_dirty", fx.redact(&dirty.transcript()));
+    assert_eq!(dirty.code, 1);
+    let json = fx.drover(&["worktree", "status", "parser", "--json"]);
+    assert_eq!(json.code, 1);
+    assert_eq!(json.json()["uncommittedCount"], 1);
+    assert_eq!(json.json()["unpushedCount"], 1);
+
+    let refused = fx.drover(&["worktree", "rm", "parser"]);
+    snapshot_git!("worktree_rm_refused", fx.redact(&refused.transcript()));
+    assert_eq!(refused.code, 5);
+    assert!(tree.exists(), "nothing removed");
+    // The command it says to run is the one that works.
+    let anyway = refused
+        .stderr
+        .lines()
+        .last()
+        .and_then(|l| l.split(": ").nth(1))
+        .expect("the --force command")
+        .to_string();
+    let args: Vec<&str> = anyway.split(' ').skip(1).collect();
+    assert_eq!(args[..2], ["worktree", "rm"], "{anyway}");
+    let forced = fx.drover(&args);
+    snapshot_git!("worktree_rm_force", fx.redact(&forced.transcript()));
+    assert_eq!(forced.code, 0);
+    assert!(!tree.exists());
+    assert!(!git_worktrees(&repo).contains(&path));
+
+    let ls = fx.drover(&["worktree", "ls"]).ok();
+    assert!(ls.stdout.is_empty(), "{}", ls.stdout);
+    let all = fx.drover(&["worktree", "ls", "--all"]).ok();
+    assert!(all.stdout.contains("archived"), "{}", all.stdout);
+    let again = fx.drover(&["worktree", "rm", "parser"]).ok();
+    assert!(
+        again.stdout.contains("was already removed"),
+        "{}",
+        again.stdout
+    );
+}
+
+#[test]
+fn run_in_a_new_worktree() {
+    let fx = Fixture::start();
+    let repo = repository(&fx);
+    // A branch with a commit of its own to start one worktree from.
+    drover_testkit::git(&repo, &["checkout", "-q", "-b", "other"]);
+    std::fs::write(repo.join("other.txt"), "other\n").expect("other");
+    drover_testkit::git(&repo, &["add", "other.txt"]);
+    drover_testkit::git(&repo, &["commit", "-q", "-m", "other"]);
+    drover_testkit::git(&repo, &["checkout", "-q", "main"]);
+    let repo_arg = repo.display().to_string();
+
+    let out = fx.drover(&["run", "--cwd", &repo_arg, "--worktree", "feature", "cwd"]);
+    snapshot!("run_worktree", fx.redact(&out.transcript()));
+    assert_eq!(out.code, 0);
+    let path = fx.home().join("worktrees/repo/feature");
+    assert_eq!(out.stdout.trim(), path.display().to_string());
+    assert!(git_worktrees(&repo).contains(&path.display().to_string()));
+
+    let id = fx.spawn_agent(
+        &["--cwd", &repo_arg, "--worktree", "based", "--base", "other"],
+        "say based",
+    );
+    fx.drover(&["wait", &id]).ok();
+    let cwd = fx.info(&id)["cwd"].as_str().expect("cwd").to_string();
+    assert!(Path::new(&cwd).join("other.txt").exists(), "{cwd}");
+    let ls = fx.drover(&["worktree", "ls", "--json"]).ok().json();
+    let based = ls
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|w| w["name"] == "based")
+        .expect("based")
+        .clone();
+    assert_eq!(based["worktree"]["base"], "other");
+    assert_eq!(based["agentCount"], 1);
+
+    // Removing the worktree archives its agent.
+    let removed = fx.drover(&["worktree", "rm", "based"]).ok();
+    assert!(
+        removed.stdout.contains("archived 1 agent"),
+        "{}",
+        removed.stdout
+    );
+    assert!(!fx.info(&id)["archivedAt"].is_null());
+    assert!(!Path::new(&cwd).exists());
+
+    // --base needs --worktree.
+    assert_eq!(fx.drover(&["run", "--base", "main", "say x"]).code, 2);
+}
+
+#[test]
+fn worktree_commands_refuse_other_workspaces() {
+    let fx = Fixture::start();
+    fx.drover(&["run", "say here"]).ok();
+    let cwd = fx.cwd().display().to_string();
+    let status = fx.drover(&["worktree", "status", &cwd]);
+    assert_eq!(status.code, 5, "{}", status.transcript());
+    let rm = fx.drover(&["worktree", "rm", &cwd]);
+    snapshot!("worktree_rm_not_a_worktree", fx.redact(&rm.transcript()));
+    assert_eq!(rm.code, 5);
+    let unknown = fx.drover(&["worktree", "rm", "nope"]);
+    assert_eq!(unknown.code, 4, "{}", unknown.transcript());
+    // Not a git checkout.
+    let made = fx.drover(&["worktree", "new", "x"]);
+    assert_eq!(made.code, 5, "{}", made.transcript());
+    let missing = fx.drover(&["worktree", "new", "x", "--repo", "/nonexistent/repo"]);
+    assert_eq!(missing.code, 2, "{}", missing.transcript());
+}
+
 // ---- what a newcomer met ---------------------------------------------------------------------
 
 #[test]

@@ -884,7 +884,8 @@ async fn the_turn_gate_refuses_archived_lineage() {
         .expect_err("archived");
     assert_eq!(err.code(), "agent_archived");
     assert_eq!(
-        reg.check_turn_gate(parent.id).map_err(|e| e.code().as_str()),
+        reg.check_turn_gate(parent.id)
+            .map_err(|e| e.code().as_str()),
         Err("agent_archived")
     );
     let err = reg

@@ -608,7 +608,10 @@ async fn archive_ends_the_whole_process_group() {
     let pid = fleet.manager.runtime_pid(id).await.expect("live");
     assert!(!group_gone(pid));
     let refused = fleet.registry.archive(id, ArchiveOptions::default()).await;
-    assert_eq!(refused.map_err(|e| e.code().as_str()).err(), Some("agent_active"));
+    assert_eq!(
+        refused.map_err(|e| e.code().as_str()).err(),
+        Some("agent_active")
+    );
     fleet
         .registry
         .archive(
