@@ -93,6 +93,16 @@ fn describe_holder(home: &Path) -> String {
     }
 }
 
+/// A new secret (the client token, an agent's MCP token): two v4 uuids from the operating
+/// system's CSPRNG, 244 random bits, as 64 hex digits.
+pub(crate) fn new_secret() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
 /// The token clients present when the daemon listens beyond loopback: `$DROVER_HOME/token`,
 /// created at first need with mode 0600.
 pub fn load_or_create_token(home: &Path) -> Result<std::sync::Arc<str>, DaemonError> {
@@ -109,12 +119,7 @@ pub fn load_or_create_token(home: &Path) -> Result<std::sync::Arc<str>, DaemonEr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("read", e)),
     }
-    // Two v7 uuids carry 148 random bits.
-    let token = format!(
-        "{}{}",
-        drover_core::AgentId::new().as_uuid().simple(),
-        drover_core::AgentId::new().as_uuid().simple()
-    );
+    let token = new_secret();
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)

@@ -89,14 +89,11 @@ impl TestDaemon {
             task: Some(task),
         };
         // Serving once daemon.json is there.
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !daemon.home.join("daemon.json").exists() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "daemon did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let daemon_json = daemon.home.join("daemon.json");
+        crate::wait::eventually("the daemon to start (daemon.json)", WAIT, async || {
+            daemon_json.exists()
+        })
+        .await;
         daemon
     }
 

@@ -2,21 +2,26 @@
 //!
 //! [`TestRuntime`] stands in for the agent runtimes where the registry, not a runtime, is under
 //! test: it records what the registry asked of it and fails on request. [`TestFamily`] is an
-//! activity family (think `job`) whose running work a test scripts. [`crash`] is the line
-//! protocol of `drover-crashdriver`, the process the crash test kills.
+//! activity family (think `job`) whose running work a test scripts. [`daemon`] runs the real
+//! daemon in the test's process with a protocol client. [`crash`] is the line protocol of
+//! `drover-crashdriver` ([`crashdriver`]), the process the crash test kills. [`wait::eventually`]
+//! is how a test waits for something to become true. [`scripted_agent_bin`] finds the scripted
+//! agent's binary for tests outside drover-e2e, which declares it.
+//!
+//! The fakes of external programs (the scripted agent, the model server, the real agents'
+//! setup) are in drover-fakes; the end-to-end tests are in drover-e2e.
 
-pub mod acp_client;
-pub mod bench;
 pub mod crash;
-pub mod fleet_gen;
-pub mod mcp_http;
-pub mod model;
-pub mod real_agents;
-pub mod scripted_agent;
+pub mod crashdriver;
+pub mod daemon;
+pub mod wait;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+use drover_fakes::procs;
 
 use drover_core::{
     ActivityFamily, ActivityItem, Agent, AgentId, BoxFuture, CancelCause, RuntimeControl,
@@ -93,20 +98,19 @@ impl TestRuntime {
             .collect()
     }
 
-    /// Waits (in real time, at most `timeout`) until `done` holds for the calls so far.
+    /// Waits (at most `timeout`) until `done` holds for the calls so far; returns the calls
+    /// either way, for the caller's assertion.
     pub async fn wait_for(
         &self,
         timeout: Duration,
         done: impl Fn(&[RuntimeCall]) -> bool,
     ) -> Vec<RuntimeCall> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        wait::poll_until(timeout, async || {
             let calls = self.calls();
-            if done(&calls) || tokio::time::Instant::now() >= deadline {
-                return calls;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+            done(&calls).then_some(calls)
+        })
+        .await
+        .unwrap_or_else(|| self.calls())
     }
 }
 
@@ -183,7 +187,7 @@ pub struct TestFamily {
     name: &'static str,
     state: Arc<Mutex<FamilyState>>,
     /// The store folder, to check that the archive was on disk before a stop was issued.
-    home: Option<std::path::PathBuf>,
+    home: Option<PathBuf>,
 }
 
 impl TestFamily {
@@ -197,7 +201,7 @@ impl TestFamily {
 
     /// Like `new`, and on each stop reads the owner's record under `home` to tell whether the
     /// archive was written before the stop was issued.
-    pub fn watching_disk(name: &'static str, home: &std::path::Path) -> Arc<TestFamily> {
+    pub fn watching_disk(name: &'static str, home: &Path) -> Arc<TestFamily> {
         Arc::new(TestFamily {
             name,
             state: Arc::default(),
@@ -292,65 +296,57 @@ impl ActivityFamily for TestFamily {
     }
 }
 
-/// Whether no live process is left in process group `pgid` (a zombie waiting for its reaper
-/// runs nothing and counts as gone). Reads `/proc`.
-pub fn process_group_gone(pgid: u32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+/// Waits (at most `timeout`) until no live process is left in process group `pgid`.
+pub async fn wait_process_group_gone(pgid: u32, timeout: Duration) -> bool {
+    let Ok(pgid) = i32::try_from(pgid) else {
         return true;
     };
-    !dir.flatten().any(|entry| {
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z"
-    })
+    wait::poll_until(timeout, async || procs::group_gone(pgid))
+        .await
+        .is_some()
 }
 
-/// Waits (at most `timeout`) until [`process_group_gone`] holds.
-pub async fn wait_process_group_gone(pgid: u32, timeout: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if process_group_gone(pgid) {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// The `drover-scripted-agent` binary of this build, for tests outside drover-e2e (which
+/// declares it, and whose own tests use `CARGO_BIN_EXE_drover-scripted-agent`): in the running
+/// test's target folder, else built there once with a nested `cargo build` in the same profile.
+pub fn scripted_agent_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| e2e_bin("drover-scripted-agent")).clone()
 }
 
-/// The `drover-scripted-agent` binary of this build: beside the running test's target folder,
-/// built on demand when a test of another package needs it.
-pub fn scripted_agent_bin() -> std::path::PathBuf {
+/// The binary `name` of drover-e2e in this build's target folder (`target/<profile>`, the
+/// parent of the `deps/` a test runs from), built with `cargo build -p drover-e2e` if missing.
+fn e2e_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    // target/<profile>/deps/<test> or target/<profile>/<bin>
-    let mut dir = exe
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     if dir.file_name().is_some_and(|n| n == "deps") {
         dir.pop();
     }
-    let bin = dir.join("drover-scripted-agent");
+    let bin = dir.join(name);
     if !bin.is_file() {
-        let status =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "build",
-                    "-p",
-                    "drover-testkit",
-                    "--bin",
-                    "drover-scripted-agent",
-                ])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status();
+        // `target/debug` is the `dev` profile; any other folder is named after its profile.
+        let profile = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => "dev".to_string(),
+            Some(other) => other.to_string(),
+        };
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let args = [
+            "build",
+            "-p",
+            "drover-e2e",
+            "--profile",
+            &profile,
+            "--bin",
+            name,
+        ];
+        let status = std::process::Command::new(&cargo)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status();
         assert!(
             status.is_ok_and(|s| s.success()),
-            "cannot build drover-scripted-agent (cargo build -p drover-testkit --bin drover-scripted-agent)"
+            "cannot build {name} ({cargo} {})",
+            args.join(" ")
         );
     }
     assert!(bin.is_file(), "{} is missing", bin.display());
@@ -358,55 +354,31 @@ pub fn scripted_agent_bin() -> std::path::PathBuf {
 }
 
 /// A `config.toml` with the scripted agent as provider `scripted`.
-pub fn scripted_config(agent_bin: &std::path::Path, state_dir: &std::path::Path) -> String {
-    format!(
-        "[providers.scripted]\nlabel = \"Scripted\"\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n",
-        bin = agent_bin.display().to_string(),
-        state = state_dir.display().to_string(),
-    )
+pub fn scripted_config(agent_bin: &Path, state_dir: &Path) -> String {
+    drover_fakes::scripted_agent::provider_config(agent_bin, state_dir)
 }
 
-pub mod daemon;
-
-/// Live (not zombie) processes started for agent `agent`, found by the `DROVER_AGENT_ID` drover
-/// puts in every agent's environment (its tools inherit it): (pid, command line).
-pub fn agent_processes(agent: &str) -> Vec<(u32, String)> {
-    let needle = format!("DROVER_AGENT_ID={agent}\0").into_bytes();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            if stat.rsplit_once(')')?.1.split_whitespace().next()? == "Z" {
-                return None;
-            }
-            let env = std::fs::read(e.path().join("environ")).ok()?;
-            if !env.windows(needle.len()).any(|w| w == needle.as_slice()) {
-                return None;
-            }
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            Some((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
-        })
+/// Live processes started for agent `agent` (by the `DROVER_AGENT_ID` drover puts in every
+/// agent's environment), as (pid, command line) for a failure message.
+pub fn agent_processes(agent: &str) -> Vec<(i32, String)> {
+    procs::of_agent(agent)
+        .into_iter()
+        .map(|p| (p.pid, p.command_line()))
         .collect()
 }
 
 /// Waits (at most 10 s) until no process of agent `agent` is left.
 pub async fn no_agent_processes_left(agent: &str) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !agent_processes(agent).is_empty() {
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    true
+    wait::poll_until(Duration::from_secs(10), async || {
+        procs::of_agent(agent).is_empty()
+    })
+    .await
+    .is_some()
 }
 
 /// Runs `git` in `dir` with a fixed identity (no user config needed); panics with its stderr
 /// when it fails.
-pub fn git(dir: &std::path::Path, args: &[&str]) {
+pub fn git(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .args([
             "-c",

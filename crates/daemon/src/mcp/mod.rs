@@ -38,12 +38,7 @@ impl Tokens {
         if let Some(token) = by_agent.get(&agent) {
             return token.clone();
         }
-        // Two v4 uuids from the operating system's CSPRNG: 244 random bits.
-        let token = format!(
-            "{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
+        let token = crate::lock::new_secret();
         by_agent.insert(agent, token.clone());
         self.by_token
             .lock()

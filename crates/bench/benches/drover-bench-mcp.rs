@@ -16,7 +16,7 @@
 //!   `agent_message` (the agent's first update). The MCP call's own round trip is shown too.
 //!   The child is archived afterwards (untimed), so every round starts from one live agent.
 //! - **the agent alone**: the same scripted agent binary, spawned directly with
-//!   `drover_testkit::acp_client` (same cwd, no MCP servers): spawn → `initialize` →
+//!   `drover_fakes::acp_client` (same cwd, no MCP servers): spawn → `initialize` →
 //!   `session/new` is its start-up; then `session/prompt` `say first` until its first
 //!   `session/update` arrives.
 //!
@@ -25,8 +25,8 @@
 //! same for the first timeline item against the start-up alone is shown beside it.
 //! 20 rounds after 3 warm-up rounds that are not counted (`DROVER_BENCH_ROUNDS=N` for N).
 //!
-//! Binaries: `drover` is `$DROVER_BIN`, else the one next to this executable; the scripted
-//! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` next to this executable
+//! Binaries: `drover` is `$DROVER_BIN`, else the one of this build; the scripted
+//! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` of this build
 //! (`scripts/bench` builds all of them in release). The scratch home goes under `$TMPDIR`;
 //! `DROVER_BENCH_KEEP=1` keeps it (with the daemon's log). A missed target is reported, not an
 //! error: the exit status is non-zero only when the bench could not run.
@@ -38,10 +38,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use drover_testkit::acp_client::{AcpClient, AgentCommand, ClientOptions};
-use drover_testkit::bench::{
-    self, DaemonProc, Row, Ws, fmt_dur, hello, median, now_ns, request, ws_connect,
+use drover_bench::{
+    self as bench, DaemonProc, Row, Ws, fmt_dur, hello, median, now_ns, request, ws_connect,
 };
+use drover_fakes::acp_client::{AcpClient, AgentCommand, ClientOptions};
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 20;
@@ -103,7 +103,7 @@ async fn run() -> Result<()> {
     }
     fs::write(
         home.join("config.toml"),
-        drover_testkit::scripted_config(&scripted, &state),
+        drover_fakes::scripted_agent::provider_config(&scripted, &state),
     )?;
     let daemon = DaemonProc::spawn(&drover, &home, &root.join("daemon.log"), None, WAIT)?;
     let started = Instant::now();
@@ -356,7 +356,7 @@ async fn agent_alone(cmd: &AgentCommand) -> Result<Alone> {
 /// `tools/call` at an HTTP MCP URL (drover answers plain JSON, statelessly); the tool's JSON
 /// result.
 fn mcp_call(url: &str, tool: &str, arguments: Value) -> Result<Value> {
-    use drover_testkit::mcp_http::{CallError, tools_call};
+    use drover_fakes::mcp_http::{CallError, tools_call};
     let text = match tools_call(url, tool, &arguments, WAIT) {
         Ok(text) => text,
         Err(CallError::Protocol(e)) => bail!("MCP error: {e}"),

@@ -6,10 +6,12 @@
 //! Every wait is bounded (`WAIT` per message in the testkit client, `deadline`s here).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use drover_fakes::procs;
 use drover_testkit::daemon::{Client, TestDaemon, WAIT};
+use drover_testkit::wait::poll_until;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -254,40 +256,19 @@ async fn http_get(url: &str, path: &str) -> (u16, Value) {
 }
 
 /// The scripted-agent processes whose working directory is `cwd` (Linux: from `/proc`).
-fn agent_pids(cwd: &Path) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<u32> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let dir = PathBuf::from(format!("/proc/{pid}"));
-            let is_agent = std::fs::read(dir.join("cmdline")).is_ok_and(|c| {
-                String::from_utf8_lossy(&c)
-                    .split('\0')
-                    .next()
-                    .is_some_and(|bin| bin.ends_with("drover-scripted-agent"))
-            });
-            is_agent && std::fs::read_link(dir.join("cwd")).is_ok_and(|d| d == cwd)
+fn agent_pids(cwd: &Path) -> Vec<i32> {
+    let mut pids: Vec<i32> = procs::all()
+        .into_iter()
+        .filter(|p| {
+            p.argv()
+                .first()
+                .is_some_and(|bin| bin.ends_with("drover-scripted-agent"))
+                && p.cwd().is_some_and(|d| d == cwd)
         })
+        .map(|p| p.pid)
         .collect();
     pids.sort_unstable();
     pids
-}
-
-/// Polls `check` every 20 ms until it holds or `within` passes.
-async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if check() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A bare WebSocket client, for what the testkit client does not do: binary frames, a tiny
@@ -504,7 +485,9 @@ async fn session_state_loads_no_runtime_and_initialize_starts_it() {
     drop(client);
     daemon.stop().await;
     assert!(
-        eventually(WAIT, || agent_pids(&cwd_path).is_empty()).await,
+        poll_until(WAIT, async || agent_pids(&cwd_path).is_empty())
+            .await
+            .is_some(),
         "the agent process outlived its daemon"
     );
 
@@ -531,7 +514,9 @@ async fn session_state_loads_no_runtime_and_initialize_starts_it() {
         "{init}"
     );
     assert!(
-        eventually(WAIT, || agent_pids(&cwd_path).len() == 1).await,
+        poll_until(WAIT, async || agent_pids(&cwd_path).len() == 1)
+            .await
+            .is_some(),
         "initialize did not start the runtime"
     );
     let (_, health) = http_get(&daemon.url, "/health").await;
@@ -836,7 +821,9 @@ async fn a_token_is_required_when_asked_for() {
     let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, true).await;
     let token_path = daemon.home.join("token");
     assert!(
-        eventually(WAIT, || token_path.exists()).await,
+        poll_until(WAIT, async || token_path.exists())
+            .await
+            .is_some(),
         "no token file"
     );
     #[cfg(unix)]
@@ -1255,7 +1242,9 @@ async fn archive_refuses_running_work_and_stop_activity_stops_it() {
     // The turn is stopped and the runtime closed. (Whether the timeline records the turn's
     // end depends on the cancel reaching the agent before the close: see the report.)
     assert!(
-        eventually(WAIT, || agent_pids(&daemon.cwd()).is_empty()).await,
+        poll_until(WAIT, async || agent_pids(&daemon.cwd()).is_empty())
+            .await
+            .is_some(),
         "the archived agent's process still runs"
     );
 

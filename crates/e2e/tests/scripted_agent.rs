@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use drover_testkit::wait::poll_until_blocking;
 use serde_json::{Value, json};
 
 /// The longest any single expected message may take.
@@ -182,16 +183,7 @@ impl Agent {
     }
 
     fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+        poll_until_blocking(timeout, || self.child.try_wait().expect("try_wait"))
     }
 
     fn stderr(&self) -> String {
@@ -503,10 +495,9 @@ fn crash_exits_with_its_code_after_flushing() {
     let status = agent.wait_exit(TIMEOUT).expect("the agent exits");
     assert_eq!(status.code(), Some(7));
     // The stderr reader may lag the exit a little.
-    let deadline = Instant::now() + TIMEOUT;
-    while !agent.stderr().contains("scripted agent crashing") && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(10));
-    }
+    let _ = poll_until_blocking(TIMEOUT, || {
+        agent.stderr().contains("scripted agent crashing")
+    });
     let stderr = agent.stderr();
     assert!(stderr.contains("last words"), "{stderr}");
     assert!(stderr.contains("scripted agent crashing"), "{stderr}");

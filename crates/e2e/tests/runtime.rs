@@ -3,7 +3,7 @@
 //! the turn gate, and process-group cleanup.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use drover_acp::{
     PermissionAnswer, PermissionChoice, Provider, Providers, RuntimeManager, process,
@@ -14,6 +14,8 @@ use drover_core::{
     AgentId, AgentStatus, ArchiveOptions, AttentionReason, CancelCause, NewAgent, PermissionPolicy,
     ProviderConfig, Registry, RuntimeControl,
 };
+use drover_fakes::procs;
+use drover_testkit::wait::{eventually, poll_until};
 use tempfile::TempDir;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -150,23 +152,26 @@ impl Fleet {
 
     /// Polls until `check` holds for the agent's timeline.
     async fn until(&self, id: AgentId, what: &str, check: impl Fn(&[TimelineItem]) -> bool) {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        if poll_until(WAIT, async || check(&self.items(id).await))
+            .await
+            .is_none()
+        {
             let items = self.items(id).await;
-            if check(&items) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {items:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            panic!("timed out waiting for {what}: {items:#?}");
         }
+    }
+
+    /// Waits until the agent's status is `status`.
+    async fn until_status(&self, id: AgentId, status: AgentStatus, what: &str) {
+        eventually(what, WAIT, async || {
+            self.registry.get(id).map(|a| a.status) == Some(status)
+        })
+        .await;
     }
 }
 
 fn group_gone(pid: u32) -> bool {
-    drover_testkit::process_group_gone(pid)
+    procs::group_gone(i32::try_from(pid).expect("pid"))
 }
 
 async fn wait_group_gone(pid: u32) {
@@ -224,17 +229,15 @@ async fn permissions_wait_for_an_answer_by_kind() {
         ("reject_once", "permission denied"),
     ] {
         let id = fleet.run("permission run the tests").await;
-        let deadline = Instant::now() + WAIT;
-        while fleet
-            .registry
-            .get(id)
-            .and_then(|a| a.attention)
-            .map(|a| a.reason)
-            != Some(AttentionReason::Permission)
-        {
-            assert!(Instant::now() < deadline, "no permission attention");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually("the permission attention", WAIT, async || {
+            fleet
+                .registry
+                .get(id)
+                .and_then(|a| a.attention)
+                .map(|a| a.reason)
+                == Some(AttentionReason::Permission)
+        })
+        .await;
         let pending = fleet
             .manager
             .pending_permissions(id)
@@ -455,11 +458,9 @@ async fn cancel_ends_a_streaming_turn_and_can_drop_the_inbox() {
 async fn a_crash_puts_the_agent_in_error_with_its_stderr_and_the_next_message_restarts_it() {
     let fleet = Fleet::new().await;
     let id = fleet.run("say before\ncrash 7").await;
-    let deadline = Instant::now() + WAIT;
-    while fleet.registry.get(id).map(|a| a.status) != Some(AgentStatus::Error) {
-        assert!(Instant::now() < deadline, "agent not in error");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    fleet
+        .until_status(id, AgentStatus::Error, "the agent in error")
+        .await;
     let agent = fleet.registry.get(id).expect("agent");
     let error = agent.last_error.expect("error");
     assert!(
@@ -722,24 +723,14 @@ async fn shutdown_leaves_no_process_behind() {
 
 /// Whether process `pid` is alive (not a zombie).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().to_string())
-        })
-        .is_some_and(|rest| !rest.starts_with('Z'))
+    procs::Process::read(i32::try_from(pid).expect("pid")).is_some_and(|p| !p.zombie())
 }
 
 async fn wait_dead(pid: u32, what: &str) {
-    let deadline = Instant::now() + WAIT;
-    while alive(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "{what} (pid {pid}) is still alive"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(format!("the end of {what} (pid {pid})"), WAIT, async || {
+        !alive(pid)
+    })
+    .await;
 }
 
 fn said_pid(items: &[TimelineItem], prefix: &str) -> u32 {
@@ -784,11 +775,9 @@ async fn tools_in_their_own_process_group_end_with_the_agent() {
 
     // Left behind by a crash.
     let b = fleet.run("spawn-tool\ncrash 1").await;
-    let deadline = Instant::now() + WAIT;
-    while fleet.registry.get(b).map(|x| x.status) != Some(AgentStatus::Error) {
-        assert!(Instant::now() < deadline, "agent did not crash");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    fleet
+        .until_status(b, AgentStatus::Error, "the agent's crash")
+        .await;
     let tool = said_pid(&fleet.items(b).await, "tool ");
     wait_dead(tool, "a tool of a crashed agent").await;
 }
@@ -797,19 +786,15 @@ async fn tools_in_their_own_process_group_end_with_the_agent() {
 async fn string_request_ids_and_answers_by_option_id() {
     let fleet = Fleet::with_env(&[("SCRIPTED_AGENT_STRING_IDS", "1")]).await;
     let id = fleet.run("permission-only format the disk").await;
-    let deadline = Instant::now() + WAIT;
-    let pending = loop {
+    let pending = eventually("a permission request", WAIT, async || {
         let pending = fleet
             .manager
             .pending_permissions(id)
             .await
             .expect("pending");
-        if !pending.is_empty() {
-            break pending;
-        }
-        assert!(Instant::now() < deadline, "no permission request");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+        (!pending.is_empty()).then_some(pending)
+    })
+    .await;
     let wrong = fleet
         .manager
         .answer_permission(

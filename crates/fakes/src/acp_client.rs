@@ -20,6 +20,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use crate::procs::{self, Process};
+
 /// How to start an agent: everything explicit, nothing inherited from the caller.
 #[derive(Debug, Clone)]
 pub struct AgentCommand {
@@ -288,7 +290,7 @@ impl AcpClient {
                     "fs": {"readTextFile": fs, "writeTextFile": fs},
                     "terminal": false,
                 },
-                "clientInfo": {"name": "drover-testkit", "version": env!("CARGO_PKG_VERSION")},
+                "clientInfo": {"name": "drover-fakes", "version": env!("CARGO_PKG_VERSION")},
             }),
         )
         .await
@@ -392,28 +394,13 @@ impl AcpClient {
 
     /// The agent's processes (not zombies): its process group, and every descendant of its
     /// leader whatever the group. Agents start tool commands in groups of their own.
-    pub fn processes(&self) -> Vec<ProcessInfo> {
-        let all = processes();
-        let mut tree: Vec<ProcessInfo> = Vec::new();
-        loop {
-            let before = tree.len();
-            for p in &all {
-                let inside = p.pid == self.pgid
-                    || p.pgrp == self.pgid
-                    || tree.iter().any(|t| t.pid == p.ppid);
-                if inside && !tree.iter().any(|t| t.pid == p.pid) {
-                    tree.push(p.clone());
-                }
-            }
-            if tree.len() == before {
-                return tree.into_iter().filter(|p| !p.zombie).collect();
-            }
-        }
+    pub fn processes(&self) -> Vec<Process> {
+        procs::tree(self.pgid)
     }
 
     /// The process groups of `tree` and the agent's own, never the caller's.
-    fn groups(&self, tree: &[ProcessInfo]) -> Vec<i32> {
-        let own_group = own_process_group();
+    fn groups(&self, tree: &[Process]) -> Vec<i32> {
+        let own_group = procs::own_group();
         let mut groups: Vec<i32> = tree.iter().map(|p| p.pgrp).collect();
         groups.push(self.pgid);
         groups.sort_unstable();
@@ -431,9 +418,9 @@ impl AcpClient {
         let groups = self.groups(&tree);
         let pids: Vec<i32> = tree.iter().map(|p| p.pid).collect();
         let alive = || -> Vec<i32> {
-            processes()
+            procs::live()
                 .into_iter()
-                .filter(|p| !p.zombie && (pids.contains(&p.pid) || groups.contains(&p.pgrp)))
+                .filter(|p| pids.contains(&p.pid) || groups.contains(&p.pgrp))
                 .map(|p| p.pid)
                 .collect()
         };
@@ -495,49 +482,6 @@ fn signal_group(pgid: i32, signal: libc::c_int) {
             libc::kill(-pgid, signal);
         }
     }
-}
-
-/// A process as `/proc/PID/stat` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessInfo {
-    pub pid: i32,
-    pub ppid: i32,
-    pub pgrp: i32,
-    pub zombie: bool,
-}
-
-/// Every process on the machine, from `/proc`.
-fn processes() -> Vec<ProcessInfo> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // After the `(comm)` field, which may hold anything: state, ppid, pgrp.
-            let (_, rest) = stat.rsplit_once(')')?;
-            let mut fields = rest.split_whitespace();
-            let state = fields.next()?;
-            let ppid = fields.next()?.parse().ok()?;
-            let pgrp = fields.next()?.parse().ok()?;
-            Some(ProcessInfo {
-                pid,
-                ppid,
-                pgrp,
-                zombie: state == "Z" || state == "X",
-            })
-        })
-        .collect()
-}
-
-/// This process's group, which shutdown must never signal.
-fn own_process_group() -> Option<i32> {
-    let me = i32::try_from(std::process::id()).ok()?;
-    processes()
-        .into_iter()
-        .find(|p| p.pid == me)
-        .map(|p| p.pgrp)
 }
 
 async fn write_lines(mut stdin: ChildStdin, mut lines: mpsc::Receiver<String>) {

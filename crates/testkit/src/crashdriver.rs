@@ -1,7 +1,8 @@
-//! `drover-crashdriver HOME CWD SEED`: opens the registry under HOME the way the daemon does,
+//! The program `drover-crashdriver HOME CWD SEED` (a bin of drover-e2e, whose crash test kills
+//! it; this is its code): opens the registry under HOME the way the daemon does,
 //! then mutates it forever in bursts, announcing each mutation before it starts and
 //! acknowledging it once it returned, so a test can SIGKILL it anywhere and hold the disk to
-//! the acknowledgements. The line protocol is in `drover_testkit::crash`.
+//! the acknowledgements. The line protocol is in [`crate::crash`].
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -9,18 +10,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::crash::{Ack, AgentState, Begin, Boot, Failed, Op, XorShift};
 use anyhow::{Context, bail};
 use drover_core::{
     AgentId, AgentStatus, ArchiveOptions, NewAgent, NoRuntimes, Registry, RegistryError,
     TurnOutcome,
 };
-use drover_testkit::crash::{Ack, AgentState, Begin, Boot, Failed, Op, XorShift};
 use serde::Serialize;
 
 /// Past this many agents, creating becomes rare: the store grows across many crash rounds.
 const CREATE_SLOWLY_ABOVE: usize = 250;
 
-fn main() -> anyhow::Result<()> {
+/// The program's `main`: reads HOME CWD SEED from the arguments.
+pub fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [home, cwd, seed] = args.as_slice() else {
         bail!("usage: drover-crashdriver HOME CWD SEED");

@@ -12,8 +12,8 @@
 //!    100,000 agents (20 per workspace). Target: evaluations per change independent of fleet
 //!    size.
 //!
-//! The `drover` binary is `$DROVER_BIN`, else the one next to this executable: build both with
-//! `scripts/bench` (or `cargo build --release -p drover -p drover-testkit`). The stores go to a
+//! The `drover` binary is `$DROVER_BIN`, else the one in this benchmark's build folder: build it
+//! with `scripts/bench` (or `cargo build --release -p drover`). The stores go to a
 //! scratch folder under `$TMPDIR` (the archive figures are fsync-bound: they say as much about
 //! that disk as about drover); `DROVER_BENCH_KEEP=1` keeps it, e.g. to profile a boot. A missed
 //! target is reported, not an error: the exit status is non-zero only when the bench could not
@@ -30,14 +30,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, ensure};
+use drover_bench::fleet_gen::{Rng, generate_fleet};
+use drover_bench::{self as bench, DaemonProc, Row, fmt_dur, fmt_kb};
 use drover_core::store::Store;
 use drover_core::view::AgentsView;
 use drover_core::{
     ActivityIndex, Agent, AgentId, AgentStatus, ArchiveOptions, NewAgent, NoRuntimes, PARENT_LABEL,
     ProviderConfig, Registry, WorkspaceId,
 };
-use drover_testkit::bench::{self, DaemonProc, Row, fmt_dur, fmt_kb};
-use drover_testkit::fleet_gen::{Rng, generate_fleet};
 
 const BOOT_AGENTS: usize = 10_000;
 const BOOT_WORKSPACES: usize = 500;

@@ -24,7 +24,7 @@
 //!    The server's CPU time (`/proc/PID/stat`; the agents' own excluded) per delivery is shown
 //!    for the daemon and the bare broadcast.
 //! 2. `session_state` with 10,000 agents (500 workspaces, written in the store's format by
-//!    `drover_testkit::fleet_gen`, as `drover-bench` does): a raw WebSocket sends `hello`;
+//!    `drover_bench::fleet_gen`, as `drover-bench` does): a raw WebSocket sends `hello`;
 //!    from that moment, the time to the first byte of `welcome`, to the first and the last
 //!    byte of `session_state`, and its size. Best and median of 5 connections; no target. The
 //!    daemon's VmRSS is shown.
@@ -32,8 +32,8 @@
 //!    against that daemon (`DROVER_HOME`), output to a pipe, wall clock, best of 5. Target
 //!    < 150 ms. SKIP, saying why, while the CLI has no `ls`.
 //!
-//! Binaries: `drover` is `$DROVER_BIN`, else the one next to this executable; the scripted
-//! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` next to this executable
+//! Binaries: `drover` is `$DROVER_BIN`, else the one of this build; the scripted
+//! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` of this build
 //! (`scripts/bench` builds all of them in release). Scratch homes go under `$TMPDIR`;
 //! `DROVER_BENCH_KEEP=1` keeps them (with the daemons' logs). A missed target is reported, not
 //! an error: the exit status is non-zero only when the bench could not run.
@@ -50,11 +50,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use axum::extract::State;
 use axum::extract::ws::{Message as AxumMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use drover_testkit::bench::{
-    self, DaemonProc, Reaper, Row, Ws, fmt_bytes, fmt_dur, fmt_kb, hello, median, median_f64,
-    now_ns, proc_cpu_time, quantile, recv_json, request, send_json, ws_connect,
+use drover_bench::fleet_gen::generate_fleet;
+use drover_bench::{
+    self as bench, DaemonProc, Reaper, Row, Ws, fmt_bytes, fmt_dur, fmt_kb, hello, median,
+    median_f64, now_ns, proc_cpu_time, quantile, recv_json, request, send_json, ws_connect,
 };
-use drover_testkit::fleet_gen::generate_fleet;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast};
@@ -390,7 +390,10 @@ impl Fleet {
         fs::create_dir_all(&cwd)?;
         fs::write(
             home.join("config.toml"),
-            drover_testkit::scripted_config(scripted, &root.join("fanout-agent-state")),
+            drover_fakes::scripted_agent::provider_config(
+                scripted,
+                &root.join("fanout-agent-state"),
+            ),
         )?;
         let daemon = DaemonProc::spawn(
             drover,

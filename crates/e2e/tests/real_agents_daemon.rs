@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
+use drover_fakes::model::{self, ModelServer};
+use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
 use drover_testkit::daemon::{Client, TestDaemon};
-use drover_testkit::model::{self, ModelServer};
-use drover_testkit::real_agents::{RealAgent, agents_dir, provider_toml};
 use drover_testkit::{agent_processes, no_agent_processes_left};
 use serde_json::json;
 use tempfile::TempDir;

@@ -8,11 +8,14 @@
 //! Needs `scripts/install-agents`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use drover_fakes::model::{self, FINAL_REPLY, ModelServer};
+use drover_fakes::procs;
+use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
+use drover_fakes::scripted_agent;
 use drover_testkit::daemon::{Client, TestDaemon};
-use drover_testkit::model::{self, FINAL_REPLY, ModelServer};
-use drover_testkit::real_agents::{RealAgent, agents_dir, provider_toml};
+use drover_testkit::wait::{eventually, poll_until};
 use drover_testkit::{agent_processes, git, no_agent_processes_left};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -28,41 +31,36 @@ fn config(model: &ModelServer, scratch: &Path, cwd: &Path, scripted_state: &Path
     format!(
         "{}\n{}",
         provider_toml("codex", &command),
-        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), scripted_state)
+        scripted_agent::provider_config(
+            Path::new(env!("CARGO_BIN_EXE_drover-scripted-agent")),
+            scripted_state
+        )
     )
 }
 
 /// Processes whose command line runs `mcp-proxy` against the daemon at `url`.
 fn relays_to(url: &str) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            (cmdline.contains("mcp-proxy") && cmdline.contains(url)).then_some(cmdline)
-        })
+    procs::all()
+        .iter()
+        .map(procs::Process::command_line)
+        .filter(|cmdline| cmdline.contains("mcp-proxy") && cmdline.contains(url))
         .collect()
 }
 
 /// Waits until `id` is idle with `turns` turns ended.
 async fn settle(client: &mut Client, id: &str, turns: usize) {
-    let deadline = Instant::now() + TURN;
-    loop {
+    let settled = poll_until(TURN, async || {
         let idle = client
             .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 10_000}))
             .await;
-        if idle["payload"]["idle"] == true && client.turn_events(id).await.len() >= turns {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{id} did not settle after {turns} turns: {:#?}",
-            client.timeline(id).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        idle["payload"]["idle"] == true && client.turn_events(id).await.len() >= turns
+    })
+    .await;
+    assert!(
+        settled.is_some(),
+        "{id} did not settle after {turns} turns: {:#?}",
+        client.timeline(id).await
+    );
     let events = client.turn_events(id).await;
     assert_eq!(events.len(), turns, "{:#?}", client.timeline(id).await);
 }
@@ -155,21 +153,18 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     assert_eq!(allowed["type"], "ok", "{allowed}");
 
     // 2. The child shows under codex and runs its turn in the new worktree.
-    let deadline = Instant::now() + TURN;
-    let child = loop {
+    let child = eventually("a subagent to appear", TURN, async || {
         let kids: Vec<Value> = client
             .agents(true)
             .await
             .into_iter()
             .filter(|a| a["parentAgentId"] == parent.as_str())
             .collect();
-        if let Some(kid) = kids.first() {
-            assert_eq!(kids.len(), 1, "{kids:?}");
-            break kid.clone();
-        }
-        assert!(Instant::now() < deadline, "no subagent appeared");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        let kid = kids.first()?;
+        assert_eq!(kids.len(), 1, "{kids:?}");
+        Some(kid.clone())
+    })
+    .await;
     let child_id = child["id"].as_str().expect("child id").to_string();
     assert_eq!(child["type"], "scripted", "{child}");
     assert_eq!(child["title"], "child", "{child}");
@@ -262,11 +257,10 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         .request(json!({"type": "send_message", "agentId": child_id, "text": "sleep 60000"}))
         .await;
     assert_eq!(sent["type"], "message_queued", "{sent}");
-    let deadline = Instant::now() + TURN;
-    while agent(&mut client, &child_id).await["status"] != "running" {
-        assert!(Instant::now() < deadline, "the child did not start working");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the child to start working", TURN, async || {
+        agent(&mut client, &child_id).await["status"] == "running"
+    })
+    .await;
     let refused = client
         .request(json!({"type": "archive", "agentId": parent}))
         .await;

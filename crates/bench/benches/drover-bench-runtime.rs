@@ -19,8 +19,8 @@
 //!    Both agents get the same environment (what drover gives its agents). Target ≤ 1.05×.
 //!    Skipped, saying so, when the agents are not installed.
 //!
-//! The scripted agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` next to this
-//! executable (`scripts/bench` builds both). Scratch stores go under `$TMPDIR`;
+//! The scripted agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` of this
+//! build (`scripts/bench` builds both). Scratch stores go under `$TMPDIR`;
 //! `DROVER_BENCH_KEEP=1` keeps them. A missed target is reported, not an error: the exit status
 //! is non-zero only when the bench could not run.
 
@@ -33,13 +33,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use drover_acp::{Provider, Providers, RuntimeManager, TimelineUpdate};
+use drover_bench::{self as bench, Row, fmt_bytes, fmt_dur, fmt_kb, median, median_f64};
 use drover_core::inbox::Delivery;
 use drover_core::timeline::{Page, TimelineItem};
 use drover_core::{AgentId, NewAgent, Registry, RuntimeControl};
-use drover_testkit::acp_client::{AcpClient, ClientOptions};
-use drover_testkit::bench::{self, Row, fmt_bytes, fmt_dur, fmt_kb, median, median_f64};
-use drover_testkit::model;
-use drover_testkit::real_agents::{self, RealAgent};
+use drover_fakes::acp_client::{AcpClient, ClientOptions};
+use drover_fakes::model;
+use drover_fakes::real_agents::{self, RealAgent};
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 

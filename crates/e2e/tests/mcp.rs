@@ -3,6 +3,7 @@
 
 use drover_testkit::daemon::{Client, TestDaemon};
 use drover_testkit::git;
+use drover_testkit::wait::poll_until;
 use serde_json::{Value, json};
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
@@ -237,14 +238,13 @@ async fn an_auto_archived_agent_takes_the_worktree_made_for_it() {
         .expect("tool result JSON");
     let child = result["agentId"].as_str().expect("child").to_string();
     let worktree = std::path::PathBuf::from(result["cwd"].as_str().expect("cwd"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while worktree.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worktree outlived its autoArchived agent"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    assert!(
+        poll_until(std::time::Duration::from_secs(20), async || !worktree
+            .exists())
+        .await
+        .is_some(),
+        "the worktree outlived its autoArchived agent"
+    );
     let all = client
         .request(json!({"type": "list_agents", "includeArchived": true}))
         .await;

@@ -269,6 +269,16 @@ impl Directive {
     }
 }
 
+/// A `config.toml` with the scripted agent at `agent_bin` as provider `scripted`, keeping its
+/// sessions under `state_dir`.
+pub fn provider_config(agent_bin: &Path, state_dir: &Path) -> String {
+    format!(
+        "[providers.scripted]\nlabel = \"Scripted\"\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n",
+        bin = agent_bin.display().to_string(),
+        state = state_dir.display().to_string(),
+    )
+}
+
 /// Runs the agent on this process's stdin/stdout until stdin closes; the binary's `main`.
 pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use drover_bench::{self as bench, Row, fmt_dur};
 use drover_core::{NoRuntimes, Registry, WorktreeOptions};
-use drover_testkit::bench::{self, Row, fmt_dur};
 
 /// Rounds per repository unless `DROVER_BENCH_ROUNDS` says otherwise.
 const ROUNDS: usize = 15;

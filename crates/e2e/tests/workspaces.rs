@@ -4,9 +4,11 @@
 //! leaves no worktree, branch or workspace record behind.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use drover_testkit::daemon::{Client, TestDaemon};
 use drover_testkit::git;
+use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 
 /// A git repository with one commit, in the daemon's cwd.
@@ -224,14 +226,12 @@ async fn an_agent_in_a_new_worktree_from_the_protocol() {
         .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
         .collect();
     assert_eq!(said, [cwd.display().to_string()]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while cwd.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worktree outlived its autoArchived agent"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the worktree removed with its autoArchived agent",
+        Duration::from_secs(20),
+        async || !cwd.exists(),
+    )
+    .await;
     // A worktree with `workspaceId` is refused.
     let refused = client
         .request(json!({"type": "create_agent", "provider": "scripted", "workspaceId": agent["workspaceId"], "worktree": {}}))

@@ -1,4 +1,4 @@
-//! `drover-model`: the scripted model server (see `drover_testkit::model`) as a process.
+//! `drover-model`: the scripted model server (see `drover_fakes::model`) as a process.
 //!
 //! Usage: `drover-model [ADDR]` (default `127.0.0.1:0`). Prints `http://ADDR` on the first
 //! line of stdout once it listens, then serves until SIGINT or SIGTERM. `GET /requests`
@@ -15,7 +15,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    let server = drover_testkit::model::serve(listener).await;
+    let server = drover_fakes::model::serve(listener).await;
     println!("{}", server.url());
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     tokio::select! {

@@ -7,9 +7,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use drover_testkit::acp_client::{AcpClient, PermissionAnswer, Turn};
-use drover_testkit::model::{self, FINAL_REPLY, ModelServer};
-use drover_testkit::real_agents::{RealAgent, agents_dir};
+use drover_fakes::acp_client::{AcpClient, PermissionAnswer, Turn};
+use drover_fakes::model::{self, FINAL_REPLY, ModelServer};
+use drover_fakes::procs;
+use drover_fakes::real_agents::{RealAgent, agents_dir};
+use drover_testkit::wait::poll_until;
 use serde_json::Value;
 
 /// The longest any one step (spawn, a request, a turn) may take.
@@ -284,11 +286,12 @@ async fn killed_mid_command(agent: RealAgent) {
     // Unique to this test, to find the command among the machine's processes.
     let marker = format!("sleep 30.{}", h.model.addr().port());
     let started = async {
-        let deadline = Instant::now() + STEP;
-        while commands_like(&marker).is_empty() {
-            assert!(Instant::now() < deadline, "{agent:?}: `{marker}` never ran");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        assert!(
+            poll_until(STEP, async || !commands_like(&marker).is_empty())
+                .await
+                .is_some(),
+            "{agent:?}: `{marker}` never ran"
+        );
     };
     let prompt = format!("shell {marker}");
     tokio::select! {
@@ -318,20 +321,10 @@ async fn killed_mid_command(agent: RealAgent) {
 
 /// Live processes whose command line contains `needle`.
 fn commands_like(needle: &str) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(needle)
-                })
-                .unwrap_or(false)
-        })
+    procs::live()
+        .into_iter()
+        .filter(|p| p.command_line().contains(needle))
+        .map(|p| p.pid)
         .collect()
 }
 

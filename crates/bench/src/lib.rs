@@ -1,6 +1,9 @@
-//! What the `drover-bench*` binaries share: the summary table, the scratch folder, finding the
-//! release binaries, `drover daemon` as a child process, the client protocol over a WebSocket,
-//! `/proc` readings, medians and the formats of the printed figures.
+//! What the `drover-bench*` benchmarks (`[[bench]] harness = false` targets, run by
+//! `scripts/bench`) share: the summary table, the scratch folder, finding the release
+//! binaries, `drover daemon` as a child process, the client protocol over a WebSocket, `/proc`
+//! readings, medians and the formats of the printed figures.
+
+pub mod fleet_gen;
 
 use std::fs::{self, File};
 use std::future::Future;
@@ -70,7 +73,8 @@ pub fn rounds(default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// `$var` if set, else `name` next to this executable; `package` is what builds it (`-p x`).
+/// `$var` if set, else `name` in this executable's build folder (`target/release`, the parent
+/// of the `deps/` where `cargo bench` puts a benchmark); `package` is what builds it (`-p x`).
 pub fn binary_next_to_me(var: &str, name: &str, package: &str) -> Result<PathBuf> {
     if let Some(bin) = std::env::var_os(var).filter(|b| !b.is_empty()) {
         let bin = PathBuf::from(bin);
@@ -78,10 +82,13 @@ pub fn binary_next_to_me(var: &str, name: &str, package: &str) -> Result<PathBuf
         return Ok(bin);
     }
     let exe = std::env::current_exe().context("cannot find this executable")?;
-    let bin = exe
+    let mut dir = exe
         .parent()
-        .map(|dir| dir.join(name))
         .ok_or_else(|| anyhow!("`{}` has no folder", exe.display()))?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir = dir.parent().unwrap_or(dir);
+    }
+    let bin = dir.join(name);
     ensure!(
         bin.is_file(),
         "no `{name}` at `{}`: build it with `cargo build --release {package}` (or run \
@@ -91,17 +98,18 @@ pub fn binary_next_to_me(var: &str, name: &str, package: &str) -> Result<PathBuf
     Ok(bin)
 }
 
-/// The `drover` binary: `$DROVER_BIN`, else the one next to this executable.
+/// The `drover` binary: `$DROVER_BIN`, else the one of this build.
 pub fn drover_binary() -> Result<PathBuf> {
     binary_next_to_me("DROVER_BIN", "drover", "-p drover")
 }
 
-/// The scripted agent: `$DROVER_SCRIPTED_AGENT`, else the one next to this executable.
+/// The scripted agent: `$DROVER_SCRIPTED_AGENT`, else the one of this build (a bin of
+/// drover-e2e, whose tests spawn it).
 pub fn scripted_agent_binary() -> Result<PathBuf> {
     binary_next_to_me(
         "DROVER_SCRIPTED_AGENT",
         "drover-scripted-agent",
-        "-p drover-testkit",
+        "-p drover-e2e",
     )
 }
 
