@@ -13,8 +13,9 @@ use drover_daemon::DaemonConfig;
     about = "Run and manage fleets of coding agents",
     after_help = "An ID is a full agent id, a unique prefix or suffix of it (the short handle \
                   `drover ls` shows), or an exact title.\n\
-                  Exit codes: 0 ok, 1 error (or a failed turn), 2 usage, 3 no daemon running, \
-                  4 no such agent (or ambiguous), 5 refused, 6 timeout, 130 interrupted."
+                  Exit codes: 0 ok, 1 error (or a failed turn, or a worktree holding work), \
+                  2 usage, 3 no daemon running, 4 no such agent or workspace (or ambiguous), \
+                  5 refused, 6 timeout, 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]

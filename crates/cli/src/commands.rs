@@ -325,6 +325,7 @@ enum Outcome {
 /// An agent's updates on stdout: as text, or one JSON line each.
 struct Stream {
     renderer: Renderer<std::io::Stdout>,
+    view: View,
     json: bool,
     /// The last item seen, so a re-initialization after `resync_required` repeats nothing.
     last_seq: u64,
@@ -335,6 +336,7 @@ impl Stream {
     fn new(style: Style, view: View, name: &str, json: bool) -> Stream {
         Stream {
             renderer: Renderer::new(std::io::stdout(), style, view, name.to_string()),
+            view,
             json,
             last_seq: 0,
             turn_started: false,
@@ -392,7 +394,7 @@ impl Stream {
         until: Until,
         interrupts: &mut Signal,
     ) -> anyhow::Result<Outcome> {
-        let mut initialized = Some(initialize(connection, agent, tail).await?);
+        let mut initialized = Some(self.initial(connection, agent, tail).await?);
         loop {
             if let Some((info, updates)) = initialized.take() {
                 for update in updates {
@@ -434,6 +436,34 @@ impl Stream {
                 _ => {}
             }
         }
+    }
+
+    /// The agent and its last `tail` items that print (with `--json`, its last `tail` items).
+    async fn initial(
+        &self,
+        connection: &mut Connection,
+        agent: &str,
+        tail: Option<usize>,
+    ) -> anyhow::Result<(AgentInfo, Vec<Value>)> {
+        let Some(want) = tail.filter(|_| !self.json) else {
+            return initialize(connection, agent, tail).await;
+        };
+        let (info, mut updates) = initialize(connection, agent, Some(PAGE)).await?;
+        let shown: Vec<usize> = updates
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| {
+                self.view
+                    .shows(u.pointer("/item/kind").and_then(Value::as_str))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if want == 0 {
+            updates.clear();
+        } else if shown.len() > want {
+            updates.drain(..shown[shown.len() - want]);
+        }
+        Ok((info, updates))
     }
 
     /// `drover run` gives up on an agent that failed (or was archived) before its turn.

@@ -1000,6 +1000,13 @@ fn logs_tail_counts_the_items_it_prints() {
         .collect();
     assert_eq!(kinds.len(), 3, "{kinds:?}");
     assert!(kinds.iter().any(|k| k == "usage"), "{kinds:?}");
+    // Following, too.
+    let mut follow = Live::spawn(&fx, &["logs", &id, "--follow", "--tail", "3"]);
+    follow.expect_line("turn     completed");
+    follow.interrupt();
+    let out = follow.finish();
+    assert_eq!(out.stdout.lines().count(), 3, "{}", out.stdout);
+    assert!(out.stdout.contains("one"), "{}", out.stdout);
 }
 
 #[test]
