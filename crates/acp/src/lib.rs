@@ -1,10 +1,15 @@
 //! drover's agent runtimes: each agent's provider process speaking the Agent Client Protocol
 //! (v1, JSON-RPC over stdio), its turns, its durable inbox and timeline.
 //!
-//! [`RuntimeManager`] is the registry's [`RuntimeControl`] and the entry point for clients:
-//! create an agent and start it, deliver messages (followup, steer, inject), cancel, answer
-//! permissions, wait until idle, read timelines. One task per agent owns that agent's process,
-//! connection, inbox and timeline; everything else talks to it through a bounded channel.
+//! [`RuntimeManager`] is the entry point for clients: create an agent and start it, deliver
+//! messages (followup, steer, inject), cancel, answer permissions, wait until idle, read
+//! timelines. One task per agent owns that agent's process, connection, inbox and timeline;
+//! everything else talks to it through a bounded channel.
+//!
+//! [`RuntimeManager::open`] wires everything once, in order, before any agent starts: the
+//! registry opens with a weak [`RuntimeControl`] onto the agents' tasks (ownership runs from
+//! the manager to the registry, never back), and the MCP servers agents get are an argument,
+//! so an agent woken at boot has them too.
 //!
 //! Nothing here decides lifecycle rules: the registry does. Nothing here knows about
 //! WebSocket or HTTP.
@@ -17,20 +22,25 @@ pub mod rpc;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use drover_core::error::ErrorCode;
 use drover_core::inbox::{Delivery, Inbox, InboxMessage};
-use drover_core::timeline::{Page, Timeline, TimelineItem, TimelinePage};
+use drover_core::timeline::{Page, Timeline, TimelinePage};
 use drover_core::{
-    Agent, AgentId, BoxFuture, CancelCause, NewAgent, Registry, RegistryError, RuntimeControl,
-    RuntimeError, store::StoreError,
+    Agent, AgentId, BootReport, BoxFuture, CancelCause, NewAgent, Registry, RegistryError,
+    RuntimeControl, RuntimeError, store::StoreError,
 };
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+pub use actor::{LastStderr, LaunchError};
+/// A change to one agent's timeline: the timeline log's own entry, as live clients get it.
+pub use drover_core::timeline::Entry as TimelineUpdate;
+/// The kinds of timeline item the runtimes write, for readers of timelines.
+pub use drover_core::timeline::ItemKind;
 pub use providers::{Availability, Provider, Providers};
 
 use actor::Command;
@@ -49,23 +59,6 @@ pub struct TimelineEvent {
     /// The timeline's revision after this change (see `TimelinePage::revision`).
     pub revision: u64,
     pub update: TimelineUpdate,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum TimelineUpdate {
-    Item {
-        item: TimelineItem,
-    },
-    Append {
-        seq: u64,
-        field: String,
-        text: String,
-    },
-    Patch {
-        seq: u64,
-        fields: Map<String, Value>,
-    },
 }
 
 /// How a client answers a permission request.
@@ -112,8 +105,11 @@ pub enum AcpError {
     NoPendingPermission(AgentId),
     #[error("agent `{agent}`: {message}")]
     Permission { agent: AgentId, message: String },
-    #[error("agent `{agent}` could not start: {message}")]
-    StartFailed { agent: AgentId, message: String },
+    #[error("agent `{agent}` could not start: {error}")]
+    StartFailed {
+        agent: AgentId,
+        error: Box<LaunchError>,
+    },
     #[error("agent `{agent}`: {message}")]
     Agent { agent: AgentId, message: String },
     #[error("the runtime of agent `{0}` stopped")]
@@ -149,30 +145,25 @@ fn new_source(notify: &Option<AgentId>) -> Option<String> {
 /// support; returns the `mcpServers` array of ACP `session/new`.
 pub type McpServers = Arc<dyn Fn(AgentId, bool) -> Value + Send + Sync>;
 
+/// Agents that get no MCP server (`mcpServers: []`): runtimes without a daemon.
+pub fn no_mcp_servers() -> McpServers {
+    Arc::new(|_, _| Value::Array(Vec::new()))
+}
+
 /// What the agents of one daemon share.
 pub(crate) struct Shared {
     pub(crate) home: PathBuf,
     pub(crate) providers: Providers,
-    pub(crate) registry: OnceLock<Registry>,
+    pub(crate) registry: Registry,
     pub(crate) updates: broadcast::Sender<TimelineEvent>,
-    actors: Mutex<HashMap<AgentId, ActorHandle>>,
+    actors: Arc<Actors>,
     /// The modes each live runtime offers (`modes` of `session/new`), for clients.
     pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
     /// The MCP servers given to an agent's session (`mcpServers` of `session/new`).
-    pub(crate) mcp: OnceLock<McpServers>,
-    shutting_down: AtomicBool,
-    generation: AtomicU64,
+    pub(crate) mcp: McpServers,
 }
 
 impl Shared {
-    pub(crate) fn registry(&self) -> &Registry {
-        // `RuntimeManager::attach` runs right after `Registry::open`, before anything can
-        // reach an actor.
-        self.registry
-            .get()
-            .expect("the registry is attached before agents run")
-    }
-
     pub(crate) fn emit(&self, agent_id: AgentId, revision: u64, update: TimelineUpdate) {
         let _ = self.updates.send(TimelineEvent {
             agent_id,
@@ -181,14 +172,8 @@ impl Shared {
         });
     }
 
-    fn forget(&self, id: AgentId, generation: u64) {
-        let mut actors = self
-            .actors
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if actors.get(&id).is_some_and(|h| h.generation == generation) {
-            actors.remove(&id);
-        }
+    pub(crate) fn forget(&self, id: AgentId, generation: u64) {
+        self.actors.forget(id, generation);
     }
 }
 
@@ -197,6 +182,155 @@ struct ActorHandle {
     commands: mpsc::Sender<Command>,
     busy: watch::Receiver<bool>,
     generation: u64,
+}
+
+impl ActorHandle {
+    /// Sends the command `command` builds around a reply channel and awaits the reply.
+    async fn request<T>(
+        &self,
+        agent: AgentId,
+        command: impl FnOnce(oneshot::Sender<Result<T, AcpError>>) -> Command,
+    ) -> Result<T, AcpError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(command(reply))
+            .await
+            .map_err(|_| AcpError::Stopped(agent))?;
+        rx.await.map_err(|_| AcpError::Stopped(agent))?
+    }
+}
+
+/// The agents' tasks. The manager starts them; the registry reaches them (cancel, close,
+/// shutdown) through [`Runtimes`], without the rest of the manager.
+struct Actors {
+    home: PathBuf,
+    tasks: Mutex<HashMap<AgentId, ActorHandle>>,
+    shutting_down: AtomicBool,
+    generation: AtomicU64,
+}
+
+impl Actors {
+    fn tasks(&self) -> MutexGuard<'_, HashMap<AgentId, ActorHandle>> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn existing(&self, agent: AgentId) -> Option<ActorHandle> {
+        self.tasks().get(&agent).cloned()
+    }
+
+    fn forget(&self, id: AgentId, generation: u64) {
+        let mut tasks = self.tasks();
+        if tasks.get(&id).is_some_and(|h| h.generation == generation) {
+            tasks.remove(&id);
+        }
+    }
+
+    /// Cancels the agent's turn; without `keep_inbox` its queued messages go too, also from
+    /// the disk of an agent with no task.
+    async fn cancel(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+        keep_inbox: bool,
+    ) -> Result<(), AcpError> {
+        let Some(handle) = self.existing(agent) else {
+            if !keep_inbox {
+                // A cold agent may still hold queued messages on disk.
+                let home = self.home.clone();
+                tokio::task::spawn_blocking(move || {
+                    Inbox::open(&home, agent).and_then(|mut i| i.discard_all())
+                })
+                .await
+                .map_err(|_| AcpError::ShuttingDown)??;
+            }
+            return Ok(());
+        };
+        handle
+            .request(agent, |reply| Command::Cancel {
+                cause,
+                keep_inbox,
+                reply,
+            })
+            .await
+    }
+
+    async fn close(&self, agent: AgentId) {
+        let Some(handle) = self.existing(agent) else {
+            return;
+        };
+        let (reply, rx) = oneshot::channel();
+        if handle.commands.send(Command::Close { reply }).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Stops every runtime and takes no new work.
+    async fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let handles: Vec<ActorHandle> = self.tasks().values().cloned().collect();
+        let mut closing = tokio::task::JoinSet::new();
+        for handle in handles {
+            closing.spawn(async move {
+                let (reply, rx) = oneshot::channel();
+                if handle
+                    .commands
+                    .send(Command::Shutdown { reply })
+                    .await
+                    .is_ok()
+                {
+                    let _ = rx.await;
+                }
+            });
+        }
+        while closing.join_next().await.is_some() {}
+    }
+}
+
+/// The runtimes as the registry sees them. It holds the actors weakly: the actors hold the
+/// registry, and ownership runs from the manager to the registry, never back. Once the
+/// manager is gone there is nothing left to cancel or close.
+struct Runtimes(Weak<Actors>);
+
+impl RuntimeControl for Runtimes {
+    fn cancel(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+        keep_inbox: bool,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let actors = self.0.upgrade();
+        Box::pin(async move {
+            let Some(actors) = actors else { return Ok(()) };
+            actors
+                .cancel(agent, cause, keep_inbox)
+                .await
+                .map_err(|e| RuntimeError {
+                    agent,
+                    message: e.to_string(),
+                })
+        })
+    }
+
+    fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let actors = self.0.upgrade();
+        Box::pin(async move {
+            if let Some(actors) = actors {
+                actors.close(agent).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        let actors = self.0.upgrade();
+        Box::pin(async move {
+            if let Some(actors) = actors {
+                actors.shutdown().await;
+            }
+        })
+    }
 }
 
 /// The runtimes of one daemon.
@@ -214,49 +348,40 @@ impl std::fmt::Debug for RuntimeManager {
 }
 
 impl RuntimeManager {
-    pub fn new(home: &Path, providers: Providers) -> RuntimeManager {
-        let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
-        RuntimeManager {
-            shared: Arc::new(Shared {
-                home: home.to_path_buf(),
-                providers,
-                registry: OnceLock::new(),
-                updates,
-                actors: Mutex::new(HashMap::new()),
-                modes: Mutex::new(HashMap::new()),
-                mcp: OnceLock::new(),
-                shutting_down: AtomicBool::new(false),
-                generation: AtomicU64::new(0),
-            }),
-        }
-    }
-
-    /// Opens the registry with this manager as its runtimes, then delivers what the inbox kept
-    /// across a restart. The usual way to boot.
+    /// Opens the registry with these runtimes, then delivers what the inbox kept across a
+    /// restart. `mcp` gives each agent its MCP servers: it is wired here, before any agent
+    /// can start, so none starts without them.
     pub async fn open(
         home: &Path,
         providers: Providers,
-    ) -> Result<(RuntimeManager, Registry, drover_core::BootReport), AcpError> {
-        let manager = RuntimeManager::new(home, providers);
-        let runtimes: Arc<dyn RuntimeControl> = Arc::new(manager.clone());
+        mcp: McpServers,
+    ) -> Result<(RuntimeManager, Registry, BootReport), AcpError> {
+        let actors = Arc::new(Actors {
+            home: home.to_path_buf(),
+            tasks: Mutex::new(HashMap::new()),
+            shutting_down: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+        });
+        let runtimes: Arc<dyn RuntimeControl> = Arc::new(Runtimes(Arc::downgrade(&actors)));
         let home_buf = home.to_path_buf();
         let (registry, boot) =
             tokio::task::spawn_blocking(move || Registry::open(&home_buf, runtimes))
                 .await
                 .map_err(|_| AcpError::ShuttingDown)??;
-        manager.attach(registry.clone());
+        let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
+        let manager = RuntimeManager {
+            shared: Arc::new(Shared {
+                home: home.to_path_buf(),
+                providers,
+                registry: registry.clone(),
+                updates,
+                actors,
+                modes: Mutex::new(HashMap::new()),
+                mcp,
+            }),
+        };
         manager.resume_pending().await;
         Ok((manager, registry, boot))
-    }
-
-    /// Sets how agents get their MCP servers (once, before agents start).
-    pub fn set_mcp_servers(&self, servers: McpServers) {
-        let _ = self.shared.mcp.set(servers);
-    }
-
-    /// Connects the registry (once).
-    pub fn attach(&self, registry: Registry) {
-        let _ = self.shared.registry.set(registry);
     }
 
     pub fn providers(&self) -> &Providers {
@@ -264,7 +389,7 @@ impl RuntimeManager {
     }
 
     pub fn registry(&self) -> &Registry {
-        self.shared.registry()
+        &self.shared.registry
     }
 
     /// The modes the agent's live runtime offers (`{currentModeId, availableModes}`), if it is
@@ -293,11 +418,7 @@ impl RuntimeManager {
 
     /// How many agents have a task (a live or starting runtime, or queued work).
     pub fn active_count(&self) -> usize {
-        self.shared
-            .actors
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        self.shared.actors.tasks().len()
     }
 
     /// Timeline updates of every agent, live.
@@ -306,7 +427,7 @@ impl RuntimeManager {
     }
 
     /// Starts the runtime of every agent whose inbox kept a message that wakes it.
-    pub async fn resume_pending(&self) {
+    async fn resume_pending(&self) {
         let dir = self.shared.home.join("inbox");
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return;
@@ -393,11 +514,9 @@ impl RuntimeManager {
                 };
                 let message =
                     InboxMessage::new(Delivery::Followup, prompt, source).notifying(notify);
-                self.send(&handle, agent.id, |reply| Command::Deliver {
-                    message,
-                    reply,
-                })
-                .await
+                handle
+                    .request(agent.id, |reply| Command::Deliver { message, reply })
+                    .await
             }
             None => {
                 let _ = handle.commands.send(Command::Start).await;
@@ -437,8 +556,8 @@ impl RuntimeManager {
         for attempt in 0..3 {
             let handle = self.handle(agent)?;
             let message = message.clone();
-            match self
-                .send(&handle, agent, |reply| Command::Deliver { message, reply })
+            match handle
+                .request(agent, |reply| Command::Deliver { message, reply })
                 .await
             {
                 Err(AcpError::Stopped(_)) if attempt < 2 => {
@@ -458,24 +577,7 @@ impl RuntimeManager {
         keep_inbox: bool,
     ) -> Result<(), AcpError> {
         self.known(agent)?;
-        let Some(handle) = self.existing(agent) else {
-            if !keep_inbox {
-                // A cold agent may still hold queued messages on disk.
-                let home = self.shared.home.clone();
-                tokio::task::spawn_blocking(move || {
-                    Inbox::open(&home, agent).and_then(|mut i| i.discard_all())
-                })
-                .await
-                .map_err(|_| AcpError::ShuttingDown)??;
-            }
-            return Ok(());
-        };
-        self.send(&handle, agent, |reply| Command::Cancel {
-            cause,
-            keep_inbox,
-            reply,
-        })
-        .await
+        self.shared.actors.cancel(agent, cause, keep_inbox).await
     }
 
     pub async fn answer_permission(
@@ -487,7 +589,8 @@ impl RuntimeManager {
         let handle = self
             .existing(agent)
             .ok_or(AcpError::NoPendingPermission(agent))?;
-        self.send(&handle, agent, |reply| Command::Answer { answer, reply })
+        handle
+            .request(agent, |reply| Command::Answer { answer, reply })
             .await
     }
 
@@ -499,7 +602,8 @@ impl RuntimeManager {
         let Some(handle) = self.existing(agent) else {
             return Ok(Vec::new());
         };
-        self.send(&handle, agent, |reply| Command::Pending { reply })
+        handle
+            .request(agent, |reply| Command::Pending { reply })
             .await
     }
 
@@ -507,7 +611,8 @@ impl RuntimeManager {
     pub async fn set_mode(&self, agent: AgentId, mode: String) -> Result<(), AcpError> {
         self.known(agent)?;
         let handle = self.handle(agent)?;
-        self.send(&handle, agent, |reply| Command::SetMode { mode, reply })
+        handle
+            .request(agent, |reply| Command::SetMode { mode, reply })
             .await
     }
 
@@ -515,7 +620,8 @@ impl RuntimeManager {
     pub async fn set_model(&self, agent: AgentId, model: String) -> Result<(), AcpError> {
         self.known(agent)?;
         let handle = self.handle(agent)?;
-        self.send(&handle, agent, |reply| Command::SetModel { model, reply })
+        handle
+            .request(agent, |reply| Command::SetModel { model, reply })
             .await
     }
 
@@ -564,66 +670,35 @@ impl RuntimeManager {
     }
 
     fn existing(&self, agent: AgentId) -> Option<ActorHandle> {
-        self.shared
-            .actors
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&agent)
-            .cloned()
+        self.shared.actors.existing(agent)
     }
 
     /// The agent's task, started if needed (cheap: no process until a turn needs one).
     fn handle(&self, agent: AgentId) -> Result<ActorHandle, AcpError> {
-        if self.shared.shutting_down.load(Ordering::SeqCst) {
+        let actors = &self.shared.actors;
+        if actors.shutting_down.load(Ordering::SeqCst) {
             return Err(AcpError::ShuttingDown);
         }
-        let mut actors = self
-            .shared
-            .actors
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(handle) = actors.get(&agent)
+        let mut tasks = actors.tasks();
+        if let Some(handle) = tasks.get(&agent)
             && !handle.commands.is_closed()
         {
             return Ok(handle.clone());
         }
-        let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
+        let generation = actors.generation.fetch_add(1, Ordering::Relaxed);
         let (commands, busy) = actor::spawn(self.shared.clone(), agent, generation)?;
         let handle = ActorHandle {
             commands,
             busy,
             generation,
         };
-        actors.insert(agent, handle.clone());
+        tasks.insert(agent, handle.clone());
         Ok(handle)
-    }
-
-    async fn send<T>(
-        &self,
-        handle: &ActorHandle,
-        agent: AgentId,
-        command: impl FnOnce(oneshot::Sender<Result<T, AcpError>>) -> Command,
-    ) -> Result<T, AcpError> {
-        let (reply, rx) = oneshot::channel();
-        handle
-            .commands
-            .send(command(reply))
-            .await
-            .map_err(|_| AcpError::Stopped(agent))?;
-        rx.await.map_err(|_| AcpError::Stopped(agent))?
-    }
-
-    async fn close_agent(&self, agent: AgentId) {
-        let Some(handle) = self.existing(agent) else {
-            return;
-        };
-        let (reply, rx) = oneshot::channel();
-        if handle.commands.send(Command::Close { reply }).await.is_ok() {
-            let _ = rx.await;
-        }
     }
 }
 
+/// The manager is the runtimes too, for its owner (the daemon's shutdown, tests): the same
+/// operations as [`Runtimes`], through the manager's checks.
 impl RuntimeControl for RuntimeManager {
     fn cancel(
         &self,
@@ -644,40 +719,15 @@ impl RuntimeControl for RuntimeManager {
     }
 
     fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
-        let manager = self.clone();
+        let actors = self.shared.actors.clone();
         Box::pin(async move {
-            manager.close_agent(agent).await;
+            actors.close(agent).await;
             Ok(())
         })
     }
 
     fn shutdown(&self) -> BoxFuture<'static, ()> {
-        let manager = self.clone();
-        Box::pin(async move {
-            manager.shared.shutting_down.store(true, Ordering::SeqCst);
-            let handles: Vec<(AgentId, ActorHandle)> = manager
-                .shared
-                .actors
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .iter()
-                .map(|(id, h)| (*id, h.clone()))
-                .collect();
-            let mut closing = tokio::task::JoinSet::new();
-            for (_, handle) in handles {
-                closing.spawn(async move {
-                    let (reply, rx) = oneshot::channel();
-                    if handle
-                        .commands
-                        .send(Command::Shutdown { reply })
-                        .await
-                        .is_ok()
-                    {
-                        let _ = rx.await;
-                    }
-                });
-            }
-            while closing.join_next().await.is_some() {}
-        })
+        let actors = self.shared.actors.clone();
+        Box::pin(async move { actors.shutdown().await })
     }
 }

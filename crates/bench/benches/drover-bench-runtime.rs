@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use drover_acp::{Provider, Providers, RuntimeManager, TimelineUpdate};
+use drover_acp::{Provider, Providers, RuntimeManager, TimelineUpdate, no_mcp_servers};
 use drover_bench::{self as bench, Row, fmt_bytes, fmt_dur, fmt_kb, median, median_f64};
 use drover_core::inbox::Delivery;
 use drover_core::timeline::{Page, TimelineItem};
@@ -112,7 +112,7 @@ struct Daemon {
 impl Daemon {
     async fn open(home: &Path, providers: Providers) -> Result<Daemon> {
         std::fs::create_dir_all(home)?;
-        let (manager, registry, _) = RuntimeManager::open(home, providers)
+        let (manager, registry, _) = RuntimeManager::open(home, providers, no_mcp_servers())
             .await
             .map_err(|e| anyhow!("RuntimeManager::open: {e}"))?;
         Ok(Daemon { manager, registry })

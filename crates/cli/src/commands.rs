@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use drover_acp::ItemKind;
 use drover_protocol::{
     AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
 };
@@ -353,7 +354,7 @@ impl Stream {
                 }
                 self.last_seq = seq;
             }
-            if item.get("kind").and_then(Value::as_str) == Some("turn_started") {
+            if item.get("kind").and_then(Value::as_str) == Some(ItemKind::TurnStarted.as_str()) {
                 self.turn_started = true;
             }
         }
@@ -361,7 +362,9 @@ impl Stream {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{notification}")?;
             out.flush()?;
-            if notification.pointer("/item/kind").and_then(Value::as_str) == Some("turn_ended") {
+            if notification.pointer("/item/kind").and_then(Value::as_str)
+                == Some(ItemKind::TurnEnded.as_str())
+            {
                 return Ok(Some(TurnEnd::from_data(&notification["item"]["data"])));
             }
             return Ok(None);

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 
+use drover_acp::ItemKind;
 use jiff::{Timestamp, tz::TimeZone};
 use serde_json::Value;
 
@@ -191,7 +192,7 @@ pub struct TurnEnd {
 impl TurnEnd {
     pub fn from_data(data: &Value) -> TurnEnd {
         let text = |k: &str| data.get(k).and_then(Value::as_str).map(str::to_string);
-        let event = text("event").unwrap_or_else(|| "turn_ended".to_string());
+        let event = text("event").unwrap_or_else(|| ItemKind::TurnEnded.to_string());
         let detail = match event.as_str() {
             "turn_completed" => text("stopReason"),
             "turn_failed" => text("error"),
@@ -239,15 +240,29 @@ pub struct View {
 
 impl View {
     /// Whether an item of this kind gets a line in this view (the others, such as `usage`, are
-    /// for `--json` readers).
+    /// for `--json` readers; a kind this drover does not know is skipped).
     pub fn shows(&self, kind: Option<&str>) -> bool {
-        match kind.unwrap_or_default() {
-            "agent_message" | "agent_thought" | "tool_call" | "permission" | "plan" | "mode"
-            | "notice" => true,
-            "user_message" => self.show_user,
-            "turn_started" => self.show_turns && self.timestamps,
-            "turn_ended" => self.show_turns,
-            _ => false,
+        match kind.and_then(ItemKind::parse) {
+            Some(
+                ItemKind::AgentMessage
+                | ItemKind::AgentThought
+                | ItemKind::ToolCall
+                | ItemKind::Permission
+                | ItemKind::Plan
+                | ItemKind::Mode
+                | ItemKind::Notice,
+            ) => true,
+            Some(ItemKind::UserMessage) => self.show_user,
+            Some(ItemKind::TurnStarted) => self.show_turns && self.timestamps,
+            Some(ItemKind::TurnEnded) => self.show_turns,
+            Some(
+                ItemKind::Config
+                | ItemKind::Usage
+                | ItemKind::AvailableCommands
+                | ItemKind::SessionInfo
+                | ItemKind::Raw,
+            )
+            | None => false,
         }
     }
 }
@@ -336,14 +351,18 @@ impl<W: Write> Renderer<W> {
     pub fn item(&mut self, item: &Value) -> std::io::Result<Option<TurnEnd>> {
         let seq = item.get("seq").and_then(Value::as_u64).unwrap_or(0);
         let at = item.get("at").and_then(Value::as_str).unwrap_or_default();
-        let kind = item.get("kind").and_then(Value::as_str).unwrap_or_default();
+        // A kind this drover does not know is skipped, like the ones it does not show.
+        let kind = item
+            .get("kind")
+            .and_then(Value::as_str)
+            .and_then(ItemKind::parse);
         let empty = Value::Object(Default::default());
         let data = item.get("data").unwrap_or(&empty);
         let text = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or_default();
         self.open = None;
         match kind {
-            "agent_message" | "agent_thought" => {
-                let thought = kind == "agent_thought";
+            Some(ItemKind::AgentMessage | ItemKind::AgentThought) => {
+                let thought = kind == Some(ItemKind::AgentThought);
                 let label = if thought { "thought" } else { "agent" };
                 self.start(at, label)?;
                 if thought && !self.view.timestamps {
@@ -355,7 +374,7 @@ impl<W: Write> Renderer<W> {
                 self.text(text("text"), paint)?;
                 self.open = Some((seq, paint));
             }
-            "user_message" if self.view.show_user => {
+            Some(ItemKind::UserMessage) if self.view.show_user => {
                 self.start(at, "user")?;
                 if !self.view.timestamps {
                     write!(self.out, "{}", self.style.paint(Paint::Bold, "> "))?;
@@ -380,7 +399,7 @@ impl<W: Write> Renderer<W> {
                 // Whole when it arrives: end its line now, so a live reader sees it.
                 self.break_line()?;
             }
-            "tool_call" => {
+            Some(ItemKind::ToolCall) => {
                 self.tool_count += 1;
                 let tool = Tool {
                     title: tool_title(data),
@@ -396,7 +415,7 @@ impl<W: Write> Renderer<W> {
                 self.tool_order.push(seq);
                 self.settle_tool(seq, !self.view.live)?;
             }
-            "permission" => {
+            Some(ItemKind::Permission) => {
                 let title = data
                     .get("title")
                     .and_then(Value::as_str)
@@ -415,7 +434,7 @@ impl<W: Write> Renderer<W> {
                     )?;
                 }
             }
-            "plan" => {
+            Some(ItemKind::Plan) => {
                 let text = self.labelled("plan:", "");
                 self.line(at, "plan", Paint::Cyan, &text)?;
                 let entries = data.get("entries").and_then(Value::as_array);
@@ -426,19 +445,19 @@ impl<W: Write> Renderer<W> {
                     self.continuation(&text, Paint::Cyan)?;
                 }
             }
-            "mode" => {
+            Some(ItemKind::Mode) => {
                 let mode = data.get("modeId").and_then(Value::as_str).unwrap_or("?");
                 let text = self.labelled("mode: ", mode);
                 self.line(at, "mode", Paint::Dim, &text)?;
             }
-            "notice" => {
+            Some(ItemKind::Notice) => {
                 let text = self.labelled("notice: ", text("text"));
                 self.line(at, "notice", Paint::Yellow, &text)?;
             }
-            "turn_started" if self.view.show_turns && self.view.timestamps => {
+            Some(ItemKind::TurnStarted) if self.view.show_turns && self.view.timestamps => {
                 self.line(at, "turn", Paint::Dim, "started")?;
             }
-            "turn_ended" => {
+            Some(ItemKind::TurnEnded) => {
                 let end = TurnEnd::from_data(data);
                 self.flush_tools()?;
                 if self.view.show_turns {
@@ -678,23 +697,6 @@ mod tests {
 
     #[test]
     fn shows_says_which_items_print() {
-        let kinds = [
-            "agent_message",
-            "agent_thought",
-            "user_message",
-            "tool_call",
-            "permission",
-            "plan",
-            "mode",
-            "notice",
-            "turn_started",
-            "turn_ended",
-            "usage",
-            "config",
-            "available_commands",
-            "session_info",
-            "raw",
-        ];
         let log = View {
             timestamps: true,
             show_user: true,
@@ -708,7 +710,7 @@ mod tests {
             live: false,
         };
         for view in [log, conversation, LIVE] {
-            for kind in kinds {
+            for kind in ItemKind::ALL.iter().map(|k| k.as_str()).chain(["unknown"]) {
                 let item = json!({"op": "item", "item": {"seq": 1, "at": "", "kind": kind, "data": {"text": "x", "status": "completed", "event": "turn_completed"}}});
                 let printed = !render(view, &[item]).is_empty();
                 assert_eq!(printed, view.shows(Some(kind)), "{kind} in {view:?}");

@@ -79,12 +79,25 @@ pub async fn run_locked(
     let started = std::time::Instant::now();
     let providers = drover_acp::Providers::load(&config.home)
         .map_err(|e| DaemonError::Config(e.to_string()))?;
-    let (runtimes, registry, boot) = drover_acp::RuntimeManager::open(&config.home, providers)
-        .await
-        .map_err(|e| match e {
-            drover_acp::AcpError::Registry(e) => DaemonError::Registry(e),
-            other => DaemonError::Config(other.to_string()),
-        })?;
+    let addr = listener.local_addr().map_err(|source| DaemonError::Io {
+        op: "read the listening address".to_string(),
+        source,
+    })?;
+    // Agents reach drover's MCP server at their own URL on this port, the ones woken at boot
+    // too: the runtimes get it as they open.
+    let tokens = Arc::new(mcp::Tokens::default());
+    let mcp_servers: drover_acp::McpServers = {
+        let tokens = tokens.clone();
+        let base = format!("http://{addr}");
+        Arc::new(move |agent, http| mcp::servers_for(&base, &tokens, agent, http))
+    };
+    let (runtimes, registry, boot) =
+        drover_acp::RuntimeManager::open(&config.home, providers, mcp_servers)
+            .await
+            .map_err(|e| match e {
+                drover_acp::AcpError::Registry(e) => DaemonError::Registry(e),
+                other => DaemonError::Config(other.to_string()),
+            })?;
     for q in &boot.quarantined {
         tracing::error!(path = %q.original.display(), moved_to = ?q.moved_to, reason = %q.reason,
             "quarantined a damaged record");
@@ -102,10 +115,6 @@ pub async fn run_locked(
         "store loaded"
     );
 
-    let addr = listener.local_addr().map_err(|source| DaemonError::Io {
-        op: "read the listening address".to_string(),
-        source,
-    })?;
     let info = DaemonInfo {
         version: 1,
         pid: std::process::id(),
@@ -122,15 +131,6 @@ pub async fn run_locked(
     lock.publish(&info)?;
     tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
 
-    // Agents reach drover's MCP server at their own URL on this port.
-    let tokens = Arc::new(mcp::Tokens::default());
-    {
-        let tokens = tokens.clone();
-        let base = format!("http://{addr}");
-        runtimes.set_mcp_servers(Arc::new(move |agent, http| {
-            mcp::servers_for(&base, &tokens, agent, http)
-        }));
-    }
     let ops = ops::Ops {
         registry: registry.clone(),
         runtimes: runtimes.clone(),

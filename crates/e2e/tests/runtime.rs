@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use drover_acp::{
-    PermissionAnswer, PermissionChoice, Provider, Providers, RuntimeManager, process,
+    PermissionAnswer, PermissionChoice, Provider, Providers, RuntimeManager, no_mcp_servers,
+    process,
 };
 use drover_core::inbox::Delivery;
 use drover_core::timeline::{Page, TimelineItem};
@@ -65,7 +66,7 @@ impl Fleet {
         let cwd = TempDir::new().expect("cwd");
         let state = TempDir::new().expect("agent state");
         let (manager, registry, _) =
-            RuntimeManager::open(home.path(), providers(state.path(), env))
+            RuntimeManager::open(home.path(), providers(state.path(), env), no_mcp_servers())
                 .await
                 .expect("open");
         Fleet {
@@ -81,10 +82,13 @@ impl Fleet {
     async fn restart(self, env: &[(&str, &str)]) -> Fleet {
         self.manager.shutdown().await;
         self.registry.shutdown().await;
-        let (manager, registry, _) =
-            RuntimeManager::open(self.home.path(), providers(self.state.path(), env))
-                .await
-                .expect("reopen");
+        let (manager, registry, _) = RuntimeManager::open(
+            self.home.path(),
+            providers(self.state.path(), env),
+            no_mcp_servers(),
+        )
+        .await
+        .expect("reopen");
         Fleet {
             manager,
             registry,

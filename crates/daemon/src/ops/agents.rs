@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use drover_acp::PendingPermission;
-use drover_core::timeline::{Page, TimelinePage};
+use drover_core::timeline::{ItemKind, Page, TimelinePage};
 use drover_core::{
     Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, PermissionPolicy,
     ProviderConfig, WorkspaceId, WorktreeOptions,
@@ -231,7 +231,7 @@ impl Ops {
                 page.items
                     .iter()
                     .rev()
-                    .find(|i| i.kind == "agent_message")
+                    .find(|i| i.is(ItemKind::AgentMessage))
                     .and_then(|i| i.data.get("text")?.as_str().map(str::to_string))
             });
         let pending = self

@@ -1,0 +1,377 @@
+//! The task that owns one agent's runtime: its process and ACP connection, its inbox, its
+//! timeline, its running turn and pending permissions. It reacts to one event at a time:
+//! a command, a message from the agent, the end of a prompt, the process exiting, a notice
+//! to another agent delivered.
+//!
+//! The loop and the commands are here; the rest is cut along what the task does:
+//! [`session`] starts and stops the agent's process and ACP session, [`turn`] runs turns from
+//! the inbox and ends them, [`updates`] turns ACP `session/update`s into timeline items, and
+//! [`permissions`] handles the agent's permission requests.
+
+mod permissions;
+mod session;
+mod turn;
+mod updates;
+
+use std::collections::HashMap;
+use std::future::pending;
+use std::process::ExitStatus;
+use std::sync::Arc;
+
+use drover_core::inbox::{Delivery, Inbox, InboxMessage};
+use drover_core::timeline::{ItemKind, Timeline};
+use drover_core::{AgentId, CancelCause};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::process;
+use crate::rpc::{Incoming, RpcClient, RpcError};
+use crate::{AcpError, PendingPermission, PermissionAnswer, Shared};
+
+pub use session::{LastStderr, LaunchError};
+
+use permissions::Permission;
+use turn::Turn;
+
+type Reply<T> = oneshot::Sender<Result<T, AcpError>>;
+
+pub(crate) enum Command {
+    Deliver {
+        message: InboxMessage,
+        reply: Reply<()>,
+    },
+    /// Start the runtime now (a new agent without a prompt).
+    Start,
+    /// Look at the inbox again (messages kept across a restart).
+    Wake,
+    Cancel {
+        cause: CancelCause,
+        keep_inbox: bool,
+        reply: Reply<()>,
+    },
+    Answer {
+        answer: PermissionAnswer,
+        reply: Reply<()>,
+    },
+    Pending {
+        reply: Reply<Vec<PendingPermission>>,
+    },
+    SetMode {
+        mode: String,
+        reply: Reply<()>,
+    },
+    SetModel {
+        model: String,
+        reply: Reply<()>,
+    },
+    Pid {
+        reply: oneshot::Sender<Option<u32>>,
+    },
+    /// Answered once every command sent before it has been handled.
+    Ping {
+        reply: oneshot::Sender<()>,
+    },
+    /// End the runtime and the task (archive, close).
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+    /// Same, for daemon shutdown: the registry is not told (boot reconciles).
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// Starts the agent's task. The command channel holds 64 commands: clients wait when an
+/// agent is that far behind, which only happens to that agent.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    id: AgentId,
+    generation: u64,
+) -> Result<(mpsc::Sender<Command>, watch::Receiver<bool>), AcpError> {
+    let inbox = Inbox::open(&shared.home, id)?;
+    let timeline = Timeline::open(&shared.home, id)?;
+    let (tx, rx) = mpsc::channel(64);
+    let (busy_tx, busy_rx) = watch::channel(inbox.has_wake());
+    let mut tool_calls = HashMap::new();
+    for item in timeline.items() {
+        if item.is(ItemKind::ToolCall)
+            && let Some(call) = item.data.get("toolCallId").and_then(Value::as_str)
+        {
+            tool_calls.insert(call.to_string(), item.seq);
+        }
+    }
+    let actor = Actor {
+        id,
+        shared: shared.clone(),
+        commands: rx,
+        busy: busy_tx,
+        inbox,
+        timeline,
+        live: None,
+        turn: None,
+        open_chunk: None,
+        tool_calls,
+        permissions: Vec::new(),
+        notices: None,
+        start_failed: false,
+        loading_flag: false,
+    };
+    tokio::spawn(async move {
+        actor.run().await;
+        shared.forget(id, generation);
+    });
+    Ok((tx, busy_rx))
+}
+
+/// The agent's process and ACP session, while it runs.
+struct Live {
+    pid: u32,
+    rpc: RpcClient,
+    incoming: mpsc::Receiver<Incoming>,
+    exited: watch::Receiver<Option<ExitStatus>>,
+    stderr: process::StderrTail,
+    stderr_closed: watch::Receiver<bool>,
+    session_id: String,
+    modes: Option<Value>,
+    models: Option<Value>,
+}
+
+enum Event {
+    Command(Option<Command>),
+    Incoming(Option<Incoming>),
+    TurnDone(Result<Value, RpcError>),
+    Exited,
+    /// The notices handed to other agents so far are delivered (or given up).
+    NoticesSent,
+}
+
+struct Actor {
+    id: AgentId,
+    shared: Arc<Shared>,
+    commands: mpsc::Receiver<Command>,
+    busy: watch::Sender<bool>,
+    inbox: Inbox,
+    timeline: Timeline,
+    live: Option<Live>,
+    turn: Option<Turn>,
+    /// The message or thought item that streamed chunks still coalesce into.
+    open_chunk: Option<(ItemKind, u64)>,
+    /// toolCallId → timeline seq.
+    tool_calls: HashMap<String, u64>,
+    permissions: Vec<Permission>,
+    /// The task delivering this agent's latest notice to another agent (it waits for the
+    /// ones before it, so they arrive in order).
+    notices: Option<JoinHandle<()>>,
+    /// The runtime failed to start; wait for a new command before trying again.
+    start_failed: bool,
+    /// `session/load` is replaying history we already have.
+    loading_flag: bool,
+}
+
+impl Actor {
+    async fn run(mut self) {
+        loop {
+            self.maybe_start_turn().await;
+            // A notice on its way counts: whoever waits for this agent to settle (a test, a
+            // client's wait_idle) then finds the notified agent already woken.
+            let busy = self.turn.is_some()
+                || self.notices.is_some()
+                || (self.inbox.has_wake() && !self.start_failed);
+            self.busy
+                .send_if_modified(|b| std::mem::replace(b, busy) != busy);
+            match self.next_event().await {
+                Event::Command(None) => break,
+                Event::Command(Some(command)) => {
+                    if !self.on_command(command).await {
+                        break;
+                    }
+                }
+                Event::Incoming(Some(message)) => self.on_incoming(message).await,
+                Event::Incoming(None) | Event::Exited => self.on_exit().await,
+                Event::TurnDone(result) => self.finish_turn(result).await,
+                Event::NoticesSent => self.notices = None,
+            }
+        }
+        self.busy.send_replace(false);
+    }
+
+    async fn next_event(&mut self) -> Event {
+        let Actor {
+            commands,
+            live,
+            turn,
+            notices,
+            ..
+        } = self;
+        let (incoming, exited) = match live {
+            Some(l) => (Some(&mut l.incoming), Some(&mut l.exited)),
+            None => (None, None),
+        };
+        // An arm whose source is absent waits forever.
+        tokio::select! {
+            biased;
+            command = commands.recv() => Event::Command(command),
+            message = async {
+                match incoming {
+                    Some(incoming) => incoming.recv().await,
+                    None => pending().await,
+                }
+            } => Event::Incoming(message),
+            result = async {
+                match turn {
+                    Some(turn) => turn.response.as_mut().await,
+                    None => pending().await,
+                }
+            } => Event::TurnDone(result),
+            () = async {
+                match exited {
+                    Some(exited) => {
+                        let _ = exited.wait_for(Option::is_some).await;
+                    }
+                    None => pending().await,
+                }
+            } => Event::Exited,
+            () = async {
+                match notices {
+                    Some(task) => {
+                        let _ = task.await;
+                    }
+                    None => pending().await,
+                }
+            } => Event::NoticesSent,
+        }
+    }
+
+    /// Returns false when the task should end.
+    async fn on_command(&mut self, command: Command) -> bool {
+        match command {
+            Command::Deliver { message, reply } => self.deliver(message, reply).await,
+            Command::Start => {
+                self.start_failed = false;
+                if self.live.is_none()
+                    && let Err(e) = self.start_runtime().await
+                {
+                    tracing::warn!(agent = %self.id, error = %e, "agent did not start");
+                }
+            }
+            Command::Wake => self.start_failed = false,
+            Command::Cancel {
+                cause,
+                keep_inbox,
+                reply,
+            } => {
+                let result = self.cancel(cause, keep_inbox).await;
+                let _ = reply.send(result);
+            }
+            Command::Answer { answer, reply } => {
+                let result = self.answer(answer).await;
+                let _ = reply.send(result);
+            }
+            Command::Pending { reply } => {
+                let _ = reply.send(Ok(self.pending_permissions()));
+            }
+            Command::SetMode { mode, reply } => {
+                let result = self.set_mode(mode).await;
+                let _ = reply.send(result);
+            }
+            Command::SetModel { model, reply } => {
+                let result = self.set_model(model).await;
+                let _ = reply.send(result);
+            }
+            Command::Ping { reply } => {
+                let _ = reply.send(());
+            }
+            Command::Pid { reply } => {
+                let _ = reply.send(self.live.as_ref().map(|l| l.pid));
+            }
+            Command::Close { reply } => {
+                // Later senders find the channel closed and start a fresh task.
+                self.commands.close();
+                self.close_turn();
+                self.stop_runtime().await;
+                let _ = reply.send(());
+                return false;
+            }
+            Command::Shutdown { reply } => {
+                if self.turn.is_some() {
+                    self.push(
+                        ItemKind::Notice,
+                        json!({"text": "the daemon shut down during this turn"}),
+                    );
+                }
+                self.stop_runtime().await;
+                let _ = self.timeline.sync();
+                let _ = reply.send(());
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Queues a message; a steer cancels the running turn (keeping the inbox) so it goes next.
+    async fn deliver(&mut self, message: InboxMessage, reply: Reply<()>) {
+        self.start_failed = false;
+        let steer = message.delivery == Delivery::Steer;
+        let result = self.inbox.queue(message).map_err(AcpError::from);
+        let ok = result.is_ok();
+        let _ = reply.send(result);
+        if ok
+            && steer
+            && self.turn.is_some()
+            && let Err(e) = self.cancel(CancelCause::User, true).await
+        {
+            tracing::warn!(agent = %self.id, error = %e, "cannot steer");
+        }
+    }
+
+    // ---- from the agent -------------------------------------------------------------------
+
+    async fn on_incoming(&mut self, message: Incoming) {
+        match message {
+            Incoming::Notification { method, params } => {
+                if method == "session/update" {
+                    if !self.loading_flag {
+                        self.on_update(params.get("update").cloned().unwrap_or(Value::Null));
+                    }
+                } else {
+                    tracing::debug!(agent = %self.id, %method, "ignored a notification");
+                }
+            }
+            Incoming::Request { id, method, params } => self.on_request(id, &method, params).await,
+            Incoming::Garbage(line) => {
+                tracing::warn!(agent = %self.id, %line, "the agent wrote a line that is not JSON-RPC");
+            }
+            Incoming::Closed => {}
+        }
+    }
+
+    /// Handles what the agent already sent, without waiting for more.
+    async fn drain_incoming(&mut self) {
+        loop {
+            let Some(live) = self.live.as_mut() else {
+                return;
+            };
+            match live.incoming.try_recv() {
+                Ok(Incoming::Closed) | Err(_) => return,
+                Ok(message) => self.on_incoming(message).await,
+            }
+        }
+    }
+
+    async fn on_request(&mut self, id: Value, method: &str, params: Value) {
+        if method == "session/request_permission" {
+            self.on_permission(id, params).await;
+            return;
+        }
+        let Some(live) = &self.live else { return };
+        // drover does not offer the client file system or terminals (it says so in
+        // `initialize`); agents use their own tools.
+        live.rpc
+            .respond(
+                id,
+                Err((-32601, format!("`{method}` is not supported by drover"))),
+            )
+            .await;
+    }
+}

@@ -1,0 +1,562 @@
+//! The agent's process and ACP session: spawning it, the handshake (`initialize`, then
+//! `session/load` or `session/new`), its mode and model, stopping it, and its unexpected exit.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use drover_core::timeline::ItemKind;
+use drover_core::{
+    Agent, AgentStatus, BoxFuture, ProviderConfig, RegistryError, ResumeHandle, TurnOutcome,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::{Actor, Live};
+use crate::process::{self, AgentProcess, SpawnError, SpawnSpec};
+use crate::providers::Availability;
+use crate::rpc::{self, Incoming, RpcClient, RpcError};
+use crate::{AcpError, CLOSE_GRACE};
+
+const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
+const SESSION_TIMEOUT: Duration = Duration::from_secs(120);
+const SETTING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why an agent's runtime did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("unknown provider `{0}`")]
+    UnknownProvider(String),
+    /// The provider's program is not there (the reason says what to install).
+    #[error("{reason}")]
+    Unavailable { reason: String },
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// The agent answered a handshake request with an error.
+    #[error("{error}{stderr}")]
+    Rpc {
+        error: Box<RpcError>,
+        stderr: LastStderr,
+    },
+    #[error("the agent process exited during {method} ({status}){stderr}")]
+    Exited {
+        method: &'static str,
+        status: String,
+        stderr: LastStderr,
+    },
+    #[error("no answer to {method} within {timeout:?}{stderr}")]
+    Timeout {
+        method: &'static str,
+        timeout: Duration,
+        stderr: LastStderr,
+    },
+    #[error("the agent process is gone")]
+    Gone,
+    #[error("session/new answered without a sessionId")]
+    NoSessionId,
+}
+
+/// The last lines the agent wrote to stderr, which usually say why it failed; shown after the
+/// error as `; last stderr: a | b` (nothing when there are none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LastStderr(pub Vec<String>);
+
+impl fmt::Display for LastStderr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, "; last stderr: {}", self.0.join(" | "))
+        }
+    }
+}
+
+/// What `initialize` told us the agent can do.
+struct Capabilities {
+    load_session: bool,
+    http_mcp: bool,
+}
+
+impl Actor {
+    pub(super) async fn start_runtime(&mut self) -> Result<(), AcpError> {
+        let registry = self.shared.registry.clone();
+        let agent = registry
+            .get(self.id)
+            .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
+        if agent.status != AgentStatus::Initializing {
+            registry
+                .set_status(self.id, AgentStatus::Initializing, None)
+                .await?;
+        }
+        match self.launch(&agent).await {
+            Ok(()) => {
+                registry
+                    .set_status(self.id, AgentStatus::Idle, None)
+                    .await?;
+                Ok(())
+            }
+            Err(error) => {
+                self.stop_runtime().await;
+                self.start_failed = true;
+                let message = error.to_string();
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("the agent did not start: {message}")}),
+                );
+                let _ = registry
+                    .set_status(self.id, AgentStatus::Error, Some(message))
+                    .await;
+                Err(AcpError::StartFailed {
+                    agent: self.id,
+                    error: Box::new(error),
+                })
+            }
+        }
+    }
+
+    /// Spawns the process, runs the ACP handshake, and opens or loads the session.
+    async fn launch(&mut self, agent: &Agent) -> Result<(), LaunchError> {
+        let rpc = self.spawn_process(agent)?;
+        let capabilities = self.initialize(&rpc).await?;
+        let mcp_servers = (self.shared.mcp)(self.id, capabilities.http_mcp);
+        let loaded = match &agent.resume {
+            Some(resume) if capabilities.load_session => {
+                self.load_session(&rpc, agent, &resume.acp_session_id, &mcp_servers)
+                    .await
+            }
+            Some(_) => {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": "context was not restored: the agent cannot load sessions; a new session starts", "restored": false}),
+                );
+                None
+            }
+            None => None,
+        };
+        let (session_id, result) = match loaded {
+            Some(session) => session,
+            None => self.new_session(&rpc, agent, &mcp_servers).await?,
+        };
+        self.record_session(agent, session_id, &result).await;
+        self.apply_config(&agent.config).await;
+        Ok(())
+    }
+
+    /// Spawns the provider's program in the agent's directory, with the allowed environment.
+    fn spawn_process(&mut self, agent: &Agent) -> Result<RpcClient, LaunchError> {
+        let providers = &self.shared.providers;
+        let provider = providers
+            .get(&agent.provider)
+            .ok_or_else(|| LaunchError::UnknownProvider(agent.provider.clone()))?;
+        let program = match providers.availability(provider) {
+            Availability::Available { path } => path,
+            Availability::Unavailable { reason } => {
+                return Err(LaunchError::Unavailable { reason });
+            }
+        };
+        let mut env: BTreeMap<String, String> = process::ENV_ALLOWLIST
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        env.extend(provider.env.clone());
+        env.insert("DROVER_AGENT_ID".to_string(), self.id.to_string());
+        let spec = SpawnSpec {
+            program,
+            args: provider.command[1..].to_vec(),
+            cwd: agent.cwd.clone(),
+            env,
+        };
+        let AgentProcess {
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            exited,
+            stderr_closed,
+        } = process::spawn(&spec)?;
+        let (rpc, incoming) = rpc::connect(stdout, stdin);
+        self.live = Some(Live {
+            pid,
+            rpc: rpc.clone(),
+            incoming,
+            exited,
+            stderr,
+            stderr_closed,
+            session_id: String::new(),
+            modes: None,
+            models: None,
+        });
+        tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
+        Ok(rpc)
+    }
+
+    async fn initialize(&mut self, rpc: &RpcClient) -> Result<Capabilities, LaunchError> {
+        let init = self
+            .handshake_step(
+                "initialize",
+                rpc.request(
+                    "initialize",
+                    json!({
+                        "protocolVersion": 1,
+                        "clientCapabilities": {
+                            "fs": {"readTextFile": false, "writeTextFile": false},
+                            "terminal": false
+                        },
+                        "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
+                    }),
+                ),
+                INITIALIZE_TIMEOUT,
+            )
+            .await?;
+        if let Some(version) = init.get("protocolVersion").and_then(Value::as_u64)
+            && version != 1
+        {
+            tracing::warn!(agent = %self.id, version, "the agent speaks another ACP version; trying v1");
+        }
+        let flag = |pointer: &str| init.pointer(pointer).and_then(Value::as_bool);
+        Ok(Capabilities {
+            load_session: flag("/agentCapabilities/loadSession").unwrap_or(false),
+            http_mcp: flag("/agentCapabilities/mcpCapabilities/http").unwrap_or(false),
+        })
+    }
+
+    /// `session/load` of the agent's previous session; `None` (said in the timeline) when the
+    /// agent cannot load it, so a new one starts.
+    async fn load_session(
+        &mut self,
+        rpc: &RpcClient,
+        agent: &Agent,
+        session_id: &str,
+        mcp_servers: &Value,
+    ) -> Option<(String, Value)> {
+        let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
+        self.loading(true);
+        let loaded = self
+            .handshake_step(
+                "session/load",
+                rpc.request("session/load", params),
+                SESSION_TIMEOUT,
+            )
+            .await;
+        self.loading(false);
+        match loaded {
+            Ok(result) => {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": "resumed the agent's session", "restored": true}),
+                );
+                Some((session_id.to_string(), result))
+            }
+            Err(e) => {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("context was not restored: the agent could not load its session ({e})"), "restored": false}),
+                );
+                None
+            }
+        }
+    }
+
+    async fn new_session(
+        &mut self,
+        rpc: &RpcClient,
+        agent: &Agent,
+        mcp_servers: &Value,
+    ) -> Result<(String, Value), LaunchError> {
+        let params = json!({"cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
+        let result = self
+            .handshake_step(
+                "session/new",
+                rpc.request("session/new", params),
+                SESSION_TIMEOUT,
+            )
+            .await?;
+        let id = result
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .ok_or(LaunchError::NoSessionId)?
+            .to_string();
+        Ok((id, result))
+    }
+
+    /// Keeps the session's id, modes and models, and the id as the agent's resume handle.
+    async fn record_session(&mut self, agent: &Agent, session_id: String, result: &Value) {
+        if let Some(live) = self.live.as_mut() {
+            live.session_id = session_id.clone();
+            live.modes = result.get("modes").cloned().filter(|m| !m.is_null());
+            live.models = result.get("models").cloned().filter(|m| !m.is_null());
+        }
+        self.publish_modes();
+        if agent.resume.as_ref().map(|r| &r.acp_session_id) != Some(&session_id) {
+            let _ = self
+                .shared
+                .registry
+                .set_resume_handle(
+                    self.id,
+                    Some(ResumeHandle {
+                        acp_session_id: session_id,
+                    }),
+                )
+                .await;
+        }
+    }
+
+    /// Sends the agent the configured mode and model when it offers them and they differ.
+    async fn apply_config(&mut self, config: &ProviderConfig) {
+        let Some(live) = &self.live else { return };
+        if let (Some(mode), Some(modes)) = (&config.mode, &live.modes) {
+            let current = modes.get("currentModeId").and_then(Value::as_str);
+            let offered = modes
+                .get("availableModes")
+                .and_then(Value::as_array)
+                .is_some_and(|all| {
+                    all.iter()
+                        .any(|m| m.get("id").and_then(Value::as_str) == Some(mode))
+                });
+            if current != Some(mode.as_str()) && offered {
+                let request = live.rpc.request(
+                    "session/set_mode",
+                    json!({"sessionId": live.session_id, "modeId": mode}),
+                );
+                if let Err(e) = self.await_setting("session/set_mode", request).await {
+                    self.push(
+                        ItemKind::Notice,
+                        json!({"text": format!("mode `{mode}` not applied: {e}")}),
+                    );
+                }
+            }
+        }
+        let Some(live) = &self.live else { return };
+        if let (Some(model), Some(models)) = (&config.model, &live.models) {
+            let current = models.get("currentModelId").and_then(Value::as_str);
+            if current != Some(model.as_str()) {
+                let request = model_request(live, model);
+                if let Err(e) = self.await_setting("model selection", request).await {
+                    self.push(
+                        ItemKind::Notice,
+                        json!({"text": format!("model `{model}` not applied: {e}")}),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Awaits one handshake answer while still reading (and answering) the agent's messages.
+    async fn handshake_step(
+        &mut self,
+        method: &'static str,
+        request: impl Future<Output = Result<Value, RpcError>>,
+        timeout: Duration,
+    ) -> Result<Value, LaunchError> {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(request, deadline);
+        loop {
+            let live = self.live.as_mut().ok_or(LaunchError::Gone)?;
+            tokio::select! {
+                result = &mut request => {
+                    // What the agent sent before its answer belongs before it.
+                    self.drain_incoming().await;
+                    return result.map_err(|error| LaunchError::Rpc { error: Box::new(error), stderr: self.last_stderr() });
+                }
+                message = live.incoming.recv() => match message {
+                    Some(Incoming::Closed) | None => {
+                        let status = wait_exit(&mut live.exited).await;
+                        return Err(LaunchError::Exited { method, status, stderr: self.last_stderr() });
+                    }
+                    Some(message) => self.on_incoming(message).await,
+                },
+                () = &mut deadline => {
+                    return Err(LaunchError::Timeout { method, timeout, stderr: self.last_stderr() });
+                }
+            }
+        }
+    }
+
+    fn loading(&mut self, on: bool) {
+        // Replayed history is already in our timeline; `session/load` updates are not stored.
+        self.open_chunk = None;
+        self.loading_flag = on;
+    }
+
+    fn last_stderr(&self) -> LastStderr {
+        LastStderr(
+            self.live
+                .as_ref()
+                .map(|l| l.stderr.last(5))
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Shares the live runtime's modes with clients (or forgets them when it is gone).
+    pub(super) fn publish_modes(&self) {
+        let mut modes = self
+            .shared
+            .modes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.live.as_ref().and_then(|l| l.modes.clone()) {
+            Some(m) => modes.insert(self.id, m),
+            None => modes.remove(&self.id),
+        };
+    }
+
+    pub(super) async fn stop_runtime(&mut self) {
+        self.resolve_all_permissions().await;
+        if let Some(mut live) = self.live.take() {
+            self.publish_modes();
+            process::terminate_group(
+                live.pid,
+                Some(&self.id.to_string()),
+                &mut live.exited,
+                CLOSE_GRACE,
+            )
+            .await;
+            tracing::info!(agent = %self.id, pid = live.pid, "agent process stopped");
+        }
+        self.turn = None;
+    }
+
+    /// The process ended on its own: its turn fails, or the agent is in error.
+    pub(super) async fn on_exit(&mut self) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let status = wait_exit(&mut live.exited).await;
+        // Whatever else is in its group goes too.
+        process::kill_group_now(live.pid, Some(&self.id.to_string()));
+        // The exit can be seen before the reader has passed on what the agent wrote just
+        // before it: take that first, up to the end of its output.
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.read_to_end()).await;
+        let Some(mut live) = self.live.take() else {
+            return;
+        };
+        self.publish_modes();
+        // Its last words explain the exit: let the reader take them all.
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), live.stderr_closed.wait_for(|c| *c)).await;
+        let tail = live.stderr.last(10);
+        let mut message = format!("the agent process exited unexpectedly ({status})");
+        if !tail.is_empty() {
+            message.push_str(&format!("; last stderr:\n{}", tail.join("\n")));
+        }
+        tracing::warn!(agent = %self.id, %message);
+        self.push(ItemKind::Notice, json!({"text": message}));
+        self.permissions.clear();
+        if let Some(turn) = self.turn.take() {
+            self.close_chunk();
+            let data = json!({"event": "turn_failed", "error": message});
+            self.end_turn(turn, TurnOutcome::Failed { error: message }, data)
+                .await;
+        } else if let Err(e) = self
+            .shared
+            .registry
+            .set_status(self.id, AgentStatus::Error, Some(message))
+            .await
+        {
+            tracing::debug!(agent = %self.id, error = %e, "cannot record the exit");
+        }
+        // Do not restart on our own: the next message does.
+        self.start_failed = true;
+    }
+
+    /// Handles the agent's messages until its output ends.
+    async fn read_to_end(&mut self) {
+        while let Some(live) = self.live.as_mut() {
+            match live.incoming.recv().await {
+                Some(Incoming::Closed) | None => return,
+                Some(message) => self.on_incoming(message).await,
+            }
+        }
+    }
+
+    pub(super) async fn set_mode(&mut self, mode: String) -> Result<(), AcpError> {
+        let registry = self.shared.registry.clone();
+        let agent = registry
+            .get(self.id)
+            .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
+        if let Some(live) = &self.live {
+            let request = live.rpc.request(
+                "session/set_mode",
+                json!({"sessionId": live.session_id, "modeId": mode}),
+            );
+            self.await_setting("session/set_mode", request).await?;
+        }
+        registry
+            .set_config(
+                self.id,
+                ProviderConfig {
+                    mode: Some(mode),
+                    ..agent.config
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn set_model(&mut self, model: String) -> Result<(), AcpError> {
+        let registry = self.shared.registry.clone();
+        let agent = registry
+            .get(self.id)
+            .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
+        if let Some(live) = &self.live {
+            let request = model_request(live, &model);
+            self.await_setting("model selection", request).await?;
+        }
+        registry
+            .set_config(
+                self.id,
+                ProviderConfig {
+                    model: Some(model),
+                    ..agent.config
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn await_setting(
+        &mut self,
+        what: &str,
+        request: impl Future<Output = Result<Value, RpcError>>,
+    ) -> Result<(), AcpError> {
+        match tokio::time::timeout(SETTING_TIMEOUT, request).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(AcpError::Agent {
+                agent: self.id,
+                message: e.to_string(),
+            }),
+            Err(_) => Err(AcpError::Agent {
+                agent: self.id,
+                message: format!("{what} got no answer within {SETTING_TIMEOUT:?}"),
+            }),
+        }
+    }
+}
+
+/// Model selection: `session/set_model` where the agent offers models, else the `model`
+/// config option.
+fn model_request(live: &Live, model: &str) -> BoxFuture<'static, Result<Value, RpcError>> {
+    if live.models.is_some() {
+        Box::pin(live.rpc.request(
+            "session/set_model",
+            json!({"sessionId": live.session_id, "modelId": model}),
+        ))
+    } else {
+        Box::pin(live.rpc.request(
+            "session/set_config_option",
+            json!({"sessionId": live.session_id, "configId": "model", "value": model}),
+        ))
+    }
+}
+
+async fn wait_exit(exited: &mut watch::Receiver<Option<ExitStatus>>) -> String {
+    match tokio::time::timeout(Duration::from_secs(2), exited.wait_for(Option::is_some)).await {
+        Ok(Ok(status)) => status
+            .as_ref()
+            .map(process::describe_exit)
+            .unwrap_or_default(),
+        _ => "still running".to_string(),
+    }
+}

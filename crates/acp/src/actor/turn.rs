@@ -1,0 +1,290 @@
+//! Turns: starting one from the inbox (through the registry's turn gate), cancelling it,
+//! ending it, and telling whoever asked (notifyOnFinish) how it went.
+//!
+//! A turn's end is recorded in the registry before anyone is told, so an agent woken by the
+//! notice finds this one idle; the notice itself is delivered by a task of its own, so a busy
+//! target never holds up this agent's loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_core::inbox::{Claim, Delivery};
+use drover_core::timeline::ItemKind;
+use drover_core::{AgentId, AgentStatus, BoxFuture, CancelCause, RegistryError, TurnOutcome};
+use serde_json::{Value, json};
+
+use super::Actor;
+use crate::rpc::RpcError;
+use crate::{AcpError, RuntimeManager, Shared};
+
+/// How long a notice may wait to be queued for its target.
+const NOTICE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest excerpt of a reply quoted in a notice, in characters.
+const NOTICE_REPLY_CHARS: usize = 4000;
+
+pub(super) struct Turn {
+    pub(super) response: BoxFuture<'static, Result<Value, RpcError>>,
+    pub(super) cancel: Option<CancelCause>,
+    /// Who asked to hear how this turn goes (notifyOnFinish).
+    pub(super) notify: Option<AgentId>,
+    /// The timeline seq of this turn's `turn_started`.
+    started_seq: u64,
+}
+
+impl Actor {
+    /// Starts a turn with the next message, if one wakes the agent and the gate lets it.
+    pub(super) async fn maybe_start_turn(&mut self) {
+        if self.turn.is_some() || self.start_failed || !self.inbox.has_wake() {
+            return;
+        }
+        let registry = self.shared.registry.clone();
+        if let Err(e) = registry.check_turn_gate(self.id) {
+            self.block_next(e).await;
+            return;
+        }
+        if self.live.is_none() && self.start_runtime().await.is_err() {
+            return;
+        }
+        let claim = match self.inbox.claim() {
+            Ok(Some(claim)) => claim,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(agent = %self.id, error = %e, "cannot claim from the inbox");
+                self.start_failed = true;
+                return;
+            }
+        };
+        if let Err(e) = registry
+            .set_status(self.id, AgentStatus::Running, None)
+            .await
+        {
+            self.record_user_message(&claim);
+            self.push(
+                ItemKind::TurnEnded,
+                json!({"event": "turn_blocked", "reason": e.to_string()}),
+            );
+            return;
+        }
+        self.record_user_message(&claim);
+        let started_seq = self
+            .push(
+                ItemKind::TurnStarted,
+                json!({"messageId": claim.message.id}),
+            )
+            .unwrap_or_default();
+        let Some(live) = &self.live else { return };
+        let request = live.rpc.request(
+            "session/prompt",
+            json!({
+                "sessionId": live.session_id,
+                "prompt": [{"type": "text", "text": claim.prompt_text()}],
+            }),
+        );
+        self.turn = Some(Turn {
+            response: Box::pin(request),
+            cancel: None,
+            notify: claim.message.notify,
+            started_seq,
+        });
+    }
+
+    /// The gate refused: the message that would have started the turn is taken, the turn ends
+    /// `blocked`, and no prompt reaches the agent.
+    async fn block_next(&mut self, reason: RegistryError) {
+        match self.inbox.claim() {
+            Ok(Some(claim)) => {
+                self.record_user_message(&claim);
+                self.push(
+                    ItemKind::TurnEnded,
+                    json!({"event": "turn_blocked", "reason": reason.to_string()}),
+                );
+            }
+            _ => self.start_failed = true,
+        }
+    }
+
+    fn record_user_message(&mut self, claim: &Claim) {
+        self.close_chunk();
+        let context: Vec<&str> = claim.context.iter().map(|c| c.text.as_str()).collect();
+        self.push(
+            ItemKind::UserMessage,
+            json!({
+                "text": claim.message.text,
+                "context": context,
+                "messageId": claim.message.id,
+                "delivery": claim.message.delivery,
+                "source": claim.message.source,
+            }),
+        );
+    }
+
+    /// Cancels the running turn; without `keep_inbox` the queued messages go too.
+    pub(super) async fn cancel(
+        &mut self,
+        cause: CancelCause,
+        keep_inbox: bool,
+    ) -> Result<(), AcpError> {
+        if !keep_inbox {
+            let dropped = self.inbox.discard_all()?;
+            if !dropped.is_empty() {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("{} queued message(s) dropped ({cause})", dropped.len())}),
+                );
+            }
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        if turn.cancel.is_none() {
+            turn.cancel = Some(cause);
+            if let Some(live) = &self.live {
+                live.rpc
+                    .notify("session/cancel", json!({"sessionId": live.session_id}))
+                    .await;
+            }
+        }
+        // Every pending permission is answered `cancelled` (the agent must not wait on them).
+        self.resolve_all_permissions().await;
+        Ok(())
+    }
+
+    /// The agent answered `session/prompt`.
+    pub(super) async fn finish_turn(&mut self, result: Result<Value, RpcError>) {
+        if matches!(result, Err(RpcError::Closed { .. })) {
+            // The process went away mid-turn.
+            self.on_exit().await;
+            return;
+        }
+        // Updates the agent sent before its answer are already queued: take them first.
+        self.drain_incoming().await;
+        let Some(turn) = self.turn.take() else { return };
+        self.close_chunk();
+        let outcome = match &result {
+            Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
+                Some("cancelled") => TurnOutcome::Canceled,
+                _ => TurnOutcome::Completed,
+            },
+            Err(e) => TurnOutcome::Failed {
+                error: e.to_string(),
+            },
+        };
+        let mut data = json!({"event": outcome.event_name()});
+        if let Ok(value) = &result
+            && let Some(reason) = value.get("stopReason")
+        {
+            data["stopReason"] = reason.clone();
+        }
+        if let TurnOutcome::Failed { error } = &outcome {
+            data["error"] = json!(error);
+        }
+        if let Some(cause) = turn.cancel {
+            data["cause"] = json!(cause.to_string());
+        }
+        self.end_turn(turn, outcome, data).await;
+    }
+
+    /// Ends `turn`: its `turn_ended` item (`data`), then the registry, then the notice to
+    /// whoever asked, in that order.
+    pub(super) async fn end_turn(&mut self, turn: Turn, outcome: TurnOutcome, data: Value) {
+        self.push(ItemKind::TurnEnded, data);
+        let _ = self.timeline.sync();
+        // The agent is done with them, answered or not.
+        self.resolve_all_permissions().await;
+        let notice = turn
+            .notify
+            .map(|target| (target, self.finish_notice(&outcome, turn.started_seq)));
+        if let Err(e) = self.shared.registry.record_turn_end(self.id, outcome).await {
+            tracing::warn!(agent = %self.id, error = %e, "cannot record the end of a turn");
+        }
+        if let Some((target, text)) = notice {
+            self.tell(target, text);
+        }
+    }
+
+    /// The runtime is closing under a running turn (archive, close): the registry already
+    /// moved the agent on, the timeline says how the turn ended.
+    pub(super) fn close_turn(&mut self) {
+        if self.turn.is_none() {
+            return;
+        }
+        self.close_chunk();
+        self.push(
+            ItemKind::TurnEnded,
+            json!({"event": "turn_canceled", "cause": "closed", "stopReason": "cancelled"}),
+        );
+        let _ = self.timeline.sync();
+    }
+
+    /// Queues `text` for `target` from a task of its own, after this agent's earlier notices.
+    pub(super) fn tell(&mut self, target: AgentId, text: String) {
+        let earlier = self.notices.take();
+        let shared = self.shared.clone();
+        let from = self.id;
+        self.notices = Some(tokio::spawn(async move {
+            if let Some(earlier) = earlier {
+                let _ = earlier.await;
+            }
+            notify(shared, from, target, text).await;
+        }));
+    }
+
+    /// "Agent \"title\" (id)" for notices.
+    pub(super) fn name(&self) -> String {
+        let title = self.shared.registry.get(self.id).and_then(|a| a.title);
+        match title {
+            Some(title) => format!("Agent \"{title}\" ({})", self.id),
+            None => format!("Agent {}", self.id),
+        }
+    }
+
+    /// What the notified agent reads when this agent's turn ends.
+    fn finish_notice(&self, outcome: &TurnOutcome, started_seq: u64) -> String {
+        let name = self.name();
+        let reply: String = self
+            .timeline
+            .items()
+            .iter()
+            .filter(|i| i.seq > started_seq && i.is(ItemKind::AgentMessage))
+            .filter_map(|i| i.data.get("text").and_then(Value::as_str))
+            .collect();
+        // Quoted, so the reply reads as the child's words, not as instructions.
+        let reply: String = excerpt(&reply, NOTICE_REPLY_CHARS)
+            .lines()
+            .map(|l| format!("> {l}\n"))
+            .collect();
+        match outcome {
+            TurnOutcome::Completed if reply.is_empty() => {
+                format!("[drover] {name} finished its turn.")
+            }
+            TurnOutcome::Completed => {
+                format!("[drover] {name} finished its turn. Its reply:\n{reply}")
+            }
+            TurnOutcome::Canceled => format!("[drover] {name}: its turn was cancelled."),
+            TurnOutcome::Failed { error } => format!("[drover] {name}: its turn failed: {error}"),
+        }
+    }
+}
+
+/// Queues `text` for `target` as a followup from agent `from`: it never interrupts the
+/// target's turn. An archived target gets nothing (the gate).
+async fn notify(shared: Arc<Shared>, from: AgentId, target: AgentId, text: String) {
+    let manager = RuntimeManager { shared };
+    let delivery = manager.deliver(target, Delivery::Followup, text, format!("agent:{from}"));
+    match tokio::time::timeout(NOTICE_TIMEOUT, delivery).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::info!(agent = %from, %target, error = %e, "notification not delivered")
+        }
+        Err(_) => tracing::warn!(agent = %from, %target, "notification timed out"),
+    }
+}
+
+/// The first `max` characters of `text`, marked when cut.
+fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}

@@ -1,0 +1,206 @@
+//! What the agent reports (ACP `session/update`) as timeline items: streamed chunks coalesce
+//! into one message or thought, tool calls and their updates merge into one item per
+//! `toolCallId`, and every change is written, then announced to live clients.
+
+use drover_core::timeline::ItemKind;
+use serde_json::{Map, Value, json};
+
+use super::Actor;
+use crate::TimelineUpdate;
+
+impl Actor {
+    pub(super) fn on_update(&mut self, update: Value) {
+        let Some(kind) = update.get("sessionUpdate").and_then(Value::as_str) else {
+            self.push(ItemKind::Raw, json!({"update": update}));
+            return;
+        };
+        match kind {
+            "agent_message_chunk" => self.chunk(ItemKind::AgentMessage, &update),
+            "agent_thought_chunk" => self.chunk(ItemKind::AgentThought, &update),
+            "user_message_chunk" => self.chunk(ItemKind::UserMessage, &update),
+            "tool_call" | "tool_call_update" => {
+                self.merge_tool_call(strip_kind(update));
+            }
+            "plan" => {
+                self.push(ItemKind::Plan, json!({"entries": update.get("entries")}));
+            }
+            "current_mode_update" => self.mode_changed(&update),
+            "config_option_update" => {
+                self.push(ItemKind::Config, Value::Object(strip_kind(update)));
+            }
+            "usage_update" => {
+                self.push(ItemKind::Usage, Value::Object(strip_kind(update)));
+            }
+            "available_commands_update" => {
+                self.push(
+                    ItemKind::AvailableCommands,
+                    Value::Object(strip_kind(update)),
+                );
+            }
+            "session_info_update" => {
+                self.push(ItemKind::SessionInfo, Value::Object(strip_kind(update)));
+            }
+            _ => {
+                self.push(ItemKind::Raw, json!({"update": update}));
+            }
+        }
+    }
+
+    fn mode_changed(&mut self, update: &Value) {
+        let mode = update.get("currentModeId").cloned();
+        self.push(ItemKind::Mode, json!({"modeId": mode}));
+        if let (Some(mode), Some(live)) = (
+            mode.and_then(|m| m.as_str().map(str::to_string)),
+            self.live.as_mut(),
+        ) && let Some(modes) = live.modes.as_mut()
+        {
+            modes["currentModeId"] = json!(mode);
+        }
+        self.publish_modes();
+    }
+
+    fn chunk(&mut self, kind: ItemKind, update: &Value) {
+        let content = update.get("content").cloned().unwrap_or(Value::Null);
+        let Some(text) = content.get("text").and_then(Value::as_str) else {
+            // Images, resources: their own item.
+            self.push(kind, json!({"content": content}));
+            self.open_chunk = None;
+            return;
+        };
+        match self.open_chunk {
+            Some((open, seq)) if open == kind => {
+                if let Err(e) = self.timeline.append_text(seq, "text", text) {
+                    tracing::error!(agent = %self.id, error = %e, "cannot append to the timeline");
+                    return;
+                }
+                self.shared.emit(
+                    self.id,
+                    self.timeline.revision(),
+                    TimelineUpdate::Append {
+                        seq,
+                        field: "text".to_string(),
+                        text: text.to_string(),
+                    },
+                );
+            }
+            _ => {
+                let text = text.to_string();
+                if let Some(seq) = self.push(kind, json!({"text": text})) {
+                    self.open_chunk = Some((kind, seq));
+                }
+            }
+        }
+    }
+
+    pub(super) fn close_chunk(&mut self) {
+        self.open_chunk = None;
+    }
+
+    /// `tool_call`, `tool_call_update`, and the tool call of a permission request all merge
+    /// into one item per `toolCallId`.
+    pub(super) fn merge_tool_call(&mut self, fields: Map<String, Value>) -> Option<u64> {
+        let call_id = fields
+            .get("toolCallId")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        match call_id
+            .as_ref()
+            .and_then(|c| self.tool_calls.get(c))
+            .copied()
+        {
+            Some(seq) => {
+                self.close_chunk();
+                if let Err(e) = self.timeline.patch(seq, fields.clone()) {
+                    tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
+                }
+                self.shared.emit(
+                    self.id,
+                    self.timeline.revision(),
+                    TimelineUpdate::Patch { seq, fields },
+                );
+                Some(seq)
+            }
+            None => {
+                let seq = self.push(ItemKind::ToolCall, Value::Object(fields))?;
+                if let Some(call) = call_id {
+                    self.tool_calls.insert(call, seq);
+                }
+                Some(seq)
+            }
+        }
+    }
+
+    /// Appends an item (logging a failed write: the timeline is a record, not a reason to
+    /// break the agent) and announces it.
+    pub(super) fn push(&mut self, kind: ItemKind, data: Value) -> Option<u64> {
+        let streams = matches!(
+            kind,
+            ItemKind::AgentMessage | ItemKind::AgentThought | ItemKind::UserMessage
+        );
+        if !streams || self.open_chunk.is_some() {
+            self.open_chunk = None;
+        }
+        let data = match data {
+            Value::Object(map) => map,
+            other => {
+                let mut map = Map::new();
+                map.insert("value".to_string(), other);
+                map
+            }
+        };
+        match self.timeline.push(kind.as_str(), data) {
+            Ok(item) => {
+                let seq = item.seq;
+                self.shared.emit(
+                    self.id,
+                    self.timeline.revision(),
+                    TimelineUpdate::Item { item },
+                );
+                Some(seq)
+            }
+            Err(e) => {
+                tracing::error!(agent = %self.id, error = %e, "cannot write the timeline");
+                None
+            }
+        }
+    }
+
+    pub(super) fn patch(&mut self, seq: u64, fields: Map<String, Value>) {
+        if let Err(e) = self.timeline.patch(seq, fields.clone()) {
+            tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
+            return;
+        }
+        self.shared.emit(
+            self.id,
+            self.timeline.revision(),
+            TimelineUpdate::Patch { seq, fields },
+        );
+    }
+}
+
+/// The update's fields without its `sessionUpdate` tag.
+fn strip_kind(update: Value) -> Map<String, Value> {
+    let mut map = match update {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    map.remove("sessionUpdate");
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use drover_core::timeline::ItemKind;
+
+    #[test]
+    fn every_kind_is_written_and_read_as_its_name() {
+        for kind in ItemKind::ALL {
+            let json = serde_json::to_value(kind).expect("serialize");
+            assert_eq!(json, kind.as_str(), "{kind:?}");
+            assert_eq!(ItemKind::parse(kind.as_str()), Some(kind));
+            let back: ItemKind = serde_json::from_value(json).expect("deserialize");
+            assert_eq!(back, kind);
+        }
+        assert_eq!(ItemKind::parse("a_kind_from_the_future"), None);
+    }
+}
