@@ -11,9 +11,11 @@ use drover_daemon::DaemonConfig;
     name = "drover",
     version,
     about = "Run and manage fleets of coding agents",
-    after_help = "An ID is a full agent id, a unique prefix of it, or an exact title.\n\
-                  Exit codes: 0 ok, 1 error (or a failed turn), 2 usage, 3 no daemon running, \
-                  4 no such agent (or ambiguous), 5 refused, 6 timeout, 130 interrupted."
+    after_help = "An ID is a full agent id, a unique prefix or suffix of it (the short handle \
+                  `drover ls` shows), or an exact title.\n\
+                  Exit codes: 0 ok, 1 error (or a failed turn, or a worktree holding work), \
+                  2 usage, 3 no daemon running, 4 no such agent or workspace (or ambiguous), \
+                  5 refused, 6 timeout, 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -54,6 +56,7 @@ pub enum Command {
     },
     /// Follow an agent live; Ctrl-C detaches and leaves it running.
     Attach {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Recent timeline items to show first
         #[arg(long, value_name = "N", default_value_t = 20)]
@@ -64,7 +67,10 @@ pub enum Command {
     },
     /// Send a message to an agent (queued for its next turn by default).
     Send {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
+        /// The message (not empty)
+        #[arg(value_parser = not_blank)]
         message: String,
         /// Stop the current turn and run this message first
         #[arg(long, conflicts_with = "inject")]
@@ -72,11 +78,13 @@ pub enum Command {
         /// Add context to the next prompt without waking the agent
         #[arg(long)]
         inject: bool,
+        /// Print the queued message's ids as JSON
         #[arg(long)]
         json: bool,
     },
     /// Wait until an agent is idle with nothing queued.
     Wait {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Give up after this many seconds (exit code 6)
         #[arg(long, value_name = "SECONDS")]
@@ -84,6 +92,7 @@ pub enum Command {
     },
     /// Cancel an agent's running turn; queued messages then run unless --drop-queue.
     Stop {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Also discard the messages waiting in its inbox
         #[arg(long)]
@@ -91,27 +100,38 @@ pub enum Command {
     },
     /// Archive an agent and its subagents (refused while work runs, unless --stop).
     Archive {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
         /// Stop what still runs instead of refusing
         #[arg(long)]
         stop: bool,
+        /// Print what was archived and stopped as JSON
         #[arg(long)]
         json: bool,
     },
     /// Bring an archived agent back.
-    Unarchive { id: String },
+    Unarchive {
+        /// The agent (id, unique prefix or suffix, or title; archived ones win a tie)
+        id: String,
+    },
     /// Make a subagent a top-level agent.
-    Detach { id: String },
+    Detach {
+        /// The agent (id, unique prefix or suffix, or title)
+        id: String,
+    },
     /// Show everything about one agent.
     Inspect {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
+        /// Print the agent as JSON (as the protocol describes it, plus its children)
         #[arg(long)]
         json: bool,
     },
     /// Print an agent's timeline.
     Logs {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
-        /// Only the last N items
+        /// Only the last N items (that print: with --json every item counts)
         #[arg(long, short = 'n', value_name = "N")]
         tail: Option<usize>,
         /// Keep printing new items as they come (Ctrl-C stops)
@@ -123,12 +143,25 @@ pub enum Command {
     },
     /// Answer an agent's oldest pending permission request.
     Permit {
+        /// The agent (id, unique prefix or suffix, or title)
         id: String,
+        /// Allow or deny the request
         answer: PermitAnswer,
         /// Allow (or deny) this kind of request from now on
         #[arg(long)]
         always: bool,
     },
+    /// List workspaces: where agents work, and what the agents in each are doing.
+    Workspaces {
+        /// Include archived workspaces
+        #[arg(long, short)]
+        all: bool,
+        /// Print JSON (the workspaces as the protocol describes them, with `agentCount`)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make, list, check and remove the git worktrees drover makes for agents.
+    Worktree(WorktreeArgs),
     /// List the providers and whether each can run (the daemon's view when it runs).
     Providers {
         /// Print JSON instead of a table
@@ -136,13 +169,81 @@ pub enum Command {
         json: bool,
     },
     /// Print a shell completion script.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
     /// Relay MCP between stdio and the daemon's HTTP MCP server (what drover gives agents
     /// that cannot speak MCP over HTTP themselves).
     #[command(hide = true)]
     McpProxy {
         /// The agent's MCP URL (`http://127.0.0.1:PORT/mcp/TOKEN`)
         url: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A WS is a workspace's full id, a unique prefix or suffix of it (the \
+                        handle `drover worktree ls` shows), its name, or its path."
+)]
+pub struct WorktreeArgs {
+    #[command(subcommand)]
+    pub action: WorktreeAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorktreeAction {
+    /// List the worktree workspaces.
+    #[command(visible_alias = "list")]
+    Ls {
+        /// Include archived (removed) worktrees
+        #[arg(long, short)]
+        all: bool,
+        /// Print JSON (the workspaces as the protocol describes them, with `agentCount`)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a git worktree of a checkout on a new branch, run its project's setup, and
+    /// register it as a workspace; prints its path.
+    New {
+        /// Its folder name under $DROVER_HOME/worktrees/<project>/ [default: generated]
+        name: Option<String>,
+        /// The git checkout to branch from [default: the current directory]
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
+        /// The new branch [default: drover/<name>]; it must not exist yet
+        #[arg(long, value_name = "B")]
+        branch: Option<String>,
+        /// What to branch from: a branch, tag or commit [default: the checkout's HEAD]
+        #[arg(long, value_name = "REF")]
+        base: Option<String>,
+        /// Print the workspace and the setup commands' runs as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a worktree holds that exists nowhere else: uncommitted changes and unpushed
+    /// commits. Exit code 0 when it holds none, 1 when it holds some.
+    Status {
+        /// The worktree workspace (id, unique prefix or suffix, name, or path)
+        ws: String,
+        /// Print the status as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a worktree: archive its workspace and agents, run its teardown, delete its
+    /// folder (and its branch when merged). Refused (exit code 5) while it holds uncommitted
+    /// or unpushed work, unless --force.
+    Rm {
+        /// The worktree workspace (id, unique prefix or suffix, name, or path)
+        ws: String,
+        /// Remove it even with uncommitted or unpushed work (a branch with commits found
+        /// nowhere else is kept all the same)
+        #[arg(long)]
+        force: bool,
+        /// Print what was archived and removed as JSON
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -164,7 +265,8 @@ pub struct DaemonArgs {
 /// How the daemon listens.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (loopback only)
+    /// Address to listen on; beyond loopback, clients must give the token
+    /// (`$DROVER_HOME/token`)
     #[arg(long, env = "DROVER_LISTEN", value_name = "ADDR", default_value_t = DaemonConfig::default_listen())]
     pub listen: SocketAddr,
     /// Ask clients for the token (`$DROVER_HOME/token`) even on loopback; beyond loopback
@@ -191,6 +293,7 @@ pub enum DaemonAction {
     },
     /// Say whether a daemon runs (exit code 0) or not (3).
     Status {
+        /// Print the daemon's `/health` answer as JSON
         #[arg(long)]
         json: bool,
     },
@@ -198,7 +301,8 @@ pub enum DaemonAction {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The first message
+    /// The first message (not empty)
+    #[arg(value_parser = not_blank)]
     pub prompt: String,
     /// Provider [default: $DROVER_PROVIDER, else codex]
     #[arg(long, short, value_name = "P")]
@@ -206,15 +310,25 @@ pub struct RunArgs {
     /// Working directory [default: the current directory]
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    /// A title, to name the agent by on the command line
     #[arg(long, short, value_name = "T")]
     pub title: Option<String>,
+    /// Model [default: the provider's]
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
+    /// Session mode, such as `plan` [default: the provider's]
     #[arg(long, value_name = "M")]
     pub mode: Option<String>,
     /// Make it a subagent of this agent
     #[arg(long, value_name = "ID")]
     pub parent: Option<String>,
+    /// Run it in a new git worktree of the checkout at --cwd, named NAME (see `drover
+    /// worktree`)
+    #[arg(long, value_name = "NAME")]
+    pub worktree: Option<String>,
+    /// What the worktree branches from: a branch, tag or commit [default: the checkout's HEAD]
+    #[arg(long, value_name = "REF", requires = "worktree")]
+    pub base: Option<String>,
     /// Detach: print the agent id and return at once
     #[arg(long, short)]
     pub detach: bool,
@@ -227,4 +341,46 @@ pub struct RunArgs {
     /// Print the agent (with -d) or each update as a JSON line
     #[arg(long)]
     pub json: bool,
+}
+
+/// A prompt or message with something in it: an empty one would give the agent nothing to do.
+fn not_blank(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("it is empty; say what the agent should do".to_string());
+    }
+    Ok(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every argument and flag of every command says what it is for.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {} (no about)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "drover", &mut missing);
+        assert!(missing.is_empty(), "no help for: {missing:#?}");
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

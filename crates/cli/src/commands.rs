@@ -3,12 +3,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use drover_acp::ItemKind;
-use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, Delivery, PermissionPolicy};
+use drover_protocol::{
+    AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
+};
 use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -30,7 +32,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// Connects; the state lists archived agents too, so any agent can be named.
-    async fn connect(&self) -> anyhow::Result<(Connection, SessionState)> {
+    pub(crate) async fn connect(&self) -> anyhow::Result<(Connection, SessionState)> {
         Connection::open(&self.endpoint, true).await
     }
 
@@ -51,11 +53,11 @@ impl Ctx {
     }
 }
 
-fn unexpected(message: &DaemonMessage) -> anyhow::Error {
+pub(crate) fn unexpected(message: &DaemonMessage) -> anyhow::Error {
     anyhow::anyhow!("unexpected answer from the daemon: {message:?}")
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
@@ -80,8 +82,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let cwd = std::fs::canonicalize(&cwd)
-        .with_context(|| format!("cannot use `{}` as the working directory", cwd.display()))?;
+    let cwd = working_directory(&cwd)?;
     let (mut connection, SessionState { mut agents, .. }) = ctx.connect().await?;
     let parent = match &args.parent {
         Some(query) => Some(resolve(&agents, query, Prefer::Live)?.id.clone()),
@@ -105,7 +106,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
             } else {
                 PermissionPolicy::Ask
             },
-            worktree: None,
+            worktree: args.worktree.clone().map(|name| NewWorktree {
+                name: Some(name),
+                branch: None,
+                base: args.base.clone(),
+            }),
         })
         .await?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {
@@ -122,6 +127,9 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     }
     agents.push(agent.clone());
     let name = ShortIds::new(&agents).get(&agent.id).to_string();
+    if args.worktree.is_some() {
+        eprintln!("-- {name} works in the new worktree {}", agent.cwd);
+    }
     let started = Instant::now();
     let view = View {
         timestamps: false,
@@ -167,6 +175,22 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         }
         Outcome::Closed(reason) => Err(anyhow::anyhow!(reason)),
     }
+}
+
+/// `dir` made absolute, if it is a directory: the same refusal (a bad argument) whether it is
+/// missing or a file.
+pub(crate) fn working_directory(dir: &Path) -> Result<PathBuf, CliError> {
+    let refuse = |why: String| {
+        CliError::BadArgument(format!(
+            "cannot use `{}` as the working directory: {why}",
+            dir.display()
+        ))
+    };
+    let canonical = std::fs::canonicalize(dir).map_err(|e| refuse(e.to_string()))?;
+    if !canonical.is_dir() {
+        return Err(refuse("it is not a directory".to_string()));
+    }
+    Ok(canonical)
 }
 
 pub async fn attach(ctx: &Ctx, id: &str, tail: usize, json: bool) -> anyhow::Result<()> {
@@ -222,7 +246,9 @@ pub async fn logs(
             _ => Ok(()),
         };
     }
-    let items = fetch_tail(&mut connection, &agent.id, tail).await?;
+    // The last N items that print: with --json every item does.
+    let shows = |item: &Value| json || view.shows(item.get("kind").and_then(Value::as_str));
+    let items = fetch_tail(&mut connection, &agent.id, tail, shows).await?;
     connection.close().await;
     if items.is_empty() {
         eprintln!("drover: {name} has no timeline yet");
@@ -234,16 +260,18 @@ pub async fn logs(
     Ok(())
 }
 
-/// The last `want` timeline items (all of them if `None`), oldest first, paging back.
+/// The last `want` timeline items for which `counts` holds (all of them if `None`), oldest
+/// first, paging back.
 async fn fetch_tail(
     connection: &mut Connection,
     agent: &str,
     want: Option<usize>,
+    counts: impl Fn(&Value) -> bool,
 ) -> anyhow::Result<Vec<Value>> {
     let mut items: Vec<Value> = Vec::new();
     let mut before: Option<u64> = None;
     loop {
-        let limit = want.map_or(PAGE, |w| (w - items.len()).min(PAGE));
+        let limit = want.map_or(PAGE, |w| w.saturating_sub(items.len()).min(PAGE));
         if limit == 0 {
             break;
         }
@@ -269,7 +297,7 @@ async fn fetch_tail(
             .and_then(|i| i.get("seq"))
             .and_then(Value::as_u64);
         let more = has_older && before.is_some() && !page.is_empty();
-        items.splice(0..0, page);
+        items.splice(0..0, page.into_iter().filter(|item| counts(item)));
         if !more {
             break;
         }
@@ -298,6 +326,7 @@ enum Outcome {
 /// An agent's updates on stdout: as text, or one JSON line each.
 struct Stream {
     renderer: Renderer<std::io::Stdout>,
+    view: View,
     json: bool,
     /// The last item seen, so a re-initialization after `resync_required` repeats nothing.
     last_seq: u64,
@@ -308,6 +337,7 @@ impl Stream {
     fn new(style: Style, view: View, name: &str, json: bool) -> Stream {
         Stream {
             renderer: Renderer::new(std::io::stdout(), style, view, name.to_string()),
+            view,
             json,
             last_seq: 0,
             turn_started: false,
@@ -367,7 +397,7 @@ impl Stream {
         until: Until,
         interrupts: &mut Signal,
     ) -> anyhow::Result<Outcome> {
-        let mut initialized = Some(initialize(connection, agent, tail).await?);
+        let mut initialized = Some(self.initial(connection, agent, tail).await?);
         loop {
             if let Some((info, updates)) = initialized.take() {
                 for update in updates {
@@ -409,6 +439,34 @@ impl Stream {
                 _ => {}
             }
         }
+    }
+
+    /// The agent and its last `tail` items that print (with `--json`, its last `tail` items).
+    async fn initial(
+        &self,
+        connection: &mut Connection,
+        agent: &str,
+        tail: Option<usize>,
+    ) -> anyhow::Result<(AgentInfo, Vec<Value>)> {
+        let Some(want) = tail.filter(|_| !self.json) else {
+            return initialize(connection, agent, tail).await;
+        };
+        let (info, mut updates) = initialize(connection, agent, Some(PAGE)).await?;
+        let shown: Vec<usize> = updates
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| {
+                self.view
+                    .shows(u.pointer("/item/kind").and_then(Value::as_str))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if want == 0 {
+            updates.clear();
+        } else if shown.len() > want {
+            updates.drain(..shown[shown.len() - want]);
+        }
+        Ok((info, updates))
     }
 
     /// `drover run` gives up on an agent that failed (or was archived) before its turn.
@@ -763,7 +821,10 @@ pub async fn stop(ctx: &Ctx, id: &str, drop_queue: bool) -> anyhow::Result<()> {
 }
 
 pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Result<()> {
-    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
+    let agent = resolve(&agents, id, Prefer::Live)?.clone();
+    let short = ShortIds::new(&agents);
+    let name = short.get(&agent.id).to_string();
     let answer = connection
         .request(|request_id| ClientMessage::Archive {
             request_id,
@@ -780,10 +841,10 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
                 details: Some(details),
                 ..
             }) = e.downcast_ref::<CliError>()
-                && code == "agent_active"
+                && ErrorCode::parse(code) == Some(ErrorCode::AgentActive)
             {
                 eprintln!("drover: cannot archive {name}: work still runs:");
-                for line in activity_lines(details, &name) {
+                for line in activity_lines(details, &short) {
                     eprintln!("  {line}");
                 }
                 eprintln!("archive it anyway, stopping that work: drover archive {name} --stop");
@@ -805,6 +866,10 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
     if json {
         return print_json(&json!({"agentId": agent.id, "archived": archived, "stopped": stopped}));
     }
+    if !archived.contains(&agent.id) {
+        outln!("{name} was already archived");
+        return Ok(());
+    }
     let others = archived.iter().filter(|a| **a != agent.id).count();
     let mut line = format!("archived {name}");
     if others > 0 {
@@ -814,14 +879,15 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
         ));
     }
     outln!("{line}");
-    for item in activity_lines(stopped, &name) {
+    for item in activity_lines(stopped, &short) {
         outln!("  stopped {item}");
     }
     Ok(())
 }
 
-/// One line per running item of an activity report (`{agentId, families: {name: [items]}}`).
-fn activity_lines(report: &Value, name: &str) -> Vec<String> {
+/// One line per running item of an activity report (`{agentId, families: {name: [items]}}`),
+/// agents named by their handles.
+fn activity_lines(report: &Value, short: &ShortIds) -> Vec<String> {
     let Some(families) = report.get("families").and_then(Value::as_object) else {
         return Vec::new();
     };
@@ -830,10 +896,7 @@ fn activity_lines(report: &Value, name: &str) -> Vec<String> {
         for item in items.as_array().into_iter().flatten() {
             let text = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or_default();
             let who = match item.get("agentId").and_then(Value::as_str) {
-                Some(id) if Some(id) == report.get("agentId").and_then(Value::as_str) => {
-                    name.to_string()
-                }
-                Some(id) => id.to_string(),
+                Some(id) => short.get(id).to_string(),
                 None => text("id").to_string(),
             };
             let title = match text("title") {
@@ -868,7 +931,11 @@ pub async fn detach(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
         })
         .await?;
     connection.close().await;
-    outln!("detached {name}: it is a top-level agent now");
+    if agent.parent_agent_id.is_none() {
+        outln!("{name} is a top-level agent already");
+    } else {
+        outln!("detached {name}: it is a top-level agent now");
+    }
     Ok(())
 }
 

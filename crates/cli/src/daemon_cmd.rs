@@ -1,19 +1,21 @@
 //! `drover daemon`: the daemon in the foreground, and `start` / `stop` / `status` for one in
 //! the background.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use drover_daemon::http_client::HttpClient;
 use drover_daemon::{DaemonConfig, DaemonInfo, DataDirLock};
 use serde_json::Value;
 
 use crate::args::ServeArgs;
 use crate::client::read_info;
 use crate::error::{CliError, exit};
+
+/// How long `/health` may take to answer.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `drover daemon`: serves until Ctrl-C or SIGTERM.
 pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
@@ -216,20 +218,20 @@ fn lock_held(home: &Path) -> bool {
     }
 }
 
-/// `GET /health` (plain HTTP/1.0 on loopback): the JSON body, if it answers 200.
+/// `GET /health`: the JSON body, if it answers 200 in time.
 fn health(url: &str) -> Option<Value> {
-    let addr = url.strip_prefix("http://")?.trim_end_matches('/');
-    let socket = addr.parse().ok()?;
-    let mut stream = TcpStream::connect_timeout(&socket, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    if response.split(' ').nth(1) != Some("200") {
+    let url = format!("{}/health", url.trim_end_matches('/'));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let answer = runtime
+        .block_on(HttpClient::new(HEALTH_TIMEOUT).get(&url, &[]))
+        .ok()?;
+    if answer.status != 200 {
         return None;
     }
-    let (_, body) = response.split_once("\r\n\r\n")?;
-    serde_json::from_str(body).ok()
+    answer.json().ok()
 }
 
 fn tail_of(path: &Path, lines: usize) -> String {

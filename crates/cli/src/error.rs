@@ -5,12 +5,15 @@
 
 use std::path::PathBuf;
 
+use drover_protocol::ErrorCode;
 use serde_json::Value;
 
 /// Exit codes, as documented in the README (0 is success, 2 clap's code for bad arguments).
 pub mod exit {
     /// Any other failure, including a turn that failed or was cancelled.
     pub const ERROR: u8 = 1;
+    /// Bad arguments: clap's code, and ours for arguments only the CLI can check.
+    pub const USAGE: u8 = 2;
     pub const NOT_RUNNING: u8 = 3;
     pub const NOT_FOUND: u8 = 4;
     pub const REFUSED: u8 = 5;
@@ -27,9 +30,13 @@ pub enum CliError {
     Unreachable { url: String, reason: String },
     #[error("no agent matches `{0}` (see `drover ls --all`)")]
     UnknownAgent(String),
-    #[error("`{query}` matches {} agents; use more of the id:\n{}", candidates.len(), candidates.join("\n"))]
+    #[error("no workspace matches `{0}` (see `drover workspaces --all`)")]
+    UnknownWorkspace(String),
+    #[error("`{query}` matches {} {what}; use more of the id:\n{}", candidates.len(), candidates.join("\n"))]
     Ambiguous {
         query: String,
+        /// `agents`, `workspaces`.
+        what: &'static str,
         candidates: Vec<String>,
     },
     /// A `request_error` from the daemon.
@@ -39,6 +46,9 @@ pub enum CliError {
         message: String,
         details: Option<Value>,
     },
+    /// An argument clap cannot check (a `--cwd` that is not a directory).
+    #[error("{0}")]
+    BadArgument(String),
     #[error("{0}")]
     Timeout(String),
     /// Already reported on the terminal; only the exit code is left to give.
@@ -50,21 +60,53 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::NotRunning { .. } | CliError::Unreachable { .. } => exit::NOT_RUNNING,
-            CliError::UnknownAgent(_) | CliError::Ambiguous { .. } => exit::NOT_FOUND,
-            CliError::Daemon { code, .. } => match code.as_str() {
-                "unknown_agent" | "unknown_workspace" | "unknown_provider" => exit::NOT_FOUND,
-                "agent_active"
-                | "illegal_transition"
-                | "agent_archived"
-                | "turn_blocked"
-                | "no_such_permission"
-                | "provider_unavailable"
-                | "invalid_input" => exit::REFUSED,
-                _ => exit::ERROR,
-            },
+            CliError::UnknownAgent(_)
+            | CliError::UnknownWorkspace(_)
+            | CliError::Ambiguous { .. } => exit::NOT_FOUND,
+            CliError::BadArgument(_) => exit::USAGE,
+            CliError::Daemon { code, .. } => {
+                ErrorCode::parse(code).map_or(exit::ERROR, daemon_exit)
+            }
             CliError::Timeout(_) => exit::TIMEOUT,
             CliError::Reported { code, .. } => *code,
         }
+    }
+}
+
+/// The exit code for a daemon's error code. Exhaustive, so that a new code gets a decision.
+fn daemon_exit(code: ErrorCode) -> u8 {
+    match code {
+        ErrorCode::UnknownAgent
+        | ErrorCode::UnknownWorkspace
+        | ErrorCode::UnknownProvider
+        | ErrorCode::InvalidId => exit::NOT_FOUND,
+        ErrorCode::AgentActive
+        | ErrorCode::IllegalTransition
+        | ErrorCode::AgentArchived
+        | ErrorCode::TurnBlocked
+        | ErrorCode::NoSuchPermission
+        | ErrorCode::ProviderUnavailable
+        | ErrorCode::InvalidInput
+        | ErrorCode::NotPermitted
+        | ErrorCode::NotAWorktree
+        | ErrorCode::NotAGitRepository
+        | ErrorCode::WorktreeDirty
+        | ErrorCode::WorktreeBusy => exit::REFUSED,
+        ErrorCode::InvalidMessage
+        | ErrorCode::UnknownType
+        | ErrorCode::HelloRequired
+        | ErrorCode::UnsupportedVersion
+        | ErrorCode::Unauthorized
+        | ErrorCode::AgentStartFailed
+        | ErrorCode::AgentError
+        | ErrorCode::RuntimeStopped
+        | ErrorCode::StoreFailed
+        | ErrorCode::ShuttingDown
+        | ErrorCode::GitFailed
+        | ErrorCode::InvalidProjectFile
+        | ErrorCode::WorktreeSetupFailed
+        | ErrorCode::WorktreeTeardownFailed
+        | ErrorCode::WorktreeIoFailed => exit::ERROR,
     }
 }
 
@@ -74,4 +116,33 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         .chain()
         .find_map(|e| e.downcast_ref::<CliError>())
         .map_or(exit::ERROR, CliError::exit_code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daemon(code: &str) -> u8 {
+        CliError::Daemon {
+            code: code.to_string(),
+            message: String::new(),
+            details: None,
+        }
+        .exit_code()
+    }
+
+    #[test]
+    fn daemon_codes_map_to_documented_exit_codes() {
+        assert_eq!(daemon("unknown_workspace"), exit::NOT_FOUND);
+        assert_eq!(daemon("worktree_dirty"), exit::REFUSED);
+        assert_eq!(daemon("not_a_worktree"), exit::REFUSED);
+        assert_eq!(daemon("not_permitted"), exit::REFUSED);
+        assert_eq!(daemon("git_failed"), exit::ERROR);
+        // A newer daemon's code this drover does not know.
+        assert_eq!(daemon("brand_new"), exit::ERROR);
+        assert_eq!(
+            CliError::BadArgument(String::new()).exit_code(),
+            exit::USAGE
+        );
+    }
 }

@@ -18,7 +18,9 @@ mod error;
 mod mcp_proxy;
 mod output;
 mod resolve;
+mod workspaces;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -27,7 +29,7 @@ use clap::{CommandFactory, Parser};
 use drover_daemon::DaemonConfig;
 use drover_protocol::Delivery;
 
-use crate::args::{Cli, Command, DaemonAction};
+use crate::args::{Cli, Command, DaemonAction, WorktreeAction};
 use crate::client::Endpoint;
 use crate::commands::Ctx;
 use crate::error::CliError;
@@ -82,8 +84,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             };
         }
         Command::Completions { shell } => {
-            let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
+            // Into memory first: `generate` panics on a write error, and a reader that stops
+            // early (`| head`) is one.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "drover", &mut script);
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&script)?;
+            stdout.flush()?;
             return Ok(());
         }
         Command::McpProxy { url } => return mcp_proxy::run(&url),
@@ -137,6 +144,21 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 commands::permit(&ctx, &id, answer, always).await
             }
             Command::Providers { json } => commands::providers(&ctx, json).await,
+            Command::Workspaces { all, json } => workspaces::list(&ctx, all, false, json).await,
+            Command::Worktree(worktree) => match worktree.action {
+                WorktreeAction::Ls { all, json } => workspaces::list(&ctx, all, true, json).await,
+                WorktreeAction::New {
+                    name,
+                    repo,
+                    branch,
+                    base,
+                    json,
+                } => workspaces::new(&ctx, name, repo, branch, base, json).await,
+                WorktreeAction::Status { ws, json } => workspaces::status(&ctx, &ws, json).await,
+                WorktreeAction::Rm { ws, force, json } => {
+                    workspaces::remove(&ctx, &ws, force, json).await
+                }
+            },
             Command::Daemon(_) | Command::Completions { .. } | Command::McpProxy { .. } => Ok(()),
         }
     })

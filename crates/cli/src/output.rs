@@ -238,6 +238,35 @@ pub struct View {
     pub live: bool,
 }
 
+impl View {
+    /// Whether an item of this kind gets a line in this view (the others, such as `usage`, are
+    /// for `--json` readers; a kind this drover does not know is skipped).
+    pub fn shows(&self, kind: Option<&str>) -> bool {
+        match kind.and_then(ItemKind::parse) {
+            Some(
+                ItemKind::AgentMessage
+                | ItemKind::AgentThought
+                | ItemKind::ToolCall
+                | ItemKind::Permission
+                | ItemKind::Plan
+                | ItemKind::Mode
+                | ItemKind::Notice,
+            ) => true,
+            Some(ItemKind::UserMessage) => self.show_user,
+            Some(ItemKind::TurnStarted) => self.show_turns && self.timestamps,
+            Some(ItemKind::TurnEnded) => self.show_turns,
+            Some(
+                ItemKind::Config
+                | ItemKind::Usage
+                | ItemKind::AvailableCommands
+                | ItemKind::SessionInfo
+                | ItemKind::Raw,
+            )
+            | None => false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Tool {
     title: String,
@@ -664,6 +693,29 @@ mod tests {
             render(view, &updates),
             "--:--:-- agent    a\n                  b\n"
         );
+    }
+
+    #[test]
+    fn shows_says_which_items_print() {
+        let log = View {
+            timestamps: true,
+            show_user: true,
+            show_turns: true,
+            live: false,
+        };
+        let conversation = View {
+            timestamps: false,
+            show_user: true,
+            show_turns: true,
+            live: false,
+        };
+        for view in [log, conversation, LIVE] {
+            for kind in ItemKind::ALL.iter().map(|k| k.as_str()).chain(["unknown"]) {
+                let item = json!({"op": "item", "item": {"seq": 1, "at": "", "kind": kind, "data": {"text": "x", "status": "completed", "event": "turn_completed"}}});
+                let printed = !render(view, &[item]).is_empty();
+                assert_eq!(printed, view.shows(Some(kind)), "{kind} in {view:?}");
+            }
+        }
     }
 
     #[test]

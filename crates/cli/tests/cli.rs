@@ -713,6 +713,344 @@ fn completions_are_generated() {
     assert!(zsh.stdout.contains("#compdef drover"));
 }
 
+// ---- workspaces and worktrees -----------------------------------------------------------------
+
+/// A git repository with one commit (and a `drover.toml` whose setup says something), in the
+/// fixture's working directory.
+fn repository(fx: &Fixture) -> PathBuf {
+    let repo = fx.cwd().join("repo");
+    std::fs::create_dir(&repo).expect("repo");
+    std::fs::write(repo.join("README"), "hello\n").expect("README");
+    std::fs::write(
+        repo.join("drover.toml"),
+        "[worktree]\nsetup = [\"echo prepared $DROVER_BRANCH\"]\n",
+    )
+    .expect("drover.toml");
+    drover_testkit::git(&repo, &["init", "-q", "-b", "main"]);
+    drover_testkit::git(&repo, &["add", "README", "drover.toml"]);
+    drover_testkit::git(&repo, &["commit", "-q", "-m", "first"]);
+    repo
+}
+
+/// The paths `git worktree list` shows for `repo`.
+fn git_worktrees(repo: &Path) -> Vec<String> {
+    let out = Command::new("git")
+        .args(["worktree", "list", "--porcelain"])
+        .current_dir(repo)
+        .output()
+        .expect("git worktree list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("worktree "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Commit hashes (`abc1234 subject`) redacted too.
+macro_rules! snapshot_git {
+    ($name:expr, $value:expr) => {{
+        let mut settings = settings();
+        settings.add_filter(r"\b[0-9a-f]{7,12} ", "[COMMIT] ");
+        settings.bind(|| insta::assert_snapshot!($name, $value))
+    }};
+}
+
+#[test]
+fn worktrees_are_made_listed_checked_and_removed() {
+    let fx = Fixture::start();
+    let repo = repository(&fx);
+    let repo_arg = repo.display().to_string();
+    let made = fx.drover(&["worktree", "new", "parser", "--repo", &repo_arg]);
+    snapshot!("worktree_new", fx.redact(&made.transcript()));
+    assert_eq!(made.code, 0);
+    let path = made.stdout.trim().to_string();
+    assert_eq!(
+        path,
+        fx.home()
+            .join("worktrees/repo/parser")
+            .display()
+            .to_string()
+    );
+    assert!(git_worktrees(&repo).contains(&path));
+
+    // An agent in the working directory: a directory workspace beside the worktree.
+    fx.drover(&["run", "say here"]).ok();
+    let ls = fx.drover(&["worktree", "ls"]).ok();
+    snapshot!("worktree_ls", fx.redact(&ls.transcript()));
+    let all = fx.drover(&["workspaces"]).ok();
+    snapshot!("workspaces", fx.redact(&all.transcript()));
+    let json = fx.drover(&["workspaces", "--json"]).ok().json();
+    let listed = json.as_array().expect("an array");
+    assert_eq!(listed.len(), 2, "{json}");
+    let tree = listed
+        .iter()
+        .find(|w| w["kind"] == "worktree")
+        .expect("the worktree");
+    assert_eq!(tree["worktree"]["branch"], "drover/parser");
+    assert_eq!(tree["agentCount"], 0);
+    let dir = listed
+        .iter()
+        .find(|w| w["kind"] != "worktree")
+        .expect("the directory");
+    assert_eq!(dir["agentCount"], 1);
+
+    let clean = fx.drover(&["worktree", "status", "parser"]);
+    snapshot!("worktree_status_clean", fx.redact(&clean.transcript()));
+    assert_eq!(clean.code, 0);
+
+    // A commit found nowhere else, and a file not committed.
+    let tree = PathBuf::from(&path);
+    std::fs::write(tree.join("notes.txt"), "notes\n").expect("notes");
+    drover_testkit::git(&tree, &["add", "notes.txt"]);
+    drover_testkit::git(&tree, &["commit", "-q", "-m", "parser notes"]);
+    std::fs::write(tree.join("draft.txt"), "draft\n").expect("draft");
+    // Named by its path this time.
+    let dirty = fx.drover(&["worktree", "status", &path]);
+    snapshot_git!("worktree_status_dirty", fx.redact(&dirty.transcript()));
+    assert_eq!(dirty.code, 1);
+    let json = fx.drover(&["worktree", "status", "parser", "--json"]);
+    assert_eq!(json.code, 1);
+    assert_eq!(json.json()["uncommittedCount"], 1);
+    assert_eq!(json.json()["unpushedCount"], 1);
+
+    let refused = fx.drover(&["worktree", "rm", "parser"]);
+    snapshot_git!("worktree_rm_refused", fx.redact(&refused.transcript()));
+    assert_eq!(refused.code, 5);
+    assert!(tree.exists(), "nothing removed");
+    // The command it says to run is the one that works.
+    let anyway = refused
+        .stderr
+        .lines()
+        .last()
+        .and_then(|l| l.split(": ").nth(1))
+        .expect("the --force command")
+        .to_string();
+    let args: Vec<&str> = anyway.split(' ').skip(1).collect();
+    assert_eq!(args[..2], ["worktree", "rm"], "{anyway}");
+    let forced = fx.drover(&args);
+    snapshot_git!("worktree_rm_force", fx.redact(&forced.transcript()));
+    assert_eq!(forced.code, 0);
+    assert!(!tree.exists());
+    assert!(!git_worktrees(&repo).contains(&path));
+
+    let ls = fx.drover(&["worktree", "ls"]).ok();
+    assert!(ls.stdout.is_empty(), "{}", ls.stdout);
+    let all = fx.drover(&["worktree", "ls", "--all"]).ok();
+    assert!(all.stdout.contains("archived"), "{}", all.stdout);
+    let again = fx.drover(&["worktree", "rm", "parser"]).ok();
+    assert!(
+        again.stdout.contains("was already removed"),
+        "{}",
+        again.stdout
+    );
+}
+
+#[test]
+fn run_in_a_new_worktree() {
+    let fx = Fixture::start();
+    let repo = repository(&fx);
+    // A branch with a commit of its own to start one worktree from.
+    drover_testkit::git(&repo, &["checkout", "-q", "-b", "other"]);
+    std::fs::write(repo.join("other.txt"), "other\n").expect("other");
+    drover_testkit::git(&repo, &["add", "other.txt"]);
+    drover_testkit::git(&repo, &["commit", "-q", "-m", "other"]);
+    drover_testkit::git(&repo, &["checkout", "-q", "main"]);
+    let repo_arg = repo.display().to_string();
+
+    let out = fx.drover(&["run", "--cwd", &repo_arg, "--worktree", "feature", "cwd"]);
+    snapshot!("run_worktree", fx.redact(&out.transcript()));
+    assert_eq!(out.code, 0);
+    let path = fx.home().join("worktrees/repo/feature");
+    assert_eq!(out.stdout.trim(), path.display().to_string());
+    assert!(git_worktrees(&repo).contains(&path.display().to_string()));
+
+    let id = fx.spawn_agent(
+        &["--cwd", &repo_arg, "--worktree", "based", "--base", "other"],
+        "say based",
+    );
+    fx.drover(&["wait", &id]).ok();
+    let cwd = fx.info(&id)["cwd"].as_str().expect("cwd").to_string();
+    assert!(Path::new(&cwd).join("other.txt").exists(), "{cwd}");
+    let ls = fx.drover(&["worktree", "ls", "--json"]).ok().json();
+    let based = ls
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|w| w["name"] == "based")
+        .expect("based")
+        .clone();
+    assert_eq!(based["worktree"]["base"], "other");
+    assert_eq!(based["agentCount"], 1);
+
+    // Removing the worktree archives its agent.
+    let removed = fx.drover(&["worktree", "rm", "based"]).ok();
+    assert!(
+        removed.stdout.contains("archived 1 agent"),
+        "{}",
+        removed.stdout
+    );
+    assert!(!fx.info(&id)["archivedAt"].is_null());
+    assert!(!Path::new(&cwd).exists());
+
+    // --base needs --worktree.
+    assert_eq!(fx.drover(&["run", "--base", "main", "say x"]).code, 2);
+}
+
+#[test]
+fn worktree_commands_refuse_other_workspaces() {
+    let fx = Fixture::start();
+    fx.drover(&["run", "say here"]).ok();
+    let cwd = fx.cwd().display().to_string();
+    let status = fx.drover(&["worktree", "status", &cwd]);
+    assert_eq!(status.code, 5, "{}", status.transcript());
+    let rm = fx.drover(&["worktree", "rm", &cwd]);
+    snapshot!("worktree_rm_not_a_worktree", fx.redact(&rm.transcript()));
+    assert_eq!(rm.code, 5);
+    let unknown = fx.drover(&["worktree", "rm", "nope"]);
+    assert_eq!(unknown.code, 4, "{}", unknown.transcript());
+    // Not a git checkout.
+    let made = fx.drover(&["worktree", "new", "x"]);
+    assert_eq!(made.code, 5, "{}", made.transcript());
+    let missing = fx.drover(&["worktree", "new", "x", "--repo", "/nonexistent/repo"]);
+    assert_eq!(missing.code, 2, "{}", missing.transcript());
+}
+
+// ---- what a newcomer met ---------------------------------------------------------------------
+
+#[test]
+fn the_handle_a_command_prints_keeps_naming_the_agent() {
+    let fx = Fixture::start();
+    let out = fx.drover(&["run", "--title", "first", "say one"]).ok();
+    let handle = out
+        .stderr
+        .trim()
+        .rsplit(' ')
+        .next()
+        .expect("the summary ends with the agent")
+        .to_string();
+    assert_eq!(handle.len(), 8, "{}", out.stderr);
+    let first = fx.info(&handle)["id"].as_str().expect("id").to_string();
+    assert!(first.ends_with(&handle), "{first} {handle}");
+    // Agents made in the same moment share their leading digits, not their handles.
+    let mut ids = vec![first.clone()];
+    for i in 0..6 {
+        ids.push(fx.spawn_agent(&["--title", &format!("more {i}")], "say more"));
+    }
+    assert_eq!(
+        fx.info(&handle)["id"],
+        first.as_str(),
+        "the first handle still works"
+    );
+    let ls = fx.drover(&["ls"]).ok();
+    for id in &ids {
+        let shown = &id[id.len() - 8..];
+        assert!(ls.stdout.contains(shown), "{shown} in\n{}", ls.stdout);
+        assert_eq!(fx.info(shown)["id"], id.as_str());
+        fx.drover(&["wait", shown]).ok();
+    }
+    let sent = fx.drover(&["send", &handle, "say again"]).ok();
+    assert!(
+        sent.stdout
+            .starts_with(&format!("queued followup for {handle} ")),
+        "{}",
+        sent.stdout
+    );
+}
+
+#[test]
+fn empty_prompts_and_bad_directories_are_bad_arguments() {
+    let fx = Fixture::start();
+    for prompt in ["", "   ", "\n\t"] {
+        let out = fx.drover(&["run", prompt]);
+        assert_eq!(out.code, 2, "{:?}: {}", prompt, out.transcript());
+        assert!(out.stderr.contains("empty"), "{}", out.stderr);
+    }
+    let ls = fx.drover(&["ls", "--json"]).ok().json();
+    assert_eq!(ls.as_array().map(Vec::len), Some(0), "no agent was made");
+
+    let id = fx.spawn_agent(&["--title", "listener"], "say hi");
+    let empty = fx.drover(&["send", &id, ""]);
+    assert_eq!(empty.code, 2, "{}", empty.transcript());
+
+    let missing = fx.cwd().join("nowhere");
+    let missing = fx.drover(&["run", "--cwd", &missing.display().to_string(), "say hi"]);
+    let file = fx.cwd().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let file = fx.drover(&["run", "--cwd", &file.display().to_string(), "say hi"]);
+    assert_eq!(missing.code, 2, "{}", missing.transcript());
+    assert_eq!(file.code, 2, "{}", file.transcript());
+    assert!(file.stderr.contains("not a directory"), "{}", file.stderr);
+}
+
+#[test]
+fn logs_tail_counts_the_items_it_prints() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "counted"], "say one\nusage\nusage\nusage");
+    fx.drover(&["wait", &id]).ok();
+    let tail = fx.drover(&["logs", &id, "--tail", "3"]).ok();
+    assert_eq!(tail.stdout.lines().count(), 3, "{}", tail.stdout);
+    assert!(tail.stdout.contains("one"), "{}", tail.stdout);
+    // In JSON every item counts, the hidden ones too.
+    let json = fx.drover(&["logs", &id, "--tail", "3", "--json"]).ok();
+    let kinds: Vec<String> = json
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .map(|v| v["item"]["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    assert!(kinds.iter().any(|k| k == "usage"), "{kinds:?}");
+    // Following, too.
+    let mut follow = Live::spawn(&fx, &["logs", &id, "--follow", "--tail", "3"]);
+    follow.expect_line("turn     completed");
+    follow.interrupt();
+    let out = follow.finish();
+    assert_eq!(out.stdout.lines().count(), 3, "{}", out.stdout);
+    assert!(out.stdout.contains("one"), "{}", out.stdout);
+}
+
+#[test]
+fn repeated_archives_and_detaches_say_nothing_changed() {
+    let fx = Fixture::start();
+    let lone = fx.spawn_agent(&["--title", "lone"], "say l");
+    fx.drover(&["wait", &lone]).ok();
+    let detached = fx.drover(&["detach", "lone"]).ok();
+    assert!(
+        detached.stdout.contains("is a top-level agent already"),
+        "{}",
+        detached.stdout
+    );
+    let archived = fx.drover(&["archive", "lone"]).ok();
+    assert!(
+        archived.stdout.starts_with("archived "),
+        "{}",
+        archived.stdout
+    );
+    let again = fx.drover(&["archive", &lone]).ok();
+    assert_eq!(
+        again.stdout,
+        format!("{} was already archived\n", &lone[lone.len() - 8..])
+    );
+}
+
+#[test]
+fn completions_into_a_closed_pipe_exit_quietly() {
+    let fx = Fixture::new();
+    let mut child = fx
+        .command(&["completions", "bash"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The reader goes away before anything is written (`| head -0`).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 // ---- the background daemon --------------------------------------------------------------------
 
 /// Stops a daemon `drover daemon start` left behind, should the test fail.

@@ -5,6 +5,7 @@
 //! the tests both call it. Nothing here decides lifecycle: that is `drover-core`'s registry.
 
 pub mod config;
+pub mod http_client;
 pub mod lock;
 pub mod logging;
 mod mcp;
