@@ -104,6 +104,7 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::ShuttingDown
         | ErrorCode::GitFailed
         | ErrorCode::InvalidProjectFile
+        | ErrorCode::InvalidConfig
         | ErrorCode::WorktreeSetupFailed
         | ErrorCode::WorktreeTeardownFailed
         | ErrorCode::WorktreeIoFailed => exit::ERROR,
