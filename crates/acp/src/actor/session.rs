@@ -43,7 +43,9 @@ pub enum LaunchError {
         error: Box<RpcError>,
         stderr: LastStderr,
     },
-    #[error("the agent process exited during {method} ({status}){stderr}")]
+    #[error(
+        "the agent's connection closed before it answered `{method}`: the process exited ({status}){stderr}"
+    )]
     Exited {
         method: &'static str,
         status: String,
@@ -365,6 +367,15 @@ impl Actor {
                 result = &mut request => {
                     // What the agent sent before its answer belongs before it.
                     self.drain_incoming().await;
+                    if let Err(RpcError::Closed { .. }) = result {
+                        // The same failure as the stream's end below, told the same way
+                        // whichever the runtime sees first: with the exit status.
+                        let status = match self.live.as_mut() {
+                            Some(live) => wait_exit(&mut live.exited).await,
+                            None => "gone".to_string(),
+                        };
+                        return Err(LaunchError::Exited { method, status, stderr: self.last_stderr() });
+                    }
                     return result.map_err(|error| LaunchError::Rpc { error: Box::new(error), stderr: self.last_stderr() });
                 }
                 message = live.incoming.recv() => match message {
