@@ -1,5 +1,10 @@
 //! One MCP `tools/call` over HTTP, as the scripted agent and the benchmarks make it against
 //! drover's MCP server (which answers statelessly with plain JSON). Loopback `http://` only.
+//!
+//! This is the fake agent's own client, as a real agent has its own: it shares no code with
+//! drover (drover's is `drover_daemon::http_client`, on hyper). It speaks HTTP/1.0, so the
+//! answer comes whole (no chunked encoding) and ends when the server closes; the body is
+//! read as bytes and decoded once, so no character is ever cut in two.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -43,7 +48,7 @@ pub fn tools_call(
         .map_err(|e| protocol(e.to_string()))?;
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.0\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .map_err(|e| protocol(e.to_string()))?;
@@ -51,18 +56,16 @@ pub fn tools_call(
     stream
         .read_to_end(&mut response)
         .map_err(|e| protocol(e.to_string()))?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| protocol(format!("no HTTP body: {response}")))?;
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| protocol(format!("no HTTP body: {}", String::from_utf8_lossy(&response))))?;
+    let head = String::from_utf8_lossy(&response[..split]);
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        return Err(protocol(format!("a chunked answer to HTTP/1.0: {head}")));
+    }
+    let body = String::from_utf8(response[split + 4..].to_vec())
+        .map_err(|e| protocol(format!("the answer is not UTF-8: {e}")))?;
     let message: Value = serde_json::from_str(body.trim())
         .map_err(|e| protocol(format!("not JSON ({e}): {body}")))?;
     if let Some(error) = message.get("error") {
@@ -83,21 +86,4 @@ pub fn tools_call(
         return Err(CallError::Tool(text));
     }
     Ok(text)
-}
-
-/// The body of a chunked HTTP response.
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || tail.len() < size {
-            break;
-        }
-        out.push_str(&tail[..size]);
-        rest = tail[size..].trim_start_matches("\r\n");
-    }
-    out
 }
