@@ -99,8 +99,8 @@ pub enum AcpError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("unknown provider `{0}` (`drover providers` or the `list_providers` tool lists them)")]
-    UnknownProvider(String),
+    #[error("unknown provider `{name}`; the providers are {}", .known.join(", "))]
+    UnknownProvider { name: String, known: Vec<String> },
     /// `reason` names the provider and says what to install.
     #[error("{reason}")]
     ProviderUnavailable { provider: String, reason: String },
@@ -128,7 +128,7 @@ impl AcpError {
             AcpError::Registry(e) => e.code(),
             AcpError::Store(_) => ErrorCode::StoreFailed,
             AcpError::Config(_) => ErrorCode::InvalidConfig,
-            AcpError::UnknownProvider(_) => ErrorCode::UnknownProvider,
+            AcpError::UnknownProvider { .. } => ErrorCode::UnknownProvider,
             AcpError::ProviderUnavailable { .. } => ErrorCode::ProviderUnavailable,
             AcpError::NoPendingPermission(_) | AcpError::Permission { .. } => {
                 ErrorCode::NoSuchPermission
@@ -485,7 +485,10 @@ impl RuntimeManager {
         let providers = self.providers()?;
         let provider = providers
             .get(&new.provider)
-            .ok_or_else(|| AcpError::UnknownProvider(new.provider.clone()))?;
+            .ok_or_else(|| AcpError::UnknownProvider {
+                name: new.provider.clone(),
+                known: providers.all().map(|p| p.name.clone()).collect(),
+            })?;
         if let Availability::Unavailable { reason } = providers.availability(provider) {
             return Err(AcpError::ProviderUnavailable {
                 provider: new.provider.clone(),

@@ -59,9 +59,17 @@ pub fn tools_call(
     let split = response
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| protocol(format!("no HTTP body: {}", String::from_utf8_lossy(&response))))?;
+        .ok_or_else(|| {
+            protocol(format!(
+                "no HTTP body: {}",
+                String::from_utf8_lossy(&response)
+            ))
+        })?;
     let head = String::from_utf8_lossy(&response[..split]);
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         return Err(protocol(format!("a chunked answer to HTTP/1.0: {head}")));
     }
     let body = String::from_utf8(response[split + 4..].to_vec())
