@@ -79,7 +79,7 @@ async fn run_everything(agent: RealAgent) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let model = model::serve(listener).await;
+    let model = model::serve(listener);
     let config = config(agent, &model, scratch.path(), &cwd);
     let daemon =
         TestDaemon::start_with_config(home.path().to_path_buf(), None, config.clone()).await;
