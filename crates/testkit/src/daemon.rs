@@ -67,7 +67,7 @@ impl TestDaemon {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let mut config = drover_daemon::DaemonConfig::new(home.clone(), addr).expect("config");
+        let mut config = drover_daemon::DaemonConfig::new(&home, addr).expect("config");
         config.require_token = require_token;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
