@@ -141,7 +141,7 @@ impl AcpError {
     }
 }
 
-fn new_source(notify: &Option<AgentId>) -> Option<String> {
+fn new_source(notify: Option<AgentId>) -> Option<String> {
     notify.map(|a| format!("agent:{a}"))
 }
 
@@ -513,22 +513,18 @@ impl RuntimeManager {
         notify: Option<AgentId>,
     ) -> Result<(), AcpError> {
         let handle = self.handle(agent.id)?;
-        match prompt.filter(|p| !p.trim().is_empty()) {
-            Some(prompt) => {
-                let source = match new_source(&notify) {
-                    Some(source) => source,
-                    None => "user".to_string(),
-                };
-                let message =
-                    InboxMessage::new(Delivery::Followup, prompt, source).notifying(notify);
-                handle
-                    .request(agent.id, |reply| Command::Deliver { message, reply })
-                    .await
-            }
-            None => {
-                let _ = handle.commands.send(Command::Start).await;
-                Ok(())
-            }
+        if let Some(prompt) = prompt.filter(|p| !p.trim().is_empty()) {
+            let source = match new_source(notify) {
+                Some(source) => source,
+                None => "user".to_string(),
+            };
+            let message = InboxMessage::new(Delivery::Followup, prompt, source).notifying(notify);
+            handle
+                .request(agent.id, |reply| Command::Deliver { message, reply })
+                .await
+        } else {
+            let _ = handle.commands.send(Command::Start).await;
+            Ok(())
         }
     }
 
@@ -568,7 +564,7 @@ impl RuntimeManager {
                 .await
             {
                 Err(AcpError::Stopped(_)) if attempt < 2 => {
-                    self.shared.forget(agent, handle.generation)
+                    self.shared.forget(agent, handle.generation);
                 }
                 other => return other.map(|()| id),
             }

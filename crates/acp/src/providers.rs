@@ -148,7 +148,7 @@ fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
     Provider {
         name: name.to_string(),
         label: label.to_string(),
-        command: command.iter().map(|s| s.to_string()).collect(),
+        command: command.iter().map(ToString::to_string).collect(),
         env: BTreeMap::new(),
         default_model: None,
         default_mode: None,
@@ -353,9 +353,9 @@ mod tests {
         ));
         match p.availability(codex) {
             Availability::Unavailable { reason } => {
-                assert!(reason.contains("/opt/codex"), "{reason}")
+                assert!(reason.contains("/opt/codex"), "{reason}");
             }
-            other => panic!("{other:?}"),
+            other @ Availability::Available { .. } => panic!("{other:?}"),
         }
     }
 

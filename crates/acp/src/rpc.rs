@@ -94,7 +94,9 @@ impl RpcClient {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id, (method.to_string(), tx));
-        let line = encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let mut message = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        message["params"] = params;
+        let line = encode(&message);
         let out = self.out.clone();
         let method = method.to_string();
         async move {
@@ -158,14 +160,11 @@ async fn read_lines(
         if text.is_empty() {
             continue;
         }
-        let message = match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => map,
-            _ => {
-                let _ = incoming
-                    .send(Incoming::Garbage(text.chars().take(500).collect()))
-                    .await;
-                continue;
-            }
+        let Ok(Value::Object(message)) = serde_json::from_str::<Value>(text) else {
+            let _ = incoming
+                .send(Incoming::Garbage(text.chars().take(500).collect()))
+                .await;
+            continue;
         };
         let method = message
             .get("method")

@@ -31,6 +31,9 @@
 //! `DROVER_BENCH_KEEP=1` keeps it (with the daemon's log). A missed target is reported, not an
 //! error: the exit status is non-zero only when the bench could not run.
 
+// A benchmark reads as one measurement, set up, run and reported in order.
+#![allow(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -280,7 +283,7 @@ async fn via_drover(
     let (t0, result, mcp_round_trip) = tokio::task::spawn_blocking(move || {
         let t0 = now_ns();
         let clock = Instant::now();
-        let result = mcp_call(&url, "create_agent", arguments);
+        let result = mcp_call(&url, "create_agent", &arguments);
         (t0, result, clock.elapsed())
     })
     .await?;
@@ -355,9 +358,9 @@ async fn agent_alone(cmd: &AgentCommand) -> Result<Alone> {
 
 /// `tools/call` at an HTTP MCP URL (drover answers plain JSON, statelessly); the tool's JSON
 /// result.
-fn mcp_call(url: &str, tool: &str, arguments: Value) -> Result<Value> {
+fn mcp_call(url: &str, tool: &str, arguments: &Value) -> Result<Value> {
     use drover_fakes::mcp_http::{CallError, tools_call};
-    let text = match tools_call(url, tool, &arguments, WAIT) {
+    let text = match tools_call(url, tool, arguments, WAIT) {
         Ok(text) => text,
         Err(CallError::Protocol(e)) => bail!("MCP error: {e}"),
         Err(CallError::Tool(text)) => bail!("{tool} failed: {text}"),
@@ -421,7 +424,7 @@ fn median_signed(mut v: Vec<i128>) -> i128 {
     match v.len() {
         0 => 0,
         n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2,
+        n => i128::midpoint(v[n / 2 - 1], v[n / 2]),
     }
 }
 

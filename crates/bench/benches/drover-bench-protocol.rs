@@ -27,7 +27,7 @@
 //!    `drover_bench::fleet_gen`, as `drover-bench` does): a raw WebSocket sends `hello`;
 //!    from that moment, the time to the first byte of `welcome`, to the first and the last
 //!    byte of `session_state`, and its size. Best and median of 5 connections; no target. The
-//!    daemon's VmRSS is shown.
+//!    daemon's `VmRSS` is shown.
 //! 3. `drover ls` with those 10,000 agents: the real CLI (`--json`, and the default table)
 //!    against that daemon (`DROVER_HOME`), output to a pipe, wall clock, best of 5. Target
 //!    < 150 ms. SKIP, saying why, while the CLI has no `ls`.
@@ -38,6 +38,10 @@
 //! `DROVER_BENCH_KEEP=1` keeps them (with the daemons' logs). A missed target is reported, not
 //! an error: the exit status is non-zero only when the bench could not run.
 
+// A benchmark reads as one measurement, set up, run and reported in order.
+#![allow(clippy::too_many_lines)]
+
+use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -495,7 +499,7 @@ impl Fleet {
             send_json(
                 &mut driver,
                 &json!({"type": "wait_idle", "agentId": id, "requestId": format!("idle-{round}-{i}"),
-                        "timeoutMs": WAIT.as_millis() as u64}),
+                        "timeoutMs": u64::try_from(WAIT.as_millis()).unwrap_or(u64::MAX)}),
             )
             .await?;
         }
@@ -553,7 +557,8 @@ async fn fanout_bare(
     let first = schedule.first().map_or(0, |s| s.0);
     let mut plan = String::new();
     for (stamp, agent, chunk) in schedule {
-        plan.push_str(&format!("{} {agent} {chunk}\n", stamp - first));
+        // Writing to a `String` cannot fail.
+        let _ = writeln!(plan, "{} {agent} {chunk}", stamp - first);
     }
     let path = root.join("fanout-schedule.txt");
     fs::write(&path, plan)?;
@@ -620,13 +625,12 @@ async fn read_stamped(
         delays: Vec::with_capacity(expected),
         ..Reading::default()
     };
-    let mut last_chunk: std::collections::HashMap<String, u64> = Default::default();
+    let mut last_chunk: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     while reading.delays.len() < expected {
         let frame = match tokio::time::timeout_at(deadline, ws.next()).await {
             Ok(Some(Ok(frame))) => frame,
             Ok(Some(Err(e))) => bail!("a client's connection failed: {e}"),
-            Ok(None) => break,
-            Err(_) => break,
+            Ok(None) | Err(_) => break,
         };
         let arrival = now_ns();
         let Message::Text(text) = frame else { continue };
@@ -762,6 +766,7 @@ fn bare_server_main(args: &[String]) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        use axum::serve::ListenerExt;
         let (tx, _) = broadcast::channel(BARE_CAPACITY);
         let bare = Arc::new(Bare {
             tx,
@@ -775,7 +780,6 @@ fn bare_server_main(args: &[String]) -> Result<()> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("listening {}", listener.local_addr()?);
         std::io::stdout().flush()?;
-        use axum::serve::ListenerExt;
         let listener = listener.tap_io(move |tcp| {
             if nodelay {
                 let _ = tcp.set_nodelay(true);
@@ -843,7 +847,7 @@ async fn bare_session(mut socket: WebSocket, bare: Arc<Bare>) {
                 if socket.send(AxumMessage::Text(text)).await.is_err() { return; }
             }
             frame = socket.recv() => match frame {
-                Some(Ok(AxumMessage::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(AxumMessage::Close(_)) | Err(_)) | None => return,
                 Some(Ok(_)) => {}
             },
         }
@@ -992,6 +996,8 @@ fn session_state_round(addr: SocketAddr) -> Result<(StateRound, Vec<u8>)> {
 
     let hello = br#"{"type":"hello","client":"drover-bench-protocol","protocolVersion":1}"#;
     let mask = [0x12u8, 0x34, 0x56, 0x78];
+    // The hello is under 126 bytes, so its length is the one length byte.
+    #[allow(clippy::cast_possible_truncation)]
     let mut frame = vec![0x81, 0x80 | hello.len() as u8];
     frame.extend_from_slice(&mask);
     frame.extend(hello.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
@@ -1053,7 +1059,7 @@ fn frame_at(buf: &[u8]) -> Option<(usize, usize, u8)> {
         )),
         127 => {
             let bytes: [u8; 8] = buf.get(2..10)?.try_into().ok()?;
-            Some((10, u64::from_be_bytes(bytes) as usize, opcode))
+            Some((10, usize::try_from(u64::from_be_bytes(bytes)).ok()?, opcode))
         }
         n => Some((2, n as usize, opcode)),
     }
@@ -1061,6 +1067,8 @@ fn frame_at(buf: &[u8]) -> Option<(usize, usize, u8)> {
 
 // ---- 3. drover ls ---------------------------------------------------------------------------
 
+// Counting the newlines of a few KB of output needs no bytecount dependency.
+#[allow(clippy::naive_bytecount)]
 fn ls_bench(drover: &Path, home: &Path, rows: &mut Vec<Row>) -> Result<()> {
     println!(
         "== 3. `drover ls` with {STATE_AGENTS} agents (best of {LS_ROUNDS}, output to a pipe) =="

@@ -5,8 +5,8 @@
 //! below is the daemon minus its HTTP/WebSocket front; the agents are child processes.
 //!
 //! 1. Fleet: 100 scripted agents run a turn at once (`stream 200 5` each, so they overlap)
-//!    through one manager on a 2-worker runtime. VmRSS is sampled every 20 ms from
-//!    `/proc/self/status`, and VmHWM (reset through `/proc/self/clear_refs` first) read at the
+//!    through one manager on a 2-worker runtime. `VmRSS` is sampled every 20 ms from
+//!    `/proc/self/status`, and `VmHWM` (reset through `/proc/self/clear_refs` first) read at the
 //!    end: the daemon's memory, the agents' own processes excluded. Target < 100 MB. Runs
 //!    first, so that nothing of the other parts is in its memory figures.
 //! 2. Streaming: one scripted turn of 20,000 chunks (`stream 20000`). Every chunk must be in
@@ -24,7 +24,11 @@
 //! `DROVER_BENCH_KEEP=1` keeps them. A missed target is reported, not an error: the exit status
 //! is non-zero only when the bench could not run.
 
+// A benchmark reads as one measurement, set up, run and reported in order.
+#![allow(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -210,7 +214,12 @@ fn last_turn(items: &[TimelineItem]) -> (String, String) {
 
 /// What `stream n` says, as the scripted agent streams it.
 fn streamed(n: usize) -> String {
-    (1..=n).map(|i| format!("chunk {i}\n")).collect()
+    let mut text = String::new();
+    for i in 1..=n {
+        // Writing to a `String` cannot fail.
+        let _ = writeln!(text, "chunk {i}");
+    }
+    text
 }
 
 fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
@@ -442,7 +451,7 @@ async fn stream_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
         .await
         .map_err(|e| anyhow!("{e}"))?;
     let wall = t.elapsed();
-    let cpu = cpu_time()? - cpu_before;
+    let cpu = cpu_time()?.saturating_sub(cpu_before);
     ensure!(
         idle,
         "the {STREAM_CHUNKS}-chunk turn did not end within {WAIT:?}"
@@ -460,8 +469,7 @@ async fn stream_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             .join("timelines")
             .join(format!("{id}.jsonl")),
     )
-    .map(|m| m.len())
-    .unwrap_or(0);
+    .map_or(0, |m| m.len());
     let per_chunk_us = cpu.as_secs_f64() * 1e6 / STREAM_CHUNKS as f64;
     println!(
         "  turn ({event}): wall {} from deliver to idle ({:.0} chunks/s)",
@@ -528,7 +536,7 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .context("cannot bind the model server")?;
-    let model = model::serve(listener).await;
+    let model = model::serve(listener);
     println!(
         "  codex-acp: {}",
         RealAgent::Codex.entry_point(&agents).display()
@@ -657,7 +665,7 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
     let paired_med = median_f64(&paired);
     let queued = median(&phase(|t| t.queued));
     let started = median(&phase(|t| t.started));
-    let agent_part = median(&phase(|t| t.ended - t.started));
+    let agent_part = median(&phase(|t| t.ended.saturating_sub(t.started)));
     let idle_med = median(&phase(|t| t.idle));
     println!(
         "  medians: drover {} vs direct {} = {ratio:.3}× ({:+.1} ms); per round, drover − direct: median {paired_med:+.1} ms",
@@ -753,7 +761,7 @@ async fn drover_turn(
                     }
                 }
             }
-            Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Ok(_) | Err(broadcast::error::RecvError::Lagged(_))) => {}
             Ok(Err(broadcast::error::RecvError::Closed)) => bail!("the updates channel closed"),
             Err(_) => bail!("no turn_ended within {WAIT:?}"),
         }
@@ -819,7 +827,7 @@ fn mem_status() -> Result<MemStatus> {
     })
 }
 
-/// Resets VmHWM to the current RSS (`5` to `/proc/self/clear_refs`, Linux ≥ 4.0).
+/// Resets `VmHWM` to the current RSS (`5` to `/proc/self/clear_refs`, Linux ≥ 4.0).
 fn reset_hwm() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
@@ -839,12 +847,13 @@ fn cpu_time() -> Result<Duration> {
     // SAFETY: getrusage returned 0, so it filled the struct (and it was zeroed before).
     let usage = unsafe { usage.assume_init() };
     let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
     };
     Ok(tv(usage.ru_utime) + tv(usage.ru_stime))
 }
 
-/// Samples VmRSS every [`SAMPLE_EVERY`] on a thread of its own (so a busy runtime cannot
+/// Samples `VmRSS` every [`SAMPLE_EVERY`] on a thread of its own (so a busy runtime cannot
 /// delay it) and keeps the peak.
 struct Sampler {
     state: Arc<SamplerState>,

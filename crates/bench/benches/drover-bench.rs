@@ -19,6 +19,9 @@
 //! target is reported, not an error: the exit status is non-zero only when the bench could not
 //! run.
 
+// A benchmark reads as one measurement, set up, run and reported in order.
+#![allow(clippy::too_many_lines)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
@@ -518,6 +521,8 @@ fn activity_bench(home: &Path, rows: &mut Vec<Row>) -> Result<()> {
          idle→running {to_running} evaluation(s), running→idle {to_idle}"
     );
     println!();
+    // The figures are counts (means of whole numbers), compared exactly on purpose.
+    #[allow(clippy::float_cmp)]
     let flat = evals_per_change
         .iter()
         .all(|(_, r, s)| *r == evals_per_change[0].1 && *s == evals_per_change[0].2)

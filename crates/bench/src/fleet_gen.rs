@@ -101,6 +101,9 @@ const TASKS: [&str; 8] = [
 
 /// Writes `workspaces × per_workspace` agents with realistic records (subagent trees, archived
 /// subtrees, attention, errors, resume handles), as the store would have written them.
+// One record after another, as the store lays them out; the indices and offsets cast to i64
+// are far below its range.
+#[allow(clippy::too_many_lines, clippy::cast_possible_wrap)]
 pub fn generate_fleet(
     home: &Path,
     workspaces: usize,
@@ -251,7 +254,7 @@ pub fn write_doc(path: &Path, doc: &impl Serialize) -> Result<usize> {
     Ok(bytes.len())
 }
 
-/// SplitMix64: deterministic figures without a dependency.
+/// `SplitMix64`: deterministic figures without a dependency.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);
 
@@ -265,6 +268,8 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (`n > 0`).
+    // The remainder is below `n`, a `usize`.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }

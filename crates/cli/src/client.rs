@@ -150,7 +150,6 @@ impl Connection {
     async fn handshake(&mut self) -> anyhow::Result<SessionState> {
         loop {
             match self.recv().await? {
-                DaemonMessage::Welcome { .. } => {}
                 DaemonMessage::SessionState { agents, workspaces } => {
                     return Ok(SessionState { agents, workspaces });
                 }
@@ -167,6 +166,7 @@ impl Connection {
                     }
                     .into());
                 }
+                // `welcome` first, and anything else before the state.
                 _ => {}
             }
         }

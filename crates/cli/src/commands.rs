@@ -2,6 +2,7 @@
 //! answer (data on stdout, diagnostics on stderr).
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -72,6 +73,7 @@ fn interrupts() -> anyhow::Result<Signal> {
 pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     let provider = args
         .provider
+        .clone()
         .or_else(|| {
             std::env::var("DROVER_PROVIDER")
                 .ok()
@@ -89,29 +91,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let answer = connection
-        .request(|request_id| ClientMessage::CreateAgent {
-            request_id,
-            provider,
-            cwd: Some(cwd.display().to_string()),
-            workspace_id: None,
-            prompt: Some(args.prompt.clone()),
-            title: args.title.clone(),
-            model: args.model.clone(),
-            mode: args.mode.clone(),
-            labels: BTreeMap::new(),
-            parent_agent_id: parent,
-            auto_archive: args.auto_archive,
-            permission_policy: if args.allow_all {
-                PermissionPolicy::Allow
-            } else {
-                PermissionPolicy::Ask
-            },
-            worktree: args.worktree.clone().map(|name| NewWorktree {
-                name: Some(name),
-                branch: None,
-                base: args.base.clone(),
-            }),
-        })
+        .request(|request_id| create_message(&args, request_id, provider, &cwd, parent))
         .await?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {
         return Err(unexpected(&answer));
@@ -148,6 +128,44 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         1 => " · 1 tool call".to_string(),
         n => format!(" · {n} tool calls"),
     };
+    report_run(outcome, &name, elapsed, &tools)
+}
+
+/// The `create_agent` request of `drover run`.
+fn create_message(
+    args: &RunArgs,
+    request_id: Option<String>,
+    provider: String,
+    cwd: &Path,
+    parent: Option<String>,
+) -> ClientMessage {
+    ClientMessage::CreateAgent {
+        request_id,
+        provider,
+        cwd: Some(cwd.display().to_string()),
+        workspace_id: None,
+        prompt: Some(args.prompt.clone()),
+        title: args.title.clone(),
+        model: args.model.clone(),
+        mode: args.mode.clone(),
+        labels: BTreeMap::new(),
+        parent_agent_id: parent,
+        auto_archive: args.auto_archive,
+        permission_policy: if args.allow_all {
+            PermissionPolicy::Allow
+        } else {
+            PermissionPolicy::Ask
+        },
+        worktree: args.worktree.clone().map(|name| NewWorktree {
+            name: Some(name),
+            branch: None,
+            base: args.base.clone(),
+        }),
+    }
+}
+
+/// How the turn `drover run` followed ended: a line on stderr, and the exit it means.
+fn report_run(outcome: Outcome, name: &str, elapsed: f64, tools: &str) -> anyhow::Result<()> {
     match outcome {
         Outcome::Turn(end) => {
             eprintln!(
@@ -580,17 +598,6 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
 /// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their
 /// subagents under them.
 fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
-    let shown: HashMap<&str, &AgentInfo> = agents.iter().map(|a| (a.id.as_str(), a)).collect();
-    let mut children: HashMap<&str, Vec<&AgentInfo>> = HashMap::new();
-    let mut roots = Vec::new();
-    for agent in agents {
-        match agent.parent_agent_id.as_deref() {
-            Some(parent) if shown.contains_key(parent) => {
-                children.entry(parent).or_default().push(agent)
-            }
-            _ => roots.push(agent),
-        }
-    }
     fn walk<'a>(
         agent: &'a AgentInfo,
         lead: &str,
@@ -620,6 +627,17 @@ fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
             walk(kid, &lead, branch, children, out, depth + 1);
         }
     }
+    let shown: HashMap<&str, &AgentInfo> = agents.iter().map(|a| (a.id.as_str(), a)).collect();
+    let mut children: HashMap<&str, Vec<&AgentInfo>> = HashMap::new();
+    let mut roots = Vec::new();
+    for agent in agents {
+        match agent.parent_agent_id.as_deref() {
+            Some(parent) if shown.contains_key(parent) => {
+                children.entry(parent).or_default().push(agent);
+            }
+            _ => roots.push(agent),
+        }
+    }
     let mut out = Vec::with_capacity(agents.len());
     for root in roots {
         walk(root, "", "", &children, &mut out, 0);
@@ -645,9 +663,27 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
         value["children"] = json!(children.iter().map(|c| &c.id).collect::<Vec<_>>());
         return print_json(&value);
     }
+    let style = ctx.style;
+    let rows = inspect_rows(agent, &workspace, &short, &children, style);
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    for (key, value) in rows {
+        let key = format!("{key:width$}");
+        writeln!(out, "{}  {value}", style.paint(Paint::Bold, &key))?;
+    }
+    Ok(())
+}
+
+/// The key/value lines of `drover inspect`; `archived` only for an archived agent.
+fn inspect_rows(
+    agent: &AgentInfo,
+    workspace: &str,
+    short: &ShortIds,
+    children: &[&AgentInfo],
+    style: Style,
+) -> Vec<(&'static str, String)> {
     let now = jiff::Timestamp::now();
     let dash = || "-".to_string();
-    let style = ctx.style;
     let mut rows: Vec<(&str, String)> = vec![
         ("id", agent.id.clone()),
         ("title", agent.title.clone().unwrap_or_else(dash)),
@@ -666,14 +702,13 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
         ),
         ("error", agent.error.clone().unwrap_or_else(dash)),
         ("cwd", agent.cwd.clone()),
-        ("workspace", workspace),
+        ("workspace", workspace.to_string()),
         (
             "parent",
             agent
                 .parent_agent_id
                 .as_deref()
-                .map(|p| short.get(p).to_string())
-                .unwrap_or_else(dash),
+                .map_or_else(dash, |p| short.get(p).to_string()),
         ),
         (
             "children",
@@ -721,20 +756,13 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
             agent
                 .archived_at
                 .as_deref()
-                .map(|at| output::when(at, now))
-                .unwrap_or_else(dash),
+                .map_or_else(dash, |at| output::when(at, now)),
         ),
     ];
     if agent.archived_at.is_none() {
         rows.retain(|(k, _)| *k != "archived");
     }
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out = std::io::stdout().lock();
-    for (key, value) in rows {
-        let key = format!("{key:width$}");
-        writeln!(out, "{}  {value}", style.paint(Paint::Bold, &key))?;
-    }
-    Ok(())
+    rows
 }
 
 // ---- requests about one agent -----------------------------------------------------------------
@@ -873,10 +901,12 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
     let others = archived.iter().filter(|a| **a != agent.id).count();
     let mut line = format!("archived {name}");
     if others > 0 {
-        line.push_str(&format!(
+        // Writing to a `String` cannot fail.
+        let _ = write!(
+            line,
             " and {others} subagent{}",
             if others == 1 { "" } else { "s" }
-        ));
+        );
     }
     outln!("{line}");
     for item in activity_lines(stopped, &short) {

@@ -19,7 +19,7 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `drover daemon`: serves until Ctrl-C or SIGTERM.
 pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
-    let mut config = DaemonConfig::new(home.to_path_buf(), serve.listen)?;
+    let mut config = DaemonConfig::new(home, serve.listen)?;
     config.require_token = serve.require_token;
     // The lock comes before the port, so a second daemon on this home names the first one
     // instead of failing on a busy port.
@@ -169,33 +169,30 @@ pub fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
 
 /// `drover daemon status`: exit code 0 when running, 3 when not.
 pub fn status(home: &Path, json: bool) -> anyhow::Result<()> {
-    match running(home) {
-        Some((info, health)) => {
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&health)?);
-            } else {
-                let agents = health.get("agents").and_then(Value::as_u64).unwrap_or(0);
-                outln!(
-                    "running  {}  pid {}  version {}  agents {agents}",
-                    info.url,
-                    info.pid,
-                    info.daemon_version
-                );
-            }
-            Ok(())
+    if let Some((info, health)) = running(home) {
+        if json {
+            outln!("{}", serde_json::to_string_pretty(&health)?);
+        } else {
+            let agents = health.get("agents").and_then(Value::as_u64).unwrap_or(0);
+            outln!(
+                "running  {}  pid {}  version {}  agents {agents}",
+                info.url,
+                info.pid,
+                info.daemon_version
+            );
         }
-        None => {
-            if json {
-                outln!("{}", serde_json::json!({"status": "not_running"}));
-            } else {
-                outln!("not running");
-            }
-            Err(CliError::Reported {
-                code: exit::NOT_RUNNING,
-                message: format!("no drover daemon is running for {}", home.display()),
-            }
-            .into())
+        Ok(())
+    } else {
+        if json {
+            outln!("{}", serde_json::json!({"status": "not_running"}));
+        } else {
+            outln!("not running");
         }
+        Err(CliError::Reported {
+            code: exit::NOT_RUNNING,
+            message: format!("no drover daemon is running for {}", home.display()),
+        }
+        .into())
     }
 }
 

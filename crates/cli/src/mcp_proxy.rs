@@ -1,5 +1,5 @@
 //! `drover mcp-proxy URL`: MCP over stdio for agents that only speak it that way, relayed to
-//! the daemon's MCP server over HTTP. Each JSON-RPC line read on stdin is POSTed on its own,
+//! the daemon's MCP server over HTTP. Each JSON-RPC line read on stdin is `POSTed` on its own,
 //! at once, so a slow call (`wait_for_agent` may take minutes) never holds back the agent's
 //! other calls; each JSON answer is written back as one line as soon as it comes. The daemon
 //! serves MCP statelessly with plain JSON answers, so the relay keeps no state.
@@ -138,7 +138,7 @@ async fn post(client: HttpClient, url: &str, body: &str) -> anyhow::Result<Optio
             .filter_map(|l| l.strip_prefix("data:"))
             .map(str::trim)
             .collect();
-        return Ok(data.last().map(|d| d.to_string()));
+        return Ok(data.last().map(ToString::to_string));
     }
     // One line per message: re-encode compactly.
     let value: Value = serde_json::from_str(text)

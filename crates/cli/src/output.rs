@@ -35,7 +35,7 @@ impl Style {
         }
     }
 
-    pub fn paint(&self, paint: Paint, text: &str) -> String {
+    pub fn paint(self, paint: Paint, text: &str) -> String {
         let code = match paint {
             Paint::Plain => return text.to_string(),
             Paint::Bold => "1",
@@ -241,7 +241,7 @@ pub struct View {
 impl View {
     /// Whether an item of this kind gets a line in this view (the others, such as `usage`, are
     /// for `--json` readers; a kind this drover does not know is skipped).
-    pub fn shows(&self, kind: Option<&str>) -> bool {
+    pub fn shows(self, kind: Option<&str>) -> bool {
         match kind.and_then(ItemKind::parse) {
             Some(
                 ItemKind::AgentMessage
@@ -356,7 +356,7 @@ impl<W: Write> Renderer<W> {
             .get("kind")
             .and_then(Value::as_str)
             .and_then(ItemKind::parse);
-        let empty = Value::Object(Default::default());
+        let empty = Value::Object(serde_json::Map::new());
         let data = item.get("data").unwrap_or(&empty);
         let text = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or_default();
         self.open = None;
@@ -374,77 +374,10 @@ impl<W: Write> Renderer<W> {
                 self.text(text("text"), paint)?;
                 self.open = Some((seq, paint));
             }
-            Some(ItemKind::UserMessage) if self.view.show_user => {
-                self.start(at, "user")?;
-                if !self.view.timestamps {
-                    write!(self.out, "{}", self.style.paint(Paint::Bold, "> "))?;
-                    self.mid_line = true;
-                }
-                self.text(text("text"), Paint::Bold)?;
-                let delivery = text("delivery");
-                if !delivery.is_empty() && delivery != "followup" {
-                    let note = format!(" ({delivery})");
-                    write!(self.out, "{}", self.style.paint(Paint::Dim, &note))?;
-                }
-                if let Some(context) = data.get("context").and_then(Value::as_array) {
-                    for c in context.iter().filter_map(Value::as_str) {
-                        self.start(at, "context")?;
-                        if !self.view.timestamps {
-                            write!(self.out, "{}", self.style.paint(Paint::Dim, "  + "))?;
-                            self.mid_line = true;
-                        }
-                        self.text(c, Paint::Dim)?;
-                    }
-                }
-                // Whole when it arrives: end its line now, so a live reader sees it.
-                self.break_line()?;
-            }
-            Some(ItemKind::ToolCall) => {
-                self.tool_count += 1;
-                let tool = Tool {
-                    title: tool_title(data),
-                    status: data
-                        .get("status")
-                        .and_then(Value::as_str)
-                        .unwrap_or("pending")
-                        .to_string(),
-                    at: at.to_string(),
-                    printed: false,
-                };
-                self.tools.insert(seq, tool);
-                self.tool_order.push(seq);
-                self.settle_tool(seq, !self.view.live)?;
-            }
-            Some(ItemKind::Permission) => {
-                let title = data
-                    .get("title")
-                    .and_then(Value::as_str)
-                    .unwrap_or("a tool call")
-                    .to_string();
-                self.permissions.insert(seq, title.clone());
-                if text("status") == "pending" {
-                    self.line(at, "perm", Paint::Yellow, &self.permission_question(&title))?;
-                } else {
-                    let answer = permission_answer(data);
-                    self.line(
-                        at,
-                        "perm",
-                        Paint::Yellow,
-                        &format!("permission for {title}: {answer}"),
-                    )?;
-                }
-            }
-            Some(ItemKind::Plan) => {
-                let text = self.labelled("plan:", "");
-                self.line(at, "plan", Paint::Cyan, &text)?;
-                let entries = data.get("entries").and_then(Value::as_array);
-                for entry in entries.into_iter().flatten() {
-                    let status = entry.get("status").and_then(Value::as_str).unwrap_or("?");
-                    let content = entry.get("content").and_then(Value::as_str).unwrap_or("");
-                    let text = format!("  [{status}] {content}");
-                    self.continuation(&text, Paint::Cyan)?;
-                }
-            }
+            Some(ItemKind::UserMessage) if self.view.show_user => self.user_message(at, data)?,
+            Some(ItemKind::ToolCall) => self.tool_call(seq, at, data)?,
+            Some(ItemKind::Permission) => self.permission(seq, at, data)?,
+            Some(ItemKind::Plan) => self.plan(at, data)?,
             Some(ItemKind::Mode) => {
                 let mode = data.get("modeId").and_then(Value::as_str).unwrap_or("?");
                 let text = self.labelled("mode: ", mode);
@@ -474,6 +407,87 @@ impl<W: Write> Renderer<W> {
             _ => {}
         }
         Ok(None)
+    }
+
+    /// A `user_message` item, with its delivery when not a followup and its context lines.
+    fn user_message(&mut self, at: &str, data: &Value) -> std::io::Result<()> {
+        let text = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or_default();
+        self.start(at, "user")?;
+        if !self.view.timestamps {
+            write!(self.out, "{}", self.style.paint(Paint::Bold, "> "))?;
+            self.mid_line = true;
+        }
+        self.text(text("text"), Paint::Bold)?;
+        let delivery = text("delivery");
+        if !delivery.is_empty() && delivery != "followup" {
+            let note = format!(" ({delivery})");
+            write!(self.out, "{}", self.style.paint(Paint::Dim, &note))?;
+        }
+        if let Some(context) = data.get("context").and_then(Value::as_array) {
+            for c in context.iter().filter_map(Value::as_str) {
+                self.start(at, "context")?;
+                if !self.view.timestamps {
+                    write!(self.out, "{}", self.style.paint(Paint::Dim, "  + "))?;
+                    self.mid_line = true;
+                }
+                self.text(c, Paint::Dim)?;
+            }
+        }
+        // Whole when it arrives: end its line now, so a live reader sees it.
+        self.break_line()
+    }
+
+    /// A `tool_call` item: counted, kept for its patches, and shown once it settles.
+    fn tool_call(&mut self, seq: u64, at: &str, data: &Value) -> std::io::Result<()> {
+        self.tool_count += 1;
+        let tool = Tool {
+            title: tool_title(data),
+            status: data
+                .get("status")
+                .and_then(Value::as_str)
+                .unwrap_or("pending")
+                .to_string(),
+            at: at.to_string(),
+            printed: false,
+        };
+        self.tools.insert(seq, tool);
+        self.tool_order.push(seq);
+        self.settle_tool(seq, !self.view.live)
+    }
+
+    /// A `permission` item: the question while pending, else how it was answered.
+    fn permission(&mut self, seq: u64, at: &str, data: &Value) -> std::io::Result<()> {
+        let title = data
+            .get("title")
+            .and_then(Value::as_str)
+            .unwrap_or("a tool call")
+            .to_string();
+        self.permissions.insert(seq, title.clone());
+        if data.get("status").and_then(Value::as_str) == Some("pending") {
+            self.line(at, "perm", Paint::Yellow, &self.permission_question(&title))
+        } else {
+            let answer = permission_answer(data);
+            self.line(
+                at,
+                "perm",
+                Paint::Yellow,
+                &format!("permission for {title}: {answer}"),
+            )
+        }
+    }
+
+    /// A `plan` item: a heading, then one line per entry.
+    fn plan(&mut self, at: &str, data: &Value) -> std::io::Result<()> {
+        let text = self.labelled("plan:", "");
+        self.line(at, "plan", Paint::Cyan, &text)?;
+        let entries = data.get("entries").and_then(Value::as_array);
+        for entry in entries.into_iter().flatten() {
+            let status = entry.get("status").and_then(Value::as_str).unwrap_or("?");
+            let content = entry.get("content").and_then(Value::as_str).unwrap_or("");
+            let text = format!("  [{status}] {content}");
+            self.continuation(&text, Paint::Cyan)?;
+        }
+        Ok(())
     }
 
     fn patch(&mut self, seq: u64, fields: &Value) -> std::io::Result<()> {
@@ -562,7 +576,7 @@ impl<W: Write> Renderer<W> {
         self.break_line()?;
         if self.view.timestamps {
             let time = self.style.paint(Paint::Dim, &clock(at));
-            write!(self.out, "{time} {:<LABEL_WIDTH$} ", label)?;
+            write!(self.out, "{time} {label:<LABEL_WIDTH$} ")?;
             self.mid_line = true;
             self.indent = 8 + 1 + LABEL_WIDTH + 1;
         } else {

@@ -2,7 +2,7 @@
 //! it (with or without the hyphens), or an exact title (for a workspace, its name or path);
 //! and the short handle each is shown by.
 //!
-//! Ids are UUIDv7: their leading characters are a timestamp, shared by agents made close
+//! Ids are `UUIDv7`: their leading characters are a timestamp, shared by agents made close
 //! together, and their last ones are random. So the handle is the end of the id (its last
 //! [`HANDLE`] hex digits, more only if two known agents share them), which stays the same as
 //! more agents are created.
@@ -250,7 +250,7 @@ mod tests {
             attention_reason: None,
             attention_timestamp: None,
             auto_archive: false,
-            permission_policy: Default::default(),
+            permission_policy: drover_protocol::PermissionPolicy::default(),
         }
     }
 
@@ -340,13 +340,13 @@ mod tests {
 
     #[test]
     fn handles_are_unique_suffixes_and_never_start_on_a_hyphen() {
+        const D: &str = "0194aaaa-0000-7000-8001-000000000003";
         let agents = vec![agent(A, None), agent(B, None), agent(C, None)];
         let short = ShortIds::new(&agents);
         assert_eq!(short.get(A), "00000001");
         assert_eq!(short.get(B), "00000002");
         assert_eq!(short.get(C), "00000003");
         // Two ids ending alike: longer handles, never starting on a hyphen.
-        const D: &str = "0194aaaa-0000-7000-8001-000000000003";
         let twins = ShortIds::new(&[agent(C, None), agent(D, None)]);
         assert_eq!(twins.get(C), "0-000000000003");
         assert_eq!(twins.get(D), "1-000000000003");

@@ -1,6 +1,7 @@
 //! The workspace commands: `drover workspaces` and `drover worktree ls|new|status|rm`, each
 //! over the client protocol (the CLI never reads the store).
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -326,10 +327,12 @@ pub async fn remove(ctx: &Ctx, query: &str, force: bool, json: bool) -> anyhow::
     let mut line = format!("removed worktree {handle} ({})", workspace.name);
     if !agents.is_empty() {
         let n = agents.len();
-        line.push_str(&format!(
+        // Writing to a `String` cannot fail.
+        let _ = write!(
+            line,
             " and archived {n} agent{}",
             if n == 1 { "" } else { "s" }
-        ));
+        );
     }
     let Some(removal) = worktree else {
         outln!("{line}");

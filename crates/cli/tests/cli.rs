@@ -273,10 +273,11 @@ impl Live {
         let deadline = Instant::now() + WAIT;
         while !self.seen.iter().any(|l| l.contains(text)) {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.seen.push(line),
-                Err(_) => panic!("no line with `{text}` in:\n{}", self.seen.join("\n")),
-            }
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no line with `{text}` in:\n{}", self.seen.join("\n")));
+            self.seen.push(line);
         }
     }
 

@@ -201,16 +201,17 @@ pub fn run(mut command: Command, deadline: Instant, limit: usize) -> io::Result<
     let mut timed_out = false;
     let waited = match exit_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         Ok(waited) => waited,
-        Err(RecvTimeoutError::Timeout) => match exit_rx.try_recv() {
-            // It ended just as time ran out.
-            Ok(waited) => waited,
-            Err(_) => {
+        Err(RecvTimeoutError::Timeout) => {
+            if let Ok(waited) = exit_rx.try_recv() {
+                // It ended just as time ran out.
+                waited
+            } else {
                 timed_out = true;
                 signal_group(pid, Some(Signal::SIGKILL));
                 let _ = exit_rx.recv();
                 Err(io::Error::new(io::ErrorKind::TimedOut, "ran out of time"))
             }
-        },
+        }
         Err(RecvTimeoutError::Disconnected) => Err(io::Error::other("the waiting thread died")),
     };
     let status = match waited {

@@ -1,6 +1,6 @@
-//! Agent and workspace identifiers: UUIDv7 (sortable by creation time), validated on parse.
+//! Agent and workspace identifiers: `UUIDv7` (sortable by creation time), validated on parse.
 //!
-//! Ids reach file names, so nothing that is not a canonical UUIDv7 is ever accepted as one.
+//! Ids reach file names, so nothing that is not a canonical `UUIDv7` is ever accepted as one.
 
 use std::fmt;
 use std::str::FromStr;

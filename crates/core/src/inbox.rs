@@ -53,6 +53,7 @@ impl InboxMessage {
     }
 
     /// The same message, telling `agent` how the turn it starts goes.
+    #[must_use]
     pub fn notifying(mut self, agent: Option<AgentId>) -> Self {
         self.notify = agent;
         self

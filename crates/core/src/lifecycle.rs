@@ -59,12 +59,11 @@ impl AgentStatus {
     /// runtime that reported an error for its previous turn (`error` → `running`, `error` →
     /// `idle`). A transition to the same status is not a transition.
     pub fn can_become(self, to: AgentStatus) -> bool {
-        use AgentStatus::*;
+        use AgentStatus::{Closed, Error, Idle, Initializing, Running};
         matches!(
             (self, to),
-            (Initializing, Idle | Error | Closed)
+            (Initializing | Running, Idle | Error | Closed)
                 | (Idle, Running | Initializing | Error | Closed)
-                | (Running, Idle | Error | Closed)
                 | (Error, Initializing | Idle | Running | Closed)
                 | (Closed, Initializing)
         )

@@ -172,7 +172,7 @@ impl Store {
                 let Some(stem) = name.strip_suffix(".json") else {
                     continue;
                 };
-                match self.read_agent(&path, stem) {
+                match Self::read_agent(&path, stem) {
                     Ok(Some(agent)) => match seen.get(&agent.id) {
                         // The same id twice (a copied file): the newer wins, the other goes.
                         Some((_, at)) if *at >= agent.updated_at => {
@@ -201,7 +201,7 @@ impl Store {
     }
 
     /// `Ok(None)`: written by a newer drover. `Err`: why the file is damaged.
-    fn read_agent(&self, path: &Path, stem: &str) -> Result<Option<Agent>, String> {
+    fn read_agent(path: &Path, stem: &str) -> Result<Option<Agent>, String> {
         let bytes = fs::read(path).map_err(|e| format!("unreadable: {e}"))?;
         let doc: AgentDoc = match serde_json::from_slice(&bytes) {
             Ok(doc) => doc,
@@ -511,10 +511,10 @@ fn is_temp_name(name: &str) -> bool {
 fn remove_leftover(path: &Path) {
     match fs::remove_file(path) {
         Ok(()) => {
-            tracing::info!(path = %path.display(), "removed the temp file of an interrupted write")
+            tracing::info!(path = %path.display(), "removed the temp file of an interrupted write");
         }
         Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "cannot remove a leftover temp file")
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove a leftover temp file");
         }
     }
 }

@@ -48,7 +48,7 @@ impl TimelineItem {
     }
 }
 
-/// The kinds of item drover writes, stored and sent as their snake_case names.
+/// The kinds of item drover writes, stored and sent as their `snake_case` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemKind {
@@ -371,7 +371,11 @@ mod tests {
     use serde_json::json;
 
     fn obj(v: Value) -> Map<String, Value> {
-        v.as_object().cloned().unwrap_or_default()
+        if let Value::Object(map) = v {
+            map
+        } else {
+            Map::new()
+        }
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! archive cascade, detach, and workspace activity kept incrementally. Every mutation goes
 //! through the registry (real files on a temp home), so the case counts stay modest.
 
+// Each property drives its operations and checks every invariant in one place, as one story.
+#![allow(clippy::too_many_lines)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -450,7 +450,12 @@ async fn archive_is_a_soft_delete_that_normalizes_busy_status() {
     let report = fx.restart();
     assert!(report.interrupted.is_empty(), "nothing was left busy");
     assert_eq!(report.agents, 3);
-    assert!(fx.registry.agents().iter().all(|a| a.is_archived()));
+    assert!(
+        fx.registry
+            .agents()
+            .iter()
+            .all(drover_core::Agent::is_archived)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

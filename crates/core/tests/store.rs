@@ -4,6 +4,9 @@
 //! Each test writes through the real `Registry`, then changes the files by hand the way a
 //! crash, a newer drover or a user would, and opens the registry again.
 
+// Each test is one story about the store, told start to finish; cutting it would scatter it.
+#![allow(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
@@ -757,7 +760,7 @@ async fn replay_case(written: Written) {
             "version": 1,
             "root": parent.id.to_string(),
             "archivedAt": archived_at,
-            "agents": cascade.iter().map(|id| id.to_string()).collect::<Vec<_>>(),
+            "agents": cascade.iter().map(ToString::to_string).collect::<Vec<_>>(),
         }),
     );
     let by_hand: &[AgentId] = match written {

@@ -218,7 +218,7 @@ setup = [
 
     // Setup ran in order, in the worktree, with its output captured.
     assert_eq!(created.setup.len(), 2);
-    assert!(created.setup.iter().all(|r| r.succeeded()));
+    assert!(created.setup.iter().all(drover_core::CommandRun::succeeded));
     assert!(created.setup[0].output.contains("setting up"));
     assert!(created.setup[0].output.contains("a warning"));
     assert_eq!(

@@ -20,12 +20,12 @@ pub struct DaemonConfig {
 
 impl DaemonConfig {
     /// Checks the settings and makes the data directory.
-    pub fn new(home: PathBuf, listen: SocketAddr) -> Result<DaemonConfig, DaemonError> {
-        std::fs::create_dir_all(&home).map_err(|source| DaemonError::Io {
+    pub fn new(home: &Path, listen: SocketAddr) -> Result<DaemonConfig, DaemonError> {
+        std::fs::create_dir_all(home).map_err(|source| DaemonError::Io {
             op: format!("create the data directory `{}`", home.display()),
             source,
         })?;
-        let home = std::fs::canonicalize(&home).map_err(|source| DaemonError::Io {
+        let home = std::fs::canonicalize(home).map_err(|source| DaemonError::Io {
             op: format!("resolve the data directory `{}`", home.display()),
             source,
         })?;

@@ -15,10 +15,14 @@ mod wire;
 mod ws;
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use drover_core::{RegistryError, RuntimeControl};
 use jiff::Timestamp;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -76,44 +80,12 @@ pub async fn run_locked(
     config: DaemonConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
-    let started = std::time::Instant::now();
-    let providers = drover_acp::Providers::load(&config.home)
-        .map_err(|e| DaemonError::Config(e.to_string()))?;
     let addr = listener.local_addr().map_err(|source| DaemonError::Io {
         op: "read the listening address".to_string(),
         source,
     })?;
-    // Agents reach drover's MCP server at their own URL on this port, the ones woken at boot
-    // too: the runtimes get it as they open.
     let tokens = Arc::new(mcp::Tokens::default());
-    let mcp_servers: drover_acp::McpServers = {
-        let tokens = tokens.clone();
-        let base = format!("http://{addr}");
-        Arc::new(move |agent, http| mcp::servers_for(&base, &tokens, agent, http))
-    };
-    let (runtimes, registry, boot) =
-        drover_acp::RuntimeManager::open(&config.home, providers, mcp_servers)
-            .await
-            .map_err(|e| match e {
-                drover_acp::AcpError::Registry(e) => DaemonError::Registry(e),
-                other => DaemonError::Config(other.to_string()),
-            })?;
-    for q in &boot.quarantined {
-        tracing::error!(path = %q.original.display(), moved_to = ?q.moved_to, reason = %q.reason,
-            "quarantined a damaged record");
-    }
-    for path in &boot.skipped_newer {
-        tracing::warn!(path = %path.display(), "left alone a record written by a newer drover");
-    }
-    tracing::info!(
-        agents = boot.agents,
-        workspaces = boot.workspaces,
-        interrupted = boot.interrupted.len(),
-        quarantined = boot.quarantined.len(),
-        cascades_completed = boot.cascades_completed,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "store loaded"
-    );
+    let (runtimes, registry) = open_runtimes(&config.home, addr, &tokens).await?;
 
     let info = DaemonInfo {
         version: 1,
@@ -135,23 +107,10 @@ pub async fn run_locked(
         registry: registry.clone(),
         runtimes: runtimes.clone(),
     };
-    let mcp_handler = mcp::DroverMcp {
+    let mcp_service = mcp_service(mcp::DroverMcp {
         ops: ops.clone(),
         tokens,
-    };
-    // Stateless, plain JSON answers: every tool call stands alone, which is also what the
-    // stdio proxy (`drover mcp-proxy`) relays.
-    let mcp_config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_sse_keep_alive(None);
-    let mcp_service = rmcp::transport::streamable_http_server::StreamableHttpService::new(
-        move || Ok(mcp_handler.clone()),
-        Arc::new(
-            rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default(),
-        ),
-        mcp_config,
-    );
+    });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
         hub: ws::Hub::start(&ops),
@@ -187,4 +146,62 @@ pub async fn run_locked(
         op: "serve HTTP".to_string(),
         source,
     })
+}
+
+/// Loads the providers and the store and opens the runtimes (waking the agents left busy),
+/// then logs what the boot found.
+async fn open_runtimes(
+    home: &Path,
+    addr: SocketAddr,
+    tokens: &Arc<mcp::Tokens>,
+) -> Result<(drover_acp::RuntimeManager, drover_core::Registry), DaemonError> {
+    let started = std::time::Instant::now();
+    let providers =
+        drover_acp::Providers::load(home).map_err(|e| DaemonError::Config(e.to_string()))?;
+    // Agents reach drover's MCP server at their own URL on this port, the ones woken at boot
+    // too: the runtimes get it as they open.
+    let mcp_servers: drover_acp::McpServers = {
+        let tokens = tokens.clone();
+        let base = format!("http://{addr}");
+        Arc::new(move |agent, http| mcp::servers_for(&base, &tokens, agent, http))
+    };
+    let (runtimes, registry, boot) = drover_acp::RuntimeManager::open(home, providers, mcp_servers)
+        .await
+        .map_err(|e| match e {
+            drover_acp::AcpError::Registry(e) => DaemonError::Registry(e),
+            other => DaemonError::Config(other.to_string()),
+        })?;
+    for q in &boot.quarantined {
+        tracing::error!(path = %q.original.display(), moved_to = ?q.moved_to, reason = %q.reason,
+            "quarantined a damaged record");
+    }
+    for path in &boot.skipped_newer {
+        tracing::warn!(path = %path.display(), "left alone a record written by a newer drover");
+    }
+    tracing::info!(
+        agents = boot.agents,
+        workspaces = boot.workspaces,
+        interrupted = boot.interrupted.len(),
+        quarantined = boot.quarantined.len(),
+        cascades_completed = boot.cascades_completed,
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "store loaded"
+    );
+    Ok((runtimes, registry))
+}
+
+/// drover's MCP server over streamable HTTP. Stateless, plain JSON answers: every tool call
+/// stands alone, which is also what the stdio proxy (`drover mcp-proxy`) relays.
+fn mcp_service(
+    handler: mcp::DroverMcp,
+) -> StreamableHttpService<mcp::DroverMcp, LocalSessionManager> {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None);
+    StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
 }

@@ -56,17 +56,20 @@ struct Summary {
     temp_files_left: usize,
 }
 
+// One story: rounds of run, kill and reboot, each checked against what was acknowledged.
+#[allow(clippy::too_many_lines)]
 #[test]
 fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
     let started = Instant::now();
+    // Any 64 bits of the clock make a seed, so the cast may drop the high ones.
+    #[allow(clippy::cast_possible_truncation)]
     let seed = std::env::var("DROVER_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
+                .map_or(1, |d| d.as_nanos() as u64)
         });
     // The seed fixes the drivers' seeds and the kill delays; where a kill lands still varies.
     println!("crash test seed {seed} (DROVER_CRASH_SEED={seed} repeats the seeds and delays)");
@@ -215,42 +218,37 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
                 "{context}: {id} is {} after boot",
                 actual.status
             );
-            match known.get(id) {
-                Some(old) => {
-                    let old = old.after_restart();
-                    let new = expected_new.get(&Some(*id)).map(|s| s.after_restart());
-                    let (is_old, is_new) = (*actual == old, new.as_ref() == Some(actual));
-                    assert!(
-                        is_old || is_new,
-                        "{context}: agent {id} is {actual:?}\n  last acked: {old:?}\n  \
-                         in flight: {in_flight:?}"
-                    );
-                    if new.is_some() {
-                        touched += 1;
-                        as_old += usize::from(is_old);
-                        as_new += usize::from(is_new);
-                    }
-                }
-                None => {
-                    // Only the create in flight may have made an agent nobody acked.
-                    let begin = in_flight.as_ref().unwrap_or_else(|| {
-                        panic!("{context}: unknown agent {id} ({actual:?}), nothing in flight")
-                    });
-                    let created = expected_new
-                        .get(&None)
-                        .filter(|_| matches!(begin.op, Op::Create { .. }))
-                        .unwrap_or_else(|| {
-                            panic!(
-                                "{context}: unknown agent {id} ({actual:?}); in flight: {begin:?}"
-                            )
-                        });
-                    let mut want = created.after_restart();
-                    want.id = Some(*id);
-                    assert_eq!(*actual, want, "{context}: the agent of {begin:?}");
-                    assert_eq!(touched, 0, "{context}: two agents from one create");
+            if let Some(old) = known.get(id) {
+                let old = old.after_restart();
+                let new = expected_new.get(&Some(*id)).map(|s| s.after_restart());
+                let (is_old, is_new) = (*actual == old, new.as_ref() == Some(actual));
+                assert!(
+                    is_old || is_new,
+                    "{context}: agent {id} is {actual:?}\n  last acked: {old:?}\n  \
+                     in flight: {in_flight:?}"
+                );
+                if new.is_some() {
                     touched += 1;
-                    as_new += 1;
+                    as_old += usize::from(is_old);
+                    as_new += usize::from(is_new);
                 }
+            } else {
+                // Only the create in flight may have made an agent nobody acked.
+                let begin = in_flight.as_ref().unwrap_or_else(|| {
+                    panic!("{context}: unknown agent {id} ({actual:?}), nothing in flight")
+                });
+                let created = expected_new
+                    .get(&None)
+                    .filter(|_| matches!(begin.op, Op::Create { .. }))
+                    .unwrap_or_else(|| {
+                        panic!("{context}: unknown agent {id} ({actual:?}); in flight: {begin:?}")
+                    });
+                let mut want = created.after_restart();
+                want.id = Some(*id);
+                assert_eq!(*actual, want, "{context}: the agent of {begin:?}");
+                assert_eq!(touched, 0, "{context}: two agents from one create");
+                touched += 1;
+                as_new += 1;
             }
         }
         if let Some(begin) = &in_flight {
@@ -299,7 +297,7 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
         summary.cascades_finished_by_boot,
         summary.temp_files_left,
     );
-    assert!(summary.acks >= rounds * MIN_ACKS.0 as usize);
+    assert!(summary.acks >= rounds * usize::try_from(MIN_ACKS.0).expect("a small constant"));
 }
 
 /// Starts the driver, lets it run past a few acks and a random delay, SIGKILLs it, and returns

@@ -6,6 +6,7 @@
 //! Every wait is bounded (`WAIT` per message in the testkit client, `deadline`s here).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -228,7 +229,11 @@ fn assert_same_text(actual: Option<&str>, expected: &str, context: &str) {
 }
 
 fn stream_text(n: usize) -> String {
-    (1..=n).map(|i| format!("chunk {i}\n")).collect()
+    let mut text = String::new();
+    for i in 1..=n {
+        writeln!(text, "chunk {i}").expect("write to a String");
+    }
+    text
 }
 
 /// `GET path` over plain HTTP/1.1; returns (status, body as JSON).
@@ -248,10 +253,7 @@ async fn http_get(url: &str, path: &str) -> (u16, Value) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("status");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .unwrap_or("");
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
@@ -1495,7 +1497,10 @@ async fn mode_model_providers_and_wait_idle() {
 async fn fetch_timeline_pages_through_history() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    let prompt: String = (1..=30).map(|i| format!("tool t{i}\n")).collect();
+    let mut prompt = String::new();
+    for i in 1..=30 {
+        writeln!(prompt, "tool t{i}").expect("write to a String");
+    }
     let id = id_of(&create(&mut client, &daemon.cwd(), Some(&prompt)).await);
     wait_idle(&mut client, &id).await;
     let all = timeline(&mut client, &id).await;

@@ -41,7 +41,7 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind model");
-        let model = model::serve(listener).await;
+        let model = model::serve(listener);
         let cmd = agent
             .command(&agents, &model.url(), &root.join("scratch"), &cwd)
             .expect("agent command");

@@ -70,6 +70,8 @@ async fn answer_permission(client: &mut Client, name: &str, id: &str, kind: &str
     assert_eq!(answered["type"], "ok", "{name}: {answered}");
 }
 
+// One story per agent: every feature driven through the daemon in turn, as a user would.
+#[allow(clippy::too_many_lines)]
 async fn run_everything(agent: RealAgent) {
     let name = agent.name();
     let home = TempDir::new().expect("home");
@@ -79,7 +81,7 @@ async fn run_everything(agent: RealAgent) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let model = model::serve(listener).await;
+    let model = model::serve(listener);
     let config = config(agent, &model, scratch.path(), &cwd);
     let daemon =
         TestDaemon::start_with_config(home.path().to_path_buf(), None, config.clone()).await;

@@ -74,6 +74,8 @@ async fn agent(client: &mut Client, id: &str) -> Value {
         .unwrap_or_else(|| panic!("agent {id} not listed"))
 }
 
+// One story: codex drives drover's MCP tools end to end, checked at every step.
+#[allow(clippy::too_many_lines)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_creates_a_subagent_in_a_worktree() {
     let home = TempDir::new().expect("home");
@@ -105,7 +107,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let model = model::serve(listener).await;
+    let model = model::serve(listener);
     let config = config(&model, scratch.path(), &repo, state.path());
     let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
     let (mut client, _) = daemon.client().await;

@@ -87,7 +87,7 @@ impl Agent {
         }
     }
 
-    fn send(&mut self, message: Value) {
+    fn send(&mut self, message: &Value) {
         let stdin = self.stdin.as_mut().expect("stdin still open");
         writeln!(stdin, "{message}").expect("write to the agent");
         stdin.flush().expect("flush the agent's stdin");
@@ -127,15 +127,17 @@ impl Agent {
     }
 
     /// Sends a request and reads up to its response.
-    fn call_with_id(&mut self, id: Value, method: &str, params: Value) -> (Value, Vec<Value>) {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        self.until(|m| m.get("method").is_none() && m["id"] == id)
+    fn call_with_id(&mut self, id: &Value, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let mut message = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        message["params"] = params;
+        self.send(&message);
+        self.until(|m| m.get("method").is_none() && m["id"] == *id)
     }
 
     fn call(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
         let id = json!(self.next_id);
         self.next_id += 1;
-        self.call_with_id(id, method, params)
+        self.call_with_id(&id, method, params)
     }
 
     fn initialize(&mut self) -> Value {
@@ -160,7 +162,7 @@ impl Agent {
     fn start_prompt(&mut self, session: &str, text: &str) -> Value {
         let id = json!(format!("prompt-{}", self.next_id));
         self.next_id += 1;
-        self.send(json!({
+        self.send(&json!({
             "jsonrpc": "2.0", "id": id, "method": "session/prompt",
             "params": {"sessionId": session, "prompt": [{"type": "text", "text": text}]},
         }));
@@ -197,7 +199,7 @@ fn kind(message: &Value) -> &str {
         .unwrap_or_default()
 }
 
-/// The texts of the agent_message_chunk updates.
+/// The texts of the `agent_message_chunk` updates.
 fn said(updates: &[Value]) -> Vec<String> {
     updates
         .iter()
@@ -380,7 +382,7 @@ fn permission_allow_reject_and_cancel() {
             ("reject-always", "reject_always"),
         ]
     );
-    agent.send(json!({"jsonrpc": "2.0", "id": request["id"],
+    agent.send(&json!({"jsonrpc": "2.0", "id": request["id"],
         "result": {"outcome": {"outcome": "selected", "optionId": "allow-once"}}}));
     let (reason, updates) = agent.finish_prompt(&prompt);
     assert_eq!(reason, "end_turn");
@@ -392,7 +394,7 @@ fn permission_allow_reject_and_cancel() {
     let prompt = agent.start_prompt(&session, "permission rm -rf /");
     let (request, _) = agent.until(is_request);
     assert_eq!(request["id"], 1);
-    agent.send(json!({"jsonrpc": "2.0", "id": request["id"],
+    agent.send(&json!({"jsonrpc": "2.0", "id": request["id"],
         "result": {"outcome": {"outcome": "selected", "optionId": "reject-once"}}}));
     let (reason, updates) = agent.finish_prompt(&prompt);
     assert_eq!(reason, "end_turn");
@@ -402,7 +404,7 @@ fn permission_allow_reject_and_cancel() {
     // The client answers `cancelled`.
     let prompt = agent.start_prompt(&session, "permission make\nsay never");
     let (request, _) = agent.until(is_request);
-    agent.send(json!({"jsonrpc": "2.0", "id": request["id"],
+    agent.send(&json!({"jsonrpc": "2.0", "id": request["id"],
         "result": {"outcome": {"outcome": "cancelled"}}}));
     let (reason, updates) = agent.finish_prompt(&prompt);
     assert_eq!(reason, "cancelled");
@@ -412,7 +414,7 @@ fn permission_allow_reject_and_cancel() {
     let prompt = agent.start_prompt(&session, "permission make\nsay never");
     agent.until(is_request);
     agent.send(
-        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
     );
     let (reason, updates) = agent.finish_prompt(&prompt);
     assert_eq!(reason, "cancelled");
@@ -425,7 +427,7 @@ fn permission_allow_reject_and_cancel() {
         before.is_empty(),
         "nothing announced before asking: {before:?}"
     );
-    agent.send(json!({"jsonrpc": "2.0", "id": request["id"],
+    agent.send(&json!({"jsonrpc": "2.0", "id": request["id"],
         "result": {"outcome": {"outcome": "selected", "optionId": "allow-always"}}}));
     let (_, updates) = agent.finish_prompt(&prompt);
     let kinds: Vec<&str> = updates.iter().map(kind).collect();
@@ -438,7 +440,7 @@ fn permission_allow_reject_and_cancel() {
     let prompt = agent.start_prompt(&session, "permission-only cargo test");
     let (request, before) = agent.until(is_request);
     assert!(before.is_empty());
-    agent.send(json!({"jsonrpc": "2.0", "id": request["id"],
+    agent.send(&json!({"jsonrpc": "2.0", "id": request["id"],
         "result": {"outcome": {"outcome": "selected", "optionId": "allow-once"}}}));
     let (_, updates) = agent.finish_prompt(&prompt);
     let kinds: Vec<&str> = updates.iter().map(kind).collect();
@@ -466,8 +468,9 @@ fn sleep_is_cancelled_by_session_cancel_and_sessions_run_concurrently() {
         ("end_turn", vec!["quick".to_string()])
     );
 
-    agent
-        .send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": slow}}));
+    agent.send(
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": slow}}),
+    );
     let (reason, updates) = agent.finish_prompt(&sleeping);
     assert_eq!(reason, "cancelled");
     assert!(said(&updates).is_empty());
@@ -476,8 +479,9 @@ fn sleep_is_cancelled_by_session_cancel_and_sessions_run_concurrently() {
     // A streamed turn with delays is cancellable between chunks.
     let streaming = agent.start_prompt(&slow, "stream 1000 20");
     agent.until(|m| kind(m) == "agent_message_chunk");
-    agent
-        .send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": slow}}));
+    agent.send(
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": slow}}),
+    );
     let (reason, updates) = agent.finish_prompt(&streaming);
     assert_eq!(reason, "cancelled");
     assert!(said(&updates).len() < 999);
@@ -521,8 +525,8 @@ fn garbage_and_malformed_input_are_survived() {
     // Malformed lines and unknown notifications from the client are ignored.
     agent.send_raw("{not json");
     agent.send_raw("[1, 2, 3]");
-    agent.send(json!({"jsonrpc": "2.0", "method": "_client/whatever", "params": {}}));
-    agent.send(json!({"jsonrpc": "2.0", "id": 999, "result": {}}));
+    agent.send(&json!({"jsonrpc": "2.0", "method": "_client/whatever", "params": {}}));
+    agent.send(&json!({"jsonrpc": "2.0", "id": 999, "result": {}}));
     let (reply, _) = agent.call("nonexistent/method", json!({}));
     assert_eq!(reply["error"]["code"], -32601);
     let (reason, _) = agent.prompt(&session, "say still here");
@@ -535,12 +539,11 @@ fn unknown_method_and_client_ids_of_any_type() {
     let dir = state_dir();
     let mut agent = Agent::spawn(dir.path(), &[]);
     for id in [json!("init-a"), json!(1.5), json!(-4), json!(null)] {
-        let (reply, _) =
-            agent.call_with_id(id.clone(), "initialize", json!({"protocolVersion": 1}));
+        let (reply, _) = agent.call_with_id(&id, "initialize", json!({"protocolVersion": 1}));
         assert_eq!(reply["id"], id);
         assert_eq!(reply["result"]["protocolVersion"], 1);
     }
-    let (reply, _) = agent.call_with_id(json!("x"), "session/frobnicate", json!({}));
+    let (reply, _) = agent.call_with_id(&json!("x"), "session/frobnicate", json!({}));
     assert_eq!(reply["id"], "x");
     assert_eq!(reply["error"]["code"], -32601);
     let (reply, _) = agent.call(
@@ -628,7 +631,7 @@ fn string_ids_and_late_updates() {
     let (request, _) = agent.until(|m| m["method"] == "session/request_permission");
     let id = request["id"].as_str().expect("a string id").to_string();
     assert_eq!(id.len(), 36, "UUID-like: {id}");
-    agent.send(json!({"jsonrpc": "2.0", "id": id,
+    agent.send(&json!({"jsonrpc": "2.0", "id": id,
         "result": {"outcome": {"outcome": "selected", "optionId": "allow-once"}}}));
     let (reason, _) = agent.finish_prompt(&prompt);
     assert_eq!(reason, "end_turn");
@@ -649,7 +652,7 @@ fn hang_ignores_cancel_and_outlives_stdin() {
     let hung = agent.start_prompt(&session, "say going\nhang");
     let (_, _) = agent.until(|m| kind(m) == "agent_message_chunk");
     agent.send(
-        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
     );
     // Still reading stdin: another session answers, and the hung prompt never does.
     let (reason, updates) = agent.prompt(&other, "say alive");

@@ -44,7 +44,7 @@ pub enum PermissionAnswer {
     Cancelled,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct ClientOptions {
     /// Advertise `fs.readTextFile` / `fs.writeTextFile` (and serve them). Not for gemini,
     /// whose `write_file` to a new path then fails.
@@ -190,11 +190,11 @@ impl AcpClient {
             .id()
             .and_then(|p| i32::try_from(p).ok())
             .ok_or_else(missing)?;
-        let (stdin, stdout, stderr) =
-            match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
-                (Some(i), Some(o), Some(e)) => (i, o, e),
-                _ => return Err(missing()),
-            };
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(missing());
+        };
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             updated: Notify::new(),
@@ -532,7 +532,8 @@ async fn read_messages(
                 shared.state().updates.push(msg["params"].clone());
                 shared.updated.notify_waiters();
             }
-            (Some(_), false) => {} // e.g. `_auth/status_update`
+            // Other notifications (e.g. `_auth/status_update`) and id-less garbage.
+            (_, false) => {}
             (None, true) => {
                 let waiter = msg["id"]
                     .as_u64()
@@ -545,7 +546,6 @@ async fn read_messages(
                     let _ = tx.send(outcome);
                 }
             }
-            (None, false) => {}
         }
     }
     let mut state = shared.state();
@@ -567,10 +567,7 @@ fn answer_request(shared: &Shared, method: &str, params: &Value) -> Result<Value
                 PermissionAnswer::RejectOnce => &["reject_once", "reject_always"],
                 PermissionAnswer::Cancelled => &[],
             };
-            let options = params["options"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
+            let options = params["options"].as_array().map_or(&[][..], Vec::as_slice);
             let chosen = kinds
                 .iter()
                 .find_map(|k| options.iter().find(|o| o["kind"] == *k))

@@ -1,7 +1,7 @@
 //! A scripted model on loopback, so that real coding agents run real turns offline.
 //!
 //! The server speaks the three wire formats the agents use, each streamed as server-sent
-//! events: OpenAI Responses (`POST /v1/responses`, codex), Anthropic Messages
+//! events: `OpenAI` Responses (`POST /v1/responses`, codex), Anthropic Messages
 //! (`POST /v1/messages`, claude) and Gemini (`POST /v1beta/models/{model}:streamGenerateContent`,
 //! plus the JSON-mode `:generateContent` calls gemini-cli makes to route a turn).
 //!
@@ -205,7 +205,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Serves the scripted model on `listener` until the returned handle is shut down or dropped.
-pub async fn serve(listener: tokio::net::TcpListener) -> ModelServer {
+pub fn serve(listener: tokio::net::TcpListener) -> ModelServer {
     let shared = Arc::new(Shared {
         log: Arc::default(),
         ids: AtomicU64::new(0),
@@ -248,7 +248,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .path_and_query()
         .map_or(path.clone(), |p| p.as_str().to_string());
     if method == Method::GET && path == "/requests" {
-        return json_response(Value::Array(lock(&shared.log).clone()));
+        return json_response(&Value::Array(lock(&shared.log).clone()));
     }
     let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
         Ok(b) => b,
@@ -289,27 +289,27 @@ fn route(
         let turn = Turn::openai(body);
         let step = turn.step();
         let played = describe(&step);
-        return ("openai", played, sse(openai_events(shared, &turn, step)));
+        return ("openai", played, sse(openai_events(shared, &turn, &step)));
     }
     if path.ends_with("/messages/count_tokens") {
         return (
             "anthropic-count",
             Value::Null,
-            json_response(json!({"input_tokens": 10})),
+            json_response(&json!({"input_tokens": 10})),
         );
     }
     if path.ends_with("/messages") {
         let turn = Turn::anthropic(body);
         let step = turn.step();
         let played = describe(&step);
-        let events = anthropic_events(shared, &turn, step);
+        let events = anthropic_events(shared, &turn, &step);
         if body["stream"].as_bool() == Some(true) {
             return ("anthropic", played, sse(events));
         }
         return (
             "anthropic",
             played,
-            json_response(anthropic_message(&events)),
+            json_response(&anthropic_message(&events)),
         );
     }
     if let Some((_, call)) = path.rsplit_once(':') {
@@ -318,7 +318,7 @@ fn route(
                 let turn = Turn::gemini(body);
                 let step = turn.step();
                 let played = describe(&step);
-                return ("gemini", played, sse(gemini_events(&turn, step)));
+                return ("gemini", played, sse(gemini_events(&turn, &step)));
             }
             "generateContent" => {
                 let text = if body["generationConfig"]["responseMimeType"] == "application/json" {
@@ -338,7 +338,7 @@ fn route(
                 return (
                     "gemini-json",
                     json!({"reply": text}),
-                    json_response(json!({
+                    json_response(&json!({
                         "candidates": [{
                             "content": {"role": "model", "parts": [{"text": text}]},
                             "finishReason": "STOP",
@@ -352,7 +352,7 @@ fn route(
                 return (
                     "gemini-count",
                     Value::Null,
-                    json_response(json!({"totalTokens": 10})),
+                    json_response(&json!({"totalTokens": 10})),
                 );
             }
             _ => {}
@@ -439,7 +439,7 @@ impl Turn {
     /// Codex: `input` is a list of items; user messages carry `input_text` parts and tool
     /// results are `function_call_output` / `custom_tool_call_output` items.
     fn openai(body: &Value) -> Turn {
-        let items = body["input"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let items = body["input"].as_array().map_or(&[][..], Vec::as_slice);
         let mut turn = Turn {
             tools: body["tools"]
                 .as_array()
@@ -527,10 +527,7 @@ impl Turn {
             if content["role"] != "user" {
                 continue;
             }
-            let parts = content["parts"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
+            let parts = content["parts"].as_array().map_or(&[][..], Vec::as_slice);
             let results = parts
                 .iter()
                 .filter(|p| !p["functionResponse"].is_null())
@@ -581,7 +578,7 @@ fn script_text<'a>(parts: impl DoubleEndedIterator<Item = &'a str>) -> String {
     last.unwrap_or_default().to_string()
 }
 
-/// The script of a message's content: a string, or text parts (OpenAI or Anthropic).
+/// The script of a message's content: a string, or text parts (`OpenAI` or Anthropic).
 fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -814,7 +811,7 @@ impl<T> futures_core::Stream for ReceiverStream<T> {
     }
 }
 
-fn json_response(v: Value) -> Response {
+fn json_response(v: &Value) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
 
@@ -826,7 +823,7 @@ fn pace(mut events: Vec<Event>, delay_ms: u64) -> Vec<Event> {
     events
 }
 
-fn openai_events(shared: &Shared, turn: &Turn, step: Step) -> Vec<Event> {
+fn openai_events(shared: &Shared, turn: &Turn, step: &Step) -> Vec<Event> {
     let n = shared.next_id();
     let resp_id = format!("resp_{n}");
     let mut events = vec![event(
@@ -911,7 +908,7 @@ fn openai_events(shared: &Shared, turn: &Turn, step: Step) -> Vec<Event> {
     pace(events, step.delay_ms)
 }
 
-fn anthropic_events(shared: &Shared, turn: &Turn, step: Step) -> Vec<Event> {
+fn anthropic_events(shared: &Shared, turn: &Turn, step: &Step) -> Vec<Event> {
     let n = shared.next_id();
     let usage = json!({
         "input_tokens": 10, "output_tokens": 1,
@@ -1012,7 +1009,7 @@ fn gemini_usage() -> Value {
     json!({"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15})
 }
 
-fn gemini_events(turn: &Turn, step: Step) -> Vec<Event> {
+fn gemini_events(turn: &Turn, step: &Step) -> Vec<Event> {
     let chunk = |parts: Value, last: bool| {
         let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
         let mut data = json!({});
@@ -1168,7 +1165,7 @@ mod tests {
                 started: Instant::now(),
             },
             &turn,
-            step,
+            &step,
         );
         let call = &events[1].data["item"];
         assert_eq!(call["type"], "function_call");
@@ -1177,7 +1174,7 @@ mod tests {
         // The agent's own shell tool is still the one outside any namespace.
         match shell_call(Api::OpenAi, &turn, "ls") {
             Output::Call { namespace, .. } => assert_eq!(namespace, None),
-            other => panic!("{other:?}"),
+            other @ Output::Text { .. } => panic!("{other:?}"),
         }
         // Claude's flat MCP names (`mcp__drover__create_agent`) match by suffix.
         let body = json!({
@@ -1187,7 +1184,7 @@ mod tests {
         let turn = Turn::anthropic(&body);
         match output(Api::Anthropic, &turn, &turn.step().action) {
             Output::Call { name, .. } => assert_eq!(name, "mcp__drover__create_agent"),
-            other => panic!("{other:?}"),
+            other @ Output::Text { .. } => panic!("{other:?}"),
         }
         // No such tool: a plain answer says so.
         let turn = Turn::anthropic(&json!({

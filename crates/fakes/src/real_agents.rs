@@ -8,6 +8,7 @@
 //! `PATH`. See `agents-offline.md` in the design notes for why each setting is there.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -17,7 +18,7 @@ use crate::acp_client::{AgentCommand, ClientOptions};
 /// The environment variable codex reads its (meaningless) API key from.
 const CODEX_KEY_VAR: &str = "DROVER_MODEL_KEY";
 
-/// A model slug codex knows: an unknown one adds a warning to every turn and drops apply_patch.
+/// A model slug codex knows: an unknown one adds a warning to every turn and drops `apply_patch`.
 const CODEX_MODEL: &str = "gpt-5.3-codex";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -291,7 +292,10 @@ fn toml_string(s: &str) -> String {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            // Writing to a `String` cannot fail.
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", u32::from(c));
+            }
             c => out.push(c),
         }
     }

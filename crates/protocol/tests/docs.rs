@@ -1,7 +1,8 @@
 //! `docs/protocol.md` is the protocol's reference: it must describe every message type (a
-//! `### \`type\`` section) and list every error code the daemon can send (a row of the codes
-//! table). The codes are `drover_protocol::ErrorCode`'s, so a new code fails here until it is
-//! documented, and a documented code drover no longer sends fails too.
+//! level-3 heading naming the type in backticks) and list every error code the daemon can
+//! send (a row of the codes table). The codes are `drover_protocol::ErrorCode`'s, so a new
+//! code fails here until it is documented, and a documented code drover no longer sends
+//! fails too.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -42,6 +42,7 @@ impl AgentState {
     }
 
     /// What boot makes of this state: nothing is `running` or `initializing` after a restart.
+    #[must_use]
     pub fn after_restart(&self) -> AgentState {
         let mut s = self.clone();
         if s.status.is_busy() {
@@ -152,7 +153,7 @@ impl XorShift {
         if items.is_empty() {
             return None;
         }
-        let i = self.range(0, items.len() as u64) as usize;
+        let i = usize::try_from(self.range(0, items.len() as u64)).ok()?;
         items.get(i)
     }
 }

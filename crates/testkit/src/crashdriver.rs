@@ -459,7 +459,7 @@ impl Driver {
     fn choose_title(&mut self, id: AgentId) -> (Op, bool, Vec<AgentState>) {
         let title = (!self.rng.chance(10)).then(|| format!("s{}-t{}", self.seed, self.seq));
         let mut s = self.state(id);
-        s.title = title.clone();
+        s.title.clone_from(&title);
         (Op::SetTitle { id, title }, true, vec![s])
     }
 }

@@ -23,7 +23,7 @@ pub struct TestDaemon {
     pub url: String,
     /// `ws://127.0.0.1:PORT/ws`.
     pub ws_url: String,
-    _home_dir: Option<TempDir>,
+    home_dir: Option<TempDir>,
     _state: TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -67,7 +67,7 @@ impl TestDaemon {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let mut config = drover_daemon::DaemonConfig::new(home.clone(), addr).expect("config");
+        let mut config = drover_daemon::DaemonConfig::new(&home, addr).expect("config");
         config.require_token = require_token;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -83,7 +83,7 @@ impl TestDaemon {
             cwd: TempDir::new().expect("cwd"),
             url: format!("http://{addr}"),
             ws_url: format!("ws://{addr}/ws"),
-            _home_dir: keep,
+            home_dir: keep,
             _state: state,
             stop: Some(stop),
             task: Some(task),
@@ -105,7 +105,7 @@ impl TestDaemon {
     /// Stops the daemon and waits for its ordered shutdown.
     pub async fn stop(mut self) -> (PathBuf, Option<TempDir>) {
         self.shutdown().await;
-        (self.home.clone(), self._home_dir.take())
+        (self.home.clone(), self.home_dir.take())
     }
 
     async fn shutdown(&mut self) {
@@ -220,7 +220,7 @@ impl Client {
                     return Some(serde_json::from_str(&text).expect("JSON from the daemon"));
                 }
                 Ok(Message::Close(_)) | Err(_) => return None,
-                Ok(_) => continue,
+                Ok(_) => {}
             }
         }
     }
@@ -234,7 +234,7 @@ impl Client {
             match frame {
                 Ok(Message::Close(Some(frame))) => return Some(frame.code.into()),
                 Ok(Message::Close(None)) | Err(_) => return None,
-                Ok(_) => continue,
+                Ok(_) => {}
             }
         }
     }

@@ -59,7 +59,7 @@ impl Budget {
             return None;
         }
         self.polls_left -= 1;
-        Some(EVERY.min(self.within - elapsed))
+        Some(EVERY.min(self.within.saturating_sub(elapsed)))
     }
 }
 

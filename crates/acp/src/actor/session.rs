@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -293,7 +294,7 @@ impl Actor {
     /// Keeps the session's id, modes and models, and the id as the agent's resume handle.
     async fn record_session(&mut self, agent: &Agent, session_id: String, result: &Value) {
         if let Some(live) = self.live.as_mut() {
-            live.session_id = session_id.clone();
+            live.session_id.clone_from(&session_id);
             live.modes = result.get("modes").cloned().filter(|m| !m.is_null());
             live.models = result.get("models").cloned().filter(|m| !m.is_null());
         }
@@ -457,7 +458,8 @@ impl Actor {
         let tail = live.stderr.last(10);
         let mut message = format!("the agent process exited unexpectedly ({status})");
         if !tail.is_empty() {
-            message.push_str(&format!("; last stderr:\n{}", tail.join("\n")));
+            // Writing to a `String` cannot fail.
+            let _ = write!(message, "; last stderr:\n{}", tail.join("\n"));
         }
         tracing::warn!(agent = %self.id, %message);
         self.push(ItemKind::Notice, json!({"text": message}));

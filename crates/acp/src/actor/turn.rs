@@ -40,7 +40,7 @@ impl Actor {
         }
         let registry = self.shared.registry.clone();
         if let Err(e) = registry.check_turn_gate(self.id) {
-            self.block_next(e).await;
+            self.block_next(&e);
             return;
         }
         if self.live.is_none() && self.start_runtime().await.is_err() {
@@ -91,7 +91,7 @@ impl Actor {
 
     /// The gate refused: the message that would have started the turn is taken, the turn ends
     /// `blocked`, and no prompt reaches the agent.
-    async fn block_next(&mut self, reason: RegistryError) {
+    fn block_next(&mut self, reason: &RegistryError) {
         match self.inbox.claim() {
             Ok(Some(claim)) => {
                 self.record_user_message(&claim);
@@ -252,7 +252,7 @@ impl Actor {
         // Quoted, so the reply reads as the child's words, not as instructions.
         let reply: String = excerpt(&reply, NOTICE_REPLY_CHARS)
             .lines()
-            .map(|l| format!("> {l}\n"))
+            .flat_map(|l| ["> ", l, "\n"])
             .collect();
         match outcome {
             TurnOutcome::Completed if reply.is_empty() => {
@@ -275,7 +275,7 @@ async fn notify(shared: Arc<Shared>, from: AgentId, target: AgentId, text: Strin
     match tokio::time::timeout(NOTICE_TIMEOUT, delivery).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
-            tracing::info!(agent = %from, %target, error = %e, "notification not delivered")
+            tracing::info!(agent = %from, %target, error = %e, "notification not delivered");
         }
         Err(_) => tracing::warn!(agent = %from, %target, "notification timed out"),
     }

@@ -103,30 +103,27 @@ impl Actor {
             .get("toolCallId")
             .and_then(Value::as_str)
             .map(str::to_string);
-        match call_id
+        if let Some(seq) = call_id
             .as_ref()
             .and_then(|c| self.tool_calls.get(c))
             .copied()
         {
-            Some(seq) => {
-                self.close_chunk();
-                if let Err(e) = self.timeline.patch(seq, fields.clone()) {
-                    tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
-                }
-                self.shared.emit(
-                    self.id,
-                    self.timeline.revision(),
-                    TimelineUpdate::Patch { seq, fields },
-                );
-                Some(seq)
+            self.close_chunk();
+            if let Err(e) = self.timeline.patch(seq, fields.clone()) {
+                tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
             }
-            None => {
-                let seq = self.push(ItemKind::ToolCall, Value::Object(fields))?;
-                if let Some(call) = call_id {
-                    self.tool_calls.insert(call, seq);
-                }
-                Some(seq)
+            self.shared.emit(
+                self.id,
+                self.timeline.revision(),
+                TimelineUpdate::Patch { seq, fields },
+            );
+            Some(seq)
+        } else {
+            let seq = self.push(ItemKind::ToolCall, Value::Object(fields))?;
+            if let Some(call) = call_id {
+                self.tool_calls.insert(call, seq);
             }
+            Some(seq)
         }
     }
 

@@ -131,7 +131,7 @@ impl Registry {
                             plans.push(plan);
                         }
                         Err(RegistryError::AgentActive(report)) => {
-                            outcome.skipped.push(skip(*report))
+                            outcome.skipped.push(skip(*report));
                         }
                         Err(e) => return Err(e),
                     }

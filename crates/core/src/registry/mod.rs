@@ -265,10 +265,10 @@ impl Registry {
             {
                 match self.archive_workspace(ws, false).await {
                     Ok(_) => {
-                        tracing::info!(agent = %id, workspace = %ws, "autoArchive archived the agent's worktree")
+                        tracing::info!(agent = %id, workspace = %ws, "autoArchive archived the agent's worktree");
                     }
                     Err(e) => {
-                        tracing::warn!(agent = %id, workspace = %ws, error = %e, "autoArchive kept the agent's worktree")
+                        tracing::warn!(agent = %id, workspace = %ws, error = %e, "autoArchive kept the agent's worktree");
                     }
                 }
             }

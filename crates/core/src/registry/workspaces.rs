@@ -299,10 +299,10 @@ pub(super) fn new_workspace(
         id,
         kind: kind.unwrap_or_else(|| WorkspaceKind::detect(path)),
         path: path.to_path_buf(),
-        name: path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string()),
+        name: path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
         created_at: now,
         updated_at: now,
         archived_at: None,

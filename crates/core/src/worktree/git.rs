@@ -84,8 +84,7 @@ pub(super) fn repo_lock_of(root: &Path) -> Arc<Mutex<()>> {
         root,
         ["rev-parse", "--path-format=absolute", "--git-common-dir"],
     )
-    .map(|out| PathBuf::from(out.trim()))
-    .unwrap_or_else(|_| root.to_path_buf());
+    .map_or_else(|_| root.to_path_buf(), |out| PathBuf::from(out.trim()));
     repo_lock(&common)
 }
 

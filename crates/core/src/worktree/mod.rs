@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
+use std::hash::BuildHasher;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -368,11 +369,11 @@ fn resolve_source(source: &Path, base: Option<&str>) -> Result<Source, WorktreeE
 /// The same git processes as `git worktree add -b` (which runs `git branch` itself), plus one
 /// `git rev-parse` run alongside the `git branch`: the branch, created atomically by git, is
 /// what reserves a name.
-pub fn create(
+pub fn create<S: BuildHasher>(
     root: &Path,
     source: &Path,
     options: &WorktreeOptions,
-    reserved: &HashSet<PathBuf>,
+    reserved: &HashSet<PathBuf, S>,
 ) -> Result<Created, WorktreeError> {
     let names = Names::new(options)?;
     let first = names.candidate(1);
@@ -488,10 +489,10 @@ fn project_folder(root: &Path, project: &str) -> Result<PathBuf, WorktreeError> 
 
 /// Finds a free name: its branch made (`first` is the first try, already attempted) and its
 /// folder created. Returns the name, the branch and the folder.
-fn reserve(
+fn reserve<S: BuildHasher>(
     src: &Source,
     project_dir: &Path,
-    reserved: &HashSet<PathBuf>,
+    reserved: &HashSet<PathBuf, S>,
     names: &Names,
     first: (String, String, Result<(), WorktreeError>),
 ) -> Result<(String, String, PathBuf), WorktreeError> {

@@ -63,8 +63,7 @@ pub(crate) fn servers_for(base_url: &str, tokens: &Tokens, agent: AgentId, http:
         json!([{"type": "http", "name": "drover", "url": url, "headers": []}])
     } else {
         let exe = std::env::current_exe()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| "drover".to_string());
+            .map_or_else(|_| "drover".to_string(), |p| p.display().to_string());
         json!([{"name": "drover", "command": exe, "args": ["mcp-proxy", url], "env": []}])
     }
 }

@@ -6,6 +6,8 @@
 //! arguments name the field (serde says which), and an operation's failure carries the same
 //! code a client of the protocol gets.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -280,7 +282,8 @@ fn tool_error(e: &OpError) -> CallToolResult {
     let details = e.details();
     let mut text = format!("{message}\ncode: {}", e.code());
     if let Some(details) = &details {
-        text.push_str(&format!("\ndetails: {details}"));
+        // Writing to a `String` cannot fail.
+        let _ = write!(text, "\ndetails: {details}");
     }
     let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
     result.structured_content = Some(json!({
@@ -321,7 +324,7 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
         title: params.title,
         model: params.model,
         mode: params.mode,
-        labels: Default::default(),
+        labels: BTreeMap::new(),
         parent: matches!(params.relationship, Relationship::Subagent).then_some(caller),
         auto_archive: params.auto_archive,
         permission_policy: None,
@@ -397,6 +400,8 @@ fn describe(summary: &Summary) -> Value {
     })
 }
 
+// Async like every handler in the `tools!` table, which awaits them all alike.
+#[allow(clippy::unused_async)]
 async fn list_agents(ops: &Ops, caller: AgentId, params: ListParams) -> ToolResult {
     let me = ops.agent(caller)?;
     let list: Vec<Value> = ops
@@ -461,6 +466,8 @@ async fn answer_permission(ops: &Ops, caller: AgentId, params: PermissionParams)
     Ok(json!({"agentId": id.to_string(), "answered": true}))
 }
 
+// Async like every handler in the `tools!` table, which awaits them all alike.
+#[allow(clippy::unused_async)]
 async fn list_providers(ops: &Ops, _caller: AgentId, _params: NoParams) -> ToolResult {
     let list: Vec<Value> = ops
         .list_providers()?
@@ -483,6 +490,8 @@ async fn create_worktree(ops: &Ops, caller: AgentId, params: WorktreeParams) -> 
     }))
 }
 
+// Async like every handler in the `tools!` table, which awaits them all alike.
+#[allow(clippy::unused_async)]
 async fn list_worktrees(ops: &Ops, _caller: AgentId, _params: NoParams) -> ToolResult {
     let list: Vec<Value> = ops
         .list_workspaces(false)

@@ -44,6 +44,9 @@ pub(super) async fn handle(message: ClientMessage, ops: &Ops) -> Reply {
 
 type Answered = Result<Reply, OpError>;
 
+// The protocol's dispatch table, one arm per client message: each arm takes the message's
+// fields and calls one operation or one handler below.
+#[allow(clippy::too_many_lines)]
 async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
     use ClientMessage as M;
     match message {
@@ -64,21 +67,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             before,
             after,
             limit,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            let page = ops.timeline(id, before, after, limit).await?;
-            send(DaemonMessage::TimelinePage {
-                request_id,
-                agent_id: id.to_string(),
-                items: page
-                    .items
-                    .iter()
-                    .filter_map(|i| serde_json::to_value(i).ok())
-                    .collect(),
-                has_older: page.has_older,
-                has_newer: page.has_newer,
-            })
-        }
+        } => fetch_timeline(ops, request_id, &agent_id, before, after, limit).await,
         message @ M::CreateAgent { .. } => create_agent(ops, message).await,
         M::SendMessage {
             request_id,
@@ -107,16 +96,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             request_id,
             agent_id,
             stop_activity,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            let outcome = ops.archive(CALLER, id, stop_activity).await?;
-            send(DaemonMessage::Archived {
-                request_id,
-                agent_id: id.to_string(),
-                archived: outcome.archived.iter().map(ToString::to_string).collect(),
-                stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
-            })
-        }
+        } => archive(ops, request_id, &agent_id, stop_activity).await,
         M::Unarchive {
             request_id,
             agent_id,
@@ -136,16 +116,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
         M::ArchiveIdleChildren {
             request_id,
             agent_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            let outcome = ops.archive_idle_children(CALLER, id).await?;
-            send(DaemonMessage::ChildrenArchived {
-                request_id,
-                agent_id: id.to_string(),
-                archived: outcome.archived.iter().map(ToString::to_string).collect(),
-                skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
-            })
-        }
+        } => archive_idle_children(ops, request_id, &agent_id).await,
         M::AnswerPermission {
             request_id,
             agent_id,
@@ -225,48 +196,128 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             branch,
             base,
         } => {
-            let options = worktree_options(NewWorktree { name, branch, base });
-            let created = ops
-                .create_worktree(CALLER, Some(PathBuf::from(repository)), options)
-                .await?;
-            let ws = &created.workspace;
-            send(DaemonMessage::WorktreeCreated {
+            create_worktree(
+                ops,
                 request_id,
-                workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
-                setup: created.setup.iter().map(wire::command_run).collect(),
-            })
+                repository,
+                NewWorktree { name, branch, base },
+            )
+            .await
         }
         M::GetWorktreeStatus {
             request_id,
             workspace_id,
-        } => {
-            let id = parse_workspace(&workspace_id)?;
-            let status = ops.worktree_status(id).await?;
-            send(DaemonMessage::WorktreeStatus {
-                request_id,
-                workspace_id: id.to_string(),
-                status: wire::worktree_status(&status),
-            })
-        }
+        } => worktree_status(ops, request_id, &workspace_id).await,
         M::ArchiveWorkspace {
             request_id,
             workspace_id,
             force,
-        } => {
-            let id = parse_workspace(&workspace_id)?;
-            let outcome = ops.archive_workspace(CALLER, id, force).await?;
-            send(DaemonMessage::WorkspaceArchived {
-                request_id,
-                workspace_id: id.to_string(),
-                archived_at: outcome.archived_at.map(|t| t.to_string()),
-                already_archived: outcome.already_archived,
-                agents: outcome.agents.iter().map(ToString::to_string).collect(),
-                worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
-            })
-        }
+        } => archive_workspace(ops, request_id, &workspace_id, force).await,
     }
 }
 
+/// `fetch_timeline`: one page of the agent's timeline, `before` or `after` a seq.
+async fn fetch_timeline(
+    ops: &Ops,
+    request_id: Option<String>,
+    agent_id: &str,
+    before: Option<u64>,
+    after: Option<u64>,
+    limit: Option<usize>,
+) -> Answered {
+    let id = parse_agent(agent_id)?;
+    let page = ops.timeline(id, before, after, limit).await?;
+    send(DaemonMessage::TimelinePage {
+        request_id,
+        agent_id: id.to_string(),
+        items: page
+            .items
+            .iter()
+            .filter_map(|i| serde_json::to_value(i).ok())
+            .collect(),
+        has_older: page.has_older,
+        has_newer: page.has_newer,
+    })
+}
+
+async fn archive(
+    ops: &Ops,
+    request_id: Option<String>,
+    agent_id: &str,
+    stop_activity: bool,
+) -> Answered {
+    let id = parse_agent(agent_id)?;
+    let outcome = ops.archive(CALLER, id, stop_activity).await?;
+    send(DaemonMessage::Archived {
+        request_id,
+        agent_id: id.to_string(),
+        archived: outcome.archived.iter().map(ToString::to_string).collect(),
+        stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
+    })
+}
+
+async fn archive_idle_children(ops: &Ops, request_id: Option<String>, agent_id: &str) -> Answered {
+    let id = parse_agent(agent_id)?;
+    let outcome = ops.archive_idle_children(CALLER, id).await?;
+    send(DaemonMessage::ChildrenArchived {
+        request_id,
+        agent_id: id.to_string(),
+        archived: outcome.archived.iter().map(ToString::to_string).collect(),
+        skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
+    })
+}
+
+async fn create_worktree(
+    ops: &Ops,
+    request_id: Option<String>,
+    repository: String,
+    worktree: NewWorktree,
+) -> Answered {
+    let created = ops
+        .create_worktree(
+            CALLER,
+            Some(PathBuf::from(repository)),
+            worktree_options(worktree),
+        )
+        .await?;
+    let ws = &created.workspace;
+    send(DaemonMessage::WorktreeCreated {
+        request_id,
+        workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
+        setup: created.setup.iter().map(wire::command_run).collect(),
+    })
+}
+
+async fn worktree_status(ops: &Ops, request_id: Option<String>, workspace_id: &str) -> Answered {
+    let id = parse_workspace(workspace_id)?;
+    let status = ops.worktree_status(id).await?;
+    send(DaemonMessage::WorktreeStatus {
+        request_id,
+        workspace_id: id.to_string(),
+        status: wire::worktree_status(&status),
+    })
+}
+
+async fn archive_workspace(
+    ops: &Ops,
+    request_id: Option<String>,
+    workspace_id: &str,
+    force: bool,
+) -> Answered {
+    let id = parse_workspace(workspace_id)?;
+    let outcome = ops.archive_workspace(CALLER, id, force).await?;
+    send(DaemonMessage::WorkspaceArchived {
+        request_id,
+        workspace_id: id.to_string(),
+        archived_at: outcome.archived_at.map(|t| t.to_string()),
+        already_archived: outcome.already_archived,
+        agents: outcome.agents.iter().map(ToString::to_string).collect(),
+        worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
+    })
+}
+
+// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
+#[allow(clippy::unnecessary_wraps)]
 fn send(message: DaemonMessage) -> Answered {
     Ok(Reply::Send(message))
 }

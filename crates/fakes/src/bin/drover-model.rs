@@ -15,7 +15,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    let server = drover_fakes::model::serve(listener).await;
+    let server = drover_fakes::model::serve(listener);
     println!("{}", server.url());
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     tokio::select! {
