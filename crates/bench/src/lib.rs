@@ -117,14 +117,15 @@ pub fn scripted_agent_binary() -> Result<PathBuf> {
 
 /// The CPUs this process may use.
 pub fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 /// `Linux 6.1.0-…`, else the OS's name.
 pub fn kernel() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| format!("Linux {}", s.trim()))
-        .unwrap_or_else(|_| std::env::consts::OS.to_string())
+    fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(
+        |_| std::env::consts::OS.to_string(),
+        |s| format!("Linux {}", s.trim()),
+    )
 }
 
 /// The one-minute load average, `?` if unknown.
@@ -303,7 +304,7 @@ impl DaemonProc {
         }
     }
 
-    /// VmRSS and VmHWM in KB.
+    /// `VmRSS` and `VmHWM` in KB.
     pub fn mem(&self) -> Result<(u64, u64)> {
         proc_mem_kb(self.pid)
     }
@@ -472,7 +473,7 @@ pub fn proc_field_kb(status: &str, field: &str) -> Option<u64> {
         .ok()
 }
 
-/// VmRSS and VmHWM of a process in KB (0 where missing).
+/// `VmRSS` and `VmHWM` of a process in KB (0 where missing).
 pub fn proc_mem_kb(pid: u32) -> Result<(u64, u64)> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))
         .context("cannot read the daemon's /proc status")?;
@@ -482,7 +483,7 @@ pub fn proc_mem_kb(pid: u32) -> Result<(u64, u64)> {
     ))
 }
 
-/// User + system CPU time of a process, all threads (`/proc/PID/stat`, in USER_HZ = 100 ticks).
+/// User + system CPU time of a process, all threads (`/proc/PID/stat`, in `USER_HZ` = 100 ticks).
 pub fn proc_cpu_time(pid: u32) -> Result<Duration> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("cannot read /proc/{pid}/stat"))?;
@@ -511,6 +512,8 @@ pub fn now_ns() -> u64 {
 }
 
 /// The `q` quantile of sorted nanoseconds.
+// `q` is in 0..=1, so the index is a non-negative number at most `len`: it fits a usize.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn quantile(sorted: &[u64], q: f64) -> Duration {
     let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
     Duration::from_nanos(sorted.get(i).copied().unwrap_or(0))
@@ -532,7 +535,7 @@ pub fn median_f64(v: &[f64]) -> f64 {
     match v.len() {
         0 => 0.0,
         n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        n => f64::midpoint(v[n / 2 - 1], v[n / 2]),
     }
 }
 
@@ -558,7 +561,7 @@ pub fn fmt_kb(kb: u64) -> String {
 /// Bytes as `1.2 MB` or `34.5 KB`.
 pub fn fmt_bytes(b: u64) -> String {
     if b >= 1 << 20 {
-        format!("{:.1} MB", b as f64 / (1 << 20) as f64)
+        format!("{:.1} MB", b as f64 / f64::from(1 << 20))
     } else {
         format!("{:.1} KB", b as f64 / 1024.0)
     }
