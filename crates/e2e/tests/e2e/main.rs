@@ -1,0 +1,18 @@
+//! drover's end-to-end tests, in one test binary: each module was a test file of its own, and
+//! every test binary here links the whole daemon, so one binary instead of twelve saves most
+//! of the link time of `cargo test`. A module's tests are named after it
+//! (`workspaces::…`), so `cargo test -p drover-e2e -- workspaces::` runs one part, and
+//! `--skip real_agents` leaves out the real agents.
+
+mod crash;
+mod mcp;
+mod protocol;
+mod protocol_smoke;
+mod providers_reload;
+mod real_agents;
+mod real_agents_daemon;
+mod real_agents_mcp;
+mod runtime;
+mod scripted_agent;
+mod wiring;
+mod workspaces;
