@@ -141,10 +141,6 @@ impl AcpError {
     }
 }
 
-fn new_source(notify: Option<AgentId>) -> Option<String> {
-    notify.map(|a| format!("agent:{a}"))
-}
-
 /// Gives an agent its MCP servers: called with the agent and whether it advertised HTTP MCP
 /// support; returns the `mcpServers` array of ACP `session/new`.
 pub type McpServers = Arc<dyn Fn(AgentId, bool) -> Value + Send + Sync>;
@@ -475,7 +471,9 @@ impl RuntimeManager {
     ) -> Result<Agent, AcpError> {
         self.prepare(&mut new)?;
         let agent = self.registry().create_agent(new).await?;
-        self.start_new(&agent, prompt, notify).await?;
+        // Told of the first turn: the agent that asked for it sent it.
+        let source = notify.map_or_else(|| "user".to_string(), |a| format!("agent:{a}"));
+        self.start_new(&agent, prompt, source, notify).await?;
         Ok(agent)
     }
 
@@ -504,20 +502,17 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Starts a newly recorded agent's runtime and queues `prompt` as its first message,
-    /// telling `notify` how that turn goes.
+    /// Starts a newly recorded agent's runtime and queues `prompt` as its first message (from
+    /// `source`: `user`, `agent:{id}`), telling `notify` how that turn goes.
     pub async fn start_new(
         &self,
         agent: &Agent,
         prompt: Option<String>,
+        source: String,
         notify: Option<AgentId>,
     ) -> Result<(), AcpError> {
         let handle = self.handle(agent.id)?;
         if let Some(prompt) = prompt.filter(|p| !p.trim().is_empty()) {
-            let source = match new_source(notify) {
-                Some(source) => source,
-                None => "user".to_string(),
-            };
             let message = InboxMessage::new(Delivery::Followup, prompt, source).notifying(notify);
             handle
                 .request(agent.id, |reply| Command::Deliver { message, reply })

@@ -721,27 +721,23 @@ fn completions_are_generated() {
 fn repository(fx: &Fixture) -> PathBuf {
     let repo = fx.cwd().join("repo");
     std::fs::create_dir(&repo).expect("repo");
-    std::fs::write(repo.join("README"), "hello\n").expect("README");
-    std::fs::write(
-        repo.join("drover.toml"),
-        "[worktree]\nsetup = [\"echo prepared $DROVER_BRANCH\"]\n",
-    )
-    .expect("drover.toml");
-    drover_testkit::git(&repo, &["init", "-q", "-b", "main"]);
-    drover_testkit::git(&repo, &["add", "README", "drover.toml"]);
-    drover_testkit::git(&repo, &["commit", "-q", "-m", "first"]);
+    drover_testkit::git_repository(
+        &repo,
+        &[
+            ("README", "hello\n"),
+            (
+                "drover.toml",
+                "[worktree]\nsetup = [\"echo prepared $DROVER_BRANCH\"]\n",
+            ),
+        ],
+    );
     repo
 }
 
 /// The paths `git worktree list` shows for `repo`.
 fn git_worktrees(repo: &Path) -> Vec<String> {
-    let out = Command::new("git")
-        .args(["worktree", "list", "--porcelain"])
-        .current_dir(repo)
-        .output()
-        .expect("git worktree list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    drover_testkit::git_lines(repo, &["worktree", "list", "--porcelain"])
+        .iter()
         .filter_map(|l| l.strip_prefix("worktree "))
         .map(str::to_string)
         .collect()

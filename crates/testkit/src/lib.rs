@@ -379,6 +379,29 @@ pub async fn no_agent_processes_left(agent: &str) -> bool {
     .is_some()
 }
 
+/// Makes `dir` a git repository on `main` whose one commit holds `files` (path, contents).
+pub fn git_repository(dir: &Path, files: &[(&str, &str)]) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    for (path, contents) in files {
+        std::fs::write(dir.join(path), contents).expect("write a file of the repository");
+        git(dir, &["add", path]);
+    }
+    git(dir, &["commit", "-q", "-m", "first"]);
+}
+
+/// The lines `git` prints in `dir` (for listings: branches, worktrees).
+pub fn git_lines(dir: &Path, args: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// Runs `git` in `dir` with a fixed identity (no user config needed); panics with its stderr
 /// when it fails.
 pub fn git(dir: &Path, args: &[&str]) {

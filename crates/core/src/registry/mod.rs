@@ -169,6 +169,11 @@ impl Registry {
             .collect()
     }
 
+    /// The agent's parent, its parent's parent, and so on (cycle-safe).
+    pub fn ancestors(&self, id: AgentId) -> Vec<AgentId> {
+        ancestors(&read(&self.inner.state).agents, id)
+    }
+
     pub fn workspace(&self, id: WorkspaceId) -> Option<Workspace> {
         read(&self.inner.state).workspaces.get(&id).cloned()
     }

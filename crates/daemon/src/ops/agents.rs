@@ -160,7 +160,7 @@ impl Ops {
             }
         };
         self.runtimes
-            .start_new(&agent, request.prompt, request.notify)
+            .start_new(&agent, request.prompt, caller.source(), request.notify)
             .await?;
         Ok(Created { agent, worktree })
     }

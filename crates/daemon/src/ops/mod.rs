@@ -22,7 +22,6 @@ pub(crate) mod providers;
 pub(crate) mod workspaces;
 
 use drover_acp::{AcpError, RuntimeManager, TimelineEvent};
-use drover_core::view::AgentsView;
 use drover_core::{
     ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
 };
@@ -176,9 +175,7 @@ impl Ops {
         if target.id == me {
             return Ok(target);
         }
-        let agents = self.registry.agents();
-        let view = Snapshot(agents.iter().map(|a| (a.id, a)).collect());
-        if drover_core::view::ancestors(&view, target.id).contains(&me) {
+        if self.registry.ancestors(target.id).contains(&me) {
             Ok(target)
         } else {
             Err(OpError::NotPermitted(format!(
@@ -186,22 +183,5 @@ impl Ops {
                 target.id
             )))
         }
-    }
-}
-
-/// The registry's agents as a view, for lineage checks.
-struct Snapshot<'a>(std::collections::HashMap<AgentId, &'a Agent>);
-
-impl AgentsView for Snapshot<'_> {
-    fn agent(&self, id: AgentId) -> Option<&Agent> {
-        self.0.get(&id).copied()
-    }
-
-    fn children(&self, id: AgentId) -> Vec<AgentId> {
-        self.0
-            .values()
-            .filter(|a| a.parent_id() == Some(id))
-            .map(|a| a.id)
-            .collect()
     }
 }

@@ -91,11 +91,14 @@ fn status_message(event: &RegistryEvent, ops: &Ops) -> Outgoing {
         Change::AgentCreated(agent) | Change::AgentUpdated(agent) => DaemonMessage::AgentStatus {
             agent: wire::agent_info(agent, ops.modes(agent.id)),
         },
-        Change::WorkspaceRegistered(ws) => DaemonMessage::WorkspaceUpdate {
-            workspace: Some(wire::workspace_info(ws, ops.workspace_activity(ws.id))),
-            workspace_id: ws.id.to_string(),
-            activity: wire::bucket(ops.workspace_activity(ws.id)),
-        },
+        Change::WorkspaceRegistered(ws) => {
+            let activity = ops.workspace_activity(ws.id);
+            DaemonMessage::WorkspaceUpdate {
+                workspace: Some(wire::workspace_info(ws, activity)),
+                workspace_id: ws.id.to_string(),
+                activity: wire::bucket(activity),
+            }
+        }
         Change::WorkspaceActivity(change) => DaemonMessage::WorkspaceUpdate {
             workspace: None,
             workspace_id: change.workspace_id.to_string(),

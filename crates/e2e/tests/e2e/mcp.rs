@@ -2,7 +2,7 @@
 //! it got in `session/new`, through the real daemon.
 
 use drover_testkit::daemon::{Client, TestDaemon};
-use drover_testkit::git;
+use drover_testkit::git_repository;
 use drover_testkit::wait::poll_until;
 use serde_json::{Value, json};
 
@@ -159,11 +159,7 @@ async fn a_request_without_a_valid_token_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
     let daemon = TestDaemon::start().await;
-    let repo = daemon.cwd();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README"), "hello\n").expect("write");
-    git(&repo, &["add", "README"]);
-    git(&repo, &["commit", "-q", "-m", "first"]);
+    git_repository(&daemon.cwd(), &[("README", "hello\n")]);
     let (mut client, _) = daemon.client().await;
     let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "create", "source": {"kind": "worktree", "name": "feature"}}, "title": "worker", "prompt": "cwd"}"#;
     let parent = create(&mut client, &daemon, call, "lead").await;
@@ -224,11 +220,7 @@ async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_auto_archived_agent_takes_the_worktree_made_for_it() {
     let daemon = TestDaemon::start().await;
-    let repo = daemon.cwd();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README"), "hello\n").expect("write");
-    git(&repo, &["add", "README"]);
-    git(&repo, &["commit", "-q", "-m", "first"]);
+    git_repository(&daemon.cwd(), &[("README", "hello\n")]);
     let (mut client, _) = daemon.client().await;
     let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "create", "source": {"kind": "worktree", "name": "oneshot"}}, "autoArchive": true, "notifyOnFinish": false, "prompt": "say done"}"#;
     let parent = create(&mut client, &daemon, call, "lead").await;

@@ -7,42 +7,25 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use drover_testkit::daemon::{Client, TestDaemon};
-use drover_testkit::git;
 use drover_testkit::wait::eventually;
+use drover_testkit::{git, git_lines, git_repository};
 use serde_json::{Value, json};
 
 /// A git repository with one commit, in the daemon's cwd.
 fn repository(daemon: &TestDaemon) -> PathBuf {
     let repo = daemon.cwd();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README"), "hello\n").expect("write");
-    git(&repo, &["add", "README"]);
-    git(&repo, &["commit", "-q", "-m", "first"]);
+    git_repository(&repo, &[("README", "hello\n")]);
     repo
 }
 
-/// `git branch --list` of the repository, one name a line.
 fn branches(repo: &Path) -> Vec<String> {
-    let out = std::process::Command::new("git")
-        .args(["branch", "--list", "--format=%(refname:short)"])
-        .current_dir(repo)
-        .output()
-        .expect("git branch");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
+    git_lines(repo, &["branch", "--list", "--format=%(refname:short)"])
 }
 
-/// `git worktree list --porcelain` paths.
+/// The paths `git worktree list` shows.
 fn worktrees(repo: &Path) -> Vec<String> {
-    let out = std::process::Command::new("git")
-        .args(["worktree", "list", "--porcelain"])
-        .current_dir(repo)
-        .output()
-        .expect("git worktree list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    git_lines(repo, &["worktree", "list", "--porcelain"])
+        .iter()
         .filter_map(|l| l.strip_prefix("worktree "))
         .map(str::to_string)
         .collect()
