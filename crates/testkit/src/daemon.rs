@@ -117,10 +117,16 @@ impl TestDaemon {
         }
     }
 
-    /// A client that has said `hello` and read `welcome` and `session_state`.
+    /// The client token (`$DROVER_HOME/token`), when the daemon keeps one.
+    pub fn token(&self) -> Option<String> {
+        let token = std::fs::read_to_string(self.home.join("token")).ok()?;
+        Some(token.trim().to_owned())
+    }
+
+    /// A client that has said `hello` (with the token) and read `welcome` and `session_state`.
     pub async fn client(&self) -> (Client, Value) {
         let mut client = Client::connect(&self.ws_url).await;
-        let state = client.hello(None).await;
+        let state = client.hello(self.token().as_deref()).await;
         (client, state)
     }
 }

@@ -468,7 +468,7 @@ async fn requests_before_hello_get_hello_required() {
         .send(json!({"type": "hello", "client": "t", "protocolVersion": 99}))
         .await;
     expect_error(&client.recv().await, "unsupported_version");
-    let state = client.hello(None).await;
+    let state = client.hello(daemon.token().as_deref()).await;
     assert_eq!(state["agents"], json!([]));
     let agents = client.request(json!({"type": "list_agents"})).await;
     assert_eq!(agents["type"], "agents", "{agents}");
@@ -809,7 +809,7 @@ async fn other_origins_are_refused() {
         let mut client = Client::connect_with(&daemon.ws_url, &[("Origin", &origin)])
             .await
             .unwrap_or_else(|e| panic!("same origin {origin} refused: {e}"));
-        client.hello(None).await;
+        client.hello(daemon.token().as_deref()).await;
     }
     // Another port on the same host is another origin.
     let refused = Client::connect_with(&daemon.ws_url, &[("Origin", "http://127.0.0.1:1")]).await;
