@@ -268,14 +268,17 @@ pub struct DaemonArgs {
 /// How the daemon listens.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on; beyond loopback, clients must give the token
-    /// (`$DROVER_HOME/token`)
+    /// Address to listen on
     #[arg(long, env = "DROVER_LISTEN", value_name = "ADDR", default_value_t = DaemonConfig::default_listen())]
     pub listen: SocketAddr,
-    /// Ask clients for the token (`$DROVER_HOME/token`) even on loopback; beyond loopback
-    /// it is always asked for
+    /// Let clients in without the token ($DROVER_HOME/token): any program or user of this
+    /// machine can then drive the agents. Loopback only
     #[arg(long)]
-    pub require_token: bool,
+    pub no_token: bool,
+    /// Also accept requests addressed to this host name (besides localhost and IP
+    /// addresses), e.g. a name in /etc/hosts; repeatable
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

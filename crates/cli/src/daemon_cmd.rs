@@ -20,7 +20,8 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// `drover daemon`: serves until Ctrl-C or SIGTERM.
 pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
     let mut config = DaemonConfig::new(home, serve.listen)?;
-    config.require_token = serve.require_token;
+    config.no_token = serve.no_token;
+    config.allowed_hosts.clone_from(&serve.allow_hosts);
     // The lock comes before the port, so a second daemon on this home names the first one
     // instead of failing on a busy port.
     let lock = DataDirLock::acquire(&config.home)?;
@@ -59,7 +60,7 @@ async fn shutdown_signal() {
 /// The daemon serving `home`, if one answers `/health` at the url it published.
 pub fn running(home: &Path) -> Option<(DaemonInfo, Value)> {
     let info = read_info(home)?;
-    let health = health(&info.url)?;
+    let health = health(&info.url, home)?;
     Some((info, health))
 }
 
@@ -71,10 +72,10 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
         outln!("{}  pid {}", info.url, info.pid);
         return Ok(());
     }
-    std::fs::create_dir_all(home)
+    drover_core::private::create_dir_all(home)
         .with_context(|| format!("cannot create the data directory `{}`", home.display()))?;
     let out_path = home.join("daemon.out");
-    let out = std::fs::OpenOptions::new()
+    let out = drover_core::private::open_options()
         .create(true)
         .append(true)
         .open(&out_path)
@@ -93,8 +94,11 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
-    if serve.require_token {
-        command.arg("--require-token");
+    if serve.no_token {
+        command.arg("--no-token");
+    }
+    for host in &serve.allow_hosts {
+        command.arg("--allow-host").arg(host);
     }
     // A group of its own: Ctrl-C and the hangup of this terminal do not reach it.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -215,15 +219,18 @@ fn lock_held(home: &Path) -> bool {
     }
 }
 
-/// `GET /health`: the JSON body, if it answers 200 in time.
-fn health(url: &str) -> Option<Value> {
+/// `GET /health` with the token (the details need it): the JSON body, if it answers 200 in
+/// time.
+fn health(url: &str, home: &Path) -> Option<Value> {
     let url = format!("{}/health", url.trim_end_matches('/'));
+    let token = std::fs::read_to_string(home.join("token")).unwrap_or_default();
+    let bearer = format!("Bearer {}", token.trim());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .ok()?;
     let answer = runtime
-        .block_on(HttpClient::new(HEALTH_TIMEOUT).get(&url, &[]))
+        .block_on(HttpClient::new(HEALTH_TIMEOUT).get(&url, &[("authorization", &bearer)]))
         .ok()?;
     if answer.status != 200 {
         return None;

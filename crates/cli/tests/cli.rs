@@ -74,10 +74,26 @@ impl Fixture {
 
     /// Same, with more `drover daemon` arguments.
     fn start_with(args: &[&str]) -> Fixture {
-        let mut fixture = Fixture::new();
-        let child = Command::new(DROVER)
+        Fixture::new().serve(Command::new(DROVER), args)
+    }
+
+    /// A daemon started under this umask (by a shell), as a user's login shell would.
+    fn start_under_umask(umask: &str, prepare: impl FnOnce(&Fixture)) -> Fixture {
+        let fixture = Fixture::new();
+        prepare(&fixture);
+        let mut shell = Command::new("/bin/sh");
+        shell
+            .arg("-c")
+            .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+            .arg(DROVER);
+        fixture.serve(shell, &[])
+    }
+
+    /// Runs `command daemon --home HOME --listen 127.0.0.1:0 ARGS` and waits until it serves.
+    fn serve(mut self, mut command: Command, args: &[&str]) -> Fixture {
+        let child = command
             .args(["daemon", "--home"])
-            .arg(fixture.home())
+            .arg(self.home())
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env("NO_COLOR", "1")
@@ -86,13 +102,13 @@ impl Fixture {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn drover daemon");
-        fixture.daemon = Some(child);
+        self.daemon = Some(child);
         let deadline = Instant::now() + WAIT;
-        while !fixture.home().join("daemon.json").exists() {
+        while !self.home().join("daemon.json").exists() {
             assert!(Instant::now() < deadline, "the daemon did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        fixture
+        self
     }
 
     fn home(&self) -> &Path {
@@ -673,7 +689,7 @@ fn without_a_daemon_commands_say_how_to_start_one() {
 
 #[test]
 fn the_token_goes_with_the_handshake_when_the_home_has_one() {
-    let fx = Fixture::start_with(&["--require-token"]);
+    let fx = Fixture::start();
     let deadline = Instant::now() + WAIT;
     while !fx.home().join("token").exists() {
         assert!(Instant::now() < deadline, "no token file");
@@ -1093,4 +1109,130 @@ fn daemon_start_status_stop() {
     assert!(!fx.home().join("daemon.json").exists());
     assert_eq!(fx.drover(&["daemon", "status"]).code, 3);
     assert!(fx.home().join("daemon.out").exists());
+}
+
+// ---- who may drive the daemon -----------------------------------------------------------------
+
+/// Every folder and file under `dir` with its mode, but inside the worktrees (the user's
+/// checkouts, made by git with the user's umask behind a private folder).
+fn modes_under(dir: &Path, home: &Path, out: &mut Vec<(PathBuf, u32, bool)>) {
+    use std::os::unix::fs::MetadataExt;
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        let meta = std::fs::symlink_metadata(&path).expect("metadata");
+        out.push((path.clone(), meta.mode() & 0o777, meta.is_dir()));
+        let in_worktrees = path
+            .strip_prefix(home.join("worktrees"))
+            .is_ok_and(|rest| rest.components().count() >= 2);
+        if meta.is_dir() && !in_worktrees {
+            modes_under(&path, home, out);
+        }
+    }
+}
+
+#[test]
+fn everything_the_daemon_keeps_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    // A home others could open (as one made before drover kept it private), a umask of 022.
+    let fx = Fixture::start_under_umask("022", |fx| {
+        std::fs::set_permissions(fx.home(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    });
+    let repo = repository(&fx);
+    let repo_arg = repo.display().to_string();
+    let id = fx.spawn_agent(&["--cwd", &repo_arg], "say hello");
+    fx.drover(&["wait", &id]).ok();
+    fx.drover(&["send", &id, "say again"]).ok();
+    fx.drover(&["wait", &id]).ok();
+    let worker = fx.spawn_agent(
+        &["--cwd", &repo_arg, "--worktree", "private"],
+        "say in a worktree",
+    );
+    fx.drover(&["wait", &worker]).ok();
+    fx.drover(&["archive", &id]).ok();
+    let mut found = Vec::new();
+    modes_under(fx.home(), fx.home(), &mut found);
+    let home_mode = std::fs::metadata(fx.home())
+        .expect("home")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(home_mode, 0o700, "the home was narrowed");
+    let open: Vec<String> = found
+        .iter()
+        // The test wrote config.toml itself, as a user would.
+        .filter(|(path, _, _)| path.file_name().is_none_or(|n| n != "config.toml"))
+        .filter(|(_, mode, dir)| *mode != if *dir { 0o700 } else { 0o600 })
+        .map(|(path, mode, _)| format!("{:o} {}", mode, path.display()))
+        .collect();
+    assert!(
+        found.iter().any(|(p, _, _)| p.ends_with("token")),
+        "the walk saw the home: {found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|(p, _, _)| p.to_string_lossy().contains("timeline")),
+        "the walk saw the timelines: {found:?}"
+    );
+    assert!(open.is_empty(), "readable by others:\n{}", open.join("\n"));
+}
+
+#[test]
+fn another_user_of_the_machine_cannot_drive_the_daemon() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let me = std::fs::metadata("/proc/self").expect("self").uid();
+    assert_eq!(
+        me, 0,
+        "this test switches to user `nobody` with setpriv, which needs root (scripts/test runs as root)"
+    );
+    let fx = Fixture::start();
+    let info: Value =
+        serde_json::from_slice(&std::fs::read(fx.home().join("daemon.json")).expect("daemon.json"))
+            .expect("JSON");
+    let url = info["url"].as_str().expect("url").to_string();
+    // The drover binary, where `nobody` can run it.
+    let bin = TempDir::new().expect("bin");
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let drover = bin.path().join("drover");
+    std::fs::copy(DROVER, &drover).expect("copy drover");
+    let as_nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", "/nonexistent")
+            .env("DROVER_HOME", fx.home())
+            .env("NO_COLOR", "1")
+            .current_dir("/")
+            .output()
+            .expect("setpriv");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // The home, and the token in it, are out of reach.
+    let token = fx.home().join("token").display().to_string();
+    let (code, out) = as_nobody(&["cat", &token]);
+    assert_ne!(code, 0, "nobody read the token: {out}");
+    // Through the port, without the token: refused, nothing made.
+    let drover_path = drover.display().to_string();
+    let (code, out) = as_nobody(&[
+        &drover_path,
+        "--url",
+        &url,
+        "run",
+        "-d",
+        "--provider",
+        "scripted",
+        "say pwned",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("token"), "the refusal names the token: {out}");
+    let (code, out) = as_nobody(&[&drover_path, "--url", &url, "ls"]);
+    assert_ne!(code, 0, "{out}");
+    let listed = fx.drover(&["ls", "--json"]).ok().json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
 }

@@ -88,8 +88,11 @@ impl Daemon {
         out
     }
 
+    /// `/health` with the token: the daemon's details.
     fn health(&self) -> serde_json::Value {
-        let (status, body) = get(&self.url, "/health").expect("health answers");
+        let token = std::fs::read_to_string(self.home.join("token")).expect("token");
+        let bearer = format!("Authorization: Bearer {}", token.trim());
+        let (status, body) = get_with(&self.url, "/health", &bearer).expect("health answers");
         assert_eq!(status, 200, "{body}");
         serde_json::from_str(&body).expect("health is JSON")
     }
@@ -104,10 +107,19 @@ impl Drop for Daemon {
 
 /// A plain HTTP/1.0 GET: (status, body), or None if nothing answers.
 fn get(url: &str, path: &str) -> Option<(u16, String)> {
+    get_with(url, path, "X-Nothing: 0")
+}
+
+/// The same with one more header line.
+fn get_with(url: &str, path: &str, header: &str) -> Option<(u16, String)> {
     let addr = url.strip_prefix("http://")?;
     let mut stream = TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{header}\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let status = response.split(' ').nth(1)?.parse().ok()?;
@@ -285,17 +297,11 @@ fn boots_an_existing_store_reconciling_and_quarantining() {
 }
 
 #[test]
-fn a_token_is_created_with_owner_only_access_when_required() {
+fn a_token_is_created_with_owner_only_access_at_first_start() {
     use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().expect("tempdir");
     let child = Command::new(env!("CARGO_BIN_EXE_drover"))
-        .args([
-            "daemon",
-            "--require-token",
-            "--listen",
-            "127.0.0.1:0",
-            "--home",
-        ])
+        .args(["daemon", "--listen", "127.0.0.1:0", "--home"])
         .arg(home.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

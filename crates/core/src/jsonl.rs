@@ -5,7 +5,7 @@
 //! appending and ignored when it is only read. A complete line that does not decode (a damaged
 //! line in the middle) is logged and skipped; the lines after it still count.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -30,9 +30,9 @@ impl Log {
         apply: impl FnMut(T),
     ) -> Result<(Log, u64), StoreError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(StoreError::io("create folder", dir))?;
+            crate::private::create_dir_all(dir).map_err(StoreError::io("create folder", dir))?;
         }
-        let mut file = OpenOptions::new()
+        let mut file = crate::private::open_options()
             .read(true)
             .append(true)
             .create(true)
@@ -160,6 +160,7 @@ fn replay<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
 
     #[test]
     fn a_torn_last_line_is_cut_and_a_damaged_middle_line_skipped() {

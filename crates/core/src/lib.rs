@@ -15,6 +15,7 @@ pub mod ids;
 pub mod inbox;
 mod jsonl;
 pub mod lifecycle;
+pub mod private;
 pub mod registry;
 pub mod runtime;
 pub mod store;

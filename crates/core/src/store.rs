@@ -13,7 +13,7 @@
 //! The store knows nothing about the lifecycle: it turns records into files and back.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,7 +122,8 @@ impl Store {
     pub fn open(home: &Path) -> Result<Store, StoreError> {
         for dir in ["agents", "workspaces", "journal", "quarantine"] {
             let path = home.join(dir);
-            fs::create_dir_all(&path).map_err(StoreError::io("create folder", &path))?;
+            crate::private::create_dir_all(&path)
+                .map_err(StoreError::io("create folder", &path))?;
         }
         Ok(Store {
             home: home.to_path_buf(),
@@ -552,7 +553,7 @@ fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
     if dir.is_dir() {
         return Ok(());
     }
-    fs::create_dir_all(dir).map_err(StoreError::io("create folder", dir))?;
+    crate::private::create_dir_all(dir).map_err(StoreError::io("create folder", dir))?;
     if let Some(parent) = dir.parent() {
         sync_dir(parent)?;
     }
@@ -574,7 +575,7 @@ fn stage(path: &Path, bytes: &[u8]) -> Result<PathBuf, StoreError> {
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    let written = OpenOptions::new()
+    let written = crate::private::open_options()
         .write(true)
         .create_new(true)
         .open(&tmp)
@@ -811,6 +812,8 @@ struct WorktreeDoc {
     base_commit: String,
     #[serde(default)]
     copied: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    created_by: Option<AgentId>,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
@@ -838,6 +841,7 @@ impl WorkspaceDoc {
                 base: t.base.clone(),
                 base_commit: t.base_commit.clone(),
                 copied: t.copied.clone(),
+                created_by: t.created_by,
                 unknown: worktree_unknown,
             }),
             unknown,
@@ -859,6 +863,7 @@ impl WorkspaceDoc {
                 base: t.base,
                 base_commit: t.base_commit,
                 copied: t.copied,
+                created_by: t.created_by,
             }
         });
         Workspace {

@@ -12,19 +12,22 @@ pub const DEFAULT_PORT: u16 = 7433;
 pub struct DaemonConfig {
     /// `$DROVER_HOME`, default `~/.drover`.
     pub home: PathBuf,
-    /// Default `127.0.0.1:7433`. Beyond loopback, clients must present the token.
+    /// Default `127.0.0.1:7433`.
     pub listen: SocketAddr,
-    /// Ask for the token even on loopback.
-    pub require_token: bool,
+    /// Serve without the token (`--no-token`): anyone who can reach the port drives the
+    /// daemon. Refused beyond loopback.
+    pub no_token: bool,
+    /// Host names (beside `localhost` and IP addresses) that requests may name in `Host`, for
+    /// a daemon reached through a name of its own.
+    pub allowed_hosts: Vec<String>,
+    /// The home could be opened by other users and was made private (said once logging is up).
+    pub(crate) home_narrowed: bool,
 }
 
 impl DaemonConfig {
-    /// Checks the settings and makes the data directory.
+    /// Checks the settings and makes the data directory, private to this user (0700).
     pub fn new(home: &Path, listen: SocketAddr) -> Result<DaemonConfig, DaemonError> {
-        std::fs::create_dir_all(home).map_err(|source| DaemonError::Io {
-            op: format!("create the data directory `{}`", home.display()),
-            source,
-        })?;
+        let home_narrowed = drover_core::private::claim_home(home).map_err(DaemonError::Config)?;
         let home = std::fs::canonicalize(home).map_err(|source| DaemonError::Io {
             op: format!("resolve the data directory `{}`", home.display()),
             source,
@@ -32,7 +35,9 @@ impl DaemonConfig {
         Ok(DaemonConfig {
             home,
             listen,
-            require_token: false,
+            no_token: false,
+            allowed_hosts: Vec::new(),
+            home_narrowed,
         })
     }
 

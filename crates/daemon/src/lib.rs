@@ -4,6 +4,7 @@
 //! [`run`] is the whole daemon for a listener the caller bound; the `drover daemon` command and
 //! the tests both call it. Nothing here decides lifecycle: that is `drover-core`'s registry.
 
+mod agent_tokens;
 pub mod config;
 pub mod http_client;
 pub mod lock;
@@ -84,7 +85,12 @@ pub async fn run_locked(
         op: "read the listening address".to_string(),
         source,
     })?;
-    let tokens = Arc::new(mcp::Tokens::default());
+    if config.home_narrowed {
+        tracing::warn!(home = %config.home.display(),
+            "the data directory could be opened by other users; it is now private (0700)");
+    }
+    let token = client_token(&config, addr)?;
+    let tokens = Arc::new(agent_tokens::AgentTokens::default());
     let (runtimes, registry) = open_runtimes(&config.home, addr, &tokens).await?;
 
     let info = DaemonInfo {
@@ -94,39 +100,35 @@ pub async fn run_locked(
         daemon_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: Timestamp::now(),
     };
-    // The token exists before anyone can read `daemon.json` and come looking for it.
-    let token = if config.require_token || !config.listen.ip().is_loopback() {
-        Some(lock::load_or_create_token(&config.home)?)
-    } else {
-        None
-    };
     lock.publish(&info)?;
     tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
 
     let ops = ops::Ops {
         registry: registry.clone(),
         runtimes: runtimes.clone(),
+        agent_tokens: tokens,
     };
-    let mcp_service = mcp_service(mcp::DroverMcp {
-        ops: ops.clone(),
-        tokens,
-    });
+    let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
         hub: ws::Hub::start(&ops),
         ops,
-        token,
+        token: token.clone(),
     };
-    let app = server::router(server::AppState {
-        registry: registry.clone(),
-        runtimes: runtimes.clone(),
-        info: Arc::new(info),
-        home: config.home.clone(),
-        addr,
-        ws,
-        stop,
-    })
-    .nest_service("/mcp", mcp_service);
+    let app = server::router(
+        server::AppState {
+            registry: registry.clone(),
+            runtimes: runtimes.clone(),
+            info: Arc::new(info),
+            home: config.home.clone(),
+            addr,
+            ws,
+            stop,
+            token,
+            allowed_hosts: Arc::new(config.allowed_hosts.clone()),
+        },
+        mcp_service,
+    );
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
@@ -148,12 +150,29 @@ pub async fn run_locked(
     })
 }
 
+/// The token clients must present: made (or checked) before anyone can read `daemon.json`
+/// and come looking for it. `None` only with `--no-token`, on loopback.
+fn client_token(config: &DaemonConfig, addr: SocketAddr) -> Result<Option<Arc<str>>, DaemonError> {
+    if !config.no_token {
+        return lock::load_or_create_token(&config.home).map(Some);
+    }
+    if !addr.ip().is_loopback() {
+        return Err(DaemonError::Config(format!(
+            "--no-token is for loopback only; {addr} can be reached from other machines"
+        )));
+    }
+    tracing::warn!(
+        "serving WITHOUT a token (--no-token): every program and every user of this machine can drive these agents"
+    );
+    Ok(None)
+}
+
 /// Loads the providers and the store and opens the runtimes (waking the agents left busy),
 /// then logs what the boot found.
 async fn open_runtimes(
     home: &Path,
     addr: SocketAddr,
-    tokens: &Arc<mcp::Tokens>,
+    tokens: &Arc<agent_tokens::AgentTokens>,
 ) -> Result<(drover_acp::RuntimeManager, drover_core::Registry), DaemonError> {
     let started = std::time::Instant::now();
     let providers =
@@ -190,11 +209,11 @@ async fn open_runtimes(
     Ok((runtimes, registry))
 }
 
+pub(crate) type McpService = StreamableHttpService<mcp::DroverMcp, LocalSessionManager>;
+
 /// drover's MCP server over streamable HTTP. Stateless, plain JSON answers: every tool call
 /// stands alone, which is also what the stdio proxy (`drover mcp-proxy`) relays.
-fn mcp_service(
-    handler: mcp::DroverMcp,
-) -> StreamableHttpService<mcp::DroverMcp, LocalSessionManager> {
+fn mcp_service(handler: mcp::DroverMcp) -> McpService {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)

@@ -36,8 +36,8 @@ impl DataDirLock {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(home).map_err(io)?;
-        let file = OpenOptions::new()
+        drover_core::private::create_dir_all(home).map_err(io)?;
+        let file = drover_core::private::open_options()
             .read(true)
             .write(true)
             .create(true)
@@ -103,33 +103,126 @@ pub(crate) fn new_secret() -> String {
     )
 }
 
-/// The token clients present when the daemon listens beyond loopback: `$DROVER_HOME/token`,
-/// created at first need with mode 0600.
+/// The token clients present: `$DROVER_HOME/token`, made at first start (mode 0600, never
+/// through a link). An existing token must be a plain file of this user that no one else can
+/// read; anything else is refused with what to do, since a secret others could read is no
+/// secret.
 pub fn load_or_create_token(home: &Path) -> Result<std::sync::Arc<str>, DaemonError> {
+    let path = home.join("token");
+    // Two tries: a token made by someone else between our open and our create is read.
+    for _ in 0..2 {
+        match read_token(&path)? {
+            Some(token) => return Ok(token.into()),
+            None => {
+                if let Some(token) = create_token(&path)? {
+                    tracing::info!(path = %path.display(), "created the client token");
+                    return Ok(token.into());
+                }
+            }
+        }
+    }
+    Err(DaemonError::Config(format!(
+        "`{}` keeps appearing and vanishing; is another program writing it?",
+        path.display()
+    )))
+}
+
+/// The token in `path`, `None` if there is no file.
+fn read_token(path: &Path) -> Result<Option<String>, DaemonError> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let shown = path.display();
+    let remove = format!("remove it (`rm {shown}`) and start again: drover makes a new one");
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(DaemonError::Config(format!(
+                "`{shown}` is a symbolic link; the token must be a file of its own: {remove}"
+            )));
+        }
+        Err(source) => {
+            return Err(DaemonError::Io {
+                op: format!("read `{shown}`"),
+                source,
+            });
+        }
+    };
+    let meta = file.metadata().map_err(|source| DaemonError::Io {
+        op: format!("read `{shown}`"),
+        source,
+    })?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.file_type().is_file() {
+        return Err(DaemonError::Config(format!(
+            "`{shown}` is not a plain file: {remove}"
+        )));
+    }
+    if meta.uid() != me {
+        return Err(DaemonError::Config(format!(
+            "`{shown}` belongs to uid {}, not to this user (uid {me}): {remove}",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(DaemonError::Config(format!(
+            "`{shown}` can be read by other users (mode {:o}), so it may be known: {remove}; or, if no one else could have read it, `chmod 600 {shown}`",
+            meta.mode() & 0o777
+        )));
+    }
+    let mut token = String::new();
+    file.take(4096)
+        .read_to_string(&mut token)
+        .map_err(|source| DaemonError::Io {
+            op: format!("read `{shown}`"),
+            source,
+        })?;
+    let token = token.trim();
+    if token.len() < 32 || token.chars().any(char::is_whitespace) {
+        return Err(DaemonError::Config(format!(
+            "`{shown}` holds no usable token (one word of at least 32 characters): {remove}"
+        )));
+    }
+    Ok(Some(token.to_string()))
+}
+
+/// Makes a new token file; `None` if one appeared meanwhile.
+fn create_token(path: &Path) -> Result<Option<String>, DaemonError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = home.join("token");
     let io = |op: &str, source| DaemonError::Io {
         op: format!("{op} `{}`", path.display()),
         source,
     };
-    match std::fs::read_to_string(&path) {
-        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().into()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io("read", e)),
-    }
-    let token = new_secret();
-    let mut file = OpenOptions::new()
+    let created = drover_core::private::open_options()
         .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| io("create", e))?;
-    file.write_all(token.as_bytes())
-        .map_err(|e| io("write", e))?;
-    file.sync_all().map_err(|e| io("sync", e))?;
-    tracing::info!(path = %path.display(), "created the client token");
-    Ok(token.into())
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    let mut file = match created {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+        Err(e) => return Err(io("create", e)),
+    };
+    let token = new_secret();
+    let written = file
+        .write_all(token.as_bytes())
+        .and_then(|()| file.sync_all());
+    if let Err(e) = written {
+        // A half-written token would be refused at the next start: leave none.
+        let _ = std::fs::remove_file(path);
+        return Err(io("write", e));
+    }
+    Ok(Some(token))
+}
+
+/// Compares a presented secret with the expected one in time that does not depend on where
+/// they differ.
+pub(crate) fn secret_matches(presented: &str, expected: &str) -> bool {
+    let (a, b) = (presented.as_bytes(), expected.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -1,6 +1,5 @@
 //! Daemon logs: `tracing` to stderr and to `$DROVER_HOME/daemon.log`.
 
-use std::fs::OpenOptions;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Mutex;
@@ -12,8 +11,8 @@ use tracing_subscriber::prelude::*;
 /// Installs the global subscriber. The level comes from `DROVER_LOG` (e.g. `debug`,
 /// `drover_core=trace`), default `info`. Call once per process.
 pub fn init(home: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(home)?;
-    let file = OpenOptions::new()
+    drover_core::private::create_dir_all(home)?;
+    let file = drover_core::private::open_options()
         .create(true)
         .append(true)
         .open(home.join("daemon.log"))?;

@@ -1,4 +1,5 @@
-//! The HTTP surface: `/health` and the client protocol at `/ws` (MCP joins it later).
+//! The HTTP surface: `/health`, the client protocol at `/ws` and the MCP server at
+//! `/mcp/<token>`, behind one check of the `Host` header.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use axum::Router;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use drover_core::Registry;
@@ -25,17 +27,89 @@ pub(crate) struct AppState {
     pub(crate) addr: SocketAddr,
     pub(crate) ws: ws::Context,
     pub(crate) stop: tokio::sync::watch::Receiver<bool>,
+    /// The client token; `None` with `--no-token`.
+    pub(crate) token: Option<Arc<str>>,
+    /// Names beside `localhost` and IP addresses that `Host` may carry.
+    pub(crate) allowed_hosts: Arc<Vec<String>>,
 }
 
-pub(crate) fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState, mcp: crate::McpService) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/ws", get(upgrade))
+        .nest_service("/mcp", mcp)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .with_state(state)
 }
 
-async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
+/// Refuses a request whose `Host` is not this daemon (DNS rebinding: a page on a name the
+/// attacker controls, resolved to 127.0.0.1, would otherwise be same-origin with its own
+/// address and reach the daemon). IP addresses are safe to accept (no name can be rebound),
+/// `localhost` too; other names only when configured (`--allow-host`).
+async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    if host_allowed(host, state.addr, &state.allowed_hosts) {
+        return next.run(request).await;
+    }
+    tracing::warn!(%host, path = request.uri().path(), "refused a request for another host");
+    let message = if host.is_empty() {
+        "a `Host` header is required".to_string()
+    } else {
+        format!(
+            "`Host: {host}` does not name this daemon; reach it at http://127.0.0.1:{port} or http://localhost:{port} (or allow the name with `drover daemon --allow-host NAME`)",
+            port = state.addr.port()
+        )
+    };
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        Json(json!({"error": {"code": "forbidden_host", "message": message}})),
+    )
+        .into_response()
+}
+
+/// `Host` names this daemon: its port, and a name that cannot be rebound or one allowed.
+fn host_allowed(host: &str, addr: SocketAddr, allowed: &[String]) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        // `[::1]:7433`, `127.0.0.1:7433`, `localhost:7433`; a bare `[::1]` has no port.
+        Some((name, port)) if !port.ends_with(']') => (name, port.parse::<u16>().ok()),
+        _ => (host, Some(80)),
+    };
+    if port != Some(addr.port()) || name.is_empty() {
+        return false;
+    }
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<std::net::IpAddr>().is_ok()
+        || bare.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(bare))
+}
+
+/// Whether the request carries the client token (`Authorization: Bearer <token>`), or the
+/// daemon asks for none.
+fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    let Some(expected) = &state.token else {
+        return true;
+    };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .is_some_and(|presented| crate::lock::secret_matches(presented.trim(), expected))
+}
+
+/// A liveness probe for anyone; the daemon's details (pid, home, counts) only with the token.
+async fn health(State(state): State<AppState>, headers: HeaderMap) -> Json<serde_json::Value> {
+    if !authorized(&state, &headers) {
+        return Json(json!({
+            "status": "ok",
+            "version": state.info.daemon_version,
+            "protocolVersion": drover_protocol::PROTOCOL_VERSION,
+        }));
+    }
     Json(json!({
         "status": "ok",
         "version": state.info.daemon_version,
@@ -94,4 +168,39 @@ async fn not_found(request: Request) -> Response {
         Json(json!({ "error": { "code": "not_found", "message": message } })),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn host_names_this_daemon_only() {
+        let addr = "127.0.0.1:7433".parse().expect("addr");
+        let allowed = vec!["devbox".to_string()];
+        for host in [
+            "127.0.0.1:7433",
+            "localhost:7433",
+            "[::1]:7433",
+            "10.1.2.3:7433",
+            "devbox:7433",
+            "DEVBOX:7433",
+        ] {
+            assert!(host_allowed(host, addr, &allowed), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example:7433",
+            "devbox.evil.example:7433",
+            "localhost:7434",
+            "localhost",
+            "[::1]",
+            ":7433",
+            "127.0.0.1:notaport",
+        ] {
+            assert!(!host_allowed(host, addr, &allowed), "{host}");
+        }
+        let on_80 = "127.0.0.1:80".parse().expect("addr");
+        assert!(host_allowed("localhost", on_80, &[]));
+    }
 }

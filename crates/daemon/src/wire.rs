@@ -66,6 +66,7 @@ pub(crate) fn workspace_info(ws: &Workspace, activity: Option<ActivityBucket>) -
             branch: w.branch.clone(),
             base: w.base.clone(),
             base_commit: w.base_commit.clone(),
+            created_by: w.created_by.map(|a| a.to_string()),
         }),
     }
 }

@@ -450,6 +450,9 @@ pub struct WorktreeInfo {
     /// What the branch was made from, as named.
     pub base: String,
     pub base_commit: String,
+    /// The agent that made it over MCP; absent when a user did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }
 
 /// One setup or teardown command of a worktree, as it ran.

@@ -37,11 +37,12 @@ impl TestDaemon {
         Self::start_in(path, Some(home), false).await
     }
 
-    /// A daemon on `home` (kept by the caller), optionally asking for the token.
-    pub async fn start_in(home: PathBuf, keep: Option<TempDir>, require_token: bool) -> TestDaemon {
+    /// A daemon on `home` (kept by the caller); with `no_token`, one that lets clients in
+    /// without the token (`--no-token`).
+    pub async fn start_in(home: PathBuf, keep: Option<TempDir>, no_token: bool) -> TestDaemon {
         let state = TempDir::new().expect("agent state");
         let config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
-        Self::start_with(home, keep, require_token, state, config).await
+        Self::start_with(home, keep, no_token, state, config).await
     }
 
     /// A daemon on `home` with this `config.toml` (the scripted provider is not added).
@@ -57,7 +58,7 @@ impl TestDaemon {
     async fn start_with(
         home: PathBuf,
         keep: Option<TempDir>,
-        require_token: bool,
+        no_token: bool,
         state: TempDir,
         config: String,
     ) -> TestDaemon {
@@ -68,7 +69,7 @@ impl TestDaemon {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut config = drover_daemon::DaemonConfig::new(&home, addr).expect("config");
-        config.require_token = require_token;
+        config.no_token = no_token;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let shutdown = async move {
@@ -121,6 +122,19 @@ impl TestDaemon {
     pub fn token(&self) -> Option<String> {
         let token = std::fs::read_to_string(self.home.join("token")).ok()?;
         Some(token.trim().to_owned())
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// `GET /health` with the token: the daemon's details.
+    pub async fn health(&self) -> Value {
+        let bearer = format!("Authorization: Bearer {}", self.token().unwrap_or_default());
+        let (status, body) = http(self.addr(), "GET", "/health", self.addr(), &[&bearer]).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("health is JSON")
     }
 
     /// A client that has said `hello` (with the token) and read `welcome` and `session_state`.
@@ -321,4 +335,37 @@ impl Client {
 pub fn write_scripted_config(home: &Path, state_dir: &Path) {
     let config = crate::scripted_config(&crate::scripted_agent_bin(), state_dir);
     std::fs::write(home.join("config.toml"), config).expect("config.toml");
+}
+
+/// One HTTP/1.1 request as written, with this `Host` and these header lines and nothing else
+/// added (no client library fills anything in): the status and the body.
+pub async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[&str],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
+        .await
+        .expect("HTTP answer in time")
+        .expect("read");
+    let response = String::from_utf8_lossy(&response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
 }

@@ -30,6 +30,7 @@ use project::run_commands;
 pub use project::{DEFAULT_COMMAND_TIMEOUT, PROJECT_FILE, ProjectConfig, WorktreeConfig};
 
 use crate::error::ErrorCode;
+use crate::ids::AgentId;
 
 /// How many status entries and commits a status lists (the counts are exact).
 const LIST_LIMIT: usize = 200;
@@ -125,6 +126,9 @@ pub struct WorktreeInfo {
     pub base_commit: String,
     /// The `copy` entries that were copied from the source.
     pub copied: Vec<String>,
+    /// The agent that asked for it (over MCP); `None` when a user did. An agent may archive
+    /// only worktrees it or its descendants made, or whose agents are all its own.
+    pub created_by: Option<AgentId>,
 }
 
 /// What to make. Every field is optional.
@@ -139,6 +143,8 @@ pub struct WorktreeOptions {
     pub base: Option<String>,
     /// Overrides the project file's `timeout` for setup.
     pub setup_timeout: Option<Duration>,
+    /// The agent asking (see [`WorktreeInfo::created_by`]).
+    pub created_by: Option<AgentId>,
 }
 
 /// One setup or teardown command as it ran.
@@ -419,6 +425,7 @@ pub fn create<S: BuildHasher>(
             base: src.base,
             base_commit: src.base_commit,
             copied: Vec::new(),
+            created_by: options.created_by,
         },
         setup: Vec::new(),
     };
@@ -483,7 +490,7 @@ impl Names {
 /// `root/<project>`, made if needed, canonical (as the registry stores every path).
 fn project_folder(root: &Path, project: &str) -> Result<PathBuf, WorktreeError> {
     let dir = root.join(project);
-    fs::create_dir_all(&dir).map_err(WorktreeError::io("create folder", &dir))?;
+    crate::private::create_dir_all(&dir).map_err(WorktreeError::io("create folder", &dir))?;
     fs::canonicalize(&dir).map_err(WorktreeError::io("resolve", &dir))
 }
 
@@ -508,7 +515,7 @@ fn reserve<S: BuildHasher>(
                 let created = if reserved.contains(&path) {
                     Err(io::ErrorKind::AlreadyExists.into())
                 } else {
-                    fs::create_dir(&path)
+                    crate::private::create_dir(&path)
                 };
                 match created {
                     Ok(()) => return Ok((name, branch, path)),

@@ -9,9 +9,6 @@
 
 mod tools;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use axum::http::request::Parts;
 use drover_core::AgentId;
 use rmcp::model::{
@@ -22,42 +19,16 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use crate::agent_tokens::AgentTokens;
 use crate::ops::Ops;
 
-/// Which agent a token stands for. Tokens live as long as the daemon: an agent's runtime gets
-/// its URL when it starts.
-#[derive(Debug, Default)]
-pub(crate) struct Tokens {
-    by_token: Mutex<HashMap<String, AgentId>>,
-    by_agent: Mutex<HashMap<AgentId, String>>,
-}
-
-impl Tokens {
-    pub(crate) fn token_for(&self, agent: AgentId) -> String {
-        let mut by_agent = self.by_agent.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(token) = by_agent.get(&agent) {
-            return token.clone();
-        }
-        let token = crate::lock::new_secret();
-        by_agent.insert(agent, token.clone());
-        self.by_token
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(token.clone(), agent);
-        token
-    }
-
-    fn agent(&self, token: &str) -> Option<AgentId> {
-        self.by_token
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(token)
-            .copied()
-    }
-}
-
 /// The `mcpServers` entry for an agent: HTTP when it can, else our stdio proxy.
-pub(crate) fn servers_for(base_url: &str, tokens: &Tokens, agent: AgentId, http: bool) -> Value {
+pub(crate) fn servers_for(
+    base_url: &str,
+    tokens: &AgentTokens,
+    agent: AgentId,
+    http: bool,
+) -> Value {
     let url = format!("{base_url}/mcp/{}", tokens.token_for(agent));
     if http {
         json!([{"type": "http", "name": "drover", "url": url, "headers": []}])
@@ -71,7 +42,6 @@ pub(crate) fn servers_for(base_url: &str, tokens: &Tokens, agent: AgentId, http:
 #[derive(Clone)]
 pub(crate) struct DroverMcp {
     pub(crate) ops: Ops,
-    pub(crate) tokens: Arc<Tokens>,
 }
 
 impl ServerHandler for DroverMcp {
@@ -114,34 +84,26 @@ impl ServerHandler for DroverMcp {
 }
 
 impl DroverMcp {
-    /// The calling agent, from the token in the URL.
+    /// The calling agent, from the token in the URL: the path must be exactly
+    /// `/mcp/<token>`.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<AgentId, ErrorData> {
         let token = context
             .extensions
             .get::<Parts>()
             .and_then(|parts| {
-                parts
-                    .uri
-                    .path()
-                    .trim_matches('/')
-                    .rsplit('/')
-                    .next()
+                // Nested under `/mcp`, the service sees the path without it; the original is
+                // kept beside it.
+                let path = parts
+                    .extensions
+                    .get::<axum::extract::OriginalUri>()
+                    .map_or(parts.uri.path(), |original| original.path());
+                path.strip_prefix("/mcp/")
+                    .filter(|token| !token.is_empty() && !token.contains('/'))
                     .map(str::to_string)
             })
             .unwrap_or_default();
-        let agent = self.tokens.agent(&token).ok_or_else(|| {
-            ErrorData::invalid_request("unknown or missing agent token in the MCP URL", None)
-        })?;
-        match self.ops.agent(agent) {
-            Ok(a) if !a.is_archived() => Ok(agent),
-            Ok(_) => Err(ErrorData::invalid_request(
-                "the calling agent is archived",
-                None,
-            )),
-            Err(_) => Err(ErrorData::invalid_request(
-                "the calling agent no longer exists",
-                None,
-            )),
-        }
+        self.ops
+            .mcp_caller(&token)
+            .map_err(|message| ErrorData::invalid_request(message, None))
     }
 }

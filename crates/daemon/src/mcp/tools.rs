@@ -524,5 +524,7 @@ fn worktree_options(params: WorktreeParams) -> WorktreeOptions {
         branch: params.branch,
         base: params.base,
         setup_timeout: None,
+        // The operation says who asks.
+        created_by: None,
     }
 }

@@ -130,7 +130,11 @@ impl Ops {
         self.runtimes.prepare(&mut new)?;
         let my_cwd = me.as_ref().map(|m| m.cwd.clone());
         let (agent, worktree) = match request.placement {
-            Placement::NewWorktree { source, options } => {
+            Placement::NewWorktree {
+                source,
+                mut options,
+            } => {
+                options.created_by = caller.agent();
                 let source = source
                     .or(my_cwd)
                     .ok_or_else(|| OpError::invalid("cwd", "name the repository"))?;

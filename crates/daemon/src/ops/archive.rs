@@ -23,6 +23,8 @@ impl Ops {
 
     pub(crate) async fn unarchive(&self, caller: Caller, id: AgentId) -> Result<(), OpError> {
         self.controlled(caller, id)?;
+        // A token seen before the archive stays dead; the next runtime gets a new one.
+        self.agent_tokens.revoke(id);
         self.registry.unarchive(id).await?;
         Ok(())
     }

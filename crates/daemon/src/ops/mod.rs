@@ -21,6 +21,8 @@ pub(crate) mod permissions;
 pub(crate) mod providers;
 pub(crate) mod workspaces;
 
+use std::sync::Arc;
+
 use drover_acp::{AcpError, RuntimeManager, TimelineEvent};
 use drover_core::{
     ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
@@ -29,11 +31,15 @@ use drover_protocol::ErrorCode;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use crate::agent_tokens::AgentTokens;
+
 /// What the operations work on: the daemon's registry and runtimes.
 #[derive(Clone, Debug)]
 pub(crate) struct Ops {
     pub(crate) registry: Registry,
     pub(crate) runtimes: RuntimeManager,
+    /// The agents' MCP credentials.
+    pub(crate) agent_tokens: Arc<AgentTokens>,
 }
 
 /// Who asks. A user (any client of the protocol) may do anything; an agent (over MCP) may
@@ -45,6 +51,14 @@ pub(crate) enum Caller {
 }
 
 impl Caller {
+    /// The calling agent, if an agent calls.
+    pub(crate) fn agent(self) -> Option<AgentId> {
+        match self {
+            Caller::User => None,
+            Caller::Agent(id) => Some(id),
+        }
+    }
+
     /// The source recorded on messages this caller sends.
     pub(crate) fn source(self) -> String {
         match self {
@@ -163,6 +177,22 @@ impl Ops {
         self.registry
             .workspace(id)
             .ok_or_else(|| RegistryError::UnknownWorkspace(id.to_string()).into())
+    }
+
+    /// The agent an MCP token stands for. An archived agent's token is refused and forgotten,
+    /// so it does not come back with an unarchive.
+    pub(crate) fn mcp_caller(&self, token: &str) -> Result<AgentId, String> {
+        let Some(agent) = self.agent_tokens.agent(token) else {
+            return Err("unknown or missing agent token in the MCP URL (`/mcp/<token>`)".into());
+        };
+        match self.registry.get(agent) {
+            Some(a) if !a.is_archived() => Ok(agent),
+            Some(_) => {
+                self.agent_tokens.revoke(agent);
+                Err("the calling agent is archived".into())
+            }
+            None => Err("the calling agent no longer exists".into()),
+        }
     }
 
     /// The agent `id`, if `caller` may control it: a user always, an agent itself and its

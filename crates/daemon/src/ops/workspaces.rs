@@ -26,8 +26,9 @@ impl Ops {
         &self,
         caller: Caller,
         source: Option<PathBuf>,
-        options: WorktreeOptions,
+        mut options: WorktreeOptions,
     ) -> Result<CreatedWorktree, OpError> {
+        options.created_by = caller.agent();
         let source = match (source, caller) {
             (Some(source), _) => source,
             (None, Caller::Agent(me)) => self.agent(me)?.cwd,
@@ -50,24 +51,55 @@ impl Ops {
     }
 
     /// Archives the workspace and its agents, removing a worktree drover made (refused while
-    /// it holds uncommitted or unpushed work, unless `force`). An agent may archive a
-    /// workspace only when every unarchived agent in it is its own or a descendant.
+    /// it holds uncommitted or unpushed work, unless `force`). Only by its owner (see
+    /// [`Ops::owned_workspace`]).
     pub(crate) async fn archive_workspace(
         &self,
         caller: Caller,
         id: WorkspaceId,
         force: bool,
     ) -> Result<WorkspaceArchiveOutcome, OpError> {
+        self.owned_workspace(caller, id)?;
+        Ok(self.registry.archive_workspace(id, force).await?)
+    }
+
+    /// The workspace `id`, if `caller` may change it. A user may change any. An agent may
+    /// change a worktree that it or one of its descendants made, or a workspace that holds
+    /// agents (archived ones count) all of which it controls; a workspace nobody's agents
+    /// are in, made by a user or another lineage, is not an agent's to change.
+    pub(crate) fn owned_workspace(
+        &self,
+        caller: Caller,
+        id: WorkspaceId,
+    ) -> Result<Workspace, OpError> {
         let ws = self.workspace(id)?;
+        let Caller::Agent(me) = caller else {
+            return Ok(ws);
+        };
+        let made_by = ws.worktree.as_ref().and_then(|w| w.created_by);
+        if let Some(maker) = made_by
+            && (maker == me || self.registry.ancestors(maker).contains(&me))
+        {
+            return Ok(ws);
+        }
         let agents: Vec<Agent> = self
             .registry
             .agents()
             .into_iter()
-            .filter(|a| a.workspace_id == ws.id && !a.is_archived())
+            .filter(|a| a.workspace_id == ws.id)
             .collect();
-        for agent in &agents {
-            self.controlled(caller, agent.id)?;
+        let foreign = agents
+            .iter()
+            .find(|a| self.controlled(caller, a.id).is_err());
+        match (agents.is_empty(), foreign) {
+            (false, None) => Ok(ws),
+            (_, Some(other)) => Err(OpError::NotPermitted(format!(
+                "workspace `{id}` holds agent `{}`, which is not yours: an agent may change only workspaces it made or whose agents are all its own",
+                other.id
+            ))),
+            (true, None) => Err(OpError::NotPermitted(format!(
+                "workspace `{id}` was not made by you or your subagents and holds none of your agents"
+            ))),
         }
-        Ok(self.registry.archive_workspace(id, force).await?)
     }
 }

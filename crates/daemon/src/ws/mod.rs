@@ -125,7 +125,7 @@ fn update_message(event: &TimelineEvent) -> Outgoing {
 pub(crate) struct Context {
     pub(crate) ops: Ops,
     pub(crate) hub: Hub,
-    /// Required in `hello` when the daemon listens beyond loopback.
+    /// Required in `hello`, unless the daemon runs with `--no-token`.
     pub(crate) token: Option<Arc<str>>,
 }
 
@@ -212,11 +212,12 @@ impl Session {
             Some(Ok(Message::Close(_))) | None => return Next::Close,
             Some(Ok(_)) => return Next::Continue,
             Some(Err(e)) => {
-                if is_too_big(&e) {
+                // RFC 6455 §7.4: say why before going, when the socket can still carry it.
+                if let Some((code, reason)) = violation(&e) {
                     let _ = socket
                         .send(Message::Close(Some(CloseFrame {
-                            code: close_code::SIZE,
-                            reason: "message too big".into(),
+                            code,
+                            reason: reason.into(),
                         })))
                         .await;
                 }
@@ -281,12 +282,12 @@ impl Session {
         include_archived: bool,
     ) -> Next {
         if let Some(expected) = &self.context.token
-            && token != Some(&**expected)
+            && !token.is_some_and(|token| crate::lock::secret_matches(token, expected))
         {
             let error = request_error(
                 None,
                 ErrorCode::Unauthorized,
-                "this daemon needs its token (the `token` file in its home) in `hello`".into(),
+                "this daemon needs its token in `hello`: the `token` file in its home, or the page address `drover ui --print` shows".into(),
                 None,
             );
             let _ = socket.send(Message::Text(encode(&error))).await;
@@ -386,17 +387,27 @@ impl Session {
 
 /// Whether a receive error is a frame over the size limit (tungstenite's capacity error,
 /// which axum wraps).
-fn is_too_big(e: &axum::Error) -> bool {
+/// The close code and reason for a frame the client got wrong: 1009 for one too big, 1007
+/// for text that is not UTF-8, 1002 for a broken frame; `None` when the connection itself
+/// failed.
+fn violation(e: &axum::Error) -> Option<(u16, &'static str)> {
     use std::error::Error as _;
     use tokio_tungstenite::tungstenite;
     let mut source = e.source();
     while let Some(inner) = source {
         if let Some(ws) = inner.downcast_ref::<tungstenite::Error>() {
-            return matches!(ws, tungstenite::Error::Capacity(_));
+            return match ws {
+                tungstenite::Error::Capacity(_) => Some((close_code::SIZE, "message too big")),
+                tungstenite::Error::Utf8(_) => Some((close_code::INVALID, "text is not UTF-8")),
+                tungstenite::Error::Protocol(_) => {
+                    Some((close_code::PROTOCOL, "WebSocket protocol violation"))
+                }
+                _ => None,
+            };
         }
         source = inner.source();
     }
-    false
+    None
 }
 
 pub(crate) fn request_error(

@@ -437,6 +437,8 @@ fn worktree_options(worktree: NewWorktree) -> WorktreeOptions {
         branch: worktree.branch,
         base: worktree.base,
         setup_timeout: None,
+        // The operation says who asks.
+        created_by: None,
     }
 }
 

@@ -16,7 +16,6 @@ use drover_testkit::wait::poll_until;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -236,27 +235,6 @@ fn stream_text(n: usize) -> String {
     text
 }
 
-/// `GET path` over plain HTTP/1.1; returns (status, body as JSON).
-async fn http_get(url: &str, path: &str) -> (u16, Value) {
-    let addr = url.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut response = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
-        .await
-        .expect("HTTP answer in time")
-        .expect("read");
-    let response = String::from_utf8_lossy(&response);
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
-
 /// The scripted-agent processes whose working directory is `cwd` (Linux: from `/proc`).
 fn agent_pids(cwd: &Path) -> Vec<i32> {
     let mut pids: Vec<i32> = procs::all()
@@ -350,7 +328,7 @@ async fn handshake_sends_welcome_then_session_state_without_archived_agents() {
     // The handshake, frame by frame.
     let mut client = Client::connect(&daemon.ws_url).await;
     client
-        .send(json!({"type": "hello", "client": "protocol-test", "version": "1.0", "protocolVersion": 1, "capabilities": ["x"]}))
+        .send(json!({"type": "hello", "client": "protocol-test", "version": "1.0", "protocolVersion": 1, "token": daemon.token(), "capabilities": ["x"]}))
         .await;
     let welcome = client.recv().await;
     assert_eq!(welcome["type"], "welcome", "{welcome}");
@@ -407,7 +385,7 @@ async fn handshake_sends_welcome_then_session_state_without_archived_agents() {
     // Archived agents on request.
     let mut all = Client::connect(&daemon.ws_url).await;
     all.send(
-        json!({"type": "hello", "client": "t", "protocolVersion": 1, "includeArchived": true}),
+        json!({"type": "hello", "client": "t", "protocolVersion": 1, "token": daemon.token(), "includeArchived": true}),
     )
     .await;
     let state = all.recv_type("session_state").await;
@@ -432,7 +410,9 @@ async fn a_second_hello_sends_the_state_again_and_keeps_subscriptions() {
         .await;
     let mut view = View::from_initialized(&init);
     client
-        .send(json!({"type": "hello", "client": "t", "protocolVersion": 1}))
+        .send(
+            json!({"type": "hello", "client": "t", "protocolVersion": 1, "token": daemon.token()}),
+        )
         .await;
     let welcome = client.recv_type("welcome").await;
     let state = client.recv_type("session_state").await;
@@ -441,7 +421,9 @@ async fn a_second_hello_sends_the_state_again_and_keeps_subscriptions() {
     assert_eq!(again["type"], "agents");
     // Same session, still subscribed.
     client
-        .send(json!({"type": "hello", "client": "t", "protocolVersion": 1}))
+        .send(
+            json!({"type": "hello", "client": "t", "protocolVersion": 1, "token": daemon.token()}),
+        )
         .await;
     assert_eq!(
         client.recv_type("welcome").await["payload"]["sessionId"],
@@ -465,7 +447,9 @@ async fn requests_before_hello_get_hello_required() {
     assert_eq!(error["requestId"], "early");
     // A wrong protocol version is refused, and the connection stays open for a good hello.
     client
-        .send(json!({"type": "hello", "client": "t", "protocolVersion": 99}))
+        .send(
+            json!({"type": "hello", "client": "t", "protocolVersion": 99, "token": daemon.token()}),
+        )
         .await;
     expect_error(&client.recv().await, "unsupported_version");
     let state = client.hello(daemon.token().as_deref()).await;
@@ -499,7 +483,7 @@ async fn session_state_loads_no_runtime_and_initialize_starts_it() {
     assert_eq!(agents.len(), 1, "{state}");
     assert_eq!(agents[0]["id"], id.as_str());
     assert_eq!(agents[0]["status"], "idle");
-    let (_, health) = http_get(&daemon.url, "/health").await;
+    let health = daemon.health().await;
     assert_eq!(health["activeRuntimes"], 0, "{health}");
     assert!(
         agent_pids(&cwd_path).is_empty(),
@@ -521,7 +505,7 @@ async fn session_state_loads_no_runtime_and_initialize_starts_it() {
             .is_some(),
         "initialize did not start the runtime"
     );
-    let (_, health) = http_get(&daemon.url, "/health").await;
+    let health = daemon.health().await;
     assert_eq!(health["activeRuntimes"], 1, "{health}");
     daemon.stop().await;
 }
@@ -818,53 +802,13 @@ async fn other_origins_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_is_required_when_asked_for() {
-    let home = TempDir::new().expect("home");
-    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, true).await;
-    let token_path = daemon.home.join("token");
-    assert!(
-        poll_until(WAIT, async || token_path.exists())
-            .await
-            .is_some(),
-        "no token file"
-    );
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&token_path)
-            .expect("token")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600, "token file mode {mode:o}");
-    }
-    let token = std::fs::read_to_string(&token_path)
-        .expect("token")
-        .trim()
-        .to_string();
-    assert!(!token.is_empty());
-
-    for hello in [
-        json!({"type": "hello", "client": "t", "protocolVersion": 1}),
-        json!({"type": "hello", "client": "t", "protocolVersion": 1, "token": "wrong"}),
-    ] {
-        let mut client = Client::connect(&daemon.ws_url).await;
-        client.send(hello).await;
-        expect_error(&client.recv().await, "unauthorized");
-        assert_eq!(client.close_code().await, Some(1008));
-    }
-    let mut client = Client::connect(&daemon.ws_url).await;
-    client.hello(Some(&token)).await;
-    let answer = client.request(json!({"type": "list_providers"})).await;
-    assert_eq!(answer["type"], "providers", "{answer}");
-    daemon.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_input_gets_an_error_and_the_connection_stays_usable() {
     let daemon = TestDaemon::start().await;
     let mut raw = Raw::connect(&daemon.ws_url, None).await;
-    raw.send(json!({"type": "hello", "client": "t", "protocolVersion": 1}))
-        .await;
+    raw.send(
+        json!({"type": "hello", "client": "t", "protocolVersion": 1, "token": daemon.token()}),
+    )
+    .await;
     raw.recv_type("session_state").await;
     let cases: Vec<(Message, &str, Value)> = vec![
         (
@@ -1632,8 +1576,10 @@ async fn a_slow_client_gets_resync_required_and_stalls_nobody() {
 
     // The slow client subscribes too, then stops reading (with a tiny receive buffer).
     let mut slow = Raw::connect(&daemon.ws_url, Some(4096)).await;
-    slow.send(json!({"type": "hello", "client": "slow", "protocolVersion": 1}))
-        .await;
+    slow.send(
+        json!({"type": "hello", "client": "slow", "protocolVersion": 1, "token": daemon.token()}),
+    )
+    .await;
     slow.recv_type("session_state").await;
     slow.send(json!({"type": "initialize_agent_request", "agentId": id, "requestId": "s"}))
         .await;
@@ -1653,8 +1599,8 @@ async fn a_slow_client_gets_resync_required_and_stalls_nobody() {
 
     // While the slow client still reads nothing, the daemon answers at once.
     let asked = Instant::now();
-    let (status, health) = http_get(&daemon.url, "/health").await;
-    assert_eq!((status, &health["status"]), (200, &json!("ok")));
+    let health = daemon.health().await;
+    assert_eq!(health["status"], "ok");
     let (mut third, _) = daemon.client().await;
     let listed = third.request(json!({"type": "list_agents"})).await;
     assert_eq!(listed["payload"]["agents"][0]["id"], id.as_str());

@@ -1,0 +1,503 @@
+//! Only its user drives drover: the token on loopback too, a private token file, the `Host`
+//! check, what `/health` tells a stranger, agents' MCP tokens, worktrees owned by the agents
+//! that made them, and WebSocket violations closed with their RFC 6455 codes.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::time::Duration;
+
+use drover_testkit::daemon::{Client, TestDaemon, WAIT, http};
+use drover_testkit::git_repository;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn expect_error(message: &Value, code: &str) {
+    assert_eq!(message["type"], "request_error", "{message}");
+    assert_eq!(message["payload"]["code"], code, "{message}");
+}
+
+async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> String {
+    let created = client
+        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{created}");
+    created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+async fn idle(client: &mut Client, id: &str) {
+    let idle = client
+        .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 20000}))
+        .await;
+    assert_eq!(idle["payload"]["idle"], true, "{idle}");
+}
+
+/// Sends `text` and waits for the turn to end; what the agent said in it.
+async fn say(client: &mut Client, id: &str, text: &str) -> String {
+    let before = replies(client, id).await.len();
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": id, "text": text}))
+        .await;
+    assert_eq!(sent["type"], "message_queued", "{sent}");
+    idle(client, id).await;
+    replies(client, id).await[before..].concat()
+}
+
+async fn replies(client: &mut Client, id: &str) -> Vec<String> {
+    client
+        .timeline(id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The JSON after `mcp <tool>: ` in what an agent said.
+fn tool_result(said: &str, tool: &str) -> Value {
+    let prefix = format!("mcp {tool}: ");
+    let at = said.find(&prefix).unwrap_or_else(|| panic!("{said}"));
+    serde_json::from_str(&said[at + prefix.len()..]).unwrap_or_else(|e| panic!("{e}: {said}"))
+}
+
+/// Calls an MCP tool at `url` as the agent that owns it would.
+async fn mcp(url: &str, tool: &str, arguments: Value) -> Result<String, String> {
+    let (url, tool) = (url.to_string(), tool.to_string());
+    tokio::task::spawn_blocking(move || {
+        drover_fakes::mcp_http::tools_call(&url, &tool, &arguments, WAIT)
+            .map_err(|e| format!("{e:?}"))
+    })
+    .await
+    .expect("MCP call")
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::symlink_metadata(path).expect("metadata").mode() & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_token_a_client_is_refused_even_on_loopback() {
+    let daemon = TestDaemon::start().await;
+    let token_path = daemon.home.join("token");
+    assert_eq!(
+        mode(&token_path),
+        0o600,
+        "the token file is the user's alone"
+    );
+    let token = daemon.token().expect("a token by default");
+    assert!(token.len() >= 32);
+    for hello in [
+        json!({"type": "hello", "client": "t", "protocolVersion": 1}),
+        json!({"type": "hello", "client": "t", "protocolVersion": 1, "token": "wrong"}),
+        json!({"type": "hello", "client": "t", "protocolVersion": 1, "token": &token[1..]}),
+    ] {
+        let mut client = Client::connect(&daemon.ws_url).await;
+        client.send(hello).await;
+        let answer = client.recv().await;
+        expect_error(&answer, "unauthorized");
+        assert!(
+            answer["payload"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("drover ui --print")),
+            "the refusal says where the token is: {answer}"
+        );
+        assert_eq!(client.close_code().await, Some(1008));
+    }
+    // Nothing before the hello works either.
+    let mut client = Client::connect(&daemon.ws_url).await;
+    let answer = client
+        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd()}))
+        .await;
+    expect_error(&answer, "hello_required");
+    let (mut client, _) = daemon.client().await;
+    assert!(client.agents(false).await.is_empty(), "nothing was created");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_lets_clients_in_but_only_on_loopback() {
+    let home = TempDir::new().expect("home");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, true).await;
+    let mut client = Client::connect(&daemon.ws_url).await;
+    let state = client.hello(None).await;
+    assert!(state["agents"].is_array(), "{state}");
+    assert!(daemon.token().is_none(), "no token is made with --no-token");
+    daemon.stop().await;
+
+    // Reachable from other machines, a daemon without a token is refused at start.
+    let home = TempDir::new().expect("home");
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let mut config = drover_daemon::DaemonConfig::new(home.path(), addr).expect("config");
+    config.no_token = true;
+    let refused = drover_daemon::run(listener, config, std::future::pending())
+        .await
+        .expect_err("--no-token beyond loopback");
+    assert!(refused.to_string().contains("loopback only"), "{refused}");
+}
+
+/// Starts a daemon on `home` and returns why it refused to start.
+async fn refused_start(home: &std::path::Path) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let config = drover_daemon::DaemonConfig::new(home, listener.local_addr().expect("addr"))
+        .expect("config");
+    let run = drover_daemon::run(listener, config, std::future::pending());
+    match tokio::time::timeout(WAIT, run).await {
+        Ok(Err(e)) => e.to_string(),
+        Ok(Ok(())) => panic!("the daemon started and stopped"),
+        Err(_) => panic!("the daemon started with a bad token file"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_others_could_read_or_reach_through_a_link_is_refused_at_start() {
+    let good = "0123456789abcdef0123456789abcdef0123456789abcdef";
+    // Readable by others: refused, and left as it was (not rewritten, not used).
+    let home = TempDir::new().expect("home");
+    let token = home.path().join("token");
+    std::fs::write(&token, good).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let why = refused_start(home.path()).await;
+    assert!(
+        why.contains("mode 644") && why.contains("chmod 600"),
+        "{why}"
+    );
+    assert_eq!(std::fs::read_to_string(&token).expect("token"), good);
+    assert_eq!(mode(&token), 0o644);
+
+    // An empty file: refused rather than filled.
+    let home = TempDir::new().expect("home");
+    let token = home.path().join("token");
+    std::fs::write(&token, "").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let why = refused_start(home.path()).await;
+    assert!(
+        why.contains("no usable token") && why.contains("rm "),
+        "{why}"
+    );
+    assert_eq!(std::fs::read_to_string(&token).expect("token"), "");
+
+    // A link, even to a private file: refused, the target untouched.
+    let home = TempDir::new().expect("home");
+    let elsewhere = TempDir::new().expect("elsewhere");
+    let target = elsewhere.path().join("secret");
+    std::fs::write(&target, good).expect("target");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::os::unix::fs::symlink(&target, home.path().join("token")).expect("link");
+    let why = refused_start(home.path()).await;
+    assert!(why.contains("symbolic link"), "{why}");
+    // A dangling link is not followed to create a file either.
+    std::fs::remove_file(&target).expect("remove");
+    let why = refused_start(home.path()).await;
+    assert!(why.contains("symbolic link"), "{why}");
+    assert!(!target.exists(), "nothing was written through the link");
+
+    // Another user's file (the tests run as root in CI, which may chown).
+    if nix_is_root() {
+        let home = TempDir::new().expect("home");
+        let token = home.path().join("token");
+        std::fs::write(&token, good).expect("token");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::os::unix::fs::chown(&token, Some(65534), Some(65534)).expect("chown");
+        let why = refused_start(home.path()).await;
+        assert!(why.contains("belongs to uid 65534"), "{why}");
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_for_another_host_are_refused() {
+    let daemon = TestDaemon::start().await;
+    let addr = daemon.addr().to_string();
+    let port = addr.rsplit(':').next().expect("port").to_string();
+    for host in [
+        addr.clone(),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let (status, body) = http(&addr, "GET", "/health", &host, &[]).await;
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    // A name an attacker controls, resolved to 127.0.0.1 (DNS rebinding), a wrong port, none.
+    for host in [
+        format!("evil.example:{port}"),
+        format!("localhost.evil.example:{port}"),
+        "127.0.0.1:1".to_string(),
+        "evil.example".to_string(),
+        String::new(),
+    ] {
+        for path in ["/health", "/ws", "/mcp/x", "/"] {
+            let (status, body) = http(&addr, "GET", path, &host, &[]).await;
+            assert_eq!(status, 421, "{host} {path}: {body}");
+            assert!(body.contains("forbidden_host"), "{host} {path}: {body}");
+        }
+    }
+    let refused = Client::connect_with(&daemon.ws_url, &[("Host", "evil.example")]).await;
+    assert!(refused.is_err(), "a WebSocket for another host");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_tells_a_stranger_only_that_it_is_alive() {
+    let daemon = TestDaemon::start().await;
+    let addr = daemon.addr().to_string();
+    for headers in [&[][..], &["Authorization: Bearer wrong"][..]] {
+        let (status, body) = http(&addr, "GET", "/health", &addr, headers).await;
+        assert_eq!(status, 200, "{body}");
+        let health: Value = serde_json::from_str(&body).expect("JSON");
+        let mut keys: Vec<&str> = health
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["protocolVersion", "status", "version"], "{body}");
+        let home = daemon.home.display().to_string();
+        assert!(!body.contains(&home), "{body}");
+    }
+    let health = daemon.health().await;
+    assert_eq!(health["pid"], std::process::id());
+    assert_eq!(health["home"], daemon.home.display().to_string());
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_mcp_token_dies_with_its_archive_and_works_only_at_its_exact_path() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "mcp-servers").await;
+    idle(&mut client, &agent).await;
+    let servers: Value = serde_json::from_str(&replies(&mut client, &agent).await.concat())
+        .expect("mcpServers JSON");
+    let url = servers[0]["url"].as_str().expect("url").to_string();
+    let token = url.rsplit('/').next().expect("token").to_string();
+    assert_eq!(token.len(), 64, "{url}");
+    assert!(mcp(&url, "list_agents", json!({})).await.is_ok());
+
+    // Only `/mcp/<token>`: not with more path around it.
+    let base = url.trim_end_matches(&format!("/mcp/{token}")).to_string();
+    for other in [
+        format!("{url}/"),
+        format!("{base}/mcp/x/{token}"),
+        format!("{base}/mcp/{token}/x"),
+    ] {
+        let refused = mcp(&other, "list_agents", json!({})).await;
+        assert!(refused.is_err(), "{other}: {refused:?}");
+    }
+
+    let archived = client
+        .request(json!({"type": "archive", "agentId": agent}))
+        .await;
+    assert_eq!(archived["type"], "archived", "{archived}");
+    let refused = mcp(&url, "list_agents", json!({})).await;
+    assert!(refused.is_err(), "archived: {refused:?}");
+    let back = client
+        .request(json!({"type": "unarchive", "agentId": agent}))
+        .await;
+    assert_eq!(back["type"], "ok", "{back}");
+    let refused = mcp(&url, "list_agents", json!({})).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("unknown or missing agent token")),
+        "after unarchive the old token stays dead: {refused:?}"
+    );
+    // The agent's next runtime has a token of its own.
+    let servers: Value =
+        serde_json::from_str(&say(&mut client, &agent, "mcp-servers").await).expect("JSON");
+    let new_url = servers[0]["url"].as_str().expect("url").to_string();
+    assert_ne!(new_url, url);
+    assert!(mcp(&new_url, "list_agents", json!({})).await.is_ok());
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_archives_only_worktrees_it_owns() {
+    let daemon = TestDaemon::start().await;
+    git_repository(&daemon.cwd(), &[("README", "hello\n")]);
+    let (mut client, _) = daemon.client().await;
+
+    // B, made by the user in a worktree of its own, with uncommitted work there.
+    let created = client
+        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "worktree": {"name": "b-work"}}))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{created}");
+    let b = created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let b_workspace = created["payload"]["agent"]["workspaceId"]
+        .as_str()
+        .expect("workspace")
+        .to_string();
+    let b_dir = std::path::PathBuf::from(created["payload"]["agent"]["cwd"].as_str().expect("cwd"));
+    std::fs::write(b_dir.join("draft.txt"), "not committed\n").expect("draft");
+
+    // A, unrelated, tries to archive it, with and without force.
+    let a = create(&mut client, &daemon, "say ready").await;
+    idle(&mut client, &a).await;
+    for force in [false, true] {
+        let call = format!(
+            "mcp archive_worktree {{\"workspaceId\": \"{b_workspace}\", \"force\": {force}}}"
+        );
+        let said = say(&mut client, &a, &call).await;
+        assert!(
+            said.contains("mcp archive_worktree error:") && said.contains("not yours"),
+            "force={force}: {said}"
+        );
+    }
+    assert!(
+        b_dir.join("draft.txt").exists(),
+        "B's uncommitted work is there"
+    );
+    let listed = client.agents(false).await;
+    assert!(
+        listed.iter().any(|x| x["id"] == b.as_str()),
+        "B is not archived"
+    );
+
+    // C makes a worktree over MCP with no agent in it: it is C's, not A's.
+    let c = create(&mut client, &daemon, "say ready").await;
+    idle(&mut client, &c).await;
+    let said = say(&mut client, &c, r#"mcp create_worktree {"name": "c-work"}"#).await;
+    let made = tool_result(&said, "create_worktree");
+    let c_workspace = made["workspaceId"]
+        .as_str()
+        .or_else(|| made["workspace"]["id"].as_str())
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_string();
+    let workspaces = client.request(json!({"type": "list_workspaces"})).await;
+    let listed = workspaces["payload"]["workspaces"]
+        .as_array()
+        .expect("workspaces")
+        .iter()
+        .find(|w| w["id"] == c_workspace.as_str())
+        .cloned()
+        .expect("C's worktree listed");
+    assert_eq!(listed["worktree"]["createdBy"], c.as_str(), "{listed}");
+    let call =
+        format!("mcp archive_worktree {{\"workspaceId\": \"{c_workspace}\", \"force\": true}}");
+    let said = say(&mut client, &a, &call).await;
+    assert!(
+        said.contains("mcp archive_worktree error:") && said.contains("not made by you"),
+        "{said}"
+    );
+    let said = say(&mut client, &c, &call).await;
+    assert!(
+        said.contains("mcp archive_worktree: "),
+        "its maker may: {said}"
+    );
+    // A user may archive any of them.
+    let archived = client
+        .request(json!({"type": "archive_workspace", "workspaceId": b_workspace, "force": true}))
+        .await;
+    assert_eq!(archived["type"], "workspace_archived", "{archived}");
+    daemon.stop().await;
+}
+
+/// A WebSocket handshake by hand, so that frames the client libraries refuse to send can be.
+async fn raw_websocket(daemon: &TestDaemon) -> TcpStream {
+    let mut stream = TcpStream::connect(daemon.addr()).await.expect("connect");
+    let request = format!(
+        "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        daemon.addr()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tokio::time::timeout(WAIT, stream.read_exact(&mut byte))
+            .await
+            .expect("handshake in time")
+            .expect("read");
+        head.push(byte[0]);
+        assert!(head.len() < 4096, "handshake too long");
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    stream
+}
+
+/// A client frame, masked as RFC 6455 requires (unless `masked` is false).
+fn frame(first: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+    let mask = [0x11u8, 0x22, 0x33, 0x44];
+    let len = u8::try_from(payload.len()).expect("short payload");
+    let mut out = vec![first, if masked { 0x80 | len } else { len }];
+    if masked {
+        out.extend_from_slice(&mask);
+        out.extend(payload.iter().zip(mask.iter().cycle()).map(|(b, m)| b ^ m));
+    } else {
+        out.extend_from_slice(payload);
+    }
+    out
+}
+
+/// The code of the close frame the daemon sends, if it sends one before the connection ends.
+async fn close_code(stream: &mut TcpStream) -> Option<u16> {
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    let _ = read.await;
+    // Server frames are not masked: opcode byte, length byte, then the payload.
+    let mut at = 0;
+    while at + 2 <= buf.len() {
+        let (opcode, len) = (buf[at] & 0x0f, usize::from(buf[at + 1] & 0x7f));
+        if opcode == 0x8 && len >= 2 && at + 4 <= buf.len() {
+            return Some(u16::from_be_bytes([buf[at + 2], buf[at + 3]]));
+        }
+        at += 2 + len;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_violations_are_closed_with_their_codes() {
+    let daemon = TestDaemon::start().await;
+    // Text that is not UTF-8: 1007.
+    let mut stream = raw_websocket(&daemon).await;
+    stream
+        .write_all(&frame(0x81, &[0x7b, 0xff, 0xfe, 0x7d], true))
+        .await
+        .expect("write");
+    assert_eq!(close_code(&mut stream).await, Some(1007));
+    // A frame a client must mask, unmasked: 1002.
+    let mut stream = raw_websocket(&daemon).await;
+    stream
+        .write_all(&frame(0x81, b"{}", false))
+        .await
+        .expect("write");
+    assert_eq!(close_code(&mut stream).await, Some(1002));
+    // Reserved bits set: 1002.
+    let mut stream = raw_websocket(&daemon).await;
+    stream
+        .write_all(&frame(0xC1, b"{}", true))
+        .await
+        .expect("write");
+    assert_eq!(close_code(&mut stream).await, Some(1002));
+    // The daemon serves on.
+    let (mut client, _) = daemon.client().await;
+    assert!(client.agents(false).await.is_empty());
+    daemon.stop().await;
+}
