@@ -47,12 +47,12 @@ pub fn claim_home(home: &Path) -> Result<bool, String> {
             meta.uid()
         ));
     }
-    if meta.mode() & 0o077 == 0 {
-        return Ok(false);
+    let open_to_others = meta.mode() & 0o077 != 0;
+    if open_to_others {
+        std::fs::set_permissions(home, std::fs::Permissions::from_mode(DIR_MODE))
+            .map_err(|e| format!("cannot make `{}` private (chmod 700): {e}", home.display()))?;
     }
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(DIR_MODE))
-        .map_err(|e| format!("cannot make `{}` private (chmod 700): {e}", home.display()))?;
-    Ok(true)
+    Ok(open_to_others)
 }
 
 #[cfg(test)]

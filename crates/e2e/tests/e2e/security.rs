@@ -152,7 +152,7 @@ async fn refused_start(home: &std::path::Path) -> String {
     match tokio::time::timeout(WAIT, run).await {
         Ok(Err(e)) => e.to_string(),
         Ok(Ok(())) => panic!("the daemon started and stopped"),
-        Err(_) => panic!("the daemon started with a bad token file"),
+        Err(elapsed) => panic!("the daemon started with a bad token file ({elapsed})"),
     }
 }
 
