@@ -80,6 +80,8 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
         .append(true)
         .open(&out_path)
         .with_context(|| format!("cannot open `{}`", out_path.display()))?;
+    // `daemon.out` is kept across runs: a failed start shows only what this run wrote.
+    let run_starts_at = out.metadata().map_or(0, |m| m.len());
     let err = out
         .try_clone()
         .with_context(|| format!("cannot open `{}`", out_path.display()))?;
@@ -107,9 +109,9 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait().context("cannot watch the daemon")? {
-            let tail = tail_of(&out_path, 20);
+            let tail = tail_of(&out_path, run_starts_at, 20);
             anyhow::bail!(
-                "the daemon exited at start ({status}); the end of {}:\n{tail}",
+                "the daemon exited at start ({status}); what it said in {}:\n{tail}",
                 out_path.display()
             );
         }
@@ -238,8 +240,11 @@ fn health(url: &str, home: &Path) -> Option<Value> {
     answer.json().ok()
 }
 
-fn tail_of(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+/// The last `lines` lines written to `path` after byte `from`.
+fn tail_of(path: &Path, from: u64, lines: usize) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let from = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
+    let text = String::from_utf8_lossy(&bytes[from..]);
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }

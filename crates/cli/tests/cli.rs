@@ -1236,3 +1236,32 @@ fn another_user_of_the_machine_cannot_drive_the_daemon() {
     let listed = fx.drover(&["ls", "--json"]).ok().json();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
 }
+
+#[test]
+fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
+    let fx = Fixture::new();
+    let config = fx.home().join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("\n[providers.typo]\ncomand = [\"x\"]\n");
+    std::fs::write(&config, text).expect("config");
+    for round in 1..=2 {
+        let out = fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"]);
+        assert_ne!(out.code, 0, "round {round}: {}", out.transcript());
+        let mentions = out.stderr.matches("comand").count();
+        assert!(
+            mentions >= 1 && out.stderr.matches("exited at start").count() == 1,
+            "round {round}: {}",
+            out.transcript()
+        );
+        // The first run's lines are in daemon.out but not shown again.
+        let log = std::fs::read_to_string(fx.home().join("daemon.out")).expect("daemon.out");
+        assert!(log.matches("comand").count() >= round, "{log}");
+        if round == 2 {
+            assert!(
+                mentions < log.matches("comand").count(),
+                "the second start repeated the first one's lines:\n{}",
+                out.stderr
+            );
+        }
+    }
+}
