@@ -18,6 +18,7 @@ mod error;
 mod mcp_proxy;
 mod output;
 mod resolve;
+mod ui;
 mod workspaces;
 
 use std::io::Write as _;
@@ -94,6 +95,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::McpProxy { url } => return mcp_proxy::run(&url),
+        Command::Ui { print } => {
+            return ui::run(
+                &home,
+                cli.global.url.as_deref().filter(|u| !u.is_empty()),
+                print,
+            );
+        }
         other => other,
     };
     let ctx = Ctx {
@@ -159,7 +167,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     workspaces::remove(&ctx, &ws, force, json).await
                 }
             },
-            Command::Daemon(_) | Command::Completions { .. } | Command::McpProxy { .. } => Ok(()),
+            Command::Daemon(_)
+            | Command::Completions { .. }
+            | Command::McpProxy { .. }
+            | Command::Ui { .. } => Ok(()),
         }
     })
 }

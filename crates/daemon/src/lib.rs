@@ -11,6 +11,7 @@ pub mod logging;
 mod mcp;
 mod ops;
 mod server;
+mod ui;
 mod wire;
 mod ws;
 

@@ -31,6 +31,8 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/ws", get(upgrade))
+        .route("/", get(crate::ui::index))
+        .route("/ui/{file}", get(crate::ui::asset))
         .fallback(not_found)
         .with_state(state)
 }

@@ -303,4 +303,16 @@ impl Ops {
         self.controlled(caller, id)?;
         Ok(self.runtimes.set_model(id, model).await?)
     }
+
+    /// Sets (or, with `None` or blank, clears) the agent's title.
+    pub(crate) async fn set_title(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        title: Option<String>,
+    ) -> Result<(), OpError> {
+        self.controlled(caller, id)?;
+        self.registry.set_title(id, title).await?;
+        Ok(())
+    }
 }
