@@ -303,6 +303,7 @@ function openAgent(id) {
   S.layout.active = id;
   saveLayout();
   document.body.classList.remove('drawer-open');
+  document.getElementById('drawer-toggle').setAttribute('aria-expanded', 'false');
   render();
 }
 
@@ -659,7 +660,9 @@ async function newAgentDialog(workspaceId = null) {
       providers.map((p) => h('option', { value: p.name, disabled: !p.available, selected: p === firstAvailable }, p.available ? p.label : `${p.label} (not installed)`)));
     const showHint = () => {
       const unavailable = providers.filter((p) => !p.available);
-      hint.replaceChildren(...unavailable.map((p) => h('div', null, `${p.label}: ${p.detail}`)));
+      hint.replaceChildren(unavailable.length ? h('details', null,
+        h('summary', null, `${plural(unavailable.length, 'provider is', 'providers are')} not installed: how to add them`),
+        unavailable.map((p) => h('div', null, `${p.label}: ${p.detail}`))) : '');
     };
     showHint();
     const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === workspaceId }, `${w.name} — ${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));

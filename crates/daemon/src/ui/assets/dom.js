@@ -49,6 +49,18 @@ export function modal(label, build, { className = '' } = {}) {
       resolve(value ?? null);
     };
     dialog.addEventListener('cancel', (e) => { e.preventDefault(); close(null); });
+    // The page behind a modal dialog is inert, but Tab may still leave for the browser's own
+    // controls: keep it cycling through the dialog.
+    dialog.addEventListener('keydown', (e) => {
+      if (e.key !== 'Tab') return;
+      const items = [...dialog.querySelectorAll('button, input, select, textarea, summary, [href], [tabindex]:not([tabindex="-1"])')]
+        .filter((el) => !el.disabled && el.offsetParent !== null);
+      if (!items.length) return;
+      const first = items[0];
+      const last = items[items.length - 1];
+      if (e.shiftKey && document.activeElement === first) { e.preventDefault(); last.focus(); }
+      else if (!e.shiftKey && document.activeElement === last) { e.preventDefault(); first.focus(); }
+    });
     dialog.appendChild(build(close));
     document.body.appendChild(dialog);
     dialog.showModal();

@@ -80,10 +80,12 @@ const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*([\s\S]+?)\*\*|__([\s\S]+?)__|\*([
 export function inline(text) {
   const out = document.createDocumentFragment();
   let last = 0;
-  INLINE.lastIndex = 0;
-  for (let m = INLINE.exec(text); m; m = INLINE.exec(text)) {
+  // A regex of its own per call: spans nest (bold inside a link), and a shared `lastIndex`
+  // would be reset by the inner call.
+  const re = new RegExp(INLINE.source, 'g');
+  for (let m = re.exec(text); m; m = re.exec(text)) {
     if (m.index > last) out.appendChild(document.createTextNode(text.slice(last, m.index)));
-    last = INLINE.lastIndex;
+    last = re.lastIndex;
     if (m[1]) out.appendChild(h('code', null, m[2]));
     else if (m[3] !== undefined || m[4] !== undefined) out.appendChild(h('strong', null, inline(m[3] ?? m[4])));
     else if (m[5] !== undefined || m[6] !== undefined) out.appendChild(h('em', null, inline(m[5] ?? m[6])));
