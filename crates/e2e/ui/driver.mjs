@@ -291,6 +291,30 @@ const scenarios = {
     await gone(page, 'dialog');
   },
 
+  async attention() {
+    const page = await open();
+    await ready(page);
+    await page.waitForFunction(() => document.title === '(2) drover');
+    await openAgent(page, A.seen);
+    await page.waitForFunction(() => document.title === '(1) drover');
+    await step('opened');
+  },
+
+  async paging() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const older = page.locator(`${pane(A.agent)} button.older`);
+    await older.waitFor({ state: 'visible' });
+    if (await page.locator(`${pane(A.agent)} .kind-user_message`).count()) fail('the first page already holds the prompt');
+    // Scrolling to the top pages the rest in.
+    await page.locator(`${pane(A.agent)} .timeline`).evaluate((el) => { el.scrollTop = 0; });
+    await page.locator(`${pane(A.agent)} .kind-user_message`).waitFor();
+    await older.waitFor({ state: 'hidden' });
+    const count = await page.locator(`${pane(A.agent)} .item`).count();
+    if (count !== A.items) fail(`${count} items shown, ${A.items} stored`);
+  },
+
   async newAgent() {
     const page = await open();
     await ready(page);

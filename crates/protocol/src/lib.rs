@@ -287,6 +287,13 @@ pub enum ClientMessage {
         #[serde(default)]
         title: Option<String>,
     },
+    /// Marks what the agent asked attention for as seen (`finished`, `error`,
+    /// `interrupted`); a pending permission keeps its attention until it is answered.
+    ClearAttention {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+    },
     /// The files a workspace (a git checkout or worktree) changed against its base, with a
     /// unified diff each; read by the daemon, bounded in size and time.
     WorkspaceChanges {
@@ -392,6 +399,7 @@ impl ClientMessage {
             | ClientMessage::SetMode { request_id, .. }
             | ClientMessage::SetModel { request_id, .. }
             | ClientMessage::SetTitle { request_id, .. }
+            | ClientMessage::ClearAttention { request_id, .. }
             | ClientMessage::WorkspaceChanges { request_id, .. }
             | ClientMessage::ListProviders { request_id }
             | ClientMessage::ListAgents { request_id, .. }
@@ -803,6 +811,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "set_mode",
     "set_model",
     "set_title",
+    "clear_attention",
     "workspace_changes",
     "list_providers",
     "list_agents",

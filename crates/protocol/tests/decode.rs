@@ -268,6 +268,12 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 title,
             }
         }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::ClearAttention {
+                request_id,
+                agent_id,
+            }
+        }),
         (opt_string(), any::<String>()).prop_map(|(request_id, workspace_id)| {
             ClientMessage::WorkspaceChanges {
                 request_id,

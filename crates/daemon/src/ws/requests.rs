@@ -157,6 +157,14 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             ops.set_title(CALLER, id, title).await?;
             ok(request_id, id)
         }
+        M::ClearAttention {
+            request_id,
+            agent_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.clear_attention(CALLER, id).await?;
+            ok(request_id, id)
+        }
         M::WorkspaceChanges {
             request_id,
             workspace_id,

@@ -727,3 +727,48 @@ async fn a_new_agent_made_in_the_browser_runs_and_can_be_renamed() {
         "{agents:?}"
     );
 }
+
+#[tokio::test]
+async fn opening_an_agent_marks_its_finished_turn_seen_and_the_title_counts_the_rest() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let mut ids = Vec::new();
+    for title in ["seen", "unseen"] {
+        let id = create(
+            &mut client,
+            json!({"cwd": daemon.cwd(), "title": title, "prompt": "say done"}),
+        )
+        .await;
+        eventually(format!("{title} to finish"), WAIT, async || {
+            agent(&mut client, &id).await["attentionReason"] == "finished"
+        })
+        .await;
+        ids.push(id);
+    }
+    let mut s = Scenario::start("attention", &daemon, json!({"seen": ids[0]})).await;
+    s.step("opened").await;
+    assert_eq!(
+        agent(&mut client, &ids[0]).await["requiresAttention"],
+        false
+    );
+    assert_eq!(agent(&mut client, &ids[1]).await["requiresAttention"], true);
+    s.go().await;
+    s.done().await;
+}
+
+#[tokio::test]
+async fn older_history_is_paged_in_when_scrolling_up() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    // Each `tool` line is an item of its own: more than the first page's 200.
+    let prompt: Vec<String> = (1..=230).map(|i| format!("tool step {i}")).collect();
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "long", "prompt": prompt.join("\n")}),
+    )
+    .await;
+    wait_idle(&mut client, &id).await;
+    let items = client.timeline(&id).await.len();
+    assert!(items > 200, "{items} items");
+    Scenario::run("paging", &daemon, json!({"agent": id, "items": items})).await;
+}

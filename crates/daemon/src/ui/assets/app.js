@@ -66,6 +66,7 @@ function onMessage(msg) {
   const p = msg.payload || {};
   switch (msg.type) {
     case 'session_state':
+      if (!timing.stateAt) timing.stateAt = performance.now();
       S.agents = new Map(p.agents.map((a) => [a.id, a]));
       S.workspaces = new Map(p.workspaces.map((w) => [w.id, w]));
       S.synced = true;
@@ -83,7 +84,7 @@ function onMessage(msg) {
       S.agents.set(a.id, a);
       if (a.archivedAt) dropTabs(a.id);
       if (a.requiresAttention && !(before && before.requiresAttention)) notifyAttention(a);
-      render();
+      render({ sidebar: sidebarKey(before) !== sidebarKey(a) });
       break;
     }
     case 'workspace_update':
@@ -183,16 +184,33 @@ function failed(what) {
 // ---- rendering ----------------------------------------------------------------------------
 
 let frame = 0;
-function render() {
+// The sidebar is the costly part with thousands of agents: it is rebuilt only when something
+// it shows changed (`render({ sidebar: false })` leaves it alone).
+let sidebarDirty = true;
+function render({ sidebar = true } = {}) {
+  if (sidebar) sidebarDirty = true;
   if (frame) return;
   frame = requestAnimationFrame(() => {
     frame = 0;
-    renderSidebar();
+    if (sidebarDirty) {
+      sidebarDirty = false;
+      renderSidebar();
+      if (!timing.renderedAt && S.synced) timing.renderedAt = performance.now();
+    }
     renderTabs();
     renderPane();
     const n = attentionCount();
     document.title = n ? `(${n}) drover` : 'drover';
   });
+}
+
+// When the first state arrived and when the sidebar first showed it (read by the benchmark).
+const timing = { stateAt: 0, renderedAt: 0 };
+window.droverTiming = timing;
+
+/** What a sidebar row shows of an agent: a change elsewhere does not rebuild the sidebar. */
+function sidebarKey(a) {
+  return a ? `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${a.parentAgentId}|${a.workspaceId}` : '';
 }
 
 function renderConnection() {
@@ -278,7 +296,7 @@ function agentRow(a, kids) {
       dot(a.status),
       h('span', { class: 'title' }, label(a)),
       h('span', { class: 'provider' }, a.type),
-      kids ? h('span', { class: 'kids', title: plural(kids, 'subagent', 'subagents') }, `⑂${kids}`) : null,
+      kids ? h('span', { class: 'kids', title: plural(kids, 'subagent', 'subagents') }, `+${kids} sub`) : null,
       a.requiresAttention ? h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason] }, a.attentionReason === 'permission' ? '!' : '●') : null),
     a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'unarchive', agentId: a.id }).catch(failed('Unarchive')) }, 'Unarchive') : null);
   rowCache.set(a.id, { key, el });
@@ -421,6 +439,13 @@ function renderPane() {
   }
   host.setAttribute('aria-labelledby', `tab-${id}`);
   if (!pane.loaded && S.state === 'online' && !pane.loading) loadPane(pane);
+  // Looking at the agent is seeing what it asked attention for (a permission stays until it
+  // is answered).
+  if (a.requiresAttention && a.attentionReason !== 'permission' && !document.hidden && S.state === 'online'
+    && pane.seen !== a.attentionTimestamp) {
+    pane.seen = a.attentionTimestamp;
+    conn.request({ type: 'clear_attention', agentId: a.id }).catch(() => { pane.seen = null; });
+  }
   renderHeader(pane, a);
   renderTrack(pane, a);
   renderQueued(pane);
@@ -633,7 +658,7 @@ function showChanges(w) {
           h('p', { class: 'muted' }, `${plural(c.files.length, 'file', 'files')} changed against ${c.base}${c.truncated ? ' (diff cut: too large)' : ''}`),
           h('ul', { class: 'files' }, c.files.map((f) => h('li', null,
             h('details', null, h('summary', null, h('span', { class: `badge st-${f.status}` }, f.status), ' ', f.path, ' ',
-              h('span', { class: 'add' }, `+${f.added ?? '?'}`), ' ', h('span', { class: 'del' }, `−${f.removed ?? '?'}`)),
+              f.added == null ? null : h('span', { class: 'add' }, `+${f.added}`), ' ', f.removed == null ? null : h('span', { class: 'del' }, `−${f.removed}`)),
             h('pre', { class: 'code diff-body' }, (f.diff || '').split('\n').map((l) => h('span', { class: l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx' }, `${l}\n`))))))));
       } catch (e) { body.replaceChildren(h('p', { class: 'error-text' }, e.message)); }
     };
@@ -747,6 +772,7 @@ function wire() {
     conn.token = token;
     conn.retry();
   });
+  document.addEventListener('visibilitychange', render);
   document.addEventListener('keydown', (e) => {
     if (e.target.closest('input, textarea, select, dialog')) return;
     if (e.key === '/') { e.preventDefault(); document.getElementById('filter').focus(); }

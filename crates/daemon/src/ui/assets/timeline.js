@@ -157,7 +157,7 @@ export class TimelineView {
         break;
       case 'turn_ended': {
         const label = TURN_END[d.event] || d.event;
-        const why = d.error || d.reason || (d.stopReason && d.stopReason !== 'end_turn' ? d.stopReason : '');
+        const why = d.error || d.reason || (d.stopReason && !['end_turn', 'cancelled'].includes(d.stopReason) ? d.stopReason : '');
         body = [h('div', { class: `turn-end ${d.event}` }, label, why ? `: ${why}` : '')];
         break;
       }
