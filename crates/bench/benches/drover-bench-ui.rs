@@ -127,7 +127,13 @@ async fn run() -> Result<()> {
     let figures: Value = serde_json::from_slice(&out.stdout).context("the browser's figures")?;
     drop(ws);
     daemon.stop()?;
+    println!();
+    print_summary(&rows(&figures, stats.agents, memory_secs), started);
+    Ok(())
+}
 
+/// The summary's rows from the browser's figures.
+fn rows(figures: &Value, agents: usize, memory_secs: u64) -> Vec<Row> {
     let ms = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let sidebar = ms(&figures["sidebarMs"]);
     let longest = ms(&figures["longest"]);
@@ -144,14 +150,10 @@ async fn run() -> Result<()> {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         fmt_bytes(b as u64)
     };
-    let rows = vec![
+    vec![
         Row::info(
             "agents (roots in the sidebar)",
-            format!(
-                "{} ({} rows shown)",
-                stats.agents + STREAMING,
-                figures["rows"]
-            ),
+            format!("{} ({} rows shown)", agents + STREAMING, figures["rows"]),
         ),
         Row::target(
             "navigation to sidebar rendered",
@@ -197,8 +199,5 @@ async fn run() -> Result<()> {
             flat,
         ),
         Row::info("DOM elements at the end", figures["dom"].to_string()),
-    ];
-    println!();
-    print_summary(&rows, started);
-    Ok(())
+    ]
 }

@@ -64,6 +64,8 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+// One arm per command: splitting the match would only move it.
+#[allow(clippy::too_many_lines)]
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let home = match cli.global.home.clone() {
         Some(home) => home,
@@ -95,13 +97,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::McpProxy { url } => return mcp_proxy::run(&url),
-        Command::Ui { print } => {
-            return ui::run(
-                &home,
-                cli.global.url.as_deref().filter(|u| !u.is_empty()),
-                print,
-            );
-        }
+        Command::Ui { print } => return ui::run(&home, cli.global.url.as_deref(), print),
         other => other,
     };
     let ctx = Ctx {

@@ -34,7 +34,7 @@ fn token(home: &Path) -> Option<String> {
 
 /// `drover ui [--print]`.
 pub fn run(home: &Path, url: Option<&str>, print: bool) -> anyhow::Result<()> {
-    let base = match url {
+    let base = match url.filter(|u| !u.is_empty()) {
         Some(url) => url.to_string(),
         None => match read_info(home) {
             Some(info) => info.url,
