@@ -315,6 +315,37 @@ const scenarios = {
     if (count !== A.items) fail(`${count} items shown, ${A.items} stored`);
   },
 
+  async timelineKinds() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const p = pane(A.agent);
+    await page.locator(`${p} .kind-plan li`).nth(1).waitFor();
+    // The agent's text is text: no element, no handler, no script link came out of it.
+    const hostile = await page.evaluate((sel) => ({
+      img: document.querySelectorAll(`${sel} .timeline img`).length,
+      js: document.querySelectorAll(`${sel} .timeline a[href^="javascript"]`).length,
+      pwned: window.pwned ?? null,
+      text: document.querySelector(`${sel} .kind-agent_message`)?.textContent ?? '',
+    }), p);
+    if (hostile.img || hostile.js || hostile.pwned !== null) fail(`the agent's text became markup: ${JSON.stringify(hostile)}`);
+    if (!hostile.text.includes('<img src=x onerror=')) fail(`the text was not shown as text: ${hostile.text}`);
+    await page.locator(`${p} .kind-agent_message strong:has-text("bold")`).waitFor();
+    await page.locator(`${p} .kind-agent_message code:has-text("code")`).waitFor();
+    const good = page.locator(`${p} .kind-agent_message a[href="https://example.com/"]`);
+    if ((await good.getAttribute('rel')) !== 'noopener noreferrer') fail('a link opens with a referrer');
+    // Thoughts and tool calls start collapsed and expand on a click.
+    const thought = page.locator(`${p} .kind-agent_thought details`);
+    if (await thought.getAttribute('open') !== null) fail('the thought is expanded');
+    const tool = page.locator(`${p} .kind-tool_call details`);
+    if (await tool.getAttribute('open') !== null) fail('the tool call is expanded');
+    await tool.locator('summary').click();
+    await tool.locator('.tool-body').waitFor({ state: 'visible' });
+    await page.locator(`${p} .kind-tool_call .tool-status.status-completed`).waitFor();
+    if ((await page.locator(`${p} .kind-plan input[type=checkbox]`).count()) !== 2) fail('the plan is not a checklist of two');
+    await shot(page, 'timeline-kinds');
+  },
+
   async newAgent() {
     const page = await open();
     await ready(page);

@@ -772,3 +772,23 @@ async fn older_history_is_paged_in_when_scrolling_up() {
     assert!(items > 200, "{items} items");
     Scenario::run("paging", &daemon, json!({"agent": id, "items": items})).await;
 }
+
+#[tokio::test]
+async fn the_timeline_renders_each_kind_and_never_the_agents_markup() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let prompt = [
+        "say <img src=x onerror=window.pwned=1> **bold** `code` [bad](javascript:window.pwned=2) [good](https://example.com/)",
+        "think pondering the tests",
+        "tool run the linter",
+        "plan read the code; fix the bug",
+    ]
+    .join("\n");
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "kinds", "prompt": prompt}),
+    )
+    .await;
+    wait_idle(&mut client, &id).await;
+    Scenario::run("timelineKinds", &daemon, json!({"agent": id})).await;
+}

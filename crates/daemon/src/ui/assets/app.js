@@ -3,7 +3,7 @@
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError } from './conn.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
-import { TimelineView, diffLines } from './timeline.js';
+import { TimelineView } from './timeline.js';
 
 // ---- state ------------------------------------------------------------------------------
 
@@ -84,6 +84,8 @@ function onMessage(msg) {
       S.agents.set(a.id, a);
       if (a.archivedAt) dropTabs(a.id);
       if (a.requiresAttention && !(before && before.requiresAttention)) notifyAttention(a);
+      // An open changes view reads git again when a turn in its workspace ends.
+      if (openChanges && openChanges.workspaceId === a.workspaceId && before && busy(before) && !busy(a)) openChanges.load();
       render({ sidebar: sidebarKey(before) !== sidebarKey(a) });
       break;
     }
@@ -97,7 +99,6 @@ function onMessage(msg) {
       if (pane && pane.loaded) {
         const item = pane.view.apply(p.notification);
         if (item) settleQueued(p.agentId, [item]);
-        if (item && item.kind === 'turn_ended' && pane.changes) pane.changes.refresh();
       }
       break;
     }
@@ -340,7 +341,7 @@ function closeTabLayoutOnly(id) {
 async function closeTab(id) {
   const a = S.agents.get(id);
   if (!a || a.archivedAt || !isRoot(a)) { closeTabLayoutOnly(id); return; }
-  await archiveAgent(a, { confirmRunning: true });
+  await archiveAgent(a);
 }
 
 /**
@@ -628,10 +629,14 @@ function settleQueued(id, items) {
   const q = S.queued[id];
   if (!q || !q.length) return;
   const started = new Set();
+  // Injected context rides in the next prompt's `context`: a prompt that carries some took
+  // every inject queued before it.
+  let injected = false;
   for (const it of items) {
     if ((it.kind === 'user_message' || it.kind === 'turn_started') && it.data?.messageId) started.add(it.data.messageId);
+    if (it.kind === 'user_message' && it.data?.context?.length) injected = true;
   }
-  const rest = q.filter((m) => !started.has(m.messageId));
+  const rest = q.filter((m) => !started.has(m.messageId) && !(injected && m.delivery === 'inject'));
   if (rest.length === q.length) return;
   S.queued[id] = rest;
   store.set('drover.queued', S.queued);
@@ -640,12 +645,14 @@ function settleQueued(id, items) {
 }
 
 function renderQueued(pane) {
-  const q = (S.queued[pane.id] || []).filter((m) => m.delivery !== 'inject' || true);
+  const q = S.queued[pane.id] || [];
   pane.queuedEl.hidden = !q.length;
   pane.queuedEl.replaceChildren(...q.map((m) => h('li', { class: 'queued-item' }, h('span', { class: 'badge' }, m.delivery === 'inject' ? 'context' : 'queued'), ' ', m.text)));
 }
 
 // ---- changes ------------------------------------------------------------------------------
+
+let openChanges = null;
 
 function showChanges(w) {
   modal(`Changes in ${w.name}`, (close) => {
@@ -663,11 +670,11 @@ function showChanges(w) {
       } catch (e) { body.replaceChildren(h('p', { class: 'error-text' }, e.message)); }
     };
     load();
+    openChanges = { workspaceId: w.id, load };
     return h('div', null, h('h2', null, `Changes in ${w.name}`), body,
       h('div', { class: 'dialog-actions' }, h('button', { type: 'button', onclick: load }, 'Refresh'), h('button', { type: 'button', autofocus: true, onclick: () => close() }, 'Close')));
-  }, { className: 'wide' });
+  }, { className: 'wide' }).then(() => { openChanges = null; });
 }
-void diffLines;
 
 // ---- new agent ----------------------------------------------------------------------------
 
