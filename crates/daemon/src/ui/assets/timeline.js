@@ -40,7 +40,7 @@ export class TimelineView {
     this.list.replaceChildren();
     for (const item of items) this.add(item);
     this.setOlder(hasOlder);
-    this.stick(true);
+    this.stick();
   }
 
   setOlder(hasOlder) {
@@ -59,6 +59,7 @@ export class TimelineView {
     }
     this.setOlder(hasOlder);
     this.el.scrollTop = this.el.scrollHeight - before;
+    this.lastHeight = this.el.scrollHeight;
   }
 
   add(item) {
@@ -74,13 +75,16 @@ export class TimelineView {
     return entry;
   }
 
-  /** Applies one notification; returns the item it touched. */
+  /**
+   * Applies one notification; returns the item it touched. It reads no layout (a streaming
+   * agent sends dozens a second): the frame that follows re-renders and scrolls.
+   */
   apply(n) {
-    const atBottom = this.nearBottom();
     let entry = null;
     if (n.op === 'item') {
       this.add(n.item);
       entry = this.items.get(n.item.seq);
+      this.schedule();
     } else if (n.op === 'append') {
       entry = this.items.get(n.seq);
       if (entry) {
@@ -94,30 +98,36 @@ export class TimelineView {
         this.later(entry);
       }
     }
-    if (atBottom) this.stick();
     return entry?.item ?? null;
   }
 
   /** Re-renders an item at the next frame, however many chunks arrive before it. */
   later(entry) {
     this.dirty.add(entry);
+    this.schedule();
+  }
+
+  /**
+   * One frame for everything that changed since the last: re-render the dirty items, and
+   * keep following the bottom if the view was there (measured against the height the last
+   * frame left, so nothing forces a layout between frames).
+   */
+  schedule() {
     if (this.frame) return;
     this.frame = requestAnimationFrame(() => {
       this.frame = null;
-      const atBottom = this.nearBottom();
+      const follow = this.lastHeight === undefined
+        || this.el.scrollTop + this.el.clientHeight >= this.lastHeight - 80;
       for (const e of this.dirty) this.render(e);
       this.dirty.clear();
-      if (atBottom) this.stick();
+      if (follow) this.el.scrollTop = this.el.scrollHeight;
+      this.lastHeight = this.el.scrollHeight;
     });
   }
 
-  nearBottom() {
-    return this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < 80;
-  }
-
-  stick(now = false) {
-    const go = () => { this.el.scrollTop = this.el.scrollHeight; };
-    if (now) go(); else requestAnimationFrame(go);
+  stick() {
+    this.el.scrollTop = this.el.scrollHeight;
+    this.lastHeight = this.el.scrollHeight;
   }
 
   render(entry) {
