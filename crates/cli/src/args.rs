@@ -176,6 +176,12 @@ pub enum Command {
         /// The shell to complete for
         shell: clap_complete::Shell,
     },
+    /// Open the web UI in the browser, logged in (the token rides in the address's fragment).
+    Ui {
+        /// Print the address instead of opening it
+        #[arg(long)]
+        print: bool,
+    },
     /// Relay MCP between stdio and the daemon's HTTP MCP server (what drover gives agents
     /// that cannot speak MCP over HTTP themselves).
     #[command(hide = true)]

@@ -35,6 +35,9 @@ pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
+        if let Ok(addr) = listener.local_addr() {
+            eprintln!("drover: web UI at http://{addr}/ (`drover ui` opens it logged in)");
+        }
         drover_daemon::run_locked(lock, listener, config, shutdown_signal()).await?;
         Ok(())
     })
@@ -123,6 +126,10 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
                 "drover: daemon started for {} (output in {})",
                 home.display(),
                 out_path.display()
+            );
+            eprintln!(
+                "drover: web UI at {} (`drover ui` opens it)",
+                crate::ui::address(&info.url, home)
             );
             return Ok(());
         }

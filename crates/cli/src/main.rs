@@ -18,6 +18,7 @@ mod error;
 mod mcp_proxy;
 mod output;
 mod resolve;
+mod ui;
 mod workspaces;
 
 use std::io::Write as _;
@@ -63,6 +64,8 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+// One arm per command: splitting the match would only move it.
+#[allow(clippy::too_many_lines)]
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let home = match cli.global.home.clone() {
         Some(home) => home,
@@ -94,6 +97,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::McpProxy { url } => return mcp_proxy::run(&url),
+        Command::Ui { print } => return ui::run(&home, cli.global.url.as_deref(), print),
         other => other,
     };
     let ctx = Ctx {
@@ -159,7 +163,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     workspaces::remove(&ctx, &ws, force, json).await
                 }
             },
-            Command::Daemon(_) | Command::Completions { .. } | Command::McpProxy { .. } => Ok(()),
+            Command::Daemon(_)
+            | Command::Completions { .. }
+            | Command::McpProxy { .. }
+            | Command::Ui { .. } => Ok(()),
         }
     })
 }

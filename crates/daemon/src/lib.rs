@@ -12,6 +12,7 @@ pub mod logging;
 mod mcp;
 mod ops;
 mod server;
+mod ui;
 mod wire;
 mod ws;
 

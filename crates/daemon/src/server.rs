@@ -37,6 +37,8 @@ pub(crate) fn router(state: AppState, mcp: crate::McpService) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/ws", get(upgrade))
+        .route("/", get(crate::ui::index))
+        .route("/ui/{file}", get(crate::ui::asset))
         .nest_service("/mcp", mcp)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), check_host))

@@ -135,3 +135,24 @@ pub(crate) fn provider(p: ProviderView) -> ProviderInfo {
         detail: p.detail,
     }
 }
+
+/// A workspace's changes as the protocol carries them.
+pub(crate) fn workspace_changes(
+    c: crate::ops::changes::Changes,
+) -> drover_protocol::WorkspaceChangesInfo {
+    drover_protocol::WorkspaceChangesInfo {
+        base: c.base,
+        truncated: c.truncated,
+        files: c
+            .files
+            .into_iter()
+            .map(|f| drover_protocol::ChangedFileInfo {
+                path: f.path,
+                status: f.status,
+                added: f.added,
+                removed: f.removed,
+                diff: f.diff,
+            })
+            .collect(),
+    }
+}

@@ -279,6 +279,28 @@ pub enum ClientMessage {
         agent_id: String,
         model_id: String,
     },
+    /// Sets the agent's title; `null` or blank clears it.
+    SetTitle {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        #[serde(default)]
+        title: Option<String>,
+    },
+    /// Marks what the agent asked attention for as seen (`finished`, `error`,
+    /// `interrupted`); a pending permission keeps its attention until it is answered.
+    ClearAttention {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+    },
+    /// The files a workspace (a git checkout or worktree) changed against its base, with a
+    /// unified diff each; read by the daemon, bounded in size and time.
+    WorkspaceChanges {
+        #[serde(default)]
+        request_id: Option<String>,
+        workspace_id: String,
+    },
     ListProviders {
         #[serde(default)]
         request_id: Option<String>,
@@ -376,6 +398,9 @@ impl ClientMessage {
             | ClientMessage::AnswerPermission { request_id, .. }
             | ClientMessage::SetMode { request_id, .. }
             | ClientMessage::SetModel { request_id, .. }
+            | ClientMessage::SetTitle { request_id, .. }
+            | ClientMessage::ClearAttention { request_id, .. }
+            | ClientMessage::WorkspaceChanges { request_id, .. }
             | ClientMessage::ListProviders { request_id }
             | ClientMessage::ListAgents { request_id, .. }
             | ClientMessage::WaitIdle { request_id, .. }
@@ -624,6 +649,12 @@ pub enum DaemonMessage {
         workspace_id: String,
         status: WorktreeStatusInfo,
     },
+    /// The answer to `workspace_changes`.
+    WorkspaceChanges {
+        request_id: Option<String>,
+        workspace_id: String,
+        changes: WorkspaceChangesInfo,
+    },
     WorkspaceArchived {
         request_id: Option<String>,
         workspace_id: String,
@@ -667,6 +698,7 @@ impl DaemonMessage {
             | DaemonMessage::Workspaces { request_id, .. }
             | DaemonMessage::WorktreeCreated { request_id, .. }
             | DaemonMessage::WorktreeStatus { request_id, .. }
+            | DaemonMessage::WorkspaceChanges { request_id, .. }
             | DaemonMessage::WorkspaceArchived { request_id, .. }
             | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
             DaemonMessage::Welcome { .. }
@@ -677,6 +709,31 @@ impl DaemonMessage {
             | DaemonMessage::ResyncRequired { .. } => None,
         }
     }
+}
+
+/// What a workspace changed against its base (`workspace_changes`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceChangesInfo {
+    /// What was compared against: a worktree's base commit, else `HEAD`.
+    pub base: String,
+    pub files: Vec<ChangedFileInfo>,
+    /// Files or diff text were left out to stay within the bounds (1000 files, 512 KiB).
+    pub truncated: bool,
+}
+
+/// One changed file of [`WorkspaceChangesInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangedFileInfo {
+    pub path: String,
+    /// `added`, `modified`, `deleted`, `renamed`, `copied`, `type_changed`, `untracked`.
+    pub status: String,
+    /// Lines added and removed; `null` for binary and untracked files.
+    pub added: Option<u64>,
+    pub removed: Option<u64>,
+    /// The file's unified diff (empty for untracked files).
+    pub diff: String,
 }
 
 /// The JSON Schema of both directions, as committed in `schema/protocol.json`.
@@ -756,6 +813,9 @@ pub const CLIENT_TYPES: &[&str] = &[
     "answer_permission",
     "set_mode",
     "set_model",
+    "set_title",
+    "clear_attention",
+    "workspace_changes",
     "list_providers",
     "list_agents",
     "wait_idle",

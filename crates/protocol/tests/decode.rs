@@ -261,6 +261,25 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 model_id
             }
         ),
+        (opt_string(), any::<String>(), opt_string()).prop_map(|(request_id, agent_id, title)| {
+            ClientMessage::SetTitle {
+                request_id,
+                agent_id,
+                title,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::ClearAttention {
+                request_id,
+                agent_id,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, workspace_id)| {
+            ClientMessage::WorkspaceChanges {
+                request_id,
+                workspace_id,
+            }
+        }),
         opt_string().prop_map(|request_id| ClientMessage::ListProviders { request_id }),
         (opt_string(), any::<bool>()).prop_map(|(request_id, include_archived)| {
             ClientMessage::ListAgents {

@@ -40,9 +40,20 @@ impl TestDaemon {
     /// A daemon on `home` (kept by the caller); with `no_token`, one that lets clients in
     /// without the token (`--no-token`).
     pub async fn start_in(home: PathBuf, keep: Option<TempDir>, no_token: bool) -> TestDaemon {
+        Self::start_at(home, keep, no_token, "127.0.0.1:0").await
+    }
+
+    /// As [`TestDaemon::start_in`], listening on `addr` (a restart on the port a browser
+    /// page reconnects to).
+    pub async fn start_at(
+        home: PathBuf,
+        keep: Option<TempDir>,
+        no_token: bool,
+        addr: &str,
+    ) -> TestDaemon {
         let state = TempDir::new().expect("agent state");
         let config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
-        Self::start_with(home, keep, no_token, state, config).await
+        Self::start_with(home, keep, no_token, state, config, addr).await
     }
 
     /// A daemon on `home` with this `config.toml` (the scripted provider is not added).
@@ -52,7 +63,7 @@ impl TestDaemon {
         config: String,
     ) -> TestDaemon {
         let state = TempDir::new().expect("agent state");
-        Self::start_with(home, keep, false, state, config).await
+        Self::start_with(home, keep, false, state, config, "127.0.0.1:0").await
     }
 
     async fn start_with(
@@ -61,12 +72,11 @@ impl TestDaemon {
         no_token: bool,
         state: TempDir,
         config: String,
+        addr: &str,
     ) -> TestDaemon {
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(home.join("config.toml"), config).expect("config.toml");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut config = drover_daemon::DaemonConfig::new(&home, addr).expect("config");
         config.no_token = no_token;

@@ -307,4 +307,30 @@ impl Ops {
         self.controlled(caller, id)?;
         Ok(self.runtimes.set_model(id, model).await?)
     }
+
+    /// Sets (or, with `None` or blank, clears) the agent's title.
+    pub(crate) async fn set_title(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        title: Option<String>,
+    ) -> Result<(), OpError> {
+        self.controlled(caller, id)?;
+        self.registry.set_title(id, title).await?;
+        Ok(())
+    }
+
+    /// Marks the agent's attention as seen, unless it waits for a permission (that attention
+    /// ends when the request is answered).
+    pub(crate) async fn clear_attention(&self, caller: Caller, id: AgentId) -> Result<(), OpError> {
+        let agent = self.controlled(caller, id)?;
+        if agent
+            .attention
+            .as_ref()
+            .is_some_and(|a| a.reason != drover_core::AttentionReason::Permission)
+        {
+            self.registry.clear_attention(id).await?;
+        }
+        Ok(())
+    }
 }

@@ -13,9 +13,11 @@
 //! - [`permissions`]: answer permission requests.
 //! - [`workspaces`]: workspaces and the git worktrees drover makes.
 //! - [`providers`]: the providers agents can be created with.
+//! - [`changes`]: what a workspace changed against its base (git, bounded).
 
 pub(crate) mod agents;
 pub(crate) mod archive;
+pub(crate) mod changes;
 pub(crate) mod messages;
 pub(crate) mod permissions;
 pub(crate) mod providers;
@@ -86,6 +88,8 @@ pub(crate) enum OpError {
     NotPermitted(String),
     #[error("workspace `{0}` is not a worktree drover made")]
     NotAWorktree(WorkspaceId),
+    #[error(transparent)]
+    Changes(#[from] changes::ChangesError),
 }
 
 impl From<AcpError> for OpError {
@@ -112,6 +116,7 @@ impl OpError {
             OpError::Invalid { .. } => ErrorCode::InvalidMessage,
             OpError::NotPermitted(_) => ErrorCode::NotPermitted,
             OpError::NotAWorktree(_) => ErrorCode::NotAWorktree,
+            OpError::Changes(e) => e.code(),
         }
     }
 

@@ -148,6 +148,35 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             ops.set_model(CALLER, id, model_id).await?;
             ok(request_id, id)
         }
+        M::SetTitle {
+            request_id,
+            agent_id,
+            title,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.set_title(CALLER, id, title).await?;
+            ok(request_id, id)
+        }
+        M::ClearAttention {
+            request_id,
+            agent_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.clear_attention(CALLER, id).await?;
+            ok(request_id, id)
+        }
+        M::WorkspaceChanges {
+            request_id,
+            workspace_id,
+        } => {
+            let id = parse_workspace(&workspace_id)?;
+            let changes = ops.workspace_changes(id).await?;
+            send(DaemonMessage::WorkspaceChanges {
+                request_id,
+                workspace_id: id.to_string(),
+                changes: wire::workspace_changes(changes),
+            })
+        }
         M::ListProviders { request_id } => send(DaemonMessage::Providers {
             request_id,
             providers: ops

@@ -15,5 +15,6 @@ mod real_agents_mcp;
 mod runtime;
 mod scripted_agent;
 mod security;
+mod ui;
 mod wiring;
 mod workspaces;

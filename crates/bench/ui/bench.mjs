@@ -1,0 +1,77 @@
+// The browser half of drover-bench-ui: in headless Chromium, the time from navigation to the
+// sidebar rendered, then, with one streaming agent's tab open, the longest main-thread task
+// and the longest gap between frames during the streaming window, and the JS heap (after a
+// forced GC) sampled while the streaming goes on. Prints one JSON line.
+import { createRequire } from 'node:module';
+
+const require = createRequire(`${process.env.DROVER_UI_NODE_MODULES}/`);
+const { chromium } = require('playwright-core');
+const A = JSON.parse(process.env.DROVER_UI_ARGS);
+
+const browser = await chromium.launch({
+  executablePath: process.env.DROVER_CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(60000);
+  // Long tasks and frame gaps from the first script on.
+  await page.addInitScript(() => {
+    window.__long = [];
+    new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__long.push(e.duration); })
+      .observe({ type: 'longtask', buffered: true });
+  });
+  const t0 = Date.now();
+  await page.goto(`${A.url}#token=${encodeURIComponent(A.token || '')}`);
+  await page.waitForFunction((n) => document.querySelectorAll('#workspaces li.agent-row').length >= n, A.rows, { polling: 'raf' });
+  const sidebarMs = Date.now() - t0;
+  // Of that, the page's own part: from the session_state's arrival to the sidebar drawn.
+  const timing = await page.evaluate(() => window.droverTiming);
+  // What the daemon sends while the agents stream, by type, over 3 s (a socket of its own).
+  const traffic = await page.evaluate(async (token) => {
+    const counts = {};
+    const ws = new WebSocket(`ws://${location.host}/ws`);
+    await new Promise((r) => { ws.onopen = r; });
+    ws.send(JSON.stringify({ type: 'hello', client: 'bench-counter', protocolVersion: 1, token }));
+    ws.onmessage = (e) => { const t = JSON.parse(e.data).type; counts[t] = (counts[t] || 0) + 1; };
+    await new Promise((r) => setTimeout(r, 3000));
+    ws.close();
+    return counts;
+  }, A.token || null);
+  const rows = await page.evaluate(() => document.querySelectorAll('#workspaces li.agent-row').length);
+
+  await page.click(`#workspaces li.agent-row[data-agent-id="${A.open}"] button.open`);
+  await page.locator(`.agent-pane[data-agent-id="${A.open}"] .kind-agent_message`).first().waitFor();
+  await page.evaluate(() => {
+    window.__long = [];
+    window.__gap = 0;
+    let last = performance.now();
+    const tick = (t) => { window.__gap = Math.max(window.__gap, t - last); last = t; window.__raf = requestAnimationFrame(tick); };
+    window.__raf = requestAnimationFrame(tick);
+  });
+  await page.waitForTimeout(A.streamMs);
+  const stream = await page.evaluate(() => {
+    cancelAnimationFrame(window.__raf);
+    const text = document.querySelector('.agent-pane:not([hidden]) .kind-agent_message:last-of-type')?.textContent ?? '';
+    return { longest: Math.max(0, ...window.__long), longTasks: window.__long.length, gap: window.__gap, chars: text.length };
+  });
+
+  const cdp = await context.newCDPSession(page);
+  const heap = async () => {
+    await cdp.send('HeapProfiler.collectGarbage');
+    return (await cdp.send('Runtime.getHeapUsage')).usedSize;
+  };
+  const samples = [await heap()];
+  const every = Math.max(1000, Math.floor(A.memoryMs / 6));
+  for (let t = 0; t < A.memoryMs; t += every) {
+    await page.waitForTimeout(every);
+    samples.push(await heap());
+  }
+  const dom = await page.evaluate(() => document.getElementsByTagName('*').length);
+  process.stdout.write(`${JSON.stringify({ sidebarMs, renderMs: timing.renderedAt - timing.stateAt, traffic, rows, ...stream, samples, dom })}\n`);
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,792 @@
+// drover's web UI: the sidebar of workspaces and agents, per-browser tabs, the agent pane with
+// its timeline, subagents track and composer, and the dialogs. It speaks the client protocol
+// (docs/protocol.md) and nothing else.
+import { Conn, ProtocolError } from './conn.js';
+import { h, plural, modal, confirmDialog, ago } from './dom.js';
+import { TimelineView } from './timeline.js';
+
+// ---- state ------------------------------------------------------------------------------
+
+const store = {
+  get(key, fallback) {
+    try { const v = JSON.parse(localStorage.getItem(key)); return v ?? fallback; } catch { return fallback; }
+  },
+  set(key, value) {
+    try { localStorage.setItem(key, JSON.stringify(value)); } catch { /* private mode: layout is per page then */ }
+  },
+};
+
+const S = {
+  agents: new Map(),
+  workspaces: new Map(),
+  providers: null,
+  state: 'connecting',
+  retryAt: 0,
+  filter: '',
+  showArchived: false,
+  // This browser's layout: which agents have tabs, which is in front.
+  layout: store.get('drover.layout', { tabs: [], active: null }),
+  // What the user typed and has not sent, per agent: survives reconnects and reloads.
+  drafts: store.get('drover.drafts', {}),
+  // Messages this browser queued that have not started yet, per agent.
+  queued: store.get('drover.queued', {}),
+  delivery: {},
+  notify: store.get('drover.notify', false),
+  panes: new Map(),
+  collapsed: store.get('drover.collapsed', {}),
+  synced: false,
+};
+
+// ---- the token --------------------------------------------------------------------------
+
+// `#token=…` in the address: kept in localStorage and taken out of the address bar at once
+// (fragments never reach the server, its logs or a referrer; the address bar is what remains).
+(function takeToken() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (!m) return;
+  store.set('drover.token', decodeURIComponent(m[1]));
+  history.replaceState(null, '', location.pathname + location.search);
+}());
+
+const conn = new Conn({
+  token: store.get('drover.token', null),
+  onMessage,
+  onState(state, info) {
+    S.state = state;
+    if (state === 'offline') S.retryAt = Date.now() + info.retryInMs;
+    if (state !== 'online') S.synced = false;
+    renderConnection();
+    render();
+  },
+});
+
+// ---- messages from the daemon -----------------------------------------------------------
+
+function onMessage(msg) {
+  const p = msg.payload || {};
+  switch (msg.type) {
+    case 'session_state':
+      if (!timing.stateAt) timing.stateAt = performance.now();
+      S.agents = new Map(p.agents.map((a) => [a.id, a]));
+      S.workspaces = new Map(p.workspaces.map((w) => [w.id, w]));
+      S.synced = true;
+      // Every subscription is gone after a reconnect or a resync: panes load again.
+      for (const pane of S.panes.values()) pane.loaded = false;
+      pruneLayout();
+      if (S.showArchived) loadArchived();
+      if (!S.providers) conn.request({ type: 'list_providers' }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
+      render();
+      break;
+    case 'agent_status':
+    case 'agent_created': {
+      const a = p.agent;
+      const before = S.agents.get(a.id);
+      S.agents.set(a.id, a);
+      if (a.archivedAt) dropTabs(a.id);
+      if (a.requiresAttention && !(before && before.requiresAttention)) notifyAttention(a);
+      // An open changes view reads git again when a turn in its workspace ends.
+      if (openChanges && openChanges.workspaceId === a.workspaceId && before && busy(before) && !busy(a)) openChanges.load();
+      render({ sidebar: sidebarKey(before) !== sidebarKey(a) });
+      break;
+    }
+    case 'workspace_update':
+      if (p.workspace) S.workspaces.set(p.workspace.id, p.workspace);
+      else if (S.workspaces.has(p.workspaceId)) S.workspaces.get(p.workspaceId).activity = p.activity;
+      render();
+      break;
+    case 'agent_update': {
+      const pane = S.panes.get(p.agentId);
+      if (pane && pane.loaded) {
+        const item = pane.view.apply(p.notification);
+        if (item) settleQueued(p.agentId, [item]);
+      }
+      break;
+    }
+    case 'resync_required':
+      // Fell behind: every subscription was dropped; read everything again.
+      conn.hello();
+      break;
+    default:
+  }
+}
+
+function pruneLayout() {
+  const before = S.layout.tabs.length;
+  S.layout.tabs = S.layout.tabs.filter((id) => S.agents.has(id) && !S.agents.get(id).archivedAt);
+  if (!S.layout.tabs.includes(S.layout.active)) S.layout.active = S.layout.tabs[0] ?? null;
+  if (before !== S.layout.tabs.length) saveLayout();
+}
+
+function dropTabs(id) {
+  // An agent archived anywhere (here, another browser, the CLI, an agent, a cascade) leaves
+  // this layout; its draft and queue go with it.
+  if (S.layout.tabs.includes(id)) {
+    closeTabLayoutOnly(id);
+  }
+  delete S.queued[id];
+  store.set('drover.queued', S.queued);
+}
+
+function saveLayout() { store.set('drover.layout', S.layout); }
+
+// ---- notifications and attention ---------------------------------------------------------
+
+function attentionCount() {
+  let n = 0;
+  for (const a of S.agents.values()) if (a.requiresAttention && !a.archivedAt) n += 1;
+  return n;
+}
+
+function notifyAttention(a) {
+  if (!S.notify || typeof Notification === 'undefined' || Notification.permission !== 'granted') return;
+  if (!document.hidden && S.layout.active === a.id) return;
+  const n = new Notification(`${label(a)} ${REASON[a.attentionReason] || 'needs you'}`, { body: a.cwd, tag: a.id });
+  n.onclick = () => { window.focus(); openAgent(a.id); };
+}
+
+const REASON = {
+  permission: 'asks for a permission',
+  finished: 'finished',
+  error: 'failed',
+  interrupted: 'was interrupted',
+};
+
+// ---- helpers ------------------------------------------------------------------------------
+
+function label(a) { return a.title || `${a.type} ${a.id.slice(-6)}`; }
+function isRoot(a) { return !a.parentAgentId; }
+function children(id) {
+  const out = [];
+  for (const a of S.agents.values()) if (a.parentAgentId === id && !a.archivedAt) out.push(a);
+  return out.sort((x, y) => x.createdAt.localeCompare(y.createdAt));
+}
+function busy(a) { return a.status === 'running' || a.status === 'initializing'; }
+function basename(p) { return (p || '').replace(/\/+$/, '').split('/').pop() || p; }
+function live(a) {
+  if (typeof a.runtime === 'string') return a.runtime;
+  if (typeof a.live === 'boolean') return a.live ? 'live' : 'cold';
+  return a.availableModes ? 'live' : 'cold';
+}
+
+function dot(status, extra = '') {
+  return h('span', { class: `dot status-${status} ${extra}`, role: 'img', 'aria-label': status, title: status });
+}
+
+function toast(text, kind = 'info') {
+  const el = h('div', { class: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text);
+  document.getElementById('toasts').appendChild(el);
+  setTimeout(() => el.remove(), kind === 'error' ? 8000 : 4000);
+}
+
+function failed(what) {
+  return (e) => toast(`${what}: ${e.message}`, 'error');
+}
+
+// ---- rendering ----------------------------------------------------------------------------
+
+let frame = 0;
+// The sidebar is the costly part with thousands of agents: it is rebuilt only when something
+// it shows changed (`render({ sidebar: false })` leaves it alone).
+let sidebarDirty = true;
+function render({ sidebar = true } = {}) {
+  if (sidebar) sidebarDirty = true;
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    if (sidebarDirty) {
+      sidebarDirty = false;
+      renderSidebar();
+      if (!timing.renderedAt && S.synced) timing.renderedAt = performance.now();
+    }
+    renderTabs();
+    renderPane();
+    const n = attentionCount();
+    document.title = n ? `(${n}) drover` : 'drover';
+  });
+}
+
+// When the first state arrived and when the sidebar first showed it (read by the benchmark).
+const timing = { stateAt: 0, renderedAt: 0 };
+window.droverTiming = timing;
+
+/** What a sidebar row shows of an agent: a change elsewhere does not rebuild the sidebar. */
+function sidebarKey(a) {
+  return a ? `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${a.parentAgentId}|${a.workspaceId}` : '';
+}
+
+function renderConnection() {
+  const el = document.getElementById('connection');
+  el.replaceChildren();
+  el.className = `connection ${S.state}`;
+  if (S.state === 'online') {
+    el.hidden = true;
+  } else if (S.state === 'unauthorized') {
+    el.hidden = true;
+  } else {
+    el.hidden = false;
+    const secs = Math.max(0, Math.ceil((S.retryAt - Date.now()) / 1000));
+    el.append(S.state === 'offline' ? `Offline: the daemon does not answer. Retrying${secs ? ` in ${secs} s` : ''}…` : 'Connecting…',
+      S.state === 'offline' ? h('button', { type: 'button', onclick: () => conn.retry() }, 'Retry now') : '');
+  }
+  document.getElementById('login').hidden = S.state !== 'unauthorized';
+  document.getElementById('app').hidden = S.state === 'unauthorized';
+}
+setInterval(() => { if (S.state === 'offline') renderConnection(); }, 1000);
+
+// Sidebar rows are cached by agent id and rebuilt only when what they show changed: with
+// thousands of agents, a status change touches one row.
+const rowCache = new Map();
+
+function renderSidebar() {
+  const list = document.getElementById('workspaces');
+  const filter = S.filter.trim().toLowerCase();
+  const roots = new Map();
+  for (const a of S.agents.values()) {
+    if (!isRoot(a)) continue;
+    if (a.archivedAt && !S.showArchived) continue;
+    if (filter && !`${a.title ?? ''} ${a.type} ${a.id} ${a.cwd}`.toLowerCase().includes(filter)) continue;
+    const key = a.workspaceId;
+    if (!roots.has(key)) roots.set(key, []);
+    roots.get(key).push(a);
+  }
+  const childCount = new Map();
+  for (const a of S.agents.values()) {
+    if (a.parentAgentId && !a.archivedAt) childCount.set(a.parentAgentId, (childCount.get(a.parentAgentId) || 0) + 1);
+  }
+  // Group by project: a worktree counts under the checkout it was made from.
+  const projects = new Map();
+  for (const w of S.workspaces.values()) {
+    if (w.archivedAt && !S.showArchived) continue;
+    const agents = roots.get(w.id) || [];
+    if (filter && !agents.length && !w.name.toLowerCase().includes(filter)) continue;
+    const project = w.worktree?.source || w.path;
+    if (!projects.has(project)) projects.set(project, []);
+    projects.get(project).push(w);
+  }
+  const groups = [];
+  for (const [project, wss] of [...projects].sort((x, y) => basename(x[0]).localeCompare(basename(y[0])))) {
+    const items = [];
+    for (const w of wss.sort((x, y) => (x.kind === 'worktree') - (y.kind === 'worktree') || x.name.localeCompare(y.name))) {
+      const agents = (roots.get(w.id) || []).sort((x, y) => (y.lastActivityAt || y.createdAt).localeCompare(x.lastActivityAt || x.createdAt));
+      const collapsed = S.collapsed[w.id];
+      items.push(h('li', { class: 'workspace', dataset: { workspaceId: w.id } },
+        h('div', { class: 'ws-head' },
+          h('button', { type: 'button', class: 'ws-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[w.id] = !collapsed; store.set('drover.collapsed', S.collapsed); render(); } },
+            h('span', { class: `activity activity-${w.activity ?? 'none'}`, role: 'img', 'aria-label': `activity ${w.activity ?? 'none'}`, title: w.activity ?? 'no activity' }),
+            h('span', { class: 'ws-name' }, w.kind === 'worktree' ? `⎇ ${w.name}` : w.name),
+            h('span', { class: 'count' }, agents.length)),
+          w.kind !== 'directory' ? h('button', { type: 'button', class: 'icon', title: 'Changes', 'aria-label': `Changes in ${w.name}`, onclick: () => showChanges(w) }, '±') : null,
+          h('button', { type: 'button', class: 'icon', title: 'New agent here', 'aria-label': `New agent in ${w.name}`, onclick: () => newAgentDialog(w.id) }, '+')),
+        collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.map((a) => agentRow(a, childCount.get(a.id) || 0)))));
+    }
+    groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project)), h('ul', { role: 'list' }, items)));
+  }
+  if (!groups.length) {
+    groups.push(h('li', { class: 'empty' }, S.synced ? (filter ? 'Nothing matches the filter.' : 'No agents yet. Start one with “New agent”.') : ''));
+  }
+  list.replaceChildren(...groups);
+}
+
+function agentRow(a, kids) {
+  const active = S.layout.active === a.id;
+  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${kids}|${active}`;
+  const hit = rowCache.get(a.id);
+  if (hit && hit.key === key) return hit.el;
+  const el = h('li', { class: `agent-row${active ? ' active' : ''}${a.archivedAt ? ' archived' : ''}`, dataset: { agentId: a.id } },
+    h('button', { type: 'button', class: 'open', onclick: () => openAgent(a.id), 'aria-current': active ? 'page' : null },
+      dot(a.status),
+      h('span', { class: 'title' }, label(a)),
+      h('span', { class: 'provider' }, a.type),
+      kids ? h('span', { class: 'kids', title: plural(kids, 'subagent', 'subagents') }, `+${kids} sub`) : null,
+      a.requiresAttention ? h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason] }, a.attentionReason === 'permission' ? '!' : '●') : null),
+    a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'unarchive', agentId: a.id }).catch(failed('Unarchive')) }, 'Unarchive') : null);
+  rowCache.set(a.id, { key, el });
+  return el;
+}
+
+function loadArchived() {
+  conn.request({ type: 'list_agents', includeArchived: true }).then((m) => {
+    for (const a of m.payload.agents) S.agents.set(a.id, a);
+    conn.request({ type: 'list_workspaces', includeArchived: true }).then((w) => {
+      for (const ws of w.payload.workspaces) S.workspaces.set(ws.id, ws);
+      render();
+    }).catch(() => {});
+    render();
+  }).catch(failed('Listing archived agents'));
+}
+
+// ---- tabs ---------------------------------------------------------------------------------
+
+function openAgent(id) {
+  if (!S.layout.tabs.includes(id)) S.layout.tabs.push(id);
+  S.layout.active = id;
+  saveLayout();
+  document.body.classList.remove('drawer-open');
+  document.getElementById('drawer-toggle').setAttribute('aria-expanded', 'false');
+  render();
+}
+
+function closeTabLayoutOnly(id) {
+  const i = S.layout.tabs.indexOf(id);
+  if (i < 0) return;
+  S.layout.tabs.splice(i, 1);
+  if (S.layout.active === id) S.layout.active = S.layout.tabs[Math.min(i, S.layout.tabs.length - 1)] ?? null;
+  saveLayout();
+  const pane = S.panes.get(id);
+  if (pane) { pane.root.remove(); S.panes.delete(id); }
+  render();
+}
+
+/** A root agent's tab is its home: closing it archives it. A subagent's is only a view. */
+async function closeTab(id) {
+  const a = S.agents.get(id);
+  if (!a || a.archivedAt || !isRoot(a)) { closeTabLayoutOnly(id); return; }
+  await archiveAgent(a);
+}
+
+/**
+ * Archives `a`. An idle agent goes at once (or after `ask` confirms); when the daemon refuses
+ * because work still runs, the dialog lists that work from the refusal and offers to stop it.
+ */
+async function archiveAgent(a, { ask = null } = {}) {
+  if (ask && !(await confirmDialog(ask))) return false;
+  try {
+    await conn.request({ type: 'archive', agentId: a.id });
+    return true;
+  } catch (e) {
+    if (!(e instanceof ProtocolError) || e.code !== 'agent_active') { failed('Archive')(e); return false; }
+    const stop = await stopAndArchiveDialog(a, e.details);
+    if (!stop) return false;
+    try {
+      await conn.request({ type: 'archive', agentId: a.id, stopActivity: true });
+      return true;
+    } catch (e2) { failed('Stop and archive')(e2); return false; }
+  }
+}
+
+const FAMILY = {
+  turn: ['turn is running', 'turns are running'],
+  subagent: ['subagent is running', 'subagents are running'],
+  job: ['job is running', 'jobs are running'],
+  schedule: ['schedule is active', 'schedules are active'],
+};
+
+/** Plain-words lines for an activity report: `1 turn is running`, `2 subagents are running`. */
+export function activityLines(report) {
+  const lines = [];
+  for (const [family, items] of Object.entries(report?.families || {})) {
+    if (!items.length) continue;
+    const [one, many] = FAMILY[family] || [`${family} item is running`, `${family} items are running`];
+    lines.push({ family, text: `${items.length} ${items.length === 1 ? one : many}`, items });
+  }
+  return lines;
+}
+
+function stopAndArchiveDialog(a, report) {
+  const lines = activityLines(report);
+  return modal('Stop and archive', (close) => h('form', { onsubmit: (e) => { e.preventDefault(); close(true); } },
+    h('h2', null, `“${label(a)}” is still working`),
+    h('p', null, 'Archiving stops this work first:'),
+    h('ul', { class: 'activity-list' }, lines.map((l) => h('li', { dataset: { family: l.family } }, h('strong', null, l.text),
+      h('ul', null, l.items.map((it) => h('li', null, [it.title, it.detail].filter(Boolean).join(': '))))))),
+    h('div', { class: 'dialog-actions' },
+      h('button', { type: 'button', onclick: () => close(false) }, 'Cancel'),
+      h('button', { type: 'submit', class: 'danger', autofocus: true }, 'Stop and archive'))), { className: 'stop-archive' });
+}
+
+function renderTabs() {
+  const bar = document.getElementById('tabs');
+  const tabs = S.layout.tabs.map((id) => {
+    const a = S.agents.get(id);
+    if (!a) return null;
+    const active = S.layout.active === id;
+    return h('div', { class: `tab${active ? ' active' : ''}`, dataset: { agentId: id } },
+      h('button', {
+        type: 'button', role: 'tab', id: `tab-${id}`, 'aria-selected': String(active), 'aria-controls': 'pane',
+        tabindex: active ? '0' : '-1', class: 'tab-open', onclick: () => openAgent(id), onkeydown: tabKeys,
+      }, dot(a.status), h('span', { class: 'title' }, label(a)), a.parentAgentId ? h('span', { class: 'badge' }, 'sub') : null,
+      a.requiresAttention ? h('span', { class: 'attention' }, '●') : null),
+      h('button', { type: 'button', class: 'tab-close', 'aria-label': `Close ${label(a)}`, title: isRoot(a) ? 'Close and archive' : 'Close tab', onclick: () => closeTab(id) }, '×'));
+  });
+  bar.replaceChildren(...tabs.filter(Boolean));
+}
+
+function tabKeys(e) {
+  const i = S.layout.tabs.indexOf(S.layout.active);
+  let next = null;
+  if (e.key === 'ArrowRight') next = S.layout.tabs[(i + 1) % S.layout.tabs.length];
+  else if (e.key === 'ArrowLeft') next = S.layout.tabs[(i - 1 + S.layout.tabs.length) % S.layout.tabs.length];
+  else if (e.key === 'Delete') { closeTab(S.layout.active); return; }
+  if (!next) return;
+  e.preventDefault();
+  openAgent(next);
+  requestAnimationFrame(() => document.getElementById(`tab-${next}`)?.focus());
+}
+
+// ---- the agent pane -----------------------------------------------------------------------
+
+function renderPane() {
+  const host = document.getElementById('pane');
+  const id = S.layout.active;
+  const a = id && S.agents.get(id);
+  for (const [pid, pane] of S.panes) pane.root.hidden = pid !== id;
+  document.getElementById('empty').hidden = Boolean(a);
+  if (!a) return;
+  let pane = S.panes.get(id);
+  if (!pane) {
+    pane = makePane(a);
+    S.panes.set(id, pane);
+    host.appendChild(pane.root);
+  }
+  host.setAttribute('aria-labelledby', `tab-${id}`);
+  if (!pane.loaded && S.state === 'online' && !pane.loading) loadPane(pane);
+  // Looking at the agent is seeing what it asked attention for (a permission stays until it
+  // is answered).
+  if (a.requiresAttention && a.attentionReason !== 'permission' && !document.hidden && S.state === 'online'
+    && pane.seen !== a.attentionTimestamp) {
+    pane.seen = a.attentionTimestamp;
+    conn.request({ type: 'clear_attention', agentId: a.id }).catch(() => { pane.seen = null; });
+  }
+  renderHeader(pane, a);
+  renderTrack(pane, a);
+  renderQueued(pane);
+  pane.send.disabled = S.state !== 'online';
+}
+
+function makePane(a) {
+  const id = a.id;
+  const pane = { id, loaded: false, loading: false };
+  pane.view = new TimelineView(id, {
+    answer: (seq, optionId) => conn.request({ type: 'answer_permission', agentId: id, seq, optionId }).catch((e) => { failed('Answer')(e); throw e; }),
+    older: () => loadOlder(pane),
+  });
+  pane.header = h('header', { class: 'pane-head' });
+  pane.track = h('section', { class: 'track', 'aria-label': 'Subagents' });
+  pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
+  pane.input = h('textarea', {
+    class: 'composer-input', rows: '2', 'aria-label': 'Message', placeholder: 'Message (Enter sends; Shift+Enter for a new line)',
+    oninput: (e) => { S.drafts[id] = e.target.value; store.set('drover.drafts', S.drafts); },
+    onkeydown: (e) => {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        // Ctrl/Cmd+Enter steers, Alt+Enter injects, plain Enter uses the chosen delivery.
+        const delivery = e.ctrlKey || e.metaKey ? 'steer' : e.altKey ? 'inject' : S.delivery[id] || 'followup';
+        sendMessage(pane, delivery);
+      }
+    },
+  });
+  pane.input.value = S.drafts[id] || '';
+  const deliveries = h('div', { class: 'delivery', role: 'radiogroup', 'aria-label': 'Delivery' },
+    [['followup', 'Follow up', 'Queued for the next turn; never interrupts'], ['steer', 'Steer', 'Stops the current turn and runs first (Ctrl+Enter)'], ['inject', 'Inject', 'Context for the next prompt; does not wake the agent (Alt+Enter)']]
+      .map(([value, text, title]) => h('label', { title }, h('input', {
+        type: 'radio', name: `delivery-${id}`, value, checked: (S.delivery[id] || 'followup') === value,
+        onchange: () => { S.delivery[id] = value; },
+      }), text)));
+  pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
+  pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
+  pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.view.el,
+    h('div', { class: 'bottom' }, pane.track, pane.queuedEl,
+      h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
+  return pane;
+}
+
+async function loadPane(pane) {
+  pane.loading = true;
+  try {
+    const m = await conn.request({ type: 'initialize_agent_request', agentId: pane.id, limit: 200 });
+    const p = m.payload;
+    S.agents.set(pane.id, p.info);
+    const items = p.updates.map((u) => u.notification.item);
+    pane.view.reset(items, p.hasOlder);
+    settleQueued(pane.id, items);
+    pane.loaded = true;
+    render();
+  } catch (e) {
+    if (e.code !== 'offline') failed('Opening the agent')(e);
+  } finally {
+    pane.loading = false;
+  }
+}
+
+async function loadOlder(pane) {
+  const first = pane.view.firstSeq();
+  if (first === null || pane.view.loadingOlder) return;
+  pane.view.loadingOlder = true;
+  try {
+    const m = await conn.request({ type: 'fetch_timeline', agentId: pane.id, before: first, limit: 100 });
+    pane.view.prepend(m.payload.items.slice().reverse(), m.payload.hasOlder);
+  } catch (e) { failed('Loading older messages')(e); } finally { pane.view.loadingOlder = false; }
+}
+
+function renderHeader(pane, a) {
+  const w = S.workspaces.get(a.workspaceId);
+  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error]);
+  if (pane.headerKey === key) return;
+  pane.headerKey = key;
+  const title = h('h1', { class: 'agent-title' },
+    h('button', { type: 'button', class: 'title-edit', title: 'Rename', 'aria-label': `Rename ${label(a)}`, onclick: () => editTitle(pane, a) }, label(a)));
+  const modes = a.availableModes || [];
+  const mode = h('select', {
+    'aria-label': 'Mode', disabled: !modes.length,
+    onchange: (e) => conn.request({ type: 'set_mode', agentId: a.id, modeId: e.target.value }).catch(failed('Mode')),
+  }, (modes.length ? modes : [{ id: a.currentModeId || '', name: a.currentModeId || 'mode' }]).map((m) => h('option', { value: m.id, selected: m.id === a.currentModeId }, m.name || m.id)));
+  const model = h('input', {
+    class: 'model', 'aria-label': 'Model', value: a.model || '', placeholder: 'model', size: '14',
+    onchange: (e) => { if (e.target.value.trim()) conn.request({ type: 'set_model', agentId: a.id, modelId: e.target.value.trim() }).catch(failed('Model')); },
+  });
+  const parent = a.parentAgentId && S.agents.get(a.parentAgentId);
+  pane.header.replaceChildren(
+    h('div', { class: 'head-row' }, dot(a.status), title,
+      h('span', { class: 'badge' }, a.type), h('span', { class: `status-text status-${a.status}` }, a.status),
+      h('span', { class: `badge runtime-${live(a)}`, title: live(a) === 'live' ? 'the agent process runs' : 'no process: it starts when it gets work' }, live(a)),
+      h('span', { class: 'spacer' }),
+      mode, model,
+      h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).catch(failed('Stop')) }, 'Stop'),
+      a.archivedAt ? null : h('button', { type: 'button', class: 'danger', onclick: () => archiveAgent(a, { ask: { title: `Archive “${label(a)}”?`, body: isRoot(a) ? 'It leaves every list and its subagents are archived with it.' : 'It leaves its parent’s track on every client.', confirm: 'Archive' } }) }, 'Archive')),
+    h('div', { class: 'head-row meta' },
+      h('span', { class: 'cwd', title: a.cwd }, a.cwd),
+      w?.worktree ? h('span', { class: 'branch' }, `⎇ ${w.worktree.branch}`) : null,
+      parent ? h('button', { type: 'button', class: 'link', onclick: () => openAgent(parent.id) }, `subagent of ${label(parent)}`) : null,
+      a.error ? h('span', { class: 'error-text' }, a.error) : null));
+}
+
+function editTitle(pane, a) {
+  const input = h('input', { class: 'title-input', value: a.title || '', 'aria-label': 'Title' });
+  const done = (save) => {
+    if (save && input.value.trim() !== (a.title || '')) conn.request({ type: 'set_title', agentId: a.id, title: input.value.trim() || null }).catch(failed('Rename'));
+    pane.headerKey = null;
+    render();
+  };
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') { e.preventDefault(); done(true); }
+    if (e.key === 'Escape') { e.preventDefault(); done(false); }
+  });
+  input.addEventListener('blur', () => done(true));
+  pane.header.querySelector('.agent-title').replaceChildren(input);
+  input.focus();
+  input.select();
+}
+
+// ---- the subagents track ------------------------------------------------------------------
+
+function renderTrack(pane, a) {
+  const kids = children(a.id);
+  const key = JSON.stringify(kids.map((k) => [k.id, k.status, k.title, k.type, k.requiresAttention])) + S.collapsed[`track-${a.id}`];
+  if (pane.trackKey === key) return;
+  pane.trackKey = key;
+  if (!kids.length) { pane.track.hidden = true; pane.track.replaceChildren(); return; }
+  pane.track.hidden = false;
+  const running = kids.filter(busy).length;
+  const attention = kids.filter((k) => k.requiresAttention).length;
+  const summary = [plural(kids.length, 'subagent', 'subagents'), running ? `${running} running` : null, attention ? `${attention} ${attention === 1 ? 'needs' : 'need'} attention` : null].filter(Boolean).join(' · ');
+  const collapsed = S.collapsed[`track-${a.id}`];
+  pane.track.replaceChildren(
+    h('div', { class: 'track-head' },
+      h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`track-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render(); } }, summary),
+      h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished')),
+    collapsed ? null : h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
+      h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type),
+        h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason] || '●') : null),
+      h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'detach', agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
+      h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
+        onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' } }) }, '×')))));
+}
+
+async function archiveFinished(a) {
+  try {
+    const m = await conn.request({ type: 'archive_idle_children', agentId: a.id });
+    const { archived, skipped } = m.payload;
+    const parts = [`Archived ${plural(archived.length, 'subagent', 'subagents')}.`];
+    if (skipped.length) {
+      parts.push(`Skipped ${skipped.map((s) => `${label(S.agents.get(s.agentId) || { id: s.agentId, type: 'agent' })} (${activityLines(s.activity).map((l) => l.text).join(', ') || s.status})`).join('; ')}.`);
+    }
+    toast(parts.join(' '));
+  } catch (e) { failed('Archive finished')(e); }
+}
+
+// ---- composer -----------------------------------------------------------------------------
+
+async function sendMessage(pane, delivery) {
+  const text = pane.input.value;
+  if (!text.trim()) return;
+  pane.composerError.textContent = '';
+  try {
+    const m = await conn.request({ type: 'send_message', agentId: pane.id, text, delivery });
+    // Only now is the text safe with the daemon; until then it stays in the box.
+    if (pane.input.value === text) pane.input.value = '';
+    delete S.drafts[pane.id];
+    store.set('drover.drafts', S.drafts);
+    (S.queued[pane.id] ||= []).push({ messageId: m.payload.messageId, text, delivery, at: Date.now() });
+    store.set('drover.queued', S.queued);
+    renderQueued(pane);
+  } catch (e) {
+    pane.composerError.textContent = e.code === 'offline' ? 'Not sent: the daemon is offline. Your text is kept; send again once connected.' : `Not sent: ${e.message}`;
+  }
+}
+
+/** Messages leave the queue once their turn starts (their `user_message` is recorded). */
+function settleQueued(id, items) {
+  const q = S.queued[id];
+  if (!q || !q.length) return;
+  const started = new Set();
+  // Injected context rides in the next prompt's `context`: a prompt that carries some took
+  // every inject queued before it.
+  let injected = false;
+  for (const it of items) {
+    if ((it.kind === 'user_message' || it.kind === 'turn_started') && it.data?.messageId) started.add(it.data.messageId);
+    if (it.kind === 'user_message' && it.data?.context?.length) injected = true;
+  }
+  const rest = q.filter((m) => !started.has(m.messageId) && !(injected && m.delivery === 'inject'));
+  if (rest.length === q.length) return;
+  S.queued[id] = rest;
+  store.set('drover.queued', S.queued);
+  const pane = S.panes.get(id);
+  if (pane) renderQueued(pane);
+}
+
+function renderQueued(pane) {
+  const q = S.queued[pane.id] || [];
+  pane.queuedEl.hidden = !q.length;
+  pane.queuedEl.replaceChildren(...q.map((m) => h('li', { class: 'queued-item' }, h('span', { class: 'badge' }, m.delivery === 'inject' ? 'context' : 'queued'), ' ', m.text)));
+}
+
+// ---- changes ------------------------------------------------------------------------------
+
+let openChanges = null;
+
+function showChanges(w) {
+  modal(`Changes in ${w.name}`, (close) => {
+    const body = h('div', { class: 'changes-body' }, 'Reading git…');
+    const load = async () => {
+      try {
+        const m = await conn.request({ type: 'workspace_changes', workspaceId: w.id });
+        const c = m.payload.changes;
+        body.replaceChildren(
+          h('p', { class: 'muted' }, `${plural(c.files.length, 'file', 'files')} changed against ${c.base}${c.truncated ? ' (diff cut: too large)' : ''}`),
+          h('ul', { class: 'files' }, c.files.map((f) => h('li', null,
+            h('details', null, h('summary', null, h('span', { class: `badge st-${f.status}` }, f.status), ' ', f.path, ' ',
+              f.added == null ? null : h('span', { class: 'add' }, `+${f.added}`), ' ', f.removed == null ? null : h('span', { class: 'del' }, `−${f.removed}`)),
+            h('pre', { class: 'code diff-body' }, (f.diff || '').split('\n').map((l) => h('span', { class: l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx' }, `${l}\n`))))))));
+      } catch (e) { body.replaceChildren(h('p', { class: 'error-text' }, e.message)); }
+    };
+    load();
+    openChanges = { workspaceId: w.id, load };
+    return h('div', null, h('h2', null, `Changes in ${w.name}`), body,
+      h('div', { class: 'dialog-actions' }, h('button', { type: 'button', onclick: load }, 'Refresh'), h('button', { type: 'button', autofocus: true, onclick: () => close() }, 'Close')));
+  }, { className: 'wide' }).then(() => { openChanges = null; });
+}
+
+// ---- new agent ----------------------------------------------------------------------------
+
+async function newAgentDialog(workspaceId = null) {
+  if (!S.providers) {
+    try { S.providers = (await conn.request({ type: 'list_providers' })).payload.providers; } catch (e) { failed('Providers')(e); return; }
+  }
+  const providers = S.providers;
+  const firstAvailable = providers.find((p) => p.available);
+  const wss = [...S.workspaces.values()].filter((w) => !w.archivedAt);
+  await modal('New agent', (close) => {
+    const error = h('div', { class: 'error-text', role: 'alert' });
+    const hint = h('div', { class: 'muted hint' });
+    const provider = h('select', { name: 'provider', required: true, onchange: () => showHint() },
+      providers.map((p) => h('option', { value: p.name, disabled: !p.available, selected: p === firstAvailable }, p.available ? p.label : `${p.label} (not installed)`)));
+    const showHint = () => {
+      const unavailable = providers.filter((p) => !p.available);
+      hint.replaceChildren(unavailable.length ? h('details', null,
+        h('summary', null, `${plural(unavailable.length, 'provider is', 'providers are')} not installed: how to add them`),
+        unavailable.map((p) => h('div', null, `${p.label}: ${p.detail}`))) : '');
+    };
+    showHint();
+    const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === workspaceId }, `${w.name} — ${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));
+    const dir = h('input', { name: 'cwd', placeholder: '/absolute/path', 'aria-label': 'Directory' });
+    const worktree = h('input', { type: 'checkbox', name: 'worktree' });
+    const wtName = h('input', { name: 'wtName', placeholder: 'name (optional)', 'aria-label': 'Worktree name' });
+    const wtBase = h('input', { name: 'wtBase', placeholder: 'base (default HEAD)', 'aria-label': 'Worktree base' });
+    const title = h('input', { name: 'title', 'aria-label': 'Title' });
+    const mode = h('input', { name: 'mode', placeholder: 'default', 'aria-label': 'Mode' });
+    const model = h('input', { name: 'model', placeholder: 'provider default', 'aria-label': 'Model' });
+    const prompt = h('textarea', { name: 'prompt', rows: '4', 'aria-label': 'First prompt' });
+    const autoArchive = h('input', { type: 'checkbox', name: 'autoArchive' });
+    const policy = h('select', { name: 'permissionPolicy', 'aria-label': 'Permissions' }, h('option', { value: 'ask' }, 'ask me'), h('option', { value: 'allow' }, 'allow everything'));
+    const submit = async (e) => {
+      e.preventDefault();
+      error.textContent = '';
+      const msg = { type: 'create_agent', provider: provider.value };
+      const ws = where.value && S.workspaces.get(where.value);
+      if (worktree.checked) {
+        msg.cwd = ws ? (ws.worktree?.source || ws.path) : dir.value.trim();
+        msg.worktree = { name: wtName.value.trim() || null, base: wtBase.value.trim() || null };
+      } else if (ws) msg.workspaceId = ws.id;
+      else msg.cwd = dir.value.trim();
+      for (const [k, el] of [['title', title], ['mode', mode], ['model', model], ['prompt', prompt]]) if (el.value.trim()) msg[k] = el.value.trim();
+      msg.autoArchive = autoArchive.checked;
+      msg.permissionPolicy = policy.value;
+      try {
+        const m = await conn.request(msg);
+        close();
+        S.agents.set(m.payload.agent.id, m.payload.agent);
+        openAgent(m.payload.agent.id);
+      } catch (err) { error.textContent = err.message; }
+    };
+    const field = (text, el) => h('label', { class: 'field' }, h('span', null, text), el);
+    return h('form', { class: 'new-agent', onsubmit: submit },
+      h('h2', null, 'New agent'),
+      field('Provider', provider), hint,
+      field('Workspace', where), field('Directory (for “another directory”)', dir),
+      h('fieldset', null, h('legend', null, h('label', null, worktree, ' in a new git worktree')), wtName, wtBase),
+      field('Title', title), h('div', { class: 'row' }, field('Mode', mode), field('Model', model)),
+      field('First prompt', prompt),
+      h('div', { class: 'row' }, h('label', null, autoArchive, ' archive when the first turn ends'), field('Permissions', policy)),
+      error,
+      h('div', { class: 'dialog-actions' }, h('button', { type: 'button', onclick: () => close() }, 'Cancel'), h('button', { type: 'submit', class: 'primary' }, 'Create')));
+  }, { className: 'wide' });
+}
+
+// ---- page wiring --------------------------------------------------------------------------
+
+function wire() {
+  document.getElementById('filter').addEventListener('input', (e) => { S.filter = e.target.value; render(); });
+  const archived = document.getElementById('show-archived');
+  archived.addEventListener('change', () => {
+    S.showArchived = archived.checked;
+    if (S.showArchived) loadArchived();
+    render();
+  });
+  document.getElementById('new-agent').addEventListener('click', () => newAgentDialog(null));
+  const drawer = document.getElementById('drawer-toggle');
+  drawer.addEventListener('click', () => {
+    const open = document.body.classList.toggle('drawer-open');
+    drawer.setAttribute('aria-expanded', String(open));
+  });
+  const notify = document.getElementById('notify');
+  const showNotify = () => { notify.setAttribute('aria-pressed', String(S.notify)); notify.textContent = S.notify ? 'Notifications on' : 'Notify me'; };
+  showNotify();
+  notify.addEventListener('click', async () => {
+    if (!S.notify && typeof Notification !== 'undefined' && Notification.permission !== 'granted') {
+      if ((await Notification.requestPermission()) !== 'granted') { toast('The browser refused notifications.', 'error'); return; }
+    }
+    S.notify = !S.notify;
+    store.set('drover.notify', S.notify);
+    showNotify();
+  });
+  document.getElementById('token-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const raw = document.getElementById('token-input').value.trim();
+    const m = /token=([^&\s]+)/.exec(raw);
+    const token = m ? decodeURIComponent(m[1]) : raw;
+    if (!token) return;
+    store.set('drover.token', token);
+    conn.token = token;
+    conn.retry();
+  });
+  document.addEventListener('visibilitychange', render);
+  document.addEventListener('keydown', (e) => {
+    if (e.target.closest('input, textarea, select, dialog')) return;
+    if (e.key === '/') { e.preventDefault(); document.getElementById('filter').focus(); }
+    if (e.key === 'n' && !e.ctrlKey && !e.metaKey) { e.preventDefault(); newAgentDialog(null); }
+  });
+}
+
+wire();
+renderConnection();
+conn.connect();

@@ -1,0 +1,132 @@
+// The connection to the daemon: one WebSocket to /ws on this origin, `hello` with the token,
+// requests paired with answers by `requestId`, and reconnection with backoff.
+
+const PROTOCOL_VERSION = 1;
+/** Backoff between reconnection attempts: doubles from the first, capped at the last. */
+const BACKOFF_MS = [250, 5000];
+/** A request without an answer in this long fails (the socket may be half-dead). */
+const REQUEST_TIMEOUT_MS = 60000;
+
+export class ProtocolError extends Error {
+  constructor(payload) {
+    super(payload.message || payload.code);
+    this.code = payload.code;
+    this.details = payload.details ?? null;
+  }
+}
+
+export class Conn {
+  /**
+   * `onMessage(msg)` gets every daemon message; `onState(state, info)` gets `connecting`,
+   * `online`, `offline` (with `retryInMs`) and `unauthorized`.
+   */
+  constructor({ token, onMessage, onState }) {
+    this.token = token;
+    this.onMessage = onMessage;
+    this.onState = onState;
+    this.pending = new Map();
+    this.next = 0;
+    this.attempt = 0;
+    this.ws = null;
+    this.state = 'connecting';
+    this.includeArchived = false;
+  }
+
+  connect() {
+    clearTimeout(this.timer);
+    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws`;
+    const ws = new WebSocket(url);
+    this.ws = ws;
+    this.setState('connecting');
+    ws.onopen = () => this.hello();
+    ws.onmessage = (e) => {
+      let msg;
+      try { msg = JSON.parse(e.data); } catch { return; }
+      this.receive(msg);
+    };
+    ws.onclose = (e) => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      this.failPending('offline');
+      if (e.code === 1008 || this.state === 'unauthorized') {
+        this.setState('unauthorized');
+        return;
+      }
+      const [first, cap] = BACKOFF_MS;
+      const delay = Math.min(cap, first * 2 ** this.attempt) * (0.75 + Math.random() * 0.5);
+      this.attempt += 1;
+      this.setState('offline', { retryInMs: delay });
+      this.timer = setTimeout(() => this.connect(), delay);
+    };
+  }
+
+  /** Says `hello` (again: after `resync_required` it re-reads the whole state). */
+  hello() {
+    this.send({
+      type: 'hello', client: 'drover-web', version: '0.1.0', protocolVersion: PROTOCOL_VERSION,
+      capabilities: [], token: this.token || null, includeArchived: this.includeArchived,
+    });
+  }
+
+  /** Reconnects now (after a new token, or when the user asks). */
+  retry() {
+    this.attempt = 0;
+    if (this.ws) { const ws = this.ws; this.ws = null; ws.close(); }
+    this.connect();
+  }
+
+  setState(state, info = {}) {
+    this.state = state;
+    this.onState(state, info);
+  }
+
+  receive(msg) {
+    const payload = msg.payload || {};
+    if (msg.type === 'welcome') {
+      this.attempt = 0;
+      this.setState('online', payload);
+    }
+    if (msg.type === 'request_error' && payload.code === 'unauthorized') {
+      this.setState('unauthorized');
+    }
+    const id = payload.requestId;
+    if (id != null && this.pending.has(id)) {
+      const p = this.pending.get(id);
+      this.pending.delete(id);
+      clearTimeout(p.timer);
+      if (msg.type === 'request_error') p.reject(new ProtocolError(payload));
+      else p.resolve(msg);
+    }
+    this.onMessage(msg);
+  }
+
+  send(msg) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(JSON.stringify(msg));
+    return true;
+  }
+
+  /** Sends a request; resolves with its answer, rejects with a ProtocolError. */
+  request(msg) {
+    const requestId = `w${++this.next}`;
+    return new Promise((resolve, reject) => {
+      if (this.state !== 'online' || !this.send({ ...msg, requestId })) {
+        reject(new ProtocolError({ code: 'offline', message: 'not connected to the daemon' }));
+        return;
+      }
+      const timer = setTimeout(() => {
+        this.pending.delete(requestId);
+        reject(new ProtocolError({ code: 'timeout', message: `no answer to ${msg.type} in time` }));
+      }, REQUEST_TIMEOUT_MS);
+      this.pending.set(requestId, { resolve, reject, timer });
+    });
+  }
+
+  failPending(code) {
+    for (const p of this.pending.values()) {
+      clearTimeout(p.timer);
+      p.reject(new ProtocolError({ code, message: 'the connection to the daemon closed' }));
+    }
+    this.pending.clear();
+  }
+}

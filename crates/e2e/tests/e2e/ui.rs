@@ -1,0 +1,794 @@
+//! The web UI, in a real headless Chromium (Debian's `chromium`, driven by `playwright-core`
+//! from `scripts/install-ui-tests`) against the real daemon with the scripted agent: one test
+//! per rule of the tabs, the subagents track, the archive dialogs, permissions, the composer,
+//! reconnection and the phone layout. Each test sets the daemon up over the protocol, runs one
+//! scenario of `crates/e2e/ui/driver.mjs`, and checks the daemon's side as a client would.
+//! Screenshots of the main screens go to `target/ui-screenshots/`.
+//!
+//! The serving tests (headers, 404, entity tags) and the new requests (`set_title`,
+//! `workspace_changes`) need no browser.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use drover_testkit::daemon::{Client, TestDaemon, WAIT};
+use drover_testkit::wait::eventually;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+/// One browser at a time: Chromium is heavy, and parallel ones on a loaded 2-core machine
+/// turn every wait into a race.
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// How long one scenario may run in all.
+const SCENARIO: Duration = Duration::from_secs(120);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn node_modules() -> PathBuf {
+    let dir = std::env::var_os("DROVER_UI_TESTS_DIR")
+        .map_or_else(|| repo().join(".ui-tests"), PathBuf::from)
+        .join("node_modules");
+    assert!(
+        dir.join("playwright-core/package.json").exists(),
+        "playwright-core is not installed under {}: run scripts/install-ui-tests (scripts/test does)",
+        dir.display()
+    );
+    dir
+}
+
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("DROVER_CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    assert!(
+        path.exists(),
+        "no Chromium at {}: install Debian's with `apt-get install -y chromium` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// `target/ui-screenshots`.
+fn shots() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("../ui-screenshots")
+}
+
+/// A running scenario: its `@wait` steps are answered with [`Scenario::go`].
+struct Scenario {
+    name: String,
+    child: Child,
+    out: Lines<BufReader<ChildStdout>>,
+    stdin: ChildStdin,
+    _browser: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Scenario {
+    async fn start(name: &str, daemon: &TestDaemon, mut args: Value) -> Scenario {
+        let guard = BROWSER.lock().await;
+        args["url"] = json!(format!("{}/", daemon.url));
+        args["token"] = json!(daemon.token());
+        args["shots"] = json!(shots());
+        let mut child = tokio::process::Command::new("node")
+            .arg(repo().join("crates/e2e/ui/driver.mjs"))
+            .arg(name)
+            .env("DROVER_UI_ARGS", args.to_string())
+            .env("DROVER_UI_NODE_MODULES", node_modules())
+            .env("DROVER_CHROMIUM", chromium())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs (Node.js is installed by scripts/test)");
+        let out = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let stdin = child.stdin.take().expect("stdin");
+        Scenario {
+            name: name.to_string(),
+            child,
+            out,
+            stdin,
+            _browser: guard,
+        }
+    }
+
+    /// The driver's next line: `Some(step)` for `@wait step`, `None` for `@done`.
+    async fn next(&mut self) -> Option<String> {
+        loop {
+            let line = tokio::time::timeout(SCENARIO, self.out.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("scenario {} is stuck", self.name))
+                .expect("read the driver");
+            let Some(line) = line else {
+                self.failed().await;
+            };
+            if let Some(step) = line.strip_prefix("@wait ") {
+                return Some(step.to_string());
+            }
+            if line == "@done" {
+                return None;
+            }
+            eprintln!("[{}] {line}", self.name);
+        }
+    }
+
+    async fn failed(&mut self) -> ! {
+        let mut err = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            let _ = tokio::time::timeout(WAIT, stderr.read_to_string(&mut err)).await;
+        }
+        let status = tokio::time::timeout(WAIT, self.child.wait()).await;
+        panic!("browser scenario {} failed ({status:?}):\n{err}", self.name);
+    }
+
+    /// Waits for `@wait want`.
+    async fn step(&mut self, want: &str) {
+        match self.next().await {
+            Some(step) if step == want => {}
+            other => panic!(
+                "scenario {}: expected step {want}, got {other:?}",
+                self.name
+            ),
+        }
+    }
+
+    /// Lets the driver go on after a step.
+    async fn go(&mut self) {
+        self.stdin
+            .write_all(b"go\n")
+            .await
+            .expect("answer the driver");
+        self.stdin.flush().await.expect("answer the driver");
+    }
+
+    /// Waits for the scenario to pass.
+    async fn done(mut self) {
+        if let Some(step) = self.next().await {
+            panic!("scenario {}: unexpected step {step}", self.name);
+        }
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the driver exits")
+            .expect("wait for the driver");
+        if !status.success() {
+            self.failed().await;
+        }
+    }
+
+    async fn run(name: &str, daemon: &TestDaemon, args: Value) {
+        Scenario::start(name, daemon, args).await.done().await;
+    }
+}
+
+// ---- protocol helpers ---------------------------------------------------------------------
+
+async fn create(client: &mut Client, fields: Value) -> String {
+    let mut message = json!({"type": "create_agent", "provider": "scripted"});
+    for (k, v) in fields.as_object().expect("fields") {
+        message[k] = v.clone();
+    }
+    let answer = client.request(message).await;
+    assert_eq!(answer["type"], "agent_created", "{answer}");
+    answer["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+async fn agent(client: &mut Client, id: &str) -> Value {
+    client
+        .agents(true)
+        .await
+        .into_iter()
+        .find(|a| a["id"] == id)
+        .unwrap_or_else(|| panic!("no agent {id}"))
+}
+
+async fn wait_status(client: &mut Client, id: &str, status: &str) {
+    eventually(format!("agent {id} to be {status}"), WAIT, async || {
+        agent(client, id).await["status"] == status
+    })
+    .await;
+}
+
+async fn wait_idle(client: &mut Client, id: &str) {
+    let answer = client
+        .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 15_000}))
+        .await;
+    assert_eq!(
+        answer["payload"]["idle"], true,
+        "agent {id} did not settle: {answer}"
+    );
+}
+
+async fn archived(client: &mut Client, id: &str) -> bool {
+    !agent(client, id).await["archivedAt"].is_null()
+}
+
+/// A root agent that waits (idle), created in the daemon's cwd.
+async fn idle_agent(client: &mut Client, daemon: &TestDaemon, title: &str) -> String {
+    let id = create(client, json!({"cwd": daemon.cwd(), "title": title})).await;
+    wait_idle(client, &id).await;
+    id
+}
+
+/// A turn that runs until it is cancelled.
+const LONG_TURN: &str = "sleep 600000";
+
+// ---- serving ------------------------------------------------------------------------------
+
+/// `GET path` with extra header lines; the status code, the headers (lower-cased names) and
+/// the body.
+async fn http_get(
+    daemon: &TestDaemon,
+    path: &str,
+    extra: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let addr = daemon.url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test]
+async fn the_page_and_its_files_are_served_with_strict_headers() {
+    let daemon = TestDaemon::start().await;
+    let (status, headers, body) = http_get(&daemon, "/", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#"<script type="module" src="/ui/app.js">"#),
+        "{body}"
+    );
+    assert!(
+        !body.contains("<script>"),
+        "the page has an inline script: {body}"
+    );
+    let csp = header(&headers, "content-security-policy").expect("a CSP");
+    for part in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(part), "the CSP lacks {part}: {csp}");
+    }
+    assert_eq!(header(&headers, "referrer-policy"), Some("no-referrer"));
+    assert_eq!(header(&headers, "x-content-type-options"), Some("nosniff"));
+    assert_eq!(header(&headers, "cache-control"), Some("no-cache"));
+    for (file, mime) in [
+        ("app.js", "text/javascript"),
+        ("conn.js", "text/javascript"),
+        ("style.css", "text/css"),
+    ] {
+        let (status, headers, _) = http_get(&daemon, &format!("/ui/{file}"), "").await;
+        assert_eq!(status, 200, "{file}");
+        assert!(
+            header(&headers, "content-type").is_some_and(|t| t.starts_with(mime)),
+            "{file}: {headers:?}"
+        );
+        // Revalidation: the same entity tag answers 304 without a body.
+        let tag = header(&headers, "etag").expect("an etag").to_string();
+        let (status, _, body) = http_get(
+            &daemon,
+            &format!("/ui/{file}"),
+            &format!("If-None-Match: {tag}\r\n"),
+        )
+        .await;
+        assert_eq!((status, body.as_str()), (304, ""), "{file}");
+    }
+    let (status, _, body) = http_get(&daemon, "/ui/secrets.txt", "").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("not_found"), "{body}");
+}
+
+// ---- the new requests ---------------------------------------------------------------------
+
+#[tokio::test]
+async fn set_title_renames_an_agent_for_every_client() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let (mut other, _) = daemon.client().await;
+    let id = idle_agent(&mut client, &daemon, "before").await;
+    let answer = client
+        .request(json!({"type": "set_title", "agentId": id, "title": "  after  "}))
+        .await;
+    assert_eq!(answer["type"], "ok", "{answer}");
+    let status = other
+        .recv_where(|m| m["type"] == "agent_status" && m["payload"]["agent"]["title"] == "after")
+        .await;
+    assert_eq!(status["payload"]["agent"]["id"], id.as_str());
+    let answer = client
+        .request(json!({"type": "set_title", "agentId": id, "title": null}))
+        .await;
+    assert_eq!(answer["type"], "ok", "{answer}");
+    assert!(agent(&mut client, &id).await["title"].is_null());
+    let answer = client
+        .request(json!({"type": "set_title", "agentId": "0193b1c2-7d4e-7a10-8000-0123456789ab", "title": "x"}))
+        .await;
+    assert_eq!(answer["payload"]["code"], "unknown_agent", "{answer}");
+}
+
+#[tokio::test]
+async fn workspace_changes_lists_files_and_diffs_against_the_base() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let repo = TempDir::new().expect("repo");
+    drover_testkit::git_repository(
+        repo.path(),
+        &[("README.md", "one\ntwo\n"), ("old.txt", "x\n")],
+    );
+    let made = client
+        .request(json!({"type": "create_worktree", "repository": repo.path(), "name": "changes"}))
+        .await;
+    assert_eq!(made["type"], "worktree_created", "{made}");
+    let ws = made["payload"]["workspace"].clone();
+    let path = PathBuf::from(ws["path"].as_str().expect("path"));
+    std::fs::write(path.join("README.md"), "one\n2\nthree\n").expect("edit");
+    std::fs::remove_file(path.join("old.txt")).expect("delete");
+    std::fs::write(path.join("notes.txt"), "new\n").expect("untracked");
+    let answer = client
+        .request(json!({"type": "workspace_changes", "workspaceId": ws["id"]}))
+        .await;
+    assert_eq!(answer["type"], "workspace_changes", "{answer}");
+    let changes = &answer["payload"]["changes"];
+    assert_eq!(changes["base"], ws["worktree"]["baseCommit"]);
+    assert_eq!(changes["truncated"], false);
+    let files = changes["files"].as_array().expect("files");
+    let file = |p: &str| {
+        files
+            .iter()
+            .find(|f| f["path"] == p)
+            .unwrap_or_else(|| panic!("{p} is not listed: {files:?}"))
+    };
+    let readme = file("README.md");
+    assert_eq!(
+        (
+            readme["status"].as_str(),
+            readme["added"].as_u64(),
+            readme["removed"].as_u64()
+        ),
+        (Some("modified"), Some(2), Some(1))
+    );
+    assert!(
+        readme["diff"].as_str().expect("diff").contains("+three\n"),
+        "{readme}"
+    );
+    assert_eq!(file("old.txt")["status"], "deleted");
+    assert_eq!(file("notes.txt")["status"], "untracked");
+    // A workspace that is no git checkout says so.
+    let plain = TempDir::new().expect("plain");
+    let id = create(&mut client, json!({"cwd": plain.path()})).await;
+    let ws_id = agent(&mut client, &id).await["workspaceId"].clone();
+    let answer = client
+        .request(json!({"type": "workspace_changes", "workspaceId": ws_id}))
+        .await;
+    assert_eq!(
+        answer["payload"]["code"], "not_a_git_repository",
+        "{answer}"
+    );
+}
+
+// ---- in the browser -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_page_without_the_token_says_how_to_get_one_and_the_token_leaves_the_address_bar() {
+    let home = TempDir::new().expect("home");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), Some(home), false).await;
+    assert!(daemon.token().is_some(), "the daemon keeps a token");
+    let (mut client, _) = daemon.client().await;
+    idle_agent(&mut client, &daemon, "logged in").await;
+    Scenario::run("login", &daemon, json!({})).await;
+}
+
+#[tokio::test]
+async fn closing_a_root_tab_archives_it_and_asks_first_when_it_runs() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let idle = idle_agent(&mut client, &daemon, "idle root").await;
+    let running = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "busy root", "prompt": LONG_TURN}),
+    )
+    .await;
+    wait_status(&mut client, &running, "running").await;
+    let mut s = Scenario::start(
+        "rootTabClose",
+        &daemon,
+        json!({"idle": idle, "running": running}),
+    )
+    .await;
+    s.step("still-unarchived").await;
+    assert!(
+        archived(&mut client, &idle).await,
+        "closing an idle root's tab archives it"
+    );
+    assert!(
+        !archived(&mut client, &running).await,
+        "Escape in the confirm dialog archived the agent"
+    );
+    s.go().await;
+    s.done().await;
+    assert!(archived(&mut client, &running).await);
+    assert!(
+        client
+            .turn_events(&running)
+            .await
+            .contains(&"turn_canceled".to_string())
+    );
+}
+
+#[tokio::test]
+async fn closing_a_subagent_tab_is_layout_only_and_it_reopens_from_the_track() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = idle_agent(&mut client, &daemon, "parent").await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
+    )
+    .await;
+    wait_idle(&mut client, &child).await;
+    let mut s = Scenario::start(
+        "subagentTabClose",
+        &daemon,
+        json!({"parent": parent, "child": child}),
+    )
+    .await;
+    s.step("child-not-archived").await;
+    assert!(
+        !archived(&mut client, &child).await,
+        "closing a subagent's tab archived it"
+    );
+    s.go().await;
+    s.done().await;
+    assert!(!archived(&mut client, &child).await);
+}
+
+#[tokio::test]
+async fn the_track_x_archives_after_a_confirm_and_the_row_leaves_a_second_browser() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = idle_agent(&mut client, &daemon, "parent").await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
+    )
+    .await;
+    wait_idle(&mut client, &child).await;
+    Scenario::run(
+        "trackArchive",
+        &daemon,
+        json!({"parent": parent, "child": child}),
+    )
+    .await;
+    assert!(archived(&mut client, &child).await);
+    assert!(!archived(&mut client, &parent).await);
+}
+
+#[tokio::test]
+async fn detach_makes_the_subagent_a_root_on_both_browsers() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = idle_agent(&mut client, &daemon, "parent").await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
+    )
+    .await;
+    wait_idle(&mut client, &child).await;
+    Scenario::run("detach", &daemon, json!({"parent": parent, "child": child})).await;
+    let info = agent(&mut client, &child).await;
+    assert!(info["parentAgentId"].is_null(), "{info}");
+    assert!(info["archivedAt"].is_null(), "{info}");
+}
+
+#[tokio::test]
+async fn stop_and_archive_lists_the_turn_and_a_running_subagent_then_archives_both() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "orchestrator", "prompt": LONG_TURN}),
+    )
+    .await;
+    let child = create(&mut client, json!({"cwd": daemon.cwd(), "title": "sub-worker", "parentAgentId": parent, "prompt": LONG_TURN})).await;
+    wait_status(&mut client, &parent, "running").await;
+    wait_status(&mut client, &child, "running").await;
+    Scenario::run(
+        "stopAndArchive",
+        &daemon,
+        json!({"parent": parent, "child": child}),
+    )
+    .await;
+    assert!(archived(&mut client, &parent).await);
+    assert!(archived(&mut client, &child).await);
+    for id in [&parent, &child] {
+        let events = client.turn_events(id).await;
+        assert!(
+            events.contains(&"turn_canceled".to_string()),
+            "{id}: {events:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn archiving_the_parent_elsewhere_empties_the_track_and_closes_the_tabs() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = idle_agent(&mut client, &daemon, "parent").await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "first", "parentAgentId": parent}),
+    )
+    .await;
+    let second = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "second", "parentAgentId": parent}),
+    )
+    .await;
+    wait_idle(&mut client, &child).await;
+    wait_idle(&mut client, &second).await;
+    let mut s = Scenario::start(
+        "cascade",
+        &daemon,
+        json!({"parent": parent, "child": child}),
+    )
+    .await;
+    s.step("archive-parent").await;
+    let answer = client
+        .request(json!({"type": "archive", "agentId": parent}))
+        .await;
+    assert_eq!(answer["type"], "archived", "{answer}");
+    assert_eq!(
+        answer["payload"]["archived"].as_array().map(Vec::len),
+        Some(3),
+        "{answer}"
+    );
+    s.go().await;
+    s.done().await;
+}
+
+#[tokio::test]
+async fn a_permission_answered_in_one_browser_settles_in_the_other() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "asks", "prompt": "permission run the tests"}),
+    )
+    .await;
+    eventually("the permission request", WAIT, async || {
+        agent(&mut client, &id).await["attentionReason"] == "permission"
+    })
+    .await;
+    Scenario::run("permission", &daemon, json!({"agent": id})).await;
+    let items = client.timeline(&id).await;
+    let permission = items
+        .iter()
+        .find(|i| i["kind"] == "permission")
+        .expect("the request");
+    assert_eq!(permission["data"]["status"], "answered", "{permission}");
+    assert_eq!(permission["data"]["kind"], "allow_once", "{permission}");
+}
+
+#[tokio::test]
+async fn a_followup_waits_for_the_turn_and_a_steer_interrupts_it() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "worker", "prompt": LONG_TURN}),
+    )
+    .await;
+    wait_status(&mut client, &id, "running").await;
+    let mut s = Scenario::start("followupAndSteer", &daemon, json!({"agent": id})).await;
+    s.step("followup-queued").await;
+    assert!(
+        client.turn_events(&id).await.is_empty(),
+        "a followup interrupted the turn"
+    );
+    assert_eq!(agent(&mut client, &id).await["status"], "running");
+    s.go().await;
+    s.done().await;
+    let events = client.turn_events(&id).await;
+    assert_eq!(
+        events.first().map(String::as_str),
+        Some("turn_canceled"),
+        "{events:?}"
+    );
+    // The steer ran first, then the followup.
+    let said: Vec<String> = client
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+        .collect();
+    let steered = said.iter().position(|t| t.contains("steered"));
+    let followed = said.iter().position(|t| t.contains("followed up"));
+    assert!(steered.is_some() && steered < followed, "{said:?}");
+}
+
+#[tokio::test]
+async fn the_page_reconnects_after_a_daemon_restart_and_keeps_what_was_typed() {
+    let home = TempDir::new().expect("home");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), Some(home), false).await;
+    let addr = daemon.url.trim_start_matches("http://").to_string();
+    let (mut client, _) = daemon.client().await;
+    // Its own directory: the daemon's goes with the first daemon.
+    let cwd = TempDir::new().expect("cwd");
+    let id = create(&mut client, json!({"cwd": cwd.path(), "title": "survivor"})).await;
+    wait_idle(&mut client, &id).await;
+    let mut s = Scenario::start("reconnect", &daemon, json!({"agent": id})).await;
+    s.step("stop-daemon").await;
+    drop(client);
+    let (home, keep) = daemon.stop().await;
+    s.go().await;
+    s.step("start-daemon").await;
+    let daemon = TestDaemon::start_at(home, keep, false, &addr).await;
+    s.go().await;
+    s.done().await;
+    let (mut client, _) = daemon.client().await;
+    let said = client.timeline(&id).await;
+    assert!(
+        said.iter().any(|i| i["data"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("back again"))),
+        "{said:?}"
+    );
+}
+
+#[tokio::test]
+async fn at_390_pixels_the_sidebar_is_a_drawer_and_a_permission_takes_one_tap() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "phone", "prompt": "permission deploy"}),
+    )
+    .await;
+    eventually("the permission request", WAIT, async || {
+        agent(&mut client, &id).await["attentionReason"] == "permission"
+    })
+    .await;
+    Scenario::run("phone", &daemon, json!({"agent": id})).await;
+    let items = client.timeline(&id).await;
+    let permission = items
+        .iter()
+        .find(|i| i["kind"] == "permission")
+        .expect("the request");
+    assert_eq!(permission["data"]["status"], "answered", "{permission}");
+}
+
+#[tokio::test]
+async fn the_changes_view_shows_a_worktrees_files() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let repo = TempDir::new().expect("repo");
+    drover_testkit::git_repository(repo.path(), &[("README.md", "hello\n")]);
+    let id = create(
+        &mut client,
+        json!({"cwd": repo.path(), "title": "changer", "worktree": {"name": "ui-changes"}}),
+    )
+    .await;
+    wait_idle(&mut client, &id).await;
+    let info = agent(&mut client, &id).await;
+    let path = PathBuf::from(info["cwd"].as_str().expect("cwd"));
+    std::fs::write(path.join("README.md"), "hello\nworld\n").expect("edit");
+    std::fs::write(path.join("notes.txt"), "new\n").expect("untracked");
+    Scenario::run(
+        "changes",
+        &daemon,
+        json!({"workspace": info["workspaceId"]}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_new_agent_made_in_the_browser_runs_and_can_be_renamed() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    idle_agent(&mut client, &daemon, "already here").await;
+    Scenario::run("newAgent", &daemon, json!({})).await;
+    let agents = client.agents(false).await;
+    assert!(
+        agents
+            .iter()
+            .any(|a| a["title"] == "renamed in the browser"),
+        "{agents:?}"
+    );
+}
+
+#[tokio::test]
+async fn opening_an_agent_marks_its_finished_turn_seen_and_the_title_counts_the_rest() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let mut ids = Vec::new();
+    for title in ["seen", "unseen"] {
+        let id = create(
+            &mut client,
+            json!({"cwd": daemon.cwd(), "title": title, "prompt": "say done"}),
+        )
+        .await;
+        eventually(format!("{title} to finish"), WAIT, async || {
+            agent(&mut client, &id).await["attentionReason"] == "finished"
+        })
+        .await;
+        ids.push(id);
+    }
+    let mut s = Scenario::start("attention", &daemon, json!({"seen": ids[0]})).await;
+    s.step("opened").await;
+    assert_eq!(
+        agent(&mut client, &ids[0]).await["requiresAttention"],
+        false
+    );
+    assert_eq!(agent(&mut client, &ids[1]).await["requiresAttention"], true);
+    s.go().await;
+    s.done().await;
+}
+
+#[tokio::test]
+async fn older_history_is_paged_in_when_scrolling_up() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    // Each `tool` line is an item of its own: more than the first page's 200.
+    let prompt: Vec<String> = (1..=230).map(|i| format!("tool step {i}")).collect();
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "long", "prompt": prompt.join("\n")}),
+    )
+    .await;
+    wait_idle(&mut client, &id).await;
+    let items = client.timeline(&id).await.len();
+    assert!(items > 200, "{items} items");
+    Scenario::run("paging", &daemon, json!({"agent": id, "items": items})).await;
+}
+
+#[tokio::test]
+async fn the_timeline_renders_each_kind_and_never_the_agents_markup() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let prompt = [
+        "say <img src=x onerror=window.pwned=1> **bold** `code` [bad](javascript:window.pwned=2) [good](https://example.com/)",
+        "think pondering the tests",
+        "tool run the linter",
+        "plan read the code; fix the bug",
+    ]
+    .join("\n");
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "kinds", "prompt": prompt}),
+    )
+    .await;
+    wait_idle(&mut client, &id).await;
+    Scenario::run("timelineKinds", &daemon, json!({"agent": id})).await;
+}

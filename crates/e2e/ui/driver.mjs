@@ -1,0 +1,391 @@
+// The browser side of the web UI's tests (crates/e2e/tests/e2e/ui.rs): one scenario per rule,
+// run in the system's headless Chromium through playwright-core. The Rust test starts the
+// daemon, makes the agents, runs `node driver.mjs <scenario>` with DROVER_UI_ARGS (JSON), and
+// checks the daemon's side afterwards. `@wait <step>` on stdout asks the Rust side to act
+// (restart the daemon, archive over the protocol) and answer a line on stdin.
+import { createRequire } from 'node:module';
+import { mkdirSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+const require = createRequire(`${process.env.DROVER_UI_NODE_MODULES}/`);
+const { chromium } = require('playwright-core');
+
+const A = JSON.parse(process.env.DROVER_UI_ARGS);
+const WAIT = 20000;
+mkdirSync(A.shots, { recursive: true });
+
+const lines = createInterface({ input: process.stdin });
+const answers = [];
+let waiting = null;
+lines.on('line', (l) => { if (waiting) { const w = waiting; waiting = null; w(l); } else answers.push(l); });
+/** Asks the Rust side to do `name` and waits for its answer. */
+function step(name) {
+  process.stdout.write(`@wait ${name}\n`);
+  return answers.length ? Promise.resolve(answers.shift()) : new Promise((r) => { waiting = r; });
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.DROVER_CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  // launch() gives every run a fresh temporary profile (its own --user-data-dir).
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+
+const errors = [];
+const pages = [];
+async function open({ token = A.token, viewport = { width: 1280, height: 800 }, mobile = false } = {}) {
+  const context = await browser.newContext({ viewport, isMobile: mobile, hasTouch: mobile, deviceScaleFactor: 1 });
+  const page = await context.newPage();
+  pages.push(page);
+  page.setDefaultTimeout(WAIT);
+  page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+  page.on('console', (m) => { if (m.type() === 'error' && !/WebSocket|ERR_CONNECTION_REFUSED|Failed to load resource/.test(m.text())) errors.push(`console: ${m.text()}`); });
+  await page.goto(A.url + (token ? `#token=${encodeURIComponent(token)}` : ''));
+  return page;
+}
+
+async function ready(page) {
+  await page.locator('#app').waitFor({ state: 'visible' });
+  await page.waitForFunction(() => document.querySelector('#connection')?.hidden && document.querySelectorAll('#workspaces li').length > 0);
+}
+
+const row = (id) => `#workspaces li.agent-row[data-agent-id="${id}"] button.open`;
+const tab = (id) => `#tabs .tab[data-agent-id="${id}"]`;
+const pane = (id) => `.agent-pane[data-agent-id="${id}"]`;
+const trackRow = (parent, child) => `${pane(parent)} .track-row[data-agent-id="${child}"]`;
+
+async function shot(page, name) {
+  await page.screenshot({ path: `${A.shots}/${name}.png`, fullPage: false });
+}
+
+async function gone(page, selector) {
+  await page.locator(selector).first().waitFor({ state: 'detached' });
+}
+
+function fail(message) { throw new Error(message); }
+
+async function openAgent(page, id) {
+  await page.click(row(id));
+  await page.locator(`${pane(id)} .timeline`).waitFor({ state: 'visible' });
+}
+
+const scenarios = {
+  // A page without a (valid) token explains how to get one; with one in the fragment it logs
+  // in and takes the token out of the address bar.
+  async login() {
+    const bare = await open({ token: null });
+    await bare.locator('#login').waitFor({ state: 'visible' });
+    const text = await bare.locator('#login').innerText();
+    if (!text.includes('drover ui --print')) fail(`the login screen does not say how to get a token: ${text}`);
+    await shot(bare, 'login');
+    const wrong = await open({ token: 'not-the-token' });
+    await wrong.locator('#login').waitFor({ state: 'visible' });
+    const page = await open();
+    await ready(page);
+    const url = page.url();
+    if (url.includes('token')) fail(`the token stayed in the address bar: ${url}`);
+    const stored = await page.evaluate(() => localStorage.getItem('drover.token'));
+    if (JSON.parse(stored) !== A.token) fail('the token was not kept in localStorage');
+    // The token form logs a bare page in too.
+    await bare.fill('#token-input', `${A.url}#token=${A.token}`);
+    await bare.click('#token-form button[type=submit]');
+    await ready(bare);
+  },
+
+  async rootTabClose() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.idle);
+    await shot(page, 'agent-pane');
+    await page.click(`${tab(A.idle)} .tab-close`);
+    await gone(page, tab(A.idle));
+    await gone(page, row(A.idle));
+    // A running root asks first; Cancel leaves it alone.
+    await openAgent(page, A.running);
+    await page.click(`${tab(A.running)} .tab-close`);
+    const dialog = page.locator('dialog.stop-archive');
+    await dialog.waitFor({ state: 'visible' });
+    if (!(await dialog.innerText()).includes('1 turn is running')) fail(`the dialog does not list the turn: ${await dialog.innerText()}`);
+    await page.keyboard.press('Escape');
+    await gone(page, 'dialog');
+    await page.locator(tab(A.running)).waitFor();
+    await step('still-unarchived');
+    await page.click(`${tab(A.running)} .tab-close`);
+    await dialog.waitFor({ state: 'visible' });
+    await page.click('dialog.stop-archive button.danger');
+    await gone(page, tab(A.running));
+  },
+
+  async subagentTabClose() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.parent);
+    const head = page.locator(`${pane(A.parent)} .track-toggle`);
+    await head.waitFor();
+    if ((await head.innerText()).trim() !== '1 subagent') fail(`track header: ${await head.innerText()}`);
+    await shot(page, 'track');
+    await page.click(`${trackRow(A.parent, A.child)} button.open`);
+    await page.locator(`${pane(A.child)} .timeline`).waitFor({ state: 'visible' });
+    await page.click(`${tab(A.child)} .tab-close`);
+    await gone(page, tab(A.child));
+    await step('child-not-archived');
+    // Still in the parent's track (the parent's tab is in front again); it reopens from there.
+    await page.locator(trackRow(A.parent, A.child)).waitFor();
+    await page.click(`${trackRow(A.parent, A.child)} button.open`);
+    await page.locator(tab(A.child)).waitFor();
+    const layout = await page.evaluate(() => JSON.parse(localStorage.getItem('drover.layout')));
+    if (!layout.tabs.includes(A.child)) fail(`the layout does not hold the reopened tab: ${JSON.stringify(layout)}`);
+  },
+
+  async trackArchive() {
+    const one = await open();
+    const two = await open();
+    for (const p of [one, two]) { await ready(p); await openAgent(p, A.parent); await p.locator(trackRow(A.parent, A.child)).waitFor(); }
+    await one.click(`${trackRow(A.parent, A.child)} button.archive-x`);
+    const dialog = one.locator('dialog');
+    await dialog.waitFor({ state: 'visible' });
+    await shot(one, 'track-archive-confirm');
+    await one.click('dialog button.danger');
+    await gone(one, trackRow(A.parent, A.child));
+    await gone(two, trackRow(A.parent, A.child));
+  },
+
+  async detach() {
+    const one = await open();
+    const two = await open();
+    for (const p of [one, two]) { await ready(p); await openAgent(p, A.parent); await p.locator(trackRow(A.parent, A.child)).waitFor(); }
+    if (await one.locator(row(A.child)).count()) fail('a subagent is listed as a root before detach');
+    await one.click(`${trackRow(A.parent, A.child)} button:has-text("Detach")`);
+    for (const p of [one, two]) {
+      await gone(p, trackRow(A.parent, A.child));
+      await p.locator(row(A.child)).waitFor();
+    }
+  },
+
+  async stopAndArchive() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.parent);
+    await page.locator(`${pane(A.parent)} .track-toggle:has-text("1 running")`).waitFor();
+    await page.click(`${tab(A.parent)} .tab-close`);
+    const dialog = page.locator('dialog.stop-archive');
+    await dialog.waitFor({ state: 'visible' });
+    const text = await dialog.innerText();
+    for (const want of ['1 turn is running', '1 subagent is running', 'sub-worker']) {
+      if (!text.includes(want)) fail(`the stop-and-archive dialog lacks "${want}": ${text}`);
+    }
+    await shot(page, 'stop-and-archive');
+    // Focus stays in the dialog: Tab cycles among its buttons.
+    for (let i = 0; i < 3; i++) {
+      await page.keyboard.press('Tab');
+      const inside = await page.evaluate(() => Boolean(document.activeElement?.closest('dialog')));
+      if (!inside) fail('focus left the dialog');
+    }
+    await page.click('dialog.stop-archive button.danger');
+    await gone(page, tab(A.parent));
+  },
+
+  async cascade() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.parent);
+    await page.locator(`${pane(A.parent)} .track-toggle:has-text("2 subagents")`).waitFor();
+    await page.click(`${trackRow(A.parent, A.child)} button.open`);
+    await page.locator(tab(A.child)).waitFor();
+    await page.click(tab(A.parent) + ' .tab-open');
+    await step('archive-parent');
+    await gone(page, tab(A.parent));
+    await gone(page, tab(A.child));
+    await gone(page, '.track-row');
+    await gone(page, row(A.parent));
+    await shot(page, 'after-cascade');
+  },
+
+  async permission() {
+    const one = await open();
+    const two = await open();
+    for (const p of [one, two]) {
+      await ready(p);
+      await openAgent(p, A.agent);
+      await p.locator(`${pane(A.agent)} .permission.pending button`).first().waitFor();
+    }
+    await shot(one, 'permission');
+    await one.click(`${pane(A.agent)} .permission.pending button:has-text("Allow once")`);
+    for (const p of [one, two]) {
+      await p.locator(`${pane(A.agent)} .permission.answered`).waitFor();
+      await p.locator(`${pane(A.agent)} .kind-agent_message:has-text("permission granted")`).waitFor();
+      if (await p.locator(`${pane(A.agent)} .permission.pending`).count()) fail('a card still waits');
+    }
+  },
+
+  async followupAndSteer() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const input = page.locator(`${pane(A.agent)} textarea`);
+    await input.fill('say followed up');
+    await input.press('Enter');
+    await page.locator(`${pane(A.agent)} .queued-item:has-text("say followed up")`).waitFor();
+    await shot(page, 'queued');
+    await step('followup-queued');
+    await page.check(`${pane(A.agent)} input[value=steer]`);
+    await input.fill('say steered');
+    await input.press('Enter');
+    await page.locator(`${pane(A.agent)} .turn-end.turn_canceled`).waitFor();
+    await page.locator(`${pane(A.agent)} .kind-agent_message:has-text("steered")`).waitFor();
+    await page.locator(`${pane(A.agent)} .kind-agent_message:has-text("followed up")`).waitFor();
+    await gone(page, `${pane(A.agent)} .queued-item`);
+    await shot(page, 'after-steer');
+  },
+
+  async reconnect() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const input = page.locator(`${pane(A.agent)} textarea`);
+    await input.fill('typed while the daemon restarts');
+    await step('stop-daemon');
+    await page.locator('#connection.offline').waitFor({ state: 'visible' });
+    await shot(page, 'offline');
+    await step('start-daemon');
+    await page.waitForFunction(() => document.querySelector('#connection').hidden, null, { timeout: 30000 });
+    if ((await input.inputValue()) !== 'typed while the daemon restarts') fail('the draft was lost across the reconnect');
+    // The pane is live again: a message sent now is answered.
+    await input.fill('say back again');
+    await input.press('Enter');
+    await page.locator(`${pane(A.agent)} .kind-agent_message:has-text("back again")`).waitFor();
+  },
+
+  async phone() {
+    const page = await open({ viewport: { width: 390, height: 844 }, mobile: true });
+    await page.locator('#app').waitFor({ state: 'visible' });
+    const box = await page.locator('#sidebar').boundingBox();
+    if (box && box.x + box.width > 1) fail(`the sidebar is on screen at 390 px: ${JSON.stringify(box)}`);
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    if (width > 390) fail(`the page scrolls sideways at 390 px (${width} px wide)`);
+    await page.tap('#drawer-toggle');
+    await page.waitForFunction(() => document.querySelectorAll('#workspaces li.agent-row').length > 0);
+    await page.waitForTimeout(250); // the drawer's slide-in transition, for the screenshot
+    await shot(page, 'phone-drawer');
+    await page.tap(row(A.agent));
+    await page.locator(`${pane(A.agent)} .permission.pending button`).first().waitFor();
+    // Opening an agent closes the drawer (once its slide-out transition ends).
+    await page.waitForFunction(() => document.querySelector('#sidebar').getBoundingClientRect().right <= 1);
+    await shot(page, 'phone-permission');
+    await page.tap(`${pane(A.agent)} .permission.pending button:has-text("Allow once")`);
+    await page.locator(`${pane(A.agent)} .permission.answered`).waitFor();
+  },
+
+  async changes() {
+    const page = await open();
+    await ready(page);
+    await page.click(`#workspaces li.workspace[data-workspace-id="${A.workspace}"] button[title=Changes]`);
+    const dialog = page.locator('dialog');
+    await dialog.locator('.files li').first().waitFor();
+    const text = await dialog.innerText();
+    for (const want of ['README.md', 'notes.txt', 'untracked']) if (!text.includes(want)) fail(`the changes view lacks ${want}: ${text}`);
+    await dialog.locator('.files summary').first().click();
+    await shot(page, 'changes');
+    await page.keyboard.press('Escape');
+    await gone(page, 'dialog');
+  },
+
+  async attention() {
+    const page = await open();
+    await ready(page);
+    await page.waitForFunction(() => document.title === '(2) drover');
+    await openAgent(page, A.seen);
+    await page.waitForFunction(() => document.title === '(1) drover');
+    await step('opened');
+  },
+
+  async paging() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const older = page.locator(`${pane(A.agent)} button.older`);
+    await older.waitFor({ state: 'visible' });
+    if (await page.locator(`${pane(A.agent)} .kind-user_message`).count()) fail('the first page already holds the prompt');
+    // Scrolling to the top pages the rest in.
+    await page.locator(`${pane(A.agent)} .timeline`).evaluate((el) => { el.scrollTop = 0; });
+    await page.locator(`${pane(A.agent)} .kind-user_message`).waitFor();
+    await older.waitFor({ state: 'hidden' });
+    const count = await page.locator(`${pane(A.agent)} .item`).count();
+    if (count !== A.items) fail(`${count} items shown, ${A.items} stored`);
+  },
+
+  async timelineKinds() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const p = pane(A.agent);
+    await page.locator(`${p} .kind-plan li`).nth(1).waitFor();
+    // The agent's text is text: no element, no handler, no script link came out of it.
+    const hostile = await page.evaluate((sel) => ({
+      img: document.querySelectorAll(`${sel} .timeline img`).length,
+      js: document.querySelectorAll(`${sel} .timeline a[href^="javascript"]`).length,
+      pwned: window.pwned ?? null,
+      text: document.querySelector(`${sel} .kind-agent_message`)?.textContent ?? '',
+    }), p);
+    if (hostile.img || hostile.js || hostile.pwned !== null) fail(`the agent's text became markup: ${JSON.stringify(hostile)}`);
+    if (!hostile.text.includes('<img src=x onerror=')) fail(`the text was not shown as text: ${hostile.text}`);
+    await page.locator(`${p} .kind-agent_message strong:has-text("bold")`).waitFor();
+    await page.locator(`${p} .kind-agent_message code:has-text("code")`).waitFor();
+    const good = page.locator(`${p} .kind-agent_message a[href="https://example.com/"]`);
+    if ((await good.getAttribute('rel')) !== 'noopener noreferrer') fail('a link opens with a referrer');
+    // Thoughts and tool calls start collapsed and expand on a click.
+    const thought = page.locator(`${p} .kind-agent_thought details`);
+    if (await thought.getAttribute('open') !== null) fail('the thought is expanded');
+    const tool = page.locator(`${p} .kind-tool_call details`);
+    if (await tool.getAttribute('open') !== null) fail('the tool call is expanded');
+    await tool.locator('summary').click();
+    await tool.locator('.tool-body').waitFor({ state: 'visible' });
+    await page.locator(`${p} .kind-tool_call .tool-status.status-completed`).waitFor();
+    if ((await page.locator(`${p} .kind-plan input[type=checkbox]`).count()) !== 2) fail('the plan is not a checklist of two');
+    await shot(page, 'timeline-kinds');
+  },
+
+  async newAgent() {
+    const page = await open();
+    await ready(page);
+    await page.click('#new-agent');
+    const dialog = page.locator('dialog');
+    await dialog.waitFor({ state: 'visible' });
+    await dialog.locator('select[name=provider]').selectOption('scripted');
+    await dialog.locator('input[name=title]').fill('from the browser');
+    await dialog.locator('textarea[name=prompt]').fill('say **made** in the browser');
+    await shot(page, 'new-agent');
+    await dialog.locator('button[type=submit]').click();
+    await gone(page, 'dialog');
+    await page.locator('.agent-pane:not([hidden]) .kind-agent_message strong:has-text("made")').waitFor();
+    // Rename from the header.
+    await page.click('.agent-pane:not([hidden]) .title-edit');
+    await page.fill('.agent-pane:not([hidden]) .title-input', 'renamed in the browser');
+    await page.keyboard.press('Enter');
+    await page.locator('#workspaces .agent-row .title:has-text("renamed in the browser")').waitFor();
+    await shot(page, 'sidebar');
+  },
+};
+
+const name = process.argv[2];
+try {
+  if (!scenarios[name]) fail(`no scenario ${name}`);
+  await scenarios[name]();
+  if (errors.length) fail(errors.join('\n'));
+  process.stdout.write('@done\n');
+} catch (e) {
+  // What the page showed, for the failure message and as a screenshot beside the others.
+  let shown = '';
+  for (const [i, p] of pages.entries()) {
+    try {
+      await p.screenshot({ path: `${A.shots}/failed-${name}-${i}.png` });
+      shown += `\n--- page ${i} (${A.shots}/failed-${name}-${i}.png):\n${(await p.locator('body').innerText()).slice(0, 3000)}`;
+    } catch { /* the page is gone */ }
+  }
+  process.stderr.write(`scenario ${name} failed: ${e.stack || e}\n${errors.join('\n')}${shown}\n`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+  lines.close();
+}
