@@ -238,6 +238,7 @@ fn settings() -> insta::Settings {
         (r"\(\d+[smhd] ago\)", "([AGE] ago)"),
         (r"  \d{1,2}[smhd] {2,3}", "  [AGE]  "),
         (r"pid \d+", "pid [PID]"),
+        (r"#token=[0-9a-f]+", "#token=[TOKEN]"),
         (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
         (r"scripted-\d+-\d+-\d+", "scripted-[SESSION]"),
     ] {
@@ -1088,6 +1089,12 @@ fn daemon_start_status_stop() {
     let _guard = StopOnDrop(&fx);
     snapshot!("daemon_start", fx.redact(&started.transcript()));
     assert_eq!(started.code, 0);
+    let token = std::fs::read_to_string(fx.home().join("token")).expect("token");
+    assert!(
+        started.stderr.contains(&format!("#token={}", token.trim())),
+        "the page's address logs in: {}",
+        started.stderr
+    );
     let again = fx
         .drover(&["daemon", "start", "--listen", "127.0.0.1:0"])
         .ok();
