@@ -17,6 +17,7 @@
 mod actor;
 pub mod process;
 pub mod providers;
+pub mod records;
 pub mod rpc;
 
 use std::collections::HashMap;
@@ -368,6 +369,22 @@ impl RuntimeManager {
             tokio::task::spawn_blocking(move || Registry::open(&home_buf, runtimes))
                 .await
                 .map_err(|_| AcpError::ShuttingDown)??;
+        // Before any runtime can start: what a daemon killed by a signal left running goes
+        // first, so that an agent never has two.
+        let agents: Vec<String> = registry.agents().iter().map(|a| a.id.to_string()).collect();
+        let home_buf = home.to_path_buf();
+        let reconciled =
+            tokio::task::spawn_blocking(move || records::reconcile(&home_buf, &agents))
+                .await
+                .map_err(|_| AcpError::ShuttingDown)?;
+        if reconciled.records > 0 || !reconciled.killed.is_empty() {
+            tracing::warn!(
+                records = reconciled.records,
+                killed = reconciled.killed.len(),
+                reused_pids = reconciled.reused.len(),
+                "ended the agent processes a previous daemon left running"
+            );
+        }
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
         let manager = RuntimeManager {
             shared: Arc::new(Shared {

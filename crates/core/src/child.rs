@@ -382,7 +382,10 @@ mod tests {
         let status = control.wait().expect("wait for the control");
         assert_eq!(describe_exit(&status), "signal 9 (SIGKILL)");
         // ...while the one forked by the spawner thread lives on.
-        assert!(tied.try_wait().expect("poll").is_none(), "the tied child died");
+        assert!(
+            tied.try_wait().expect("poll").is_none(),
+            "the tied child died"
+        );
         tied.kill().expect("kill");
         let _ = tied.wait();
     }
