@@ -22,7 +22,7 @@ pub mod rpc;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -162,6 +162,24 @@ pub(crate) struct Shared {
     pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
     /// The MCP servers given to an agent's session (`mcpServers` of `session/new`).
     pub(crate) mcp: McpServers,
+    /// How many agent processes are running now (see [`LiveCount`]).
+    live_runtimes: AtomicUsize,
+}
+
+/// Counts one agent process in [`Shared`] for as long as it is held (the actor's `Live`).
+pub(crate) struct LiveCount(Arc<Shared>);
+
+impl LiveCount {
+    pub(crate) fn new(shared: &Arc<Shared>) -> LiveCount {
+        shared.live_runtimes.fetch_add(1, Ordering::Relaxed);
+        LiveCount(shared.clone())
+    }
+}
+
+impl Drop for LiveCount {
+    fn drop(&mut self) {
+        self.0.live_runtimes.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -395,6 +413,7 @@ impl RuntimeManager {
                 actors,
                 modes: Mutex::new(HashMap::new()),
                 mcp,
+                live_runtimes: AtomicUsize::new(0),
             }),
         };
         manager.resume_pending().await;
@@ -437,6 +456,11 @@ impl RuntimeManager {
     /// How many agents have a task (a live or starting runtime, or queued work).
     pub fn active_count(&self) -> usize {
         self.shared.actors.tasks().len()
+    }
+
+    /// How many agent processes are running now (runtimes that are live, not cold).
+    pub fn live_count(&self) -> usize {
+        self.shared.live_runtimes.load(Ordering::Relaxed)
     }
 
     /// Timeline updates of every agent, live.

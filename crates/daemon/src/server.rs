@@ -45,6 +45,7 @@ async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
         "startedAt": state.info.started_at,
         "agents": state.registry.agent_count(),
         "activeRuntimes": state.runtimes.active_count(),
+        "liveRuntimes": state.runtimes.live_count(),
         "workspaces": state.registry.workspaces().len(),
     }))
 }
