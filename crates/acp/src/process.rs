@@ -285,14 +285,6 @@ fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<(u32, u32)> {
         .collect()
 }
 
-/// Every live process of the agent whose runtime `pid` leads (see [`terminate_group`]).
-pub fn agent_tree(pid: u32, marker: Option<&str>) -> Vec<u32> {
-    agent_processes(pid, marker)
-        .into_iter()
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
 /// Whether any process of the group led by `pid` is still alive.
 pub fn group_alive(pid: u32) -> bool {
     signal_group(pid, None)

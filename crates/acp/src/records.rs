@@ -221,15 +221,3 @@ pub fn reconcile(home: &Path, agents: &[String]) -> Reconciled {
     }
     report
 }
-
-/// The resident memory of these processes together, in bytes (`VmRSS` of each).
-pub fn rss_bytes(pids: &[u32]) -> u64 {
-    pids.iter()
-        .filter_map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb * 1024)
-        })
-        .sum()
-}
