@@ -17,11 +17,12 @@
 mod actor;
 pub mod process;
 pub mod providers;
+pub mod records;
 pub mod rpc;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -161,6 +162,24 @@ pub(crate) struct Shared {
     pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
     /// The MCP servers given to an agent's session (`mcpServers` of `session/new`).
     pub(crate) mcp: McpServers,
+    /// How many agent processes are running now (see [`LiveCount`]).
+    live_runtimes: AtomicUsize,
+}
+
+/// Counts one agent process in [`Shared`] for as long as it is held (the actor's `Live`).
+pub(crate) struct LiveCount(Arc<Shared>);
+
+impl LiveCount {
+    pub(crate) fn new(shared: &Arc<Shared>) -> LiveCount {
+        shared.live_runtimes.fetch_add(1, Ordering::Relaxed);
+        LiveCount(shared.clone())
+    }
+}
+
+impl Drop for LiveCount {
+    fn drop(&mut self) {
+        self.0.live_runtimes.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -368,6 +387,22 @@ impl RuntimeManager {
             tokio::task::spawn_blocking(move || Registry::open(&home_buf, runtimes))
                 .await
                 .map_err(|_| AcpError::ShuttingDown)??;
+        // Before any runtime can start: what a daemon killed by a signal left running goes
+        // first, so that an agent never has two.
+        let agents: Vec<String> = registry.agents().iter().map(|a| a.id.to_string()).collect();
+        let home_buf = home.to_path_buf();
+        let reconciled =
+            tokio::task::spawn_blocking(move || records::reconcile(&home_buf, &agents))
+                .await
+                .map_err(|_| AcpError::ShuttingDown)?;
+        if reconciled.records > 0 || !reconciled.killed.is_empty() {
+            tracing::warn!(
+                records = reconciled.records,
+                killed = reconciled.killed.len(),
+                reused_pids = reconciled.reused.len(),
+                "ended the agent processes a previous daemon left running"
+            );
+        }
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
         let manager = RuntimeManager {
             shared: Arc::new(Shared {
@@ -378,6 +413,7 @@ impl RuntimeManager {
                 actors,
                 modes: Mutex::new(HashMap::new()),
                 mcp,
+                live_runtimes: AtomicUsize::new(0),
             }),
         };
         manager.resume_pending().await;
@@ -420,6 +456,11 @@ impl RuntimeManager {
     /// How many agents have a task (a live or starting runtime, or queued work).
     pub fn active_count(&self) -> usize {
         self.shared.actors.tasks().len()
+    }
+
+    /// How many agent processes are running now (runtimes that are live, not cold).
+    pub fn live_count(&self) -> usize {
+        self.shared.live_runtimes.load(Ordering::Relaxed)
     }
 
     /// Timeline updates of every agent, live.

@@ -102,16 +102,26 @@ pub struct SpawnError {
     pub source: std::io::Error,
 }
 
-/// Starts the process in a new process group of its own.
-pub fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
-    let mut command = Command::from(child::command(&spec.program, &spec.cwd));
+/// Starts the process in a new process group of its own, killed by the kernel if the daemon
+/// dies (forked from `core::child`'s spawner thread, see `child::on_spawner`).
+pub async fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
+    let mut std_command = child::command(&spec.program, &spec.cwd);
+    child::die_with_daemon(&mut std_command);
+    let mut command = Command::from(std_command);
     command
         .args(&spec.args)
         .env_clear()
         .envs(&spec.env)
         .stdin(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|source| SpawnError {
+    let runtime = tokio::runtime::Handle::current();
+    let spawned = child::on_spawner(move || {
+        // tokio's reaper belongs to the daemon's runtime, whichever thread forks.
+        let _entered = runtime.enter();
+        command.spawn()
+    })
+    .await;
+    let mut child = spawned.and_then(|r| r).map_err(|source| SpawnError {
         program: spec.program.display().to_string(),
         cwd: spec.cwd.display().to_string(),
         source,

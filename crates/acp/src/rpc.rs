@@ -35,7 +35,9 @@ pub enum Incoming {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RpcError {
-    #[error("the agent answered `{method}` with error {code}: {message}")]
+    /// Shown with the agent's own detail (`data.message`, or `data` when it is text): codex
+    /// answers `-32603 Internal error` and says what went wrong only there.
+    #[error("the agent answered `{method}` with error {code}: {message}{}", detail(.message, .data.as_ref()))]
     Remote {
         method: String,
         code: i64,
@@ -223,4 +225,50 @@ fn answer(pending: &Pending, id: &Value, message: &serde_json::Map<String, Value
         None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
     };
     let _ = tx.send(result);
+}
+
+/// The agent's own detail of an error, as ` (detail)`; empty when there is none or it only
+/// repeats the message.
+fn detail(message: &str, data: Option<&Value>) -> String {
+    let text = match data {
+        Some(Value::String(text)) => Some(text.as_str()),
+        Some(data) => ["message", "details", "error"]
+            .iter()
+            .find_map(|key| data.get(*key).and_then(Value::as_str)),
+        None => None,
+    };
+    match text.map(str::trim) {
+        Some(text) if !text.is_empty() && text != message => format!(" ({text})"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    #[test]
+    fn an_error_keeps_the_agents_own_detail() {
+        let error = |data: Option<Value>| RpcError::Remote {
+            method: "session/prompt".to_string(),
+            code: -32603,
+            message: "Internal error".to_string(),
+            data,
+        };
+        let codex = serde_json::json!({"message": "stream disconnected before completion: error sending request for url (http://127.0.0.1:9/v1/responses)"});
+        assert_eq!(
+            error(Some(codex)).to_string(),
+            "the agent answered `session/prompt` with error -32603: Internal error (stream disconnected before completion: error sending request for url (http://127.0.0.1:9/v1/responses))"
+        );
+        assert_eq!(
+            error(Some(Value::String("quota exceeded".into()))).to_string(),
+            "the agent answered `session/prompt` with error -32603: Internal error (quota exceeded)"
+        );
+        assert_eq!(
+            error(None).to_string(),
+            "the agent answered `session/prompt` with error -32603: Internal error"
+        );
+        let same = serde_json::json!({"message": "Internal error"});
+        assert!(!error(Some(same)).to_string().contains("(Internal error)"));
+    }
 }

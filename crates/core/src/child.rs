@@ -1,6 +1,10 @@
 //! Child processes, started one way by everyone who starts them (agents in drover-acp, a
 //! worktree's setup and teardown here): a process group of their own, a bounded tail of what
 //! they wrote, one description of how they ended, and signals to the whole group.
+//!
+//! Nothing drover starts outlives it: [`die_with_daemon`] asks the kernel to SIGKILL a child
+//! when the daemon dies (by any signal, SIGKILL included), and [`spawn_tied`] / [`on_spawner`]
+//! start it from the one thread for which that promise holds (see [`on_spawner`]).
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -9,7 +13,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -27,6 +31,85 @@ pub fn command(program: impl AsRef<OsStr>, cwd: &Path) -> Command {
         .stderr(Stdio::piped())
         .process_group(0);
     command
+}
+
+/// Makes the process `command` starts get SIGKILL as soon as the daemon dies, by any signal
+/// (Linux's `PR_SET_PDEATHSIG`). A child that finds the daemon already gone when it starts
+/// does not start. Start it with [`spawn_tied`] or from [`on_spawner`]: the kernel sends the
+/// signal when the *thread* that forked the child ends, not only the process.
+///
+/// Only the direct child is covered (the signal is not inherited by what it starts); drover
+/// ends the rest of an agent's processes at the next boot (`drover-acp`'s runtime records).
+#[allow(unsafe_code)] // `pre_exec` is unsafe: the closure runs between fork and exec.
+pub fn die_with_daemon(command: &mut Command) {
+    let daemon = std::process::id();
+    // SAFETY: the closure makes only async-signal-safe system calls (prctl, getppid) and
+    // builds its errors from raw codes, without allocating or taking a lock.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            // The daemon died between fork and prctl: the child has a new parent already.
+            if u32::try_from(nix::unistd::getppid().as_raw()).ok() != Some(daemon) {
+                return Err(io::Error::from(nix::errno::Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Runs `job` on the spawner: one thread, started on first use and never ended, from which
+/// drover forks every child. `PR_SET_PDEATHSIG` fires when the forking thread exits, and a
+/// pool thread (tokio's blocking threads end after 10 s idle; a worker can be handed off by
+/// `block_in_place`) would kill a healthy agent with it; the spawner ends only with the
+/// process. A tokio caller enters its runtime in `job` (`Handle::enter`) to spawn a
+/// `tokio::process::Command`.
+pub async fn on_spawner<T: Send + 'static>(
+    job: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    submit(Box::new(move || {
+        let _ = tx.send(job());
+    }))?;
+    rx.await
+        .map_err(|_| io::Error::other("the spawner thread dropped a job"))
+}
+
+/// [`die_with_daemon`], then spawns `command` from the spawner thread. Blocking (for the
+/// length of a fork and exec).
+pub fn spawn_tied(mut command: Command) -> io::Result<std::process::Child> {
+    die_with_daemon(&mut command);
+    let (tx, rx) = mpsc::channel();
+    submit(Box::new(move || {
+        let _ = tx.send(command.spawn());
+    }))?;
+    rx.recv()
+        .map_err(|_| io::Error::other("the spawner thread dropped a job"))?
+}
+
+fn submit(job: Job) -> io::Result<()> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let started = std::thread::Builder::new()
+            .name("drover-spawner".to_string())
+            .spawn(move || {
+                for job in rx {
+                    // A panicking job must not end the thread (and with it every child).
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "cannot start the spawner thread");
+        }
+        Mutex::new(tx)
+    });
+    spawner
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(job)
+        .map_err(|_| io::Error::other("the spawner thread is not running"))
 }
 
 /// Sends `signal` to the process group `pgid` (`None` only checks that it exists). Never to
@@ -159,8 +242,8 @@ pub struct Finished {
 /// A thread waits for the child, and this one waits on that thread with a timeout: no polling,
 /// and no process-wide SIGCHLD handler such as `wait-timeout` installs, which a daemon whose
 /// tokio runtime reaps its agents by SIGCHLD should not have.
-pub fn run(mut command: Command, deadline: Instant, limit: usize) -> io::Result<Finished> {
-    let mut child = command.spawn()?;
+pub fn run(command: Command, deadline: Instant, limit: usize) -> io::Result<Finished> {
+    let mut child = spawn_tied(command)?;
     let tail = OutputTail::new(limit);
     let (done_tx, done_rx) = mpsc::channel();
     let mut readers = 0;
@@ -277,6 +360,34 @@ mod tests {
             describe_exit(&ExitStatus::from_raw(9)),
             "signal 9 (SIGKILL)"
         );
+    }
+
+    #[test]
+    fn a_tied_child_outlives_the_thread_that_asked_for_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().to_path_buf();
+        // Forked on a thread that then ends: the kernel kills this one (the hazard)...
+        let (control, tied) = std::thread::spawn(move || {
+            let mut control = command("sleep", &path);
+            control.arg("30");
+            die_with_daemon(&mut control);
+            let control = control.spawn().expect("spawn the control");
+            let mut tied = command("sleep", &path);
+            tied.arg("30");
+            (control, spawn_tied(tied).expect("spawn tied"))
+        })
+        .join()
+        .expect("thread");
+        let (mut control, mut tied) = (control, tied);
+        let status = control.wait().expect("wait for the control");
+        assert_eq!(describe_exit(&status), "signal 9 (SIGKILL)");
+        // ...while the one forked by the spawner thread lives on.
+        assert!(
+            tied.try_wait().expect("poll").is_none(),
+            "the tied child died"
+        );
+        tied.kill().expect("kill");
+        let _ = tied.wait();
     }
 
     #[test]

@@ -121,6 +121,7 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Json<serde
         "startedAt": state.info.started_at,
         "agents": state.registry.agent_count(),
         "activeRuntimes": state.runtimes.active_count(),
+        "liveRuntimes": state.runtimes.live_count(),
         "workspaces": state.registry.workspaces().len(),
     }))
 }

@@ -135,6 +135,8 @@ struct Live {
     session_id: String,
     modes: Option<Value>,
     models: Option<Value>,
+    /// Counted in `/health` while this exists.
+    _counted: crate::LiveCount,
 }
 
 enum Event {

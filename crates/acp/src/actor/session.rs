@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use super::{Actor, Live};
 use crate::process::{self, AgentProcess, SpawnError, SpawnSpec};
 use crate::providers::Availability;
+use crate::records;
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
 use crate::{AcpError, CLOSE_GRACE};
 
@@ -124,7 +125,7 @@ impl Actor {
 
     /// Spawns the process, runs the ACP handshake, and opens or loads the session.
     async fn launch(&mut self, agent: &Agent) -> Result<(), LaunchError> {
-        let rpc = self.spawn_process(agent)?;
+        let rpc = self.spawn_process(agent).await?;
         let capabilities = self.initialize(&rpc).await?;
         let mcp_servers = (self.shared.mcp)(self.id, capabilities.http_mcp);
         let loaded = match &agent.resume {
@@ -151,7 +152,7 @@ impl Actor {
     }
 
     /// Spawns the provider's program in the agent's directory, with the allowed environment.
-    fn spawn_process(&mut self, agent: &Agent) -> Result<RpcClient, LaunchError> {
+    async fn spawn_process(&mut self, agent: &Agent) -> Result<RpcClient, LaunchError> {
         let providers = self
             .shared
             .providers
@@ -185,7 +186,8 @@ impl Actor {
             stderr,
             exited,
             stderr_closed,
-        } = process::spawn(&spec)?;
+        } = process::spawn(&spec).await?;
+        self.record_runtime(pid);
         let (rpc, incoming) = rpc::connect(stdout, stdin);
         self.live = Some(Live {
             pid,
@@ -197,9 +199,21 @@ impl Actor {
             session_id: String::new(),
             modes: None,
             models: None,
+            _counted: crate::LiveCount::new(&self.shared),
         });
         tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
         Ok(rpc)
+    }
+
+    /// Records the new process for the next boot (`records`): if the daemon dies now, that
+    /// boot ends its group before anything starts. A record that cannot be written is logged:
+    /// the process still dies with the daemon, and its marker still finds what it started.
+    fn record_runtime(&self, pid: u32) {
+        let written = records::RuntimeRecord::of(self.id, pid)
+            .map(|record| records::write(&self.shared.home, &record));
+        if let Some(Err(e)) = written {
+            tracing::warn!(agent = %self.id, pid, error = %e, "cannot write the runtime record");
+        }
     }
 
     async fn initialize(&mut self, rpc: &RpcClient) -> Result<Capabilities, LaunchError> {
@@ -432,6 +446,7 @@ impl Actor {
                 CLOSE_GRACE,
             )
             .await;
+            records::remove(&self.shared.home, self.id);
             tracing::info!(agent = %self.id, pid = live.pid, "agent process stopped");
         }
         self.turn = None;
@@ -445,6 +460,7 @@ impl Actor {
         let status = wait_exit(&mut live.exited).await;
         // Whatever else is in its group goes too.
         process::kill_group_now(live.pid, Some(&self.id.to_string()));
+        records::remove(&self.shared.home, self.id);
         // The exit can be seen before the reader has passed on what the agent wrote just
         // before it: take that first, up to the end of its output.
         let _ = tokio::time::timeout(Duration::from_secs(1), self.read_to_end()).await;

@@ -6,6 +6,7 @@
 
 mod crash;
 mod mcp;
+mod processes;
 mod protocol;
 mod protocol_smoke;
 mod providers_reload;

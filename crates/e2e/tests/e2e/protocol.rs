@@ -485,6 +485,7 @@ async fn session_state_loads_no_runtime_and_initialize_starts_it() {
     assert_eq!(agents[0]["status"], "idle");
     let health = daemon.health().await;
     assert_eq!(health["activeRuntimes"], 0, "{health}");
+    assert_eq!(health["liveRuntimes"], 0, "{health}");
     assert!(
         agent_pids(&cwd_path).is_empty(),
         "a runtime started on connect"
@@ -507,6 +508,7 @@ async fn session_state_loads_no_runtime_and_initialize_starts_it() {
     );
     let health = daemon.health().await;
     assert_eq!(health["activeRuntimes"], 1, "{health}");
+    assert_eq!(health["liveRuntimes"], 1, "{health}");
     daemon.stop().await;
 }
 

@@ -1,0 +1,237 @@
+//! No agent process outlives its daemon: SIGKILL of a daemon running in a process of its own
+//! (`drover-daemon-proc`) with agents idle, streaming, hung, with a child in their group, with
+//! a tool in a group of its own, and ignoring stdin's end; then the next boot on the same home.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use drover_fakes::procs;
+use drover_testkit::daemon::Client;
+use drover_testkit::wait::{eventually, poll_until};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A daemon in a process of its own on `home`.
+struct DaemonProcess {
+    child: Child,
+    ws_url: String,
+    home: PathBuf,
+}
+
+impl DaemonProcess {
+    async fn start(home: &Path) -> DaemonProcess {
+        let _ = std::fs::remove_file(home.join("daemon.json"));
+        let child = Command::new(env!("CARGO_BIN_EXE_drover-daemon-proc"))
+            .arg(home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn drover-daemon-proc");
+        let info = home.join("daemon.json");
+        let url = eventually("daemon.json", WAIT, async || {
+            let bytes = std::fs::read(&info).ok()?;
+            let info: Value = serde_json::from_slice(&bytes).ok()?;
+            info["url"].as_str().map(str::to_string)
+        })
+        .await;
+        DaemonProcess {
+            child,
+            ws_url: format!("{}/ws", url.replacen("http://", "ws://", 1)),
+            home: home.to_path_buf(),
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let mut client = Client::connect(&self.ws_url).await;
+        let token = std::fs::read_to_string(self.home.join("token")).ok();
+        let hello = client.hello(token.as_deref().map(str::trim)).await;
+        assert!(hello["agents"].is_array(), "{hello}");
+        client
+    }
+
+    fn sigkill(&mut self) {
+        self.child.kill().expect("SIGKILL the daemon");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(state: &Path) -> String {
+    let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
+    let scripted = drover_fakes::scripted_agent::provider_config(Path::new(bin), state);
+    // An agent that ignores its stdin's end, as codex-acp and claude-agent-acp 0.23 do.
+    format!(
+        "{scripted}[providers.stubborn]\nlabel = \"Stubborn\"\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, SCRIPTED_AGENT_IGNORE_EOF = \"1\" }}\n",
+        state = state.display().to_string(),
+    )
+}
+
+async fn create(client: &mut Client, provider: &str, cwd: &Path, prompt: &str) -> String {
+    let created = client
+        .request(
+            json!({"type": "create_agent", "provider": provider, "cwd": cwd, "prompt": prompt}),
+        )
+        .await;
+    assert_eq!(created["type"], "agent_created", "{created}");
+    created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+/// The text of every agent message in the agent's timeline, joined.
+async fn said(client: &mut Client, agent: &str) -> String {
+    client
+        .timeline(agent)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "agent_message")
+        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+        .collect::<String>()
+}
+
+/// The pid after `word ` in what the agent said (`child 123`, `tool 456`).
+async fn said_pid(client: &mut Client, agent: &str, word: &str) -> i32 {
+    let text = said(client, agent).await;
+    text.split(&format!("{word} "))
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no `{word} <pid>` in {text:?}"))
+}
+
+fn alive(pid: i32) -> bool {
+    procs::Process::read(pid).is_some_and(|p| !p.zombie())
+}
+
+/// The recorded leader pid of every live runtime under `home`.
+fn recorded_leaders(home: &Path) -> Vec<(String, i32)> {
+    let Ok(dir) = std::fs::read_dir(home.join("runtimes")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let record: Value = serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
+            Some((
+                record["agentId"].as_str()?.to_string(),
+                i32::try_from(record["pid"].as_u64()?).ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_pid() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    let idle = create(&mut client, "scripted", &cwd, "say hi").await;
+    let streaming = create(&mut client, "scripted", &cwd, "stream 1000000 20").await;
+    let hung = create(&mut client, "scripted", &cwd, "hang").await;
+    let with_child = create(&mut client, "scripted", &cwd, "spawn-child").await;
+    let with_tool = create(&mut client, "scripted", &cwd, "spawn-tool").await;
+    let stubborn = create(&mut client, "stubborn", &cwd, "say hi").await;
+    let agents = [&idle, &streaming, &hung, &with_child, &with_tool, &stubborn];
+    for agent in [&idle, &with_child, &with_tool, &stubborn] {
+        let idle = client
+            .request(json!({"type": "wait_idle", "agentId": agent, "timeoutMs": 15000}))
+            .await;
+        assert_eq!(idle["payload"]["idle"], true, "{idle}");
+    }
+    eventually("the streaming agent to stream", WAIT, async || {
+        said(&mut client, &streaming).await.contains("chunk ")
+    })
+    .await;
+    let child = said_pid(&mut client, &with_child, "child").await;
+    let tool = said_pid(&mut client, &with_tool, "tool").await;
+    let leaders = eventually("a runtime record per agent", WAIT, async || {
+        let leaders = recorded_leaders(home.path());
+        (leaders.len() == agents.len()).then_some(leaders)
+    })
+    .await;
+    assert!(alive(child) && alive(tool));
+
+    daemon.sigkill();
+    // The agents themselves die with the daemon, within a bounded time.
+    let gone = poll_until(Duration::from_secs(5), async || {
+        leaders.iter().all(|(_, pid)| !alive(*pid))
+    })
+    .await;
+    let left: Vec<_> = leaders.iter().filter(|(_, pid)| alive(*pid)).collect();
+    assert!(
+        gone.is_some(),
+        "agent processes alive 5 s after SIGKILL: {left:?}"
+    );
+
+    // An unrelated process that got a recorded pid (a record whose start time is not its own)
+    // must be left alone.
+    let mut bystander = Command::new("sleep")
+        .arg("1000")
+        .process_group(0)
+        .spawn()
+        .expect("spawn a bystander");
+    let pid = bystander.id();
+    let start: u64 = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .expect("stat")
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
+        .expect("start time");
+    let ghost = drover_core::AgentId::new().to_string();
+    std::fs::write(
+        home.path().join("runtimes").join(format!("{ghost}.json")),
+        json!({"version": 1, "agentId": ghost, "pid": pid, "pgid": pid,
+               "startTime": start + 7, "daemonPid": 1})
+        .to_string(),
+    )
+    .expect("a record of a reused pid");
+
+    // What the agents started (a child in the group, a tool in its own) is gone once the
+    // next daemon serves, before any runtime starts.
+    let daemon = DaemonProcess::start(home.path()).await;
+    for agent in agents {
+        assert_eq!(
+            drover_testkit::agent_processes(agent),
+            Vec::new(),
+            "a process of agent {agent} outlived the boot"
+        );
+    }
+    assert!(!alive(child) && !alive(tool));
+    assert!(
+        alive(i32::try_from(pid).expect("pid")),
+        "the boot killed a process that reused a recorded pid"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+
+    // Never two runtimes for one agent: started again, it has exactly one process.
+    let mut client = daemon.client().await;
+    let init = client
+        .request(json!({"type": "initialize_agent_request", "agentId": stubborn}))
+        .await;
+    assert_eq!(init["type"], "agent_initialized", "{init}");
+    let ran = client
+        .request(json!({"type": "send_message", "agentId": stubborn, "text": "say again"}))
+        .await;
+    assert_ne!(ran["type"], "rpc_error", "{ran}");
+    let idle = client
+        .request(json!({"type": "wait_idle", "agentId": stubborn, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(idle["payload"]["idle"], true, "{idle}");
+    assert_eq!(drover_testkit::agent_processes(&stubborn).len(), 1);
+}
