@@ -63,10 +63,16 @@ fn path(home: &Path, agent: &str) -> PathBuf {
 /// lost its processes too).
 pub fn write(home: &Path, record: &RuntimeRecord) -> io::Result<()> {
     let dir = home.join(DIR);
-    std::fs::create_dir_all(&dir)?;
+    drover_core::private::create_dir_all(&dir)?;
     let target = path(home, &record.agent_id);
     let temp = dir.join(format!(".{}.tmp", record.agent_id));
-    std::fs::write(&temp, serde_json::to_vec(record).map_err(io::Error::other)?)?;
+    let bytes = serde_json::to_vec(record).map_err(io::Error::other)?;
+    drover_core::private::open_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temp)
+        .and_then(|mut f| io::Write::write_all(&mut f, &bytes))?;
     std::fs::rename(&temp, &target)
 }
 
