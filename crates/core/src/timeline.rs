@@ -251,17 +251,18 @@ impl Timeline {
         Ok(item)
     }
 
-    /// [`Timeline::push`], fsynced before it returns (with everything appended before it):
-    /// the record that makes a message delivered (see [`crate::inbox`]). On failure nothing
+    /// [`Timeline::push`] of an item stamped `at`, fsynced before it returns (with everything
+    /// appended before it): the record that makes a message delivered (see [`crate::inbox`]). On failure nothing
     /// of it stays in the log.
     pub fn push_synced(
         &mut self,
         kind: &str,
         data: Map<String, Value>,
+        at: Timestamp,
     ) -> Result<TimelineItem, StoreError> {
         let item = TimelineItem {
             seq: self.next_seq,
-            at: Timestamp::now(),
+            at,
             kind: kind.to_string(),
             data,
         };

@@ -87,7 +87,7 @@ async fn run(home: PathBuf, cwd: PathBuf, seed: u64) -> anyhow::Result<()> {
 
 /// Prints one protocol line in a single write and flushes it. If nobody reads any more, the
 /// test is gone: so are we.
-fn emit(tag: &str, value: &impl Serialize) {
+pub(crate) fn emit(tag: &str, value: &impl Serialize) {
     let json = match serde_json::to_string(value) {
         Ok(json) => json,
         Err(e) => diverge(&format!("cannot encode a `{tag}` line: {e}")),

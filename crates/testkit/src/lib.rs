@@ -17,6 +17,7 @@
 pub mod crash;
 pub mod crashdriver;
 pub mod daemon;
+pub mod msgdriver;
 pub mod wait;
 
 use std::collections::{HashMap, HashSet};

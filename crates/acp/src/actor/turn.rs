@@ -56,25 +56,38 @@ impl Actor {
         let Some(claim) = self.inbox.next() else {
             return;
         };
-        // The commit point of a delivery: the `user_message`, fsynced. Until it is written the
-        // message stays queued (a crash or a full disk loses nothing); once it is, the message
-        // is never sent again (the inbox settles against the timeline when it opens).
-        if let Err(e) = self.record_user_message(&claim) {
-            tracing::error!(agent = %self.id, error = %e, "cannot record the next message; it stays queued");
-            self.start_failed = true;
-            return;
-        }
-        self.take(&claim);
+        // Stamped before the turn gate below: a turn that passed it before an archive is
+        // recorded as starting before it.
+        let at = jiff::Timestamp::now();
+        // Entering `running` passes the turn gate atomically with any archive: once this
+        // succeeds no archive came first; if it fails, nothing of the message is recorded.
         if let Err(e) = registry
             .set_status(self.id, AgentStatus::Running, None)
             .await
         {
-            self.push(
-                ItemKind::TurnEnded,
-                json!({"event": "turn_blocked", "reason": e.to_string()}),
-            );
+            if matches!(e, RegistryError::Store(_)) {
+                tracing::error!(agent = %self.id, error = %e, "cannot start a turn; its message stays queued");
+                self.start_failed = true;
+            } else {
+                self.block_next(&e);
+            }
             return;
         }
+        // The commit point of a delivery: the `user_message`, fsynced. Until it is written the
+        // message stays queued (a crash or a full disk loses nothing); once it is, the message
+        // is never sent again (the inbox settles against the timeline when it opens).
+        if let Err(e) = self.record_user_message(&claim, at) {
+            tracing::error!(agent = %self.id, error = %e, "cannot record the next message; it stays queued");
+            self.start_failed = true;
+            let outcome = TurnOutcome::Failed {
+                error: format!("the message could not be recorded: {e}"),
+            };
+            if let Err(e) = registry.record_turn_end(self.id, outcome).await {
+                tracing::warn!(agent = %self.id, error = %e, "cannot record the end of a turn that did not start");
+            }
+            return;
+        }
+        self.take(&claim);
         let started_seq = self
             .push(
                 ItemKind::TurnStarted,
@@ -100,11 +113,16 @@ impl Actor {
     /// The gate refused: the message that would have started the turn is taken, the turn ends
     /// `blocked`, and no prompt reaches the agent.
     fn block_next(&mut self, reason: &RegistryError) {
+        if self.archived() {
+            // The agent itself was archived meanwhile: archive wins, nothing is recorded.
+            self.discard_archived_inbox(false);
+            return;
+        }
         let Some(claim) = self.inbox.next() else {
             self.start_failed = true;
             return;
         };
-        if let Err(e) = self.record_user_message(&claim) {
+        if let Err(e) = self.record_user_message(&claim, jiff::Timestamp::now()) {
             tracing::error!(agent = %self.id, error = %e, "cannot record the next message; it stays queued");
             self.start_failed = true;
             return;
@@ -124,8 +142,8 @@ impl Actor {
         }
     }
 
-    /// Records the message a turn starts with as a `user_message`, fsynced.
-    fn record_user_message(&mut self, claim: &Claim) -> Result<(), StoreError> {
+    /// Records the message a turn starts with as a `user_message` stamped `at`, fsynced.
+    fn record_user_message(&mut self, claim: &Claim, at: jiff::Timestamp) -> Result<(), StoreError> {
         self.close_chunk();
         let context: Vec<&str> = claim.context.iter().map(|c| c.text.as_str()).collect();
         let context_ids: Vec<&str> = claim.context.iter().map(|c| c.id.as_str()).collect();
@@ -144,7 +162,7 @@ impl Actor {
         };
         let item = self
             .timeline
-            .push_synced(ItemKind::UserMessage.as_str(), data)?;
+            .push_synced(ItemKind::UserMessage.as_str(), data, at)?;
         self.shared.emit(
             self.id,
             self.timeline.revision(),
