@@ -17,6 +17,7 @@
 pub mod crash;
 pub mod crashdriver;
 pub mod daemon;
+pub mod disk;
 pub mod msgdriver;
 pub mod wait;
 

@@ -73,11 +73,13 @@ pub fn main() -> anyhow::Result<()> {
     runtime.block_on(run(home, cwd, agent, seed, settle))
 }
 
-fn providers(home: &std::path::Path, agent: &std::path::Path) -> Providers {
+/// The presets and the scripted agent `agent` as provider `scripted`, keeping its sessions in
+/// `state`.
+pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers {
     let mut providers = Providers::presets();
     let env = [(
         "SCRIPTED_AGENT_STATE_DIR".to_string(),
-        home.join("agent-state").display().to_string(),
+        state.display().to_string(),
     )]
     .into_iter()
     .collect();
@@ -102,7 +104,7 @@ async fn run(
     settle: bool,
 ) -> anyhow::Result<()> {
     let (manager, registry, _) =
-        RuntimeManager::open(&home, providers(&home, &agent_bin), no_mcp_servers())
+        RuntimeManager::open(&home, providers(&home.join("agent-state"), &agent_bin), no_mcp_servers())
             .await
             .with_context(|| format!("open the runtimes under {}", home.display()))?;
     let mut agents: Vec<AgentId> = registry.agents().iter().map(|a| a.id).collect();

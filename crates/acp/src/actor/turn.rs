@@ -56,6 +56,21 @@ impl Actor {
         let Some(claim) = self.inbox.next() else {
             return;
         };
+        if registry
+            .get(self.id)
+            .is_some_and(|a| a.status == AgentStatus::Running)
+        {
+            // No turn runs here, yet the record says one does: the end of the last one could
+            // not be written (a full disk). Write it now, or the next turn cannot start.
+            let outcome = TurnOutcome::Failed {
+                error: "the end of the previous turn could not be recorded".to_string(),
+            };
+            if let Err(e) = registry.record_turn_end(self.id, outcome).await {
+                tracing::error!(agent = %self.id, error = %e, "cannot start a turn; its message stays queued");
+                self.start_failed = true;
+                return;
+            }
+        }
         // Stamped before the turn gate below: a turn that passed it before an archive is
         // recorded as starting before it.
         let at = jiff::Timestamp::now();

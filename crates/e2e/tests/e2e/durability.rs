@@ -326,3 +326,104 @@ async fn a_connections_requests_are_bounded_and_end_with_it() {
         .await;
     assert_eq!(answer["payload"]["idle"], false, "{answer}");
 }
+
+/// A full disk under a live agent that streams and takes messages: what could not be written
+/// was refused or stays queued, no log is torn or glued, and once space returns (and after a
+/// restart) every acknowledged message has run exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() {
+    use drover_acp::{RuntimeManager, no_mcp_servers};
+    use drover_core::inbox::Delivery;
+    use drover_core::{NewAgent, RuntimeControl};
+    use drover_testkit::disk::{Tmpfs, fill};
+    use drover_testkit::msgdriver::providers;
+
+    const WAIT: Duration = Duration::from_secs(20);
+    let disk = Tmpfs::mount("1m");
+    let home = disk.path.join("home");
+    fs::create_dir(&home).expect("home");
+    let cwd = TempDir::new().expect("cwd");
+    let state = TempDir::new().expect("agent state");
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_drover-scripted-agent"));
+    let open = async || {
+        RuntimeManager::open(&home, providers(state.path(), agent_bin), no_mcp_servers())
+            .await
+            .expect("open the runtimes")
+    };
+    let (manager, registry, _) = open().await;
+    let agent = manager
+        .create_agent(
+            NewAgent {
+                provider: "scripted".to_string(),
+                cwd: cwd.path().to_path_buf(),
+                title: Some("disk".to_string()),
+                ..NewAgent::default()
+            },
+            Some("stream 20".to_string()),
+        )
+        .await
+        .expect("create")
+        .id;
+    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "the first turn did not end");
+
+    // The disk fills in the middle of a streamed turn.
+    let mut acked = vec![
+        manager
+            .deliver(agent, Delivery::Followup, "stream 300 5".to_string(), "user".to_string())
+            .await
+            .expect("a streamed turn"),
+    ];
+    eventually("the streamed turn to run", WAIT, async || {
+        registry
+            .get(agent)
+            .is_some_and(|a| a.status == drover_core::AgentStatus::Running)
+    })
+    .await;
+    let mut refused = 0;
+    let filler = disk.path.join("filler");
+    fill(&filler);
+    for n in 0..12 {
+        let delivery = if n % 4 == 3 { Delivery::Inject } else { Delivery::Followup };
+        match manager
+            .deliver(agent, delivery, format!("stream 200\nsay full {n}"), "user".to_string())
+            .await
+        {
+            Ok(id) => acked.push(id),
+            Err(_) => refused += 1,
+        }
+        // Settled: the turn ran, or could not start and its message stays queued.
+        assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "a turn hung on the full disk");
+    }
+    // The disk was full for real: some acknowledged message could not start its turn.
+    let ran = deliveries(&home, agent);
+    let waiting = acked.iter().filter(|id| !ran.contains_key(*id)).count();
+    assert!(waiting > 0, "every message ran on the \"full\" disk; it was not full");
+    fs::remove_file(&filler).expect("free the disk");
+    let last = manager
+        .deliver(agent, Delivery::Followup, "say space again".to_string(), "user".to_string())
+        .await
+        .expect("a message once space returned");
+    acked.push(last);
+    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "the queued messages did not run");
+    manager.shutdown().await;
+    registry.shutdown().await;
+    drop((manager, registry));
+
+    // Restart: what stayed queued runs now.
+    let (manager, registry, _) = open().await;
+    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "the queued messages did not run after the restart");
+    manager.shutdown().await;
+    registry.shutdown().await;
+
+    assert_logs_parse(&home.join("timelines"));
+    assert_logs_parse(&home.join("inbox"));
+    let runs = deliveries(&home, agent);
+    for id in &acked {
+        let n = runs.get(id).map_or(0, Vec::len);
+        assert_eq!(n, 1, "acknowledged message {id} ran {n} times ({refused} refused on the full disk)");
+    }
+    eprintln!(
+        "full disk: {} acknowledged, {refused} refused, {waiting} waited for space, all ran once",
+        acked.len()
+    );
+}
