@@ -427,3 +427,74 @@ async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() 
         acked.len()
     );
 }
+
+/// A followup sent to a cold agent while it is being archived: archive wins. The followup ran
+/// before the archive or never: not after unarchive, not at the next boot; and the archived
+/// agent keeps no inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followup_racing_the_archive_of_a_cold_agent_never_runs_later() {
+    use drover_acp::{RuntimeManager, no_mcp_servers};
+    use drover_core::inbox::Delivery;
+    use drover_core::{ArchiveOptions, NewAgent, RuntimeControl};
+    use drover_testkit::msgdriver::providers;
+
+    const ROUNDS: usize = 12;
+    const WAIT: Duration = Duration::from_secs(20);
+    let home = TempDir::new().expect("home");
+    let cwd = TempDir::new().expect("cwd");
+    let state = TempDir::new().expect("agent state");
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_drover-scripted-agent"));
+    let open = async || {
+        RuntimeManager::open(home.path(), providers(state.path(), agent_bin), no_mcp_servers())
+            .await
+            .expect("open the runtimes")
+    };
+    let (manager, registry, _) = open().await;
+    let mut raced = Vec::new();
+    for round in 0..ROUNDS {
+        let agent = registry
+            .create_agent(NewAgent {
+                provider: "scripted".to_string(),
+                cwd: cwd.path().to_path_buf(),
+                title: Some(format!("cold {round}")),
+                ..NewAgent::default()
+            })
+            .await
+            .expect("a cold agent")
+            .id;
+        registry
+            .set_status(agent, drover_core::AgentStatus::Idle, None)
+            .await
+            .expect("idle");
+        let send = manager.deliver(agent, Delivery::Followup, format!("say raced {round}"), "user".to_string());
+        let archive = registry.archive(agent, ArchiveOptions { stop_activity: true });
+        let (sent, archived) = tokio::join!(send, archive);
+        archived.expect("archive");
+        let archived_at = registry.get(agent).and_then(|a| a.archived_at).expect("archived");
+        registry.unarchive(agent).await.expect("unarchive");
+        assert!(manager.wait_idle(agent, WAIT).await.expect("wait"));
+        raced.push((agent, sent.ok(), archived_at));
+    }
+    manager.shutdown().await;
+    registry.shutdown().await;
+    drop((manager, registry));
+    // The next boot runs nothing the archive discarded.
+    let (manager, registry, _) = open().await;
+    for (agent, _, _) in &raced {
+        assert!(manager.wait_idle(*agent, WAIT).await.expect("wait"));
+    }
+    manager.shutdown().await;
+    registry.shutdown().await;
+    for (agent, message, archived_at) in &raced {
+        let runs = deliveries(home.path(), *agent);
+        if let Some(id) = message
+            && let Some(ran) = runs.get(id)
+        {
+            assert_eq!(ran.len(), 1, "{id} ran {} times", ran.len());
+            assert!(ran[0] <= *archived_at, "{id} ran at {}, after the archive at {archived_at}", ran[0]);
+        }
+        let inbox = Inbox::path_for(home.path(), *agent);
+        let kept = fs::read_to_string(&inbox).unwrap_or_default();
+        assert!(kept.is_empty(), "agent {agent} kept queued messages: {kept}");
+    }
+}
