@@ -148,7 +148,13 @@ impl Inbox {
         let (log, _) = Log::open(&Self::path_for(home, agent), |entry| match entry {
             Entry::Queued { message } => pending.push_back(message),
             Entry::Claimed { ids } => {
-                claims.push(pending.iter().filter(|m| ids.contains(&m.id)).cloned().collect());
+                claims.push(
+                    pending
+                        .iter()
+                        .filter(|m| ids.contains(&m.id))
+                        .cloned()
+                        .collect(),
+                );
                 pending.retain(|m| !ids.contains(&m.id));
             }
             Entry::Discarded { ids } => {
@@ -157,7 +163,11 @@ impl Inbox {
             }
         })?;
         // What was discarded stays discarded, whatever an earlier claim says.
-        claims.retain(|claim| claim.last().is_some_and(|wake| !discarded.contains(&wake.id)));
+        claims.retain(|claim| {
+            claim
+                .last()
+                .is_some_and(|wake| !discarded.contains(&wake.id))
+        });
         let mut inbox = Inbox { log, pending };
         if inbox.pending.is_empty() && claims.is_empty() {
             if !inbox.log.is_empty()? {
@@ -187,7 +197,10 @@ impl Inbox {
             .map(|m| m.id.clone())
             .collect();
         if !recorded.is_empty() {
-            tracing::info!(count = recorded.len(), "the timeline already records queued messages; marked them claimed");
+            tracing::info!(
+                count = recorded.len(),
+                "the timeline already records queued messages; marked them claimed"
+            );
             self.write(&Entry::Claimed {
                 ids: recorded.clone(),
             })?;
@@ -200,7 +213,10 @@ impl Inbox {
             if !lost {
                 continue;
             }
-            tracing::warn!(count = claim.len(), "claimed messages the timeline never recorded are queued again");
+            tracing::warn!(
+                count = claim.len(),
+                "claimed messages the timeline never recorded are queued again"
+            );
             for message in claim {
                 if !self.pending.iter().any(|m| m.id == message.id)
                     && !delivered.contains(&message.id)

@@ -105,13 +105,10 @@ impl Log {
             self.cut_back()?;
         }
         // One write per line: with O_APPEND a line is never interleaved with another.
-        let written = self.file.write_all(&line).and_then(|()| {
-            if sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
+        let written = self
+            .file
+            .write_all(&line)
+            .and_then(|()| if sync { self.file.sync_data() } else { Ok(()) });
         match written {
             Ok(()) => {
                 self.len += line.len() as u64;

@@ -266,7 +266,8 @@ impl Timeline {
             kind: kind.to_string(),
             data,
         };
-        self.log.append_synced(&Entry::Item { item: item.clone() })?;
+        self.log
+            .append_synced(&Entry::Item { item: item.clone() })?;
         self.revision += 1;
         self.next_seq += 1;
         self.index.insert(item.seq, self.items.len());

@@ -74,4 +74,3 @@ pub fn fill(path: &Path) {
     // What did fit stays allocated.
     let _ = file.sync_all();
 }
-

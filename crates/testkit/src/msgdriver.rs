@@ -69,7 +69,11 @@ pub fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("start the tokio runtime")?;
-    let (home, cwd, agent) = (PathBuf::from(home), PathBuf::from(cwd), PathBuf::from(agent));
+    let (home, cwd, agent) = (
+        PathBuf::from(home),
+        PathBuf::from(cwd),
+        PathBuf::from(agent),
+    );
     runtime.block_on(run(home, cwd, agent, seed, settle))
 }
 
@@ -103,10 +107,13 @@ async fn run(
     seed: u64,
     settle: bool,
 ) -> anyhow::Result<()> {
-    let (manager, registry, _) =
-        RuntimeManager::open(&home, providers(&home.join("agent-state"), &agent_bin), no_mcp_servers())
-            .await
-            .with_context(|| format!("open the runtimes under {}", home.display()))?;
+    let (manager, registry, _) = RuntimeManager::open(
+        &home,
+        providers(&home.join("agent-state"), &agent_bin),
+        no_mcp_servers(),
+    )
+    .await
+    .with_context(|| format!("open the runtimes under {}", home.display()))?;
     let mut agents: Vec<AgentId> = registry.agents().iter().map(|a| a.id).collect();
     crate::crashdriver::emit("boot", &serde_json::json!({"agents": agents.len()}));
     if settle {
@@ -162,39 +169,7 @@ async fn run(
             archived_at: None,
         };
         crate::crashdriver::emit("begin", &op);
-        let done: anyhow::Result<()> = match kind {
-            "archive" => registry
-                .archive(
-                    agent,
-                    ArchiveOptions {
-                        stop_activity: true,
-                    },
-                )
-                .await
-                .map(|_| {
-                    op.archived_at = registry.get(agent).and_then(|a| a.archived_at);
-                })
-                .map_err(anyhow::Error::from),
-            "unarchive" => registry
-                .unarchive(agent)
-                .await
-                .map(|_| ())
-                .map_err(anyhow::Error::from),
-            _ => {
-                let delivery = match kind {
-                    "steer" => Delivery::Steer,
-                    "inject" => Delivery::Inject,
-                    _ => Delivery::Followup,
-                };
-                // Short turns, some long enough for messages to queue behind them.
-                let text = format!("sleep {}\nsay m{seq}", rng.range(0, 25));
-                manager
-                    .deliver(agent, delivery, text, "user".to_string())
-                    .await
-                    .map(|id| op.message = Some(id))
-                    .map_err(anyhow::Error::from)
-            }
-        };
+        let done = apply(&manager, &mut op, &mut rng).await;
         match done {
             Ok(()) => crate::crashdriver::emit("ack", &op),
             Err(e) => crate::crashdriver::emit(
@@ -204,5 +179,48 @@ async fn run(
         }
         let pause = rng.range(0, 15);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// Runs one operation; fills in what its `ack` reports.
+async fn apply(
+    manager: &RuntimeManager,
+    op: &mut MessageOp,
+    rng: &mut XorShift,
+) -> anyhow::Result<()> {
+    match op.kind.as_str() {
+        "archive" => manager
+            .registry()
+            .archive(
+                op.agent,
+                ArchiveOptions {
+                    stop_activity: true,
+                },
+            )
+            .await
+            .map(|_| {
+                op.archived_at = manager.registry().get(op.agent).and_then(|a| a.archived_at);
+            })
+            .map_err(anyhow::Error::from),
+        "unarchive" => manager
+            .registry()
+            .unarchive(op.agent)
+            .await
+            .map(|_| ())
+            .map_err(anyhow::Error::from),
+        _ => {
+            let delivery = match op.kind.as_str() {
+                "steer" => Delivery::Steer,
+                "inject" => Delivery::Inject,
+                _ => Delivery::Followup,
+            };
+            // Short turns, some long enough for messages to queue behind them.
+            let text = format!("sleep {}\nsay m{}", rng.range(0, 25), op.seq);
+            manager
+                .deliver(op.agent, delivery, text, "user".to_string())
+                .await
+                .map(|id| op.message = Some(id))
+                .map_err(anyhow::Error::from)
+        }
     }
 }

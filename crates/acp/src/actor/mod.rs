@@ -318,7 +318,9 @@ impl Actor {
         if self.archived() {
             // An archive that raced the caller's own check won: its close comes after this
             // command and would discard the message anyway.
-            let _ = reply.send(Err(drover_core::RegistryError::Archived { agent: self.id }.into()));
+            let _ = reply.send(Err(
+                drover_core::RegistryError::Archived { agent: self.id }.into()
+            ));
             return;
         }
         self.start_failed = false;

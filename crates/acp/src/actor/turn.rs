@@ -158,7 +158,11 @@ impl Actor {
     }
 
     /// Records the message a turn starts with as a `user_message` stamped `at`, fsynced.
-    fn record_user_message(&mut self, claim: &Claim, at: jiff::Timestamp) -> Result<(), StoreError> {
+    fn record_user_message(
+        &mut self,
+        claim: &Claim,
+        at: jiff::Timestamp,
+    ) -> Result<(), StoreError> {
         self.close_chunk();
         let context: Vec<&str> = claim.context.iter().map(|c| c.text.as_str()).collect();
         let context_ids: Vec<&str> = claim.context.iter().map(|c| c.id.as_str()).collect();

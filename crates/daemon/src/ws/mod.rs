@@ -266,7 +266,9 @@ impl Session {
             let error = request_error(
                 message.request_id().map(str::to_string),
                 ErrorCode::TooManyRequests,
-                format!("this connection has {MAX_IN_FLIGHT} requests in flight; wait for their answers"),
+                format!(
+                    "this connection has {MAX_IN_FLIGHT} requests in flight; wait for their answers"
+                ),
                 None,
             );
             return send(socket, encode(&error)).await;

@@ -190,7 +190,7 @@ fn sigkill_after_message_queued_loses_no_message_and_runs_none_twice_or_after_ar
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let logs = TempDir::new().expect("driver logs");
-    let mut rng = XorShift::new(0x0d0e_11);
+    let mut rng = XorShift::new(0x000d_0e11);
     let started = Instant::now();
     // Every acknowledged operation, in the order they happened.
     let mut acks: Vec<MessageOp> = Vec::new();
@@ -231,7 +231,11 @@ fn sigkill_after_message_queued_loses_no_message_and_runs_none_twice_or_after_ar
         let Some(id) = &op.message else { continue };
         messages += 1;
         let runs = delivered[&op.agent].get(id).cloned().unwrap_or_default();
-        assert!(runs.len() <= 1, "message {id} ({op:?}) ran {} times", runs.len());
+        assert!(
+            runs.len() <= 1,
+            "message {id} ({op:?}) ran {} times",
+            runs.len()
+        );
         // The first archive of the agent acknowledged after the message: it may discard the
         // message, and the message must not run after it.
         let archive = acks[i + 1..]
@@ -240,7 +244,10 @@ fn sigkill_after_message_queued_loses_no_message_and_runs_none_twice_or_after_ar
         match (archive, runs.first()) {
             (Some(archive), Some(ran)) => {
                 let at = archive.archived_at.expect("filtered");
-                assert!(*ran <= at, "message {id} ({op:?}) ran at {ran}, after the archive at {at}");
+                assert!(
+                    *ran <= at,
+                    "message {id} ({op:?}) ran at {ran}, after the archive at {at}"
+                );
             }
             (Some(_), None) => excused += 1,
             (None, Some(_)) => {}
@@ -256,9 +263,10 @@ fn sigkill_after_message_queued_loses_no_message_and_runs_none_twice_or_after_ar
         }
     }
     // An archived agent keeps no inbox: what it held can never run.
-    let registry = drover_core::Registry::open(home.path(), std::sync::Arc::new(drover_core::NoRuntimes))
-        .expect("open the registry")
-        .0;
+    let registry =
+        drover_core::Registry::open(home.path(), std::sync::Arc::new(drover_core::NoRuntimes))
+            .expect("open the registry")
+            .0;
     for agent in &agents {
         if registry.get(*agent).is_some_and(|a| a.is_archived()) {
             let inbox = Inbox::path_for(home.path(), *agent);
@@ -268,7 +276,10 @@ fn sigkill_after_message_queued_loses_no_message_and_runs_none_twice_or_after_ar
     eprintln!(
         "durability: {rounds} SIGKILLs, {messages} acknowledged messages, {excused} discarded by a later archive, 0 lost"
     );
-    assert!(rounds >= 5 && messages >= rounds, "too little was exercised: {rounds} rounds, {messages} messages");
+    assert!(
+        rounds >= 5 && messages >= rounds,
+        "too little was exercised: {rounds} rounds, {messages} messages"
+    );
 }
 
 /// `wait_idle` for an agent in a long turn, many times over on one connection: past the bound
@@ -283,7 +294,10 @@ async fn a_connections_requests_are_bounded_and_end_with_it() {
         .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": "sleep 60000"}))
         .await;
     assert_eq!(created["type"], "agent_created", "{created}");
-    let id = created["payload"]["agent"]["id"].as_str().expect("id").to_string();
+    let id = created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
     client
         .recv_where(|m| {
             m["type"] == "agent_status"
@@ -331,6 +345,7 @@ async fn a_connections_requests_are_bounded_and_end_with_it() {
 /// was refused or stays queued, no log is torn or glued, and once space returns (and after a
 /// restart) every acknowledged message has run exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // one story, told in the order it happens
 async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() {
     use drover_acp::{RuntimeManager, no_mcp_servers};
     use drover_core::inbox::Delivery;
@@ -364,12 +379,20 @@ async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() 
         .await
         .expect("create")
         .id;
-    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "the first turn did not end");
+    assert!(
+        manager.wait_idle(agent, WAIT).await.expect("wait"),
+        "the first turn did not end"
+    );
 
     // The disk fills in the middle of a streamed turn.
     let mut acked = vec![
         manager
-            .deliver(agent, Delivery::Followup, "stream 300 5".to_string(), "user".to_string())
+            .deliver(
+                agent,
+                Delivery::Followup,
+                "stream 300 5".to_string(),
+                "user".to_string(),
+            )
             .await
             .expect("a streamed turn"),
     ];
@@ -383,35 +406,61 @@ async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() 
     let filler = disk.path.join("filler");
     fill(&filler);
     for n in 0..12 {
-        let delivery = if n % 4 == 3 { Delivery::Inject } else { Delivery::Followup };
+        let delivery = if n % 4 == 3 {
+            Delivery::Inject
+        } else {
+            Delivery::Followup
+        };
         match manager
-            .deliver(agent, delivery, format!("stream 200\nsay full {n}"), "user".to_string())
+            .deliver(
+                agent,
+                delivery,
+                format!("stream 200\nsay full {n}"),
+                "user".to_string(),
+            )
             .await
         {
             Ok(id) => acked.push(id),
             Err(_) => refused += 1,
         }
         // Settled: the turn ran, or could not start and its message stays queued.
-        assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "a turn hung on the full disk");
+        assert!(
+            manager.wait_idle(agent, WAIT).await.expect("wait"),
+            "a turn hung on the full disk"
+        );
     }
     // The disk was full for real: some acknowledged message could not start its turn.
     let ran = deliveries(&home, agent);
     let waiting = acked.iter().filter(|id| !ran.contains_key(*id)).count();
-    assert!(waiting > 0, "every message ran on the \"full\" disk; it was not full");
+    assert!(
+        waiting > 0,
+        "every message ran on the \"full\" disk; it was not full"
+    );
     fs::remove_file(&filler).expect("free the disk");
     let last = manager
-        .deliver(agent, Delivery::Followup, "say space again".to_string(), "user".to_string())
+        .deliver(
+            agent,
+            Delivery::Followup,
+            "say space again".to_string(),
+            "user".to_string(),
+        )
         .await
         .expect("a message once space returned");
     acked.push(last);
-    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "the queued messages did not run");
+    assert!(
+        manager.wait_idle(agent, WAIT).await.expect("wait"),
+        "the queued messages did not run"
+    );
     manager.shutdown().await;
     registry.shutdown().await;
     drop((manager, registry));
 
     // Restart: what stayed queued runs now.
     let (manager, registry, _) = open().await;
-    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"), "the queued messages did not run after the restart");
+    assert!(
+        manager.wait_idle(agent, WAIT).await.expect("wait"),
+        "the queued messages did not run after the restart"
+    );
     manager.shutdown().await;
     registry.shutdown().await;
 
@@ -420,7 +469,10 @@ async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() 
     let runs = deliveries(&home, agent);
     for id in &acked {
         let n = runs.get(id).map_or(0, Vec::len);
-        assert_eq!(n, 1, "acknowledged message {id} ran {n} times ({refused} refused on the full disk)");
+        assert_eq!(
+            n, 1,
+            "acknowledged message {id} ran {n} times ({refused} refused on the full disk)"
+        );
     }
     eprintln!(
         "full disk: {} acknowledged, {refused} refused, {waiting} waited for space, all ran once",
@@ -445,9 +497,13 @@ async fn a_followup_racing_the_archive_of_a_cold_agent_never_runs_later() {
     let state = TempDir::new().expect("agent state");
     let agent_bin = Path::new(env!("CARGO_BIN_EXE_drover-scripted-agent"));
     let open = async || {
-        RuntimeManager::open(home.path(), providers(state.path(), agent_bin), no_mcp_servers())
-            .await
-            .expect("open the runtimes")
+        RuntimeManager::open(
+            home.path(),
+            providers(state.path(), agent_bin),
+            no_mcp_servers(),
+        )
+        .await
+        .expect("open the runtimes")
     };
     let (manager, registry, _) = open().await;
     let mut raced = Vec::new();
@@ -466,11 +522,24 @@ async fn a_followup_racing_the_archive_of_a_cold_agent_never_runs_later() {
             .set_status(agent, drover_core::AgentStatus::Idle, None)
             .await
             .expect("idle");
-        let send = manager.deliver(agent, Delivery::Followup, format!("say raced {round}"), "user".to_string());
-        let archive = registry.archive(agent, ArchiveOptions { stop_activity: true });
+        let send = manager.deliver(
+            agent,
+            Delivery::Followup,
+            format!("say raced {round}"),
+            "user".to_string(),
+        );
+        let archive = registry.archive(
+            agent,
+            ArchiveOptions {
+                stop_activity: true,
+            },
+        );
         let (sent, archived) = tokio::join!(send, archive);
         archived.expect("archive");
-        let archived_at = registry.get(agent).and_then(|a| a.archived_at).expect("archived");
+        let archived_at = registry
+            .get(agent)
+            .and_then(|a| a.archived_at)
+            .expect("archived");
         registry.unarchive(agent).await.expect("unarchive");
         assert!(manager.wait_idle(agent, WAIT).await.expect("wait"));
         raced.push((agent, sent.ok(), archived_at));
@@ -491,10 +560,17 @@ async fn a_followup_racing_the_archive_of_a_cold_agent_never_runs_later() {
             && let Some(ran) = runs.get(id)
         {
             assert_eq!(ran.len(), 1, "{id} ran {} times", ran.len());
-            assert!(ran[0] <= *archived_at, "{id} ran at {}, after the archive at {archived_at}", ran[0]);
+            assert!(
+                ran[0] <= *archived_at,
+                "{id} ran at {}, after the archive at {archived_at}",
+                ran[0]
+            );
         }
         let inbox = Inbox::path_for(home.path(), *agent);
         let kept = fs::read_to_string(&inbox).unwrap_or_default();
-        assert!(kept.is_empty(), "agent {agent} kept queued messages: {kept}");
+        assert!(
+            kept.is_empty(),
+            "agent {agent} kept queued messages: {kept}"
+        );
     }
 }
