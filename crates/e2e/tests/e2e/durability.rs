@@ -24,6 +24,8 @@ use tempfile::TempDir;
 /// The kill rounds stop at whichever comes first.
 const ROUNDS: usize = 100;
 const ROUNDS_BUDGET: Duration = Duration::from_secs(40);
+/// `DROVER_SOAK_ROUNDS=N` runs N rounds instead, with no time budget: a local soak, never CI.
+const SOAK_ROUNDS: &str = "DROVER_SOAK_ROUNDS";
 /// One round may take this long before the test gives up on the driver.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -195,8 +197,10 @@ fn sigkill_after_message_queued_loses_no_message_and_runs_none_twice_or_after_ar
     // Every acknowledged operation, in the order they happened.
     let mut acks: Vec<MessageOp> = Vec::new();
     let mut agents: HashSet<AgentId> = HashSet::new();
+    let soak: Option<usize> = std::env::var(SOAK_ROUNDS).ok().and_then(|n| n.parse().ok());
+    let (max_rounds, budget) = soak.map_or((ROUNDS, ROUNDS_BUDGET), |n| (n, Duration::MAX));
     let mut rounds = 0;
-    while rounds < ROUNDS && started.elapsed() < ROUNDS_BUDGET {
+    while rounds < max_rounds && started.elapsed() < budget {
         let stderr = logs.path().join(format!("round-{rounds}.log"));
         for line in run_until_killed(home.path(), cwd.path(), rounds as u64, &stderr, &mut rng) {
             if let Some(json) = line.strip_prefix("ack ") {
