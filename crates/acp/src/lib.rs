@@ -266,11 +266,9 @@ impl Actors {
             .await
     }
 
-    async fn close(&self, agent: AgentId, archived: bool) {
+    async fn close(&self, agent: AgentId) {
         let Some(handle) = self.existing(agent) else {
-            if archived {
-                self.discard_cold_inbox(agent);
-            }
+            self.discard_cold_inbox(agent);
             return;
         };
         let (reply, rx) = oneshot::channel();
@@ -279,13 +277,14 @@ impl Actors {
         }
     }
 
-    /// An archived agent with no task: what its inbox held never runs (archive wins), and the
+    /// If the agent is archived and has no task: what its inbox held never runs (archive wins), and the
     /// file goes. Done under the task table's lock, so no task of this agent opens the inbox
     /// meanwhile (a task starts under it); the work is one read, one fsynced line, one unlink.
     fn discard_cold_inbox(&self, agent: AgentId) {
         let tasks = self.tasks();
-        if tasks.contains_key(&agent) {
-            return; // a task took it over: its close discards
+        // Not archived (any more): nothing to discard. A task took it over: its close discards.
+        if !self.archived(agent) || tasks.contains_key(&agent) {
+            return;
         }
         let discarded = Inbox::open(&self.home, agent)
             .and_then(|mut inbox| inbox.discard_all())
@@ -353,8 +352,7 @@ impl RuntimeControl for Runtimes {
         let actors = self.0.upgrade();
         Box::pin(async move {
             if let Some(actors) = actors {
-                let archived = actors.archived(agent);
-                actors.close(agent, archived).await;
+                actors.close(agent).await;
             }
             Ok(())
         })
@@ -767,8 +765,7 @@ impl RuntimeControl for RuntimeManager {
     fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
         let actors = self.shared.actors.clone();
         Box::pin(async move {
-            let archived = actors.archived(agent);
-            actors.close(agent, archived).await;
+            actors.close(agent).await;
             Ok(())
         })
     }
