@@ -223,6 +223,9 @@ impl ActorHandle {
 /// shutdown) through [`Runtimes`], without the rest of the manager.
 struct Actors {
     home: PathBuf,
+    /// Set once the registry is open: whether a closed agent is archived (its inbox goes).
+    /// The registry holds the actors weakly, so this makes no cycle.
+    registry: std::sync::OnceLock<Registry>,
     tasks: Mutex<HashMap<AgentId, ActorHandle>>,
     shutting_down: AtomicBool,
     generation: AtomicU64,
@@ -233,6 +236,13 @@ impl Actors {
         self.tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn archived(&self, agent: AgentId) -> bool {
+        self.registry
+            .get()
+            .and_then(|r| r.get(agent))
+            .is_some_and(|a| a.is_archived())
     }
 
     fn existing(&self, agent: AgentId) -> Option<ActorHandle> {
@@ -277,11 +287,36 @@ impl Actors {
 
     async fn close(&self, agent: AgentId) {
         let Some(handle) = self.existing(agent) else {
+            self.discard_cold_inbox(agent);
             return;
         };
         let (reply, rx) = oneshot::channel();
         if handle.commands.send(Command::Close { reply }).await.is_ok() {
             let _ = rx.await;
+        }
+    }
+
+    /// If the agent is archived and has no task: what its inbox held never runs (archive wins), and the
+    /// file goes. Done under the task table's lock, so no task of this agent opens the inbox
+    /// meanwhile (a task starts under it); the work is one read, one fsynced line, one unlink.
+    fn discard_cold_inbox(&self, agent: AgentId) {
+        let tasks = self.tasks();
+        // Not archived (any more): nothing to discard. A task took it over: its close discards.
+        if !self.archived(agent) || tasks.contains_key(&agent) {
+            return;
+        }
+        let discarded = Inbox::open(&self.home, agent)
+            .and_then(|mut inbox| inbox.discard_all())
+            .and_then(|dropped| Inbox::remove(&self.home, agent).map(|()| dropped));
+        drop(tasks);
+        match discarded {
+            Ok(dropped) if !dropped.is_empty() => {
+                tracing::info!(%agent, count = dropped.len(), "archive dropped the queued messages of a cold agent");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(%agent, error = %e, "cannot discard the inbox of an archived agent; boot removes it");
+            }
         }
     }
 
@@ -377,6 +412,7 @@ impl RuntimeManager {
     ) -> Result<(RuntimeManager, Registry, BootReport), AcpError> {
         let actors = Arc::new(Actors {
             home: home.to_path_buf(),
+            registry: std::sync::OnceLock::new(),
             tasks: Mutex::new(HashMap::new()),
             shutting_down: AtomicBool::new(false),
             generation: AtomicU64::new(0),
@@ -403,6 +439,7 @@ impl RuntimeManager {
                 "ended the agent processes a previous daemon left running"
             );
         }
+        let _ = actors.registry.set(registry.clone());
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
         let manager = RuntimeManager {
             shared: Arc::new(Shared {
@@ -482,9 +519,16 @@ impl RuntimeManager {
             else {
                 continue;
             };
+            let Some(record) = self.registry().get(id) else {
+                continue;
+            };
+            if record.is_archived() {
+                // Archive wins, also over a message that slipped in before it (older drovers).
+                self.shared.actors.discard_cold_inbox(id);
+                continue;
+            }
             let has_wake = Inbox::open(&self.shared.home, id).is_ok_and(|i| i.has_wake());
-            let live = self.registry().get(id).is_some_and(|a| !a.is_archived());
-            if has_wake && live {
+            if has_wake {
                 tracing::info!(agent = %id, "delivering messages queued before the restart");
                 if let Ok(handle) = self.handle(id) {
                     let _ = handle.commands.send(Command::Wake).await;
@@ -586,7 +630,9 @@ impl RuntimeManager {
         message: InboxMessage,
     ) -> Result<String, AcpError> {
         let record = self.known(agent)?;
-        if record.is_archived() && message.delivery.wakes() {
+        // Archive wins: an archived agent takes no message (its task checks again, after
+        // any archive that raced this one).
+        if record.is_archived() {
             return Err(RegistryError::Archived { agent }.into());
         }
         let id = message.id.clone();

@@ -102,6 +102,7 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::RuntimeStopped
         | ErrorCode::StoreFailed
         | ErrorCode::ShuttingDown
+        | ErrorCode::TooManyRequests
         | ErrorCode::GitFailed
         | ErrorCode::InvalidProjectFile
         | ErrorCode::InvalidConfig

@@ -3,9 +3,15 @@
 //! One delivery primitive with three presets: `followup` (next turn; wakes an idle agent),
 //! `steer` (ahead of everything else; the caller also cancels the current turn), `inject`
 //! (context prepended to the next prompt; never wakes). A message is written to
-//! `inbox/{agent-id}.jsonl` and fsynced before the call that queued it returns; it is marked
-//! `claimed` (fsynced) right before the prompt that carries it is sent, so a message queued
-//! before a crash is delivered after the restart, once.
+//! `inbox/{agent-id}.jsonl` and fsynced before the call that queued it returns.
+//!
+//! Delivery is exactly once, and the timeline decides it: a message is delivered when its
+//! `user_message` item (naming its id in `messageId` or `contextIds`) is fsynced in the
+//! agent's timeline; only then is it marked `claimed` here, and only then is the prompt sent.
+//! A crash between the two leaves the log out of step, and opening settles it against the
+//! timeline: a pending message the timeline already records is marked claimed (never sent
+//! twice), and a claimed message the timeline does not record (a log written by an older
+//! drover, which claimed first) is queued again (never lost).
 //!
 //! ```text
 //! {"op":"queued","message":{"id":"…","at":"…","delivery":"followup","text":"…","source":"user"}}
@@ -13,7 +19,7 @@
 //! {"op":"discarded","ids":["…"]}
 //! ```
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
@@ -22,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::AgentId;
 use crate::jsonl::Log;
 use crate::store::StoreError;
+use crate::timeline::Timeline;
 
 /// Where a message goes and whether it wakes the agent: the protocol's enum, stored as is.
 pub use drover_protocol::Delivery;
@@ -76,6 +83,15 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// The ids of the messages it carries: the context first, the message last.
+    pub fn ids(&self) -> Vec<String> {
+        self.context
+            .iter()
+            .map(|m| m.id.clone())
+            .chain([self.message.id.clone()])
+            .collect()
+    }
+
     /// The prompt text: each injected context first, then the message.
     pub fn prompt_text(&self) -> String {
         let mut text = String::new();
@@ -100,20 +116,116 @@ impl Inbox {
         home.join("inbox").join(format!("{agent}.jsonl"))
     }
 
-    /// Opens the inbox, replaying its log (a torn last line is cut off).
+    /// Opens the inbox, replaying its log (a torn last line is cut off) and settling it
+    /// against the agent's timeline on disk (read only when the log holds something).
     pub fn open(home: &Path, agent: AgentId) -> Result<Inbox, StoreError> {
+        let mut unreadable = None;
+        let inbox = Self::open_with(home, agent, || {
+            Timeline::read_delivered(home, agent).unwrap_or_else(|e| {
+                unreadable = Some(e);
+                HashSet::new()
+            })
+        })?;
+        match unreadable {
+            // Without the timeline the claims cannot be settled; better not guess.
+            Some(e) => Err(e),
+            None => Ok(inbox),
+        }
+    }
+
+    /// Opens the inbox and settles it against `delivered` (the message ids the agent's
+    /// timeline records, see [`Timeline::delivered`]), called only when the log holds
+    /// anything to settle.
+    pub fn open_with(
+        home: &Path,
+        agent: AgentId,
+        delivered: impl FnOnce() -> HashSet<String>,
+    ) -> Result<Inbox, StoreError> {
         let mut pending: VecDeque<InboxMessage> = VecDeque::new();
-        let (mut log, _) = Log::open(&Self::path_for(home, agent), |entry| match entry {
+        // Each `claimed` entry's messages (context first, the waking message last).
+        let mut claims: Vec<Vec<InboxMessage>> = Vec::new();
+        let mut discarded: HashSet<String> = HashSet::new();
+        let (log, _) = Log::open(&Self::path_for(home, agent), |entry| match entry {
             Entry::Queued { message } => pending.push_back(message),
-            Entry::Claimed { ids } | Entry::Discarded { ids } => {
+            Entry::Claimed { ids } => {
+                claims.push(
+                    pending
+                        .iter()
+                        .filter(|m| ids.contains(&m.id))
+                        .cloned()
+                        .collect(),
+                );
                 pending.retain(|m| !ids.contains(&m.id));
             }
+            Entry::Discarded { ids } => {
+                pending.retain(|m| !ids.contains(&m.id));
+                discarded.extend(ids);
+            }
         })?;
-        if pending.is_empty() && !log.is_empty()? {
-            // Nothing pending: start the log afresh instead of growing it forever.
-            log.clear()?;
+        // What was discarded stays discarded, whatever an earlier claim says.
+        claims.retain(|claim| {
+            claim
+                .last()
+                .is_some_and(|wake| !discarded.contains(&wake.id))
+        });
+        let mut inbox = Inbox { log, pending };
+        if inbox.pending.is_empty() && claims.is_empty() {
+            if !inbox.log.is_empty()? {
+                inbox.log.clear()?;
+            }
+            return Ok(inbox);
         }
-        Ok(Inbox { log, pending })
+        inbox.settle(&delivered(), claims)?;
+        if inbox.pending.is_empty() {
+            // Nothing pending: start the log afresh instead of growing it forever.
+            inbox.log.clear()?;
+        }
+        Ok(inbox)
+    }
+
+    /// Brings the log in step with the timeline after a crash between recording a message and
+    /// claiming it (or a claim an older drover wrote before recording).
+    fn settle(
+        &mut self,
+        delivered: &HashSet<String>,
+        claims: Vec<Vec<InboxMessage>>,
+    ) -> Result<(), StoreError> {
+        let recorded: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|m| delivered.contains(&m.id))
+            .map(|m| m.id.clone())
+            .collect();
+        if !recorded.is_empty() {
+            tracing::info!(
+                count = recorded.len(),
+                "the timeline already records queued messages; marked them claimed"
+            );
+            self.write(&Entry::Claimed {
+                ids: recorded.clone(),
+            })?;
+            self.pending.retain(|m| !recorded.contains(&m.id));
+        }
+        for claim in claims {
+            let lost = claim
+                .last()
+                .is_some_and(|wake| !delivered.contains(&wake.id));
+            if !lost {
+                continue;
+            }
+            tracing::warn!(
+                count = claim.len(),
+                "claimed messages the timeline never recorded are queued again"
+            );
+            for message in claim {
+                if !self.pending.iter().any(|m| m.id == message.id)
+                    && !delivered.contains(&message.id)
+                {
+                    self.queue(message)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn pending(&self) -> impl Iterator<Item = &InboxMessage> {
@@ -138,9 +250,27 @@ impl Inbox {
         Ok(())
     }
 
-    /// Takes what the next prompt carries: the oldest steer, else the oldest followup, with
-    /// every inject queued so far as context. Durable before it returns.
+    /// Takes what the next prompt carries ([`Inbox::next`]), durably. The runtime records the
+    /// claim in the timeline first and then calls [`Inbox::take`]; this does only the second.
     pub fn claim(&mut self) -> Result<Option<Claim>, StoreError> {
+        let Some(claim) = self.next() else {
+            return Ok(None);
+        };
+        self.take(&claim)?;
+        Ok(Some(claim))
+    }
+
+    /// Marks `claim` claimed (fsynced). Its messages leave the pending list even if the write
+    /// fails: the timeline already records them, and the next open settles the log.
+    pub fn take(&mut self, claim: &Claim) -> Result<(), StoreError> {
+        let ids = claim.ids();
+        self.pending.retain(|m| !ids.contains(&m.id));
+        self.write(&Entry::Claimed { ids })
+    }
+
+    /// What the next prompt carries, without taking it: the oldest steer, else the oldest
+    /// followup, with every inject queued so far as context.
+    pub fn next(&self) -> Option<Claim> {
         let pick = self
             .pending
             .iter()
@@ -150,22 +280,14 @@ impl Inbox {
                     .iter()
                     .position(|m| m.delivery == Delivery::Followup)
             });
-        let Some(pick) = pick else { return Ok(None) };
-        let message = self.pending[pick].clone();
+        let message = self.pending[pick?].clone();
         let context: Vec<InboxMessage> = self
             .pending
             .iter()
             .filter(|m| m.delivery == Delivery::Inject)
             .cloned()
             .collect();
-        let ids: Vec<String> = context
-            .iter()
-            .map(|m| m.id.clone())
-            .chain([message.id.clone()])
-            .collect();
-        self.write(&Entry::Claimed { ids: ids.clone() })?;
-        self.pending.retain(|m| !ids.contains(&m.id));
-        Ok(Some(Claim { context, message }))
+        Some(Claim { context, message })
     }
 
     /// Drops every pending message (a cancel without keepInbox, an archive). Returns them.
@@ -180,6 +302,17 @@ impl Inbox {
 
     fn write(&mut self, entry: &Entry) -> Result<(), StoreError> {
         self.log.append_synced(entry)
+    }
+
+    /// Removes the inbox file of an archived agent: what it held can never be delivered (an
+    /// archive discards it), so nothing of it is kept. A missing file is fine.
+    pub fn remove(home: &Path, agent: AgentId) -> Result<(), StoreError> {
+        let path = Self::path_for(home, agent);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io("remove", &path)(e)),
+        }
     }
 }
 
@@ -202,19 +335,23 @@ mod tests {
             .queue(InboxMessage::new(Delivery::Steer, "now", "user"))
             .expect("q");
         drop(inbox);
+        // What the timeline records as delivered (the runtime records before it claims).
+        let mut delivered = HashSet::new();
         let mut inbox = Inbox::open(home.path(), agent).expect("reopen");
         assert_eq!(inbox.pending().count(), 3);
         let claim = inbox.claim().expect("claim").expect("some");
         assert_eq!(claim.message.text, "now");
         assert_eq!(claim.prompt_text(), "ctx\n\nnow");
+        delivered.extend(claim.ids());
         drop(inbox);
-        let mut inbox = Inbox::open(home.path(), agent).expect("reopen");
+        let mut inbox = Inbox::open_with(home.path(), agent, || delivered.clone()).expect("reopen");
         let claim = inbox.claim().expect("claim").expect("some");
         assert_eq!(claim.message.text, "first");
         assert!(claim.context.is_empty());
+        delivered.extend(claim.ids());
         assert!(inbox.claim().expect("claim").is_none());
         drop(inbox);
-        let inbox = Inbox::open(home.path(), agent).expect("reopen");
+        let inbox = Inbox::open_with(home.path(), agent, || delivered).expect("reopen");
         assert!(inbox.is_empty());
         assert_eq!(
             std::fs::metadata(Inbox::path_for(home.path(), agent))
@@ -222,6 +359,33 @@ mod tests {
                 .len(),
             0
         );
+    }
+
+    #[test]
+    fn opening_settles_the_log_against_the_timeline() {
+        let home = tempfile::tempdir().expect("home");
+        let agent = AgentId::new();
+        let mut inbox = Inbox::open(home.path(), agent).expect("open");
+        let ctx = InboxMessage::new(Delivery::Inject, "ctx", "user");
+        let recorded = InboxMessage::new(Delivery::Followup, "recorded, not claimed", "user");
+        let claimed = InboxMessage::new(Delivery::Followup, "claimed, not recorded", "user");
+        for m in [&ctx, &claimed, &recorded] {
+            inbox.queue(m.clone()).expect("q");
+        }
+        // An older drover claimed first and died before recording.
+        let claim = inbox.claim().expect("claim").expect("some");
+        assert_eq!(claim.ids(), [ctx.id.clone(), claimed.id.clone()]);
+        drop(inbox);
+        // The timeline holds `recorded` (its claim never made it to the inbox).
+        let delivered = HashSet::from([recorded.id.clone()]);
+        let inbox = Inbox::open_with(home.path(), agent, || delivered.clone()).expect("reopen");
+        let mut pending: Vec<&str> = inbox.pending().map(|m| m.text.as_str()).collect();
+        pending.sort_unstable();
+        assert_eq!(pending, ["claimed, not recorded", "ctx"]);
+        drop(inbox);
+        // Settled on disk: opening again changes nothing.
+        let inbox = Inbox::open_with(home.path(), agent, || delivered.clone()).expect("reopen");
+        assert_eq!(inbox.pending().count(), 2);
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! the last line can be torn (a crash mid-write), so it is cut when the log is opened for
 //! appending and ignored when it is only read. A complete line that does not decode (a damaged
 //! line in the middle) is logged and skipped; the lines after it still count.
+//!
+//! A failed append (a full disk, an I/O error) never leaves part of its line behind: the log
+//! knows the length of its good prefix and cuts the file back to it, so the next append starts
+//! on a line of its own instead of being glued to a fragment. A line glued by an older drover
+//! (`{"op":"queued","me{"op":"queued",…}`) is salvaged at replay from its last whole record.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
@@ -19,6 +24,11 @@ use crate::store::StoreError;
 pub(crate) struct Log {
     path: PathBuf,
     file: File,
+    /// The length of the prefix made of whole, acknowledged lines: a failed append is cut
+    /// back to it.
+    len: u64,
+    /// A failed append could not be cut back: the next append first retries the cut.
+    torn: bool,
 }
 
 impl Log {
@@ -51,6 +61,8 @@ impl Log {
         let log = Log {
             path: path.to_path_buf(),
             file,
+            len: replayed.good_len,
+            torn: false,
         };
         Ok((log, replayed.lines))
     }
@@ -68,26 +80,60 @@ impl Log {
     pub(crate) fn clear(&mut self) -> Result<(), StoreError> {
         self.file
             .set_len(0)
-            .map_err(StoreError::io("truncate", &self.path))
+            .map_err(StoreError::io("truncate", &self.path))?;
+        self.len = 0;
+        self.torn = false;
+        Ok(())
     }
 
     /// Appends one record as one line, left in the page cache (a daemon crash keeps it; see
     /// [`Log::sync`] for a machine crash).
     pub(crate) fn append(&mut self, record: &impl Serialize) -> Result<(), StoreError> {
-        let line = self.encode(record)?;
-        // One write per line: with O_APPEND a line is never interleaved with another.
-        self.file
-            .write_all(&line)
-            .map_err(StoreError::io("append to", &self.path))
+        self.append_line(record, false)
     }
 
     /// Appends one record and fsyncs it before returning.
     pub(crate) fn append_synced(&mut self, record: &impl Serialize) -> Result<(), StoreError> {
+        self.append_line(record, true)
+    }
+
+    /// Writes the whole line (and syncs it) or leaves the file as it was: on any failure the
+    /// file is cut back to its good prefix.
+    fn append_line(&mut self, record: &impl Serialize, sync: bool) -> Result<(), StoreError> {
         let line = self.encode(record)?;
-        self.file
+        if self.torn {
+            self.cut_back()?;
+        }
+        // One write per line: with O_APPEND a line is never interleaved with another.
+        let written = self
+            .file
             .write_all(&line)
-            .and_then(|()| self.file.sync_data())
-            .map_err(StoreError::io("append to", &self.path))
+            .and_then(|()| if sync { self.file.sync_data() } else { Ok(()) });
+        match written {
+            Ok(()) => {
+                self.len += line.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Part of the line may be in the file (ENOSPC in the middle of it).
+                self.torn = true;
+                if let Err(cut) = self.cut_back() {
+                    tracing::error!(path = %self.path.display(), error = %cut,
+                        "cannot cut a failed append back; the next append retries");
+                }
+                Err(StoreError::io("append to", &self.path)(e))
+            }
+        }
+    }
+
+    /// Cuts the file back to its good prefix (shrinking frees space, so this works on a full
+    /// disk).
+    fn cut_back(&mut self) -> Result<(), StoreError> {
+        self.file
+            .set_len(self.len)
+            .map_err(StoreError::io("truncate", &self.path))?;
+        self.torn = false;
+        Ok(())
     }
 
     /// Makes everything appended so far durable against a machine crash.
@@ -147,14 +193,30 @@ fn replay<T: DeserializeOwned>(
         }
         match serde_json::from_slice::<T>(&line) {
             Ok(record) => apply(record),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "skipped a damaged log line");
-            }
+            Err(e) => match salvage::<T>(&line) {
+                Some(record) => {
+                    tracing::warn!(path = %path.display(), "a log line was glued to a fragment; kept its whole record");
+                    apply(record);
+                }
+                None => {
+                    tracing::warn!(path = %path.display(), error = %e, "skipped a damaged log line");
+                }
+            },
         }
         replayed.good_len += n as u64;
         replayed.lines += 1;
     }
     Ok(replayed)
+}
+
+/// The whole record at the end of a line an older drover glued to the fragment of a failed
+/// append: both logs' records start with `{"op":`, so the last such start that decodes is it.
+fn salvage<T: DeserializeOwned>(line: &[u8]) -> Option<T> {
+    const START: &[u8] = b"{\"op\":";
+    (1..line.len())
+        .rev()
+        .filter(|&i| line[i..].starts_with(START))
+        .find_map(|i| serde_json::from_slice::<T>(&line[i..]).ok())
 }
 
 #[cfg(test)]
@@ -185,6 +247,27 @@ mod tests {
         assert_eq!((lines, seen), (4, vec![1, 2, 3]));
         assert!(!log.is_empty().expect("len"));
         assert_eq!(std::fs::read(&path).expect("bytes"), b"1\n2\ngarbage\n3\n");
+    }
+
+    #[test]
+    fn a_glued_line_keeps_its_whole_record() {
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        struct R {
+            op: String,
+            n: u32,
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("x.jsonl");
+        std::fs::write(
+            &path,
+            br#"{"op":"a","n":1}
+{"op":"a","n{"op":"b","n":3}
+"#,
+        )
+        .expect("write");
+        let mut seen = Vec::new();
+        assert_eq!(read::<R>(&path, |r| seen.push(r.n)).expect("read"), 2);
+        assert_eq!(seen, [1, 3]);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! The timeline knows nothing about ACP: the runtimes decide what happened, [`ItemKind`] names
 //! the kinds they write (see `docs/storage.md`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -251,6 +251,51 @@ impl Timeline {
         Ok(item)
     }
 
+    /// [`Timeline::push`] of an item stamped `at`, fsynced before it returns (with everything
+    /// appended before it): the record that makes a message delivered (see [`crate::inbox`]). On failure nothing
+    /// of it stays in the log.
+    pub fn push_synced(
+        &mut self,
+        kind: &str,
+        data: Map<String, Value>,
+        at: Timestamp,
+    ) -> Result<TimelineItem, StoreError> {
+        let item = TimelineItem {
+            seq: self.next_seq,
+            at,
+            kind: kind.to_string(),
+            data,
+        };
+        self.log
+            .append_synced(&Entry::Item { item: item.clone() })?;
+        self.revision += 1;
+        self.next_seq += 1;
+        self.index.insert(item.seq, self.items.len());
+        self.items.push(item.clone());
+        Ok(item)
+    }
+
+    /// The ids of every inbox message this timeline records as delivered: the `messageId`
+    /// and `contextIds` of its `user_message` items.
+    pub fn delivered(&self) -> HashSet<String> {
+        let mut ids = HashSet::new();
+        for item in &self.items {
+            add_delivered(&mut ids, item);
+        }
+        ids
+    }
+
+    /// [`Timeline::delivered`] of the timeline on disk, without opening it for writing.
+    pub fn read_delivered(home: &Path, agent: AgentId) -> Result<HashSet<String>, StoreError> {
+        let mut ids = HashSet::new();
+        jsonl::read(&Self::path_for(home, agent), |entry| {
+            if let Entry::Item { item } = entry {
+                add_delivered(&mut ids, &item);
+            }
+        })?;
+        Ok(ids)
+    }
+
     /// Appends `text` to a string field of item `seq` (streamed chunks).
     pub fn append_text(&mut self, seq: u64, field: &str, text: &str) -> Result<(), StoreError> {
         if !self.index.contains_key(&seq) {
@@ -292,6 +337,19 @@ impl Timeline {
         self.revision += 1;
         Ok(())
     }
+}
+
+fn add_delivered(ids: &mut HashSet<String>, item: &TimelineItem) {
+    if !item.is(ItemKind::UserMessage) {
+        return;
+    }
+    let context = item.data.get("contextIds").and_then(Value::as_array);
+    let named = item
+        .data
+        .get("messageId")
+        .into_iter()
+        .chain(context.into_iter().flatten());
+    ids.extend(named.filter_map(Value::as_str).map(str::to_string));
 }
 
 fn apply_append(item: &mut TimelineItem, field: &str, text: &str) {

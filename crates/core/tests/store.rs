@@ -9,9 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use drover_core::store::{StoreError, cwd_dir_name};
 use drover_core::{
@@ -942,68 +940,7 @@ async fn damaged_and_newer_journals_are_reported_not_replayed() {
 
 // ---- a full disk ------------------------------------------------------------------------------
 
-/// A small tmpfs mounted for one test, unmounted on drop (a panicking test included).
-struct Tmpfs {
-    // Declared before `_dir` so the mount point is unmounted before the folder is removed.
-    path: PathBuf,
-    _dir: TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = TempDir::new().expect("mount point");
-        let path = dir.path().to_path_buf();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size={size},huge=never,mode=0700"))
-            .arg("tmpfs")
-            .arg(&path)
-            .output()
-            .unwrap_or_else(|e| panic!("the disk-full test needs `mount` (as root): {e}"));
-        assert!(
-            out.status.success(),
-            "the disk-full test needs to mount a tmpfs (as root, with CAP_SYS_ADMIN): \
-             `mount -t tmpfs -o size={size} tmpfs {}` failed ({}): {}",
-            path.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        Tmpfs { path, _dir: dir }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.path)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            // Something still holds it open: detach it so it goes once released.
-            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-        }
-    }
-}
-
-const PAGE: usize = 4096;
-
-/// Fills the file system holding `path` until a write fails with ENOSPC.
-fn fill(path: &Path) {
-    let mut file = fs::File::create(path).expect("create filler");
-    let chunk = vec![0xa5_u8; PAGE];
-    loop {
-        if let Err(e) = file.write_all(&chunk) {
-            assert_eq!(
-                e.raw_os_error(),
-                Some(libc::ENOSPC),
-                "filling the disk failed otherwise: {e}"
-            );
-            break;
-        }
-    }
-    // What did fit stays allocated.
-    let _ = file.sync_all();
-}
+use drover_testkit::disk::{PAGE, Tmpfs, fill};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_the_mutation_and_changes_nothing() {

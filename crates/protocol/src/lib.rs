@@ -79,6 +79,7 @@ error_codes! {
     WorktreeDirty => "worktree_dirty",
     WorktreeBusy => "worktree_busy",
     WorktreeIoFailed => "worktree_io_failed",
+    TooManyRequests => "too_many_requests",
 }
 
 impl ErrorCode {

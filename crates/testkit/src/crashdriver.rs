@@ -87,7 +87,7 @@ async fn run(home: PathBuf, cwd: PathBuf, seed: u64) -> anyhow::Result<()> {
 
 /// Prints one protocol line in a single write and flushes it. If nobody reads any more, the
 /// test is gone: so are we.
-fn emit(tag: &str, value: &impl Serialize) {
+pub(crate) fn emit(tag: &str, value: &impl Serialize) {
     let json = match serde_json::to_string(value) {
         Ok(json) => json,
         Err(e) => diverge(&format!("cannot encode a `{tag}` line: {e}")),
@@ -299,9 +299,12 @@ impl Driver {
 
     fn status_ok(&self, id: AgentId, to: AgentStatus) -> bool {
         let s = self.state(id);
-        s.status.can_become(to)
-            && !(to.is_busy() && s.archived)
-            && (to != AgentStatus::Running || self.gate_open(id))
+        // A late report that an archived agent left a busy state the archive ended: accepted,
+        // nothing changes.
+        (s.archived && s.status == to && !to.is_busy())
+            || s.status.can_become(to)
+                && !(to.is_busy() && s.archived)
+                && (to != AgentStatus::Running || self.gate_open(id))
     }
 
     /// Picks the next operation: what it is, whether it should succeed, and what it changes.
@@ -341,12 +344,16 @@ impl Driver {
                     _ => ("completed", AgentStatus::Idle),
                 };
                 let mut s = self.state(id);
-                let ok = s.status == AgentStatus::Running;
-                s.status = to;
                 let op = Op::TurnEnd {
                     id,
                     outcome: outcome.to_string(),
                 };
+                if s.archived && s.status != AgentStatus::Running {
+                    // The archive ended the turn already: accepted, nothing changes.
+                    return (op, true, vec![s]);
+                }
+                let ok = s.status == AgentStatus::Running;
+                s.status = to;
                 (op, ok, if ok { vec![s] } else { Vec::new() })
             }
             4 => {

@@ -18,6 +18,8 @@ pub mod crash;
 pub mod crashdriver;
 pub mod daemon;
 pub mod daemonproc;
+pub mod disk;
+pub mod msgdriver;
 pub mod wait;
 
 use std::collections::{HashMap, HashSet};

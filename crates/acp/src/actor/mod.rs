@@ -89,8 +89,9 @@ pub(crate) fn spawn(
     id: AgentId,
     generation: u64,
 ) -> Result<(mpsc::Sender<Command>, watch::Receiver<bool>), AcpError> {
-    let inbox = Inbox::open(&shared.home, id)?;
     let timeline = Timeline::open(&shared.home, id)?;
+    // Settled against the timeline: a message it records is delivered, whatever the inbox says.
+    let inbox = Inbox::open_with(&shared.home, id, || timeline.delivered())?;
     let (tx, rx) = mpsc::channel(64);
     let (busy_tx, busy_rx) = watch::channel(inbox.has_wake());
     let mut tool_calls = HashMap::new();
@@ -292,6 +293,9 @@ impl Actor {
                 self.commands.close();
                 self.close_turn();
                 self.stop_runtime().await;
+                if self.archived() {
+                    self.discard_archived_inbox(true);
+                }
                 let _ = reply.send(());
                 return false;
             }
@@ -313,6 +317,14 @@ impl Actor {
 
     /// Queues a message; a steer cancels the running turn (keeping the inbox) so it goes next.
     async fn deliver(&mut self, message: InboxMessage, reply: Reply<()>) {
+        if self.archived() {
+            // An archive that raced the caller's own check won: its close comes after this
+            // command and would discard the message anyway.
+            let _ = reply.send(Err(
+                drover_core::RegistryError::Archived { agent: self.id }.into()
+            ));
+            return;
+        }
         self.start_failed = false;
         let steer = message.delivery == Delivery::Steer;
         let result = self.inbox.queue(message).map_err(AcpError::from);
@@ -324,6 +336,36 @@ impl Actor {
             && let Err(e) = self.cancel(CancelCause::User, true).await
         {
             tracing::warn!(agent = %self.id, error = %e, "cannot steer");
+        }
+    }
+
+    fn archived(&self) -> bool {
+        self.shared
+            .registry
+            .get(self.id)
+            .is_some_and(|a| a.is_archived())
+    }
+
+    /// Archive wins: what the inbox holds never runs, not after unarchive, not at the next
+    /// boot. The timeline says what was dropped; with `remove` (the task ends, nothing holds
+    /// the file open) the file goes.
+    fn discard_archived_inbox(&mut self, remove: bool) {
+        match self.inbox.discard_all() {
+            Ok(dropped) if !dropped.is_empty() => {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("{} queued message(s) dropped (archived)", dropped.len())}),
+                );
+                let _ = self.timeline.sync();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(agent = %self.id, error = %e, "cannot discard the inbox of an archived agent");
+                return;
+            }
+        }
+        if remove && let Err(e) = Inbox::remove(&self.shared.home, self.id) {
+            tracing::warn!(agent = %self.id, error = %e, "cannot remove the inbox of an archived agent");
         }
     }
 

@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use drover_core::inbox::{Claim, Delivery};
 use drover_core::timeline::ItemKind;
-use drover_core::{AgentId, AgentStatus, BoxFuture, CancelCause, RegistryError, TurnOutcome};
+use drover_core::{
+    AgentId, AgentStatus, BoxFuture, CancelCause, RegistryError, TurnOutcome, store::StoreError,
+};
 use serde_json::{Value, json};
 
 use super::Actor;
 use crate::rpc::RpcError;
-use crate::{AcpError, RuntimeManager, Shared};
+use crate::{AcpError, RuntimeManager, Shared, TimelineUpdate};
 
 /// How long a notice may wait to be queued for its target.
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,6 +40,11 @@ impl Actor {
         if self.turn.is_some() || self.start_failed || !self.inbox.has_wake() {
             return;
         }
+        if self.archived() {
+            // Archive wins over what was queued before it: it never runs.
+            self.discard_archived_inbox(false);
+            return;
+        }
         let registry = self.shared.registry.clone();
         if let Err(e) = registry.check_turn_gate(self.id) {
             self.block_next(&e);
@@ -46,27 +53,56 @@ impl Actor {
         if self.live.is_none() && self.start_runtime().await.is_err() {
             return;
         }
-        let claim = match self.inbox.claim() {
-            Ok(Some(claim)) => claim,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::error!(agent = %self.id, error = %e, "cannot claim from the inbox");
+        let Some(claim) = self.inbox.next() else {
+            return;
+        };
+        if registry
+            .get(self.id)
+            .is_some_and(|a| a.status == AgentStatus::Running)
+        {
+            // No turn runs here, yet the record says one does: the end of the last one could
+            // not be written (a full disk). Write it now, or the next turn cannot start.
+            let outcome = TurnOutcome::Failed {
+                error: "the end of the previous turn could not be recorded".to_string(),
+            };
+            if let Err(e) = registry.record_turn_end(self.id, outcome).await {
+                tracing::error!(agent = %self.id, error = %e, "cannot start a turn; its message stays queued");
                 self.start_failed = true;
                 return;
             }
-        };
+        }
+        // Stamped before the turn gate below: a turn that passed it before an archive is
+        // recorded as starting before it.
+        let at = jiff::Timestamp::now();
+        // Entering `running` passes the turn gate atomically with any archive: once this
+        // succeeds no archive came first; if it fails, nothing of the message is recorded.
         if let Err(e) = registry
             .set_status(self.id, AgentStatus::Running, None)
             .await
         {
-            self.record_user_message(&claim);
-            self.push(
-                ItemKind::TurnEnded,
-                json!({"event": "turn_blocked", "reason": e.to_string()}),
-            );
+            if matches!(e, RegistryError::Store(_)) {
+                tracing::error!(agent = %self.id, error = %e, "cannot start a turn; its message stays queued");
+                self.start_failed = true;
+            } else {
+                self.block_next(&e);
+            }
             return;
         }
-        self.record_user_message(&claim);
+        // The commit point of a delivery: the `user_message`, fsynced. Until it is written the
+        // message stays queued (a crash or a full disk loses nothing); once it is, the message
+        // is never sent again (the inbox settles against the timeline when it opens).
+        if let Err(e) = self.record_user_message(&claim, at) {
+            tracing::error!(agent = %self.id, error = %e, "cannot record the next message; it stays queued");
+            self.start_failed = true;
+            let outcome = TurnOutcome::Failed {
+                error: format!("the message could not be recorded: {e}"),
+            };
+            if let Err(e) = registry.record_turn_end(self.id, outcome).await {
+                tracing::warn!(agent = %self.id, error = %e, "cannot record the end of a turn that did not start");
+            }
+            return;
+        }
+        self.take(&claim);
         let started_seq = self
             .push(
                 ItemKind::TurnStarted,
@@ -92,31 +128,66 @@ impl Actor {
     /// The gate refused: the message that would have started the turn is taken, the turn ends
     /// `blocked`, and no prompt reaches the agent.
     fn block_next(&mut self, reason: &RegistryError) {
-        match self.inbox.claim() {
-            Ok(Some(claim)) => {
-                self.record_user_message(&claim);
-                self.push(
-                    ItemKind::TurnEnded,
-                    json!({"event": "turn_blocked", "reason": reason.to_string()}),
-                );
-            }
-            _ => self.start_failed = true,
+        if self.archived() {
+            // The agent itself was archived meanwhile: archive wins, nothing is recorded.
+            self.discard_archived_inbox(false);
+            return;
+        }
+        let Some(claim) = self.inbox.next() else {
+            self.start_failed = true;
+            return;
+        };
+        if let Err(e) = self.record_user_message(&claim, jiff::Timestamp::now()) {
+            tracing::error!(agent = %self.id, error = %e, "cannot record the next message; it stays queued");
+            self.start_failed = true;
+            return;
+        }
+        self.take(&claim);
+        self.push(
+            ItemKind::TurnEnded,
+            json!({"event": "turn_blocked", "reason": reason.to_string()}),
+        );
+    }
+
+    /// Marks a recorded claim claimed in the inbox. A failure loses nothing: the timeline
+    /// holds the message, and the inbox settles against it when it next opens.
+    fn take(&mut self, claim: &Claim) {
+        if let Err(e) = self.inbox.take(claim) {
+            tracing::warn!(agent = %self.id, error = %e, "cannot mark a delivered message claimed; the inbox settles it when it next opens");
         }
     }
 
-    fn record_user_message(&mut self, claim: &Claim) {
+    /// Records the message a turn starts with as a `user_message` stamped `at`, fsynced.
+    fn record_user_message(
+        &mut self,
+        claim: &Claim,
+        at: jiff::Timestamp,
+    ) -> Result<(), StoreError> {
         self.close_chunk();
         let context: Vec<&str> = claim.context.iter().map(|c| c.text.as_str()).collect();
-        self.push(
-            ItemKind::UserMessage,
-            json!({
-                "text": claim.message.text,
-                "context": context,
-                "messageId": claim.message.id,
-                "delivery": claim.message.delivery,
-                "source": claim.message.source,
-            }),
+        let context_ids: Vec<&str> = claim.context.iter().map(|c| c.id.as_str()).collect();
+        let data = json!({
+            "text": claim.message.text,
+            "context": context,
+            "contextIds": context_ids,
+            "messageId": claim.message.id,
+            "delivery": claim.message.delivery,
+            "source": claim.message.source,
+        });
+        // An object literal: never the default.
+        let data = match data {
+            Value::Object(data) => data,
+            _ => serde_json::Map::new(),
+        };
+        let item = self
+            .timeline
+            .push_synced(ItemKind::UserMessage.as_str(), data, at)?;
+        self.shared.emit(
+            self.id,
+            self.timeline.revision(),
+            TimelineUpdate::Item { item },
         );
+        Ok(())
     }
 
     /// Cancels the running turn; without `keep_inbox` the queued messages go too.

@@ -82,6 +82,14 @@ impl Registry {
     /// Brings an archived agent back to the lists. Nothing that archive stopped is restarted,
     /// and its children stay archived.
     pub async fn unarchive(&self, id: AgentId) -> Result<Agent, RegistryError> {
+        if self.get(id).is_some_and(|a| a.is_archived()) {
+            // Archive wins: what it discards (the runtime's queued messages) must be gone before
+            // the agent can take a turn again, even if the close the archive issued has not
+            // run yet. Closing an archived agent's runtime twice is harmless.
+            if let Err(error) = self.inner.runtimes.close(id).await {
+                tracing::warn!(agent = %id, %error, "closing the runtime of an archived agent failed");
+            }
+        }
         self.blocking(move |inner| {
             let _w = lock(&inner.writer);
             if !inner.agent(id)?.is_archived() {

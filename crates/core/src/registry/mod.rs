@@ -631,6 +631,11 @@ impl Inner {
         }
         self.mutate(id, |a| {
             let from = a.status;
+            if a.is_archived() && from == to && !to.is_busy() {
+                // The runtime reports leaving a busy state the archive already moved the
+                // agent out of (a start or turn it cut short): nothing is left to change.
+                return Ok(());
+            }
             if !from.can_become(to) {
                 return Err(RegistryError::IllegalTransition {
                     agent: id,
@@ -669,6 +674,11 @@ impl Inner {
                 TurnOutcome::Failed { .. } => AgentStatus::Error,
                 _ => AgentStatus::Idle,
             };
+            if a.is_archived() && a.status != AgentStatus::Running {
+                // The archive ended this turn already (it normalized `running` away); the
+                // runtime's own report of the end comes after and changes nothing.
+                return Ok(());
+            }
             if a.status != AgentStatus::Running {
                 return Err(RegistryError::IllegalTransition {
                     agent: id,

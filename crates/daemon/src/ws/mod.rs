@@ -28,6 +28,9 @@ use subscriptions::{Route, Subscriptions};
 const HUB_CAPACITY: usize = 4096;
 /// Answers waiting to be written to one session's socket.
 const REPLY_CAPACITY: usize = 256;
+/// Requests one session may have in flight; past it a request is answered
+/// `too_many_requests`, so no client holds memory in proportion to how much it asks.
+pub(crate) const MAX_IN_FLIGHT: usize = 256;
 
 /// One event, serialized once for every session.
 #[derive(Debug)]
@@ -158,13 +161,16 @@ pub(crate) async fn session(
         context,
     };
     let (reply_tx, mut replies) = mpsc::channel::<Answer>(REPLY_CAPACITY);
+    // The session's requests: dropped with it, which aborts the ones still running.
+    let mut requests = tokio::task::JoinSet::new();
     loop {
         let next = tokio::select! {
             () = async { let _ = stop.wait_for(|s| *s).await; } => {
                 let _ = socket.send(Message::Close(Some(CloseFrame { code: close_code::AWAY, reason: "the daemon is shutting down".into() }))).await;
                 Next::Close
             }
-            frame = socket.recv() => session.on_frame(&mut socket, frame, &reply_tx).await,
+            frame = socket.recv() => session.on_frame(&mut socket, frame, &reply_tx, &mut requests).await,
+            Some(_) = requests.join_next(), if !requests.is_empty() => Next::Continue,
             Some(answer) = replies.recv() => session.on_answer(&mut socket, answer).await,
             event = session.events.recv(), if session.greeted => session.on_event(&mut socket, event).await,
         };
@@ -197,6 +203,7 @@ impl Session {
         socket: &mut WebSocket,
         frame: Option<Result<Message, axum::Error>>,
         replies: &mpsc::Sender<Answer>,
+        requests: &mut tokio::task::JoinSet<()>,
     ) -> Next {
         let text = match frame {
             Some(Ok(Message::Text(text))) => text,
@@ -256,6 +263,17 @@ impl Session {
             );
             return send(socket, encode(&error)).await;
         }
+        if requests.len() >= MAX_IN_FLIGHT {
+            let error = request_error(
+                message.request_id().map(str::to_string),
+                ErrorCode::TooManyRequests,
+                format!(
+                    "this connection has {MAX_IN_FLIGHT} requests in flight; wait for their answers"
+                ),
+                None,
+            );
+            return send(socket, encode(&error)).await;
+        }
         let held = match &message {
             ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
                 .parse::<AgentId>()
@@ -263,10 +281,11 @@ impl Session {
                 .filter(|agent| self.subscriptions.begin(*agent)),
             _ => None,
         };
-        // Requests run beside the session, so a slow one (a `wait_idle`) holds up nothing.
+        // Requests run beside the session, so a slow one (a `wait_idle`) holds up nothing;
+        // they end with it.
         let ops = self.context.ops.clone();
         let replies = replies.clone();
-        tokio::spawn(async move {
+        requests.spawn(async move {
             let reply = requests::handle(message, &ops).await;
             let _ = replies.send(Answer { held, reply }).await;
         });

@@ -5,6 +5,7 @@
 //! `--skip real_agents` leaves out the real agents.
 
 mod crash;
+mod durability;
 mod mcp;
 mod processes;
 mod protocol;
