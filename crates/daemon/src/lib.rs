@@ -113,7 +113,7 @@ pub async fn run_locked(
     });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
-        hub: ws::Hub::start(&ops),
+        hub: ws::Hub::start(&ops, config.stream_window),
         ops,
         token,
     };
@@ -127,7 +127,7 @@ pub async fn run_locked(
         stop,
     })
     .nest_service("/mcp", mcp_service);
-    let served = axum::serve(listener, app)
+    let served = axum::serve(nodelay(listener), app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             tracing::info!("shutting down: no longer accepting connections");
@@ -145,6 +145,19 @@ pub async fn run_locked(
     served.map_err(|source| DaemonError::Io {
         op: "serve HTTP".to_string(),
         source,
+    })
+}
+
+/// The listener with `TCP_NODELAY` on every accepted socket (WebSocket, MCP, health):
+/// Nagle's algorithm would hold a small answer written after another small write until the
+/// client's delayed ACK (~40 ms).
+fn nodelay(
+    listener: TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
     })
 }
 
@@ -204,4 +217,24 @@ fn mcp_service(
         Arc::new(LocalSessionManager::default()),
         config,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::serve::Listener as _;
+
+    #[tokio::test]
+    async fn accepted_sockets_write_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut listener = super::nodelay(listener);
+        let (_client, (accepted, _)) =
+            tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        assert!(
+            accepted.nodelay().expect("TCP_NODELAY"),
+            "Nagle is still on"
+        );
+    }
 }

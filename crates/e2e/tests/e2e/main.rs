@@ -14,5 +14,6 @@ mod real_agents_daemon;
 mod real_agents_mcp;
 mod runtime;
 mod scripted_agent;
+mod streaming;
 mod wiring;
 mod workspaces;
