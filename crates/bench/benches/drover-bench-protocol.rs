@@ -27,7 +27,7 @@
 //!    `drover_bench::fleet_gen`, as `drover-bench` does): a raw WebSocket sends `hello`;
 //!    from that moment, the time to the first byte of `welcome`, to the first and the last
 //!    byte of `session_state`, and its size. Best and median of 20 connections; targets: the
-//!    last byte's median ≤ 30 ms, and VmRSS after the 20th no more than 4 MB above the first. The
+//!    last byte's median ≤ 30 ms, and `VmRSS` after the 20th no more than 4 MB above the first. The
 //!    daemon's `VmRSS` is shown.
 //! 3. `drover ls` with those 10,000 agents: the real CLI (`--json`, and the default table)
 //!    against that daemon (`DROVER_HOME`), output to a pipe, wall clock, best of 5. Target
@@ -87,7 +87,7 @@ const STATE_AGENTS: usize = 10_000;
 const STATE_WORKSPACES: usize = 500;
 const STATE_ROUNDS: usize = 20;
 const STATE_TARGET: Duration = Duration::from_millis(30);
-/// VmRSS may grow this much from the first snapshot to the last (allocator slack).
+/// `VmRSS` may grow this much from the first snapshot to the last (allocator slack).
 const STATE_RSS_SLACK_KB: u64 = 4096;
 
 const LS_ROUNDS: usize = 5;

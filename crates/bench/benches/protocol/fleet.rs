@@ -6,7 +6,7 @@
 //! agent and parse every frame as JSON. A chunk is delivered when a client finds its stamp in
 //! an `item` or `append` (a joined `append` carries several). Per case: chunks delivered of
 //! offered, end-to-end delay (arrival − stamp) p50/p95/p99 over every delivered chunk, the
-//! daemon's CPU per delivered chunk, its VmRSS, and resyncs. `DROVER_BENCH_CASE_SECS` (default
+//! daemon's CPU per delivered chunk, its `VmRSS`, and resyncs. `DROVER_BENCH_CASE_SECS` (default
 //! 20) is how long each agent streams.
 
 use std::path::Path;

@@ -120,7 +120,12 @@ mod tests {
     fn revisions(texts: &[Utf8Bytes]) -> Vec<u64> {
         texts
             .iter()
-            .map(|t| t.as_str().trim_start_matches('r').parse().unwrap())
+            .map(|t| {
+                t.as_str()
+                    .trim_start_matches('r')
+                    .parse()
+                    .expect("r<revision>")
+            })
             .collect()
     }
 
@@ -149,6 +154,39 @@ mod tests {
             joined: None,
         });
         assert!(matches!(subs.route(&status), Route::Send(_)));
+    }
+
+    #[test]
+    fn a_joined_append_the_snapshot_partly_holds_sends_only_the_rest() {
+        use super::super::coalesce::Joined;
+        let agent = AgentId::new();
+        let joined = Arc::new(Joined {
+            agent_id: agent,
+            seq: 3,
+            field: "text".to_string(),
+            text: "abbccc".to_string(),
+            first_revision: 5,
+            ends: vec![1, 3, 6],
+        });
+        let event = Arc::new(Outgoing {
+            agent: Some(agent),
+            revision: 7,
+            text: Utf8Bytes::from_static("all of it"),
+            joined: Some(joined),
+        });
+        let mut subs = Subscriptions::default();
+        assert!(subs.begin(agent));
+        assert!(matches!(subs.route(&event), Route::Skip));
+        // The snapshot covered revisions up to 5 ("a"): only "bbccc" follows.
+        let release = subs.finish(agent, true, Some(5));
+        assert_eq!(release.len(), 1);
+        let sent: serde_json::Value = serde_json::from_str(release[0].as_str()).expect("JSON");
+        assert_eq!(sent["payload"]["notification"]["text"], "bbccc", "{sent}");
+        // A snapshot before all of it gets the whole event; one after it, nothing.
+        subs.finish(agent, false, Some(4));
+        assert!(matches!(subs.route(&event), Route::Send(t) if t.as_str() == "all of it"));
+        subs.finish(agent, false, Some(7));
+        assert!(matches!(subs.route(&event), Route::Skip));
     }
 
     #[test]
