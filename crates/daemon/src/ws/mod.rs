@@ -9,6 +9,7 @@
 
 mod coalesce;
 mod requests;
+mod snapshot;
 mod subscriptions;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::ops::Ops;
 use crate::wire;
 use coalesce::{Coalescer, Joined, Ready};
 use requests::Reply;
+use snapshot::AgentCache;
 use subscriptions::{Route, Subscriptions};
 
 /// How many serialized events a session may fall behind before it must resync.
@@ -68,16 +70,24 @@ impl Outgoing {
 #[derive(Clone)]
 pub(crate) struct Hub {
     tx: broadcast::Sender<Arc<Outgoing>>,
+    /// Every agent's encoded `AgentInfo`, for `session_state`.
+    agents: AgentCache,
 }
 
 impl Hub {
     /// `window`: how long an agent's streamed text is joined before it goes out (zero: never).
     pub(crate) fn start(ops: &Ops, window: Duration) -> Hub {
         let (tx, _) = broadcast::channel(HUB_CAPACITY);
-        let hub = Hub { tx };
+        let hub = Hub {
+            tx,
+            agents: AgentCache::default(),
+        };
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
+        // Filled after subscribing: a change in between is applied again by its event.
+        hub.agents.fill(ops);
         let out = hub.tx.clone();
+        let cache = hub.agents.clone();
         let ops = ops.clone();
         tokio::spawn(async move {
             let mut coalescer = Coalescer::new(window);
@@ -111,7 +121,7 @@ impl Hub {
                             if let Change::AgentCreated(agent) | Change::AgentUpdated(agent) = &event.change {
                                 ready = coalescer.flush_agent(agent.id);
                             }
-                            Some(status_message(&event, &ops))
+                            Some(status_message(&event, &ops, &cache))
                         }
                         Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} registry events"))),
                         Err(broadcast::error::RecvError::Closed) => break,
@@ -152,11 +162,21 @@ fn resync(reason: String) -> Outgoing {
     }
 }
 
-fn status_message(event: &RegistryEvent, ops: &Ops) -> Outgoing {
+fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgoing {
     let message = match &event.change {
-        Change::AgentCreated(agent) | Change::AgentUpdated(agent) => DaemonMessage::AgentStatus {
-            agent: wire::agent_info(agent, ops.modes(agent.id)),
-        },
+        Change::AgentCreated(agent) | Change::AgentUpdated(agent) => {
+            // The cache is updated before the event goes out (see `snapshot`); the agent is
+            // encoded once for both.
+            let info = cache.put(agent, ops);
+            return Outgoing {
+                agent: None,
+                revision: 0,
+                text: Utf8Bytes::from(format!(
+                    r#"{{"type":"agent_status","payload":{{"agent":{info}}}}}"#
+                )),
+                joined: None,
+            };
+        }
         Change::WorkspaceRegistered(ws) => {
             let activity = ops.workspace_activity(ws.id);
             DaemonMessage::WorkspaceUpdate {
@@ -408,8 +428,12 @@ impl Session {
             protocol_version: PROTOCOL_VERSION,
             session_id: self.id.clone(),
         };
-        let state = requests::session_state(&self.context.ops, include_archived);
-        send_all(socket, [encode(&welcome), encode(&state)]).await
+        let state = self
+            .context
+            .hub
+            .agents
+            .session_state(&self.context.ops, include_archived);
+        send_all(socket, [encode(&welcome), state]).await
     }
 
     async fn on_answer(&mut self, socket: &mut WebSocket, answer: Answer) -> Next {

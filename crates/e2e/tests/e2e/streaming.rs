@@ -198,3 +198,52 @@ async fn a_create_is_answered_before_the_agent_process_answers() {
     );
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_state_from_cached_encodings_is_what_list_agents_says() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let answer = client
+            .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "title": format!("a{i}")}))
+            .await;
+        ids.push(
+            answer["payload"]["agent"]["id"]
+                .as_str()
+                .expect("id")
+                .to_string(),
+        );
+    }
+    for id in &ids {
+        let idle = client
+            .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 15_000}))
+            .await;
+        assert_eq!(idle["payload"]["idle"], true, "{idle}");
+    }
+    let archived = client
+        .request(json!({"type": "archive", "agentId": ids[0]}))
+        .await;
+    assert_eq!(archived["type"], "archived", "{archived}");
+    // Every change so far is announced: a new session's snapshot holds all of them.
+    for include_archived in [false, true] {
+        let mut fresh = Client::connect(&daemon.ws_url).await;
+        fresh
+            .send(
+                json!({"type": "hello", "client": "test", "protocolVersion": 1,
+                         "includeArchived": include_archived, "token": daemon.token()}),
+            )
+            .await;
+        let state = fresh.recv_type("session_state").await;
+        let listed = fresh
+            .request(json!({"type": "list_agents", "includeArchived": include_archived}))
+            .await;
+        assert_eq!(
+            state["payload"]["agents"], listed["payload"]["agents"],
+            "includeArchived {include_archived}"
+        );
+        let shown = state["payload"]["agents"].as_array().expect("agents").len();
+        assert_eq!(shown, if include_archived { 3 } else { 2 });
+    }
+    daemon.stop().await;
+}
