@@ -26,11 +26,16 @@
 //! 2. `session_state` with 10,000 agents (500 workspaces, written in the store's format by
 //!    `drover_bench::fleet_gen`, as `drover-bench` does): a raw WebSocket sends `hello`;
 //!    from that moment, the time to the first byte of `welcome`, to the first and the last
-//!    byte of `session_state`, and its size. Best and median of 5 connections; no target. The
+//!    byte of `session_state`, and its size. Best and median of 20 connections; targets: the
+//!    last byte's median ≤ 30 ms, and `VmRSS` after the 20th no more than 4 MB above the first. The
 //!    daemon's `VmRSS` is shown.
 //! 3. `drover ls` with those 10,000 agents: the real CLI (`--json`, and the default table)
 //!    against that daemon (`DROVER_HOME`), output to a pipe, wall clock, best of 5. Target
 //!    < 150 ms. SKIP, saying why, while the CLI has no `ls`.
+//!
+//! 4. Fleets and creates (`protocol/fleet.rs`): 10 agents × {1, 10, 50} clients and 50 × 50,
+//!    each agent streaming a chunk every 40 ms, clients that parse every message; create →
+//!    `agent_created` and create → ready.
 //!
 //! Binaries: `drover` is `$DROVER_BIN`, else the one of this build; the scripted
 //! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` of this build
@@ -40,6 +45,9 @@
 
 // A benchmark reads as one measurement, set up, run and reported in order.
 #![allow(clippy::too_many_lines)]
+
+#[path = "protocol/fleet.rs"]
+mod fleet;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -77,7 +85,10 @@ const BARE_CAPACITY: usize = 4096;
 
 const STATE_AGENTS: usize = 10_000;
 const STATE_WORKSPACES: usize = 500;
-const STATE_ROUNDS: usize = 5;
+const STATE_ROUNDS: usize = 20;
+const STATE_TARGET: Duration = Duration::from_millis(30);
+/// `VmRSS` may grow this much from the first snapshot to the last (allocator slack).
+const STATE_RSS_SLACK_KB: u64 = 4096;
 
 const LS_ROUNDS: usize = 5;
 const LS_TARGET: Duration = Duration::from_millis(150);
@@ -127,6 +138,7 @@ async fn run() -> Result<()> {
     let daemon = state_bench(&drover, &home, &root, &mut rows)?;
     ls_bench(&drover, &home, &mut rows)?;
     daemon.stop()?;
+    fleet::fleet_bench(&drover, &scripted, &root, &mut rows).await?;
 
     bench::print_summary(&rows, started);
     if keep {
@@ -634,8 +646,12 @@ async fn read_stamped(
         };
         let arrival = now_ns();
         let Message::Text(text) = frame else { continue };
-        if let Some((stamp, chunk)) = stamp_of(&text) {
-            reading.delays.push(arrival.saturating_sub(stamp));
+        let stamped = stamps_of(&text);
+        if let Some(&(stamp, chunk)) = stamped.last() {
+            // A joined `append` delivers several chunks: each counts, with its own delay.
+            for (stamp, _) in &stamped {
+                reading.delays.push(arrival.saturating_sub(*stamp));
+            }
             reading.bytes += text.len() as u64;
             if reading.first_stamp == 0 || stamp < reading.first_stamp {
                 reading.first_stamp = stamp;
@@ -670,16 +686,27 @@ async fn read_stamped(
     Ok((ws, reading))
 }
 
-/// `(stamp, chunk index)` of an `agent_update` carrying a `chunk <i> @<ns>` text.
-fn stamp_of(text: &str) -> Option<(u64, u64)> {
+/// `(stamp, chunk index)` of every `chunk <i> @<ns>` in an `agent_update` (one, or several
+/// in an `append` the daemon joined), in order.
+fn stamps_of(text: &str) -> Vec<(u64, u64)> {
+    let mut found = Vec::new();
     if !text.starts_with("{\"type\":\"agent_update\"") {
-        return None;
+        return found;
     }
-    let at = text.find(" @")?;
-    let stamp = digits(&text[at + 2..])?;
-    let before = &text[..at];
-    let chunk = digits(&before[before.rfind("chunk ")? + 6..])?;
-    Some((stamp, chunk))
+    let mut rest = text;
+    while let Some(at) = rest.find(" @") {
+        let before = &rest[..at];
+        if let (Some(stamp), Some(chunk)) = (
+            digits(&rest[at + 2..]),
+            before
+                .rfind("chunk ")
+                .and_then(|c| digits(&before[c + 6..])),
+        ) {
+            found.push((stamp, chunk));
+        }
+        rest = &rest[at + 2..];
+    }
+    found
 }
 
 /// The update's `timestamp` in nanoseconds since the epoch.
@@ -901,6 +928,7 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         fmt_kb(rss_boot)
     );
     let mut rounds = Vec::with_capacity(STATE_ROUNDS);
+    let mut rss_first = 0;
     for round in 0..STATE_ROUNDS {
         let (r, payload) = session_state_round(daemon.addr)?;
         if round == 0 {
@@ -923,6 +951,9 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
             fmt_bytes(r.bytes as u64)
         );
         rounds.push(r);
+        if round == 0 {
+            rss_first = daemon.mem()?.0;
+        }
     }
     let (rss, hwm) = daemon.mem()?;
     println!(
@@ -934,6 +965,24 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
     let last: Vec<Duration> = rounds.iter().map(|r| r.last_byte).collect();
     let bytes = rounds.first().map_or(0, |r| r.bytes);
     println!();
+    rows.push(Row::target(
+        format!(
+            "session_state, {}k agents: last byte (median)",
+            STATE_AGENTS / 1000
+        ),
+        fmt_dur(median(&last)),
+        format!("≤ {}", fmt_dur(STATE_TARGET)),
+        median(&last) <= STATE_TARGET,
+    ));
+    rows.push(Row::target(
+        format!(
+            "session_state, {}k agents: VmRSS growth over {STATE_ROUNDS} snapshots",
+            STATE_AGENTS / 1000
+        ),
+        format!("{} → {}", fmt_kb(rss_first), fmt_kb(rss)),
+        format!("≤ +{}", fmt_kb(STATE_RSS_SLACK_KB)),
+        rss <= rss_first + STATE_RSS_SLACK_KB,
+    ));
     rows.push(Row::info(
         format!(
             "session_state, {}k agents: time to first byte",

@@ -118,14 +118,17 @@ impl Connection {
                 }
             }
         };
-        let (socket, _) =
-            match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(&url))
-                .await
-            {
-                Ok(Ok(connected)) => connected,
-                Ok(Err(e)) => return Err(unreachable(e.to_string()).into()),
-                Err(_) => return Err(unreachable("no answer in time".to_string()).into()),
-            };
+        let (socket, _) = match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            // Requests go out at once, not after the answer to the one before.
+            tokio_tungstenite::connect_async_with_config(&url, None, true),
+        )
+        .await
+        {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(e)) => return Err(unreachable(e.to_string()).into()),
+            Err(_) => return Err(unreachable("no answer in time".to_string()).into()),
+        };
         let mut connection = Connection {
             socket,
             next_request: 0,

@@ -2,11 +2,16 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::DaemonError;
 
 /// The port `drover daemon` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7433;
+
+/// How long an agent's streamed text is joined into one `append` for clients, unless
+/// `DROVER_STREAM_WINDOW_MS` says otherwise (`0`: every chunk on its own).
+pub const DEFAULT_STREAM_WINDOW: Duration = Duration::from_millis(30);
 
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
@@ -22,6 +27,9 @@ pub struct DaemonConfig {
     pub allowed_hosts: Vec<String>,
     /// The home could be opened by other users and was made private (said once logging is up).
     pub(crate) home_narrowed: bool,
+    /// Streamed text appended to one item within this window goes to clients as one `append`
+    /// (the first chunk never waits). Zero: no joining.
+    pub stream_window: Duration,
 }
 
 impl DaemonConfig {
@@ -38,6 +46,7 @@ impl DaemonConfig {
             no_token: false,
             allowed_hosts: Vec::new(),
             home_narrowed,
+            stream_window: stream_window_from_env()?,
         })
     }
 
@@ -56,5 +65,20 @@ impl DaemonConfig {
                 "neither DROVER_HOME nor HOME is set: pass --home".to_string(),
             )),
         }
+    }
+}
+
+/// `DROVER_STREAM_WINDOW_MS`, else [`DEFAULT_STREAM_WINDOW`]; at most a second, which is
+/// already far too slow to read as streaming.
+fn stream_window_from_env() -> Result<Duration, DaemonError> {
+    let Some(raw) = std::env::var_os("DROVER_STREAM_WINDOW_MS").filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_STREAM_WINDOW);
+    };
+    let raw = raw.to_string_lossy();
+    match raw.trim().parse::<u64>() {
+        Ok(ms) if ms <= 1000 => Ok(Duration::from_millis(ms)),
+        _ => Err(DaemonError::Config(format!(
+            "DROVER_STREAM_WINDOW_MS must be a number of milliseconds from 0 to 1000, not `{raw}`"
+        ))),
     }
 }

@@ -112,7 +112,7 @@ pub async fn run_locked(
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
-        hub: ws::Hub::start(&ops),
+        hub: ws::Hub::start(&ops, config.stream_window),
         ops,
         token: token.clone(),
     };
@@ -130,7 +130,7 @@ pub async fn run_locked(
         },
         mcp_service,
     );
-    let served = axum::serve(listener, app)
+    let served = axum::serve(nodelay(listener), app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             tracing::info!("shutting down: no longer accepting connections");
@@ -166,6 +166,19 @@ fn client_token(config: &DaemonConfig, addr: SocketAddr) -> Result<Option<Arc<st
         "serving WITHOUT a token (--no-token): every program and every user of this machine can drive these agents"
     );
     Ok(None)
+}
+
+/// The listener with `TCP_NODELAY` on every accepted socket (WebSocket, MCP, health):
+/// Nagle's algorithm would hold a small answer written after another small write until the
+/// client's delayed ACK (~40 ms).
+fn nodelay(
+    listener: TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    })
 }
 
 /// Loads the providers and the store and opens the runtimes (waking the agents left busy),
@@ -224,4 +237,24 @@ fn mcp_service(handler: mcp::DroverMcp) -> McpService {
         Arc::new(LocalSessionManager::default()),
         config,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::serve::Listener as _;
+
+    #[tokio::test]
+    async fn accepted_sockets_write_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut listener = super::nodelay(listener);
+        let (_client, (accepted, _)) =
+            tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        assert!(
+            accepted.nodelay().expect("TCP_NODELAY"),
+            "Nagle is still on"
+        );
+    }
 }

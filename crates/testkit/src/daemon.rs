@@ -56,6 +56,25 @@ impl TestDaemon {
         Self::start_with(home, keep, no_token, state, config, addr).await
     }
 
+    /// A daemon on a fresh home that sends every streamed chunk as its own `append` (no
+    /// joining window), for tests that need many updates.
+    pub async fn start_unjoined() -> TestDaemon {
+        let home = TempDir::new().expect("home");
+        let path = home.path().to_path_buf();
+        let state = TempDir::new().expect("agent state");
+        let config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
+        Self::start_windowed(
+            path,
+            Some(home),
+            false,
+            state,
+            config,
+            "127.0.0.1:0",
+            Some(Duration::ZERO),
+        )
+        .await
+    }
+
     /// A daemon on `home` with this `config.toml` (the scripted provider is not added).
     pub async fn start_with_config(
         home: PathBuf,
@@ -74,12 +93,27 @@ impl TestDaemon {
         config: String,
         addr: &str,
     ) -> TestDaemon {
+        Self::start_windowed(home, keep, no_token, state, config, addr, None).await
+    }
+
+    async fn start_windowed(
+        home: PathBuf,
+        keep: Option<TempDir>,
+        no_token: bool,
+        state: TempDir,
+        config: String,
+        addr: &str,
+        stream_window: Option<Duration>,
+    ) -> TestDaemon {
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(home.join("config.toml"), config).expect("config.toml");
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut config = drover_daemon::DaemonConfig::new(&home, addr).expect("config");
         config.no_token = no_token;
+        if let Some(window) = stream_window {
+            config.stream_window = window;
+        }
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let shutdown = async move {

@@ -7,7 +7,9 @@
 //! it is told `resync_required` and must re-initialize, while the daemon and the other
 //! sessions go on.
 
+mod coalesce;
 mod requests;
+mod snapshot;
 mod subscriptions;
 
 use std::sync::Arc;
@@ -16,12 +18,16 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use drover_acp::TimelineEvent;
 use drover_core::{AgentId, Change, RegistryEvent};
 use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client};
+use futures_util::SinkExt;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
+use tokio::time::{Duration, Instant};
 
 use crate::ops::Ops;
 use crate::wire;
+use coalesce::{Coalescer, Joined, Ready};
 use requests::Reply;
+use snapshot::AgentCache;
 use subscriptions::{Route, Subscriptions};
 
 /// How many serialized events a session may fall behind before it must resync.
@@ -32,6 +38,10 @@ const REPLY_CAPACITY: usize = 256;
 /// `too_many_requests`, so no client holds memory in proportion to how much it asks.
 pub(crate) const MAX_IN_FLIGHT: usize = 256;
 
+/// The most ready events a session writes before it flushes the socket (and looks at its
+/// other work again).
+const WRITE_BATCH: usize = 256;
+
 /// One event, serialized once for every session.
 #[derive(Debug)]
 pub(crate) struct Outgoing {
@@ -39,37 +49,103 @@ pub(crate) struct Outgoing {
     agent: Option<AgentId>,
     revision: u64,
     text: Utf8Bytes,
+    /// Set for an `append` that joined several chunks (see `coalesce`).
+    joined: Option<Arc<Joined>>,
+}
+
+impl Outgoing {
+    /// What a session whose view of the agent's timeline is at revision `seen` is sent: the
+    /// whole event, nothing (it is older), or, for joined chunks the view holds some of, the
+    /// text of the rest (encoded for this session alone: rare, a snapshot taken mid-window).
+    fn after(&self, seen: u64) -> Option<Utf8Bytes> {
+        if self.revision <= seen {
+            return None;
+        }
+        match &self.joined {
+            Some(joined) if joined.first_revision <= seen => Some(encode(
+                &DaemonMessage::AgentUpdate(wire::update(&joined.after(seen))),
+            )),
+            _ => Some(self.text.clone()),
+        }
+    }
 }
 
 /// Fans registry and runtime events out to sessions.
 #[derive(Clone)]
 pub(crate) struct Hub {
     tx: broadcast::Sender<Arc<Outgoing>>,
+    /// Every agent's encoded `AgentInfo`, for `session_state`.
+    agents: AgentCache,
 }
 
 impl Hub {
-    pub(crate) fn start(ops: &Ops) -> Hub {
+    /// `window`: how long an agent's streamed text is joined before it goes out (zero: never).
+    pub(crate) fn start(ops: &Ops, window: Duration) -> Hub {
         let (tx, _) = broadcast::channel(HUB_CAPACITY);
-        let hub = Hub { tx };
+        let hub = Hub {
+            tx,
+            agents: AgentCache::default(),
+        };
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
+        // Filled after subscribing: a change in between is applied again by its event.
+        hub.agents.fill(ops);
         let out = hub.tx.clone();
+        let cache = hub.agents.clone();
         let ops = ops.clone();
         tokio::spawn(async move {
+            let mut coalescer = Coalescer::new(window);
             loop {
-                let outgoing = tokio::select! {
+                let next_close = coalescer.next_close();
+                let mut ready = Vec::new();
+                // Timelines first: an agent writes its text before its status changes, so a
+                // client sees the last words before the `idle`.
+                let status = tokio::select! {
+                    biased;
+                    update = timelines.recv() => {
+                        match update {
+                            Ok(event) => {
+                                let now = Instant::now();
+                                // A busy hub still closes windows on time.
+                                if next_close.is_some_and(|t| t <= now) {
+                                    ready = coalescer.close_due(now);
+                                }
+                                ready.extend(coalescer.push(event, now));
+                            }
+                            Err(broadcast::error::RecvError::Lagged(n)) => {
+                                let _ = out.send(Arc::new(resync(format!("the daemon dropped {n} timeline updates"))));
+                            }
+                            Err(broadcast::error::RecvError::Closed) => break,
+                        }
+                        None
+                    },
                     change = changes.recv() => match change {
-                        Ok(event) => status_message(&event, &ops),
-                        Err(broadcast::error::RecvError::Lagged(n)) => resync(format!("the daemon dropped {n} registry events")),
+                        Ok(event) => {
+                            // What the agent said goes before what became of it.
+                            if let Change::AgentCreated(agent) | Change::AgentUpdated(agent) = &event.change {
+                                ready = coalescer.flush_agent(agent.id);
+                            }
+                            Some(status_message(&event, &ops, &cache))
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} registry events"))),
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
-                    update = timelines.recv() => match update {
-                        Ok(event) => update_message(&event),
-                        Err(broadcast::error::RecvError::Lagged(n)) => resync(format!("the daemon dropped {n} timeline updates")),
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    },
+                    () = async {
+                        match next_close {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        ready = coalescer.close_due(Instant::now());
+                        None
+                    }
                 };
-                let _ = out.send(Arc::new(outgoing));
+                for ready in ready {
+                    let _ = out.send(Arc::new(ready_message(ready)));
+                }
+                if let Some(status) = status {
+                    let _ = out.send(Arc::new(status));
+                }
             }
         });
         hub
@@ -86,14 +162,25 @@ fn resync(reason: String) -> Outgoing {
         agent: None,
         revision: 0,
         text: encode(&DaemonMessage::ResyncRequired { reason }),
+        joined: None,
     }
 }
 
-fn status_message(event: &RegistryEvent, ops: &Ops) -> Outgoing {
+fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgoing {
     let message = match &event.change {
-        Change::AgentCreated(agent) | Change::AgentUpdated(agent) => DaemonMessage::AgentStatus {
-            agent: wire::agent_info(agent, ops.modes(agent.id)),
-        },
+        Change::AgentCreated(agent) | Change::AgentUpdated(agent) => {
+            // The cache is updated before the event goes out (see `snapshot`); the agent is
+            // encoded once for both.
+            let info = cache.put(agent, ops);
+            return Outgoing {
+                agent: None,
+                revision: 0,
+                text: Utf8Bytes::from(format!(
+                    r#"{{"type":"agent_status","payload":{{"agent":{info}}}}}"#
+                )),
+                joined: None,
+            };
+        }
         Change::WorkspaceRegistered(ws) => {
             let activity = ops.workspace_activity(ws.id);
             DaemonMessage::WorkspaceUpdate {
@@ -112,6 +199,7 @@ fn status_message(event: &RegistryEvent, ops: &Ops) -> Outgoing {
         agent: None,
         revision: 0,
         text: encode(&message),
+        joined: None,
     }
 }
 
@@ -120,7 +208,16 @@ fn update_message(event: &TimelineEvent) -> Outgoing {
         agent: Some(event.agent_id),
         revision: event.revision,
         text: encode(&DaemonMessage::AgentUpdate(wire::update(event))),
+        joined: None,
     }
+}
+
+fn ready_message(ready: Ready) -> Outgoing {
+    let mut outgoing = update_message(&ready.event());
+    if let Ready::Joined(joined) = ready {
+        outgoing.joined = Some(joined);
+    }
+    outgoing
 }
 
 /// What one session shares with the daemon.
@@ -192,6 +289,20 @@ struct Session {
 /// Sends one message; `Close` if the socket is gone.
 async fn send(socket: &mut WebSocket, text: Utf8Bytes) -> Next {
     match socket.send(Message::Text(text)).await {
+        Ok(()) => Next::Continue,
+        Err(_) => Next::Close,
+    }
+}
+
+/// Sends messages that are ready together: written into the socket's buffer one after the
+/// other and flushed once, so they leave in as few segments as the kernel can make.
+async fn send_all(socket: &mut WebSocket, texts: impl IntoIterator<Item = Utf8Bytes>) -> Next {
+    for text in texts {
+        if socket.feed(Message::Text(text)).await.is_err() {
+            return Next::Close;
+        }
+    }
+    match socket.flush().await {
         Ok(()) => Next::Continue,
         Err(_) => Next::Close,
     }
@@ -338,11 +449,12 @@ impl Session {
             protocol_version: PROTOCOL_VERSION,
             session_id: self.id.clone(),
         };
-        let state = requests::session_state(&self.context.ops, include_archived);
-        match send(socket, encode(&welcome)).await {
-            Next::Continue => send(socket, encode(&state)).await,
-            Next::Close => Next::Close,
-        }
+        let state = self
+            .context
+            .hub
+            .agents
+            .session_state(&self.context.ops, include_archived);
+        send_all(socket, [encode(&welcome), state]).await
     }
 
     async fn on_answer(&mut self, socket: &mut WebSocket, answer: Answer) -> Next {
@@ -364,43 +476,60 @@ impl Session {
                     .finish(agent, held.is_some(), Some(revision)),
             ),
         };
-        if let Next::Close = send(socket, encode(&message)).await {
-            return Next::Close;
-        }
-        for event in release {
-            if let Next::Close = send(socket, event.text.clone()).await {
-                return Next::Close;
-            }
-        }
-        Next::Continue
+        send_all(socket, std::iter::once(encode(&message)).chain(release)).await
     }
 
+    /// Writes this event and every other one already waiting (up to `WRITE_BATCH`), then
+    /// flushes once.
     async fn on_event(
         &mut self,
         socket: &mut WebSocket,
         event: Result<Arc<Outgoing>, broadcast::error::RecvError>,
     ) -> Next {
-        let text = match event {
-            Ok(event) => match self.subscriptions.route(&event) {
-                Route::Send => event.text.clone(),
-                Route::Skip => return Next::Continue,
-                Route::Overflow => {
+        let mut texts = Vec::new();
+        let mut next = Some(event);
+        let mut taken = 0;
+        while let Some(event) = next.take() {
+            match event {
+                Ok(event) => match self.subscriptions.route(&event) {
+                    Route::Send(text) => texts.push(text),
+                    Route::Skip => {}
+                    Route::Overflow => {
+                        self.subscriptions.reset();
+                        texts.push(encode(&DaemonMessage::ResyncRequired {
+                            reason: "this session fell behind while initializing an agent"
+                                .to_string(),
+                        }));
+                    }
+                },
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    // Too slow: drop the subscriptions; the client re-initializes.
                     self.subscriptions.reset();
-                    encode(&DaemonMessage::ResyncRequired {
-                        reason: "this session fell behind while initializing an agent".to_string(),
-                    })
+                    texts.push(encode(&DaemonMessage::ResyncRequired {
+                        reason: format!("this session fell {n} events behind"),
+                    }));
                 }
-            },
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                // Too slow: drop the subscriptions; the client re-initializes.
-                self.subscriptions.reset();
-                encode(&DaemonMessage::ResyncRequired {
-                    reason: format!("this session fell {n} events behind"),
-                })
+                Err(broadcast::error::RecvError::Closed) => return Next::Close,
             }
-            Err(broadcast::error::RecvError::Closed) => return Next::Close,
-        };
-        send(socket, text).await
+            taken += 1;
+            if taken == WRITE_BATCH {
+                break;
+            }
+            next = match self.events.try_recv() {
+                Ok(ready) => Some(Ok(ready)),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    Some(Err(broadcast::error::RecvError::Lagged(n)))
+                }
+                Err(broadcast::error::TryRecvError::Empty) => None,
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    Some(Err(broadcast::error::RecvError::Closed))
+                }
+            };
+        }
+        if texts.is_empty() {
+            return Next::Continue;
+        }
+        send_all(socket, texts).await
     }
 }
 

@@ -471,22 +471,12 @@ fn worktree_options(worktree: NewWorktree) -> WorktreeOptions {
     }
 }
 
-fn workspace_infos(ops: &Ops, include_archived: bool) -> Vec<drover_protocol::WorkspaceInfo> {
+pub(super) fn workspace_infos(
+    ops: &Ops,
+    include_archived: bool,
+) -> Vec<drover_protocol::WorkspaceInfo> {
     ops.list_workspaces(include_archived)
         .iter()
         .map(|w| wire::workspace_info(w, ops.workspace_activity(w.id)))
         .collect()
-}
-
-/// The snapshot a session starts from: every agent (no history) and every workspace.
-pub(super) fn session_state(ops: &Ops, include_archived: bool) -> DaemonMessage {
-    DaemonMessage::SessionState {
-        agents: ops
-            .list_agents(include_archived)
-            .iter()
-            .map(|a| wire::agent_info(a, ops.modes(a.id)))
-            .collect(),
-        // Archived workspaces too, as before `list_workspaces` existed.
-        workspaces: workspace_infos(ops, true),
-    }
 }

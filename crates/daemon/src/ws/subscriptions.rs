@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use axum::extract::ws::Utf8Bytes;
 use drover_core::AgentId;
 
 use super::{HUB_CAPACITY, Outgoing};
@@ -31,7 +32,8 @@ struct Pending {
 }
 
 pub(super) enum Route {
-    Send,
+    /// This text (the event's, or the part of a joined `append` the session lacks).
+    Send(Utf8Bytes),
     Skip,
     /// A held queue is full: the session fell behind.
     Overflow,
@@ -50,14 +52,10 @@ impl Subscriptions {
 
     pub(super) fn route(&mut self, event: &Arc<Outgoing>) -> Route {
         let Some(agent) = event.agent else {
-            return Route::Send;
+            return Route::Send(event.text.clone());
         };
         if let Some(seen) = self.initialized.get(&agent) {
-            return if event.revision > *seen {
-                Route::Send
-            } else {
-                Route::Skip
-            };
+            return event.after(*seen).map_or(Route::Skip, Route::Send);
         }
         if let Some(pending) = self.pending.get_mut(&agent) {
             if pending.held.len() >= HUB_CAPACITY {
@@ -68,14 +66,14 @@ impl Subscriptions {
         Route::Skip
     }
 
-    /// An initialization ended: answered at `revision`, or failed (`None`). Returns the held
-    /// updates to send after the answer.
+    /// An initialization ended: answered at `revision`, or failed (`None`). Returns what to
+    /// send after the answer: the held updates newer than it.
     pub(super) fn finish(
         &mut self,
         agent: AgentId,
         held: bool,
         revision: Option<u64>,
-    ) -> Vec<Arc<Outgoing>> {
+    ) -> Vec<Utf8Bytes> {
         let mut release = Vec::new();
         if held && let Some(pending) = self.pending.get_mut(&agent) {
             pending.requests = pending.requests.saturating_sub(1);
@@ -91,8 +89,10 @@ impl Subscriptions {
             return Vec::new();
         };
         self.initialized.insert(agent, revision);
-        release.retain(|event| event.revision > revision);
         release
+            .iter()
+            .filter_map(|event| event.after(revision))
+            .collect()
     }
 
     /// The session fell behind: every subscription ends; the client re-initializes.
@@ -107,18 +107,26 @@ impl Subscriptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::extract::ws::Utf8Bytes;
 
     fn update(agent: AgentId, revision: u64) -> Arc<Outgoing> {
         Arc::new(Outgoing {
             agent: Some(agent),
             revision,
             text: Utf8Bytes::from(format!("r{revision}")),
+            joined: None,
         })
     }
 
-    fn revisions(events: &[Arc<Outgoing>]) -> Vec<u64> {
-        events.iter().map(|e| e.revision).collect()
+    fn revisions(texts: &[Utf8Bytes]) -> Vec<u64> {
+        texts
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .trim_start_matches('r')
+                    .parse()
+                    .expect("r<revision>")
+            })
+            .collect()
     }
 
     #[test]
@@ -132,19 +140,53 @@ mod tests {
         }
         // The answer covered revision 3: 4 and 5 follow it.
         assert_eq!(revisions(&subs.finish(agent, true, Some(3))), [4, 5]);
-        assert!(matches!(subs.route(&update(agent, 6)), Route::Send));
+        assert!(matches!(subs.route(&update(agent, 6)), Route::Send(_)));
         // Initialized already: a second request holds nothing and moves the mark.
         assert!(!subs.begin(agent));
         assert!(subs.finish(agent, false, Some(8)).is_empty());
         assert!(matches!(subs.route(&update(agent, 8)), Route::Skip));
-        assert!(matches!(subs.route(&update(agent, 9)), Route::Send));
+        assert!(matches!(subs.route(&update(agent, 9)), Route::Send(_)));
         // Status events always go.
         let status = Arc::new(Outgoing {
             agent: None,
             revision: 0,
             text: Utf8Bytes::from_static("s"),
+            joined: None,
         });
-        assert!(matches!(subs.route(&status), Route::Send));
+        assert!(matches!(subs.route(&status), Route::Send(_)));
+    }
+
+    #[test]
+    fn a_joined_append_the_snapshot_partly_holds_sends_only_the_rest() {
+        use super::super::coalesce::Joined;
+        let agent = AgentId::new();
+        let joined = Arc::new(Joined {
+            agent_id: agent,
+            seq: 3,
+            field: "text".to_string(),
+            text: "abbccc".to_string(),
+            first_revision: 5,
+            ends: vec![1, 3, 6],
+        });
+        let event = Arc::new(Outgoing {
+            agent: Some(agent),
+            revision: 7,
+            text: Utf8Bytes::from_static("all of it"),
+            joined: Some(joined),
+        });
+        let mut subs = Subscriptions::default();
+        assert!(subs.begin(agent));
+        assert!(matches!(subs.route(&event), Route::Skip));
+        // The snapshot covered revisions up to 5 ("a"): only "bbccc" follows.
+        let release = subs.finish(agent, true, Some(5));
+        assert_eq!(release.len(), 1);
+        let sent: serde_json::Value = serde_json::from_str(release[0].as_str()).expect("JSON");
+        assert_eq!(sent["payload"]["notification"]["text"], "bbccc", "{sent}");
+        // A snapshot before all of it gets the whole event; one after it, nothing.
+        subs.finish(agent, false, Some(4));
+        assert!(matches!(subs.route(&event), Route::Send(t) if t.as_str() == "all of it"));
+        subs.finish(agent, false, Some(7));
+        assert!(matches!(subs.route(&event), Route::Skip));
     }
 
     #[test]

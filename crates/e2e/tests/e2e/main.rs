@@ -17,6 +17,7 @@ mod real_agents_mcp;
 mod runtime;
 mod scripted_agent;
 mod security;
+mod streaming;
 mod ui;
 mod wiring;
 mod workspaces;

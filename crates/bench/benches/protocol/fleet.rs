@@ -1,0 +1,345 @@
+//! The issue-13 cases of `drover-bench-protocol`: fleets streaming to clients that parse every
+//! message, and how fast a create is answered and its agent ready.
+//!
+//! Each case: `A` scripted agents each streaming `stream-stamped N 40` (a chunk every 40 ms,
+//! stamped with the wall clock when the agent wrote it) to `C` clients that initialized every
+//! agent and parse every frame as JSON. A chunk is delivered when a client finds its stamp in
+//! an `item` or `append` (a joined `append` carries several). Per case: chunks delivered of
+//! offered, end-to-end delay (arrival − stamp) p50/p95/p99 over every delivered chunk, the
+//! daemon's CPU per delivered chunk, its `VmRSS`, and resyncs. `DROVER_BENCH_CASE_SECS` (default
+//! 20) is how long each agent streams.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+use drover_bench::{
+    DaemonProc, Row, Ws, fmt_dur, fmt_kb, hello, median, now_ns, proc_cpu_time, quantile,
+    recv_json, request, send_json, ws_connect,
+};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::Message;
+
+const CHUNK_MS: u64 = 40;
+const CASES: [(usize, usize); 4] = [(10, 1), (10, 10), (10, 50), (50, 50)];
+const DELIVERED_TARGET: f64 = 0.99;
+const P99_TARGET: Duration = Duration::from_millis(10);
+const CREATES: usize = 20;
+const CREATED_TARGET: Duration = Duration::from_millis(5);
+/// The longest one case may take beyond its streaming time.
+const SLACK: Duration = Duration::from_secs(60);
+
+fn case_secs() -> u64 {
+    std::env::var("DROVER_BENCH_CASE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(20)
+}
+
+/// What one client read.
+#[derive(Default)]
+struct Read {
+    delays: Vec<u64>,
+    frames: usize,
+    resyncs: usize,
+}
+
+pub(crate) async fn fleet_bench(
+    drover: &Path,
+    scripted: &Path,
+    root: &Path,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let secs = case_secs();
+    let chunks = usize::try_from(secs * 1000 / CHUNK_MS).unwrap_or(usize::MAX);
+    println!(
+        "== 4. fleets: agents × clients, each agent `stream-stamped {chunks} {CHUNK_MS}` ({secs} s), \
+         clients parse every message =="
+    );
+    for (agents, clients) in CASES {
+        let home = root.join(format!("fleet-{agents}x{clients}"));
+        let cwd = home.join("work");
+        std::fs::create_dir_all(&cwd)?;
+        std::fs::write(
+            home.join("config.toml"),
+            drover_fakes::scripted_agent::provider_config(scripted, &home.join("agent-state")),
+        )?;
+        let daemon = DaemonProc::spawn(
+            drover,
+            &home,
+            &root.join(format!("daemon-fleet-{agents}x{clients}.stderr")),
+            None,
+            SLACK,
+        )?;
+        let figures = fleet_case(&daemon, &cwd, agents, clients, chunks).await;
+        let (rss, _) = daemon.mem()?;
+        daemon.stop()?;
+        let f = figures?;
+        let offered = agents * chunks * clients;
+        let share = f.delivered as f64 / offered.max(1) as f64;
+        let line = format!(
+            "{} of {offered} ({:.1} %), {} frames; p50 {} p95 {} p99 {}; {:.1} µs CPU/chunk; \
+             VmRSS {}; {} resyncs",
+            f.delivered,
+            share * 100.0,
+            f.frames,
+            fmt_dur(f.p50),
+            fmt_dur(f.p95),
+            fmt_dur(f.p99),
+            f.cpu.as_secs_f64() * 1e6 / f.delivered.max(1) as f64,
+            fmt_kb(rss),
+            f.resyncs
+        );
+        println!("  {agents} × {clients}: {line}");
+        let what = format!("fleet {agents} agents × {clients} clients");
+        if (agents, clients) == (50, 50) {
+            rows.push(Row::target(
+                format!("{what}: delivered, no resync"),
+                format!("{:.1} %, {} resyncs", share * 100.0, f.resyncs),
+                format!("≥ {:.0} %, 0", DELIVERED_TARGET * 100.0),
+                share >= DELIVERED_TARGET && f.resyncs == 0,
+            ));
+            rows.push(Row::target(
+                format!("{what}: end-to-end p99"),
+                fmt_dur(f.p99),
+                format!("≤ {}", fmt_dur(P99_TARGET)),
+                f.p99 <= P99_TARGET,
+            ));
+        } else {
+            rows.push(Row::info(what, line));
+        }
+    }
+    println!();
+    create_bench(drover, scripted, root, rows).await
+}
+
+struct CaseFigures {
+    delivered: usize,
+    frames: usize,
+    resyncs: usize,
+    p50: Duration,
+    p95: Duration,
+    p99: Duration,
+    cpu: Duration,
+}
+
+async fn fleet_case(
+    daemon: &DaemonProc,
+    cwd: &Path,
+    agents: usize,
+    clients: usize,
+    chunks: usize,
+) -> Result<CaseFigures> {
+    let url = format!("ws://{}/ws", daemon.addr);
+    let mut driver = ws_connect(&url).await?;
+    hello(&mut driver, "drover-bench-fleet").await?;
+    let mut ids = Vec::with_capacity(agents);
+    for i in 0..agents {
+        let answer = request(
+            &mut driver,
+            json!({"type": "create_agent", "provider": "scripted", "cwd": cwd}),
+            format!("create-{i}"),
+        )
+        .await?;
+        ids.push(id_of(&answer)?);
+    }
+    for (i, id) in ids.iter().enumerate() {
+        request(
+            &mut driver,
+            json!({"type": "wait_idle", "agentId": id, "timeoutMs": 60_000}),
+            format!("idle-{i}"),
+        )
+        .await?;
+    }
+    let mut sockets = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let mut ws = ws_connect(&url).await?;
+        hello(&mut ws, "drover-bench-fleet").await?;
+        for (i, id) in ids.iter().enumerate() {
+            request(
+                &mut ws,
+                json!({"type": "initialize_agent_request", "agentId": id}),
+                format!("init-{i}"),
+            )
+            .await?;
+        }
+        sockets.push(ws);
+    }
+    let per_client = agents * chunks;
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(u64::try_from(chunks).unwrap_or(u64::MAX) * CHUNK_MS)
+        + SLACK;
+    let cpu_before = proc_cpu_time(daemon.pid)?;
+    let mut readers = JoinSet::new();
+    for ws in sockets {
+        readers.spawn(read_client(ws, per_client, deadline));
+    }
+    for (i, id) in ids.iter().enumerate() {
+        send_json(
+            &mut driver,
+            &json!({"type": "send_message", "agentId": id, "requestId": format!("go-{i}"),
+                    "text": format!("stream-stamped {chunks} {CHUNK_MS}")}),
+        )
+        .await?;
+    }
+    // The driver reads too, so that its own session never backs up.
+    let drain = tokio::spawn(async move {
+        while tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout_at(deadline, driver.next()).await {
+                Ok(Some(Ok(_))) => {}
+                _ => break,
+            }
+        }
+    });
+    let mut delays = Vec::new();
+    let (mut frames, mut resyncs) = (0, 0);
+    while let Some(joined) = readers.join_next().await {
+        let read = joined??;
+        delays.extend(read.delays);
+        frames += read.frames;
+        resyncs += read.resyncs;
+    }
+    let cpu = proc_cpu_time(daemon.pid)?.saturating_sub(cpu_before);
+    drain.abort();
+    delays.sort_unstable();
+    Ok(CaseFigures {
+        delivered: delays.len(),
+        frames,
+        resyncs,
+        p50: quantile(&delays, 0.50),
+        p95: quantile(&delays, 0.95),
+        p99: quantile(&delays, 0.99),
+        cpu,
+    })
+}
+
+/// Reads until `expected` chunks arrived, the client is told to resync, or the deadline.
+async fn read_client(mut ws: Ws, expected: usize, deadline: tokio::time::Instant) -> Result<Read> {
+    let mut read = Read {
+        delays: Vec::with_capacity(expected),
+        ..Read::default()
+    };
+    while read.delays.len() < expected {
+        let frame = match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(Some(Err(e))) => bail!("a client's connection failed: {e}"),
+            Ok(None) | Err(_) => break,
+        };
+        let arrival = now_ns();
+        let Message::Text(text) = frame else { continue };
+        read.frames += 1;
+        let message: Value = serde_json::from_str(&text)?;
+        match message["type"].as_str() {
+            Some("agent_update") => {
+                let n = &message["payload"]["notification"];
+                let text = match n["op"].as_str() {
+                    Some("append") => n["text"].as_str(),
+                    Some("item") => n["item"]["data"]["text"].as_str(),
+                    _ => None,
+                };
+                for stamp in text.into_iter().flat_map(stamps) {
+                    read.delays.push(arrival.saturating_sub(stamp));
+                }
+            }
+            Some("resync_required") => {
+                read.resyncs += 1;
+                break;
+            }
+            _ => {}
+        }
+    }
+    Ok(read)
+}
+
+/// The stamps of every `chunk <i> @<ns>` line in a text.
+fn stamps(text: &str) -> impl Iterator<Item = u64> + '_ {
+    text.lines().filter_map(|line| {
+        let (_, ns) = line.rsplit_once(" @")?;
+        ns.trim().parse().ok()
+    })
+}
+
+fn id_of(answer: &Value) -> Result<String> {
+    answer["payload"]["agent"]["id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("agent_created without an id: {answer}"))
+}
+
+/// `create_agent` → `agent_created`, and → the agent `idle` (process up, session open),
+/// `CREATES` times one after the other on one session.
+async fn create_bench(
+    drover: &Path,
+    scripted: &Path,
+    root: &Path,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    println!("== 5. creates: {CREATES} scripted agents one after the other ==");
+    let home = root.join("creates");
+    let cwd = home.join("work");
+    std::fs::create_dir_all(&cwd)?;
+    std::fs::write(
+        home.join("config.toml"),
+        drover_fakes::scripted_agent::provider_config(scripted, &home.join("agent-state")),
+    )?;
+    let daemon = DaemonProc::spawn(
+        drover,
+        &home,
+        &root.join("daemon-creates.stderr"),
+        None,
+        SLACK,
+    )?;
+    let url = format!("ws://{}/ws", daemon.addr);
+    let mut ws = ws_connect(&url).await?;
+    hello(&mut ws, "drover-bench-creates").await?;
+    let mut created = Vec::with_capacity(CREATES);
+    let mut ready = Vec::with_capacity(CREATES);
+    for i in 0..CREATES {
+        let t = Instant::now();
+        let answer = request(
+            &mut ws,
+            json!({"type": "create_agent", "provider": "scripted", "cwd": cwd}),
+            format!("create-{i}"),
+        )
+        .await?;
+        created.push(t.elapsed());
+        let id = id_of(&answer)?;
+        loop {
+            let message = recv_json(&mut ws).await?;
+            if message["type"] == "agent_status"
+                && message["payload"]["agent"]["id"] == id.as_str()
+                && message["payload"]["agent"]["status"] == "idle"
+            {
+                break;
+            }
+            if t.elapsed() > SLACK {
+                bail!("agent {id} never became idle");
+            }
+        }
+        ready.push(t.elapsed());
+    }
+    daemon.stop()?;
+    let (c, r) = (median(&created), median(&ready));
+    println!(
+        "  create → agent_created median {}, best {}; create → idle median {}, best {}",
+        fmt_dur(c),
+        fmt_dur(created.iter().copied().min().unwrap_or_default()),
+        fmt_dur(r),
+        fmt_dur(ready.iter().copied().min().unwrap_or_default())
+    );
+    println!();
+    rows.push(Row::target(
+        "create → agent_created (median)",
+        fmt_dur(c),
+        format!("≤ {}", fmt_dur(CREATED_TARGET)),
+        c <= CREATED_TARGET,
+    ));
+    rows.push(Row::info(
+        "create → agent ready: idle, process up and session open (median)",
+        fmt_dur(r),
+    ));
+    Ok(())
+}

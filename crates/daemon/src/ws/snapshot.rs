@@ -1,0 +1,98 @@
+//! Cached snapshots: each agent's `AgentInfo` kept encoded, so that `session_state` is the
+//! concatenation of those encodings instead of a serialization of every record.
+//!
+//! The hub keeps the cache: it fills it at start, and replaces an agent's entry when it
+//! handles that agent's registry event, before the event goes out. A session subscribes to
+//! the hub before it reads the cache, so whatever its snapshot missed reaches it as an event.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::extract::ws::Utf8Bytes;
+use drover_core::{Agent, AgentId};
+use serde_json::Value;
+
+use crate::ops::Ops;
+use crate::wire;
+
+/// One agent's encoded `AgentInfo`.
+struct Cached {
+    archived: bool,
+    /// The runtime's modes it was encoded with: they come and go with the runtime, which
+    /// announces nothing, so a snapshot re-encodes an agent whose modes changed.
+    modes: Option<Value>,
+    json: Box<str>,
+}
+
+/// Every agent's encoded `AgentInfo`, in id (creation) order, as `list_agents` orders them.
+#[derive(Clone, Default)]
+pub(crate) struct AgentCache {
+    entries: Arc<Mutex<BTreeMap<AgentId, Cached>>>,
+}
+
+impl AgentCache {
+    /// Encodes every agent the registry has.
+    pub(crate) fn fill(&self, ops: &Ops) {
+        for agent in ops.list_agents(true) {
+            self.put(&agent, ops);
+        }
+    }
+
+    /// Encodes `agent` as clients see it now, keeps it, and returns the encoding (for the
+    /// `agent_status` that announces it).
+    pub(crate) fn put(&self, agent: &Agent, ops: &Ops) -> String {
+        let modes = ops.modes(agent.id);
+        let info = wire::agent_info(agent, modes.clone());
+        // Our own types always serialize.
+        let json = serde_json::to_string(&info).unwrap_or_default();
+        self.lock().insert(
+            agent.id,
+            Cached {
+                archived: agent.is_archived(),
+                modes,
+                json: json.clone().into_boxed_str(),
+            },
+        );
+        json
+    }
+
+    /// The `session_state` message: every agent (archived ones if asked) and every workspace.
+    pub(crate) fn session_state(&self, ops: &Ops, include_archived: bool) -> Utf8Bytes {
+        // Workspaces are few; they are encoded afresh (archived ones too, as before
+        // `list_workspaces` existed).
+        let workspaces =
+            serde_json::to_string(&super::requests::workspace_infos(ops, true)).unwrap_or_default();
+        let stale: Vec<AgentId> = self
+            .lock()
+            .iter()
+            .filter(|(id, cached)| ops.modes(**id) != cached.modes)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            if let Ok(agent) = ops.agent(id) {
+                self.put(&agent, ops);
+            }
+        }
+        let entries = self.lock();
+        let agents: usize = entries.values().map(|c| c.json.len() + 1).sum();
+        let mut out = String::with_capacity(agents + workspaces.len() + 64);
+        out.push_str(r#"{"type":"session_state","payload":{"agents":["#);
+        let mut first = true;
+        for cached in entries.values().filter(|c| include_archived || !c.archived) {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(&cached.json);
+        }
+        drop(entries);
+        out.push_str(r#"],"workspaces":"#);
+        out.push_str(&workspaces);
+        out.push_str("}}");
+        Utf8Bytes::from(out)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<AgentId, Cached>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
