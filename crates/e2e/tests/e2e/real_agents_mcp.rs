@@ -308,34 +308,13 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     }
     assert!(worktree.is_dir(), "archiving agents keeps their worktree");
 
-    // 6. The worktree is archived through the daemon's MCP tool `archive_worktree`, called by
-    //    a root agent (no client protocol request archives a workspace yet): the teardown runs
-    //    and the worktree is removed.
-    let archive_call = format!("mcp archive_worktree {{\"workspaceId\": \"{workspace}\"}}");
-    let janitor = client
-        .request(json!({
-            "type": "create_agent", "provider": "scripted", "cwd": repo, "title": "janitor",
-            "prompt": archive_call,
-        }))
+    // 6. The worktree is archived by the user (an unrelated agent may not: its agents are
+    //    not that agent's own): the teardown runs and the worktree is removed.
+    let archived = client
+        .request(json!({"type": "archive_workspace", "workspaceId": workspace}))
         .await;
-    assert_eq!(janitor["type"], "agent_created", "{janitor}");
-    let janitor = janitor["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    settle(&mut client, &janitor, 1).await;
-    let said: String = client
-        .timeline(&janitor)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "agent_message")
-        .filter_map(|i| i["data"]["text"].as_str())
-        .collect();
-    let outcome: Value = serde_json::from_str(
-        said.strip_prefix("mcp archive_worktree: ")
-            .unwrap_or_else(|| panic!("{said}")),
-    )
-    .expect("the tool's JSON result");
+    assert_eq!(archived["type"], "workspace_archived", "{archived}");
+    let outcome = archived["payload"].clone();
     assert_eq!(outcome["worktree"]["removed"], true, "{outcome}");
     assert_eq!(
         outcome["agents"],
@@ -362,7 +341,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
 
     drop(client);
     daemon.stop().await;
-    for id in [&parent, &child_id, &janitor] {
+    for id in [&parent, &child_id] {
         assert!(
             no_agent_processes_left(id).await,
             "{id}: {:?}",
