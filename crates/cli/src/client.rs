@@ -51,11 +51,16 @@ impl Endpoint {
     }
 
     fn token(&self) -> Option<String> {
-        std::fs::read_to_string(self.home.join("token"))
-            .ok()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
+        read_token(&self.home)
     }
+}
+
+/// The client token in `home`, if this user can read one.
+pub fn read_token(home: &Path) -> Option<String> {
+    std::fs::read_to_string(home.join("token"))
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
 }
 
 /// `daemon.json` in `home`, if it is there and readable.

@@ -11,7 +11,7 @@ use drover_daemon::{DaemonConfig, DaemonInfo, DataDirLock};
 use serde_json::Value;
 
 use crate::args::ServeArgs;
-use crate::client::read_info;
+use crate::client::{read_info, read_token};
 use crate::error::{CliError, exit};
 
 /// How long `/health` may take to answer.
@@ -232,8 +232,7 @@ fn lock_held(home: &Path) -> bool {
 /// time.
 fn health(url: &str, home: &Path) -> Option<Value> {
     let url = format!("{}/health", url.trim_end_matches('/'));
-    let token = std::fs::read_to_string(home.join("token")).unwrap_or_default();
-    let bearer = format!("Bearer {}", token.trim());
+    let bearer = format!("Bearer {}", read_token(home).unwrap_or_default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -19,17 +19,10 @@ pub fn address(base: &str, home: &Path) -> String {
     } else {
         base.to_string()
     };
-    match token(home) {
+    match crate::client::read_token(home) {
         Some(token) => format!("{base}/#token={token}"),
         None => format!("{base}/"),
     }
-}
-
-fn token(home: &Path) -> Option<String> {
-    std::fs::read_to_string(home.join("token"))
-        .ok()
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
 }
 
 /// `drover ui [--print]`.

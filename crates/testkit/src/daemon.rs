@@ -327,6 +327,24 @@ impl Client {
     }
 
     /// The agent's timeline items (`fetch_timeline`, up to 1000).
+    /// Waits (at most 20 s) for the agent to be idle with nothing queued; fails if it is not.
+    pub async fn wait_idle(&mut self, agent: &str) {
+        let idle = self
+            .request(json!({"type": "wait_idle", "agentId": agent, "timeoutMs": 20000}))
+            .await;
+        assert_eq!(idle["payload"]["idle"], true, "{idle}");
+    }
+
+    /// The texts of the agent's `agent_message` items, in order.
+    pub async fn replies(&mut self, agent: &str) -> Vec<String> {
+        self.timeline(agent)
+            .await
+            .iter()
+            .filter(|i| i["kind"] == "agent_message")
+            .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+            .collect()
+    }
+
     pub async fn timeline(&mut self, agent: &str) -> Vec<Value> {
         let page = self
             .request(json!({"type": "fetch_timeline", "agentId": agent, "limit": 1000}))

@@ -17,31 +17,14 @@ async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &
         .to_string()
 }
 
-async fn idle(client: &mut Client, id: &str) {
-    let idle = client
-        .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 20000}))
-        .await;
-    assert_eq!(idle["payload"]["idle"], true, "{idle}");
-}
-
-async fn replies(client: &mut Client, id: &str) -> Vec<String> {
-    client
-        .timeline(id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "agent_message")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_creates_a_subagent_and_hears_back() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
     let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current"}, "title": "kid", "prompt": "say child reporting"}"#;
     let parent = create(&mut client, &daemon, call, "parent").await;
-    idle(&mut client, &parent).await;
-    let said = replies(&mut client, &parent).await;
+    client.wait_idle(&parent).await;
+    let said = client.replies(&parent).await;
     assert!(said[0].starts_with("mcp create_agent: "), "{said:?}");
     let result: Value = serde_json::from_str(said[0].trim_start_matches("mcp create_agent: "))
         .expect("tool result JSON");
@@ -56,9 +39,9 @@ async fn an_agent_creates_a_subagent_and_hears_back() {
         .expect("child listed");
     assert_eq!(kid["parentAgentId"], parent.as_str());
     assert_eq!(kid["title"], "kid");
-    idle(&mut client, &child).await;
-    assert_eq!(replies(&mut client, &child).await, ["child reporting"]);
-    idle(&mut client, &parent).await;
+    client.wait_idle(&child).await;
+    assert_eq!(client.replies(&child).await, ["child reporting"]);
+    client.wait_idle(&parent).await;
     let notices: Vec<Value> = client
         .timeline(&parent)
         .await
@@ -91,7 +74,7 @@ async fn tool_errors_name_the_field_and_agents_only_control_their_own() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
     let other = create(&mut client, &daemon, "say I am someone else", "other").await;
-    idle(&mut client, &other).await;
+    client.wait_idle(&other).await;
     let script = format!(
         "mcp create_agent {{\"workspace\": {{\"kind\": \"current\"}}, \"prompt\": \"say x\"}}\n\
          mcp create_agent {{\"relationship\": {{\"kind\": \"sideways\"}}, \"workspace\": {{\"kind\": \"current\"}}}}\n\
@@ -100,8 +83,8 @@ async fn tool_errors_name_the_field_and_agents_only_control_their_own() {
          mcp list_agents {{\"scope\": \"all\"}}"
     );
     let caller = create(&mut client, &daemon, &script, "caller").await;
-    idle(&mut client, &caller).await;
-    let said = replies(&mut client, &caller).await.concat();
+    client.wait_idle(&caller).await;
+    let said = client.replies(&caller).await.concat();
     assert!(
         said.contains("mcp create_agent error: invalid arguments: missing field `relationship`"),
         "{said}"
@@ -163,8 +146,8 @@ async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
     let (mut client, _) = daemon.client().await;
     let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "create", "source": {"kind": "worktree", "name": "feature"}}, "title": "worker", "prompt": "cwd"}"#;
     let parent = create(&mut client, &daemon, call, "lead").await;
-    idle(&mut client, &parent).await;
-    let said = replies(&mut client, &parent).await;
+    client.wait_idle(&parent).await;
+    let said = client.replies(&parent).await;
     let result: Value = serde_json::from_str(said[0].trim_start_matches("mcp create_agent: "))
         .expect("tool result JSON");
     let child = result["agentId"].as_str().expect("child").to_string();
@@ -177,9 +160,9 @@ async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
         worktree.join("README").exists(),
         "the worktree holds the checkout"
     );
-    idle(&mut client, &child).await;
+    client.wait_idle(&child).await;
     assert_eq!(
-        replies(&mut client, &child).await,
+        client.replies(&child).await,
         [worktree.display().to_string()],
         "the child runs in the worktree"
     );
@@ -190,14 +173,14 @@ async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
     assert_ne!(workspace, "", "a workspace of its own");
 
     // The lead archives the worktree: its agent goes with it, the directory is removed.
-    idle(&mut client, &parent).await;
+    client.wait_idle(&parent).await;
     let archive = format!("mcp archive_worktree {{\"workspaceId\": \"{workspace}\"}}");
     let sent = client
         .request(json!({"type": "send_message", "agentId": parent, "text": archive}))
         .await;
     assert_eq!(sent["type"], "message_queued");
-    idle(&mut client, &parent).await;
-    let said = replies(&mut client, &parent).await.concat();
+    client.wait_idle(&parent).await;
+    let said = client.replies(&parent).await.concat();
     assert!(said.contains("mcp archive_worktree: "), "{said}");
     assert!(!worktree.exists(), "the worktree directory is gone");
     let all = client
@@ -224,8 +207,8 @@ async fn an_auto_archived_agent_takes_the_worktree_made_for_it() {
     let (mut client, _) = daemon.client().await;
     let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "create", "source": {"kind": "worktree", "name": "oneshot"}}, "autoArchive": true, "notifyOnFinish": false, "prompt": "say done"}"#;
     let parent = create(&mut client, &daemon, call, "lead").await;
-    idle(&mut client, &parent).await;
-    let said = replies(&mut client, &parent).await;
+    client.wait_idle(&parent).await;
+    let said = client.replies(&parent).await;
     let result: Value = serde_json::from_str(said[0].trim_start_matches("mcp create_agent: "))
         .expect("tool result JSON");
     let child = result["agentId"].as_str().expect("child").to_string();

@@ -28,32 +28,15 @@ async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> Strin
         .to_string()
 }
 
-async fn idle(client: &mut Client, id: &str) {
-    let idle = client
-        .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 20000}))
-        .await;
-    assert_eq!(idle["payload"]["idle"], true, "{idle}");
-}
-
 /// Sends `text` and waits for the turn to end; what the agent said in it.
 async fn say(client: &mut Client, id: &str, text: &str) -> String {
-    let before = replies(client, id).await.len();
+    let before = client.replies(id).await.len();
     let sent = client
         .request(json!({"type": "send_message", "agentId": id, "text": text}))
         .await;
     assert_eq!(sent["type"], "message_queued", "{sent}");
-    idle(client, id).await;
-    replies(client, id).await[before..].concat()
-}
-
-async fn replies(client: &mut Client, id: &str) -> Vec<String> {
-    client
-        .timeline(id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "agent_message")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect()
+    client.wait_idle(id).await;
+    client.replies(id).await[before..].concat()
 }
 
 /// The JSON after `mcp <tool>: ` in what an agent said.
@@ -278,9 +261,9 @@ async fn an_agents_mcp_token_dies_with_its_archive_and_works_only_at_its_exact_p
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
     let agent = create(&mut client, &daemon, "mcp-servers").await;
-    idle(&mut client, &agent).await;
-    let servers: Value = serde_json::from_str(&replies(&mut client, &agent).await.concat())
-        .expect("mcpServers JSON");
+    client.wait_idle(&agent).await;
+    let servers: Value =
+        serde_json::from_str(&client.replies(&agent).await.concat()).expect("mcpServers JSON");
     let url = servers[0]["url"].as_str().expect("url").to_string();
     let token = url.rsplit('/').next().expect("token").to_string();
     assert_eq!(token.len(), 64, "{url}");
@@ -347,7 +330,7 @@ async fn an_agent_archives_only_worktrees_it_owns() {
 
     // A, unrelated, tries to archive it, with and without force.
     let a = create(&mut client, &daemon, "say ready").await;
-    idle(&mut client, &a).await;
+    client.wait_idle(&a).await;
     for force in [false, true] {
         let call = format!(
             "mcp archive_worktree {{\"workspaceId\": \"{b_workspace}\", \"force\": {force}}}"
@@ -370,7 +353,7 @@ async fn an_agent_archives_only_worktrees_it_owns() {
 
     // C makes a worktree over MCP with no agent in it: it is C's, not A's.
     let c = create(&mut client, &daemon, "say ready").await;
-    idle(&mut client, &c).await;
+    client.wait_idle(&c).await;
     let said = say(&mut client, &c, r#"mcp create_worktree {"name": "c-work"}"#).await;
     let made = tool_result(&said, "create_worktree");
     let c_workspace = made["workspaceId"]

@@ -26,16 +26,6 @@ async fn create(client: &mut Client, cwd: &Path, prompt: &str) -> String {
         .to_string()
 }
 
-async fn replies(client: &mut Client, id: &str) -> Vec<String> {
-    client
-        .timeline(id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == ItemKind::AgentMessage.as_str())
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect()
-}
-
 /// Polls the agent's timeline until `want` holds.
 async fn until(client: &mut Client, id: &str, what: &str, want: impl Fn(&[Value]) -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -87,7 +77,7 @@ async fn a_message_queued_before_a_restart_reaches_an_agent_that_has_its_mcp_ser
         })
     })
     .await;
-    let said = replies(&mut client, &id).await.concat();
+    let said = client.replies(&id).await.concat();
     assert!(
         said.starts_with("mcp list_agents: ") && said.contains(&id),
         "the agent woken at boot had no working MCP server: {said}"

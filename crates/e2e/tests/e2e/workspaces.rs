@@ -47,13 +47,6 @@ async fn workspaces(client: &mut Client, all: bool) -> Vec<Value> {
         .clone()
 }
 
-async fn idle(client: &mut Client, id: &str) {
-    let idle = client
-        .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 20000}))
-        .await;
-    assert_eq!(idle["payload"]["idle"], true, "{idle}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_makes_inspects_and_archives_a_worktree() {
     let daemon = TestDaemon::start().await;
@@ -200,7 +193,7 @@ async fn an_agent_in_a_new_worktree_from_the_protocol() {
         "{agent}"
     );
     // The agent ran in the worktree, then autoArchive took the worktree with it.
-    idle(&mut client, &id).await;
+    client.wait_idle(&id).await;
     let said: Vec<String> = client
         .timeline(&id)
         .await
@@ -242,7 +235,7 @@ async fn a_failed_create_in_a_new_worktree_leaves_nothing_behind() {
         .as_str()
         .expect("id")
         .to_string();
-    idle(&mut client, &lead).await;
+    client.wait_idle(&lead).await;
     let said: String = client
         .timeline(&lead)
         .await
@@ -307,7 +300,7 @@ async fn mcp_tool_errors_carry_the_protocol_codes() {
         .as_str()
         .expect("id")
         .to_string();
-    idle(&mut client, &caller).await;
+    client.wait_idle(&caller).await;
     let said: String = client
         .timeline(&caller)
         .await
