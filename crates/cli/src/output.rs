@@ -336,8 +336,13 @@ impl<W: Write> Renderer<W> {
             Some("patch") => {
                 let seq = notification.get("seq").and_then(Value::as_u64);
                 let fields = notification.get("fields");
+                // When the change happened (drovers before 0.1 sent no time: now, then).
+                let at = notification
+                    .get("at")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| jiff::Timestamp::now().to_string(), str::to_string);
                 if let (Some(seq), Some(fields)) = (seq, fields) {
-                    self.patch(seq, fields)?;
+                    self.patch(seq, &at, fields)?;
                 }
                 None
             }
@@ -351,6 +356,8 @@ impl<W: Write> Renderer<W> {
     pub fn item(&mut self, item: &Value) -> std::io::Result<Option<TurnEnd>> {
         let seq = item.get("seq").and_then(Value::as_u64).unwrap_or(0);
         let at = item.get("at").and_then(Value::as_str).unwrap_or_default();
+        // A settled tool call or an answered permission is dated by its last change.
+        let changed = item.get("updatedAt").and_then(Value::as_str).unwrap_or(at);
         // A kind this drover does not know is skipped, like the ones it does not show.
         let kind = item
             .get("kind")
@@ -375,8 +382,8 @@ impl<W: Write> Renderer<W> {
                 self.open = Some((seq, paint));
             }
             Some(ItemKind::UserMessage) if self.view.show_user => self.user_message(at, data)?,
-            Some(ItemKind::ToolCall) => self.tool_call(seq, at, data)?,
-            Some(ItemKind::Permission) => self.permission(seq, at, data)?,
+            Some(ItemKind::ToolCall) => self.tool_call(seq, at, changed, data)?,
+            Some(ItemKind::Permission) => self.permission(seq, at, changed, data)?,
             Some(ItemKind::Plan) => self.plan(at, data)?,
             Some(ItemKind::Mode) => {
                 let mode = data.get("modeId").and_then(Value::as_str).unwrap_or("?");
@@ -438,16 +445,25 @@ impl<W: Write> Renderer<W> {
     }
 
     /// A `tool_call` item: counted, kept for its patches, and shown once it settles.
-    fn tool_call(&mut self, seq: u64, at: &str, data: &Value) -> std::io::Result<()> {
+    /// A `tool_call` item, made at `at` and last changed at `changed`.
+    fn tool_call(
+        &mut self,
+        seq: u64,
+        at: &str,
+        changed: &str,
+        data: &Value,
+    ) -> std::io::Result<()> {
         self.tool_count += 1;
+        let status = data
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("pending")
+            .to_string();
+        let settled = matches!(status.as_str(), "completed" | "failed");
         let tool = Tool {
             title: tool_title(data),
-            status: data
-                .get("status")
-                .and_then(Value::as_str)
-                .unwrap_or("pending")
-                .to_string(),
-            at: at.to_string(),
+            status,
+            at: if settled { changed } else { at }.to_string(),
             printed: false,
         };
         self.tools.insert(seq, tool);
@@ -456,7 +472,13 @@ impl<W: Write> Renderer<W> {
     }
 
     /// A `permission` item: the question while pending, else how it was answered.
-    fn permission(&mut self, seq: u64, at: &str, data: &Value) -> std::io::Result<()> {
+    fn permission(
+        &mut self,
+        seq: u64,
+        at: &str,
+        changed: &str,
+        data: &Value,
+    ) -> std::io::Result<()> {
         let title = data
             .get("title")
             .and_then(Value::as_str)
@@ -468,7 +490,7 @@ impl<W: Write> Renderer<W> {
         } else {
             let answer = permission_answer(data);
             self.line(
-                at,
+                changed,
                 "perm",
                 Paint::Yellow,
                 &format!("permission for {title}: {answer}"),
@@ -490,10 +512,12 @@ impl<W: Write> Renderer<W> {
         Ok(())
     }
 
-    fn patch(&mut self, seq: u64, fields: &Value) -> std::io::Result<()> {
+    /// A change to item `seq`, made at `at`.
+    fn patch(&mut self, seq: u64, at: &str, fields: &Value) -> std::io::Result<()> {
         if let Some(tool) = self.tools.get_mut(&seq) {
             if let Some(status) = fields.get("status").and_then(Value::as_str) {
                 tool.status = status.to_string();
+                tool.at = at.to_string();
             }
             if let Some(title) = fields.get("title").and_then(Value::as_str) {
                 tool.title = title.to_string();
@@ -504,9 +528,8 @@ impl<W: Write> Renderer<W> {
             && fields.get("status").and_then(Value::as_str) == Some("answered")
         {
             let answer = permission_answer(fields);
-            let at = jiff::Timestamp::now().to_string();
             self.line(
-                &at,
+                at,
                 "perm",
                 Paint::Yellow,
                 &format!("permission for {title}: {answer}"),
@@ -706,6 +729,53 @@ mod tests {
         assert_eq!(
             render(view, &updates),
             "--:--:-- agent    a\n                  b\n"
+        );
+    }
+
+    /// NEWCOMER 12: a tool that settled and a permission answered seconds after they were
+    /// asked are dated by the change, not by the request.
+    #[test]
+    fn the_log_dates_an_outcome_by_when_it_happened() {
+        let view = View {
+            timestamps: true,
+            show_user: true,
+            show_turns: true,
+            live: false,
+        };
+        let asked = "2026-12-02T10:00:01Z";
+        let answered = "2026-12-02T10:00:08Z";
+        let (asked_clock, answered_clock) = (clock(asked), clock(answered));
+        // Read back from the timeline: the items carry `updatedAt`.
+        let history = [
+            json!({"op": "item", "item": {"seq": 1, "at": asked, "updatedAt": answered, "kind": "permission", "data": {"title": "rm build", "status": "answered", "kind": "allow_once"}}}),
+            json!({"op": "item", "item": {"seq": 2, "at": asked, "updatedAt": answered, "kind": "tool_call", "data": {"title": "rm build", "status": "completed"}}}),
+        ];
+        assert_eq!(
+            render(view, &history),
+            format!(
+                "{answered_clock} perm     permission for rm build: allowed (allow_once)\n\
+                 {answered_clock} tool     rm build (completed)\n"
+            )
+        );
+        // Followed live: the patches carry their own time.
+        let live = [
+            json!({"op": "item", "item": {"seq": 1, "at": asked, "kind": "permission", "data": {"title": "rm build", "status": "pending"}}}),
+            json!({"op": "item", "item": {"seq": 2, "at": asked, "kind": "tool_call", "data": {"title": "rm build", "status": "pending"}}}),
+            json!({"op": "patch", "seq": 1, "at": answered, "fields": {"status": "answered", "kind": "allow_once"}}),
+            json!({"op": "patch", "seq": 2, "at": answered, "fields": {"status": "completed"}}),
+        ];
+        let text = render(View { live: true, ..view }, &live);
+        assert!(
+            text.starts_with(&format!(
+                "{asked_clock} perm     permission requested: rm build"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "{answered_clock} perm     permission for rm build: allowed (allow_once)\n"
+            )) && text.ends_with(&format!("{answered_clock} tool     rm build (completed)\n")),
+            "{text}"
         );
     }
 

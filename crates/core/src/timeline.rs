@@ -39,6 +39,10 @@ pub struct TimelineItem {
     pub kind: String,
     /// The item's fields (nested, so an agent's own `kind` or `seq` field never collides).
     pub data: Map<String, Value>,
+    /// When a patch last changed it (a tool call that settled, a permission answered); absent
+    /// for an item never patched, and in logs of drovers that did not record it.
+    #[serde(default, rename = "updatedAt", skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Timestamp>,
 }
 
 impl TimelineItem {
@@ -146,6 +150,9 @@ pub enum Entry {
     Patch {
         seq: u64,
         fields: Map<String, Value>,
+        /// When the patch was made (absent in logs of drovers that did not record it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<Timestamp>,
     },
 }
 
@@ -243,6 +250,7 @@ impl Timeline {
             at: Timestamp::now(),
             kind: kind.to_string(),
             data,
+            updated_at: None,
         };
         self.write(&Entry::Item { item: item.clone() })?;
         self.next_seq += 1;
@@ -265,6 +273,7 @@ impl Timeline {
             at,
             kind: kind.to_string(),
             data,
+            updated_at: None,
         };
         self.log
             .append_synced(&Entry::Item { item: item.clone() })?;
@@ -312,19 +321,26 @@ impl Timeline {
         Ok(())
     }
 
-    /// Merges `fields` into item `seq` (a tool call update, a resolved permission).
-    pub fn patch(&mut self, seq: u64, fields: Map<String, Value>) -> Result<(), StoreError> {
+    /// Merges `fields` into item `seq` (a tool call update, a resolved permission) and stamps
+    /// it `updatedAt`; returns that time, for the live update.
+    pub fn patch(
+        &mut self,
+        seq: u64,
+        fields: Map<String, Value>,
+    ) -> Result<Option<Timestamp>, StoreError> {
         if !self.index.contains_key(&seq) || fields.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
+        let at = Some(Timestamp::now());
         self.write(&Entry::Patch {
             seq,
             fields: fields.clone(),
+            at,
         })?;
         if let Some(i) = self.index.get(&seq) {
-            apply_patch(&mut self.items[*i], fields);
+            apply_patch(&mut self.items[*i], fields, at);
         }
-        Ok(())
+        Ok(at)
     }
 
     /// Makes everything appended so far durable against a machine crash.
@@ -362,7 +378,10 @@ fn apply_append(item: &mut TimelineItem, field: &str, text: &str) {
     }
 }
 
-fn apply_patch(item: &mut TimelineItem, fields: Map<String, Value>) {
+fn apply_patch(item: &mut TimelineItem, fields: Map<String, Value>, at: Option<Timestamp>) {
+    if at.is_some() {
+        item.updated_at = at;
+    }
     for (k, v) in fields {
         if v.is_null() {
             continue;
@@ -391,9 +410,9 @@ impl Fold {
                     apply_append(&mut self.items[*i], &field, &text);
                 }
             }
-            Entry::Patch { seq, fields } => {
+            Entry::Patch { seq, fields, at } => {
                 if let Some(i) = self.index.get(&seq) {
-                    apply_patch(&mut self.items[*i], fields);
+                    apply_patch(&mut self.items[*i], fields, at);
                 }
             }
         }
@@ -451,14 +470,43 @@ mod tests {
                 obj(json!({"toolCallId": "t1", "status": "pending"})),
             )
             .expect("push");
-        t.patch(tool.seq, obj(json!({"status": "completed"})))
+        let patched = t
+            .patch(tool.seq, obj(json!({"status": "completed"})))
             .expect("patch");
+        assert!(patched.is_some_and(|at| at >= tool.at));
         drop(t);
         let t = Timeline::open(home.path(), agent).expect("reopen");
         assert_eq!(t.items().len(), 2);
         assert_eq!(t.items()[0].data["text"], "Hello");
+        assert_eq!(t.items()[0].updated_at, None, "never patched");
         assert_eq!(t.items()[1].data["status"], "completed");
+        assert_eq!(t.items()[1].updated_at, patched, "dated by its last change");
         assert_eq!(t.last().map(|i| i.seq), Some(2));
+    }
+
+    #[test]
+    fn a_patch_from_an_older_drover_has_no_time_and_still_applies() {
+        let home = tempfile::tempdir().expect("home");
+        let agent = AgentId::new();
+        let mut t = Timeline::open(home.path(), agent).expect("open");
+        let tool = t
+            .push("tool_call", obj(json!({"status": "pending"})))
+            .expect("push");
+        drop(t);
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(Timeline::path_for(home.path(), agent))
+            .expect("open raw");
+        writeln!(
+            f,
+            r#"{{"op":"patch","seq":{},"fields":{{"status":"failed"}}}}"#,
+            tool.seq
+        )
+        .expect("write");
+        drop(f);
+        let page = Timeline::read_page(home.path(), agent, Page::Tail { limit: 10 }).expect("read");
+        assert_eq!(page.items[0].data["status"], "failed");
+        assert_eq!(page.items[0].updated_at, None);
     }
 
     #[test]

@@ -109,13 +109,17 @@ impl Actor {
             .copied()
         {
             self.close_chunk();
-            if let Err(e) = self.timeline.patch(seq, fields.clone()) {
-                tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
-            }
+            let at = self
+                .timeline
+                .patch(seq, fields.clone())
+                .unwrap_or_else(|e| {
+                    tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
+                    None
+                });
             self.shared.emit(
                 self.id,
                 self.timeline.revision(),
-                TimelineUpdate::Patch { seq, fields },
+                TimelineUpdate::Patch { seq, fields, at },
             );
             Some(seq)
         } else {
@@ -163,14 +167,17 @@ impl Actor {
     }
 
     pub(super) fn patch(&mut self, seq: u64, fields: Map<String, Value>) {
-        if let Err(e) = self.timeline.patch(seq, fields.clone()) {
-            tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
-            return;
-        }
+        let at = match self.timeline.patch(seq, fields.clone()) {
+            Ok(at) => at,
+            Err(e) => {
+                tracing::error!(agent = %self.id, error = %e, "cannot update the timeline");
+                return;
+            }
+        };
         self.shared.emit(
             self.id,
             self.timeline.revision(),
-            TimelineUpdate::Patch { seq, fields },
+            TimelineUpdate::Patch { seq, fields, at },
         );
     }
 }

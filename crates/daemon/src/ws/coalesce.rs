@@ -271,6 +271,7 @@ mod tests {
             update: TimelineUpdate::Patch {
                 seq: 8,
                 fields: serde_json::Map::new(),
+                at: None,
             },
         };
         let sent = c.push(patch, t0);

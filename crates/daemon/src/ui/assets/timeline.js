@@ -95,6 +95,7 @@ export class TimelineView {
       entry = this.items.get(n.seq);
       if (entry) {
         Object.assign(entry.item.data, n.fields);
+        if (n.at) entry.item.updatedAt = n.at;
         this.later(entry);
       }
     }
