@@ -200,10 +200,18 @@ impl Shared {
 struct ActorHandle {
     commands: mpsc::Sender<Command>,
     busy: watch::Receiver<bool>,
+    /// Its sender is dropped when the task has ended (see [`ActorHandle::ended`]).
+    ended: watch::Receiver<()>,
     generation: u64,
 }
 
 impl ActorHandle {
+    /// Resolves once the task has ended: its files are closed and it left the task table.
+    async fn ended(&self) {
+        // Nothing is ever sent: `changed` returns (an error) when the sender is dropped.
+        let _ = self.ended.clone().changed().await;
+    }
+
     /// Sends the command `command` builds around a reply channel and awaits the reply.
     async fn request<T>(
         &self,
@@ -294,6 +302,12 @@ impl Actors {
         if handle.commands.send(Command::Close { reply }).await.is_ok() {
             let _ = rx.await;
         }
+        // The task may have been closing already (another close, or it is ending): whoever
+        // closed it, nothing of it runs once this returns. An unarchive that follows an
+        // archive therefore finds the inbox the archive's close discarded, not one a task
+        // still ending left behind (the task decides to discard at its very end).
+        handle.ended().await;
+        self.discard_cold_inbox(agent);
     }
 
     /// If the agent is archived and has no task: what its inbox held never runs (archive wins), and the
@@ -482,7 +496,7 @@ impl RuntimeManager {
         if self.known(agent)?.is_archived() {
             return Ok(());
         }
-        let handle = self.handle(agent)?;
+        let handle = self.handle(agent).await?;
         handle
             .commands
             .send(Command::Start)
@@ -530,7 +544,7 @@ impl RuntimeManager {
             let has_wake = Inbox::open(&self.shared.home, id).is_ok_and(|i| i.has_wake());
             if has_wake {
                 tracing::info!(agent = %id, "delivering messages queued before the restart");
-                if let Ok(handle) = self.handle(id) {
+                if let Ok(handle) = self.handle(id).await {
                     let _ = handle.commands.send(Command::Wake).await;
                 }
             }
@@ -596,7 +610,7 @@ impl RuntimeManager {
         source: String,
         notify: Option<AgentId>,
     ) -> Result<(), AcpError> {
-        let handle = self.handle(agent.id)?;
+        let handle = self.handle(agent.id).await?;
         if let Some(prompt) = prompt.filter(|p| !p.trim().is_empty()) {
             let message = InboxMessage::new(Delivery::Followup, prompt, source).notifying(notify);
             handle
@@ -639,15 +653,14 @@ impl RuntimeManager {
         // A task that is closing (its agent was just archived or closed) takes no more
         // commands: the message goes to a fresh one.
         for attempt in 0..3 {
-            let handle = self.handle(agent)?;
+            let handle = self.handle(agent).await?;
             let message = message.clone();
             match handle
                 .request(agent, |reply| Command::Deliver { message, reply })
                 .await
             {
-                Err(AcpError::Stopped(_)) if attempt < 2 => {
-                    self.shared.forget(agent, handle.generation);
-                }
+                // It began to close after `handle`: the next `handle` waits for its end.
+                Err(AcpError::Stopped(_)) if attempt < 2 => {}
                 other => return other.map(|()| id),
             }
         }
@@ -695,7 +708,7 @@ impl RuntimeManager {
     /// Sets the mode (recorded, and sent to a live agent).
     pub async fn set_mode(&self, agent: AgentId, mode: String) -> Result<(), AcpError> {
         self.known(agent)?;
-        let handle = self.handle(agent)?;
+        let handle = self.handle(agent).await?;
         handle
             .request(agent, |reply| Command::SetMode { mode, reply })
             .await
@@ -704,7 +717,7 @@ impl RuntimeManager {
     /// Sets the model (recorded, and sent to a live agent).
     pub async fn set_model(&self, agent: AgentId, model: String) -> Result<(), AcpError> {
         self.known(agent)?;
-        let handle = self.handle(agent)?;
+        let handle = self.handle(agent).await?;
         handle
             .request(agent, |reply| Command::SetModel { model, reply })
             .await
@@ -759,26 +772,38 @@ impl RuntimeManager {
     }
 
     /// The agent's task, started if needed (cheap: no process until a turn needs one).
-    fn handle(&self, agent: AgentId) -> Result<ActorHandle, AcpError> {
+    async fn handle(&self, agent: AgentId) -> Result<ActorHandle, AcpError> {
         let actors = &self.shared.actors;
-        if actors.shutting_down.load(Ordering::SeqCst) {
-            return Err(AcpError::ShuttingDown);
+        // A task that is closing still owns the agent's inbox, timeline and process: a new
+        // one starts only once it has ended, so one agent never has two. Bounded: each round
+        // waits for one task's end.
+        for _ in 0..8 {
+            if actors.shutting_down.load(Ordering::SeqCst) {
+                return Err(AcpError::ShuttingDown);
+            }
+            let closing = {
+                let mut tasks = actors.tasks();
+                match tasks.get(&agent) {
+                    Some(handle) if !handle.commands.is_closed() => return Ok(handle.clone()),
+                    Some(handle) => handle.clone(),
+                    None => {
+                        let generation = actors.generation.fetch_add(1, Ordering::Relaxed);
+                        let (commands, busy, ended) =
+                            actor::spawn(self.shared.clone(), agent, generation)?;
+                        let handle = ActorHandle {
+                            commands,
+                            busy,
+                            ended,
+                            generation,
+                        };
+                        tasks.insert(agent, handle.clone());
+                        return Ok(handle);
+                    }
+                }
+            };
+            closing.ended().await;
         }
-        let mut tasks = actors.tasks();
-        if let Some(handle) = tasks.get(&agent)
-            && !handle.commands.is_closed()
-        {
-            return Ok(handle.clone());
-        }
-        let generation = actors.generation.fetch_add(1, Ordering::Relaxed);
-        let (commands, busy) = actor::spawn(self.shared.clone(), agent, generation)?;
-        let handle = ActorHandle {
-            commands,
-            busy,
-            generation,
-        };
-        tasks.insert(agent, handle.clone());
-        Ok(handle)
+        Err(AcpError::Stopped(agent))
     }
 }
 

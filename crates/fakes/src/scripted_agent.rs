@@ -67,6 +67,8 @@
 //! - `SCRIPTED_AGENT_LATE_UPDATES=1`: after each prompt reply, send a `usage_update` and a
 //!   `session_info_update` (real agents do).
 //! - `SCRIPTED_AGENT_IGNORE_EOF=1`: keep running after stdin closes (as codex-acp does).
+//! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
+//!   grace and then kills it (a process slow to end).
 //!
 //! When stdin closes the agent cancels its running prompts, waits for them and exits 0; a
 //! prompt in `hang` never ends, so the process then runs until it is killed.
@@ -108,6 +110,7 @@ pub struct Config {
     pub string_ids: bool,
     pub late_updates: bool,
     pub ignore_eof: bool,
+    pub ignore_term: bool,
     pub state_dir: PathBuf,
 }
 
@@ -121,6 +124,7 @@ impl Config {
             string_ids: flag("SCRIPTED_AGENT_STRING_IDS"),
             late_updates: flag("SCRIPTED_AGENT_LATE_UPDATES"),
             ignore_eof: flag("SCRIPTED_AGENT_IGNORE_EOF"),
+            ignore_term: flag("SCRIPTED_AGENT_IGNORE_TERM"),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -309,6 +313,9 @@ pub async fn run(config: Config) -> ExitCode {
     let (lines_tx, mut lines) = mpsc::channel(16);
     std::thread::spawn(move || read_lines(&lines_tx));
     let ignore_eof = config.ignore_eof;
+    if config.ignore_term {
+        ignore_sigterm();
+    }
     let agent = Arc::new(Agent::new(config, Output { tx }));
     let mut prompts = JoinSet::new();
     while let Some(line) = lines.recv().await {
@@ -328,6 +335,14 @@ pub async fn run(config: Config) -> ExitCode {
     while prompts.join_next().await.is_some() {}
     agent.out.flush().await;
     ExitCode::SUCCESS
+}
+
+#[allow(unsafe_code)]
+fn ignore_sigterm() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
 }
 
 fn log(message: impl std::fmt::Display) {

@@ -84,11 +84,19 @@ pub(crate) enum Command {
 
 /// Starts the agent's task. The command channel holds 64 commands: clients wait when an
 /// agent is that far behind, which only happens to that agent.
+/// The task's command channel, its busy flag, and its end: a receiver whose sender is dropped
+/// once the task has ended and left the task table (nothing is ever sent on it).
+pub(crate) type Spawned = (
+    mpsc::Sender<Command>,
+    watch::Receiver<bool>,
+    watch::Receiver<()>,
+);
+
 pub(crate) fn spawn(
     shared: Arc<Shared>,
     id: AgentId,
     generation: u64,
-) -> Result<(mpsc::Sender<Command>, watch::Receiver<bool>), AcpError> {
+) -> Result<Spawned, AcpError> {
     let timeline = Timeline::open(&shared.home, id)?;
     // Settled against the timeline: a message it records is delivered, whatever the inbox says.
     let inbox = Inbox::open_with(&shared.home, id, || timeline.delivered())?;
@@ -118,11 +126,13 @@ pub(crate) fn spawn(
         start_failed: false,
         loading_flag: false,
     };
+    let (ended_tx, ended_rx) = watch::channel(());
     tokio::spawn(async move {
         actor.run().await;
         shared.forget(id, generation);
+        drop(ended_tx);
     });
-    Ok((tx, busy_rx))
+    Ok((tx, busy_rx, ended_rx))
 }
 
 /// The agent's process and ACP session, while it runs.

@@ -598,3 +598,101 @@ async fn a_followup_racing_the_archive_of_a_cold_agent_never_runs_later() {
         );
     }
 }
+
+/// An unarchive that comes while the archive's close is still ending the agent's process (it
+/// ignores SIGTERM, so the close waits its grace): archive still wins. The context injected
+/// before the archive never rides along with a later prompt, and the next message runs alone,
+/// in the one task the agent has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unarchive_during_the_archives_close_finds_the_queue_discarded() {
+    use drover_acp::{RuntimeManager, no_mcp_servers};
+    use drover_core::inbox::Delivery;
+    use drover_core::{ArchiveOptions, NewAgent, RuntimeControl};
+    use drover_testkit::msgdriver::providers;
+
+    const WAIT: Duration = Duration::from_secs(20);
+    let home = TempDir::new().expect("home");
+    let cwd = TempDir::new().expect("cwd");
+    let state = TempDir::new().expect("agent state");
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_drover-scripted-agent"));
+    let mut providers = providers(state.path(), agent_bin);
+    let mut slow = providers.get("scripted").expect("scripted").clone();
+    slow.env
+        .insert("SCRIPTED_AGENT_IGNORE_TERM".to_string(), "1".to_string());
+    providers.insert(slow);
+    let (manager, registry, _) = RuntimeManager::open(home.path(), providers, no_mcp_servers())
+        .await
+        .expect("open the runtimes");
+    let agent = manager
+        .create_agent(
+            NewAgent {
+                provider: "scripted".to_string(),
+                cwd: cwd.path().to_path_buf(),
+                title: Some("slow to end".to_string()),
+                ..NewAgent::default()
+            },
+            Some("say hello".to_string()),
+        )
+        .await
+        .expect("an agent")
+        .id;
+    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"));
+    let pid = manager.runtime_pid(agent).await.expect("a live runtime");
+    // Context for the next prompt: it waits in the inbox.
+    let injected = manager
+        .deliver(
+            agent,
+            Delivery::Inject,
+            "injected before the archive".to_string(),
+            "user".to_string(),
+        )
+        .await
+        .expect("queued");
+    registry
+        .archive(
+            agent,
+            ArchiveOptions {
+                stop_activity: true,
+            },
+        )
+        .await
+        .expect("archive");
+    // The close has begun (the task takes no more commands) and waits for the process.
+    eventually("the archive's close to begin", WAIT, async || {
+        manager.runtime_pid(agent).await.is_none()
+    })
+    .await;
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the agent's process ended before the unarchive: the race was not reached"
+    );
+    registry.unarchive(agent).await.expect("unarchive");
+    let after = manager
+        .deliver(
+            agent,
+            Delivery::Followup,
+            "say after the unarchive".to_string(),
+            "user".to_string(),
+        )
+        .await
+        .expect("a message after the unarchive");
+    assert!(manager.wait_idle(agent, WAIT).await.expect("wait"));
+    manager.shutdown().await;
+    registry.shutdown().await;
+
+    let runs = deliveries(home.path(), agent);
+    assert!(
+        !runs.contains_key(&injected),
+        "the context the archive discarded rode along after the unarchive: {runs:?}"
+    );
+    assert_eq!(runs.get(&after).map(Vec::len), Some(1), "{runs:?}");
+    assert!(
+        !Inbox::path_for(home.path(), agent).exists()
+            || Inbox::open(home.path(), agent)
+                .expect("inbox")
+                .pending()
+                .next()
+                .is_none(),
+        "the inbox still holds a message"
+    );
+}
