@@ -178,6 +178,10 @@ impl View {
                     for (k, v) in notification["fields"].as_object().expect("fields") {
                         item["data"][k] = v.clone();
                     }
+                    // docs/protocol.md: the item's updatedAt becomes the patch's `at`.
+                    if let Some(at) = notification.get("at") {
+                        item["updatedAt"] = at.clone();
+                    }
                 }
             }
             other => panic!("unknown op {other:?}: {notification}"),
@@ -1368,6 +1372,19 @@ async fn permissions_are_answered_by_kind_option_or_cancel() {
         let ended = turn_ended(&mut client, &id).await;
         wait_idle(&mut client, &id).await;
         let items = timeline(&mut client, &id).await;
+        // The answer is dated by when it came, live and in the history.
+        let answered_at = &patched["payload"]["notification"]["at"];
+        let asked = items
+            .iter()
+            .find(|i| i["seq"] == seq)
+            .expect("the permission item");
+        assert_eq!(&asked["updatedAt"], answered_at, "{asked}");
+        let when = |v: &Value| {
+            v.as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .expect("a time")
+        };
+        assert!(when(answered_at) >= when(&asked["at"]), "{asked}");
         let messages = texts(&items, "agent_message");
         match said {
             Some(said) => {
