@@ -293,13 +293,18 @@ impl Actors {
             .await
     }
 
-    async fn close(&self, agent: AgentId) {
+    async fn close(&self, agent: AgentId, cause: CancelCause) {
         let Some(handle) = self.existing(agent) else {
             self.discard_cold_inbox(agent);
             return;
         };
         let (reply, rx) = oneshot::channel();
-        if handle.commands.send(Command::Close { reply }).await.is_ok() {
+        if handle
+            .commands
+            .send(Command::Close { cause, reply })
+            .await
+            .is_ok()
+        {
             let _ = rx.await;
         }
         // The task may have been closing already (another close, or it is ending): whoever
@@ -381,11 +386,15 @@ impl RuntimeControl for Runtimes {
         })
     }
 
-    fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    fn close(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
         let actors = self.0.upgrade();
         Box::pin(async move {
             if let Some(actors) = actors {
-                actors.close(agent).await;
+                actors.close(agent, cause).await;
             }
             Ok(())
         })
@@ -828,10 +837,14 @@ impl RuntimeControl for RuntimeManager {
         })
     }
 
-    fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    fn close(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
         let actors = self.shared.actors.clone();
         Box::pin(async move {
-            actors.close(agent).await;
+            actors.close(agent, cause).await;
             Ok(())
         })
     }

@@ -184,7 +184,7 @@ pub fn truncate(text: &str, max: usize) -> String {
 /// How a turn ended (a `turn_ended` item).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnEnd {
-    /// `turn_completed`, `turn_failed`, `turn_canceled`, `turn_blocked`.
+    /// `turn_completed`, `turn_failed`, `turn_canceled`, `turn_blocked`, `turn_interrupted`.
     pub event: String,
     pub detail: Option<String>,
 }
@@ -197,6 +197,11 @@ impl TurnEnd {
             "turn_completed" => text("stopReason"),
             "turn_failed" => text("error"),
             "turn_canceled" => text("cause"),
+            "turn_interrupted" => text("cause").map(|cause| match cause.as_str() {
+                "shutdown" => "the daemon shut down".to_string(),
+                "crash" => "the daemon stopped".to_string(),
+                _ => cause,
+            }),
             "turn_blocked" => text("reason"),
             _ => None,
         };
@@ -207,12 +212,12 @@ impl TurnEnd {
         self.event == "turn_completed"
     }
 
-    /// `completed (end_turn)`, `failed: …`, `canceled (user)`.
+    /// `completed (end_turn)`, `failed: …`, `canceled (user)`, `interrupted: the daemon stopped`.
     pub fn describe(&self) -> String {
         let word = self.event.strip_prefix("turn_").unwrap_or(&self.event);
         match (&self.detail, word) {
             (None, _) => word.to_string(),
-            (Some(d), "failed" | "blocked") => format!("{word}: {d}"),
+            (Some(d), "failed" | "blocked" | "interrupted") => format!("{word}: {d}"),
             (Some(d), _) => format!("{word} ({d})"),
         }
     }
@@ -271,6 +276,8 @@ impl View {
 struct Tool {
     title: String,
     status: String,
+    /// Why it did not run: its permission was `denied` or `cancelled`.
+    permission: Option<String>,
     at: String,
     printed: bool,
 }
@@ -463,6 +470,10 @@ impl<W: Write> Renderer<W> {
         let tool = Tool {
             title: tool_title(data),
             status,
+            permission: data
+                .get("permission")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             at: if settled { changed } else { at }.to_string(),
             printed: false,
         };
@@ -522,6 +533,9 @@ impl<W: Write> Renderer<W> {
             if let Some(title) = fields.get("title").and_then(Value::as_str) {
                 tool.title = title.to_string();
             }
+            if let Some(permission) = fields.get("permission").and_then(Value::as_str) {
+                tool.permission = Some(permission.to_string());
+            }
             return self.settle_tool(seq, false);
         }
         if let Some(title) = self.permissions.get(&seq).cloned()
@@ -552,7 +566,10 @@ impl<W: Write> Renderer<W> {
             "failed" => Paint::Red,
             _ => Paint::Yellow,
         };
-        let text = format!("{} ({})", tool.title, tool.status);
+        let text = match &tool.permission {
+            Some(refused) => format!("{} ({}: permission {refused})", tool.title, tool.status),
+            None => format!("{} ({})", tool.title, tool.status),
+        };
         let text = self.labelled("tool: ", &text);
         let at = tool.at.clone();
         if let Some(tool) = self.tools.get_mut(&seq) {
@@ -802,6 +819,26 @@ mod tests {
         }
     }
 
+    /// A tool call whose permission was denied says so, not only that it failed.
+    #[test]
+    fn a_denied_tool_call_says_why_it_did_not_run() {
+        let view = View {
+            timestamps: false,
+            show_user: true,
+            show_turns: true,
+            live: true,
+        };
+        let live = [
+            json!({"op": "item", "item": {"seq": 1, "at": "", "kind": "tool_call", "data": {"title": "rm -rf build", "status": "pending"}}}),
+            json!({"op": "patch", "seq": 1, "at": "", "fields": {"status": "failed", "permission": "denied"}}),
+        ];
+        let text = render(view, &live);
+        assert!(
+            text.contains("rm -rf build (failed: permission denied)"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn turn_ends_read_well() {
         let end = TurnEnd::from_data(&json!({"event": "turn_failed", "error": "boom"}));
@@ -809,5 +846,8 @@ mod tests {
         assert!(!end.succeeded());
         let end = TurnEnd::from_data(&json!({"event": "turn_canceled", "cause": "user"}));
         assert_eq!(end.describe(), "canceled (user)");
+        let end = TurnEnd::from_data(&json!({"event": "turn_interrupted", "cause": "crash"}));
+        assert_eq!(end.describe(), "interrupted: the daemon stopped");
+        assert!(!end.succeeded());
     }
 }

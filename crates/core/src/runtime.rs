@@ -56,8 +56,13 @@ pub trait RuntimeControl: Send + Sync + 'static {
         keep_inbox: bool,
     ) -> BoxFuture<'static, Result<(), RuntimeError>>;
 
-    /// Closes the agent's runtime (ends its process group). The agent stays, cold.
-    fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>>;
+    /// Closes the agent's runtime (ends its process group). The agent stays, cold. A turn the
+    /// close cuts off ends canceled with `cause`, unless a cancel already gave it one.
+    fn close(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>>;
 
     /// Closes every runtime, for daemon shutdown.
     fn shutdown(&self) -> BoxFuture<'static, ()>;
@@ -78,7 +83,7 @@ impl RuntimeControl for NoRuntimes {
         Box::pin(async { Ok(()) })
     }
 
-    fn close(&self, _: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    fn close(&self, _: AgentId, _: CancelCause) -> BoxFuture<'static, Result<(), RuntimeError>> {
         Box::pin(async { Ok(()) })
     }
 

@@ -239,6 +239,16 @@ impl Timeline {
         self.items.last()
     }
 
+    /// Whether the last turn that started has not ended (no `turn_ended` after its
+    /// `turn_started`): a turn the daemon's death cut off.
+    pub fn turn_open(&self) -> bool {
+        self.items
+            .iter()
+            .rev()
+            .find(|i| i.is(ItemKind::TurnStarted) || i.is(ItemKind::TurnEnded))
+            .is_some_and(|i| i.is(ItemKind::TurnStarted))
+    }
+
     /// Appends a new item and returns it (with its seq).
     pub fn push(
         &mut self,

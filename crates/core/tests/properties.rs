@@ -232,15 +232,10 @@ async fn archive_archives_exactly_the_unarchived_subtree(
     prop_assert_eq!(reported_activity(reg), expected_activity(&reg.agents()));
     let closes = fx
         .runtime
-        .wait_for(WAIT, |calls| {
-            expected
-                .iter()
-                .all(|id| calls.contains(&RuntimeCall::Close { agent: *id }))
-        })
+        .wait_for(WAIT, |calls| expected.iter().all(|id| closed(calls, *id)))
         .await;
     for id in &expected {
-        let close = RuntimeCall::Close { agent: *id };
-        prop_assert!(closes.contains(&close), "no close for {}", id);
+        prop_assert!(closed(&closes, *id), "no close for {}", id);
     }
     Ok(())
 }
@@ -366,7 +361,7 @@ async fn detach_leaves_the_former_parents_cascade_and_activity(
         .await;
     for call in &calls[calls_before..] {
         match call {
-            RuntimeCall::Cancel { agent: a, .. } | RuntimeCall::Close { agent: a } => {
+            RuntimeCall::Cancel { agent: a, .. } | RuntimeCall::Close { agent: a, .. } => {
                 prop_assert!(!subtree.contains(a), "{:?}", call);
             }
             RuntimeCall::Shutdown => prop_assert!(false, "shutdown"),
@@ -638,4 +633,11 @@ proptest! {
     fn workspace_activity_equals_a_recomputation(ops in prop::collection::vec(op(), 1..28)) {
         rt().block_on(activity_stays_equal_to_a_recomputation(ops))?;
     }
+}
+
+/// Whether `calls` closed `agent`'s runtime.
+fn closed(calls: &[RuntimeCall], agent: AgentId) -> bool {
+    calls
+        .iter()
+        .any(|c| matches!(c, RuntimeCall::Close { agent: a, .. } if *a == agent))
 }

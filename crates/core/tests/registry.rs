@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, WAIT, drain, eventually, idle, ids, running, set};
+use drover_core::timeline::{ItemKind, Page, Timeline};
 use drover_core::{
-    ActivityBucket, AgentId, AgentStatus, ArchiveOptions, AttentionReason, Change, NewAgent,
-    PARENT_LABEL, RegistryError, TurnOutcome,
+    ActivityBucket, AgentId, AgentStatus, ArchiveOptions, AttentionReason, CancelCause, Change,
+    NewAgent, PARENT_LABEL, RegistryError, TurnOutcome,
 };
 use drover_testkit::{RuntimeCall, StopBehaviour, TestFamily};
 
@@ -208,6 +209,23 @@ async fn boot_brings_busy_agents_back_idle_and_interrupted() {
     let broken = fx.create(0, None).await;
     let broken = set(reg, broken.id, AgentStatus::Error).await;
     let old_runtime = fx.runtime.clone();
+    // `run` was in a turn; `calm` finished its turn.
+    let turn = |id, ended: bool| {
+        let mut timeline = Timeline::open(fx.home.path(), id).expect("timeline");
+        timeline
+            .push(ItemKind::TurnStarted.as_str(), serde_json::Map::new())
+            .expect("turn_started");
+        if ended {
+            let mut data = serde_json::Map::new();
+            data.insert("event".to_string(), "turn_completed".into());
+            timeline
+                .push(ItemKind::TurnEnded.as_str(), data)
+                .expect("turn_ended");
+        }
+        timeline.sync().expect("sync");
+    };
+    turn(run.id, false);
+    turn(calm.id, true);
 
     // The daemon stops without a word and starts again.
     let report = fx.restart();
@@ -223,8 +241,23 @@ async fn boot_brings_busy_agents_back_idle_and_interrupted() {
         );
         assert!(!a.is_archived());
     }
-    assert_eq!(reg.get(calm.id), Some(calm));
+    assert_eq!(reg.get(calm.id), Some(calm.clone()));
     assert_eq!(reg.get(broken.id), Some(broken));
+    // The cut-off turn ended `interrupted` in its timeline, once; the finished one is untouched.
+    let home = fx.home.path().to_path_buf();
+    let ends = |id| {
+        let page = Timeline::read_page(&home, id, Page::Tail { limit: 100 }).expect("page");
+        page.items
+            .iter()
+            .filter(|i| i.is(ItemKind::TurnEnded))
+            .map(|i| i.data.clone())
+            .collect::<Vec<_>>()
+    };
+    let cut = ends(run.id);
+    assert_eq!(cut.len(), 1, "{cut:?}");
+    assert_eq!(cut[0]["event"], "turn_interrupted");
+    assert_eq!(cut[0]["cause"], "crash");
+    assert_eq!(ends(calm.id).len(), 1);
     assert!(runtime.calls().is_empty(), "boot starts and stops nothing");
     assert!(old_runtime.calls().is_empty());
     assert_eq!(
@@ -235,6 +268,7 @@ async fn boot_brings_busy_agents_back_idle_and_interrupted() {
     // The reconciliation was written: the next boot finds nothing busy.
     let report = fx.restart();
     assert!(report.interrupted.is_empty());
+    assert_eq!(ends(run.id).len(), 1, "ended once");
     assert_eq!(
         fx.registry.get(run.id).map(|a| a.status),
         Some(AgentStatus::Idle)
@@ -414,10 +448,19 @@ async fn detach_removes_only_the_parent_label() {
     let closes = fx
         .runtime
         .wait_for(WAIT, |calls| {
-            calls.contains(&RuntimeCall::Close { agent: parent.id })
+            calls.contains(&RuntimeCall::Close {
+                agent: parent.id,
+                cause: CancelCause::Archive,
+            })
         })
         .await;
-    assert_eq!(closes, [RuntimeCall::Close { agent: parent.id }]);
+    assert_eq!(
+        closes,
+        [RuntimeCall::Close {
+            agent: parent.id,
+            cause: CancelCause::Archive
+        }]
+    );
     assert_eq!(reg.get(child.id), Some(detached));
     assert!(reg.get(grandchild.id).is_some_and(|g| !g.is_archived()));
 }
@@ -489,6 +532,18 @@ async fn archive_cascades_over_grandchildren_and_closes_their_runtimes() {
         set_of([parent.id, child.id, grandchild.id]),
         "{calls:?}"
     );
+    // A turn the close cuts off ends with the archive as its cause for the target, and with
+    // its parent for the cascade (docs/lifecycle.md).
+    for call in &calls {
+        if let RuntimeCall::Close { agent, cause } = call {
+            let expected = if *agent == parent.id {
+                CancelCause::Archive
+            } else {
+                CancelCause::Parent
+            };
+            assert_eq!(*cause, expected, "{calls:?}");
+        }
+    }
     assert!(fx.runtime.cancels().is_empty(), "nothing ran");
 }
 
@@ -863,7 +918,10 @@ async fn unarchive_restarts_nothing_and_leaves_children_archived() {
     // Only the archived runtime's close again, before the unarchive: what the archive discards
     // is gone before the agent can take a turn.
     let mut expected = settled.clone();
-    expected.push(RuntimeCall::Close { agent: parent.id });
+    expected.push(RuntimeCall::Close {
+        agent: parent.id,
+        cause: CancelCause::Archive,
+    });
     assert_eq!(
         fx.runtime.calls(),
         expected,

@@ -668,9 +668,11 @@ async fn forced_archive_runs_teardown_removes_the_worktree_keeps_unmerged_commit
     let calls = fx
         .runtime
         .wait_for(WAIT, |calls| {
-            [busy.id, quiet.id, child.id]
-                .iter()
-                .all(|id| calls.contains(&RuntimeCall::Close { agent: *id }))
+            [busy.id, quiet.id, child.id].iter().all(|id| {
+                calls
+                    .iter()
+                    .any(|c| matches!(c, RuntimeCall::Close { agent, .. } if agent == id))
+            })
         })
         .await;
     assert!(

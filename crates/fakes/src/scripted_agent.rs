@@ -36,8 +36,8 @@
 //! | `think <text>` | one `agent_thought_chunk` |
 //! | `tool <title>` | `tool_call` (status `pending`, kind `execute`), then `tool_call_update` `completed` with text content |
 //! | `permission <title>` | `tool_call`, then `session/request_permission`; allow → `tool_call_update` `completed` + say `permission granted`; reject → `failed` + say `permission denied`; outcome `cancelled` or a `session/cancel` → stop reason `cancelled` (claude's order) |
-//! | `permission-first <title>` | asks first; once allowed announces the `tool_call` (`in_progress`), then completes it (codex's order) |
-//! | `permission-only <title>` | asks, then sends only `tool_call_update` for an id no `tool_call` announced (gemini's order) |
+//! | `permission-first <title>` | asks first; once allowed announces the `tool_call` (`in_progress`), then completes it; a reject only says `permission denied`, the tool call is never mentioned again (codex's order) |
+//! | `permission-only <title>` | asks, then sends only `tool_call_update` for an id no `tool_call` announced; a reject as codex's (gemini's order) |
 //! | `sleep <ms>` | waits; cancellable |
 //! | `hang` | never replies to this prompt and ignores cancel (one sent before it is reached too); the process keeps running, even after stdin closes |
 //! | `crash [<code>]` | flushes stdout, writes `scripted agent crashing` to stderr and exits with `code` (default 3) |
@@ -69,6 +69,9 @@
 //! - `SCRIPTED_AGENT_IGNORE_EOF=1`: keep running after stdin closes (as codex-acp does).
 //! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
 //!   grace and then kills it (a process slow to end).
+//! - `SCRIPTED_AGENT_STALE_CANCEL=1`: a `session/cancel` is also kept, and the session's next
+//!   prompt ends at once with an empty `end_turn`, saying and recording nothing (as
+//!   claude-agent-acp 0.23 does, upstream #551).
 //!
 //! When stdin closes the agent cancels its running prompts, waits for them and exits 0; a
 //! prompt in `hang` never ends, so the process then runs until it is killed.
@@ -111,6 +114,7 @@ pub struct Config {
     pub late_updates: bool,
     pub ignore_eof: bool,
     pub ignore_term: bool,
+    pub stale_cancel: bool,
     pub state_dir: PathBuf,
 }
 
@@ -125,6 +129,7 @@ impl Config {
             late_updates: flag("SCRIPTED_AGENT_LATE_UPDATES"),
             ignore_eof: flag("SCRIPTED_AGENT_IGNORE_EOF"),
             ignore_term: flag("SCRIPTED_AGENT_IGNORE_TERM"),
+            stale_cancel: flag("SCRIPTED_AGENT_STALE_CANCEL"),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -459,6 +464,8 @@ struct Session {
     model: String,
     /// Bumped by `session/cancel`; a prompt is cancelled once it differs from its start value.
     cancel: watch::Sender<u64>,
+    /// A `session/cancel` kept for the next prompt (`SCRIPTED_AGENT_STALE_CANCEL`).
+    stale_cancel: bool,
     used_tokens: u64,
 }
 
@@ -470,6 +477,7 @@ impl Session {
             mode: MODES[0].0.to_string(),
             model: MODELS[0].0.to_string(),
             cancel: watch::Sender::new(0),
+            stale_cancel: false,
             used_tokens: 0,
         }
     }
@@ -641,8 +649,11 @@ impl Agent {
         match method {
             "session/cancel" => {
                 let session_id = params["sessionId"].as_str().unwrap_or_default();
-                match lock(&self.sessions).get(session_id) {
-                    Some(session) => session.cancel.send_modify(|v| *v += 1),
+                match lock(&self.sessions).get_mut(session_id) {
+                    Some(session) => {
+                        session.cancel.send_modify(|v| *v += 1);
+                        session.stale_cancel = self.config.stale_cancel;
+                    }
                     None => log(format!("session/cancel for unknown session `{session_id}`")),
                 }
             }
@@ -842,6 +853,12 @@ impl Agent {
     }
 
     async fn prompt(self: Arc<Self>, id: Value, mut turn: Turn) {
+        let stale = self
+            .with_session(&turn.session_id, |s| std::mem::take(&mut s.stale_cancel))
+            .unwrap_or(false);
+        if stale {
+            return self.out.reply(id, json!({"stopReason": "end_turn"})).await;
+        }
         self.record(
             &turn.session_id,
             &json!({"type": "user", "text": turn.text}),
@@ -1191,8 +1208,11 @@ impl Agent {
                     "unknown permission option `{option}`, taken as a reject"
                 ));
             }
-            self.out
-                .update(
+            // Only claude says the refused tool call failed; codex and gemini never mention
+            // it again.
+            if order == PermissionOrder::AnnounceFirst {
+                self.out
+                    .update(
                     &session_id,
                     json!({
                         "sessionUpdate": "tool_call_update",
@@ -1200,8 +1220,9 @@ impl Agent {
                         "status": "failed",
                         "content": [{"type": "content", "content": text_content("the user rejected this")}],
                     }),
-                )
-                .await;
+                    )
+                    .await;
+            }
             self.say(turn, "permission denied").await;
         }
         Flow::Continue

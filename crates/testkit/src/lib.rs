@@ -44,6 +44,7 @@ pub enum RuntimeCall {
     },
     Close {
         agent: AgentId,
+        cause: CancelCause,
     },
     Shutdown,
 }
@@ -98,7 +99,7 @@ impl TestRuntime {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
-                RuntimeCall::Close { agent } => Some(agent),
+                RuntimeCall::Close { agent, .. } => Some(agent),
                 _ => None,
             })
             .collect()
@@ -146,9 +147,13 @@ impl RuntimeControl for TestRuntime {
         })
     }
 
-    fn close(&self, agent: AgentId) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    fn close(
+        &self,
+        agent: AgentId,
+        cause: CancelCause,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
         let mut state = self.state();
-        state.calls.push(RuntimeCall::Close { agent });
+        state.calls.push(RuntimeCall::Close { agent, cause });
         let fail = state.fail_close.contains(&agent);
         Box::pin(async move {
             if fail {

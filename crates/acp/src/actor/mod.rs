@@ -72,8 +72,10 @@ pub(crate) enum Command {
     Ping {
         reply: oneshot::Sender<()>,
     },
-    /// End the runtime and the task (archive, close).
+    /// End the runtime and the task (archive, close); a running turn ends canceled with
+    /// `cause` unless a cancel gave it one.
     Close {
+        cause: CancelCause,
         reply: oneshot::Sender<()>,
     },
     /// Same, for daemon shutdown: the registry is not told (boot reconciles).
@@ -146,6 +148,9 @@ struct Live {
     session_id: String,
     modes: Option<Value>,
     models: Option<Value>,
+    /// A `session/cancel` went to this session since its last prompt started (see
+    /// `turn::STALE_CANCEL_WINDOW`).
+    cancel_sent: bool,
     /// Counted in `/health` while this exists.
     _counted: crate::LiveCount,
 }
@@ -298,10 +303,10 @@ impl Actor {
             Command::Pid { reply } => {
                 let _ = reply.send(self.live.as_ref().map(|l| l.pid));
             }
-            Command::Close { reply } => {
+            Command::Close { cause, reply } => {
                 // Later senders find the channel closed and start a fresh task.
                 self.commands.close();
-                self.close_turn();
+                self.close_turn(cause);
                 self.stop_runtime().await;
                 if self.archived() {
                     self.discard_archived_inbox(true);
@@ -311,9 +316,12 @@ impl Actor {
             }
             Command::Shutdown { reply } => {
                 if self.turn.is_some() {
+                    // The record stays `running` for boot to interrupt; the timeline says now
+                    // how the turn ended, so boot does not say it was a crash.
+                    self.close_chunk();
                     self.push(
-                        ItemKind::Notice,
-                        json!({"text": "the daemon shut down during this turn"}),
+                        ItemKind::TurnEnded,
+                        json!({"event": "turn_interrupted", "cause": "shutdown"}),
                     );
                 }
                 self.stop_runtime().await;
@@ -385,6 +393,9 @@ impl Actor {
         match message {
             Incoming::Notification { method, params } => {
                 if method == "session/update" {
+                    if let Some(turn) = self.turn.as_mut() {
+                        turn.updated = true;
+                    }
                     if !self.loading_flag {
                         self.on_update(params.get("update").cloned().unwrap_or(Value::Null));
                     }

@@ -15,6 +15,8 @@ pub(super) struct Permission {
     rpc_id: Value,
     seq: u64,
     tool_call_id: Option<String>,
+    /// The timeline item of the tool call it asks about.
+    tool_seq: Option<u64>,
     title: Option<String>,
     options: Vec<Value>,
 }
@@ -63,6 +65,7 @@ impl Actor {
             rpc_id: id,
             seq,
             tool_call_id,
+            tool_seq,
             title: title.clone(),
             options,
         });
@@ -132,16 +135,24 @@ impl Actor {
                 .respond(permission.rpc_id, Ok(json!({"outcome": outcome})))
                 .await;
         }
+        let kind = option
+            .as_ref()
+            .map(|o| o.get("kind").cloned().unwrap_or(Value::Null));
+        let refused = match kind.as_ref().map(|k| k.as_str()) {
+            None => Some("cancelled"),
+            Some(Some(k)) if k.starts_with("reject") => Some("denied"),
+            Some(_) => None,
+        };
         let mut fields = Map::new();
         fields.insert("status".to_string(), json!("answered"));
         fields.insert("outcome".to_string(), outcome);
-        if let Some(option) = option {
-            fields.insert(
-                "kind".to_string(),
-                option.get("kind").cloned().unwrap_or(Value::Null),
-            );
+        if let Some(kind) = kind {
+            fields.insert("kind".to_string(), kind);
         }
         self.patch(permission.seq, fields);
+        if let (Some(refused), Some(tool_seq)) = (refused, permission.tool_seq) {
+            self.refuse_tool_call(tool_seq, refused);
+        }
         if self.permissions.is_empty() {
             let registry = &self.shared.registry;
             if registry
@@ -153,6 +164,25 @@ impl Actor {
             }
         }
         Ok(())
+    }
+
+    /// A tool call whose permission was denied (or cancelled) does not run: it ends `failed`,
+    /// saying why (`permission`), unless the agent already settled it. Codex and gemini never
+    /// say so themselves; an agent that does (claude) patches it again, which changes nothing.
+    fn refuse_tool_call(&mut self, tool_seq: u64, refused: &str) {
+        let settled = self
+            .timeline
+            .get(tool_seq)
+            .and_then(|i| i.data.get("status"))
+            .and_then(Value::as_str)
+            .is_some_and(|s| matches!(s, "completed" | "failed"));
+        if settled {
+            return;
+        }
+        let mut fields = Map::new();
+        fields.insert("status".to_string(), json!("failed"));
+        fields.insert("permission".to_string(), json!(refused));
+        self.patch(tool_seq, fields);
     }
 
     /// The pending request `request` names (its seq), or the oldest.

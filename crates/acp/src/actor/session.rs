@@ -199,6 +199,7 @@ impl Actor {
             session_id: String::new(),
             modes: None,
             models: None,
+            cancel_sent: false,
             _counted: crate::LiveCount::new(&self.shared),
         });
         tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");

@@ -6,7 +6,7 @@
 //! target never holds up this agent's loop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drover_core::inbox::{Claim, Delivery};
 use drover_core::timeline::ItemKind;
@@ -25,6 +25,13 @@ const NOTICE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest excerpt of a reply quoted in a notice, in characters.
 const NOTICE_REPLY_CHARS: usize = 4000;
 
+/// claude-agent-acp 0.23 keeps a `session/cancel` that reached a turn and ends the next prompt
+/// at once (a few ms) with an empty `end_turn` (upstream agentclientprotocol/claude-agent-acp
+/// #551), so a steer lost its reply. A prompt right after a cancel, answered `end_turn` within
+/// this window without a single update, is sent once more: nothing of it reached the user or
+/// did anything, and no real model answers that fast.
+const STALE_CANCEL_WINDOW: Duration = Duration::from_millis(250);
+
 pub(super) struct Turn {
     pub(super) response: BoxFuture<'static, Result<Value, RpcError>>,
     pub(super) cancel: Option<CancelCause>,
@@ -32,6 +39,14 @@ pub(super) struct Turn {
     pub(super) notify: Option<AgentId>,
     /// The timeline seq of this turn's `turn_started`.
     started_seq: u64,
+    /// The `session/prompt` params, for the one resend of [`STALE_CANCEL_WINDOW`].
+    prompt: Value,
+    sent: Instant,
+    /// The prompt follows a `session/cancel` on the same session.
+    after_cancel: bool,
+    /// The agent sent a `session/update` during this turn.
+    pub(super) updated: bool,
+    resent: bool,
 }
 
 impl Actor {
@@ -109,19 +124,22 @@ impl Actor {
                 json!({"messageId": claim.message.id}),
             )
             .unwrap_or_default();
-        let Some(live) = &self.live else { return };
-        let request = live.rpc.request(
-            "session/prompt",
-            json!({
-                "sessionId": live.session_id,
-                "prompt": [{"type": "text", "text": claim.prompt_text()}],
-            }),
-        );
+        let Some(live) = &mut self.live else { return };
+        let prompt = json!({
+            "sessionId": live.session_id,
+            "prompt": [{"type": "text", "text": claim.prompt_text()}],
+        });
+        let request = live.rpc.request("session/prompt", prompt.clone());
         self.turn = Some(Turn {
             response: Box::pin(request),
             cancel: None,
             notify: claim.message.notify,
             started_seq,
+            prompt,
+            sent: Instant::now(),
+            after_cancel: std::mem::take(&mut live.cancel_sent),
+            updated: false,
+            resent: false,
         });
     }
 
@@ -210,7 +228,8 @@ impl Actor {
         };
         if turn.cancel.is_none() {
             turn.cancel = Some(cause);
-            if let Some(live) = &self.live {
+            if let Some(live) = &mut self.live {
+                live.cancel_sent = true;
                 live.rpc
                     .notify("session/cancel", json!({"sessionId": live.session_id}))
                     .await;
@@ -230,6 +249,9 @@ impl Actor {
         }
         // Updates the agent sent before its answer are already queued: take them first.
         self.drain_incoming().await;
+        if self.resend_stale_cancel(&result) {
+            return;
+        }
         let Some(turn) = self.turn.take() else { return };
         self.close_chunk();
         let outcome = match &result {
@@ -256,6 +278,29 @@ impl Actor {
         self.end_turn(turn, outcome, data).await;
     }
 
+    /// Sends the running turn's prompt once more if `result` is the empty, instant `end_turn`
+    /// of a stale cancel ([`STALE_CANCEL_WINDOW`]); returns whether it did.
+    fn resend_stale_cancel(&mut self, result: &Result<Value, RpcError>) -> bool {
+        let (Some(turn), Some(live)) = (self.turn.as_mut(), self.live.as_ref()) else {
+            return false;
+        };
+        let ended = matches!(result, Ok(v) if v.get("stopReason").and_then(Value::as_str) == Some("end_turn"));
+        if !ended
+            || !turn.after_cancel
+            || turn.resent
+            || turn.updated
+            || turn.cancel.is_some()
+            || turn.sent.elapsed() > STALE_CANCEL_WINDOW
+        {
+            return false;
+        }
+        tracing::info!(agent = %self.id, "the prompt after a cancel ended at once with nothing said; sent again (claude-agent-acp#551)");
+        turn.resent = true;
+        turn.sent = Instant::now();
+        turn.response = Box::pin(live.rpc.request("session/prompt", turn.prompt.clone()));
+        true
+    }
+
     /// Ends `turn`: its `turn_ended` item (`data`), then the registry, then the notice to
     /// whoever asked, in that order.
     pub(super) async fn end_turn(&mut self, turn: Turn, outcome: TurnOutcome, data: Value) {
@@ -275,15 +320,18 @@ impl Actor {
     }
 
     /// The runtime is closing under a running turn (archive, close): the registry already
-    /// moved the agent on, the timeline says how the turn ended.
-    pub(super) fn close_turn(&mut self) {
-        if self.turn.is_none() {
+    /// moved the agent on, the timeline says how the turn ended and why (the cause of a cancel
+    /// that came first, else the close's own: `archive` for the archived agent, `parent` for
+    /// its cascade).
+    pub(super) fn close_turn(&mut self, cause: CancelCause) {
+        let Some(turn) = &self.turn else {
             return;
-        }
+        };
+        let cause = turn.cancel.unwrap_or(cause);
         self.close_chunk();
         self.push(
             ItemKind::TurnEnded,
-            json!({"event": "turn_canceled", "cause": "closed", "stopReason": "cancelled"}),
+            json!({"event": "turn_canceled", "cause": cause.to_string(), "stopReason": "cancelled"}),
         );
         let _ = self.timeline.sync();
     }

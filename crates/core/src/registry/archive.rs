@@ -9,6 +9,7 @@ use crate::agent::Agent;
 use crate::error::RegistryError;
 use crate::ids::AgentId;
 use crate::lifecycle::{AgentStatus, AttentionReason};
+use crate::runtime::CancelCause;
 use crate::store::Store;
 use crate::view::{AgentTable, AgentsView, descendants};
 
@@ -86,7 +87,7 @@ impl Registry {
             // Archive wins: what it discards (the runtime's queued messages) must be gone before
             // the agent can take a turn again, even if the close the archive issued has not
             // run yet. Closing an archived agent's runtime twice is harmless.
-            if let Err(error) = self.inner.runtimes.close(id).await {
+            if let Err(error) = self.inner.runtimes.close(id, CancelCause::Archive).await {
                 tracing::warn!(agent = %id, %error, "closing the runtime of an archived agent failed");
             }
         }
@@ -165,8 +166,14 @@ impl Registry {
                 }
             });
         }
-        for id in plan.archived {
-            let close = self.inner.runtimes.close(id);
+        // The target's own turn is cut off by its archive, its descendants' by their parent's.
+        for (i, id) in plan.archived.into_iter().enumerate() {
+            let cause = if i == 0 {
+                CancelCause::Archive
+            } else {
+                CancelCause::Parent
+            };
+            let close = self.inner.runtimes.close(id, cause);
             tokio::spawn(async move {
                 if let Err(error) = close.await {
                     tracing::warn!(agent = %id, %error, "closing the runtime of an archived agent failed");

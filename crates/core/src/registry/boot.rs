@@ -18,6 +18,7 @@ use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::runtime::RuntimeControl;
 use crate::store::{Quarantined, Store};
+use crate::timeline::{ItemKind, Timeline};
 use crate::view::AgentTable;
 use crate::workspace::Workspace;
 use crate::worktree;
@@ -68,6 +69,7 @@ impl Registry {
         restore_workspaces(&store, &table, &mut ws_map, &mut report)?;
         finish_cascades(&store, &mut table, &mut report)?;
         interrupt_busy(&store, &mut table, &mut report)?;
+        end_cut_turns(home, &report.interrupted);
         report.missing_worktrees = missing_worktrees(&ws_map);
 
         report.agents = table.len();
@@ -186,6 +188,34 @@ fn interrupt_busy(
         table.insert(new);
     }
     Ok(())
+}
+
+/// A turn the daemon's death cut off gets its end in the timeline (`turn_interrupted`, cause
+/// `crash`), so its history does not stop at "turn started". A daemon that shut down wrote
+/// that end itself (cause `shutdown`). A timeline that cannot be written is logged: the record
+/// is what matters for the agent to run again.
+fn end_cut_turns(home: &Path, interrupted: &[AgentId]) {
+    for &agent in interrupted {
+        let ended = Timeline::open(home, agent).and_then(|mut timeline| {
+            if !timeline.turn_open() {
+                return Ok(false);
+            }
+            let mut data = serde_json::Map::new();
+            data.insert("event".to_string(), "turn_interrupted".into());
+            data.insert("cause".to_string(), "crash".into());
+            timeline.push_synced(ItemKind::TurnEnded.as_str(), data, Timestamp::now())?;
+            Ok(true)
+        });
+        match ended {
+            Ok(true) => {
+                tracing::info!(%agent, "a turn the daemon's death cut off ended `interrupted`");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(%agent, error = %e, "cannot end the turn a crash cut off in the timeline");
+            }
+        }
+    }
 }
 
 /// Unarchived worktrees whose folder vanished outside drover, logged: reported once, not

@@ -1,7 +1,7 @@
 //! Agents driving drover through its MCP server: the scripted agent calls the tools at the URL
 //! it got in `session/new`, through the real daemon.
 
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, WAIT};
 use drover_testkit::git_repository;
 use drover_testkit::wait::poll_until;
 use serde_json::{Value, json};
@@ -55,7 +55,21 @@ async fn an_agent_creates_a_subagent_and_hears_back() {
         "{text}"
     );
 
-    // Archiving the parent takes the subagent with it.
+    // Archiving the parent takes the subagent with it, and the subagent's running turn ends
+    // canceled by its parent.
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": child, "text": "sleep 100000"}))
+        .await;
+    assert_eq!(sent["type"], "message_queued", "{sent}");
+    poll_until(WAIT, async || {
+        let agents = client.agents(false).await;
+        agents
+            .iter()
+            .any(|a| a["id"] == child && a["status"] == "running")
+            .then_some(())
+    })
+    .await
+    .expect("the child runs its long turn");
     let archived = client
         .request(json!({"type": "archive", "agentId": parent, "stopActivity": true}))
         .await;
@@ -66,6 +80,15 @@ async fn an_agent_creates_a_subagent_and_hears_back() {
         .filter_map(Value::as_str)
         .collect();
     assert_eq!(list, [parent.as_str(), child.as_str()]);
+    let ended = poll_until(WAIT, async || {
+        let items = client.timeline(&child).await;
+        let last = items.last()?.clone();
+        (last["kind"] == "turn_ended").then_some(last)
+    })
+    .await
+    .expect("the child's last turn ended");
+    assert_eq!(ended["data"]["event"], "turn_canceled", "{ended}");
+    assert_eq!(ended["data"]["cause"], "parent", "{ended}");
     daemon.stop().await;
 }
 

@@ -219,8 +219,11 @@ async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_
     let _ = bystander.kill();
     let _ = bystander.wait();
 
-    // Never two runtimes for one agent: started again, it has exactly one process.
+    // The streaming agent's turn, cut off by the kill, ended `interrupted` in its history.
     let mut client = daemon.client().await;
+    assert_cut_off(&mut client, &streaming).await;
+
+    // Never two runtimes for one agent: started again, it has exactly one process.
     let init = client
         .request(json!({"type": "initialize_agent_request", "agentId": stubborn}))
         .await;
@@ -234,4 +237,22 @@ async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_
         .await;
     assert_eq!(idle["payload"]["idle"], true, "{idle}");
     assert_eq!(drover_testkit::agent_processes(&stubborn).len(), 1);
+}
+
+/// The agent's turn was cut off by a killed daemon: the boot ended it `interrupted` (cause
+/// `crash`) in its timeline, and the agent is idle with attention `interrupted`.
+async fn assert_cut_off(client: &mut Client, agent: &str) {
+    let items = client.timeline(agent).await;
+    let last = items.last().expect("a timeline");
+    assert_eq!(last["kind"], "turn_ended", "{last}");
+    assert_eq!(last["data"]["event"], "turn_interrupted", "{last}");
+    assert_eq!(last["data"]["cause"], "crash", "{last}");
+    let listed = client
+        .agents(false)
+        .await
+        .into_iter()
+        .find(|a| a["id"] == agent)
+        .expect("the agent");
+    assert_eq!(listed["status"], "idle", "{listed}");
+    assert_eq!(listed["attentionReason"], "interrupted", "{listed}");
 }

@@ -510,9 +510,46 @@ async fn session_state_loads_no_runtime_and_initialize_starts_it() {
             .is_some(),
         "initialize did not start the runtime"
     );
+    // Every client sees the cold runtime starting, then ready.
+    status_where(&mut client, &id, |a| a["status"] == "initializing").await;
+    status_where(&mut client, &id, |a| a["status"] == "idle").await;
     let health = daemon.health().await;
     assert_eq!(health["activeRuntimes"], 1, "{health}");
     assert_eq!(health["liveRuntimes"], 1, "{health}");
+    daemon.stop().await;
+}
+
+/// A turn cut off by a shutdown ends `interrupted` (cause `shutdown`) in its history, once:
+/// the next boot does not call it a crash, and `drover logs` does not stop at "turn started".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cut_off_by_a_shutdown_ends_interrupted() {
+    let home = TempDir::new().expect("home");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd_path = std::fs::canonicalize(cwd.path()).expect("cwd");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    let id = id_of(&create(&mut client, &cwd_path, Some("say working\nsleep 100000")).await);
+    let working = poll_until(WAIT, async || {
+        let items = timeline(&mut client, &id).await;
+        (!texts(&items, "agent_message").is_empty()).then_some(())
+    })
+    .await;
+    assert!(working.is_some(), "the agent never started its turn");
+    drop(client);
+    daemon.stop().await;
+
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, false).await;
+    let (mut client, state) = daemon.client().await;
+    assert_eq!(state["agents"][0]["status"], "idle", "{state}");
+    assert_eq!(
+        state["agents"][0]["attentionReason"], "interrupted",
+        "{state}"
+    );
+    let items = timeline(&mut client, &id).await;
+    let ends: Vec<&Value> = items.iter().filter(|i| i["kind"] == "turn_ended").collect();
+    assert_eq!(ends.len(), 1, "{items:?}");
+    assert_eq!(ends[0]["data"]["event"], "turn_interrupted", "{items:?}");
+    assert_eq!(ends[0]["data"]["cause"], "shutdown", "{items:?}");
     daemon.stop().await;
 }
 
@@ -1191,8 +1228,12 @@ async fn archive_refuses_running_work_and_stop_activity_stops_it() {
     let archived = status_where(&mut client, &id, |a| a["archivedAt"].is_string()).await;
     assert_ne!(archived["status"], "running", "{archived}");
     wait_idle(&mut client, &id).await;
-    // The turn is stopped and the runtime closed. (Whether the timeline records the turn's
-    // end depends on the cancel reaching the agent before the close: see the report.)
+    // The turn is stopped, ended by the archive in the timeline, and the runtime closed.
+    let items = timeline(&mut client, &id).await;
+    let ended = items.last().expect("a timeline");
+    assert_eq!(ended["kind"], "turn_ended", "{items:?}");
+    assert_eq!(ended["data"]["event"], "turn_canceled", "{ended}");
+    assert_eq!(ended["data"]["cause"], "archive", "{ended}");
     assert!(
         poll_until(WAIT, async || agent_pids(&daemon.cwd()).is_empty())
             .await
@@ -1292,6 +1333,68 @@ async fn subagents_detach_and_archive_idle_children() {
     daemon.stop().await;
 }
 
+const REJECT: &str = r#"{"optionId": "reject-once"}"#;
+const CANCEL: &str = r#"{"cancel": true}"#;
+
+/// A session that initializes `id` now finds permission request `seq` waiting, with its
+/// options.
+async fn assert_waiting(daemon: &TestDaemon, id: &str, seq: &Value) {
+    let (mut late, _) = daemon.client().await;
+    let init = late
+        .request(json!({"type": "initialize_agent_request", "agentId": id}))
+        .await;
+    let pending = init["payload"]["pendingPermissions"]
+        .as_array()
+        .expect("pending");
+    assert_eq!(pending.len(), 1, "{init}");
+    assert_eq!(&pending[0]["seq"], seq);
+    assert_eq!(pending[0]["title"], "deploy");
+    let options: Vec<&str> = pending[0]["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .filter_map(|o| o["kind"].as_str())
+        .collect();
+    assert!(
+        options.contains(&"allow_once") && options.contains(&"reject_once"),
+        "{options:?}"
+    );
+}
+
+/// In the history after its answer: the permission item is dated by the answer (the patch's
+/// `at`), and its tool call ended `completed`, or `failed` saying why (`refused`).
+fn assert_answered(
+    items: &[Value],
+    seq: &Value,
+    answered_at: &Value,
+    refused: Option<&str>,
+    directive: &str,
+) {
+    let asked = items
+        .iter()
+        .find(|i| &i["seq"] == seq)
+        .expect("the permission item");
+    assert_eq!(&asked["updatedAt"], answered_at, "{asked}");
+    let when = |v: &Value| {
+        v.as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .expect("a time")
+    };
+    assert!(when(answered_at) >= when(&asked["at"]), "{asked}");
+    let tool = items
+        .iter()
+        .find(|i| i["seq"] == asked["data"]["toolSeq"])
+        .unwrap_or_else(|| panic!("{directive}: the tool call of {asked}"));
+    assert_eq!(tool["kind"], "tool_call", "{tool}");
+    match refused {
+        Some(refused) => {
+            assert_eq!(tool["data"]["status"], "failed", "{directive}: {tool}");
+            assert_eq!(tool["data"]["permission"], refused, "{directive}: {tool}");
+        }
+        None => assert_eq!(tool["data"]["status"], "completed", "{directive}: {tool}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_are_answered_by_kind_option_or_cancel() {
     let daemon = TestDaemon::start().await;
@@ -1310,16 +1413,40 @@ async fn permissions_are_answered_by_kind_option_or_cancel() {
         .request(json!({"type": "initialize_agent_request", "agentId": id}))
         .await;
 
+    // Each answer, in the orders of claude (`permission`), codex (`permission-first`) and
+    // gemini (`permission-only`): a refused tool call ends `failed` saying why, whether or not
+    // the agent says so itself.
     let choices = [
-        (json!({"kind": "allow_once"}), Some("permission granted")),
         (
-            json!({"optionId": "reject-once"}),
-            Some("permission denied"),
+            "permission",
+            r#"{"kind": "allow_once"}"#,
+            Some("permission granted"),
+            None,
         ),
-        (json!({"cancel": true}), None),
+        (
+            "permission",
+            REJECT,
+            Some("permission denied"),
+            Some("denied"),
+        ),
+        (
+            "permission-first",
+            REJECT,
+            Some("permission denied"),
+            Some("denied"),
+        ),
+        (
+            "permission-only",
+            REJECT,
+            Some("permission denied"),
+            Some("denied"),
+        ),
+        ("permission", CANCEL, None, Some("cancelled")),
+        ("permission-first", CANCEL, None, Some("cancelled")),
     ];
-    for (choice, said) in choices {
-        send(&mut client, &id, "permission deploy", "followup").await;
+    for (directive, choice, said, refused) in choices {
+        let choice: Value = serde_json::from_str(choice).expect("a choice");
+        send(&mut client, &id, &format!("{directive} deploy"), "followup").await;
         let asked = client
             .update_where(&id, |n| {
                 n["op"] == "item" && n["item"]["kind"] == "permission"
@@ -1334,27 +1461,7 @@ async fn permissions_are_answered_by_kind_option_or_cancel() {
         assert_eq!(flagged["requiresAttention"], true);
 
         // A session that initializes now finds the question waiting.
-        let (mut late, _) = daemon.client().await;
-        let init = late
-            .request(json!({"type": "initialize_agent_request", "agentId": id}))
-            .await;
-        let pending = init["payload"]["pendingPermissions"]
-            .as_array()
-            .expect("pending");
-        assert_eq!(pending.len(), 1, "{init}");
-        assert_eq!(pending[0]["seq"], seq);
-        assert_eq!(pending[0]["title"], "deploy");
-        let options: Vec<&str> = pending[0]["options"]
-            .as_array()
-            .expect("options")
-            .iter()
-            .filter_map(|o| o["kind"].as_str())
-            .collect();
-        assert!(
-            options.contains(&"allow_once") && options.contains(&"reject_once"),
-            "{options:?}"
-        );
-        drop(late);
+        assert_waiting(&daemon, &id, &seq).await;
 
         let mut message = json!({"type": "answer_permission", "agentId": id, "seq": seq});
         for (k, v) in choice.as_object().expect("choice") {
@@ -1372,19 +1479,8 @@ async fn permissions_are_answered_by_kind_option_or_cancel() {
         let ended = turn_ended(&mut client, &id).await;
         wait_idle(&mut client, &id).await;
         let items = timeline(&mut client, &id).await;
-        // The answer is dated by when it came, live and in the history.
         let answered_at = &patched["payload"]["notification"]["at"];
-        let asked = items
-            .iter()
-            .find(|i| i["seq"] == seq)
-            .expect("the permission item");
-        assert_eq!(&asked["updatedAt"], answered_at, "{asked}");
-        let when = |v: &Value| {
-            v.as_str()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                .expect("a time")
-        };
-        assert!(when(answered_at) >= when(&asked["at"]), "{asked}");
+        assert_answered(&items, &seq, answered_at, refused, directive);
         let messages = texts(&items, "agent_message");
         match said {
             Some(said) => {

@@ -130,6 +130,19 @@ async fn run_everything(agent: RealAgent) {
         !cwd.join("rejected.txt").exists(),
         "{name}: the rejected command ran"
     );
+    // Its tool call ends failed, denied, whether or not the agent says so itself.
+    let items = client.timeline(&id).await;
+    let asked = items
+        .iter()
+        .rev()
+        .find(|i| i["kind"] == "permission")
+        .expect("the permission item");
+    let tool = items
+        .iter()
+        .find(|i| i["seq"] == asked["data"]["toolSeq"])
+        .unwrap_or_else(|| panic!("{name}: no tool call for {asked}"));
+    assert_eq!(tool["data"]["status"], "failed", "{name}: {tool}");
+    assert_eq!(tool["data"]["permission"], "denied", "{name}: {tool}");
 
     // 4. Three more turns in one session.
     for n in 1..=3 {
@@ -142,10 +155,9 @@ async fn run_everything(agent: RealAgent) {
         );
     }
 
-    // 5. A cancel during a streaming reply. Last in this session: claude-agent-acp 0.23
-    //    answers the next prompt after a cancel at once with an empty `end_turn` (one reply
-    //    behind; upstream agentclientprotocol/claude-agent-acp#551); the restart below starts
-    //    a fresh process.
+    // 5. A cancel during a streaming reply, then a prompt that gets its reply: claude-agent-acp
+    //    0.23 answers the next prompt after a cancel at once with an empty `end_turn`
+    //    (upstream agentclientprotocol/claude-agent-acp#551), and drover sends it once more.
     client.clear_backlog();
     send(&mut client, &id, "stream 400 25").await;
     client
@@ -163,6 +175,10 @@ async fn run_everything(agent: RealAgent) {
         !agent_processes(&id).is_empty(),
         "{name}: the agent runs under its marker"
     );
+    send(&mut client, &id, "reply after cancel").await;
+    settle(&mut client, name, &id, 8).await;
+    let reply = last_reply(&mut client, &id).await;
+    assert!(reply.contains("after cancel"), "{name}: {reply}");
 
     // 6. A daemon restart, then another turn on the same agent.
     drop(client);
@@ -186,7 +202,7 @@ async fn run_everything(agent: RealAgent) {
         "{name}"
     );
     send(&mut client, &id, "reply after the restart").await;
-    settle(&mut client, name, &id, 8).await;
+    settle(&mut client, name, &id, 9).await;
     let reply = last_reply(&mut client, &id).await;
     assert!(reply.contains("after the restart"), "{name}: {reply}");
     let notices: Vec<String> = client

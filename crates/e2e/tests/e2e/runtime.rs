@@ -318,6 +318,49 @@ async fn the_allow_policy_answers_by_itself() {
     assert_eq!(fleet.turn_events(id).await, ["turn_completed"]);
 }
 
+/// claude-agent-acp 0.23 ends the first prompt after a cancel at once with an empty
+/// `end_turn` (the scripted agent does too, with `SCRIPTED_AGENT_STALE_CANCEL`): the steer is
+/// sent again, once, and its reply is not lost; a cancel without a steer changes nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_to_an_agent_that_keeps_a_stale_cancel_gets_its_reply() {
+    let fleet = Fleet::with_env(&[("SCRIPTED_AGENT_STALE_CANCEL", "1")]).await;
+    let id = fleet.run("say working\nsleep 100000").await;
+    // The agent is in its prompt (not only `running` in the record).
+    fleet
+        .until(id, "the long turn", |items| {
+            items.iter().any(|i| i.kind == "agent_message")
+        })
+        .await;
+    fleet
+        .manager
+        .deliver(id, Delivery::Steer, "say steered".into(), "user".into())
+        .await
+        .expect("steer");
+    fleet.idle(id).await;
+    assert_eq!(
+        fleet.turn_events(id).await,
+        ["turn_canceled", "turn_completed"]
+    );
+    assert_eq!(
+        fleet.texts(id, "agent_message").await,
+        ["working", "steered"]
+    );
+    // One user message for the steer: the resend is not a second delivery.
+    assert_eq!(fleet.texts(id, "user_message").await.len(), 2);
+
+    // The next prompt has no cancel before it: sent once, as any other.
+    fleet
+        .manager
+        .deliver(id, Delivery::Followup, "say later".into(), "user".into())
+        .await
+        .expect("followup");
+    fleet.idle(id).await;
+    assert_eq!(
+        fleet.texts(id, "agent_message").await,
+        ["working", "steered", "later"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followups_queue_behind_a_busy_turn_and_steer_cuts_in() {
     let fleet = Fleet::new().await;

@@ -8,6 +8,16 @@ const TURN_END = {
   turn_failed: 'Turn failed',
   turn_canceled: 'Turn canceled',
   turn_blocked: 'Turn blocked',
+  turn_interrupted: 'Turn interrupted',
+};
+
+// Why a turn was canceled or cut off (`cause`), as a reader says it.
+const CAUSE = {
+  user: 'by the user',
+  parent: 'by its parent',
+  archive: 'by its archive',
+  shutdown: 'the daemon shut down',
+  crash: 'the daemon stopped',
 };
 
 export class TimelineView {
@@ -168,7 +178,7 @@ export class TimelineView {
         break;
       case 'turn_ended': {
         const label = TURN_END[d.event] || d.event;
-        const why = d.error || d.reason || (d.stopReason && !['end_turn', 'cancelled'].includes(d.stopReason) ? d.stopReason : '');
+        const why = d.error || d.reason || CAUSE[d.cause] || d.cause || (d.stopReason && !['end_turn', 'cancelled'].includes(d.stopReason) ? d.stopReason : '');
         body = [h('div', { class: `turn-end ${d.event}` }, label, why ? `: ${why}` : '')];
         break;
       }
