@@ -50,7 +50,7 @@ impl Actor {
             self.block_next(&e);
             return;
         }
-        if self.live.is_none() && self.start_runtime().await.is_err() {
+        if !self.ensure_live().await {
             return;
         }
         let Some(claim) = self.inbox.next() else {
