@@ -169,7 +169,10 @@ impl Default for RuntimeSettings {
 }
 
 impl RuntimesEntry {
-    fn settings(self, invalid: impl Fn(String) -> ConfigError) -> Result<RuntimeSettings, ConfigError> {
+    fn settings(
+        self,
+        invalid: impl Fn(String) -> ConfigError,
+    ) -> Result<RuntimeSettings, ConfigError> {
         let idle_timeout = match self.idle_timeout {
             None => Some(DEFAULT_IDLE_TIMEOUT),
             Some(DurationEntry::Seconds(s)) => match u64::try_from(s) {
@@ -470,19 +473,37 @@ mod tests {
                 .with_config(Path::new("/h/config.toml"), text)
                 .map(|p| p.runtime_settings())
         };
-        assert_eq!(read("").expect("empty").idle_timeout, Some(DEFAULT_IDLE_TIMEOUT));
+        assert_eq!(
+            read("").expect("empty").idle_timeout,
+            Some(DEFAULT_IDLE_TIMEOUT)
+        );
         assert_eq!(read("").expect("empty").max_live, None);
         for (text, want) in [
-            ("[runtimes]\nidle_timeout = \"15m\"", Some(Duration::from_secs(900))),
-            ("[runtimes]\nidle_timeout = \"1h 30m\"", Some(Duration::from_secs(5400))),
-            ("[runtimes]\nidle_timeout = \"500ms\"", Some(Duration::from_millis(500))),
-            ("[runtimes]\nidle_timeout = 90", Some(Duration::from_secs(90))),
+            (
+                "[runtimes]\nidle_timeout = \"15m\"",
+                Some(Duration::from_secs(900)),
+            ),
+            (
+                "[runtimes]\nidle_timeout = \"1h 30m\"",
+                Some(Duration::from_secs(5400)),
+            ),
+            (
+                "[runtimes]\nidle_timeout = \"500ms\"",
+                Some(Duration::from_millis(500)),
+            ),
+            (
+                "[runtimes]\nidle_timeout = 90",
+                Some(Duration::from_secs(90)),
+            ),
             ("[runtimes]\nidle_timeout = 0", None),
             ("[runtimes]\nidle_timeout = \"0\"", None),
         ] {
             assert_eq!(read(text).expect(text).idle_timeout, want, "{text}");
         }
-        assert_eq!(read("[runtimes]\nmax_live = 3").expect("3").max_live, Some(3));
+        assert_eq!(
+            read("[runtimes]\nmax_live = 3").expect("3").max_live,
+            Some(3)
+        );
     }
 
     #[test]
@@ -492,7 +513,10 @@ mod tests {
             ("[providers.x]\ncommand = []", "must name a program"),
             ("[providers.x]\ncommand = [\"a\"]\ncomand = 1", "comand"),
             ("[providers.\"a b\"]\ncommand = [\"a\"]", "provider name"),
-            ("[runtimes]\nidle_timeout = \"soon\"", "`idle_timeout` = \"soon\""),
+            (
+                "[runtimes]\nidle_timeout = \"soon\"",
+                "`idle_timeout` = \"soon\"",
+            ),
             ("[runtimes]\nidle_timeout = -5", "`idle_timeout` = -5"),
             ("[runtimes]\nmax_live = 0", "`max_live` = 0"),
             ("[runtimes]\nidle = 1", "idle"),

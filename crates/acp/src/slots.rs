@@ -24,7 +24,9 @@ pub(crate) struct Slots {
 
 impl std::fmt::Debug for Slots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Slots").field("state", &self.state).finish_non_exhaustive()
+        f.debug_struct("Slots")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
     }
 }
 
@@ -268,7 +270,10 @@ mod tests {
         assert_eq!(slots.queued(), 0);
         drop((gc, ge));
         assert_eq!(slots.held(), 0);
-        assert!(take(&asked).is_empty(), "nothing waits: nobody else is asked");
+        assert!(
+            take(&asked).is_empty(),
+            "nothing waits: nobody else is asked"
+        );
     }
 
     #[test]

@@ -238,6 +238,8 @@ fn settings() -> insta::Settings {
         (r"\(\d+[smhd] ago\)", "([AGE] ago)"),
         (r"  \d{1,2}[smhd] {2,3}", "  [AGE]  "),
         (r"pid \d+", "pid [PID]"),
+        (r"\b\d+ process(es)?, \d+\.\d MB", "[PROCESSES], [RSS]"),
+        (r"\(in \d+[smhd]\)", "(in [AGE])"),
         (r"#token=[0-9a-f]+", "#token=[TOKEN]"),
         (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
         (r"scripted-\d+-\d+-\d+", "scripted-[SESSION]"),

@@ -347,7 +347,10 @@ impl Actor {
                 self.want_start = true;
             }
             Command::Hibernate => {
-                if self.hibernate("another start needed its slot under max_live", true).await {
+                if self
+                    .hibernate("another start needed its slot under max_live", true)
+                    .await
+                {
                     return false;
                 }
             }
