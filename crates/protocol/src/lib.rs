@@ -863,6 +863,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "clear_attention",
     "workspace_changes",
     "list_providers",
+    "get_agent",
     "list_agents",
     "wait_idle",
     "list_workspaces",

@@ -136,6 +136,7 @@ pub(crate) fn spawn(
         starting: false,
         idle: idle::IdleClock::default(),
         hibernated: false,
+        context_lost: false,
     };
     let (ended_tx, ended_rx) = watch::channel(());
     tokio::spawn(async move {
@@ -223,6 +224,9 @@ struct Actor {
     idle: idle::IdleClock,
     /// The task ends because it was idle: the commands still in its channel go to the next.
     hibernated: bool,
+    /// The session is new although the agent had one it could not load: the next prompt
+    /// tells the agent (see [`turn::CONTEXT_LOST`]).
+    context_lost: bool,
 }
 
 impl Actor {

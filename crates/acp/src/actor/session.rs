@@ -153,6 +153,8 @@ impl Actor {
             }
             None => None,
         };
+        // The agent had a conversation it does not have now: its next prompt says so.
+        self.context_lost = agent.resume.is_some() && loaded.is_none();
         let (session_id, result) = match loaded {
             Some(session) => session,
             None => self.new_session(&rpc, agent, &mcp_servers).await?,

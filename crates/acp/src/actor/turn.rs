@@ -25,6 +25,10 @@ const NOTICE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest excerpt of a reply quoted in a notice, in characters.
 const NOTICE_REPLY_CHARS: usize = 4000;
 
+/// What the first prompt of a new session starts with when the agent's earlier conversation
+/// could not be loaded (a restart or a hibernation of an agent that cannot load sessions).
+pub(super) const CONTEXT_LOST: &str = "[drover] Earlier context of this conversation was not restored: your process was restarted and could not load its previous session. Ask the user for anything you need from before.";
+
 pub(super) struct Turn {
     pub(super) response: BoxFuture<'static, Result<Value, RpcError>>,
     pub(super) cancel: Option<CancelCause>,
@@ -109,12 +113,16 @@ impl Actor {
                 json!({"messageId": claim.message.id}),
             )
             .unwrap_or_default();
+        let mut text = claim.prompt_text();
+        if std::mem::take(&mut self.context_lost) {
+            text = format!("{CONTEXT_LOST}\n\n{text}");
+        }
         let Some(live) = &self.live else { return };
         let request = live.rpc.request(
             "session/prompt",
             json!({
                 "sessionId": live.session_id,
-                "prompt": [{"type": "text", "text": claim.prompt_text()}],
+                "prompt": [{"type": "text", "text": text}],
             }),
         );
         self.turn = Some(Turn {
