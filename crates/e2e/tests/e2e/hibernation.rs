@@ -34,6 +34,15 @@ async fn daemon_with(runtimes: &str, env: &str) -> (TestDaemon, TempDir) {
     )
 }
 
+/// Sets its flag when dropped: a sampling thread ends with the test, even a failed one.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> String {
     let created = client
         .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
@@ -205,14 +214,17 @@ async fn hibernation_max_live_caps_the_processes_and_every_message_runs() {
     assert_eq!(health["maxLive"], 3, "{health}");
     assert_eq!(health["idleTimeoutSecs"], 0, "{health}");
 
-    // Every 5 ms, how many processes carry the marker of one of the agents.
+    // Every 5 ms (for at most 2 minutes), how many processes carry the marker of one of the
+    // agents. A thread of its own, stopped when the test ends, failed or not.
     let agents: Arc<std::sync::Mutex<BTreeSet<String>>> = Arc::default();
     let most = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
+    let _stop = StopOnDrop(done.clone());
     let sampler = {
         let (agents, most, done) = (agents.clone(), most.clone(), done.clone());
-        tokio::task::spawn_blocking(move || {
-            while !done.load(Ordering::Relaxed) {
+        let until = std::time::Instant::now() + Duration::from_secs(120);
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) && std::time::Instant::now() < until {
                 let ids: Vec<String> = agents.lock().expect("ids").iter().cloned().collect();
                 let live = procs::live();
                 let count = live
@@ -252,7 +264,7 @@ async fn hibernation_max_live_caps_the_processes_and_every_message_runs() {
         client.wait_idle(id).await;
     }
     done.store(true, Ordering::Relaxed);
-    sampler.await.expect("sampler");
+    sampler.join().expect("sampler");
     for (n, id) in ids.iter().enumerate() {
         assert_eq!(
             client.replies(id).await,
