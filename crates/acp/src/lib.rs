@@ -85,7 +85,7 @@ impl RuntimeState {
 }
 
 /// An agent's runtime as clients see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeView {
     pub state: RuntimeState,
     /// The agent process (its process group leader) while there is one.
@@ -277,7 +277,7 @@ impl Shared {
             let old = if view.state == RuntimeState::Cold {
                 runtimes.remove(&id)
             } else {
-                runtimes.insert(id, view.clone())
+                runtimes.insert(id, view)
             };
             old.unwrap_or(RuntimeView::COLD) != view
         };
@@ -291,7 +291,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&id)
-            .cloned()
+            .copied()
             .unwrap_or(RuntimeView::COLD)
     }
 }

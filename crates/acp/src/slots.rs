@@ -239,36 +239,36 @@ mod tests {
     #[test]
     fn a_full_ceiling_evicts_the_least_recently_idle_and_queues_in_order() {
         let (slots, asked) = recorded();
-        let (a, b, c, d, e) = (id(), id(), id(), id(), id());
-        let ga = now(slots.acquire(a, Some(2)));
-        let gb = now(slots.acquire(b, Some(2)));
+        let (first, second, third, fourth, fifth) = (id(), id(), id(), id(), id());
+        let slot_a = now(slots.acquire(first, Some(2)));
+        let slot_b = now(slots.acquire(second, Some(2)));
         // Both busy: a third start waits and nobody is asked to hibernate.
-        let mut rc = queued(slots.acquire(c, Some(2)));
+        let mut wait_c = queued(slots.acquire(third, Some(2)));
         assert!(take(&asked).is_empty());
-        // b goes idle first, then a: b is the least recently used, and is asked.
-        slots.set_idle(b, true);
-        assert_eq!(take(&asked), vec![b]);
-        slots.set_idle(a, true);
+        // The second goes idle before the first: it is the least recently used, and is asked.
+        slots.set_idle(second, true);
+        assert_eq!(take(&asked), vec![second]);
+        slots.set_idle(first, true);
         assert!(take(&asked).is_empty(), "one start waits: one eviction");
         // A fourth start asks for the next idle one.
-        let mut rd = queued(slots.acquire(d, Some(2)));
-        assert_eq!(take(&asked), vec![a]);
+        let mut wait_d = queued(slots.acquire(fourth, Some(2)));
+        assert_eq!(take(&asked), vec![first]);
         // A fifth finds nobody idle left to ask.
-        let re = queued(slots.acquire(e, Some(2)));
+        let wait_e = queued(slots.acquire(fifth, Some(2)));
         assert!(take(&asked).is_empty());
         assert_eq!(slots.queued(), 3);
-        // b hibernates: its slot goes to c, the first that waited; d still waits.
-        drop(gb);
-        let gc = rc.try_recv().expect("c got b's slot");
-        assert!(rd.try_recv().is_err());
+        // The second hibernates: its slot goes to the third, the first that waited.
+        drop(slot_b);
+        let slot_c = wait_c.try_recv().expect("the third got the second's slot");
+        assert!(wait_d.try_recv().is_err());
         assert_eq!(slots.held(), 2);
-        // d gives up (its task ended): a's slot goes to e, not to d.
-        drop(rd);
-        drop(ga);
-        let mut re = re;
-        let ge = re.try_recv().expect("e got a's slot");
+        // The fourth gives up (its task ended): the first's slot goes to the fifth.
+        drop(wait_d);
+        drop(slot_a);
+        let mut wait_e = wait_e;
+        let slot_e = wait_e.try_recv().expect("the fifth got the first's slot");
         assert_eq!(slots.queued(), 0);
-        drop((gc, ge));
+        drop((slot_c, slot_e));
         assert_eq!(slots.held(), 0);
         assert!(
             take(&asked).is_empty(),

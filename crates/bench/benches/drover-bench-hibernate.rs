@@ -306,7 +306,7 @@ async fn resume_vs_fresh(
 ) -> Result<(Duration, Duration)> {
     // Agents that ran a turn each, then hibernated.
     let mut hibernated = Vec::new();
-    for _ in 0..RESUME_ROUNDS + 1 {
+    for _ in 0..=RESUME_ROUNDS {
         let id = create(manager, provider, cwd).await?;
         turn(manager, id, prompt).await?;
         hibernated.push(id);
@@ -376,7 +376,7 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;
     match codex {
-        Ok(()) => {
+        Ok(_) => {
             let (resumed, fresh) = resume_vs_fresh(
                 &manager,
                 "codex-bench",

@@ -706,6 +706,18 @@ fn runtime_line(runtime: &drover_protocol::RuntimeInfo) -> String {
     }
 }
 
+/// `3 processes, 83.9 MB`: what the runtime's process tree holds (`-` without one).
+fn memory_line(runtime: &drover_protocol::RuntimeInfo) -> String {
+    match (runtime.processes, runtime.rss_bytes) {
+        (Some(n), Some(rss)) => format!(
+            "{n} process{}, {}",
+            if n == 1 { "" } else { "es" },
+            output::megabytes(rss)
+        ),
+        _ => "-".to_string(),
+    }
+}
+
 /// The key/value lines of `drover inspect`; `archived` only for an archived agent.
 fn inspect_rows(
     agent: &AgentInfo,
@@ -782,17 +794,7 @@ fn inspect_rows(
         ),
         ("session", agent.session_id.clone().unwrap_or_else(dash)),
         ("runtime", runtime_line(&agent.runtime)),
-        (
-            "memory",
-            match (agent.runtime.processes, agent.runtime.rss_bytes) {
-                (Some(n), Some(rss)) => format!(
-                    "{n} process{}, {}",
-                    if n == 1 { "" } else { "es" },
-                    output::megabytes(rss)
-                ),
-                _ => dash(),
-            },
-        ),
+        ("memory", memory_line(&agent.runtime)),
         (
             "hibernates",
             agent

@@ -144,18 +144,17 @@ impl Actor {
         if self.slot_wait.is_some() {
             return false;
         }
-        let slot = match self.granted.take() {
-            Some(slot) => slot,
-            None => {
-                let max = self.shared.settings().max_live;
-                match self.shared.slots.acquire(self.id, max) {
-                    Acquired::Now(slot) => slot,
-                    Acquired::Queued(rx) => {
-                        tracing::info!(agent = %self.id, max_live = ?max, "the start waits for a live slot");
-                        self.slot_wait = Some(rx);
-                        self.publish_runtime();
-                        return false;
-                    }
+        let slot = if let Some(slot) = self.granted.take() {
+            slot
+        } else {
+            let max = self.shared.settings().max_live;
+            match self.shared.slots.acquire(self.id, max) {
+                Acquired::Now(slot) => slot,
+                Acquired::Queued(rx) => {
+                    tracing::info!(agent = %self.id, max_live = ?max, "the start waits for a live slot");
+                    self.slot_wait = Some(rx);
+                    self.publish_runtime();
+                    return false;
                 }
             }
         };
