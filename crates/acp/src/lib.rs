@@ -19,6 +19,7 @@ pub mod process;
 pub mod providers;
 pub mod records;
 pub mod rpc;
+mod slots;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -42,7 +43,10 @@ pub use actor::{LastStderr, LaunchError};
 pub use drover_core::timeline::Entry as TimelineUpdate;
 /// The kinds of timeline item the runtimes write, for readers of timelines.
 pub use drover_core::timeline::ItemKind;
-pub use providers::{Availability, ConfigError, LiveProviders, Provider, Providers};
+pub use providers::{
+    Availability, ConfigError, DEFAULT_IDLE_TIMEOUT, LiveProviders, Provider, Providers,
+    RuntimeSettings,
+};
 
 use actor::Command;
 
@@ -51,6 +55,59 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
 /// How many timeline updates a subscriber may fall behind before it lags.
 const UPDATE_CAPACITY: usize = 8192;
+/// How many runtime-state changes a subscriber may fall behind before it lags (each is one
+/// agent id; a fleet hibernating at once sends one per agent).
+const RUNTIME_CHANGE_CAPACITY: usize = 4096;
+
+/// Where an agent's runtime is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeState {
+    /// No process: never started, hibernated, stopped, or failed.
+    Cold,
+    /// A start waits for a slot under `[runtimes] max_live`.
+    Queued,
+    /// Its process is starting (spawn and ACP handshake).
+    Starting,
+    /// Its process runs with an open session.
+    Live,
+}
+
+impl RuntimeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeState::Cold => "cold",
+            RuntimeState::Queued => "queued",
+            RuntimeState::Starting => "starting",
+            RuntimeState::Live => "live",
+        }
+    }
+}
+
+/// An agent's runtime as clients see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeView {
+    pub state: RuntimeState,
+    /// The agent process (its process group leader) while there is one.
+    pub pid: Option<u32>,
+    /// When an idle runtime will hibernate (`None`: it is busy, cold, or never hibernates).
+    pub hibernate_at: Option<jiff::Timestamp>,
+}
+
+impl RuntimeView {
+    pub const COLD: RuntimeView = RuntimeView {
+        state: RuntimeState::Cold,
+        pid: None,
+        hibernate_at: None,
+    };
+}
+
+/// What an agent's process tree holds (see [`process::tree_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeMemory {
+    pub processes: usize,
+    pub rss_bytes: u64,
+}
 
 /// A change to one agent's timeline, for live clients.
 #[derive(Debug, Clone, Serialize)]
@@ -164,6 +221,12 @@ pub(crate) struct Shared {
     pub(crate) mcp: McpServers,
     /// How many agent processes are running now (see [`LiveCount`]).
     live_runtimes: AtomicUsize,
+    /// The `max_live` ceiling's slots.
+    pub(crate) slots: Arc<slots::Slots>,
+    /// Each agent's runtime that is not cold, for clients.
+    runtimes: Mutex<HashMap<AgentId, RuntimeView>>,
+    /// The agents whose runtime view changed.
+    runtime_changes: broadcast::Sender<AgentId>,
 }
 
 /// Counts one agent process in [`Shared`] for as long as it is held (the actor's `Live`).
@@ -193,6 +256,61 @@ impl Shared {
 
     pub(crate) fn forget(&self, id: AgentId, generation: u64) {
         self.actors.forget(id, generation);
+    }
+
+    /// The `[runtimes]` settings as `config.toml` says now (the defaults while it does not
+    /// read: the error answers every command that needs the providers).
+    pub(crate) fn settings(&self) -> RuntimeSettings {
+        self.providers
+            .current()
+            .map(|p| p.runtime_settings())
+            .unwrap_or_default()
+    }
+
+    /// Records the agent's runtime view and tells clients when it changed.
+    pub(crate) fn set_runtime(&self, id: AgentId, view: RuntimeView) {
+        let changed = {
+            let mut runtimes = self
+                .runtimes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let old = if view.state == RuntimeState::Cold {
+                runtimes.remove(&id)
+            } else {
+                runtimes.insert(id, view)
+            };
+            old.unwrap_or(RuntimeView::COLD) != view
+        };
+        if changed {
+            let _ = self.runtime_changes.send(id);
+        }
+    }
+
+    fn runtime(&self, id: AgentId) -> RuntimeView {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .copied()
+            .unwrap_or(RuntimeView::COLD)
+    }
+}
+
+/// Asks agent `agent`'s task to hibernate its idle runtime (its task checks it still is).
+fn ask_to_hibernate(actors: &Weak<Actors>, agent: AgentId) {
+    let Some(handle) = actors.upgrade().and_then(|a| a.existing(agent)) else {
+        return;
+    };
+    if let Err(mpsc::error::TrySendError::Full(command)) =
+        handle.commands.try_send(Command::Hibernate)
+    {
+        // A full channel means the task is busy: it asks again when idle; sending later is
+        // enough, and never blocks whoever freed or asked for a slot.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = handle.commands.send(command).await;
+            });
+        }
     }
 }
 
@@ -464,6 +582,11 @@ impl RuntimeManager {
         }
         let _ = actors.registry.set(registry.clone());
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
+        let (runtime_changes, _) = broadcast::channel(RUNTIME_CHANGE_CAPACITY);
+        let weak = Arc::downgrade(&actors);
+        let slots = Arc::new(slots::Slots::new(Box::new(move |agent| {
+            ask_to_hibernate(&weak, agent);
+        })));
         let manager = RuntimeManager {
             shared: Arc::new(Shared {
                 home: home.to_path_buf(),
@@ -474,6 +597,9 @@ impl RuntimeManager {
                 modes: Mutex::new(HashMap::new()),
                 mcp,
                 live_runtimes: AtomicUsize::new(0),
+                slots,
+                runtimes: Mutex::new(HashMap::new()),
+                runtime_changes,
             }),
         };
         manager.resume_pending().await;
@@ -523,9 +649,44 @@ impl RuntimeManager {
         self.shared.live_runtimes.load(Ordering::Relaxed)
     }
 
+    /// How many starts wait for a slot under `[runtimes] max_live`.
+    pub fn queued_count(&self) -> usize {
+        self.shared.slots.queued()
+    }
+
+    /// The `[runtimes]` settings in force (as `config.toml` says now).
+    pub fn runtime_settings(&self) -> RuntimeSettings {
+        self.shared.settings()
+    }
+
     /// Timeline updates of every agent, live.
     pub fn subscribe(&self) -> broadcast::Receiver<TimelineEvent> {
         self.shared.updates.subscribe()
+    }
+
+    /// The ids of agents whose runtime view ([`RuntimeManager::runtime`]) changed, live.
+    pub fn subscribe_runtime_changes(&self) -> broadcast::Receiver<AgentId> {
+        self.shared.runtime_changes.subscribe()
+    }
+
+    /// Where the agent's runtime is (cold when it has none).
+    pub fn runtime(&self, agent: AgentId) -> RuntimeView {
+        self.shared.runtime(agent)
+    }
+
+    /// The processes and resident memory of the agent's process tree, if it has a process.
+    /// Reads `/proc` on a blocking thread.
+    pub async fn runtime_memory(&self, agent: AgentId) -> Option<RuntimeMemory> {
+        let pid = self.shared.runtime(agent).pid?;
+        let marker = agent.to_string();
+        let (processes, rss_bytes) =
+            tokio::task::spawn_blocking(move || process::tree_memory(pid, Some(&marker)))
+                .await
+                .ok()?;
+        Some(RuntimeMemory {
+            processes,
+            rss_bytes,
+        })
     }
 
     /// Starts the runtime of every agent whose inbox kept a message that wakes it.

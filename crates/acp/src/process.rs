@@ -285,6 +285,23 @@ fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// What an agent's process tree holds now: how many processes (its group, its descendants,
+/// and what carries its `DROVER_AGENT_ID=<marker>`) and their resident memory in bytes (the
+/// sum of each one's `VmRSS`; pages they share are counted once per process). Reads `/proc`.
+pub fn tree_memory(pid: u32, marker: Option<&str>) -> (usize, u64) {
+    let processes = agent_processes(pid, marker);
+    let rss = processes
+        .iter()
+        .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        })
+        .sum();
+    (processes.len(), rss)
+}
+
 /// Whether any process of the group led by `pid` is still alive.
 pub fn group_alive(pid: u32) -> bool {
     signal_group(pid, None)

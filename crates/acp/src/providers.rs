@@ -12,12 +12,16 @@
 //! env = { MY_AGENT_TOKEN = "…" }
 //! model = "big"
 //! mode = "default"
+//!
+//! [runtimes]                              # see `RuntimeSettings`
+//! idle_timeout = "15m"                    # hibernate a runtime idle this long; 0: never
+//! max_live = 8                            # at most this many agent processes at once
 //! ```
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -123,6 +127,95 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 struct ConfigFile {
     #[serde(default)]
     providers: BTreeMap<String, ProviderEntry>,
+    #[serde(default)]
+    runtimes: RuntimesEntry,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuntimesEntry {
+    idle_timeout: Option<DurationEntry>,
+    max_live: Option<i64>,
+}
+
+/// A duration as written: seconds (`900`) or text (`"15m"`, `"1h 30m"`, `"500ms"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum DurationEntry {
+    Seconds(i64),
+    Text(String),
+}
+
+/// How long a runtime may stay idle before it hibernates, unless `config.toml` says.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The `[runtimes]` section of `config.toml`: when idle runtimes hibernate and how many may
+/// be live at once. Read again with the providers when the file changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeSettings {
+    /// A runtime idle this long is closed (its record stays); `None`: never (`0`).
+    pub idle_timeout: Option<Duration>,
+    /// At most this many agent processes at once; `None`: no ceiling.
+    pub max_live: Option<usize>,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> RuntimeSettings {
+        RuntimeSettings {
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            max_live: None,
+        }
+    }
+}
+
+impl RuntimesEntry {
+    fn settings(
+        self,
+        invalid: impl Fn(String) -> ConfigError,
+    ) -> Result<RuntimeSettings, ConfigError> {
+        let idle_timeout = match self.idle_timeout {
+            None => Some(DEFAULT_IDLE_TIMEOUT),
+            Some(DurationEntry::Seconds(s)) => match u64::try_from(s) {
+                Ok(0) => None,
+                Ok(s) => Some(Duration::from_secs(s)),
+                Err(_) => {
+                    return Err(invalid(format!(
+                        "[runtimes] `idle_timeout` = {s}: give seconds (0 or more) or a duration such as \"15m\""
+                    )));
+                }
+            },
+            Some(DurationEntry::Text(text)) => {
+                let parsed = text
+                    .trim()
+                    .parse::<jiff::SignedDuration>()
+                    .ok()
+                    .and_then(|d| Duration::try_from(d).ok());
+                match parsed {
+                    Some(d) if d.is_zero() => None,
+                    Some(d) => Some(d),
+                    None if text.trim() == "0" => None,
+                    None => {
+                        return Err(invalid(format!(
+                            "[runtimes] `idle_timeout` = {text:?}: not a duration (write e.g. \"15m\", \"1h 30m\", \"90s\", or 0 for never)"
+                        )));
+                    }
+                }
+            }
+        };
+        let max_live = match self.max_live {
+            None => None,
+            Some(n) if n >= 1 => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            Some(n) => {
+                return Err(invalid(format!(
+                    "[runtimes] `max_live` = {n}: at least 1 (leave it out for no ceiling)"
+                )));
+            }
+        };
+        Ok(RuntimeSettings {
+            idle_timeout,
+            max_live,
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +235,8 @@ pub struct Providers {
     by_name: BTreeMap<String, Provider>,
     /// The PATH used to find commands (the daemon's, or the provider's own `PATH` variable).
     path_var: Option<String>,
+    /// The `[runtimes]` section of the same file.
+    runtimes: RuntimeSettings,
 }
 
 fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
@@ -201,6 +296,7 @@ impl Providers {
         Providers {
             by_name: list.into_iter().map(|p| (p.name.clone(), p)).collect(),
             path_var: std::env::var("PATH").ok(),
+            runtimes: RuntimeSettings::default(),
         }
     }
 
@@ -220,6 +316,7 @@ impl Providers {
             message,
         };
         let file: ConfigFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        self.runtimes = file.runtimes.settings(invalid)?;
         for (name, entry) in file.providers {
             if name.is_empty()
                 || !name
@@ -267,6 +364,16 @@ impl Providers {
             self.by_name.insert(name, provider);
         }
         Ok(self)
+    }
+
+    /// When idle runtimes hibernate and how many may be live (`[runtimes]`).
+    pub fn runtime_settings(&self) -> RuntimeSettings {
+        self.runtimes
+    }
+
+    /// Replaces the `[runtimes]` settings (for embedding and benchmarks).
+    pub fn set_runtime_settings(&mut self, settings: RuntimeSettings) {
+        self.runtimes = settings;
     }
 
     /// Adds or replaces a provider (for embedding and tests).
@@ -360,12 +467,59 @@ mod tests {
     }
 
     #[test]
+    fn runtimes_section_reads_durations_and_the_ceiling() {
+        let read = |text: &str| {
+            Providers::presets()
+                .with_config(Path::new("/h/config.toml"), text)
+                .map(|p| p.runtime_settings())
+        };
+        assert_eq!(
+            read("").expect("empty").idle_timeout,
+            Some(DEFAULT_IDLE_TIMEOUT)
+        );
+        assert_eq!(read("").expect("empty").max_live, None);
+        for (text, want) in [
+            (
+                "[runtimes]\nidle_timeout = \"15m\"",
+                Some(Duration::from_secs(900)),
+            ),
+            (
+                "[runtimes]\nidle_timeout = \"1h 30m\"",
+                Some(Duration::from_secs(5400)),
+            ),
+            (
+                "[runtimes]\nidle_timeout = \"500ms\"",
+                Some(Duration::from_millis(500)),
+            ),
+            (
+                "[runtimes]\nidle_timeout = 90",
+                Some(Duration::from_secs(90)),
+            ),
+            ("[runtimes]\nidle_timeout = 0", None),
+            ("[runtimes]\nidle_timeout = \"0\"", None),
+        ] {
+            assert_eq!(read(text).expect(text).idle_timeout, want, "{text}");
+        }
+        assert_eq!(
+            read("[runtimes]\nmax_live = 3").expect("3").max_live,
+            Some(3)
+        );
+    }
+
+    #[test]
     fn bad_config_names_the_file_and_the_problem() {
         for (text, needle) in [
             ("[providers.x]\nlabel = \"no command\"", "needs a `command`"),
             ("[providers.x]\ncommand = []", "must name a program"),
             ("[providers.x]\ncommand = [\"a\"]\ncomand = 1", "comand"),
             ("[providers.\"a b\"]\ncommand = [\"a\"]", "provider name"),
+            (
+                "[runtimes]\nidle_timeout = \"soon\"",
+                "`idle_timeout` = \"soon\"",
+            ),
+            ("[runtimes]\nidle_timeout = -5", "`idle_timeout` = -5"),
+            ("[runtimes]\nmax_live = 0", "`max_live` = 0"),
+            ("[runtimes]\nidle = 1", "idle"),
         ] {
             let err = Providers::presets()
                 .with_config(Path::new("/h/config.toml"), text)

@@ -557,6 +557,7 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
         "TITLE",
         "PROVIDER",
         "STATUS",
+        "RUNTIME",
         "ATTENTION",
         "AGE",
         "CWD",
@@ -585,6 +586,14 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             ),
             (agent.provider.clone(), Paint::Plain),
             (status, paint),
+            (
+                agent.runtime.state.clone(),
+                if agent.runtime.state == "cold" {
+                    Paint::Dim
+                } else {
+                    Paint::Plain
+                },
+            ),
             (attention, attention_paint),
             (output::age(&agent.created_at, now), Paint::Plain),
             (output::tilde(&agent.cwd), Paint::Dim),
@@ -646,9 +655,23 @@ fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
 }
 
 pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
-    let (connection, SessionState { agents, workspaces }) = ctx.connect().await?;
+    let (mut connection, SessionState { agents, workspaces }) = ctx.connect().await?;
+    let listed = resolve(&agents, id, Prefer::Live)?;
+    // The agent again, with what its process tree holds now.
+    let answer = connection
+        .request(|request_id| ClientMessage::GetAgent {
+            request_id,
+            agent_id: listed.id.clone(),
+        })
+        .await?;
     connection.close().await;
-    let agent = resolve(&agents, id, Prefer::Live)?;
+    let DaemonMessage::Agent {
+        agent: measured, ..
+    } = answer
+    else {
+        return Err(unexpected(&answer));
+    };
+    let agent = &measured;
     let workspace = match workspaces.iter().find(|w| w.id == agent.workspace_id) {
         Some(w) => format!("{} ({}, {})", w.name, w.kind, w.path),
         None => agent.workspace_id.clone(),
@@ -672,6 +695,27 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
         writeln!(out, "{}  {value}", style.paint(Paint::Bold, &key))?;
     }
     Ok(())
+}
+
+/// `live, pid 4242`, `cold`, `queued (waits for a slot under max_live)`.
+fn runtime_line(runtime: &drover_protocol::RuntimeInfo) -> String {
+    match (runtime.state.as_str(), runtime.pid) {
+        ("queued", _) => "queued (waits for a slot under max_live)".to_string(),
+        (state, Some(pid)) => format!("{state}, pid {pid}"),
+        (state, None) => state.to_string(),
+    }
+}
+
+/// `3 processes, 83.9 MB`: what the runtime's process tree holds (`-` without one).
+fn memory_line(runtime: &drover_protocol::RuntimeInfo) -> String {
+    match (runtime.processes, runtime.rss_bytes) {
+        (Some(n), Some(rss)) => format!(
+            "{n} process{}, {}",
+            if n == 1 { "" } else { "es" },
+            output::megabytes(rss)
+        ),
+        _ => "-".to_string(),
+    }
 }
 
 /// The key/value lines of `drover inspect`; `archived` only for an archived agent.
@@ -749,6 +793,16 @@ fn inspect_rows(
             },
         ),
         ("session", agent.session_id.clone().unwrap_or_else(dash)),
+        ("runtime", runtime_line(&agent.runtime)),
+        ("memory", memory_line(&agent.runtime)),
+        (
+            "hibernates",
+            agent
+                .runtime
+                .hibernate_at
+                .as_deref()
+                .map_or_else(dash, |at| output::when_ahead(at, now)),
+        ),
         ("created", output::when(&agent.created_at, now)),
         ("last active", output::when(&agent.last_activity_at, now)),
         (

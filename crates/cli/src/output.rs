@@ -155,6 +155,33 @@ pub fn when(at: &str, now: Timestamp) -> String {
     }
 }
 
+/// `2025-06-01 14:18:27 (in 15m)` in local time, for a time ahead.
+pub fn when_ahead(at: &str, now: Timestamp) -> String {
+    match at.parse::<Timestamp>() {
+        Ok(ts) => {
+            let secs = ts.as_second().saturating_sub(now.as_second()).max(0);
+            let left = match secs {
+                s if s < 60 => format!("{s}s"),
+                s if s < 3600 => format!("{}m", s / 60),
+                s if s < 86_400 => format!("{}h", s / 3600),
+                s => format!("{}d", s / 86_400),
+            };
+            format!(
+                "{} (in {left})",
+                ts.to_zoned_datetime(TimeZone::system())
+                    .strftime("%Y-%m-%d %H:%M:%S")
+            )
+        }
+        Err(_) => at.to_string(),
+    }
+}
+
+/// `41.3 MB` (decimal megabytes, one decimal).
+#[allow(clippy::cast_precision_loss)] // a display, to one decimal
+pub fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1_000_000.0)
+}
+
 /// `$HOME/x` → `~/x`.
 pub fn tilde(path: &str) -> String {
     match std::env::var("HOME") {

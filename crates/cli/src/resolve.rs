@@ -251,6 +251,7 @@ mod tests {
             attention_timestamp: None,
             auto_archive: false,
             permission_policy: drover_protocol::PermissionPolicy::default(),
+            runtime: drover_protocol::RuntimeInfo::default(),
         }
     }
 

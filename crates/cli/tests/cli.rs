@@ -238,6 +238,8 @@ fn settings() -> insta::Settings {
         (r"\(\d+[smhd] ago\)", "([AGE] ago)"),
         (r"  \d{1,2}[smhd] {2,3}", "  [AGE]  "),
         (r"pid \d+", "pid [PID]"),
+        (r"\b\d+ process(es)?, \d+\.\d MB", "[PROCESSES], [RSS]"),
+        (r"\(in \d+[smhd]\)", "(in [AGE])"),
         (r"#token=[0-9a-f]+", "#token=[TOKEN]"),
         (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
         (r"scripted-\d+-\d+-\d+", "scripted-[SESSION]"),
@@ -608,7 +610,16 @@ fn inspect_shows_one_agent() {
     assert_eq!(json["parentAgentId"], parent.as_str());
     assert_eq!(json["currentModeId"], "plan");
     assert_eq!(json["autoArchive"], true);
-    assert_eq!(fx.info(&parent)["children"][0], child.as_str());
+    // Archived with its first turn: no process.
+    assert_eq!(json["runtime"]["state"], "cold", "{json}");
+    assert_eq!(json["runtime"]["rssBytes"], Value::Null, "{json}");
+    let lead = fx.info(&parent);
+    assert_eq!(lead["children"][0], child.as_str());
+    // The runtime, measured when asked: a live process with memory.
+    assert_eq!(lead["runtime"]["state"], "live", "{lead}");
+    assert!(lead["runtime"]["pid"].as_u64().is_some(), "{lead}");
+    assert!(lead["runtime"]["rssBytes"].as_u64() > Some(0), "{lead}");
+    assert!(lead["runtime"]["hibernateAt"].is_string(), "{lead}");
 }
 
 #[test]

@@ -112,6 +112,7 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Json<serde
             "protocolVersion": drover_protocol::PROTOCOL_VERSION,
         }));
     }
+    let settings = state.runtimes.runtime_settings();
     Json(json!({
         "status": "ok",
         "version": state.info.daemon_version,
@@ -122,6 +123,9 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Json<serde
         "agents": state.registry.agent_count(),
         "activeRuntimes": state.runtimes.active_count(),
         "liveRuntimes": state.runtimes.live_count(),
+        "queuedRuntimes": state.runtimes.queued_count(),
+        "maxLive": settings.max_live,
+        "idleTimeoutSecs": settings.idle_timeout.map_or(0, |t| t.as_secs()),
         "workspaces": state.registry.workspaces().len(),
     }))
 }

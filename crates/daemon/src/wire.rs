@@ -1,17 +1,30 @@
 //! Domain records to wire types: the one place the protocol's shapes are filled in.
 
-use drover_acp::{TimelineEvent, TimelineUpdate};
+use drover_acp::{RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
 use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
 use drover_protocol::{
-    AgentInfo, AgentUpdate, CommandRunInfo, ProviderInfo, WorkspaceInfo, WorktreeRemovalInfo,
-    WorktreeStatusInfo,
+    AgentInfo, AgentUpdate, CommandRunInfo, ProviderInfo, RuntimeInfo, WorkspaceInfo,
+    WorktreeRemovalInfo, WorktreeStatusInfo,
 };
 
+use crate::ops::Ops;
 use crate::ops::providers::ProviderView;
 use serde_json::{Value, json};
 
-/// `modes`: what the agent's live runtime offers (`{currentModeId, availableModes}`), if any.
-pub(crate) fn agent_info(agent: &Agent, modes: Option<Value>) -> AgentInfo {
+/// The agent as clients see it now: its record, its live runtime's modes and its runtime
+/// view (without the memory of its process tree, which only `get_agent` measures).
+pub(crate) fn agent_info_now(ops: &Ops, agent: &Agent) -> AgentInfo {
+    agent_info(agent, ops.modes(agent.id), &ops.runtime(agent.id), None)
+}
+
+/// `modes`: what the agent's live runtime offers (`{currentModeId, availableModes}`), if any;
+/// `memory`: what its process tree holds, when it was measured.
+pub(crate) fn agent_info(
+    agent: &Agent,
+    modes: Option<Value>,
+    runtime: &RuntimeView,
+    memory: Option<RuntimeMemory>,
+) -> AgentInfo {
     AgentInfo {
         id: agent.id.to_string(),
         status: agent.status.as_str().to_string(),
@@ -40,6 +53,13 @@ pub(crate) fn agent_info(agent: &Agent, modes: Option<Value>) -> AgentInfo {
         attention_timestamp: agent.attention.map(|a| a.at.to_string()),
         auto_archive: agent.auto_archive,
         permission_policy: agent.config.permission_policy,
+        runtime: RuntimeInfo {
+            state: runtime.state.as_str().to_string(),
+            pid: runtime.pid,
+            hibernate_at: runtime.hibernate_at.map(|t| t.to_string()),
+            processes: memory.map(|m| m.processes as u64),
+            rss_bytes: memory.map(|m| m.rss_bytes),
+        },
     }
 }
 

@@ -56,6 +56,7 @@
 //! | `spawn-tool` | spawns `sleep 1000` in a process group of its own, as real agents run their tools, and says `tool <pid>` |
 //! | `stderr <text>` | writes `<text>` to stderr |
 //! | `echo-prompt` | says the whole prompt text as received |
+//! | `recall` | says `recall: <n> earlier: <first line of each earlier prompt, joined by " / ">` from what this process knows of the session: the prompts it ran in it and those `session/load` replayed (a new session, or one this process only heard of, has none) |
 //! | anything else | says `ok: <line>` |
 //!
 //! # Environment
@@ -191,6 +192,8 @@ pub enum Directive {
     SpawnTool,
     Stderr(String),
     EchoPrompt,
+    /// Says what the session knows of its earlier prompts.
+    Recall,
     /// Any other line: says `ok: <line>`.
     Other(String),
 }
@@ -263,6 +266,7 @@ impl Directive {
             "spawn-tool" if rest.is_empty() => Directive::SpawnTool,
             "stderr" => Directive::Stderr(rest.to_string()),
             "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
+            "recall" if rest.is_empty() => Directive::Recall,
             _ => other(),
         }
     }
@@ -467,6 +471,9 @@ struct Session {
     /// A `session/cancel` kept for the next prompt (`SCRIPTED_AGENT_STALE_CANCEL`).
     stale_cancel: bool,
     used_tokens: u64,
+    /// The prompts this process knows the session had, oldest first: those `session/load`
+    /// replayed and those it ran.
+    prompts: Vec<String>,
 }
 
 impl Session {
@@ -479,6 +486,7 @@ impl Session {
             cancel: watch::Sender::new(0),
             stale_cancel: false,
             used_tokens: 0,
+            prompts: Vec::new(),
         }
     }
 
@@ -521,6 +529,8 @@ struct Turn {
     text: String,
     cancel: watch::Receiver<u64>,
     start: u64,
+    /// The session's prompts before this one (what `recall` says).
+    earlier: Vec<String>,
 }
 
 impl Turn {
@@ -760,7 +770,10 @@ impl Agent {
             };
             let text = entry["text"].as_str().unwrap_or_default();
             let kind = match entry["type"].as_str() {
-                Some("user") => "user_message_chunk",
+                Some("user") => {
+                    session.prompts.push(text.to_string());
+                    "user_message_chunk"
+                }
                 Some("agent") => "agent_message_chunk",
                 Some("thought") => "agent_thought_chunk",
                 Some("mode") => {
@@ -789,6 +802,7 @@ impl Agent {
                 existing.mcp_servers = session.mcp_servers;
                 existing.mode = session.mode;
                 existing.model = session.model;
+                existing.prompts = session.prompts;
             }
             None => {
                 sessions.insert(session_id.to_string(), session);
@@ -842,13 +856,19 @@ impl Agent {
     /// Registers a prompt before its task starts, so that a cancel read next applies to it.
     fn start_turn(&self, params: &Value) -> Result<Turn, (i64, String)> {
         let session_id = params["sessionId"].as_str().unwrap_or_default();
-        let cancel = self.with_session(session_id, |s| s.cancel.subscribe())?;
+        let text = prompt_text(&params["prompt"]);
+        let (cancel, earlier) = self.with_session(session_id, |s| {
+            let earlier = s.prompts.clone();
+            s.prompts.push(text.clone());
+            (s.cancel.subscribe(), earlier)
+        })?;
         let start = *cancel.borrow();
         Ok(Turn {
             session_id: session_id.to_string(),
-            text: prompt_text(&params["prompt"]),
+            text,
             cancel,
             start,
+            earlier,
         })
     }
 
@@ -1097,6 +1117,15 @@ impl Agent {
             Directive::Stderr(text) => eprintln!("{text}"),
             Directive::EchoPrompt => {
                 let text = turn.text.clone();
+                self.say(turn, &text).await;
+            }
+            Directive::Recall => {
+                let firsts: Vec<&str> = turn
+                    .earlier
+                    .iter()
+                    .map(|p| p.lines().next().unwrap_or_default())
+                    .collect();
+                let text = format!("recall: {} earlier: {}", firsts.len(), firsts.join(" / "));
                 self.say(turn, &text).await;
             }
             Directive::Other(line) => self.say(turn, &format!("ok: {line}")).await,

@@ -306,6 +306,12 @@ pub enum ClientMessage {
         #[serde(default)]
         request_id: Option<String>,
     },
+    /// One agent, with what its runtime's process tree holds now (processes, RSS).
+    GetAgent {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+    },
     /// Every agent, archived ones too if asked.
     ListAgents {
         #[serde(default)]
@@ -403,6 +409,7 @@ impl ClientMessage {
             | ClientMessage::ClearAttention { request_id, .. }
             | ClientMessage::WorkspaceChanges { request_id, .. }
             | ClientMessage::ListProviders { request_id }
+            | ClientMessage::GetAgent { request_id, .. }
             | ClientMessage::ListAgents { request_id, .. }
             | ClientMessage::WaitIdle { request_id, .. }
             | ClientMessage::ListWorkspaces { request_id, .. }
@@ -448,6 +455,38 @@ pub struct AgentInfo {
     pub attention_timestamp: Option<String>,
     pub auto_archive: bool,
     pub permission_policy: PermissionPolicy,
+    /// The agent's runtime: whether a process runs for it.
+    #[serde(default)]
+    pub runtime: RuntimeInfo,
+}
+
+/// An agent's runtime, as `AgentInfo.runtime`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeInfo {
+    /// `cold` (no process: never started, hibernated, stopped), `queued` (its start waits
+    /// for a slot under `[runtimes] max_live`), `starting`, `live`.
+    pub state: String,
+    /// The agent process (its process group leader), while there is one.
+    pub pid: Option<u32>,
+    /// When the idle runtime hibernates; `null` while busy or cold, or when it never does.
+    pub hibernate_at: Option<String>,
+    /// How many processes its tree holds: only in the `agent` answer (measured then).
+    pub processes: Option<u64>,
+    /// The resident memory of its tree, in bytes: only in the `agent` answer.
+    pub rss_bytes: Option<u64>,
+}
+
+impl Default for RuntimeInfo {
+    fn default() -> RuntimeInfo {
+        RuntimeInfo {
+            state: "cold".to_string(),
+            pid: None,
+            hibernate_at: None,
+            processes: None,
+            rss_bytes: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -629,6 +668,11 @@ pub enum DaemonMessage {
         request_id: Option<String>,
         agents: Vec<AgentInfo>,
     },
+    /// The answer to `get_agent`: its `runtime` says what its process tree holds now.
+    Agent {
+        request_id: Option<String>,
+        agent: AgentInfo,
+    },
     Idle {
         request_id: Option<String>,
         agent_id: String,
@@ -695,6 +739,7 @@ impl DaemonMessage {
             | DaemonMessage::ChildrenArchived { request_id, .. }
             | DaemonMessage::Providers { request_id, .. }
             | DaemonMessage::Agents { request_id, .. }
+            | DaemonMessage::Agent { request_id, .. }
             | DaemonMessage::Idle { request_id, .. }
             | DaemonMessage::Workspaces { request_id, .. }
             | DaemonMessage::WorktreeCreated { request_id, .. }
@@ -818,6 +863,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "clear_attention",
     "workspace_changes",
     "list_providers",
+    "get_agent",
     "list_agents",
     "wait_idle",
     "list_workspaces",

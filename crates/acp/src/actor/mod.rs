@@ -6,8 +6,10 @@
 //! The loop and the commands are here; the rest is cut along what the task does:
 //! [`session`] starts and stops the agent's process and ACP session, [`turn`] runs turns from
 //! the inbox and ends them, [`updates`] turns ACP `session/update`s into timeline items, and
-//! [`permissions`] handles the agent's permission requests.
+//! [`permissions`] handles the agent's permission requests, and [`idle`] hibernates an idle
+//! runtime (and ends a task with nothing left to do).
 
+mod idle;
 mod permissions;
 mod session;
 mod turn;
@@ -27,7 +29,8 @@ use tokio::task::JoinHandle;
 
 use crate::process;
 use crate::rpc::{Incoming, RpcClient, RpcError};
-use crate::{AcpError, PendingPermission, PermissionAnswer, Shared};
+use crate::slots::SlotGuard;
+use crate::{AcpError, PendingPermission, PermissionAnswer, RuntimeManager, Shared};
 
 pub use session::{LastStderr, LaunchError};
 
@@ -82,6 +85,8 @@ pub(crate) enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
+    /// Hibernate now if the runtime is idle (a start waits for its slot under `max_live`).
+    Hibernate,
 }
 
 /// Starts the agent's task. The command channel holds 64 commands: clients wait when an
@@ -127,12 +132,33 @@ pub(crate) fn spawn(
         notices: None,
         start_failed: false,
         loading_flag: false,
+        slot_wait: None,
+        granted: None,
+        want_start: false,
+        starting: false,
+        idle: idle::IdleClock::default(),
+        hibernated: false,
+        context_lost: false,
     };
     let (ended_tx, ended_rx) = watch::channel(());
     tokio::spawn(async move {
-        actor.run().await;
+        let leftover = actor.run().await;
         shared.forget(id, generation);
         drop(ended_tx);
+        // Commands that reached a task as it hibernated go to its successor, answers and all.
+        if !leftover.is_empty() {
+            let manager = RuntimeManager { shared };
+            match manager.handle(id).await {
+                Ok(next) => {
+                    for command in leftover {
+                        let _ = next.commands.send(command).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(agent = %id, error = %e, "commands sent during a hibernation dropped");
+                }
+            }
+        }
     });
     Ok((tx, busy_rx, ended_rx))
 }
@@ -153,6 +179,8 @@ struct Live {
     cancel_sent: bool,
     /// Counted in `/health` while this exists.
     _counted: crate::LiveCount,
+    /// Its slot under `max_live`, freed once the process has ended (this is dropped).
+    _slot: SlotGuard,
 }
 
 enum Event {
@@ -160,6 +188,10 @@ enum Event {
     Incoming(Option<Incoming>),
     TurnDone(Result<Value, RpcError>),
     Exited,
+    /// A slot under `max_live` was handed over (`None`: the slots are gone).
+    SlotGranted(Option<SlotGuard>),
+    /// The idle timeout passed.
+    IdleTimeout,
     /// The notices handed to other agents so far are delivered (or given up).
     NoticesSent,
 }
@@ -185,12 +217,34 @@ struct Actor {
     start_failed: bool,
     /// `session/load` is replaying history we already have.
     loading_flag: bool,
+    /// A start waiting for a slot under `max_live`.
+    slot_wait: Option<oneshot::Receiver<SlotGuard>>,
+    /// A slot handed over, for the start that waited for it.
+    granted: Option<SlotGuard>,
+    /// A start was asked for (`Command::Start`) and has not happened yet.
+    want_start: bool,
+    /// The process is being spawned or is in its handshake.
+    starting: bool,
+    /// Since when nothing has happened, and when the runtime hibernates.
+    idle: idle::IdleClock,
+    /// The task ends because it was idle: the commands still in its channel go to the next.
+    hibernated: bool,
+    /// The session is new although the agent had one it could not load: the next prompt
+    /// tells the agent (see [`turn::CONTEXT_LOST`]).
+    context_lost: bool,
 }
 
 impl Actor {
-    async fn run(mut self) {
+    /// Runs until the task ends; returns the commands that reached it as it hibernated.
+    async fn run(mut self) -> Vec<Command> {
+        let mut leftover = Vec::new();
         loop {
             self.maybe_start_turn().await;
+            if self.want_start && (self.ensure_live().await || self.slot_wait.is_none()) {
+                self.want_start = false;
+            }
+            self.settle_slot();
+            self.track_idle();
             // A notice on its way counts: whoever waits for this agent to settle (a test, a
             // client's wait_idle) then finds the notified agent already woken.
             let busy = self.turn.is_some()
@@ -209,17 +263,35 @@ impl Actor {
                 Event::Incoming(None) | Event::Exited => self.on_exit().await,
                 Event::TurnDone(result) => self.finish_turn(result).await,
                 Event::NoticesSent => self.notices = None,
+                Event::SlotGranted(slot) => {
+                    self.slot_wait = None;
+                    self.granted = slot;
+                }
+                Event::IdleTimeout => {
+                    if self.hibernate("idle timeout", false).await {
+                        break;
+                    }
+                }
+            }
+        }
+        if self.hibernated {
+            while let Ok(command) = self.commands.try_recv() {
+                leftover.push(command);
             }
         }
         self.busy.send_replace(false);
+        self.shared.set_runtime(self.id, crate::RuntimeView::COLD);
+        leftover
     }
 
     async fn next_event(&mut self) -> Event {
+        let deadline = self.idle.deadline();
         let Actor {
             commands,
             live,
             turn,
             notices,
+            slot_wait,
             ..
         } = self;
         let (incoming, exited) = match live {
@@ -258,6 +330,18 @@ impl Actor {
                     None => pending().await,
                 }
             } => Event::NoticesSent,
+            slot = async {
+                match slot_wait {
+                    Some(rx) => rx.await.ok(),
+                    None => pending().await,
+                }
+            } => Event::SlotGranted(slot),
+            () = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => pending().await,
+                }
+            } => Event::IdleTimeout,
         }
     }
 
@@ -267,10 +351,16 @@ impl Actor {
             Command::Deliver { message, reply } => self.deliver(message, reply).await,
             Command::Start => {
                 self.start_failed = false;
-                if self.live.is_none()
-                    && let Err(e) = self.start_runtime().await
+                // A client opened the agent: its idle time starts again.
+                self.touch();
+                self.want_start = true;
+            }
+            Command::Hibernate => {
+                if self
+                    .hibernate("another start needed its slot under max_live", true)
+                    .await
                 {
-                    tracing::warn!(agent = %self.id, error = %e, "agent did not start");
+                    return false;
                 }
             }
             Command::Wake => self.start_failed = false,

@@ -20,6 +20,7 @@ use crate::process::{self, AgentProcess, SpawnError, SpawnSpec};
 use crate::providers::Availability;
 use crate::records;
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
+use crate::slots::SlotGuard;
 use crate::{AcpError, CLOSE_GRACE};
 
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -87,7 +88,17 @@ struct Capabilities {
 }
 
 impl Actor {
-    pub(super) async fn start_runtime(&mut self) -> Result<(), AcpError> {
+    /// Starts the process in `slot` (its place under `max_live`) and opens its session.
+    pub(super) async fn start_runtime(&mut self, slot: SlotGuard) -> Result<(), AcpError> {
+        self.starting = true;
+        self.publish_runtime();
+        let started = self.start_in(slot).await;
+        self.starting = false;
+        self.publish_runtime();
+        started
+    }
+
+    async fn start_in(&mut self, slot: SlotGuard) -> Result<(), AcpError> {
         let registry = self.shared.registry.clone();
         let agent = registry
             .get(self.id)
@@ -97,7 +108,7 @@ impl Actor {
                 .set_status(self.id, AgentStatus::Initializing, None)
                 .await?;
         }
-        match self.launch(&agent).await {
+        match self.launch(&agent, slot).await {
             Ok(()) => {
                 registry
                     .set_status(self.id, AgentStatus::Idle, None)
@@ -124,8 +135,8 @@ impl Actor {
     }
 
     /// Spawns the process, runs the ACP handshake, and opens or loads the session.
-    async fn launch(&mut self, agent: &Agent) -> Result<(), LaunchError> {
-        let rpc = self.spawn_process(agent).await?;
+    async fn launch(&mut self, agent: &Agent, slot: SlotGuard) -> Result<(), LaunchError> {
+        let rpc = self.spawn_process(agent, slot).await?;
         let capabilities = self.initialize(&rpc).await?;
         let mcp_servers = (self.shared.mcp)(self.id, capabilities.http_mcp);
         let loaded = match &agent.resume {
@@ -142,6 +153,8 @@ impl Actor {
             }
             None => None,
         };
+        // The agent had a conversation it does not have now: its next prompt says so.
+        self.context_lost = agent.resume.is_some() && loaded.is_none();
         let (session_id, result) = match loaded {
             Some(session) => session,
             None => self.new_session(&rpc, agent, &mcp_servers).await?,
@@ -152,7 +165,11 @@ impl Actor {
     }
 
     /// Spawns the provider's program in the agent's directory, with the allowed environment.
-    async fn spawn_process(&mut self, agent: &Agent) -> Result<RpcClient, LaunchError> {
+    async fn spawn_process(
+        &mut self,
+        agent: &Agent,
+        slot: SlotGuard,
+    ) -> Result<RpcClient, LaunchError> {
         let providers = self
             .shared
             .providers
@@ -201,7 +218,9 @@ impl Actor {
             models: None,
             cancel_sent: false,
             _counted: crate::LiveCount::new(&self.shared),
+            _slot: slot,
         });
+        self.publish_runtime();
         tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
         Ok(rpc)
     }

@@ -32,6 +32,10 @@ const NOTICE_REPLY_CHARS: usize = 4000;
 /// did anything, and no real model answers that fast.
 const STALE_CANCEL_WINDOW: Duration = Duration::from_millis(250);
 
+/// What the first prompt of a new session starts with when the agent's earlier conversation
+/// could not be loaded (a restart or a hibernation of an agent that cannot load sessions).
+pub(super) const CONTEXT_LOST: &str = "[drover] Earlier context of this conversation was not restored: your process was restarted and could not load its previous session. Ask the user for anything you need from before.";
+
 pub(super) struct Turn {
     pub(super) response: BoxFuture<'static, Result<Value, RpcError>>,
     pub(super) cancel: Option<CancelCause>,
@@ -65,7 +69,7 @@ impl Actor {
             self.block_next(&e);
             return;
         }
-        if self.live.is_none() && self.start_runtime().await.is_err() {
+        if !self.ensure_live().await {
             return;
         }
         let Some(claim) = self.inbox.next() else {
@@ -124,10 +128,14 @@ impl Actor {
                 json!({"messageId": claim.message.id}),
             )
             .unwrap_or_default();
+        let mut text = claim.prompt_text();
+        if std::mem::take(&mut self.context_lost) {
+            text = format!("{CONTEXT_LOST}\n\n{text}");
+        }
         let Some(live) = &mut self.live else { return };
         let prompt = json!({
             "sessionId": live.session_id,
-            "prompt": [{"type": "text", "text": claim.prompt_text()}],
+            "prompt": [{"type": "text", "text": text}],
         });
         let request = live.rpc.request("session/prompt", prompt.clone());
         self.turn = Some(Turn {

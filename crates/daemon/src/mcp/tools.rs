@@ -380,7 +380,11 @@ async fn wait_for_agent(ops: &Ops, _caller: AgentId, params: WaitParams) -> Tool
 
 async fn get_agent(ops: &Ops, _caller: AgentId, params: AgentParams) -> ToolResult {
     let id = parse_agent(&params.agent_id)?;
-    Ok(describe(&ops.summary(id).await?))
+    let mut report = describe(&ops.summary(id).await?);
+    // Whether a process runs for it (`cold`: hibernated or never started; the next message
+    // starts it).
+    report["runtime"] = json!(ops.runtime(id).state.as_str());
+    Ok(report)
 }
 
 fn describe(summary: &Summary) -> Value {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use drover_acp::PendingPermission;
+use drover_acp::{PendingPermission, RuntimeMemory, RuntimeView};
 use drover_core::timeline::{ItemKind, Page, TimelinePage};
 use drover_core::{
     Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, PermissionPolicy,
@@ -212,6 +212,20 @@ impl Ops {
             (None, None) => Page::Tail { limit },
         };
         Ok(self.runtimes.timeline(id, page).await?)
+    }
+
+    /// The agent, its runtime, and what its process tree holds now (read from `/proc`; `None`
+    /// while it has no process). Reading it does not start a cold runtime.
+    pub(crate) async fn get_agent(
+        &self,
+        id: AgentId,
+    ) -> Result<(Agent, RuntimeView, Option<RuntimeMemory>), OpError> {
+        self.agent(id)?;
+        let memory = self.runtimes.runtime_memory(id).await;
+        // Read after the measure: a runtime that ended meanwhile shows cold.
+        let runtime = self.runtimes.runtime(id);
+        let memory = memory.filter(|_| runtime.pid.is_some());
+        Ok((self.agent(id)?, runtime, memory))
     }
 
     /// Every agent, archived ones too if asked.

@@ -25,7 +25,7 @@ pub(crate) mod workspaces;
 
 use std::sync::Arc;
 
-use drover_acp::{AcpError, RuntimeManager, TimelineEvent};
+use drover_acp::{AcpError, RuntimeManager, RuntimeView, TimelineEvent};
 use drover_core::{
     ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
 };
@@ -160,6 +160,16 @@ impl Ops {
     /// Every change to every agent's timeline, as it happens.
     pub(crate) fn subscribe_timelines(&self) -> broadcast::Receiver<TimelineEvent> {
         self.runtimes.subscribe()
+    }
+
+    /// The agents whose runtime (cold, queued, starting, live; pid; hibernation) changed.
+    pub(crate) fn subscribe_runtime_changes(&self) -> broadcast::Receiver<AgentId> {
+        self.runtimes.subscribe_runtime_changes()
+    }
+
+    /// Where the agent's runtime is.
+    pub(crate) fn runtime(&self, id: AgentId) -> RuntimeView {
+        self.runtimes.runtime(id)
     }
 
     /// The workspace's activity bucket (`None`: no agent contributes).

@@ -88,6 +88,7 @@ impl Hub {
         };
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
+        let mut runtimes = ops.subscribe_runtime_changes();
         // Filled after subscribing: a change in between is applied again by its event.
         hub.agents.fill(ops);
         let out = hub.tx.clone();
@@ -130,6 +131,19 @@ impl Hub {
                         Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} registry events"))),
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
+                    // A runtime went cold, queued, starting or live, or will hibernate at
+                    // another time: the agent's `AgentInfo` changed.
+                    changed = runtimes.recv() => match changed {
+                        Ok(id) => match ops.agent(id) {
+                            Ok(agent) => {
+                                ready = coalescer.flush_agent(agent.id);
+                                Some(agent_status(&agent, &ops, &cache))
+                            }
+                            Err(_) => None,
+                        },
+                        Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} runtime changes"))),
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
                     () = async {
                         match next_close {
                             Some(at) => tokio::time::sleep_until(at).await,
@@ -166,20 +180,25 @@ fn resync(reason: String) -> Outgoing {
     }
 }
 
+/// The `agent_status` announcing `agent` as clients see it now.
+fn agent_status(agent: &drover_core::Agent, ops: &Ops, cache: &AgentCache) -> Outgoing {
+    // The cache is updated before the event goes out (see `snapshot`); the agent is encoded
+    // once for both.
+    let info = cache.put(agent, ops);
+    Outgoing {
+        agent: None,
+        revision: 0,
+        text: Utf8Bytes::from(format!(
+            r#"{{"type":"agent_status","payload":{{"agent":{info}}}}}"#
+        )),
+        joined: None,
+    }
+}
+
 fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgoing {
     let message = match &event.change {
         Change::AgentCreated(agent) | Change::AgentUpdated(agent) => {
-            // The cache is updated before the event goes out (see `snapshot`); the agent is
-            // encoded once for both.
-            let info = cache.put(agent, ops);
-            return Outgoing {
-                agent: None,
-                revision: 0,
-                text: Utf8Bytes::from(format!(
-                    r#"{{"type":"agent_status","payload":{{"agent":{info}}}}}"#
-                )),
-                joined: None,
-            };
+            return agent_status(agent, ops, cache);
         }
         Change::WorkspaceRegistered(ws) => {
             let activity = ops.workspace_activity(ws.id);

@@ -193,9 +193,20 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             agents: ops
                 .list_agents(include_archived)
                 .iter()
-                .map(|a| wire::agent_info(a, ops.modes(a.id)))
+                .map(|a| wire::agent_info_now(ops, a))
                 .collect(),
         }),
+        M::GetAgent {
+            request_id,
+            agent_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            let (agent, runtime, memory) = ops.get_agent(id).await?;
+            send(DaemonMessage::Agent {
+                request_id,
+                agent: wire::agent_info(&agent, ops.modes(id), &runtime, memory),
+            })
+        }
         M::WaitIdle {
             request_id,
             agent_id,
@@ -369,7 +380,7 @@ async fn initialize_agent(
     let agent = &opened.agent;
     let message = DaemonMessage::AgentInitialized {
         agent_id: id.to_string(),
-        info: wire::agent_info(agent, ops.modes(id)),
+        info: wire::agent_info_now(ops, agent),
         updates: opened
             .page
             .items
@@ -456,7 +467,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
     let created = ops.create_agent(CALLER, request).await?;
     send(DaemonMessage::AgentCreated {
         request_id,
-        agent: wire::agent_info(&created.agent, ops.modes(created.agent.id)),
+        agent: wire::agent_info_now(ops, &created.agent),
     })
 }
 

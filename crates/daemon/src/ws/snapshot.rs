@@ -42,7 +42,7 @@ impl AgentCache {
     /// `agent_status` that announces it).
     pub(crate) fn put(&self, agent: &Agent, ops: &Ops) -> String {
         let modes = ops.modes(agent.id);
-        let info = wire::agent_info(agent, modes.clone());
+        let info = wire::agent_info(agent, modes.clone(), &ops.runtime(agent.id), None);
         // Our own types always serialize.
         let json = serde_json::to_string(&info).unwrap_or_default();
         self.lock().insert(

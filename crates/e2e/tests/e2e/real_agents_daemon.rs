@@ -1,8 +1,9 @@
 //! Real coding agents (codex-acp, claude-agent-acp, gemini-cli) run through the drover daemon,
 //! driven over its client protocol, against the scripted model on 127.0.0.1: a plain turn, a
 //! shell command allowed and one rejected, three turns in one session, a cancel during a
-//! streaming reply, and a daemon restart followed by another turn on the same agent. Needs
-//! `scripts/install-agents`.
+//! streaming reply, and a daemon restart followed by another turn on the same agent; and a
+//! runtime that hibernated between two turns, whose second model request carries the first
+//! turn. Needs `scripts/install-agents`.
 
 use std::path::Path;
 
@@ -243,4 +244,95 @@ async fn claude_through_the_daemon() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_through_the_daemon() {
     run_everything(RealAgent::Gemini).await;
+}
+
+/// A real agent whose runtime hibernated between two turns: no process of it is left, and the
+/// second turn's model request carries the first turn's messages (the agent loaded its own
+/// session, `session/load`).
+async fn resume_after_hibernation(agent: RealAgent) {
+    let name = agent.name();
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let config = format!(
+        "{}\n[runtimes]\nidle_timeout = \"2s\"\n",
+        config(agent, &model, scratch.path(), &cwd)
+    );
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+    let created = client
+        .request(json!({
+            "type": "create_agent", "provider": name, "cwd": cwd,
+            "prompt": "reply the first turn says pineapple",
+        }))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{name}: {created}");
+    let id = created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    settle(&mut client, name, &id, 1).await;
+    assert!(
+        !agent_processes(&id).is_empty(),
+        "{name}: the agent runs under its marker"
+    );
+    client.clear_backlog();
+    client
+        .recv_where(|m| {
+            m["type"] == "agent_status"
+                && m["payload"]["agent"]["id"] == id
+                && m["payload"]["agent"]["runtime"]["state"] == "cold"
+        })
+        .await;
+    assert!(
+        no_agent_processes_left(&id).await,
+        "{name}: processes left after hibernation: {:?}",
+        agent_processes(&id)
+    );
+    let before = model.requests().len();
+    send(&mut client, &id, "reply the second turn").await;
+    settle(&mut client, name, &id, 2).await;
+    let reply = last_reply(&mut client, &id).await;
+    assert!(reply.contains("the second turn"), "{name}: {reply}");
+    let notices: Vec<String> = client
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "notice")
+        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        notices.iter().any(|n| n == "resumed the agent's session"),
+        "{name}: {notices:?}"
+    );
+    let second: Vec<serde_json::Value> = model.requests().split_off(before);
+    assert!(
+        second.iter().any(|r| {
+            let body = r["body"].to_string();
+            body.contains("the first turn says pineapple") && body.contains("the second turn")
+        }),
+        "{name}: no model request of the second turn carries the first turn: {second:#?}"
+    );
+    drop(client);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_resumes_its_conversation_after_hibernation() {
+    resume_after_hibernation(RealAgent::Codex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_resumes_its_conversation_after_hibernation() {
+    resume_after_hibernation(RealAgent::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_resumes_its_conversation_after_hibernation() {
+    resume_after_hibernation(RealAgent::Gemini).await;
 }

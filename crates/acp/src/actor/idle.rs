@@ -1,0 +1,247 @@
+//! Idle runtimes: when the task is quiet (no turn, nothing queued that wakes it, no pending
+//! permission, no notice on its way, no start asked for or waiting), its idle clock runs;
+//! after `[runtimes] idle_timeout` a live runtime hibernates (its process tree ends, the
+//! record keeps its status, the next message resumes it through `session/load`), and a task
+//! without a process simply ends, so a cold agent holds nothing but its files.
+//!
+//! Also here: the runtime's slot under `max_live` (asked for before a process is spawned,
+//! waited for in order when the ceiling is reached) and the runtime view clients see.
+
+use std::time::Duration;
+
+use drover_core::timeline::ItemKind;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::Actor;
+use crate::slots::Acquired;
+use crate::{RuntimeState, RuntimeView};
+
+/// Since when the task has been quiet, and when its runtime hibernates.
+#[derive(Debug, Default)]
+pub(super) struct IdleClock {
+    since: Option<Instant>,
+    deadline: Option<Instant>,
+    /// The deadline as a wall-clock time, for clients.
+    at: Option<jiff::Timestamp>,
+}
+
+impl IdleClock {
+    /// The task is quiet (`true`) or busy at `now`; `timeout` is read when it becomes quiet.
+    /// Returns whether that changed.
+    pub(super) fn update(
+        &mut self,
+        quiet: bool,
+        now: Instant,
+        timeout: impl FnOnce() -> Option<Duration>,
+    ) -> bool {
+        match (quiet, self.since) {
+            (true, None) => {
+                let timeout = timeout();
+                self.since = Some(now);
+                self.deadline = timeout.map(|t| now + t);
+                self.at = timeout.and_then(|t| {
+                    let t = jiff::SignedDuration::try_from(t).ok()?;
+                    jiff::Timestamp::now().checked_add(t).ok()
+                });
+                true
+            }
+            (false, Some(_)) => {
+                *self = IdleClock::default();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Something used the runtime without making it busy (a client opened the agent): its
+    /// idle time starts again at the next [`IdleClock::update`]. Returns whether it was quiet.
+    pub(super) fn touch(&mut self) -> bool {
+        let was = self.since.is_some();
+        *self = IdleClock::default();
+        was
+    }
+
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub(super) fn hibernate_at(&self) -> Option<jiff::Timestamp> {
+        self.at
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.since.map(|s| s.elapsed()).unwrap_or_default()
+    }
+}
+
+impl Actor {
+    /// Nothing to do: no turn, nothing queued that wakes the agent, no pending permission,
+    /// no notice on its way, no start asked for, waiting or under way.
+    pub(super) fn quiet(&self) -> bool {
+        self.turn.is_none()
+            && self.permissions.is_empty()
+            && self.notices.is_none()
+            && !self.inbox.has_wake()
+            && self.slot_wait.is_none()
+            && !self.want_start
+            && !self.starting
+    }
+
+    /// Runs the idle clock, tells the slots whether the runtime is idle (what a waiting start
+    /// makes room with), and publishes the runtime view.
+    pub(super) fn track_idle(&mut self) {
+        let quiet = self.quiet();
+        let shared = self.shared.clone();
+        if self
+            .idle
+            .update(quiet, Instant::now(), || shared.settings().idle_timeout)
+        {
+            self.shared
+                .slots
+                .set_idle(self.id, quiet && self.live.is_some());
+        }
+        self.publish_runtime();
+    }
+
+    /// A client used the runtime: its idle time (and its place among the least recently
+    /// used) starts again.
+    pub(super) fn touch(&mut self) {
+        if self.idle.touch() {
+            self.shared.slots.set_idle(self.id, false);
+        }
+    }
+
+    /// Where the runtime is, for clients.
+    pub(super) fn publish_runtime(&self) {
+        let state = if self.starting {
+            RuntimeState::Starting
+        } else if self.live.is_some() {
+            RuntimeState::Live
+        } else if self.slot_wait.is_some() {
+            RuntimeState::Queued
+        } else {
+            RuntimeState::Cold
+        };
+        let view = RuntimeView {
+            state,
+            pid: self.live.as_ref().map(|l| l.pid),
+            hibernate_at: self
+                .live
+                .as_ref()
+                .and_then(|_| self.idle.hibernate_at())
+                .filter(|_| !self.starting),
+        };
+        self.shared.set_runtime(self.id, view);
+    }
+
+    /// Makes sure the runtime is live: true when it is; false while its start waits for a
+    /// slot under `max_live`, or when it failed to start.
+    pub(super) async fn ensure_live(&mut self) -> bool {
+        if self.live.is_some() {
+            return true;
+        }
+        if self.slot_wait.is_some() {
+            return false;
+        }
+        let slot = if let Some(slot) = self.granted.take() {
+            slot
+        } else {
+            let max = self.shared.settings().max_live;
+            match self.shared.slots.acquire(self.id, max) {
+                Acquired::Now(slot) => slot,
+                Acquired::Queued(rx) => {
+                    tracing::info!(agent = %self.id, max_live = ?max, "the start waits for a live slot");
+                    self.slot_wait = Some(rx);
+                    self.publish_runtime();
+                    return false;
+                }
+            }
+        };
+        self.start_runtime(slot).await.is_ok()
+    }
+
+    /// A slot nobody took (the message that wanted it was cancelled or blocked) is freed, and
+    /// a start nothing wants any more stops waiting.
+    pub(super) fn settle_slot(&mut self) {
+        self.granted = None;
+        let wanted = self.want_start || (self.inbox.has_wake() && !self.start_failed);
+        if self.slot_wait.is_some() && !wanted {
+            self.slot_wait = None;
+        }
+    }
+
+    /// Ends the task if it is quiet: a live runtime hibernates first (its process tree ends;
+    /// the record keeps its status). With `only_live`, a task without a process stays.
+    /// Returns whether the task ends; it takes no more commands then.
+    pub(super) async fn hibernate(&mut self, why: &str, only_live: bool) -> bool {
+        if !self.quiet() || (only_live && self.live.is_none()) {
+            return false;
+        }
+        // Later senders find the channel closed and wait for this task's end; what is already
+        // in it goes to the next task (see `spawn`).
+        self.commands.close();
+        self.hibernated = true;
+        if self.live.is_some() {
+            let idle_for = self.idle.idle_for();
+            tracing::info!(agent = %self.id, why, idle_secs = idle_for.as_secs(), "hibernating an idle runtime");
+            self.stop_runtime().await;
+            self.push(
+                ItemKind::Notice,
+                json!({"text": format!("the runtime hibernated ({why}); the next message resumes it"), "hibernated": true}),
+            );
+            let _ = self.timeline.sync();
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(900);
+
+    #[test]
+    fn the_deadline_is_a_timeout_after_the_first_quiet_moment() {
+        let start = Instant::now();
+        let mut clock = IdleClock::default();
+        assert!(clock.update(true, start, || Some(TIMEOUT)));
+        assert_eq!(clock.deadline(), Some(start + TIMEOUT));
+        assert!(clock.hibernate_at().is_some());
+        // Still quiet later: nothing changes, the timeout is not read again.
+        let later = start + Duration::from_secs(600);
+        assert!(!clock.update(true, later, || panic!("read only when it becomes quiet")));
+        assert_eq!(clock.deadline(), Some(start + TIMEOUT));
+    }
+
+    #[test]
+    fn busy_stops_the_clock_and_a_touch_restarts_it() {
+        let start = Instant::now();
+        let mut clock = IdleClock::default();
+        clock.update(true, start, || Some(TIMEOUT));
+        // A turn: no deadline while busy.
+        assert!(clock.update(false, start + Duration::from_secs(50), || None));
+        assert_eq!(clock.deadline(), None);
+        assert_eq!(clock.hibernate_at(), None);
+        // Quiet again: a whole timeout from then, not from the first quiet moment.
+        let again = start + Duration::from_secs(100);
+        clock.update(true, again, || Some(TIMEOUT));
+        assert_eq!(clock.deadline(), Some(again + TIMEOUT));
+        // A client opens the agent: the clock starts over at the next quiet moment.
+        assert!(clock.touch());
+        assert_eq!(clock.deadline(), None);
+        let opened = start + Duration::from_secs(130);
+        clock.update(true, opened, || Some(TIMEOUT));
+        assert_eq!(clock.deadline(), Some(opened + TIMEOUT));
+        assert!(!IdleClock::default().touch(), "a busy clock was not quiet");
+    }
+
+    #[test]
+    fn a_zero_timeout_never_hibernates() {
+        let mut clock = IdleClock::default();
+        assert!(clock.update(true, Instant::now(), || None));
+        assert_eq!(clock.deadline(), None);
+        assert_eq!(clock.hibernate_at(), None);
+    }
+}
