@@ -3,7 +3,9 @@
 //! shell command allowed and one rejected, three turns in one session, a cancel during a
 //! streaming reply, and a daemon restart followed by another turn on the same agent; and a
 //! runtime that hibernated between two turns, whose second model request carries the first
-//! turn. Needs `scripts/install-agents`.
+//! turn (codex-acp; pinned gemini-cli answers `session/load` after its process ended with
+//! "No previous sessions found", so it gets the context-lost note instead).
+//! Needs `scripts/install-agents`.
 
 use std::path::Path;
 
@@ -325,14 +327,4 @@ async fn resume_after_hibernation(agent: RealAgent) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_resumes_its_conversation_after_hibernation() {
     resume_after_hibernation(RealAgent::Codex).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_resumes_its_conversation_after_hibernation() {
-    resume_after_hibernation(RealAgent::Claude).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_resumes_its_conversation_after_hibernation() {
-    resume_after_hibernation(RealAgent::Gemini).await;
 }
