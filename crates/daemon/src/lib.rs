@@ -11,6 +11,7 @@ pub mod lock;
 pub mod logging;
 mod mcp;
 mod ops;
+mod schedules;
 mod server;
 mod ui;
 mod wire;
