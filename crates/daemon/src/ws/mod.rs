@@ -88,6 +88,7 @@ impl Hub {
         };
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
+        let mut schedules = ops.subscribe_schedules();
         // Filled after subscribing: a change in between is applied again by its event.
         hub.agents.fill(ops);
         let out = hub.tx.clone();
@@ -130,6 +131,12 @@ impl Hub {
                         Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} registry events"))),
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
+                    change = schedules.recv() => match change {
+                        Ok(event) => Some(schedule_message(&event)),
+                        Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} schedule events"))),
+                        // The schedules live as long as the daemon: nothing more to hear.
+                        Err(broadcast::error::RecvError::Closed) => None,
+                    },
                     () = async {
                         match next_close {
                             Some(at) => tokio::time::sleep_until(at).await,
@@ -162,6 +169,18 @@ fn resync(reason: String) -> Outgoing {
         agent: None,
         revision: 0,
         text: encode(&DaemonMessage::ResyncRequired { reason }),
+        joined: None,
+    }
+}
+
+fn schedule_message(event: &crate::schedules::ScheduleEvent) -> Outgoing {
+    Outgoing {
+        agent: None,
+        revision: 0,
+        text: encode(&DaemonMessage::ScheduleUpdate {
+            schedule_id: event.id.to_string(),
+            schedule: event.schedule.as_ref().map(wire::schedule),
+        }),
         joined: None,
     }
 }
