@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use drover_testkit::daemon::{Client, TestDaemon};
-use drover_testkit::wait::{eventually, poll_until};
+use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -228,7 +228,7 @@ async fn schedules_archive_is_refused_listing_the_schedule_and_stop_activity_del
         .await;
     assert_eq!(archived["type"], "archived", "{archived}");
     assert_eq!(archived["payload"]["stopped"]["families"]["schedule"][0]["id"], id.as_str());
-    poll_until("the schedule deleted", WAIT, async || {
+    eventually("the schedule deleted", WAIT, async || {
         list(&mut client).await.is_empty()
     })
     .await;
@@ -368,7 +368,7 @@ async fn schedules_a_run_due_during_a_sigkill_fires_exactly_once_after_restart()
     tokio::time::sleep(Duration::from_secs(3)).await;
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
-    poll_until("the run recorded", WAIT, async || {
+    eventually("the run recorded", WAIT, async || {
         schedule_file(home.path(), &id)["runs"]
             .as_array()
             .is_some_and(|r| r.len() == 1)
