@@ -194,7 +194,10 @@ async fn run() -> Result<()> {
         ),
         Row::info(format!("RSS with {ARMED} armed"), fmt_kb(rss_armed)),
         Row::target(
-            format!("daemon CPU over {}s, {ARMED} armed, none due", IDLE.as_secs()),
+            format!(
+                "daemon CPU over {}s, {ARMED} armed, none due",
+                IDLE.as_secs()
+            ),
             format!("{cpu_percent:.2} % ({})", fmt_dur(cpu)),
             format!("≤ {TARGET_CPU_PERCENT} %"),
             cpu_percent <= TARGET_CPU_PERCENT,
@@ -210,7 +213,10 @@ async fn run() -> Result<()> {
             p99 <= TARGET_P99,
         ),
         Row::info("due → durably queued, max", fmt_dur(max)),
-        Row::info("due → client told (schedule_update), p99", fmt_dur(heard_p99)),
+        Row::info(
+            "due → client told (schedule_update), p99",
+            fmt_dur(heard_p99),
+        ),
         Row::info("RSS after the probes", fmt_kb(rss_after)),
     ];
     bench::print_summary(&rows, started);

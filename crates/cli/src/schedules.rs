@@ -87,12 +87,9 @@ fn when_of(add: &ScheduleAdd) -> Result<ScheduleWhen, CliError> {
         start_at: add.start.as_deref().map(parse_time).transpose()?,
         cron: add.cron.clone(),
         time_zone: add.cron.as_ref().map(|_| {
-            add.tz.clone().unwrap_or_else(|| {
-                TimeZone::system()
-                    .iana_name()
-                    .unwrap_or("UTC")
-                    .to_string()
-            })
+            add.tz
+                .clone()
+                .unwrap_or_else(|| TimeZone::system().iana_name().unwrap_or("UTC").to_string())
         }),
     })
 }
@@ -210,10 +207,7 @@ fn table(schedules: &[ScheduleInfo], agents: &[AgentInfo]) -> Table {
         };
         let target = match (&s.agent_id, &s.new_agent) {
             (Some(agent), _) => short.get(agent).to_string(),
-            (None, Some(spec)) => format!(
-                "new {}",
-                spec["provider"].as_str().unwrap_or("agent")
-            ),
+            (None, Some(spec)) => format!("new {}", spec["provider"].as_str().unwrap_or("agent")),
             (None, None) => "-".to_string(),
         };
         let last = match s.runs.last() {

@@ -238,6 +238,7 @@ fn settings() -> insta::Settings {
         (r"\(\d+[smhd] ago\)", "([AGE] ago)"),
         (r"\(in \d+[smhd]\)", "(in [LEFT])"),
         (r"\b\d+[smhd] ago, failed", "[AGE] ago, failed"),
+        (r"\b\d+[smhd] ago  ", "[AGE] ago  "),
         (r"  \d{1,2}[smhd] {2,3}", "  [AGE]  "),
         (r"pid \d+", "pid [PID]"),
         (r"#token=[0-9a-f]+", "#token=[TOKEN]"),
@@ -1296,11 +1297,20 @@ fn schedules_are_added_listed_paused_resumed_and_removed() {
     snapshot!("schedule_add_every", hourly.transcript());
     assert_eq!(hourly.code, 0);
     let cron = fx.drover(&[
-        "schedule", "add", "--agent", "worker", "--cron", "0 9 * * 1-5", "--tz", "Europe/Paris",
+        "schedule",
+        "add",
+        "--agent",
+        "worker",
+        "--cron",
+        "0 9 * * 1-5",
+        "--tz",
+        "Europe/Paris",
         "say triage the new issues",
     ]);
     snapshot!("schedule_add_cron", cron.transcript());
-    let made = fx.drover(&["schedule", "add", "--new", "scripted", "--in", "1s", "say made"]);
+    let made = fx.drover(&[
+        "schedule", "add", "--new", "scripted", "--in", "1s", "say made",
+    ]);
     assert_eq!(made.code, 0, "{}", made.transcript());
     // The once schedule fires, creating its agent.
     let deadline = Instant::now() + WAIT;
@@ -1312,11 +1322,17 @@ fn schedules_are_added_listed_paused_resumed_and_removed() {
         assert!(Instant::now() < deadline, "sched-3 never fired: {s}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let child = fired["runs"][0]["agentId"].as_str().expect("agent").to_string();
+    let child = fired["runs"][0]["agentId"]
+        .as_str()
+        .expect("agent")
+        .to_string();
     fx.wait_status(&child, "idle");
     let ls = fx.drover(&["schedule", "ls"]).ok();
     snapshot!("schedule_ls", ls.transcript());
-    let mine = fx.drover(&["schedule", "ls", "--agent", "worker", "--json"]).ok().json();
+    let mine = fx
+        .drover(&["schedule", "ls", "--agent", "worker", "--json"])
+        .ok()
+        .json();
     assert_eq!(mine.as_array().map(Vec::len), Some(2), "{mine}");
 
     // An agent with an active schedule is not archived behind its back.
@@ -1342,10 +1358,20 @@ fn schedule_arguments_are_checked_before_anything_is_made() {
     let fx = Fixture::start();
     let id = fx.spawn_agent(&["--title", "worker"], "say ready");
     fx.wait_status(&id, "idle");
-    let duration = fx.drover(&["schedule", "add", "--agent", "worker", "--every", "soon", "x"]);
+    let duration = fx.drover(&[
+        "schedule", "add", "--agent", "worker", "--every", "soon", "x",
+    ]);
     snapshot!("schedule_bad_duration", duration.transcript());
     assert_eq!(duration.code, 2);
-    let cron = fx.drover(&["schedule", "add", "--agent", "worker", "--cron", "61 * * * *", "x"]);
+    let cron = fx.drover(&[
+        "schedule",
+        "add",
+        "--agent",
+        "worker",
+        "--cron",
+        "61 * * * *",
+        "x",
+    ]);
     snapshot!("schedule_bad_cron", fx.redact(&cron.transcript()));
     assert_eq!(cron.code, 5);
     let none = fx.drover(&["schedule", "add", "--agent", "worker", "x"]);

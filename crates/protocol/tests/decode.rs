@@ -403,7 +403,15 @@ fn schedule_new_agent() -> impl Strategy<Value = ScheduleNewAgent> {
         any::<bool>(),
     )
         .prop_map(
-            |(provider, cwd, workspace_id, parent_agent_id, title, permission_policy, auto_archive)| {
+            |(
+                provider,
+                cwd,
+                workspace_id,
+                parent_agent_id,
+                title,
+                permission_policy,
+                auto_archive,
+            )| {
                 ScheduleNewAgent {
                     provider,
                     cwd,

@@ -79,13 +79,24 @@ pub(crate) fn cadence_of(when: &ScheduleWhen, now: Timestamp) -> Result<Cadence,
         ));
     }
     if when.time_zone.is_some() && when.cron.is_none() {
-        return Err(OpError::invalid("timeZone", "only a `cron` schedule has a time zone"));
+        return Err(OpError::invalid(
+            "timeZone",
+            "only a `cron` schedule has a time zone",
+        ));
     }
     if when.start_at.is_some() && when.every_seconds.is_none() {
-        return Err(OpError::invalid("startAt", "only an `everySeconds` schedule has a start"));
+        return Err(OpError::invalid(
+            "startAt",
+            "only an `everySeconds` schedule has a start",
+        ));
     }
+    // Whole seconds from now: `in 2h` reads as a time, not as a nanosecond count.
+    let now_s = Timestamp::from_second(now.as_second()).unwrap_or(now);
     let after = |secs: u64| {
-        now.checked_add(SignedDuration::from_secs(i64::try_from(secs).unwrap_or(i64::MAX)))
+        now_s
+            .checked_add(SignedDuration::from_secs(
+                i64::try_from(secs).unwrap_or(i64::MAX),
+            ))
             .map_err(|_| OpError::invalid("when", format!("{secs} seconds is too far away")))
     };
     let cadence = if let Some(at) = &when.at {
@@ -162,14 +173,22 @@ impl Ops {
         caller: Caller,
         spec: ScheduleNewAgent,
     ) -> Result<NewAgentSpec, OpError> {
-        let parent = spec.parent_agent_id.as_deref().map(parse_agent).transpose()?;
+        let parent = spec
+            .parent_agent_id
+            .as_deref()
+            .map(parse_agent)
+            .transpose()?;
         if let Some(parent) = parent {
             let p = self.controlled(caller, parent)?;
             if p.is_archived() {
                 return Err(RegistryError::Archived { agent: p.id }.into());
             }
         }
-        let workspace_id = spec.workspace_id.as_deref().map(parse_workspace).transpose()?;
+        let workspace_id = spec
+            .workspace_id
+            .as_deref()
+            .map(parse_workspace)
+            .transpose()?;
         if let Some(ws) = workspace_id {
             self.workspace(ws)?;
         }
@@ -177,7 +196,10 @@ impl Ops {
         if let Some(cwd) = &cwd
             && !cwd.is_absolute()
         {
-            return Err(OpError::invalid("cwd", format!("`{}` is not absolute", cwd.display())));
+            return Err(OpError::invalid(
+                "cwd",
+                format!("`{}` is not absolute", cwd.display()),
+            ));
         }
         if caller == Caller::User {
             if spec.provider.is_none() {
@@ -305,7 +327,10 @@ fn creator(schedule: &Schedule) -> Caller {
 impl Deliver for Ops {
     fn blocked(&self, schedule: &Schedule) -> Option<String> {
         let agent = schedule.owner_agent()?;
-        self.registry.check_turn_gate(agent).err().map(|e| e.to_string())
+        self.registry
+            .check_turn_gate(agent)
+            .err()
+            .map(|e| e.to_string())
     }
 
     fn followup(
@@ -367,7 +392,9 @@ impl Deliver for Ops {
             // As the user: the new agent is the schedule's own, whoever its parent is.
             ops.queue_message(Caller::User, agent, message)
                 .await
-                .map_err(|e| format!("agent `{agent}` was created, but its prompt was not queued: {e}"))?;
+                .map_err(|e| {
+                    format!("agent `{agent}` was created, but its prompt was not queued: {e}")
+                })?;
             Ok(agent)
         })
     }

@@ -97,12 +97,7 @@ impl Cadence {
 
 /// `90` → `1m30s`, `7200` → `2h`.
 pub(crate) fn human_secs(secs: u64) -> String {
-    let (d, h, m, s) = (
-        secs / 86_400,
-        secs / 3600 % 24,
-        secs / 60 % 60,
-        secs % 60,
-    );
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
     let mut out = String::new();
     for (n, unit) in [(d, "d"), (h, "h"), (m, "m"), (s, "s")] {
         if n > 0 {
@@ -306,7 +301,11 @@ mod tests {
         let first = c.next_after(ts("2026-11-01T00:00:00Z")).expect("next");
         assert_eq!(first, ts("2026-11-01T05:30:00Z"), "the first 01:30 (EDT)");
         let second = c.next_after(first).expect("next");
-        assert_eq!(second, ts("2026-11-02T06:30:00Z"), "the next day's, not the repeat");
+        assert_eq!(
+            second,
+            ts("2026-11-02T06:30:00Z"),
+            "the next day's, not the repeat"
+        );
     }
 
     #[test]

@@ -596,7 +596,9 @@ impl ActivityFamily for ScheduleFamily {
                 agent_id: Some(agent.id),
                 title: s.title.clone(),
                 detail: match s.next_run_at {
-                    Some(at) => format!("schedule {} ({}), next at {at}", s.id, s.cadence.describe()),
+                    Some(at) => {
+                        format!("schedule {} ({}), next at {at}", s.id, s.cadence.describe())
+                    }
                     None => format!("schedule {} ({})", s.id, s.cadence.describe()),
                 },
             })

@@ -315,7 +315,14 @@ mod tests {
     #[test]
     fn ids_parse_only_their_own_form() {
         assert_eq!("sched-12".parse::<ScheduleId>(), Ok(ScheduleId(12)));
-        for bad in ["sched-", "sched-01", "sched-1/..", "12", "sched--1", "SCHED-1"] {
+        for bad in [
+            "sched-",
+            "sched-01",
+            "sched-1/..",
+            "12",
+            "sched--1",
+            "SCHED-1",
+        ] {
             let e = bad.parse::<ScheduleId>().expect_err(bad);
             assert!(e.contains("schedule id"), "{e}");
         }

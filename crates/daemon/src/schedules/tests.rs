@@ -37,7 +37,10 @@ impl Deliver for Recorder {
         agent: AgentId,
         message: InboxMessage,
     ) -> BoxFuture<'static, Result<(), String>> {
-        self.reached.lock().expect("lock").insert(message.id.clone());
+        self.reached
+            .lock()
+            .expect("lock")
+            .insert(message.id.clone());
         self.delivered.lock().expect("lock").push((agent, message));
         Box::pin(async { Ok(()) })
     }
@@ -50,7 +53,10 @@ impl Deliver for Recorder {
         existing: Option<AgentId>,
     ) -> BoxFuture<'static, Result<AgentId, String>> {
         let agent = existing.unwrap_or_default();
-        self.reached.lock().expect("lock").insert(message.id.clone());
+        self.reached
+            .lock()
+            .expect("lock")
+            .insert(message.id.clone());
         self.delivered.lock().expect("lock").push((agent, message));
         Box::pin(async move { Ok(agent) })
     }
@@ -279,7 +285,10 @@ async fn a_run_a_crash_cut_off_is_delivered_exactly_once() {
     let sink = Arc::new(Recorder::default());
     let reached_id = reached.pending.clone().expect("pending").message_id;
     let lost_id = lost.pending.clone().expect("pending").message_id;
-    sink.reached.lock().expect("lock").insert(reached_id.clone());
+    sink.reached
+        .lock()
+        .expect("lock")
+        .insert(reached_id.clone());
     let _task = schedules.start(sink.clone());
     pass(Duration::from_secs(2)).await;
     let delivered = sink.delivered();
@@ -319,7 +328,10 @@ async fn a_schedule_for_an_archived_agent_never_fires() {
     assert_eq!(now.state(), State::Paused);
     assert_eq!(now.runs.len(), 1);
     assert!(
-        now.runs[0].error.as_deref().is_some_and(|e| e.contains("archived")),
+        now.runs[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("archived")),
         "{:?}",
         now.runs[0]
     );
@@ -347,7 +359,11 @@ async fn pause_resume_and_delete_reach_the_timer_and_the_disk() {
     pass(Duration::from_secs(30)).await;
     assert!(sink.delivered().is_empty(), "paused: nothing fires");
     let resumed = schedules.set_paused(s.id, false).await.expect("resume");
-    assert_eq!(resumed.next_run_at, Some(base + secs(40)), "missed ones skipped");
+    assert_eq!(
+        resumed.next_run_at,
+        Some(base + secs(40)),
+        "missed ones skipped"
+    );
     pass(Duration::from_secs(11)).await;
     assert_eq!(sink.delivered().len(), 1);
     schedules.delete(s.id).await.expect("delete");

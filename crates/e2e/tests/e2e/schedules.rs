@@ -71,7 +71,12 @@ async fn schedules_deliver_followups_and_create_agents_on_time() {
     )
     .await;
     assert_eq!(followup["state"], "active");
-    assert_eq!(followup["description"].as_str().map(|d| d.starts_with("once at")), Some(true));
+    assert_eq!(
+        followup["description"]
+            .as_str()
+            .map(|d| d.starts_with("once at")),
+        Some(true)
+    );
     let id = followup["id"].as_str().expect("id").to_string();
     assert!(id.starts_with("sched-"), "{id}");
 
@@ -88,7 +93,11 @@ async fn schedules_deliver_followups_and_create_agents_on_time() {
     assert!(run["error"].is_null(), "{run}");
     let message_id = run["messageId"].as_str().expect("message id").to_string();
     let due: jiff::Timestamp = run["dueAt"].as_str().expect("due").parse().expect("time");
-    let fired_at: jiff::Timestamp = run["firedAt"].as_str().expect("fired").parse().expect("time");
+    let fired_at: jiff::Timestamp = run["firedAt"]
+        .as_str()
+        .expect("fired")
+        .parse()
+        .expect("time");
     assert!(
         fired_at.duration_since(due) < jiff::SignedDuration::from_secs(1),
         "late: {run}"
@@ -136,15 +145,51 @@ async fn schedules_refuse_bad_input_by_name() {
     let (mut client, _) = daemon.client().await;
     let agent = create(&mut client, &daemon.cwd(), "say ready", "worker").await;
     let cases = [
-        (json!({"agentId": agent, "prompt": "x", "when": {"cron": "61 * * * *"}}), "invalid_input", "61 * * * *"),
-        (json!({"agentId": agent, "prompt": "x", "when": {"cron": "0 9 * * *", "timeZone": "Mars/Olympus"}}), "invalid_input", "Mars/Olympus"),
-        (json!({"agentId": agent, "prompt": "x", "when": {"inSeconds": 5, "everySeconds": 5}}), "invalid_message", "exactly one"),
-        (json!({"agentId": agent, "prompt": "x", "when": {"at": "2020-01-01T00:00:00Z"}}), "invalid_message", "in the past"),
-        (json!({"agentId": agent, "prompt": "x", "when": {"at": "tomorrow"}}), "invalid_message", "`tomorrow`"),
-        (json!({"agentId": agent, "prompt": "  ", "when": {"inSeconds": 5}}), "invalid_message", "prompt"),
-        (json!({"prompt": "x", "when": {"inSeconds": 5}}), "invalid_message", "agentId"),
-        (json!({"agentId": "0193b1c2-7d4e-7a10-8000-0123456789ab", "prompt": "x", "when": {"inSeconds": 5}}), "unknown_agent", "0193b1c2"),
-        (json!({"newAgent": {"provider": "nope", "cwd": daemon.cwd()}, "prompt": "x", "when": {"inSeconds": 5}}), "unknown_provider", "nope"),
+        (
+            json!({"agentId": agent, "prompt": "x", "when": {"cron": "61 * * * *"}}),
+            "invalid_input",
+            "61 * * * *",
+        ),
+        (
+            json!({"agentId": agent, "prompt": "x", "when": {"cron": "0 9 * * *", "timeZone": "Mars/Olympus"}}),
+            "invalid_input",
+            "Mars/Olympus",
+        ),
+        (
+            json!({"agentId": agent, "prompt": "x", "when": {"inSeconds": 5, "everySeconds": 5}}),
+            "invalid_message",
+            "exactly one",
+        ),
+        (
+            json!({"agentId": agent, "prompt": "x", "when": {"at": "2020-01-01T00:00:00Z"}}),
+            "invalid_message",
+            "in the past",
+        ),
+        (
+            json!({"agentId": agent, "prompt": "x", "when": {"at": "tomorrow"}}),
+            "invalid_message",
+            "`tomorrow`",
+        ),
+        (
+            json!({"agentId": agent, "prompt": "  ", "when": {"inSeconds": 5}}),
+            "invalid_message",
+            "prompt",
+        ),
+        (
+            json!({"prompt": "x", "when": {"inSeconds": 5}}),
+            "invalid_message",
+            "agentId",
+        ),
+        (
+            json!({"agentId": "0193b1c2-7d4e-7a10-8000-0123456789ab", "prompt": "x", "when": {"inSeconds": 5}}),
+            "unknown_agent",
+            "0193b1c2",
+        ),
+        (
+            json!({"newAgent": {"provider": "nope", "cwd": daemon.cwd()}, "prompt": "x", "when": {"inSeconds": 5}}),
+            "unknown_provider",
+            "nope",
+        ),
     ];
     for (request, code, names) in cases {
         let mut message = json!({"type": "create_schedule"});
@@ -227,7 +272,10 @@ async fn schedules_archive_is_refused_listing_the_schedule_and_stop_activity_del
         .request(json!({"type": "archive", "agentId": parent, "stopActivity": true}))
         .await;
     assert_eq!(archived["type"], "archived", "{archived}");
-    assert_eq!(archived["payload"]["stopped"]["families"]["schedule"][0]["id"], id.as_str());
+    assert_eq!(
+        archived["payload"]["stopped"]["families"]["schedule"][0]["id"],
+        id.as_str()
+    );
     eventually("the schedule deleted", WAIT, async || {
         list(&mut client).await.is_empty()
     })
@@ -276,11 +324,17 @@ async fn schedules_an_agent_manages_only_its_own_over_mcp() {
     assert!(said.contains("mcp delete_schedule error:"), "{said}");
     assert!(said.contains("code: not_permitted"), "{said}");
     let listed = said.split("mcp list_schedules: ").nth(1).expect("listed");
-    assert!(listed.contains(&mine) && !listed.contains(&theirs), "{listed}");
+    assert!(
+        listed.contains(&mine) && !listed.contains(&theirs),
+        "{listed}"
+    );
     // The user sees both; theirs was left as it was.
     let all = list(&mut client).await;
     assert_eq!(all.len(), 2, "{all:?}");
-    assert!(all.iter().any(|s| s["id"] == theirs.as_str() && s["state"] == "active"));
+    assert!(
+        all.iter()
+            .any(|s| s["id"] == theirs.as_str() && s["state"] == "active")
+    );
     daemon.stop().await;
 }
 
@@ -433,6 +487,13 @@ async fn schedules_sigkills_while_runs_fire_never_lose_or_repeat_one() {
     let mut unique = sent.clone();
     unique.sort();
     unique.dedup();
-    assert_eq!(unique.len(), sent.len(), "a run was delivered twice: {sent:?}");
-    assert_eq!(sent, runs, "every recorded run was delivered, and only those");
+    assert_eq!(
+        unique.len(),
+        sent.len(),
+        "a run was delivered twice: {sent:?}"
+    );
+    assert_eq!(
+        sent, runs,
+        "every recorded run was delivered, and only those"
+    );
 }
