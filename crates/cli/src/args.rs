@@ -272,7 +272,7 @@ pub struct ScheduleArgs {
 #[derive(Debug, Subcommand)]
 pub enum ScheduleAction {
     /// Schedule a prompt; prints the schedule's id and its next run.
-    Add(ScheduleAdd),
+    Add(Box<ScheduleAdd>),
     /// List the schedules with their next run and last run.
     #[command(visible_alias = "list")]
     Ls {

@@ -31,13 +31,12 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, CliError> {
             continue;
         }
         let unit = match c {
-            's' => 1,
+            ' ' if number.is_empty() => continue,
+            // A bare number is seconds.
+            's' | ' ' => 1,
             'm' => 60,
             'h' => 3600,
             'd' => 86_400,
-            ' ' if number.is_empty() => continue,
-            // A bare number is seconds.
-            ' ' => 1,
             _ => return Err(bad()),
         };
         let n: u64 = number.parse().map_err(|_| bad())?;
@@ -118,7 +117,7 @@ fn next_run(at: Option<&str>, now: Timestamp) -> String {
     }
 }
 
-pub async fn add(ctx: &Ctx, add: ScheduleAdd) -> anyhow::Result<()> {
+pub async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
     let when = when_of(&add)?;
     let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
     let find = |query: &str| -> Result<String, CliError> {

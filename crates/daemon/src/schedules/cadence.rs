@@ -2,6 +2,7 @@
 //! expression in a named time zone (parsed and searched by `croner`, on jiff's zoned times).
 
 use std::cmp::Ordering;
+use std::fmt::Write as _;
 use std::str::FromStr;
 
 use croner::{CivilDate, CivilDateTime, CivilTime, Cron, CronDateTime, Resolution, Weekday};
@@ -101,7 +102,8 @@ pub(crate) fn human_secs(secs: u64) -> String {
     let mut out = String::new();
     for (n, unit) in [(d, "d"), (h, "h"), (m, "m"), (s, "s")] {
         if n > 0 {
-            out.push_str(&format!("{n}{unit}"));
+            // Writing to a `String` cannot fail.
+            let _ = write!(out, "{n}{unit}");
         }
     }
     if out.is_empty() {

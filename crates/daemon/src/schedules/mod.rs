@@ -298,10 +298,11 @@ impl Schedules {
         }
         s.paused = paused;
         s.updated_at = self.now();
-        if !paused && s.cadence.recurs() {
-            if let Ok(c) = s.cadence.compile() {
-                s.next_run_at = c.next_after(s.updated_at);
-            }
+        if !paused
+            && s.cadence.recurs()
+            && let Ok(c) = s.cadence.compile()
+        {
+            s.next_run_at = c.next_after(s.updated_at);
         }
         self.write(&s).await?;
         self.apply(s.clone());
@@ -543,15 +544,28 @@ impl Schedules {
         };
         let id = s.id;
         let mid = pending.message_id.clone();
+        // Reading the inbox and the timeline is file I/O: off the async workers.
+        let reached = |agent: AgentId| {
+            let (sink, mid) = (sink.clone(), mid.clone());
+            async move {
+                tokio::task::spawn_blocking(move || sink.reached(agent, &mid))
+                    .await
+                    .unwrap_or(false)
+            }
+        };
         let result = match &s.target {
-            Target::Agent { agent_id } if sink.reached(*agent_id, &mid) => {
+            Target::Agent { agent_id } if reached(*agent_id).await => {
                 tracing::info!(schedule = %id, "a run interrupted by a crash had been queued; recorded");
                 Ok(*agent_id)
             }
             Target::NewAgent(_) => {
                 let existing = sink.created_by_run(id, &mid);
+                let found = match existing {
+                    Some(agent) => reached(agent).await,
+                    None => false,
+                };
                 match existing {
-                    Some(agent) if sink.reached(agent, &mid) => Ok(agent),
+                    Some(agent) if found => Ok(agent),
                     _ => self.deliver(sink, &s, &mid, existing).await,
                 }
             }

@@ -3,6 +3,7 @@
 //! The sink records what the operations layer would have been asked to deliver.
 
 use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -377,7 +378,6 @@ async fn pause_resume_and_delete_reach_the_timer_and_the_disk() {
     }
     assert!(last.is_some_and(|e| e.id == s.id && e.schedule.is_none()));
     // The files are private.
-    use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(store::dir(home.path()))
         .expect("dir")
         .permissions()

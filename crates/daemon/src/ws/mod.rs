@@ -89,6 +89,7 @@ impl Hub {
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
         let mut schedules = ops.subscribe_schedules();
+        let mut schedules_open = true;
         // Filled after subscribing: a change in between is applied again by its event.
         hub.agents.fill(ops);
         let out = hub.tx.clone();
@@ -131,11 +132,14 @@ impl Hub {
                         Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} registry events"))),
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
-                    change = schedules.recv() => match change {
+                    change = schedules.recv(), if schedules_open => match change {
                         Ok(event) => Some(schedule_message(&event)),
                         Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} schedule events"))),
-                        // The schedules live as long as the daemon: nothing more to hear.
-                        Err(broadcast::error::RecvError::Closed) => None,
+                        // Nothing more to hear (the schedules went first at shutdown).
+                        Err(broadcast::error::RecvError::Closed) => {
+                            schedules_open = false;
+                            None
+                        }
                     },
                     () = async {
                         match next_close {
