@@ -165,6 +165,8 @@ pub enum Command {
     },
     /// Make, list, check and remove the git worktrees drover makes for agents.
     Worktree(WorktreeArgs),
+    /// Prompts on a timetable: to an agent (a followup each time) or to a new agent.
+    Schedule(ScheduleArgs),
     /// List the providers and whether each can run (the daemon's view when it runs).
     Providers {
         /// Print JSON instead of a table
@@ -254,6 +256,93 @@ pub enum WorktreeAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A schedule is named by its id (`sched-3`, or just `3`). Times are RFC 3339 \
+                  (2026-12-24T09:00:00+01:00) or local (2026-12-24 09:00); durations are \
+                  `90s`, `30m`, `2h`, `1d`, `1h 30m`."
+)]
+pub struct ScheduleArgs {
+    #[command(subcommand)]
+    pub action: ScheduleAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// Schedule a prompt; prints the schedule's id and its next run.
+    Add(Box<ScheduleAdd>),
+    /// List the schedules with their next run and last run.
+    #[command(visible_alias = "list")]
+    Ls {
+        /// Only the schedules of this agent (id, unique prefix or suffix, or title)
+        #[arg(long, value_name = "ID")]
+        agent: Option<String>,
+        /// Print JSON (the schedules as the protocol describes them)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a schedule.
+    #[command(visible_alias = "delete")]
+    Rm {
+        /// The schedule (`sched-3` or `3`)
+        schedule: String,
+    },
+    /// Pause a schedule: it does not fire until resumed.
+    Pause {
+        /// The schedule (`sched-3` or `3`)
+        schedule: String,
+    },
+    /// Resume a paused schedule from now (missed runs are skipped).
+    Resume {
+        /// The schedule (`sched-3` or `3`)
+        schedule: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["at", "in_", "every", "cron"])))]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["agent", "new"])))]
+pub struct ScheduleAdd {
+    /// Send to this agent as a followup (id, unique prefix or suffix, or title)
+    #[arg(long, value_name = "ID")]
+    pub agent: Option<String>,
+    /// Create a new agent of this provider each time instead
+    #[arg(long, value_name = "PROVIDER")]
+    pub new: Option<String>,
+    /// The new agent's working directory [default: the current directory]
+    #[arg(long, value_name = "DIR", requires = "new")]
+    pub cwd: Option<PathBuf>,
+    /// Make each new agent a subagent of this agent
+    #[arg(long, value_name = "ID", requires = "new")]
+    pub parent: Option<String>,
+    /// Once, at this time
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
+    /// Once, this long from now
+    #[arg(long = "in", value_name = "DURATION")]
+    pub in_: Option<String>,
+    /// Every DURATION, the first time one DURATION from now (or at --start)
+    #[arg(long, value_name = "DURATION")]
+    pub every: Option<String>,
+    /// With --every: the first run
+    #[arg(long, value_name = "TIME", requires = "every")]
+    pub start: Option<String>,
+    /// By a cron expression (`0 9 * * 1-5`; 6 fields with seconds first; `@daily`)
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// With --cron: the time zone it is read in [default: this machine's, else UTC]
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub tz: Option<String>,
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Print the schedule as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// What is sent each time (not empty)
+    #[arg(value_parser = not_blank)]
+    pub prompt: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

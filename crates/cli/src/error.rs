@@ -79,7 +79,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         ErrorCode::UnknownAgent
         | ErrorCode::UnknownWorkspace
         | ErrorCode::UnknownProvider
-        | ErrorCode::InvalidId => exit::NOT_FOUND,
+        | ErrorCode::InvalidId
+        | ErrorCode::UnknownSchedule => exit::NOT_FOUND,
         ErrorCode::AgentActive
         | ErrorCode::IllegalTransition
         | ErrorCode::AgentArchived

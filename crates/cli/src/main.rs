@@ -18,6 +18,7 @@ mod error;
 mod mcp_proxy;
 mod output;
 mod resolve;
+mod schedules;
 mod ui;
 mod workspaces;
 
@@ -30,7 +31,7 @@ use clap::{CommandFactory, Parser};
 use drover_daemon::DaemonConfig;
 use drover_protocol::Delivery;
 
-use crate::args::{Cli, Command, DaemonAction, WorktreeAction};
+use crate::args::{Cli, Command, DaemonAction, ScheduleAction, WorktreeAction};
 use crate::client::Endpoint;
 use crate::commands::Ctx;
 use crate::error::CliError;
@@ -161,6 +162,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 WorktreeAction::Status { ws, json } => workspaces::status(&ctx, &ws, json).await,
                 WorktreeAction::Rm { ws, force, json } => {
                     workspaces::remove(&ctx, &ws, force, json).await
+                }
+            },
+            Command::Schedule(schedule) => match schedule.action {
+                ScheduleAction::Add(add) => schedules::add(&ctx, add).await,
+                ScheduleAction::Ls { agent, json } => {
+                    schedules::list(&ctx, agent.as_deref(), json).await
+                }
+                ScheduleAction::Rm { schedule } => schedules::remove(&ctx, &schedule).await,
+                ScheduleAction::Pause { schedule } => {
+                    schedules::set_paused(&ctx, &schedule, true).await
+                }
+                ScheduleAction::Resume { schedule } => {
+                    schedules::set_paused(&ctx, &schedule, false).await
                 }
             },
             Command::Daemon(_)

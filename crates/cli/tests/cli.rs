@@ -236,6 +236,9 @@ fn settings() -> insta::Settings {
         (r"\b\d{2}:\d{2}:\d{2}\b", "[TIME]"),
         (r"\b\d+\.\d+s\b", "[ELAPSED]"),
         (r"\(\d+[smhd] ago\)", "([AGE] ago)"),
+        (r"\(in \d+[smhd]\)", "(in [LEFT])"),
+        (r"\b\d+[smhd] ago, failed", "[AGE] ago, failed"),
+        (r"\b\d+[smhd] ago  ", "[AGE] ago  "),
         (r"  \d{1,2}[smhd] {2,3}", "  [AGE]  "),
         (r"pid \d+", "pid [PID]"),
         (r"\b\d+ process(es)?, \d+\.\d MB", "[PROCESSES], [RSS]"),
@@ -1282,4 +1285,112 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
             );
         }
     }
+}
+
+// ---- schedules --------------------------------------------------------------------------------
+
+/// `drover schedule ls --json`, the schedule `id`.
+fn schedule_json(fx: &Fixture, id: &str) -> Value {
+    let all = fx.drover(&["schedule", "ls", "--json"]).ok().json();
+    all.as_array()
+        .and_then(|a| a.iter().find(|s| s["id"] == id).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn schedules_are_added_listed_paused_resumed_and_removed() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "worker"], "say ready");
+    fx.wait_status(&id, "idle");
+    let hourly = fx.drover(&[
+        "schedule", "add", "--agent", "worker", "--every", "1h", "--title", "hourly", "say tick",
+    ]);
+    snapshot!("schedule_add_every", hourly.transcript());
+    assert_eq!(hourly.code, 0);
+    let cron = fx.drover(&[
+        "schedule",
+        "add",
+        "--agent",
+        "worker",
+        "--cron",
+        "0 9 * * 1-5",
+        "--tz",
+        "Europe/Paris",
+        "say triage the new issues",
+    ]);
+    snapshot!("schedule_add_cron", cron.transcript());
+    let made = fx.drover(&[
+        "schedule", "add", "--new", "scripted", "--in", "1s", "say made",
+    ]);
+    assert_eq!(made.code, 0, "{}", made.transcript());
+    // The once schedule fires, creating its agent.
+    let deadline = Instant::now() + WAIT;
+    let fired = loop {
+        let s = schedule_json(&fx, "sched-3");
+        if s["state"] == "finished" {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "sched-3 never fired: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let child = fired["runs"][0]["agentId"]
+        .as_str()
+        .expect("agent")
+        .to_string();
+    fx.wait_status(&child, "idle");
+    let ls = fx.drover(&["schedule", "ls"]).ok();
+    snapshot!("schedule_ls", ls.transcript());
+    let mine = fx
+        .drover(&["schedule", "ls", "--agent", "worker", "--json"])
+        .ok()
+        .json();
+    assert_eq!(mine.as_array().map(Vec::len), Some(2), "{mine}");
+
+    // An agent with an active schedule is not archived behind its back.
+    let refused = fx.drover(&["archive", "worker"]);
+    snapshot!("schedule_archive_refused", refused.transcript());
+    assert_eq!(refused.code, 5);
+
+    let paused = fx.drover(&["schedule", "pause", "1"]).ok();
+    snapshot!("schedule_pause", paused.transcript());
+    assert_eq!(schedule_json(&fx, "sched-1")["state"], "paused");
+    let resumed = fx.drover(&["schedule", "resume", "sched-1"]).ok();
+    snapshot!("schedule_resume", resumed.transcript());
+    let removed = fx.drover(&["schedule", "rm", "1"]).ok();
+    snapshot!("schedule_rm", removed.transcript());
+    let again = fx.drover(&["schedule", "rm", "1"]);
+    snapshot!("schedule_rm_unknown", again.transcript());
+    assert_eq!(again.code, 4);
+    assert!(schedule_json(&fx, "sched-1").is_null());
+}
+
+#[test]
+fn schedule_arguments_are_checked_before_anything_is_made() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "worker"], "say ready");
+    fx.wait_status(&id, "idle");
+    let duration = fx.drover(&[
+        "schedule", "add", "--agent", "worker", "--every", "soon", "x",
+    ]);
+    snapshot!("schedule_bad_duration", duration.transcript());
+    assert_eq!(duration.code, 2);
+    let cron = fx.drover(&[
+        "schedule",
+        "add",
+        "--agent",
+        "worker",
+        "--cron",
+        "61 * * * *",
+        "x",
+    ]);
+    snapshot!("schedule_bad_cron", fx.redact(&cron.transcript()));
+    assert_eq!(cron.code, 5);
+    let none = fx.drover(&["schedule", "add", "--agent", "worker", "x"]);
+    assert_eq!(none.code, 2, "{}", none.transcript());
+    assert!(none.stderr.contains("--every"), "{}", none.stderr);
+    let nobody = fx.drover(&["schedule", "add", "--agent", "nobody", "--in", "1m", "x"]);
+    assert_eq!(nobody.code, 4, "{}", nobody.transcript());
+    let listed = fx.drover(&["schedule", "ls"]).ok();
+    assert!(listed.stdout.is_empty(), "{}", listed.stdout);
+    assert!(listed.stderr.contains("no schedules"), "{}", listed.stderr);
 }

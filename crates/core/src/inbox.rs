@@ -228,6 +228,19 @@ impl Inbox {
         Ok(())
     }
 
+    /// The id of every message the log on disk ever queued (claimed, discarded or pending),
+    /// read without opening it for writing: whoever queued a message with an id of its own
+    /// choosing can tell after a crash whether it got there. Missing file: none.
+    pub fn read_queued_ids(home: &Path, agent: AgentId) -> Result<HashSet<String>, StoreError> {
+        let mut ids = HashSet::new();
+        crate::jsonl::read(&Self::path_for(home, agent), |entry| {
+            if let Entry::Queued { message } = entry {
+                ids.insert(message.id);
+            }
+        })?;
+        Ok(ids)
+    }
+
     pub fn pending(&self) -> impl Iterator<Item = &InboxMessage> {
         self.pending.iter()
     }

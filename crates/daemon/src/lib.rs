@@ -11,6 +11,7 @@ pub mod lock;
 pub mod logging;
 mod mcp;
 mod ops;
+mod schedules;
 mod server;
 mod ui;
 mod wire;
@@ -104,11 +105,17 @@ pub async fn run_locked(
     lock.publish(&info)?;
     tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
 
+    // Schedules: loaded now, a family of archive admission from here on, firing once the
+    // operations they fire through exist.
+    let schedules = schedules::Schedules::open(&config.home, schedules::Clock::System);
+    registry.register_family(Arc::new(schedules::ScheduleFamily(schedules.clone())));
     let ops = ops::Ops {
         registry: registry.clone(),
         runtimes: runtimes.clone(),
         agent_tokens: tokens,
+        schedules: schedules.clone(),
     };
+    let timer = schedules.start(ops.schedule_sink());
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
@@ -139,6 +146,8 @@ pub async fn run_locked(
         })
         .await;
 
+    schedules.shutdown();
+    let _ = timer.await;
     tracing::info!("shutting down: closing runtimes");
     runtimes.shutdown().await;
     registry.shutdown().await;

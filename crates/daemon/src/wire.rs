@@ -176,3 +176,41 @@ pub(crate) fn workspace_changes(
             .collect(),
     }
 }
+
+/// A schedule as clients see it.
+pub(crate) fn schedule(s: &crate::schedules::Schedule) -> drover_protocol::ScheduleInfo {
+    use crate::schedules::Target;
+    let (agent_id, new_agent) = match &s.target {
+        Target::Agent { agent_id } => (Some(agent_id.to_string()), None),
+        Target::NewAgent(spec) => (None, serde_json::to_value(spec).ok()),
+    };
+    drover_protocol::ScheduleInfo {
+        id: s.id.to_string(),
+        title: s.title.clone(),
+        created_at: s.created_at.to_string(),
+        updated_at: s.updated_at.to_string(),
+        created_by: s.created_by.map(|a| a.to_string()),
+        agent_id,
+        new_agent,
+        prompt: s.prompt.clone(),
+        cadence: serde_json::to_value(&s.cadence).unwrap_or(Value::Null),
+        description: s.cadence.describe(),
+        state: s.state().as_str().to_string(),
+        next_run_at: match s.state() {
+            crate::schedules::State::Active => s.next_run_at.map(|t| t.to_string()),
+            _ => None,
+        },
+        runs: s
+            .runs
+            .iter()
+            .map(|r| drover_protocol::ScheduleRunInfo {
+                due_at: r.due_at.to_string(),
+                fired_at: r.fired_at.to_string(),
+                message_id: r.message_id.clone(),
+                agent_id: r.agent_id.map(|a| a.to_string()),
+                error: r.error.clone(),
+                recovered: r.recovered,
+            })
+            .collect(),
+    }
+}

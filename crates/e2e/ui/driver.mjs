@@ -70,7 +70,44 @@ async function openAgent(page, id) {
   await page.locator(`${pane(id)} .timeline`).waitFor({ state: 'visible' });
 }
 
+const scheduleRow = (agent, id) => `${pane(agent)} .schedule-row[data-schedule-id="${id}"]`;
+
 const scenarios = {
+  // Schedules in an agent's pane: made from the header, listed with their next run, paused
+  // and resumed, deleted after a confirm, on a second browser too.
+  async schedules() {
+    const one = await open();
+    const two = await open();
+    for (const p of [one, two]) { await ready(p); await openAgent(p, A.agent); }
+    await one.click(`${pane(A.agent)} button.schedule-new`);
+    const dialog = one.locator('dialog');
+    await dialog.waitFor({ state: 'visible' });
+    await dialog.locator('textarea[name=prompt]').fill('say tick');
+    await dialog.locator('input[name=title]').fill('hourly check');
+    await dialog.locator('select[name=kind]').selectOption('every');
+    await dialog.locator('input[name=minutes]').fill('60');
+    await shot(one, 'schedule-new');
+    await dialog.locator('button[type=submit]').click();
+    await gone(one, 'dialog');
+    const id = await step('created');
+    for (const p of [one, two]) {
+      const r = p.locator(scheduleRow(A.agent, id));
+      await r.waitFor();
+      const text = await r.innerText();
+      if (!text.includes('hourly check') || !text.includes('every 1h') || !text.includes('next ')) fail(`the schedule row says: ${text}`);
+    }
+    await shot(one, 'schedules');
+    await one.click(`${scheduleRow(A.agent, id)} button:has-text("Pause")`);
+    await two.locator(`${scheduleRow(A.agent, id)}.state-paused`).waitFor();
+    await step('paused');
+    await two.click(`${scheduleRow(A.agent, id)} button:has-text("Resume")`);
+    await one.locator(`${scheduleRow(A.agent, id)}.state-active`).waitFor();
+    await one.click(`${scheduleRow(A.agent, id)} button.schedule-delete`);
+    await dialog.waitFor({ state: 'visible' });
+    await one.click('dialog button.danger');
+    for (const p of [one, two]) await gone(p, scheduleRow(A.agent, id));
+  },
+
   // A page without a (valid) token explains how to get one; with one in the fragment it logs
   // in and takes the token out of the address bar.
   async login() {

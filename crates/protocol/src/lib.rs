@@ -80,6 +80,7 @@ error_codes! {
     WorktreeBusy => "worktree_busy",
     WorktreeIoFailed => "worktree_io_failed",
     TooManyRequests => "too_many_requests",
+    UnknownSchedule => "unknown_schedule",
 }
 
 impl ErrorCode {
@@ -366,6 +367,95 @@ pub enum ClientMessage {
         #[serde(default)]
         force: bool,
     },
+    /// Schedules `prompt`: to the agent `agentId` (a followup each time), or to a new agent
+    /// made from `newAgent` each time; `when` says when.
+    CreateSchedule {
+        #[serde(default)]
+        request_id: Option<String>,
+        prompt: String,
+        when: ScheduleWhen,
+        #[serde(default)]
+        agent_id: Option<String>,
+        #[serde(default)]
+        new_agent: Option<ScheduleNewAgent>,
+        #[serde(default)]
+        title: Option<String>,
+    },
+    /// Every schedule, or those of one agent (the ones targeting it or creating its
+    /// subagents).
+    ListSchedules {
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        agent_id: Option<String>,
+    },
+    /// Stops a schedule from firing until it is resumed.
+    PauseSchedule {
+        #[serde(default)]
+        request_id: Option<String>,
+        schedule_id: String,
+    },
+    /// Arms a paused schedule again from now (what it missed while paused is skipped; a
+    /// `once` schedule whose time passed runs at once).
+    ResumeSchedule {
+        #[serde(default)]
+        request_id: Option<String>,
+        schedule_id: String,
+    },
+    DeleteSchedule {
+        #[serde(default)]
+        request_id: Option<String>,
+        schedule_id: String,
+    },
+}
+
+/// When a schedule fires: exactly one of `at`, `inSeconds`, `everySeconds`, `cron`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScheduleWhen {
+    /// Once, at this time (RFC 3339 with an offset, e.g. `2026-12-24T09:00:00+01:00`).
+    #[serde(default)]
+    pub at: Option<String>,
+    /// Once, this many seconds from now.
+    #[serde(default)]
+    pub in_seconds: Option<u64>,
+    /// Every this many seconds, the first time at `startAt` (default: one period from now).
+    #[serde(default)]
+    pub every_seconds: Option<u64>,
+    #[serde(default)]
+    pub start_at: Option<String>,
+    /// A cron expression: 5 fields (`minute hour day-of-month month day-of-week`), or 6 with
+    /// seconds first; `@daily` and the like too.
+    #[serde(default)]
+    pub cron: Option<String>,
+    /// The time zone the cron expression is read in (IANA name; default `UTC`).
+    #[serde(default)]
+    pub time_zone: Option<String>,
+}
+
+/// The agent a schedule creates each time it fires.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScheduleNewAgent {
+    /// Default: the creating agent's provider (required from a client).
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// The working directory (absolute). Default: the workspace's directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub workspace_id: Option<String>,
+    /// Each new agent is a subagent of this one.
+    #[serde(default)]
+    pub parent_agent_id: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub permission_policy: Option<PermissionPolicy>,
+    #[serde(default)]
+    pub auto_archive: bool,
 }
 
 /// A worktree to make: every field optional.
@@ -415,7 +505,12 @@ impl ClientMessage {
             | ClientMessage::ListWorkspaces { request_id, .. }
             | ClientMessage::CreateWorktree { request_id, .. }
             | ClientMessage::GetWorktreeStatus { request_id, .. }
-            | ClientMessage::ArchiveWorkspace { request_id, .. } => request_id.as_deref(),
+            | ClientMessage::ArchiveWorkspace { request_id, .. }
+            | ClientMessage::CreateSchedule { request_id, .. }
+            | ClientMessage::ListSchedules { request_id, .. }
+            | ClientMessage::PauseSchedule { request_id, .. }
+            | ClientMessage::ResumeSchedule { request_id, .. }
+            | ClientMessage::DeleteSchedule { request_id, .. } => request_id.as_deref(),
         }
     }
 }
@@ -723,6 +818,71 @@ pub enum DaemonMessage {
     /// This session fell behind and events were dropped: re-read with `list_agents` and
     /// re-initialize the agents it shows.
     ResyncRequired { reason: String },
+    /// The answer to `create_schedule`, `pause_schedule`, `resume_schedule`.
+    Schedule {
+        request_id: Option<String>,
+        schedule: ScheduleInfo,
+    },
+    /// The answer to `list_schedules`.
+    Schedules {
+        request_id: Option<String>,
+        schedules: Vec<ScheduleInfo>,
+    },
+    ScheduleDeleted {
+        request_id: Option<String>,
+        schedule_id: String,
+    },
+    /// A schedule was made, changed (paused, resumed, fired) or deleted (`schedule: null`).
+    /// To every session.
+    ScheduleUpdate {
+        schedule_id: String,
+        schedule: Option<ScheduleInfo>,
+    },
+}
+
+/// A schedule as clients see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleInfo {
+    /// `sched-<n>`.
+    pub id: String,
+    pub title: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The agent that made it over MCP; `null` when a user did.
+    pub created_by: Option<String>,
+    /// The agent it sends its prompt to (a followup), for a schedule that does not create one.
+    pub agent_id: Option<String>,
+    /// The agent it creates each time (`provider`, `cwd`, `workspaceId`, `parentAgentId`, ...).
+    pub new_agent: Option<Value>,
+    pub prompt: String,
+    /// As stored: `{kind: once, at}`, `{kind: every, everySecs, from}`,
+    /// `{kind: cron, expr, timeZone}`.
+    pub cadence: Value,
+    /// One line for people: `every 30m`, `cron 0 9 * * 1-5 (Europe/Paris)`.
+    pub description: String,
+    /// `active`, `paused`, `finished` (a `once` schedule that ran).
+    pub state: String,
+    pub next_run_at: Option<String>,
+    /// The last runs, oldest first (at most 20).
+    pub runs: Vec<ScheduleRunInfo>,
+}
+
+/// One time a schedule fired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleRunInfo {
+    /// The occurrence it ran for.
+    pub due_at: String,
+    /// When its prompt was durably queued (or the attempt failed).
+    pub fired_at: String,
+    /// The queued message.
+    pub message_id: Option<String>,
+    /// The agent it went to, or the one it created.
+    pub agent_id: Option<String>,
+    pub error: Option<String>,
+    /// Settled at boot from a delivery a crash interrupted.
+    pub recovered: bool,
 }
 
 impl DaemonMessage {
@@ -746,12 +906,16 @@ impl DaemonMessage {
             | DaemonMessage::WorktreeStatus { request_id, .. }
             | DaemonMessage::WorkspaceChanges { request_id, .. }
             | DaemonMessage::WorkspaceArchived { request_id, .. }
+            | DaemonMessage::Schedule { request_id, .. }
+            | DaemonMessage::Schedules { request_id, .. }
+            | DaemonMessage::ScheduleDeleted { request_id, .. }
             | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
             DaemonMessage::Welcome { .. }
             | DaemonMessage::SessionState { .. }
             | DaemonMessage::AgentStatus { .. }
             | DaemonMessage::AgentUpdate(_)
             | DaemonMessage::WorkspaceUpdate { .. }
+            | DaemonMessage::ScheduleUpdate { .. }
             | DaemonMessage::ResyncRequired { .. } => None,
         }
     }
@@ -870,6 +1034,11 @@ pub const CLIENT_TYPES: &[&str] = &[
     "create_worktree",
     "get_worktree_status",
     "archive_workspace",
+    "create_schedule",
+    "list_schedules",
+    "pause_schedule",
+    "resume_schedule",
+    "delete_schedule",
 ];
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use drover_protocol::{
-    CLIENT_TYPES, ClientMessage, Delivery, NewWorktree, PermissionPolicy, decode_client,
+    CLIENT_TYPES, ClientMessage, Delivery, NewWorktree, PermissionPolicy, ScheduleNewAgent,
+    ScheduleWhen, decode_client,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
@@ -13,6 +14,9 @@ use serde_json::{Map, Number, Value};
 /// Field names the messages use, so that random objects often look almost right.
 const FIELDS: &[&str] = &[
     "type",
+    "when",
+    "newAgent",
+    "scheduleId",
     "requestId",
     "agentId",
     "client",
@@ -322,7 +326,104 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 force
             }
         ),
+        (
+            opt_string(),
+            any::<String>(),
+            schedule_when(),
+            opt_string(),
+            prop::option::of(schedule_new_agent()),
+            opt_string()
+        )
+            .prop_map(|(request_id, prompt, when, agent_id, new_agent, title)| {
+                ClientMessage::CreateSchedule {
+                    request_id,
+                    prompt,
+                    when,
+                    agent_id,
+                    new_agent,
+                    title,
+                }
+            }),
+        (opt_string(), opt_string()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::ListSchedules {
+                request_id,
+                agent_id,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, schedule_id)| {
+            ClientMessage::PauseSchedule {
+                request_id,
+                schedule_id,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, schedule_id)| {
+            ClientMessage::ResumeSchedule {
+                request_id,
+                schedule_id,
+            }
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, schedule_id)| {
+            ClientMessage::DeleteSchedule {
+                request_id,
+                schedule_id,
+            }
+        }),
     ]
+}
+
+fn schedule_when() -> impl Strategy<Value = ScheduleWhen> {
+    (
+        opt_string(),
+        prop::option::of(any::<u64>()),
+        prop::option::of(any::<u64>()),
+        opt_string(),
+        opt_string(),
+        opt_string(),
+    )
+        .prop_map(
+            |(at, in_seconds, every_seconds, start_at, cron, time_zone)| ScheduleWhen {
+                at,
+                in_seconds,
+                every_seconds,
+                start_at,
+                cron,
+                time_zone,
+            },
+        )
+}
+
+fn schedule_new_agent() -> impl Strategy<Value = ScheduleNewAgent> {
+    (
+        opt_string(),
+        opt_string(),
+        opt_string(),
+        opt_string(),
+        opt_string(),
+        prop::option::of(policy()),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(
+                provider,
+                cwd,
+                workspace_id,
+                parent_agent_id,
+                title,
+                permission_policy,
+                auto_archive,
+            )| {
+                ScheduleNewAgent {
+                    provider,
+                    cwd,
+                    workspace_id,
+                    parent_agent_id,
+                    title: title.clone(),
+                    model: title,
+                    permission_policy,
+                    auto_archive,
+                }
+            },
+        )
 }
 
 fn new_worktree() -> impl Strategy<Value = NewWorktree> {

@@ -13,13 +13,14 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use drover_core::{AgentId, WorktreeOptions};
-use drover_protocol::Delivery;
+use drover_protocol::{Delivery, ScheduleNewAgent, ScheduleWhen};
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::ops::agents::{CreateAgent, Placement, Summary};
+use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 
 /// How long `wait_for_agent` waits unless told otherwise.
@@ -166,6 +167,53 @@ struct NoParams {}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateScheduleParams {
+    /// What is sent each time it fires.
+    prompt: String,
+    /// When: exactly one of `at` (RFC 3339), `inSeconds`, `everySeconds` (with `startAt`), or
+    /// `cron` (with `timeZone`, default UTC). E.g. `{"cron": "0 9 * * 1-5", "timeZone":
+    /// "Europe/Paris"}` or `{"inSeconds": 7200}`.
+    when: ScheduleWhen,
+    /// Send to this agent (yourself or a descendant) as a followup. Default: yourself,
+    /// unless `newAgent` is given.
+    #[serde(default)]
+    agent_id: Option<String>,
+    /// Instead, create a new agent each time, with the prompt as its first message.
+    #[serde(default)]
+    new_agent: Option<ScheduleAgentParams>,
+    #[serde(default)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ScheduleAgentParams {
+    /// Default `{"kind": "subagent"}`: each new agent is your subagent.
+    #[serde(default)]
+    relationship: Option<Relationship>,
+    /// Default: your provider.
+    #[serde(default)]
+    provider: Option<String>,
+    /// Default: your workspace's directory.
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    auto_archive: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ScheduleParams {
+    /// `sched-<n>`.
+    schedule_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct WorktreeParams {
     /// The checkout to branch from (default: yours).
     #[serde(default)]
@@ -245,6 +293,16 @@ tools! {
         "Create a git worktree (a new branch) as a workspace, running the repository's drover.toml setup; create agents in it with create_agent and workspace {kind: current, cwd: <its path>}.",
     "list_worktrees" => list_worktrees(NoParams):
         "The worktree workspaces drover made and that are not archived.",
+    "create_schedule" => create_schedule(CreateScheduleParams):
+        "Schedule a prompt: to yourself or a descendant (a followup each time), or to a new agent created each time. Once (`at`, `inSeconds`), every N seconds, or by cron in a time zone. Returns the schedule with its next run.",
+    "list_schedules" => list_schedules(NoParams):
+        "Your schedules (those you made, and those of yourself and your subagents), with their next run and last runs.",
+    "pause_schedule" => pause_schedule(ScheduleParams):
+        "Pause one of your schedules: it does not fire until resumed.",
+    "resume_schedule" => resume_schedule(ScheduleParams):
+        "Resume a paused schedule from now (missed runs are skipped; a once-schedule whose time passed runs at once).",
+    "delete_schedule" => delete_schedule(ScheduleParams):
+        "Delete one of your schedules.",
     "archive_worktree" => archive_worktree(ArchiveWorktreeParams):
         "Archive a worktree workspace: refused with uncommitted changes or unpushed commits unless force; runs teardown, removes the worktree, archives its agents (the branch with unmerged commits is kept).",
 }
@@ -520,6 +578,76 @@ async fn archive_worktree(ops: &Ops, caller: AgentId, params: ArchiveWorktreePar
         .archive_workspace(Caller::Agent(caller), id, params.force)
         .await?;
     Ok(serde_json::to_value(outcome).unwrap_or(Value::Null))
+}
+
+async fn create_schedule(ops: &Ops, caller: AgentId, params: CreateScheduleParams) -> ToolResult {
+    let target = match (params.agent_id, params.new_agent) {
+        (Some(_), Some(_)) => {
+            return Err(OpError::invalid(
+                "agentId",
+                "give `agentId` or `newAgent`, not both",
+            ));
+        }
+        (Some(agent), None) => ScheduleFor::Agent(agent),
+        (None, None) => ScheduleFor::Agent(caller.to_string()),
+        (None, Some(spec)) => ScheduleFor::NewAgent(ScheduleNewAgent {
+            provider: spec.provider,
+            cwd: spec.cwd,
+            workspace_id: None,
+            parent_agent_id: match spec.relationship {
+                Some(Relationship::Detached) => None,
+                Some(Relationship::Subagent) | None => Some(caller.to_string()),
+            },
+            title: spec.title,
+            model: spec.model,
+            permission_policy: None,
+            auto_archive: spec.auto_archive,
+        }),
+    };
+    let schedule = ops
+        .create_schedule(
+            Caller::Agent(caller),
+            CreateSchedule {
+                target,
+                prompt: params.prompt,
+                when: params.when,
+                title: params.title,
+            },
+        )
+        .await?;
+    Ok(serde_json::to_value(crate::wire::schedule(&schedule)).unwrap_or(Value::Null))
+}
+
+// Async like every handler in the `tools!` table, which awaits them all alike.
+#[allow(clippy::unused_async)]
+async fn list_schedules(ops: &Ops, caller: AgentId, _params: NoParams) -> ToolResult {
+    let list: Vec<Value> = ops
+        .list_schedules(Caller::Agent(caller), None)?
+        .iter()
+        .map(|s| serde_json::to_value(crate::wire::schedule(s)).unwrap_or(Value::Null))
+        .collect();
+    Ok(json!({"schedules": list}))
+}
+
+async fn pause_schedule(ops: &Ops, caller: AgentId, params: ScheduleParams) -> ToolResult {
+    let s = ops
+        .pause_schedule(Caller::Agent(caller), &params.schedule_id)
+        .await?;
+    Ok(serde_json::to_value(crate::wire::schedule(&s)).unwrap_or(Value::Null))
+}
+
+async fn resume_schedule(ops: &Ops, caller: AgentId, params: ScheduleParams) -> ToolResult {
+    let s = ops
+        .resume_schedule(Caller::Agent(caller), &params.schedule_id)
+        .await?;
+    Ok(serde_json::to_value(crate::wire::schedule(&s)).unwrap_or(Value::Null))
+}
+
+async fn delete_schedule(ops: &Ops, caller: AgentId, params: ScheduleParams) -> ToolResult {
+    let id = ops
+        .delete_schedule(Caller::Agent(caller), &params.schedule_id)
+        .await?;
+    Ok(json!({"scheduleId": id.to_string(), "deleted": true}))
 }
 
 fn worktree_options(params: WorktreeParams) -> WorktreeOptions {

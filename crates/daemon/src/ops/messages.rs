@@ -26,11 +26,23 @@ impl Ops {
             _ => None,
         };
         let message = InboxMessage::new(delivery, text, caller.source()).notifying(notify);
-        let message_id = self.runtimes.deliver_message(target.id, message).await?;
+        let message_id = self.queue_message(caller, target.id, message).await?;
         Ok(SentMessage {
             message_id,
             notify: notify.is_some(),
         })
+    }
+
+    /// Queues a message the caller built (a schedule's run, whose id it chose and recorded
+    /// first); returns its id once it is durable.
+    pub(crate) async fn queue_message(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        message: InboxMessage,
+    ) -> Result<String, OpError> {
+        let target = self.controlled(caller, id)?;
+        Ok(self.runtimes.deliver_message(target.id, message).await?)
     }
 
     /// Cancels the running turn; without `keep_inbox`, queued messages are dropped too.

@@ -14,6 +14,7 @@
 //! - [`workspaces`]: workspaces and the git worktrees drover makes.
 //! - [`providers`]: the providers agents can be created with.
 //! - [`changes`]: what a workspace changed against its base (git, bounded).
+//! - [`schedules`]: prompts on a timetable, and how they fire.
 
 pub(crate) mod agents;
 pub(crate) mod archive;
@@ -21,6 +22,7 @@ pub(crate) mod changes;
 pub(crate) mod messages;
 pub(crate) mod permissions;
 pub(crate) mod providers;
+pub(crate) mod schedules;
 pub(crate) mod workspaces;
 
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::agent_tokens::AgentTokens;
+use crate::schedules::{ScheduleError, Schedules};
 
 /// What the operations work on: the daemon's registry and runtimes.
 #[derive(Clone, Debug)]
@@ -42,6 +45,7 @@ pub(crate) struct Ops {
     pub(crate) runtimes: RuntimeManager,
     /// The agents' MCP credentials.
     pub(crate) agent_tokens: Arc<AgentTokens>,
+    pub(crate) schedules: Schedules,
 }
 
 /// Who asks. A user (any client of the protocol) may do anything; an agent (over MCP) may
@@ -90,6 +94,8 @@ pub(crate) enum OpError {
     NotAWorktree(WorkspaceId),
     #[error(transparent)]
     Changes(#[from] changes::ChangesError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
 }
 
 impl From<AcpError> for OpError {
@@ -117,6 +123,12 @@ impl OpError {
             OpError::NotPermitted(_) => ErrorCode::NotPermitted,
             OpError::NotAWorktree(_) => ErrorCode::NotAWorktree,
             OpError::Changes(e) => e.code(),
+            OpError::Schedule(e) => match e {
+                ScheduleError::Unknown(_) => ErrorCode::UnknownSchedule,
+                ScheduleError::Cadence(_) => ErrorCode::InvalidInput,
+                ScheduleError::Store(_) => ErrorCode::StoreFailed,
+                ScheduleError::ShuttingDown => ErrorCode::ShuttingDown,
+            },
         }
     }
 
@@ -170,6 +182,13 @@ impl Ops {
     /// Where the agent's runtime is.
     pub(crate) fn runtime(&self, id: AgentId) -> RuntimeView {
         self.runtimes.runtime(id)
+    }
+
+    /// Every change to a schedule, as it happens.
+    pub(crate) fn subscribe_schedules(
+        &self,
+    ) -> broadcast::Receiver<crate::schedules::ScheduleEvent> {
+        self.schedules.subscribe()
     }
 
     /// The workspace's activity bucket (`None`: no agent contributes).

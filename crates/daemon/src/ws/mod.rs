@@ -89,6 +89,8 @@ impl Hub {
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
         let mut runtimes = ops.subscribe_runtime_changes();
+        let mut schedules = ops.subscribe_schedules();
+        let mut schedules_open = true;
         // Filled after subscribing: a change in between is applied again by its event.
         hub.agents.fill(ops);
         let out = hub.tx.clone();
@@ -144,6 +146,15 @@ impl Hub {
                         Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} runtime changes"))),
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
+                    change = schedules.recv(), if schedules_open => match change {
+                        Ok(event) => Some(schedule_message(&event)),
+                        Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} schedule events"))),
+                        // Nothing more to hear (the schedules went first at shutdown).
+                        Err(broadcast::error::RecvError::Closed) => {
+                            schedules_open = false;
+                            None
+                        }
+                    },
                     () = async {
                         match next_close {
                             Some(at) => tokio::time::sleep_until(at).await,
@@ -191,6 +202,17 @@ fn agent_status(agent: &drover_core::Agent, ops: &Ops, cache: &AgentCache) -> Ou
         text: Utf8Bytes::from(format!(
             r#"{{"type":"agent_status","payload":{{"agent":{info}}}}}"#
         )),
+    }
+}
+
+fn schedule_message(event: &crate::schedules::ScheduleEvent) -> Outgoing {
+    Outgoing {
+        agent: None,
+        revision: 0,
+        text: encode(&DaemonMessage::ScheduleUpdate {
+            schedule_id: event.id.to_string(),
+            schedule: event.schedule.as_ref().map(wire::schedule),
+        }),
         joined: None,
     }
 }

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::request_error;
 use crate::ops::agents::{CreateAgent, Placement};
+use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 use crate::wire;
 
@@ -253,6 +254,68 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             workspace_id,
             force,
         } => archive_workspace(ops, request_id, &workspace_id, force).await,
+        M::CreateSchedule {
+            request_id,
+            prompt,
+            when,
+            agent_id,
+            new_agent,
+            title,
+        } => {
+            let target = match (agent_id, new_agent) {
+                (Some(agent), None) => ScheduleFor::Agent(agent),
+                (None, Some(spec)) => ScheduleFor::NewAgent(spec),
+                _ => {
+                    return Err(OpError::invalid(
+                        "agentId",
+                        "give exactly one of `agentId` and `newAgent`",
+                    ));
+                }
+            };
+            let request = CreateSchedule {
+                target,
+                prompt,
+                when,
+                title,
+            };
+            let schedule = ops.create_schedule(CALLER, request).await?;
+            send(DaemonMessage::Schedule {
+                request_id,
+                schedule: wire::schedule(&schedule),
+            })
+        }
+        M::ListSchedules {
+            request_id,
+            agent_id,
+        } => send(DaemonMessage::Schedules {
+            request_id,
+            schedules: ops
+                .list_schedules(CALLER, agent_id.as_deref())?
+                .iter()
+                .map(wire::schedule)
+                .collect(),
+        }),
+        M::PauseSchedule {
+            request_id,
+            schedule_id,
+        } => send(DaemonMessage::Schedule {
+            request_id,
+            schedule: wire::schedule(&ops.pause_schedule(CALLER, &schedule_id).await?),
+        }),
+        M::ResumeSchedule {
+            request_id,
+            schedule_id,
+        } => send(DaemonMessage::Schedule {
+            request_id,
+            schedule: wire::schedule(&ops.resume_schedule(CALLER, &schedule_id).await?),
+        }),
+        M::DeleteSchedule {
+            request_id,
+            schedule_id,
+        } => send(DaemonMessage::ScheduleDeleted {
+            request_id,
+            schedule_id: ops.delete_schedule(CALLER, &schedule_id).await?.to_string(),
+        }),
     }
 }
 

@@ -16,6 +16,7 @@ mod real_agents;
 mod real_agents_daemon;
 mod real_agents_mcp;
 mod runtime;
+mod schedules;
 mod scripted_agent;
 mod security;
 mod streaming;

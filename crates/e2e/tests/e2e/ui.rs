@@ -137,8 +137,13 @@ impl Scenario {
 
     /// Lets the driver go on after a step.
     async fn go(&mut self) {
+        self.answer("go").await;
+    }
+
+    /// Lets the driver go on after a step, telling it `line`.
+    async fn answer(&mut self, line: &str) {
         self.stdin
-            .write_all(b"go\n")
+            .write_all(format!("{line}\n").as_bytes())
             .await
             .expect("answer the driver");
         self.stdin.flush().await.expect("answer the driver");
@@ -791,4 +796,30 @@ async fn the_timeline_renders_each_kind_and_never_the_agents_markup() {
     .await;
     wait_idle(&mut client, &id).await;
     Scenario::run("timelineKinds", &daemon, json!({"agent": id})).await;
+}
+
+#[tokio::test]
+async fn schedules_are_made_paused_and_deleted_from_the_agent_pane() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = idle_agent(&mut client, &daemon, "scheduled").await;
+    let mut s = Scenario::start("schedules", &daemon, json!({"agent": agent})).await;
+    s.step("created").await;
+    let listed = client.request(json!({"type": "list_schedules"})).await;
+    let schedules = listed["payload"]["schedules"].as_array().expect("schedules").clone();
+    assert_eq!(schedules.len(), 1, "{listed}");
+    let made = &schedules[0];
+    assert_eq!(made["agentId"], agent.as_str());
+    assert_eq!(made["prompt"], "say tick");
+    assert_eq!(made["cadence"]["everySecs"], 3600);
+    assert_eq!(made["state"], "active");
+    let id = made["id"].as_str().expect("id").to_string();
+    s.answer(&id).await;
+    s.step("paused").await;
+    let listed = client.request(json!({"type": "list_schedules"})).await;
+    assert_eq!(listed["payload"]["schedules"][0]["state"], "paused", "{listed}");
+    s.go().await;
+    s.done().await;
+    let listed = client.request(json!({"type": "list_schedules"})).await;
+    assert_eq!(listed["payload"]["schedules"], json!([]), "{listed}");
 }

@@ -18,6 +18,8 @@ const store = {
 
 const S = {
   agents: new Map(),
+  // Every schedule by id (`list_schedules`, then `schedule_update`).
+  schedules: new Map(),
   workspaces: new Map(),
   providers: null,
   state: 'connecting',
@@ -74,6 +76,10 @@ function onMessage(msg) {
       for (const pane of S.panes.values()) pane.loaded = false;
       pruneLayout();
       if (S.showArchived) loadArchived();
+      conn.request({ type: 'list_schedules' }).then((m) => {
+        S.schedules = new Map(m.payload.schedules.map((x) => [x.id, x]));
+        render({ sidebar: false });
+      }).catch(() => {});
       if (!S.providers) conn.request({ type: 'list_providers' }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
       render();
       break;
@@ -102,6 +108,11 @@ function onMessage(msg) {
       }
       break;
     }
+    case 'schedule_update':
+      if (p.schedule) S.schedules.set(p.scheduleId, p.schedule);
+      else S.schedules.delete(p.scheduleId);
+      render({ sidebar: false });
+      break;
     case 'resync_required':
       // Fell behind: every subscription was dropped; read everything again.
       conn.hello();
@@ -449,6 +460,7 @@ function renderPane() {
   }
   renderHeader(pane, a);
   renderTrack(pane, a);
+  renderSchedules(pane, a);
   renderQueued(pane);
   pane.send.disabled = S.state !== 'online';
 }
@@ -462,6 +474,7 @@ function makePane(a) {
   });
   pane.header = h('header', { class: 'pane-head' });
   pane.track = h('section', { class: 'track', 'aria-label': 'Subagents' });
+  pane.schedulesEl = h('section', { class: 'schedules', 'aria-label': 'Schedules', hidden: true });
   pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
   pane.input = h('textarea', {
     class: 'composer-input', rows: '2', 'aria-label': 'Message', placeholder: 'Message (Enter sends; Shift+Enter for a new line)',
@@ -485,7 +498,7 @@ function makePane(a) {
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
   pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.view.el,
-    h('div', { class: 'bottom' }, pane.track, pane.queuedEl,
+    h('div', { class: 'bottom' }, pane.schedulesEl, pane.track, pane.queuedEl,
       h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
   return pane;
 }
@@ -541,6 +554,7 @@ function renderHeader(pane, a) {
       h('span', { class: `badge runtime-${live(a)}`, title: live(a) === 'live' ? 'the agent process runs' : 'no process: it starts when it gets work' }, live(a)),
       h('span', { class: 'spacer' }),
       mode, model,
+      a.archivedAt ? null : h('button', { type: 'button', class: 'schedule-new', title: 'Send this agent a prompt on a timetable', onclick: () => scheduleDialog(a) }, 'Schedule'),
       h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).catch(failed('Stop')) }, 'Stop'),
       a.archivedAt ? null : h('button', { type: 'button', class: 'danger', onclick: () => archiveAgent(a, { ask: { title: `Archive “${label(a)}”?`, body: isRoot(a) ? 'It leaves every list and its subagents are archived with it.' : 'It leaves its parent’s track on every client.', confirm: 'Archive' } }) }, 'Archive')),
     h('div', { class: 'head-row meta' },
@@ -590,6 +604,84 @@ function renderTrack(pane, a) {
       h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'detach', agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
       h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
         onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' } }) }, '×')))));
+}
+
+// ---- schedules ----------------------------------------------------------------------------
+
+/** The schedules that are this agent's: sending to it, or creating its subagents. */
+function schedulesOf(a) {
+  return [...S.schedules.values()].filter((x) => x.state !== 'finished'
+    && (x.agentId === a.id || x.newAgent?.parentAgentId === a.id));
+}
+
+function localTime(iso) {
+  return iso ? new Date(iso).toLocaleString() : '';
+}
+
+function renderSchedules(pane, a) {
+  const list = schedulesOf(a);
+  const key = JSON.stringify(list.map((x) => [x.id, x.state, x.nextRunAt, x.description, x.title, x.prompt, x.runs.length]));
+  if (pane.schedulesKey === key) return;
+  pane.schedulesKey = key;
+  pane.schedulesEl.hidden = !list.length;
+  if (!list.length) { pane.schedulesEl.replaceChildren(); return; }
+  pane.schedulesEl.replaceChildren(
+    h('div', { class: 'track-head' }, h('strong', null, plural(list.length, 'schedule', 'schedules'))),
+    h('ul', { class: 'track-rows', role: 'list' }, list.map((x) => {
+      const last = x.runs[x.runs.length - 1];
+      return h('li', { class: `schedule-row state-${x.state}`, dataset: { scheduleId: x.id } },
+        h('span', { class: 'what' }, h('strong', null, x.title || x.prompt.split('\n')[0]), ' ', h('span', { class: 'muted' }, x.description)),
+        h('span', { class: 'when' }, x.state === 'paused' ? 'paused' : `next ${localTime(x.nextRunAt)}`),
+        last ? h('span', { class: last.error ? 'error-text' : 'muted', title: last.error || '' }, `last ${ago(last.firedAt)} ago${last.error ? ', failed' : ''}`) : null,
+        x.newAgent ? h('span', { class: 'badge' }, 'new agent') : null,
+        h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: x.state === 'paused' ? 'resume_schedule' : 'pause_schedule', scheduleId: x.id }).catch(failed('Schedule')) },
+          x.state === 'paused' ? 'Resume' : 'Pause'),
+        h('button', { type: 'button', class: 'icon schedule-delete', 'aria-label': `Delete schedule ${x.id}`, title: 'Delete',
+          onclick: async () => {
+            if (await confirmDialog({ title: `Delete “${x.title || x.id}”?`, body: `It stops: ${x.description}.`, confirm: 'Delete' })) {
+              conn.request({ type: 'delete_schedule', scheduleId: x.id }).catch(failed('Delete'));
+            }
+          } }, '×'));
+    })));
+}
+
+/** Schedules a prompt to `a`: once in N minutes, every N minutes, or by cron in a time zone. */
+async function scheduleDialog(a) {
+  await modal('Schedule', (close) => {
+    const error = h('div', { class: 'error-text', role: 'alert' });
+    const prompt = h('textarea', { name: 'prompt', rows: '3', required: true, 'aria-label': 'Prompt' });
+    const title = h('input', { name: 'title', 'aria-label': 'Title' });
+    const kind = h('select', { name: 'kind', 'aria-label': 'When' },
+      h('option', { value: 'in' }, 'once, in … minutes'),
+      h('option', { value: 'every' }, 'every … minutes'),
+      h('option', { value: 'cron' }, 'by cron'));
+    const minutes = h('input', { name: 'minutes', type: 'number', min: '1', value: '60', 'aria-label': 'Minutes' });
+    const cron = h('input', { name: 'cron', placeholder: '0 9 * * 1-5', 'aria-label': 'Cron expression' });
+    const zone = h('input', { name: 'timeZone', value: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC', 'aria-label': 'Time zone' });
+    const submit = async (e) => {
+      e.preventDefault();
+      error.textContent = '';
+      const when = kind.value === 'cron' ? { cron: cron.value.trim(), timeZone: zone.value.trim() || 'UTC' }
+        : { [kind.value === 'in' ? 'inSeconds' : 'everySeconds']: Math.round(Number(minutes.value) * 60) };
+      const msg = { type: 'create_schedule', agentId: a.id, prompt: prompt.value, when };
+      if (title.value.trim()) msg.title = title.value.trim();
+      try {
+        const m = await conn.request(msg);
+        S.schedules.set(m.payload.schedule.id, m.payload.schedule);
+        close();
+        render({ sidebar: false });
+      } catch (err) { error.textContent = err.message; }
+    };
+    const field = (text, el) => h('label', { class: 'field' }, h('span', null, text), el);
+    return h('form', { class: 'schedule-form', onsubmit: submit },
+      h('h2', null, `Schedule a prompt to “${label(a)}”`),
+      field('Prompt (a followup each time: it never interrupts a turn)', prompt),
+      field('Title', title),
+      h('div', { class: 'row' }, field('When', kind), field('Minutes', minutes)),
+      h('div', { class: 'row' }, field('Cron (for “by cron”)', cron), field('Time zone', zone)),
+      error,
+      h('div', { class: 'dialog-actions' }, h('button', { type: 'button', onclick: () => close() }, 'Cancel'), h('button', { type: 'submit', class: 'primary' }, 'Schedule')));
+  }, { className: 'wide' });
 }
 
 async function archiveFinished(a) {
