@@ -278,6 +278,12 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 agent_id,
             }
         }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::GetAgent {
+                request_id,
+                agent_id,
+            }
+        }),
         (opt_string(), any::<String>()).prop_map(|(request_id, workspace_id)| {
             ClientMessage::WorkspaceChanges {
                 request_id,

@@ -88,7 +88,7 @@ impl Hub {
         };
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
-        let mut runtimes = ops.subscribe_runtime_changes();
+        let mut runtime_changes = ops.subscribe_runtime_changes();
         let mut schedules = ops.subscribe_schedules();
         let mut schedules_open = true;
         // Filled after subscribing: a change in between is applied again by its event.
@@ -135,7 +135,7 @@ impl Hub {
                     },
                     // A runtime went cold, queued, starting or live, or will hibernate at
                     // another time: the agent's `AgentInfo` changed.
-                    changed = runtimes.recv() => match changed {
+                    changed = runtime_changes.recv() => match changed {
                         Ok(id) => match ops.agent(id) {
                             Ok(agent) => {
                                 ready = coalescer.flush_agent(agent.id);
@@ -202,6 +202,7 @@ fn agent_status(agent: &drover_core::Agent, ops: &Ops, cache: &AgentCache) -> Ou
         text: Utf8Bytes::from(format!(
             r#"{{"type":"agent_status","payload":{{"agent":{info}}}}}"#
         )),
+        joined: None,
     }
 }
 

@@ -806,7 +806,10 @@ async fn schedules_are_made_paused_and_deleted_from_the_agent_pane() {
     let mut s = Scenario::start("schedules", &daemon, json!({"agent": agent})).await;
     s.step("created").await;
     let listed = client.request(json!({"type": "list_schedules"})).await;
-    let schedules = listed["payload"]["schedules"].as_array().expect("schedules").clone();
+    let schedules = listed["payload"]["schedules"]
+        .as_array()
+        .expect("schedules")
+        .clone();
     assert_eq!(schedules.len(), 1, "{listed}");
     let made = &schedules[0];
     assert_eq!(made["agentId"], agent.as_str());
@@ -817,7 +820,10 @@ async fn schedules_are_made_paused_and_deleted_from_the_agent_pane() {
     s.answer(&id).await;
     s.step("paused").await;
     let listed = client.request(json!({"type": "list_schedules"})).await;
-    assert_eq!(listed["payload"]["schedules"][0]["state"], "paused", "{listed}");
+    assert_eq!(
+        listed["payload"]["schedules"][0]["state"], "paused",
+        "{listed}"
+    );
     s.go().await;
     s.done().await;
     let listed = client.request(json!({"type": "list_schedules"})).await;
