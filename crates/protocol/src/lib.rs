@@ -80,6 +80,8 @@ error_codes! {
     WorktreeBusy => "worktree_busy",
     WorktreeIoFailed => "worktree_io_failed",
     TooManyRequests => "too_many_requests",
+    UnknownJob => "unknown_job",
+    JobStartFailed => "job_start_failed",
 }
 
 impl ErrorCode {
