@@ -167,6 +167,11 @@ impl Ops {
         self.runtimes.subscribe()
     }
 
+    /// Every job start and end, as it happens.
+    pub(crate) fn subscribe_jobs(&self) -> broadcast::Receiver<drover_acp::jobs::JobEvent> {
+        self.runtimes.jobs().subscribe()
+    }
+
     /// The workspace's activity bucket (`None`: no agent contributes).
     pub(crate) fn workspace_activity(&self, id: WorkspaceId) -> Option<ActivityBucket> {
         self.registry.workspace_activity(id)
