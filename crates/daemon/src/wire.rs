@@ -1,8 +1,8 @@
 //! Domain records to wire types: the one place the protocol's shapes are filled in.
 
+use drover_acp::jobs::{JobRecord, KillCause};
 use drover_acp::{TimelineEvent, TimelineUpdate};
 use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
-use drover_acp::jobs::{JobRecord, KillCause};
 use drover_protocol::{
     AgentInfo, AgentUpdate, CommandRunInfo, JobInfo, ProviderInfo, WorkspaceInfo,
     WorktreeRemovalInfo, WorktreeStatusInfo,

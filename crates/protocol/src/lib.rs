@@ -959,6 +959,11 @@ pub const CLIENT_TYPES: &[&str] = &[
     "create_worktree",
     "get_worktree_status",
     "archive_workspace",
+    "start_job",
+    "list_jobs",
+    "job_output",
+    "kill_job",
+    "wait_job",
 ];
 
 #[cfg(test)]

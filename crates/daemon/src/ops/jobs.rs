@@ -149,15 +149,16 @@ impl Ops {
         wait: Option<Duration>,
     ) -> Result<JobOutput, OpError> {
         if offset.is_some() && tail.is_some() {
-            return Err(OpError::invalid("tail", "give `offset` or `tail`, not both"));
+            return Err(OpError::invalid(
+                "tail",
+                "give `offset` or `tail`, not both",
+            ));
         }
         self.job(caller, id)?;
         let jobs = self.runtimes.jobs();
         let max = max_bytes.unwrap_or(DEFAULT_READ).clamp(1, output::MAX_READ);
         let chunk = match (wait, offset) {
-            (Some(wait), Some(offset)) => {
-                jobs.follow(id, offset, max, wait.min(MAX_WAIT)).await?.0
-            }
+            (Some(wait), Some(offset)) => jobs.follow(id, offset, max, wait.min(MAX_WAIT)).await?.0,
             (Some(_), None) => {
                 return Err(OpError::invalid("waitMs", "needs an `offset` to wait past"));
             }
@@ -194,10 +195,6 @@ impl Ops {
         timeout: Duration,
     ) -> Result<(JobRecord, bool), OpError> {
         self.job(caller, id)?;
-        Ok(self
-            .runtimes
-            .jobs()
-            .wait(id, timeout.min(MAX_WAIT))
-            .await?)
+        Ok(self.runtimes.jobs().wait(id, timeout.min(MAX_WAIT)).await?)
     }
 }

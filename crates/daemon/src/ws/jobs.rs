@@ -99,7 +99,10 @@ pub(super) async fn answer(message: ClientMessage, ops: &Ops) -> Result<DaemonMe
         }
         other => Err(OpError::invalid(
             "type",
-            format!("`{}` is not a job request", other.request_id().unwrap_or("")),
+            format!(
+                "`{}` is not a job request",
+                other.request_id().unwrap_or("")
+            ),
         )),
     }
 }
