@@ -335,7 +335,8 @@ pub struct ScheduleAdd {
     /// With --cron: the time zone it is read in [default: this machine's, else UTC]
     #[arg(long, value_name = "ZONE", requires = "cron")]
     pub tz: Option<String>,
-    #[arg(long)]
+    /// A title for the schedule, shown by `drover schedule ls`
+    #[arg(long, value_name = "T")]
     pub title: Option<String>,
     /// Print the schedule as JSON
     #[arg(long)]

@@ -225,6 +225,14 @@ async fn session_state_from_cached_encodings_is_what_list_agents_says() {
         .request(json!({"type": "archive", "agentId": ids[0]}))
         .await;
     assert_eq!(archived["type"], "archived", "{archived}");
+    // The archive's close ends the runtime after the answer: wait until it is announced cold.
+    client
+        .recv_where(|m| {
+            m["type"] == "agent_status"
+                && m["payload"]["agent"]["id"] == ids[0].as_str()
+                && m["payload"]["agent"]["runtime"]["state"] == "cold"
+        })
+        .await;
     // Every change so far is announced: a new session's snapshot holds all of them.
     for include_archived in [false, true] {
         let mut fresh = Client::connect(&daemon.ws_url).await;
