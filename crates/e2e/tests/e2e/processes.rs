@@ -15,15 +15,15 @@ use tempfile::TempDir;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A daemon in a process of its own on `home`.
-struct DaemonProcess {
+/// A daemon in a process of its own on `home` (`drover-daemon-proc`), for tests that kill it.
+pub(crate) struct DaemonProcess {
     child: Child,
     ws_url: String,
     home: PathBuf,
 }
 
 impl DaemonProcess {
-    async fn start(home: &Path) -> DaemonProcess {
+    pub(crate) async fn start(home: &Path) -> DaemonProcess {
         let _ = std::fs::remove_file(home.join("daemon.json"));
         let child = Command::new(env!("CARGO_BIN_EXE_drover-daemon-proc"))
             .arg(home)
@@ -46,7 +46,7 @@ impl DaemonProcess {
         }
     }
 
-    async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         let mut client = Client::connect(&self.ws_url).await;
         let token = std::fs::read_to_string(self.home.join("token")).ok();
         let hello = client.hello(token.as_deref().map(str::trim)).await;
@@ -54,7 +54,7 @@ impl DaemonProcess {
         client
     }
 
-    fn sigkill(&mut self) {
+    pub(crate) fn sigkill(&mut self) {
         self.child.kill().expect("SIGKILL the daemon");
         let _ = self.child.wait();
     }

@@ -2,11 +2,12 @@
 //! (refused listing the schedule, `stopActivity` deletes it), ownership over MCP, clear errors,
 //! and SIGKILLs of a daemon process while schedules come due (each run delivered once).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use drover_testkit::daemon::{Client, TestDaemon};
+
+use crate::processes::DaemonProcess;
 use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -336,58 +337,6 @@ async fn schedules_an_agent_manages_only_its_own_over_mcp() {
             .any(|s| s["id"] == theirs.as_str() && s["state"] == "active")
     );
     daemon.stop().await;
-}
-
-/// A daemon in a process of its own on `home`.
-struct DaemonProcess {
-    child: Child,
-    ws_url: String,
-    home: PathBuf,
-}
-
-impl DaemonProcess {
-    async fn start(home: &Path) -> DaemonProcess {
-        let _ = std::fs::remove_file(home.join("daemon.json"));
-        let child = Command::new(env!("CARGO_BIN_EXE_drover-daemon-proc"))
-            .arg(home)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn drover-daemon-proc");
-        let info = home.join("daemon.json");
-        let url = eventually("daemon.json", WAIT, async || {
-            let bytes = std::fs::read(&info).ok()?;
-            let info: Value = serde_json::from_slice(&bytes).ok()?;
-            info["url"].as_str().map(str::to_string)
-        })
-        .await;
-        DaemonProcess {
-            child,
-            ws_url: format!("{}/ws", url.replacen("http://", "ws://", 1)),
-            home: home.to_path_buf(),
-        }
-    }
-
-    async fn client(&self) -> Client {
-        let mut client = Client::connect(&self.ws_url).await;
-        let token = std::fs::read_to_string(self.home.join("token")).ok();
-        let hello = client.hello(token.as_deref().map(str::trim)).await;
-        assert!(hello["agents"].is_array(), "{hello}");
-        client
-    }
-
-    fn sigkill(&mut self) {
-        self.child.kill().expect("SIGKILL the daemon");
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for DaemonProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn write_config(home: &Path, state: &Path) {
