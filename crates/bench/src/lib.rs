@@ -382,9 +382,9 @@ pub fn daemon_addr(path: &Path, pid: u32) -> Option<SocketAddr> {
 pub fn get_health(addr: SocketAddr) -> Option<Value> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .ok()?;
+    // The daemon answers only a `Host` that names it, port included (DNS rebinding).
+    let get = format!("GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(get.as_bytes()).ok()?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).ok()?;
     let text = String::from_utf8_lossy(&response);

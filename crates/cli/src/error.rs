@@ -79,6 +79,7 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         ErrorCode::UnknownAgent
         | ErrorCode::UnknownWorkspace
         | ErrorCode::UnknownProvider
+        | ErrorCode::UnknownJob
         | ErrorCode::InvalidId => exit::NOT_FOUND,
         ErrorCode::AgentActive
         | ErrorCode::IllegalTransition
@@ -108,7 +109,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::InvalidConfig
         | ErrorCode::WorktreeSetupFailed
         | ErrorCode::WorktreeTeardownFailed
-        | ErrorCode::WorktreeIoFailed => exit::ERROR,
+        | ErrorCode::WorktreeIoFailed
+        | ErrorCode::JobStartFailed => exit::ERROR,
     }
 }
 

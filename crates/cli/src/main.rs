@@ -15,6 +15,7 @@ mod client;
 mod commands;
 mod daemon_cmd;
 mod error;
+mod jobs;
 mod mcp_proxy;
 mod output;
 mod resolve;
@@ -163,6 +164,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     workspaces::remove(&ctx, &ws, force, json).await
                 }
             },
+            Command::Job(job) => jobs::run(&ctx, job.action).await,
             Command::Daemon(_)
             | Command::Completions { .. }
             | Command::McpProxy { .. }

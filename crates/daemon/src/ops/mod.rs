@@ -14,10 +14,12 @@
 //! - [`workspaces`]: workspaces and the git worktrees drover makes.
 //! - [`providers`]: the providers agents can be created with.
 //! - [`changes`]: what a workspace changed against its base (git, bounded).
+//! - [`jobs`]: background commands agents own.
 
 pub(crate) mod agents;
 pub(crate) mod archive;
 pub(crate) mod changes;
+pub(crate) mod jobs;
 pub(crate) mod messages;
 pub(crate) mod permissions;
 pub(crate) mod providers;
@@ -90,6 +92,8 @@ pub(crate) enum OpError {
     NotAWorktree(WorkspaceId),
     #[error(transparent)]
     Changes(#[from] changes::ChangesError),
+    #[error(transparent)]
+    Job(drover_acp::jobs::JobError),
 }
 
 impl From<AcpError> for OpError {
@@ -117,6 +121,7 @@ impl OpError {
             OpError::NotPermitted(_) => ErrorCode::NotPermitted,
             OpError::NotAWorktree(_) => ErrorCode::NotAWorktree,
             OpError::Changes(e) => e.code(),
+            OpError::Job(e) => e.code(),
         }
     }
 
@@ -160,6 +165,11 @@ impl Ops {
     /// Every change to every agent's timeline, as it happens.
     pub(crate) fn subscribe_timelines(&self) -> broadcast::Receiver<TimelineEvent> {
         self.runtimes.subscribe()
+    }
+
+    /// Every job start and end, as it happens.
+    pub(crate) fn subscribe_jobs(&self) -> broadcast::Receiver<drover_acp::jobs::JobEvent> {
+        self.runtimes.jobs().subscribe()
     }
 
     /// The workspace's activity bucket (`None`: no agent contributes).

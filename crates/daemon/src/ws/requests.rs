@@ -242,6 +242,11 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             workspace_id,
             force,
         } => archive_workspace(ops, request_id, &workspace_id, force).await,
+        message @ (M::StartJob { .. }
+        | M::ListJobs { .. }
+        | M::JobOutput { .. }
+        | M::KillJob { .. }
+        | M::WaitJob { .. }) => send(super::jobs::answer(message, ops).await?),
     }
 }
 

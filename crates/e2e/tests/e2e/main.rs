@@ -6,6 +6,7 @@
 
 mod crash;
 mod durability;
+mod jobs;
 mod mcp;
 mod processes;
 mod protocol;
