@@ -15,6 +15,7 @@
 //! WebSocket or HTTP.
 
 mod actor;
+pub mod jobs;
 pub mod process;
 pub mod providers;
 pub mod records;
@@ -227,6 +228,8 @@ pub(crate) struct Shared {
     runtimes: Mutex<HashMap<AgentId, RuntimeView>>,
     /// The agents whose runtime view changed.
     runtime_changes: broadcast::Sender<AgentId>,
+    /// The background jobs agents own (and the ACP terminals they open).
+    pub(crate) jobs: jobs::Jobs,
 }
 
 /// Counts one agent process in [`Shared`] for as long as it is held (the actor's `Live`).
@@ -580,6 +583,19 @@ impl RuntimeManager {
                 "ended the agent processes a previous daemon left running"
             );
         }
+        // Also before anything can start a job: what a killed daemon left of its jobs ends,
+        // and they are marked lost.
+        let home_buf = home.to_path_buf();
+        let (jobs, lost) = tokio::task::spawn_blocking(move || jobs::Jobs::open(&home_buf))
+            .await
+            .map_err(|_| AcpError::ShuttingDown)?;
+        if lost > 0 {
+            tracing::warn!(
+                lost,
+                "jobs a previous daemon left running were ended and marked lost"
+            );
+        }
+        registry.register_family(jobs.family());
         let _ = actors.registry.set(registry.clone());
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
         let (runtime_changes, _) = broadcast::channel(RUNTIME_CHANGE_CAPACITY);
@@ -600,8 +616,10 @@ impl RuntimeManager {
                 slots,
                 runtimes: Mutex::new(HashMap::new()),
                 runtime_changes,
+                jobs: jobs.clone(),
             }),
         };
+        jobs.attach(&manager.shared);
         manager.resume_pending().await;
         Ok((manager, registry, boot))
     }
@@ -613,6 +631,11 @@ impl RuntimeManager {
 
     pub fn registry(&self) -> &Registry {
         &self.shared.registry
+    }
+
+    /// The daemon's background jobs.
+    pub fn jobs(&self) -> &jobs::Jobs {
+        &self.shared.jobs
     }
 
     /// The modes the agent's live runtime offers (`{currentModeId, availableModes}`), if it is
@@ -1012,6 +1035,10 @@ impl RuntimeControl for RuntimeManager {
 
     fn shutdown(&self) -> BoxFuture<'static, ()> {
         let actors = self.shared.actors.clone();
-        Box::pin(async move { actors.shutdown().await })
+        let jobs = self.shared.jobs.clone();
+        // Every job is killed (TERM, grace, KILL) while the runtimes close.
+        Box::pin(async move {
+            tokio::join!(actors.shutdown(), jobs.shutdown());
+        })
     }
 }

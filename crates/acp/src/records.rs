@@ -112,15 +112,21 @@ impl Stat {
 
 /// The value of `DROVER_AGENT_ID` in the process's environment, if it has one we can read.
 fn marker(pid: u32) -> Option<String> {
+    environ_var(pid, "DROVER_AGENT_ID")
+}
+
+/// The value of the variable `name` in the process's environment, if we can read it.
+pub(crate) fn environ_var(pid: u32, name: &str) -> Option<String> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{name}=");
     env.split(|b| *b == 0).find_map(|var| {
-        var.strip_prefix(b"DROVER_AGENT_ID=")
+        var.strip_prefix(prefix.as_bytes())
             .map(|v| String::from_utf8_lossy(v).into_owned())
     })
 }
 
 /// Every live process but this one: (pid, stat).
-fn processes() -> Vec<(u32, Stat)> {
+pub(crate) fn processes() -> Vec<(u32, Stat)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

@@ -167,6 +167,8 @@ pub enum Command {
     Worktree(WorktreeArgs),
     /// Prompts on a timetable: to an agent (a followup each time) or to a new agent.
     Schedule(ScheduleArgs),
+    /// Background jobs: shell commands the daemon runs on behalf of an agent.
+    Job(JobArgs),
     /// List the providers and whether each can run (the daemon's view when it runs).
     Providers {
         /// Print JSON instead of a table
@@ -344,6 +346,69 @@ pub struct ScheduleAdd {
     /// What is sent each time (not empty)
     #[arg(value_parser = not_blank)]
     pub prompt: String,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A job is named by its id (`job-3`, see `drover job ls`); an AGENT by its id, \
+                  a unique prefix, its handle or its title."
+)]
+pub struct JobArgs {
+    #[command(subcommand)]
+    pub action: JobAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// Start a job for AGENT: CMD run by `sh -c` in the agent's directory, in a process group
+    /// of its own; prints the job's id. The agent gets a message when it ends.
+    Start {
+        /// The agent that owns the job
+        agent: String,
+        /// Run it in DIR [default: the agent's directory]
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// Add NAME=VALUE to its environment (repeatable)
+        #[arg(long, short, value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Kill it after SECONDS
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
+        /// Do not tell the agent when it ends
+        #[arg(long)]
+        no_notify: bool,
+        /// Print the job as JSON
+        #[arg(long)]
+        json: bool,
+        /// The command (one word is a shell command line; more are quoted and joined)
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// List jobs (of AGENT, if given): status, exit, time, output size.
+    #[command(visible_alias = "list")]
+    Ls {
+        agent: Option<String>,
+        /// Print JSON (the jobs as the protocol describes them)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a job's output (stdout and stderr, as they came).
+    Logs {
+        id: String,
+        /// Keep printing until the job ends
+        #[arg(long, short)]
+        follow: bool,
+        /// Start with the last N bytes
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+    },
+    /// Kill a job: TERM to its process group, KILL after 3 s; returns once it ended.
+    Kill {
+        id: String,
+        /// Print the job as JSON
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

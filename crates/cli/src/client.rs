@@ -221,6 +221,12 @@ impl Connection {
         }
     }
 
+    /// Forgets the events that arrived while waiting for answers (a long loop of requests
+    /// that reads none of them must not keep them all).
+    pub fn discard_backlog(&mut self) {
+        self.backlog.clear();
+    }
+
     /// The next message: from the backlog first, then the socket.
     pub async fn recv(&mut self) -> anyhow::Result<DaemonMessage> {
         match self.backlog.pop_front() {

@@ -80,7 +80,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::UnknownWorkspace
         | ErrorCode::UnknownProvider
         | ErrorCode::InvalidId
-        | ErrorCode::UnknownSchedule => exit::NOT_FOUND,
+        | ErrorCode::UnknownSchedule
+        | ErrorCode::UnknownJob => exit::NOT_FOUND,
         ErrorCode::AgentActive
         | ErrorCode::IllegalTransition
         | ErrorCode::AgentArchived
@@ -109,7 +110,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::InvalidConfig
         | ErrorCode::WorktreeSetupFailed
         | ErrorCode::WorktreeTeardownFailed
-        | ErrorCode::WorktreeIoFailed => exit::ERROR,
+        | ErrorCode::WorktreeIoFailed
+        | ErrorCode::JobStartFailed => exit::ERROR,
     }
 }
 

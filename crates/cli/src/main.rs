@@ -15,6 +15,7 @@ mod client;
 mod commands;
 mod daemon_cmd;
 mod error;
+mod jobs;
 mod mcp_proxy;
 mod output;
 mod resolve;
@@ -177,6 +178,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     schedules::set_paused(&ctx, &schedule, false).await
                 }
             },
+            Command::Job(job) => jobs::run(&ctx, job.action).await,
             Command::Daemon(_)
             | Command::Completions { .. }
             | Command::McpProxy { .. }

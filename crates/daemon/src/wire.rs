@@ -1,9 +1,10 @@
 //! Domain records to wire types: the one place the protocol's shapes are filled in.
 
+use drover_acp::jobs::{JobRecord, KillCause};
 use drover_acp::{RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
 use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
 use drover_protocol::{
-    AgentInfo, AgentUpdate, CommandRunInfo, ProviderInfo, RuntimeInfo, WorkspaceInfo,
+    AgentInfo, AgentUpdate, CommandRunInfo, JobInfo, ProviderInfo, RuntimeInfo, WorkspaceInfo,
     WorktreeRemovalInfo, WorktreeStatusInfo,
 };
 
@@ -212,5 +213,38 @@ pub(crate) fn schedule(s: &crate::schedules::Schedule) -> drover_protocol::Sched
                 recovered: r.recovered,
             })
             .collect(),
+    }
+}
+
+/// A job as clients see it.
+pub(crate) fn job_info(job: &JobRecord) -> JobInfo {
+    JobInfo {
+        id: job.id.clone(),
+        agent_id: job.owner.to_string(),
+        command: job.command.clone(),
+        cwd: job.cwd.display().to_string(),
+        status: job.status.as_str().to_string(),
+        started_by: job.started_by.clone(),
+        started_at: job.started_at.to_string(),
+        ended_at: job.ended_at.map(|t| t.to_string()),
+        exit_code: job.exit_code,
+        signal: job.signal,
+        exit: job.exit.clone(),
+        killed_by: job.killed_by.map(|c| {
+            match c {
+                KillCause::Request => "request",
+                KillCause::Timeout => "timeout",
+                KillCause::Archive => "archive",
+                KillCause::Shutdown => "shutdown",
+                KillCause::RuntimeEnded => "runtime_ended",
+            }
+            .to_string()
+        }),
+        duration_ms: job.duration_ms,
+        output_bytes: job.output_bytes,
+        pid: job.pid,
+        timeout_s: job.timeout_s,
+        notify_on_exit: job.notify_on_exit,
+        terminal: job.terminal,
     }
 }

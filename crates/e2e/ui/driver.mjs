@@ -383,6 +383,42 @@ const scenarios = {
     await shot(page, 'timeline-kinds');
   },
 
+  // A command run from the pane is a job: its row shows it running, its output follows by
+  // offset to the end, and a job another client started shows up and is killed from here.
+  async jobs() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    await page.click(`${pane(A.agent)} button.run-job`);
+    const dialog = page.locator('dialog.start-job');
+    await dialog.waitFor({ state: 'visible' });
+    await dialog.locator('input[name=command]').fill(A.command);
+    await shot(page, 'start-job');
+    await dialog.locator('button[type=submit]').click();
+    await gone(page, 'dialog');
+    const first = `${pane(A.agent)} .job-row[data-job-id]`;
+    await page.locator(first).first().waitFor();
+    await page.locator(`${first} button.open`).first().click();
+    const output = page.locator('dialog pre.job-output');
+    await output.waitFor({ state: 'visible' });
+    await page.locator('dialog pre.job-output[data-eof=true]').waitFor({ timeout: 30000 });
+    const text = await output.innerText();
+    const want = A.lines.map((l) => `${l}\n`).join('');
+    if (text !== want && text !== want.trimEnd()) fail(`the output was not every line once: ${JSON.stringify(text)}`);
+    await page.locator('dialog .job-state:has-text("exit 0")').waitFor();
+    if (await page.locator('dialog button:has-text("Kill")').isVisible()) fail('an ended job can still be killed');
+    await shot(page, 'job-output');
+    await page.click('dialog button:has-text("Close")');
+    await gone(page, 'dialog');
+    // The Rust side starts another job over the protocol and answers with its id.
+    const otherId = (await step('started-elsewhere')).trim();
+    const other = `${pane(A.agent)} .job-row[data-job-id="${otherId}"]`;
+    await page.locator(`${other}[data-status=running]`).waitFor();
+    await page.click(`${other} button:has-text("Kill")`);
+    await page.locator(`${other}[data-status=killed] .status-text:has-text("killed (request)")`).waitFor();
+    await shot(page, 'jobs');
+  },
+
   async newAgent() {
     const page = await open();
     await ready(page);

@@ -57,6 +57,10 @@
 //! | `stderr <text>` | writes `<text>` to stderr |
 //! | `echo-prompt` | says the whole prompt text as received |
 //! | `recall` | says `recall: <n> earlier: <first line of each earlier prompt, joined by " / ">` from what this process knows of the session: the prompts it ran in it and those `session/load` replayed (a new session, or one this process only heard of, has none) |
+//! | `terminal <program> [<arg>...]` | runs it in an ACP client terminal (`terminal/create` with `SCRIPTED_TERMINAL=1` in its env; refused unless the client advertised `terminal: true`), then `terminal/wait_for_exit`, `terminal/output`, `terminal/release`; says `terminal <id> exit <exitCode> signal <signal> truncated <bool> output "<output>"` (or `… error: <error>`) |
+//! | `terminal-limit <n> <program> [<arg>...]` | as `terminal`, with `outputByteLimit: n` |
+//! | `terminal-kill <program> [<arg>...]` | as `terminal`, with a `terminal/kill` right after the create |
+//! | `terminal-release <program> [<arg>...]` | creates, releases at once (which kills it), then asks `terminal/output` of the released terminal and says what came back |
 //! | anything else | says `ok: <line>` |
 //!
 //! # Environment
@@ -78,9 +82,10 @@
 //! prompt in `hang` never ends, so the process then runs until it is killed.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -194,6 +199,14 @@ pub enum Directive {
     EchoPrompt,
     /// Says what the session knows of its earlier prompts.
     Recall,
+    /// Runs a command in an ACP client terminal (`terminal/create`), then as `how` says.
+    Terminal {
+        how: TerminalUse,
+        /// `outputByteLimit`.
+        limit: Option<u64>,
+        program: String,
+        args: Vec<String>,
+    },
     /// Any other line: says `ok: <line>`.
     Other(String),
 }
@@ -267,6 +280,30 @@ impl Directive {
             "stderr" => Directive::Stderr(rest.to_string()),
             "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
             "recall" if rest.is_empty() => Directive::Recall,
+            "terminal" | "terminal-kill" | "terminal-release" | "terminal-limit" => {
+                let mut words = rest.split_whitespace().map(str::to_string);
+                let limit = if word == "terminal-limit" {
+                    match words.next().and_then(|n| n.parse().ok()) {
+                        Some(n) => Some(n),
+                        None => return other(),
+                    }
+                } else {
+                    None
+                };
+                let Some(program) = words.next() else {
+                    return other();
+                };
+                Directive::Terminal {
+                    how: match word {
+                        "terminal-kill" => TerminalUse::Kill,
+                        "terminal-release" => TerminalUse::Release,
+                        _ => TerminalUse::Wait,
+                    },
+                    limit,
+                    program,
+                    args: words.collect(),
+                }
+            }
             _ => other(),
         }
     }
@@ -279,6 +316,17 @@ impl Directive {
             .map(Directive::parse)
             .collect()
     }
+}
+
+/// What a terminal directive does with the terminal it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminalUse {
+    /// `terminal/wait_for_exit`, `terminal/output`, `terminal/release`.
+    Wait,
+    /// `terminal/kill` at once, then as `Wait`.
+    Kill,
+    /// `terminal/release` at once (which kills it), then `terminal/output` (an error).
+    Release,
 }
 
 /// A `config.toml` with the scripted agent at `agent_bin` as provider `scripted`, keeping its
@@ -520,6 +568,8 @@ struct Agent {
     next_request: AtomicU64,
     next_session: AtomicU64,
     next_tool: AtomicU64,
+    /// The client said `clientCapabilities.terminal: true` in `initialize`.
+    client_terminals: AtomicBool,
 }
 
 /// One running prompt.
@@ -599,6 +649,7 @@ impl Agent {
             next_request: AtomicU64::new(0),
             next_session: AtomicU64::new(0),
             next_tool: AtomicU64::new(0),
+            client_terminals: AtomicBool::new(false),
         }
     }
 
@@ -634,7 +685,11 @@ impl Agent {
         prompts: &mut JoinSet<()>,
     ) {
         let result = match method {
-            "initialize" => Ok(self.initialize()),
+            "initialize" => {
+                let terminals = params["clientCapabilities"]["terminal"] == true;
+                self.client_terminals.store(terminals, Ordering::Relaxed);
+                Ok(self.initialize())
+            }
             "session/new" => self.new_session(&params),
             "session/load" if self.config.load_session => self.load_session(&params).await,
             "session/set_mode" => self.set_mode(&params).await,
@@ -1128,9 +1183,103 @@ impl Agent {
                 let text = format!("recall: {} earlier: {}", firsts.len(), firsts.join(" / "));
                 self.say(turn, &text).await;
             }
+            Directive::Terminal {
+                how,
+                limit,
+                program,
+                args,
+            } => {
+                let text = self
+                    .terminal(&session_id, how, limit, &program, &args)
+                    .await;
+                self.say(turn, &text).await;
+            }
             Directive::Other(line) => self.say(turn, &format!("ok: {line}")).await,
         }
         Flow::Continue
+    }
+
+    /// Uses an ACP client terminal as `how` says; what to say about it.
+    async fn terminal(
+        &self,
+        session_id: &str,
+        how: TerminalUse,
+        limit: Option<u64>,
+        program: &str,
+        args: &[String],
+    ) -> String {
+        if !self.client_terminals.load(Ordering::Relaxed) {
+            return "terminal error: the client offers no terminals".to_string();
+        }
+        let mut params = json!({"sessionId": session_id, "command": program, "args": args,
+            "env": [{"name": "SCRIPTED_TERMINAL", "value": "1"}]});
+        if let Some(limit) = limit {
+            params["outputByteLimit"] = json!(limit);
+        }
+        let created = self.call("terminal/create", params).await;
+        let id = match created {
+            Ok(result) => match result["terminalId"].as_str() {
+                Some(id) => id.to_string(),
+                None => return format!("terminal error: no terminalId in {result}"),
+            },
+            Err(e) => return format!("terminal error: {e}"),
+        };
+        let terminal = json!({"sessionId": session_id, "terminalId": id});
+        let mut said = format!("terminal {id}");
+        match how {
+            TerminalUse::Wait | TerminalUse::Kill => {
+                if how == TerminalUse::Kill
+                    && let Err(e) = self.call("terminal/kill", terminal.clone()).await
+                {
+                    return format!("{said} kill error: {e}");
+                }
+                match self.call("terminal/wait_for_exit", terminal.clone()).await {
+                    Ok(exit) => {
+                        let _ =
+                            write!(said, " exit {} signal {}", exit["exitCode"], exit["signal"]);
+                    }
+                    Err(e) => return format!("{said} wait error: {e}"),
+                }
+                match self.call("terminal/output", terminal.clone()).await {
+                    Ok(out) => {
+                        let _ = write!(
+                            said,
+                            " truncated {} output {:?}",
+                            out["truncated"],
+                            out["output"].as_str().unwrap_or_default()
+                        );
+                    }
+                    Err(e) => return format!("{said} output error: {e}"),
+                }
+                if let Err(e) = self.call("terminal/release", terminal).await {
+                    let _ = write!(said, " release error: {e}");
+                }
+            }
+            TerminalUse::Release => {
+                if let Err(e) = self.call("terminal/release", terminal.clone()).await {
+                    return format!("{said} release error: {e}");
+                }
+                match self.call("terminal/output", terminal).await {
+                    Ok(out) => {
+                        let _ = write!(said, " output after release: {out}");
+                    }
+                    Err(e) => {
+                        let _ = write!(said, " released; output: {e}");
+                    }
+                }
+            }
+        }
+        said
+    }
+
+    /// A request to the client and its answer (an error as its JSON text).
+    async fn call(&self, method: &str, params: Value) -> Result<Value, String> {
+        let (_, answer) = self.ask(method, params).await;
+        match answer.await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err("no answer".to_string()),
+        }
     }
 
     async fn usage(&self, session_id: &str) {

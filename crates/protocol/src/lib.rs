@@ -81,6 +81,8 @@ error_codes! {
     WorktreeIoFailed => "worktree_io_failed",
     TooManyRequests => "too_many_requests",
     UnknownSchedule => "unknown_schedule",
+    UnknownJob => "unknown_job",
+    JobStartFailed => "job_start_failed",
 }
 
 impl ErrorCode {
@@ -407,6 +409,64 @@ pub enum ClientMessage {
         request_id: Option<String>,
         schedule_id: String,
     },
+    /// Starts a job: `command` run by `sh -c` on behalf of the agent, in its cwd unless told,
+    /// in a process group of its own. Answered `job` once its record is durable.
+    StartJob {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        command: String,
+        /// Absolute, or relative to the agent's cwd.
+        #[serde(default)]
+        cwd: Option<String>,
+        /// Added to the agents' environment allowlist.
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        /// Kill it after this many seconds (at most a week).
+        #[serde(default)]
+        timeout_s: Option<u64>,
+        /// Tell the agent (a queued followup) when it ends. Default true.
+        #[serde(default)]
+        notify_on_exit: Option<bool>,
+    },
+    /// Every job, or the jobs of one agent.
+    ListJobs {
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        agent_id: Option<String>,
+    },
+    /// A job's output as text: from `offset` (with `waitMs`, waiting for bytes past it while
+    /// the job runs: how a client follows a job), or the last `tail` bytes, or from the first
+    /// byte kept. At most `maxBytes` (default 64 KiB, at most 1 MiB).
+    JobOutput {
+        #[serde(default)]
+        request_id: Option<String>,
+        job_id: String,
+        #[serde(default)]
+        offset: Option<u64>,
+        #[serde(default)]
+        tail: Option<usize>,
+        #[serde(default)]
+        max_bytes: Option<usize>,
+        #[serde(default)]
+        wait_ms: Option<u64>,
+    },
+    /// Kills a job (TERM to its process group, 3 s, KILL); answered `job` once it ended.
+    KillJob {
+        #[serde(default)]
+        request_id: Option<String>,
+        job_id: String,
+    },
+    /// Answers `job_waited` when the job ended, or at the timeout (default 30 s, at most
+    /// 600 s).
+    WaitJob {
+        #[serde(default)]
+        request_id: Option<String>,
+        job_id: String,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
 }
 
 /// When a schedule fires: exactly one of `at`, `inSeconds`, `everySeconds`, `cron`.
@@ -510,7 +570,12 @@ impl ClientMessage {
             | ClientMessage::ListSchedules { request_id, .. }
             | ClientMessage::PauseSchedule { request_id, .. }
             | ClientMessage::ResumeSchedule { request_id, .. }
-            | ClientMessage::DeleteSchedule { request_id, .. } => request_id.as_deref(),
+            | ClientMessage::DeleteSchedule { request_id, .. }
+            | ClientMessage::StartJob { request_id, .. }
+            | ClientMessage::ListJobs { request_id, .. }
+            | ClientMessage::JobOutput { request_id, .. }
+            | ClientMessage::KillJob { request_id, .. }
+            | ClientMessage::WaitJob { request_id, .. } => request_id.as_deref(),
         }
     }
 }
@@ -656,6 +721,38 @@ pub struct WorktreeRemovalInfo {
     pub removed: bool,
     /// The branch was deleted (only when every commit on it is reachable elsewhere).
     pub branch_deleted: bool,
+}
+
+/// A job as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobInfo {
+    /// `job-<n>`, unique in the daemon's home.
+    pub id: String,
+    /// The agent that owns it.
+    pub agent_id: String,
+    pub command: String,
+    pub cwd: String,
+    /// `running`, `exited`, `killed`, `lost` (the daemon died while it ran).
+    pub status: String,
+    /// `user`, `agent:<id>`, `terminal`.
+    pub started_by: String,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// How it ended, for people (`exit status 1`, `signal 15 (SIGTERM)`).
+    pub exit: Option<String>,
+    /// Why drover killed it: `request`, `timeout`, `archive`, `shutdown`, `runtime_ended`.
+    pub killed_by: Option<String>,
+    pub duration_ms: Option<u64>,
+    /// Bytes of output so far.
+    pub output_bytes: u64,
+    pub pid: u32,
+    pub timeout_s: Option<u64>,
+    pub notify_on_exit: bool,
+    /// Opened by the agent as an ACP client terminal.
+    pub terminal: bool,
 }
 
 /// One change to an agent's timeline (`op`: `item`, `append`, `patch`; see docs/protocol.md).
@@ -806,6 +903,39 @@ pub enum DaemonMessage {
         /// For a worktree drover made: what removing it did.
         worktree: Option<WorktreeRemovalInfo>,
     },
+    /// The answer to `start_job` and `kill_job`.
+    Job {
+        request_id: Option<String>,
+        job: JobInfo,
+    },
+    Jobs {
+        request_id: Option<String>,
+        jobs: Vec<JobInfo>,
+    },
+    /// The answer to `job_output`.
+    JobOutput {
+        request_id: Option<String>,
+        job_id: String,
+        /// The offset of `text`'s first byte.
+        offset: u64,
+        text: String,
+        /// Where the next read starts (it never splits a UTF-8 character).
+        next_offset: u64,
+        /// Bytes the job has written so far.
+        end: u64,
+        /// Bytes before `offset` that were asked for but are no longer kept.
+        skipped: u64,
+        /// The job ended and everything it wrote has been read.
+        eof: bool,
+    },
+    JobWaited {
+        request_id: Option<String>,
+        job: JobInfo,
+        /// `false`: the timeout came first.
+        ended: bool,
+    },
+    /// A job started or ended. To every session.
+    JobUpdate { job: JobInfo },
     /// A request failed. The connection stays open.
     RequestError {
         request_id: Option<String>,
@@ -909,6 +1039,10 @@ impl DaemonMessage {
             | DaemonMessage::Schedule { request_id, .. }
             | DaemonMessage::Schedules { request_id, .. }
             | DaemonMessage::ScheduleDeleted { request_id, .. }
+            | DaemonMessage::Job { request_id, .. }
+            | DaemonMessage::Jobs { request_id, .. }
+            | DaemonMessage::JobOutput { request_id, .. }
+            | DaemonMessage::JobWaited { request_id, .. }
             | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
             DaemonMessage::Welcome { .. }
             | DaemonMessage::SessionState { .. }
@@ -916,6 +1050,7 @@ impl DaemonMessage {
             | DaemonMessage::AgentUpdate(_)
             | DaemonMessage::WorkspaceUpdate { .. }
             | DaemonMessage::ScheduleUpdate { .. }
+            | DaemonMessage::JobUpdate { .. }
             | DaemonMessage::ResyncRequired { .. } => None,
         }
     }
@@ -1039,6 +1174,11 @@ pub const CLIENT_TYPES: &[&str] = &[
     "pause_schedule",
     "resume_schedule",
     "delete_schedule",
+    "start_job",
+    "list_jobs",
+    "job_output",
+    "kill_job",
+    "wait_job",
 ];
 
 #[cfg(test)]

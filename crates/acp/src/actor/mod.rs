@@ -5,13 +5,15 @@
 //!
 //! The loop and the commands are here; the rest is cut along what the task does:
 //! [`session`] starts and stops the agent's process and ACP session, [`turn`] runs turns from
-//! the inbox and ends them, [`updates`] turns ACP `session/update`s into timeline items, and
-//! [`permissions`] handles the agent's permission requests, and [`idle`] hibernates an idle
-//! runtime (and ends a task with nothing left to do).
+//! the inbox and ends them, [`updates`] turns ACP `session/update`s into timeline items,
+//! [`permissions`] handles the agent's permission requests, [`terminals`] the ACP client
+//! terminals it opens (jobs), and [`idle`] hibernates an idle runtime (and ends a task with
+//! nothing left to do).
 
 mod idle;
 mod permissions;
 mod session;
+mod terminals;
 mod turn;
 mod updates;
 
@@ -129,6 +131,7 @@ pub(crate) fn spawn(
         open_chunk: None,
         tool_calls,
         permissions: Vec::new(),
+        terminals: terminals::Terminals::new(),
         notices: None,
         start_failed: false,
         loading_flag: false,
@@ -210,6 +213,8 @@ struct Actor {
     /// toolCallId → timeline seq.
     tool_calls: HashMap<String, u64>,
     permissions: Vec<Permission>,
+    /// The ACP terminals this runtime opened.
+    terminals: terminals::Terminals,
     /// The task delivering this agent's latest notice to another agent (it waits for the
     /// ones before it, so they arrive in order).
     notices: Option<JoinHandle<()>>,
@@ -519,9 +524,13 @@ impl Actor {
             self.on_permission(id, params).await;
             return;
         }
+        if terminals::is_terminal_method(method) {
+            self.on_terminal(id, method, params).await;
+            return;
+        }
         let Some(live) = &self.live else { return };
-        // drover does not offer the client file system or terminals (it says so in
-        // `initialize`); agents use their own tools.
+        // drover does not offer the client file system (it says so in `initialize`); agents
+        // use their own tools.
         live.rpc
             .respond(
                 id,

@@ -208,6 +208,10 @@ impl Actor {
         let item = self
             .timeline
             .push_synced(ItemKind::UserMessage.as_str(), data, at)?;
+        // The jobs this turn starts inherit its depth (the self-wake cap).
+        self.shared
+            .jobs
+            .turn_started(self.id, &claim.message.source);
         self.shared.emit(
             self.id,
             self.timeline.revision(),

@@ -21,10 +21,13 @@ use serde_json::{Value, json};
 
 use crate::ops::agents::{CreateAgent, Placement, Summary};
 use crate::ops::schedules::{CreateSchedule, ScheduleFor};
+use crate::ops::jobs::StartJob;
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 
-/// How long `wait_for_agent` waits unless told otherwise.
+/// How long `wait_for_agent` and `wait_job` wait unless told otherwise.
 const DEFAULT_WAIT: Duration = Duration::from_secs(50);
+/// What one `job_output` returns unless told otherwise: enough to read, not to flood a context.
+const MCP_OUTPUT_BYTES: usize = 16 * 1024;
 
 // ---- parameters -------------------------------------------------------------------------------
 
@@ -235,6 +238,69 @@ struct ArchiveWorktreeParams {
     force: bool,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StartJobParams {
+    /// A shell command (run by `sh -c`), e.g. `cargo test 2>&1`.
+    command: String,
+    /// Default: your cwd; relative paths are taken from it.
+    #[serde(default)]
+    cwd: Option<String>,
+    /// Variables added to the job's environment.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Kill it after this many seconds.
+    #[serde(default)]
+    timeout_s: Option<u64>,
+    /// Default true: a message tells you when it ends (exit status, last output).
+    #[serde(default)]
+    notify_on_exit: Option<bool>,
+    /// Run it for one of your subagents instead of yourself.
+    #[serde(default)]
+    agent_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListJobsParams {
+    /// Only this agent's jobs (yourself or a subagent); default all you may see.
+    #[serde(default)]
+    agent_id: Option<String>,
+    /// Only the running ones.
+    #[serde(default)]
+    running: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JobOutputParams {
+    job_id: String,
+    /// Read from this byte offset (use the `nextOffset` of the previous read to miss nothing).
+    #[serde(default)]
+    offset: Option<u64>,
+    /// Or: the last this many bytes.
+    #[serde(default)]
+    tail: Option<usize>,
+    /// At most this many bytes (default 16384).
+    #[serde(default)]
+    max_bytes: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JobParams {
+    job_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WaitJobParams {
+    job_id: String,
+    /// Default 50; at most 600.
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
+}
+
 // ---- the table ----------------------------------------------------------------------------
 
 /// Lists every tool once: its name, parameters, handler and description. The list a client
@@ -303,6 +369,16 @@ tools! {
         "Resume a paused schedule from now (missed runs are skipped; a once-schedule whose time passed runs at once).",
     "delete_schedule" => delete_schedule(ScheduleParams):
         "Delete one of your schedules.",
+    "start_job" => start_job(StartJobParams):
+        "Start a background job: a shell command drover runs for you (a dev server, a long test suite) that outlives your turn. Returns its id at once; with notifyOnExit (default) a queued message tells you when it ends, with its exit status and last output. Read its output with job_output.",
+    "list_jobs" => list_jobs(ListJobsParams):
+        "Your jobs and your subagents' (running and ended), with status and exit status.",
+    "job_output" => job_output(JobOutputParams):
+        "A job's output as text: from a byte offset (pass the previous nextOffset to read on without missing or repeating a byte), or its last `tail` bytes.",
+    "kill_job" => kill_job(JobParams):
+        "Kill one of your jobs (TERM to its whole process group, then KILL after 3 s); returns once it ended.",
+    "wait_job" => wait_job(WaitJobParams):
+        "Wait until one of your jobs ends, or until the timeout (default 50 s); call again to keep waiting.",
     "archive_worktree" => archive_worktree(ArchiveWorktreeParams):
         "Archive a worktree workspace: refused with uncommitted changes or unpushed commits unless force; runs teardown, removes the worktree, archives its agents (the branch with unmerged commits is kept).",
 }
@@ -618,6 +694,48 @@ async fn create_schedule(ops: &Ops, caller: AgentId, params: CreateScheduleParam
     Ok(serde_json::to_value(crate::wire::schedule(&schedule)).unwrap_or(Value::Null))
 }
 
+// ---- jobs ---------------------------------------------------------------------------------
+
+/// What a model reads about a job.
+fn describe_job(job: &drover_acp::jobs::JobRecord) -> Value {
+    let info = crate::wire::job_info(job);
+    json!({
+        "jobId": info.id,
+        "agentId": info.agent_id,
+        "command": info.command,
+        "cwd": info.cwd,
+        "status": info.status,
+        "exit": info.exit,
+        "exitCode": info.exit_code,
+        "killedBy": info.killed_by,
+        "startedAt": info.started_at,
+        "durationMs": info.duration_ms,
+        "outputBytes": info.output_bytes,
+        "notifyOnExit": info.notify_on_exit,
+    })
+}
+
+async fn start_job(ops: &Ops, caller: AgentId, params: StartJobParams) -> ToolResult {
+    let owner = match params.agent_id {
+        Some(id) => parse_agent(&id)?,
+        None => caller,
+    };
+    let job = ops
+        .start_job(
+            Caller::Agent(caller),
+            StartJob {
+                owner,
+                command: params.command,
+                cwd: params.cwd.map(PathBuf::from),
+                env: params.env,
+                timeout_s: params.timeout_s,
+                notify_on_exit: params.notify_on_exit,
+            },
+        )
+        .await?;
+    Ok(describe_job(&job))
+}
+
 // Async like every handler in the `tools!` table, which awaits them all alike.
 #[allow(clippy::unused_async)]
 async fn list_schedules(ops: &Ops, caller: AgentId, _params: NoParams) -> ToolResult {
@@ -648,6 +766,57 @@ async fn delete_schedule(ops: &Ops, caller: AgentId, params: ScheduleParams) -> 
         .delete_schedule(Caller::Agent(caller), &params.schedule_id)
         .await?;
     Ok(json!({"scheduleId": id.to_string(), "deleted": true}))
+}
+
+async fn list_jobs(ops: &Ops, caller: AgentId, params: ListJobsParams) -> ToolResult {
+    let owner = params.agent_id.as_deref().map(parse_agent).transpose()?;
+    let jobs: Vec<Value> = ops
+        .list_jobs(Caller::Agent(caller), owner)?
+        .iter()
+        .filter(|j| !params.running || j.is_running())
+        .map(describe_job)
+        .collect();
+    Ok(json!({"jobs": jobs}))
+}
+
+async fn job_output(ops: &Ops, caller: AgentId, params: JobOutputParams) -> ToolResult {
+    let out = ops
+        .job_output(
+            Caller::Agent(caller),
+            &params.job_id,
+            params.offset,
+            params.tail,
+            Some(params.max_bytes.unwrap_or(MCP_OUTPUT_BYTES)),
+            None,
+        )
+        .await?;
+    Ok(json!({
+        "jobId": out.job.id,
+        "status": out.job.status.as_str(),
+        "offset": out.offset,
+        "nextOffset": out.next_offset,
+        "end": out.end,
+        "skipped": out.skipped,
+        "eof": out.eof,
+        "text": out.text,
+    }))
+}
+
+async fn kill_job(ops: &Ops, caller: AgentId, params: JobParams) -> ToolResult {
+    let job = ops.kill_job(Caller::Agent(caller), &params.job_id).await?;
+    Ok(describe_job(&job))
+}
+
+async fn wait_job(ops: &Ops, caller: AgentId, params: WaitJobParams) -> ToolResult {
+    let timeout = params
+        .timeout_seconds
+        .map_or(DEFAULT_WAIT, Duration::from_secs);
+    let (job, ended) = ops
+        .wait_job(Caller::Agent(caller), &params.job_id, timeout)
+        .await?;
+    let mut report = describe_job(&job);
+    report["timedOut"] = json!(!ended);
+    Ok(report)
 }
 
 fn worktree_options(params: WorktreeParams) -> WorktreeOptions {

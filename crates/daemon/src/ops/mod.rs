@@ -15,10 +15,12 @@
 //! - [`providers`]: the providers agents can be created with.
 //! - [`changes`]: what a workspace changed against its base (git, bounded).
 //! - [`schedules`]: prompts on a timetable, and how they fire.
+//! - [`jobs`]: background commands agents own.
 
 pub(crate) mod agents;
 pub(crate) mod archive;
 pub(crate) mod changes;
+pub(crate) mod jobs;
 pub(crate) mod messages;
 pub(crate) mod permissions;
 pub(crate) mod providers;
@@ -96,6 +98,8 @@ pub(crate) enum OpError {
     Changes(#[from] changes::ChangesError),
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
+    #[error(transparent)]
+    Job(drover_acp::jobs::JobError),
 }
 
 impl From<AcpError> for OpError {
@@ -129,6 +133,7 @@ impl OpError {
                 ScheduleError::Store(_) => ErrorCode::StoreFailed,
                 ScheduleError::ShuttingDown => ErrorCode::ShuttingDown,
             },
+            OpError::Job(e) => e.code(),
         }
     }
 
@@ -189,6 +194,11 @@ impl Ops {
         &self,
     ) -> broadcast::Receiver<crate::schedules::ScheduleEvent> {
         self.schedules.subscribe()
+    }
+
+    /// Every job start and end, as it happens.
+    pub(crate) fn subscribe_jobs(&self) -> broadcast::Receiver<drover_acp::jobs::JobEvent> {
+        self.runtimes.jobs().subscribe()
     }
 
     /// The workspace's activity bucket (`None`: no agent contributes).

@@ -8,6 +8,7 @@
 //! sessions go on.
 
 mod coalesce;
+mod jobs;
 mod requests;
 mod snapshot;
 mod subscriptions;
@@ -95,6 +96,7 @@ impl Hub {
         hub.agents.fill(ops);
         let out = hub.tx.clone();
         let cache = hub.agents.clone();
+        let ops_for_jobs = ops.clone();
         let ops = ops.clone();
         tokio::spawn(async move {
             let mut coalescer = Coalescer::new(window);
@@ -173,7 +175,33 @@ impl Hub {
                 }
             }
         });
+        hub.forward_jobs(&ops_for_jobs);
         hub
+    }
+
+    /// Every job start and end goes to every session as `job_update`.
+    fn forward_jobs(&self, ops: &Ops) {
+        let mut jobs = ops.subscribe_jobs();
+        let out = self.tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = match jobs.recv().await {
+                    Ok(event) => Outgoing {
+                        agent: None,
+                        revision: 0,
+                        text: encode(&DaemonMessage::JobUpdate {
+                            job: wire::job_info(&event.record),
+                        }),
+                        joined: None,
+                    },
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        resync(format!("the daemon dropped {n} job updates"))
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                let _ = out.send(Arc::new(message));
+            }
+        });
     }
 }
 

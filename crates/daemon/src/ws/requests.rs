@@ -316,6 +316,11 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             request_id,
             schedule_id: ops.delete_schedule(CALLER, &schedule_id).await?.to_string(),
         }),
+        message @ (M::StartJob { .. }
+        | M::ListJobs { .. }
+        | M::JobOutput { .. }
+        | M::KillJob { .. }
+        | M::WaitJob { .. }) => send(super::jobs::answer(message, ops).await?),
     }
 }
 

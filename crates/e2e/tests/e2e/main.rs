@@ -7,6 +7,7 @@
 mod crash;
 mod durability;
 mod hibernation;
+mod jobs;
 mod mcp;
 mod processes;
 mod protocol;

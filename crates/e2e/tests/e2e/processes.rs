@@ -256,3 +256,68 @@ async fn assert_cut_off(client: &mut Client, agent: &str) {
     assert_eq!(listed["status"], "idle", "{listed}");
     assert_eq!(listed["attentionReason"], "interrupted", "{listed}");
 }
+
+/// The pids a job printed as `pid=<n>`.
+fn printed_pids(text: &str) -> Vec<i32> {
+    text.split_whitespace()
+        .filter_map(|w| w.strip_prefix("pid="))
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_a_sigkilled_daemon_leaves_no_job_running_and_the_next_boot_marks_it_lost() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let agent = create(&mut client, "scripted", &cwd, "say hi").await;
+    // A child in the job's group, and one that left it for a session of its own.
+    let started = client
+        .request(json!({"type": "start_job", "agentId": agent,
+            "command": "sleep 1000 & echo pid=$!; setsid sleep 1000 & echo pid=$!; wait"}))
+        .await;
+    assert_eq!(started["type"], "job", "{started}");
+    let id = started["payload"]["job"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let leader =
+        i32::try_from(started["payload"]["job"]["pid"].as_u64().expect("pid")).expect("pid");
+    let children = eventually("the job's children", WAIT, async || {
+        let out = client
+            .request(json!({"type": "job_output", "jobId": id, "offset": 0}))
+            .await;
+        let found = printed_pids(out["payload"]["text"].as_str().unwrap_or_default());
+        (found.len() == 2 && found.iter().all(|p| alive(*p))).then_some(found)
+    })
+    .await;
+
+    daemon.sigkill();
+    // The job's own process dies with the daemon.
+    let gone = poll_until(Duration::from_secs(5), async || !alive(leader)).await;
+    assert!(gone.is_some(), "the job's shell outlived the daemon by 5 s");
+
+    // What it started is ended by the next boot, before it serves; the job is `lost`.
+    let daemon = DaemonProcess::start(home.path()).await;
+    let left: Vec<&i32> = children.iter().filter(|p| alive(**p)).collect();
+    assert!(left.is_empty(), "job processes outlived the boot: {left:?}");
+    let mut client = daemon.client().await;
+    let listed = client.request(json!({"type": "list_jobs"})).await;
+    let job = &listed["payload"]["jobs"][0];
+    assert_eq!(job["id"], id.as_str(), "{listed}");
+    assert_eq!(job["status"], "lost", "{listed}");
+    // What it wrote before the kill is still there.
+    let out = client
+        .request(json!({"type": "job_output", "jobId": id, "offset": 0}))
+        .await;
+    assert_eq!(
+        printed_pids(out["payload"]["text"].as_str().unwrap_or_default()),
+        children,
+        "{out}"
+    );
+    assert_eq!(out["payload"]["eof"], true, "{out}");
+}

@@ -734,6 +734,60 @@ async fn a_new_agent_made_in_the_browser_runs_and_can_be_renamed() {
 }
 
 #[tokio::test]
+async fn a_command_run_from_the_pane_is_a_job_followed_to_its_end_and_another_is_killed() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = idle_agent(&mut client, &daemon, "builder").await;
+    let lines: Vec<String> = (1..=40).map(|i| format!("line {i}")).collect();
+    // Slow enough that the page follows it live, not only reads it at the end.
+    let command = "for i in $(seq 1 40); do echo line $i; sleep 0.05; done";
+    let mut s = Scenario::start(
+        "jobs",
+        &daemon,
+        json!({"agent": id, "command": command, "lines": lines}),
+    )
+    .await;
+    s.step("started-elsewhere").await;
+    let jobs = client
+        .request(json!({"type": "list_jobs", "agentId": id}))
+        .await;
+    let first = &jobs["payload"]["jobs"][0];
+    assert_eq!(first["command"], command, "{jobs}");
+    assert_eq!(first["status"], "exited", "{first}");
+    assert_eq!(first["exitCode"], 0, "{first}");
+    assert_eq!(first["startedBy"], "user", "{first}");
+    let other = client
+        .request(json!({"type": "start_job", "agentId": id, "command": "sleep 1000", "notifyOnExit": false}))
+        .await;
+    assert_eq!(other["type"], "job", "{other}");
+    let other = other["payload"]["job"]["id"].clone();
+    s.answer(other.as_str().expect("a job id")).await;
+    s.done().await;
+    let jobs = client
+        .request(json!({"type": "list_jobs", "agentId": id}))
+        .await;
+    let killed = jobs["payload"]["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["id"] == other)
+        .cloned()
+        .expect("the second job");
+    assert_eq!(killed["status"], "killed", "{killed}");
+    assert_eq!(killed["killedBy"], "request", "{killed}");
+    // The first job told its agent how it ended (a queued followup, not an interruption).
+    eventually("the exit notice", WAIT, async || {
+        client.timeline(&id).await.iter().any(|i| {
+            i["kind"] == "user_message"
+                && i["data"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("job-") && t.contains("exit"))
+        })
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn opening_an_agent_marks_its_finished_turn_seen_and_the_title_counts_the_rest() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;

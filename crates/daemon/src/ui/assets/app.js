@@ -1,5 +1,5 @@
 // drover's web UI: the sidebar of workspaces and agents, per-browser tabs, the agent pane with
-// its timeline, subagents track and composer, and the dialogs. It speaks the client protocol
+// its timeline, jobs, subagents track and composer, and the dialogs. It speaks the client protocol
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError } from './conn.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
@@ -21,6 +21,8 @@ const S = {
   // Every schedule by id (`list_schedules`, then `schedule_update`).
   schedules: new Map(),
   workspaces: new Map(),
+  // Every job of the daemon by id (`list_jobs` after each `session_state`, then `job_update`).
+  jobs: new Map(),
   providers: null,
   state: 'connecting',
   retryAt: 0,
@@ -80,6 +82,7 @@ function onMessage(msg) {
         S.schedules = new Map(m.payload.schedules.map((x) => [x.id, x]));
         render({ sidebar: false });
       }).catch(() => {});
+      loadJobs();
       if (!S.providers) conn.request({ type: 'list_providers' }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
       render();
       break;
@@ -111,6 +114,8 @@ function onMessage(msg) {
     case 'schedule_update':
       if (p.schedule) S.schedules.set(p.scheduleId, p.schedule);
       else S.schedules.delete(p.scheduleId);
+    case 'job_update':
+      S.jobs.set(p.job.id, p.job);
       render({ sidebar: false });
       break;
     case 'resync_required':
@@ -459,6 +464,7 @@ function renderPane() {
     conn.request({ type: 'clear_attention', agentId: a.id }).catch(() => { pane.seen = null; });
   }
   renderHeader(pane, a);
+  renderJobs(pane, a);
   renderTrack(pane, a);
   renderSchedules(pane, a);
   renderQueued(pane);
@@ -473,6 +479,7 @@ function makePane(a) {
     older: () => loadOlder(pane),
   });
   pane.header = h('header', { class: 'pane-head' });
+  pane.jobsEl = h('section', { class: 'jobs', 'aria-label': 'Jobs' });
   pane.track = h('section', { class: 'track', 'aria-label': 'Subagents' });
   pane.schedulesEl = h('section', { class: 'schedules', 'aria-label': 'Schedules', hidden: true });
   pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
@@ -498,7 +505,7 @@ function makePane(a) {
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
   pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.view.el,
-    h('div', { class: 'bottom' }, pane.schedulesEl, pane.track, pane.queuedEl,
+    h('div', { class: 'bottom' }, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl,
       h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
   return pane;
 }
@@ -555,6 +562,7 @@ function renderHeader(pane, a) {
       h('span', { class: 'spacer' }),
       mode, model,
       a.archivedAt ? null : h('button', { type: 'button', class: 'schedule-new', title: 'Send this agent a prompt on a timetable', onclick: () => scheduleDialog(a) }, 'Schedule'),
+      a.archivedAt ? null : h('button', { type: 'button', class: 'run-job', title: 'Run a command for this agent in the background (a job)', onclick: () => startJobDialog(a) }, 'Run…'),
       h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).catch(failed('Stop')) }, 'Stop'),
       a.archivedAt ? null : h('button', { type: 'button', class: 'danger', onclick: () => archiveAgent(a, { ask: { title: `Archive “${label(a)}”?`, body: isRoot(a) ? 'It leaves every list and its subagents are archived with it.' : 'It leaves its parent’s track on every client.', confirm: 'Archive' } }) }, 'Archive')),
     h('div', { class: 'head-row meta' },
@@ -579,6 +587,129 @@ function editTitle(pane, a) {
   pane.header.querySelector('.agent-title').replaceChildren(input);
   input.focus();
   input.select();
+}
+
+// ---- jobs ---------------------------------------------------------------------------------
+
+function loadJobs() {
+  conn.request({ type: 'list_jobs' }).then((m) => {
+    S.jobs = new Map(m.payload.jobs.map((j) => [j.id, j]));
+    render({ sidebar: false });
+  }).catch(() => {});
+}
+
+function seconds(ms) { return ms < 10000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 1000)} s`; }
+
+/** How a job stands, in words: `running`, `exit 0 · 1.2 s`, `killed (request)`, `lost`. */
+export function jobState(j) {
+  if (j.status === 'running') return 'running';
+  const took = j.durationMs == null ? '' : ` · ${seconds(j.durationMs)}`;
+  if (j.status === 'exited') return `${j.exitCode == null ? j.exit || 'exited' : `exit ${j.exitCode}`}${took}`;
+  if (j.status === 'killed') return `killed${j.killedBy ? ` (${j.killedBy})` : ''}${took}`;
+  return j.status;
+}
+
+function jobDot(j) {
+  if (j.status === 'running') return 'running';
+  return j.status === 'exited' && j.exitCode === 0 ? 'idle' : 'error';
+}
+
+function renderJobs(pane, a) {
+  const jobs = [...S.jobs.values()].filter((j) => j.agentId === a.id);
+  const key = JSON.stringify(jobs.map((j) => [j.id, j.status, j.exitCode, j.killedBy])) + S.collapsed[`jobs-${a.id}`];
+  if (pane.jobsKey === key) return;
+  pane.jobsKey = key;
+  if (!jobs.length) { pane.jobsEl.hidden = true; pane.jobsEl.replaceChildren(); return; }
+  pane.jobsEl.hidden = false;
+  const running = jobs.filter((j) => j.status === 'running').length;
+  const collapsed = S.collapsed[`jobs-${a.id}`];
+  const summary = [plural(jobs.length, 'job', 'jobs'), running ? `${running} running` : null].filter(Boolean).join(' · ');
+  pane.jobsEl.replaceChildren(
+    h('div', { class: 'track-head' },
+      h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`jobs-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render({ sidebar: false }); } }, summary)),
+    collapsed ? null : h('ul', { class: 'track-rows', role: 'list' }, jobs.slice().reverse().map((j) => h('li', { class: 'track-row job-row', dataset: { jobId: j.id, status: j.status } },
+      h('button', { type: 'button', class: 'open', title: `${j.command}\nin ${j.cwd}\nstarted by ${j.startedBy}`, onclick: () => jobOutputDialog(j.id) },
+        h('span', { class: `dot status-${jobDot(j)}`, role: 'img', 'aria-label': j.status, title: j.status }), h('span', { class: 'provider' }, j.id), h('code', { class: 'title' }, j.command), h('span', { class: 'status-text' }, jobState(j))),
+      j.status === 'running' ? h('button', { type: 'button', class: 'small danger', onclick: () => conn.request({ type: 'kill_job', jobId: j.id }).catch(failed('Kill')) }, 'Kill') : null))));
+}
+
+async function startJobDialog(a) {
+  await modal('Run a command', (close) => {
+    const error = h('div', { class: 'error-text', role: 'alert' });
+    const command = h('input', { name: 'command', required: true, autofocus: true, class: 'wide-input', placeholder: 'cargo test 2>&1', 'aria-label': 'Command' });
+    const cwd = h('input', { name: 'cwd', class: 'wide-input', placeholder: a.cwd, 'aria-label': 'Directory' });
+    const notify = h('input', { type: 'checkbox', name: 'notify', checked: true });
+    const submit = async (e) => {
+      e.preventDefault();
+      error.textContent = '';
+      const msg = { type: 'start_job', agentId: a.id, command: command.value, notifyOnExit: notify.checked };
+      if (cwd.value.trim()) msg.cwd = cwd.value.trim();
+      try {
+        const m = await conn.request(msg);
+        S.jobs.set(m.payload.job.id, m.payload.job);
+        close(true);
+        render({ sidebar: false });
+        toast(`Started ${m.payload.job.id}`);
+      } catch (err) { error.textContent = err.message; }
+    };
+    return h('form', { onsubmit: submit },
+      h('h2', null, `Run a command for “${label(a)}”`),
+      h('p', { class: 'muted' }, 'It runs in the background with its own process group; it keeps running after the turn and is stopped if the agent is archived.'),
+      h('label', { class: 'field' }, h('span', null, 'Command'), command),
+      h('label', { class: 'field' }, h('span', null, 'Directory (default: the agent’s)'), cwd),
+      h('label', null, notify, ' Tell the agent when it ends'),
+      error,
+      h('div', { class: 'dialog-actions' },
+        h('button', { type: 'button', onclick: () => close(false) }, 'Cancel'),
+        h('button', { type: 'submit', class: 'primary' }, 'Run')));
+  }, { className: 'new-agent start-job' });
+}
+
+/** The job's output, followed by byte offset while the dialog is open (never a byte twice). */
+function jobOutputDialog(id) {
+  let open = true;
+  modal(`Output of ${id}`, (close) => {
+    const j = S.jobs.get(id);
+    const out = h('pre', { class: 'code job-output', tabindex: '0', 'aria-label': 'Output' });
+    const state = h('p', { class: 'muted job-state' }, j ? jobState(j) : '');
+    const kill = h('button', { type: 'button', class: 'danger', hidden: !j || j.status !== 'running', onclick: () => conn.request({ type: 'kill_job', jobId: id }).catch(failed('Kill')) }, 'Kill');
+    const show = (job) => { state.textContent = jobState(job); kill.hidden = job.status !== 'running'; };
+    const follow = async () => {
+      let offset = null;
+      while (open) {
+        try {
+          const req = offset == null ? { type: 'job_output', jobId: id, tail: 262144 } : { type: 'job_output', jobId: id, offset, waitMs: 25000 };
+          const m = await conn.request(req);
+          const p = m.payload;
+          const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+          if (p.skipped && offset != null) out.append(`\n[… ${p.skipped} bytes no longer kept …]\n`);
+          if (p.text) out.append(p.text);
+          if (atBottom) out.scrollTop = out.scrollHeight;
+          offset = p.nextOffset;
+          const now = S.jobs.get(id);
+          if (now) show(now);
+          if (p.eof) {
+            out.dataset.eof = 'true';
+            // Its `job_update` may still be on its way: ask how it ended.
+            const w = await conn.request({ type: 'wait_job', jobId: id, timeoutMs: 10000 });
+            S.jobs.set(id, w.payload.job);
+            show(w.payload.job);
+            render({ sidebar: false });
+            return;
+          }
+        } catch (e) {
+          if (!open) return;
+          state.textContent = e.message;
+          await new Promise((r) => setTimeout(r, 1000));
+          if (S.state !== 'online') return;
+        }
+      }
+    };
+    follow();
+    return h('div', null, h('h2', null, j ? h('code', null, j.command) : id), state, out,
+      h('div', { class: 'dialog-actions' },
+        kill, h('button', { type: 'button', autofocus: true, onclick: () => close() }, 'Close')));
+  }, { className: 'wide' }).then(() => { open = false; });
 }
 
 // ---- the subagents track ------------------------------------------------------------------

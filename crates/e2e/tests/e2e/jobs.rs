@@ -1,0 +1,454 @@
+//! Jobs through the real daemon: background commands owned by an agent, started over the
+//! protocol and over MCP by the scripted agent; their output by offset, kills of whole process
+//! groups, exit notices, ownership, archive admission, and shutdown.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use drover_fakes::procs;
+use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::wait::eventually;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
+    let created = client
+        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{created}");
+    created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+async fn start_job(client: &mut Client, agent: &str, command: &str) -> Value {
+    let started = client
+        .request(json!({"type": "start_job", "agentId": agent, "command": command}))
+        .await;
+    assert_eq!(started["type"], "job", "{started}");
+    assert_eq!(started["payload"]["job"]["status"], "running", "{started}");
+    started["payload"]["job"].clone()
+}
+
+async fn job(client: &mut Client, id: &str) -> Value {
+    let listed = client.request(json!({"type": "list_jobs"})).await;
+    listed["payload"]["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("job {id} not listed: {listed}"))
+}
+
+/// Follows the job's output from `offset` to its end, as `drover job logs -f` does.
+async fn follow(client: &mut Client, id: &str, mut offset: u64) -> (String, u64) {
+    let mut text = String::new();
+    for _ in 0..10_000 {
+        let out = client
+            .request(json!({"type": "job_output", "jobId": id, "offset": offset, "waitMs": 5000, "maxBytes": 100_000}))
+            .await;
+        assert_eq!(out["type"], "job_output", "{out}");
+        let payload = &out["payload"];
+        assert_eq!(
+            payload["offset"], offset,
+            "a follower never skips: {payload}"
+        );
+        text.push_str(payload["text"].as_str().expect("text"));
+        offset = payload["nextOffset"].as_u64().expect("nextOffset");
+        if payload["eof"] == true {
+            return (text, offset);
+        }
+    }
+    panic!("job {id} never reached its end");
+}
+
+fn alive(pid: i32) -> bool {
+    procs::Process::read(pid).is_some_and(|p| !p.zombie())
+}
+
+fn pids(text: &str) -> Vec<i32> {
+    text.split_whitespace()
+        .filter_map(|w| w.strip_prefix("pid="))
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_output_is_read_by_offset_across_the_ring_and_survives_a_restart() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    // About 2.6 MB: more than the 1 MiB ring, so a follower from 0 reads through the log, and
+    // the first reads happen while the job still writes.
+    let started = start_job(&mut client, &agent, "seq 1 400000; echo done >&2").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    assert!(id.starts_with("job-"), "{started}");
+    assert_eq!(started["cwd"], daemon.cwd().display().to_string());
+    let (text, end) = follow(&mut client, &id, 0).await;
+    let mut expected = String::new();
+    for i in 1..=400_000 {
+        expected.push_str(&i.to_string());
+        expected.push('\n');
+    }
+    expected.push_str("done\n");
+    assert_eq!(text.len(), expected.len(), "every byte, once");
+    assert!(text == expected, "the bytes in order");
+    assert_eq!(end, expected.len() as u64);
+
+    // A read from the middle, the tail, and a read past the end.
+    let mid = client
+        .request(json!({"type": "job_output", "jobId": id, "offset": 1_000_000, "maxBytes": 16}))
+        .await;
+    assert_eq!(
+        mid["payload"]["text"],
+        expected[1_000_000..1_000_016],
+        "{mid}"
+    );
+    let tail = client
+        .request(json!({"type": "job_output", "jobId": id, "tail": 12}))
+        .await;
+    assert_eq!(tail["payload"]["text"], "400000\ndone\n", "{tail}");
+    assert_eq!(tail["payload"]["eof"], true);
+    let past = client
+        .request(json!({"type": "job_output", "jobId": id, "offset": end + 100}))
+        .await;
+    assert_eq!(past["payload"]["text"], "");
+    assert_eq!(past["payload"]["nextOffset"], end);
+
+    let ended = job(&mut client, &id).await;
+    assert_eq!(ended["status"], "exited", "{ended}");
+    assert_eq!(ended["exitCode"], 0);
+    assert_eq!(ended["outputBytes"], end);
+    assert!(ended["durationMs"].is_u64(), "{ended}");
+
+    // Private files: the folder 0700, the record and the log 0600.
+    let home = daemon.home.clone();
+    let dir = home.join("jobs").join(&agent);
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join(format!("{id}.json"))), 0o600);
+    assert_eq!(mode(&dir.join(format!("{id}.log"))), 0o600);
+
+    // Shutdown kills a running job and says so; the output stays readable after a restart.
+    let sleeper = start_job(&mut client, &agent, "echo pid=$$; exec sleep 1000").await;
+    let sleeper_id = sleeper["id"].as_str().expect("id").to_string();
+    let pid = i32::try_from(sleeper["pid"].as_u64().expect("pid")).expect("pid");
+    assert!(alive(pid));
+    let (home, keep) = daemon.stop().await;
+    assert!(!alive(pid), "a job outlived the daemon's shutdown");
+    let daemon = TestDaemon::start_in(home, keep, false).await;
+    let (mut client, _) = daemon.client().await;
+    let stopped = job(&mut client, &sleeper_id).await;
+    assert_eq!(stopped["status"], "killed", "{stopped}");
+    assert_eq!(stopped["killedBy"], "shutdown", "{stopped}");
+    let again = client
+        .request(json!({"type": "job_output", "jobId": id, "offset": 0, "maxBytes": 7}))
+        .await;
+    assert_eq!(again["payload"]["text"], "1\n2\n3\n4", "{again}");
+    // Ids are never reused. (The agent's own cwd went with the first daemon's temp dir.)
+    let next = client
+        .request(
+            json!({"type": "start_job", "agentId": agent, "command": "true", "cwd": daemon.cwd()}),
+        )
+        .await;
+    assert_eq!(next["type"], "job", "{next}");
+    assert_eq!(next["payload"]["job"]["id"], "job-3", "{next}");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_kill_ends_the_whole_process_group_even_when_it_ignores_term() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    for (command, killed_by_term) in [
+        (
+            "sleep 1000 & echo pid=$!; sleep 1000 & echo pid=$!; wait",
+            true,
+        ),
+        // Ignored signals stay ignored across exec: the shell and its child both outlast TERM.
+        (
+            "trap '' TERM; sleep 1000 & echo pid=$!; echo pid=$$; wait",
+            false,
+        ),
+    ] {
+        let started = start_job(&mut client, &agent, command).await;
+        let id = started["id"].as_str().expect("id").to_string();
+        let leader = i32::try_from(started["pid"].as_u64().expect("pid")).expect("pid");
+        let children = eventually("the job to print its children", WAIT, async || {
+            let out = client
+                .request(json!({"type": "job_output", "jobId": id, "offset": 0}))
+                .await;
+            let found = pids(out["payload"]["text"].as_str().unwrap_or_default());
+            (found.len() >= 2).then_some(found)
+        })
+        .await;
+        assert!(children.iter().all(|p| alive(*p)), "{children:?}");
+        let asked = std::time::Instant::now();
+        let killed = client
+            .request(json!({"type": "kill_job", "jobId": id}))
+            .await;
+        assert_eq!(killed["type"], "job", "{killed}");
+        let record = &killed["payload"]["job"];
+        assert_eq!(record["status"], "killed", "{record}");
+        assert_eq!(record["killedBy"], "request", "{record}");
+        let signal = if killed_by_term { 15 } else { 9 };
+        assert_eq!(record["signal"], signal, "{record}");
+        if !killed_by_term {
+            assert!(
+                asked.elapsed() >= Duration::from_secs(2),
+                "KILL came before the grace"
+            );
+        }
+        eventually("every process of the job to end", WAIT, async || {
+            !alive(leader) && children.iter().all(|p| !alive(*p))
+        })
+        .await;
+        assert!(procs::group_gone(leader), "its group outlived it");
+    }
+
+    // A job that ends on its own takes what it left in its group with it.
+    let started = start_job(&mut client, &agent, "sleep 1000 & echo pid=$!; exit 4").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    let waited = client
+        .request(json!({"type": "wait_job", "jobId": id, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(waited["payload"]["ended"], true, "{waited}");
+    assert_eq!(waited["payload"]["job"]["status"], "exited");
+    assert_eq!(waited["payload"]["job"]["exitCode"], 4);
+    let out = client
+        .request(json!({"type": "job_output", "jobId": id}))
+        .await;
+    let left = pids(out["payload"]["text"].as_str().unwrap_or_default());
+    assert_eq!(left.len(), 1, "{out}");
+    eventually("the job's background child to end", WAIT, async || {
+        !alive(left[0])
+    })
+    .await;
+
+    // Bad input is named.
+    let bad = client
+        .request(json!({"type": "start_job", "agentId": agent, "command": "true", "cwd": "/no/such/dir"}))
+        .await;
+    assert_eq!(bad["payload"]["code"], "invalid_input", "{bad}");
+    assert!(
+        bad["payload"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/no/such/dir"),
+        "{bad}"
+    );
+    let unknown = client
+        .request(json!({"type": "kill_job", "jobId": "job-999"}))
+        .await;
+    assert_eq!(unknown["payload"]["code"], "unknown_job", "{unknown}");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_exit_notice_reaches_the_owner_as_a_queued_followup_never_an_interruption() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    // The job ends while the turn that started it still runs: its notice waits for the turn.
+    let script =
+        "mcp start_job {\"command\": \"echo hello-from-job; exit 3\"}\nsleep 1500\nsay turn done";
+    let agent = create(&mut client, &daemon, script, "owner").await;
+    let notice = eventually("the exit notice", WAIT, async || {
+        client.timeline(&agent).await.into_iter().find(|i| {
+            i["kind"] == "user_message"
+                && i["data"]["source"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("job:"))
+        })
+    })
+    .await;
+    client.wait_idle(&agent).await;
+    let text = notice["data"]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("[drover] Job job-") && text.contains("exit status 3"),
+        "{text}"
+    );
+    assert!(text.contains("> hello-from-job"), "{text}");
+    assert_eq!(notice["data"]["delivery"], "followup");
+    // The first turn ran to its end; the notice started the second.
+    let said = client.replies(&agent).await.concat();
+    assert!(said.contains("turn done"), "{said}");
+    assert_eq!(
+        client.turn_events(&agent).await,
+        ["turn_completed", "turn_completed"]
+    );
+
+    // notifyOnExit false: no notice.
+    let quiet = "mcp start_job {\"command\": \"true\", \"notifyOnExit\": false}";
+    let other = create(&mut client, &daemon, quiet, "quiet").await;
+    client.wait_idle(&other).await;
+    let said = client.replies(&other).await.concat();
+    let id = said
+        .split("\"jobId\": \"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("job id in the tool result")
+        .to_string();
+    let waited = client
+        .request(json!({"type": "wait_job", "jobId": id, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(waited["payload"]["ended"], true, "{waited}");
+    client.wait_idle(&other).await;
+    assert_eq!(client.turn_events(&other).await, ["turn_completed"]);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_an_agent_sees_and_controls_only_its_own_and_its_subagents_jobs() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let owner = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&owner).await;
+    let started = start_job(&mut client, &owner, "exec sleep 1000").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    let script = format!(
+        "mcp job_output {{\"jobId\": \"{id}\"}}\n\
+         mcp kill_job {{\"jobId\": \"{id}\"}}\n\
+         mcp start_job {{\"command\": \"true\", \"agentId\": \"{owner}\"}}\n\
+         mcp list_jobs {{}}\n\
+         mcp job_output {{\"jobId\": \"job-999\"}}\n\
+         mcp start_job {{\"command\": \"echo mine\", \"timeoutS\": 0}}"
+    );
+    let stranger = create(&mut client, &daemon, &script, "stranger").await;
+    client.wait_idle(&stranger).await;
+    let said = client.replies(&stranger).await.concat();
+    // Each answer starts with `mcp <tool>`; split them apart, in order.
+    let answers: Vec<String> = said
+        .split("mcp ")
+        .filter(|a| !a.is_empty())
+        .map(|a| format!("mcp {a}"))
+        .collect();
+    assert_eq!(answers.len(), 6, "{said}");
+    for answer in &answers[..3] {
+        assert!(
+            answer.contains(" error:")
+                && answer.contains("not yours")
+                && answer.contains("code: not_permitted"),
+            "{answer}"
+        );
+    }
+    assert!(
+        answers[1].starts_with("mcp kill_job error:")
+            && answers[2].starts_with("mcp start_job error:"),
+        "{answers:?}"
+    );
+    assert!(
+        answers[3].starts_with("mcp list_jobs: ") && answers[3].contains("\"jobs\": []"),
+        "{}",
+        answers[3]
+    );
+    assert!(answers[4].contains("code: unknown_job"), "{}", answers[4]);
+    assert!(
+        answers[5].contains("timeoutS") && answers[5].contains("at least 1 second"),
+        "{}",
+        answers[5]
+    );
+    // The job still runs: the stranger's kill did nothing.
+    assert_eq!(job(&mut client, &id).await["status"], "running");
+    assert!(alive(
+        i32::try_from(started["pid"].as_u64().expect("pid")).expect("pid")
+    ));
+
+    // The owner's parent may: a subagent's jobs are its parent's to see and control.
+    let script = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current"}, "prompt": "mcp start_job {\"command\": \"exec sleep 1000\"}"}"#;
+    let parent = create(&mut client, &daemon, script, "parent").await;
+    client.wait_idle(&parent).await;
+    let child_job = eventually("the child's job", WAIT, async || {
+        let listed = client.request(json!({"type": "list_jobs"})).await;
+        listed["payload"]["jobs"]
+            .as_array()
+            .and_then(|jobs| {
+                jobs.iter()
+                    .find(|j| j["command"] == "exec sleep 1000" && j["agentId"] != owner.as_str())
+            })
+            .and_then(|j| j["id"].as_str().map(str::to_string))
+    })
+    .await;
+    let killed = client
+        .request(json!({"type": "send_message", "agentId": parent, "text": format!("mcp kill_job {{\"jobId\": \"{child_job}\"}}")}))
+        .await;
+    assert_eq!(killed["type"], "message_queued", "{killed}");
+    client.wait_idle(&parent).await;
+    let said = client.replies(&parent).await.concat();
+    assert!(
+        said.contains("mcp kill_job: ") && said.contains("\"status\": \"killed\""),
+        "{said}"
+    );
+    let killed = client
+        .request(json!({"type": "kill_job", "jobId": id}))
+        .await;
+    assert_eq!(killed["payload"]["job"]["status"], "killed");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_archive_is_refused_listing_the_job_then_stop_activity_kills_it() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    let started = start_job(&mut client, &agent, "sleep 1000 & echo pid=$!; wait").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    let leader = i32::try_from(started["pid"].as_u64().expect("pid")).expect("pid");
+    let refused = client
+        .request(json!({"type": "archive", "agentId": agent}))
+        .await;
+    assert_eq!(refused["payload"]["code"], "agent_active", "{refused}");
+    let listed = &refused["payload"]["details"]["families"]["job"];
+    assert_eq!(listed[0]["id"], id.as_str(), "{refused}");
+    assert!(
+        listed[0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("sleep 1000"),
+        "{refused}"
+    );
+    assert!(
+        refused["payload"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("1 job"),
+        "{refused}"
+    );
+    assert_eq!(job(&mut client, &id).await["status"], "running");
+
+    let archived = client
+        .request(json!({"type": "archive", "agentId": agent, "stopActivity": true}))
+        .await;
+    assert_eq!(archived["type"], "archived", "{archived}");
+    let ended = eventually("the job to be killed", WAIT, async || {
+        let j = job(&mut client, &id).await;
+        (j["status"] != "running").then_some(j)
+    })
+    .await;
+    assert_eq!(ended["status"], "killed", "{ended}");
+    assert_eq!(ended["killedBy"], "archive", "{ended}");
+    eventually("the job's group to end", WAIT, async || {
+        procs::group_gone(leader)
+    })
+    .await;
+    // An archived agent gets no new job.
+    let refused = client
+        .request(json!({"type": "start_job", "agentId": agent, "command": "true"}))
+        .await;
+    assert_eq!(refused["payload"]["code"], "agent_archived", "{refused}");
+    daemon.stop().await;
+}
