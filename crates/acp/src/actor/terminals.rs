@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Actor;
-use crate::jobs::{JobCommand, JobRecord, JobSpec, KillCause, output};
+use crate::jobs::{JobCommand, JobError, JobRecord, JobSpec, KillCause, output};
 
 /// JSON-RPC: invalid params.
 const INVALID_PARAMS: i64 = -32602;
@@ -177,6 +177,7 @@ impl Actor {
                 self.terminals.insert(record.id.clone(), limit);
                 Ok(json!({"terminalId": record.id}))
             }
+            Err(e @ JobError::Invalid { .. }) => Err((INVALID_PARAMS, e.to_string())),
             Err(e) => Err((INTERNAL_ERROR, e.to_string())),
         }
     }

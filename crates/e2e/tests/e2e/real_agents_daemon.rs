@@ -146,6 +146,14 @@ async fn run_everything(agent: RealAgent) {
         .unwrap_or_else(|| panic!("{name}: no tool call for {asked}"));
     assert_eq!(tool["data"]["status"], "failed", "{name}: {tool}");
     assert_eq!(tool["data"]["permission"], "denied", "{name}: {tool}");
+    // drover advertises `terminal: true`, yet each pinned agent ran its shell commands itself:
+    // none opened an ACP client terminal, which would be a job of the agent.
+    let jobs = client.request(json!({"type": "list_jobs"})).await;
+    assert_eq!(
+        jobs["payload"]["jobs"],
+        json!([]),
+        "{name} opened a client terminal: {jobs}"
+    );
 
     // 4. Three more turns in one session.
     for n in 1..=3 {

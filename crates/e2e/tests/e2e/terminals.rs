@@ -115,13 +115,22 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
         format!("terminal-release sh {sleeper}"),
         "terminal-output job-999".to_string(),
         "terminal-output job-1".to_string(),
+        "terminal no-such-program-for-drover".to_string(),
     ]
     .join("\n");
     send(&mut client, &agent, &prompt).await;
     client.wait_idle(&agent).await;
-    // One message (the chunks of a turn join): each directive's answer starts `terminal job-`.
+    // One message (the chunks of a turn join): each directive's answer starts `terminal job-`,
+    // but the last, whose create failed.
     let replies = client.replies(&agent).await;
     let text = replies[1..].concat();
+    let (text, failed) = text
+        .split_once("terminal error: ")
+        .expect("the failed create's answer");
+    assert!(
+        failed.contains("could not start `no-such-program-for-drover`"),
+        "a program that cannot start is an error naming it: {failed}"
+    );
     let said: Vec<String> = text
         .split("terminal job-")
         .filter(|s| !s.is_empty())
@@ -181,7 +190,11 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
     let exited = job(&mut client, "job-2").await;
     assert_eq!(exited["status"], "exited", "{exited}");
     assert_eq!(exited["exitCode"], 3, "{exited}");
-    assert_eq!(exited["command"], format!("sh {exits}"), "no shell around it: {exited}");
+    assert_eq!(
+        exited["command"],
+        format!("sh {exits}"),
+        "no shell around it: {exited}"
+    );
     let killed = job(&mut client, "job-5").await;
     assert_eq!(killed["status"], "killed", "{killed}");
     assert_eq!(killed["killedBy"], "request", "{killed}");
@@ -201,11 +214,14 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
     let notifying = client
         .request(json!({"type": "start_job", "agentId": agent, "command": "echo barrier"}))
         .await;
-    assert_eq!(notifying["payload"]["job"]["id"], "job-7", "{notifying}");
+    // (job-7 was the program that could not start: ids are never reused.)
+    assert_eq!(notifying["payload"]["job"]["id"], "job-8", "{notifying}");
     eventually("the barrier job's notice", WAIT, async || {
-        client.timeline(&agent).await.iter().any(|i| {
-            i["kind"] == "user_message" && i["data"]["source"] == "job:job-7"
-        })
+        client
+            .timeline(&agent)
+            .await
+            .iter()
+            .any(|i| i["kind"] == "user_message" && i["data"]["source"] == "job:job-8")
     })
     .await;
     client.wait_idle(&agent).await;
@@ -217,7 +233,7 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
         .filter_map(|i| i["data"]["source"].as_str().map(str::to_string))
         .filter(|s| s.starts_with("job:"))
         .collect();
-    assert_eq!(sources, ["job:job-7"], "only the plain job notified");
+    assert_eq!(sources, ["job:job-8"], "only the plain job notified");
     assert_eq!(
         client.turn_events(&agent).await,
         ["turn_completed", "turn_completed", "turn_completed"]
@@ -257,7 +273,9 @@ async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_th
     let families = &refused["payload"]["details"]["families"];
     assert_eq!(families["job"][0]["id"], "job-1", "{refused}");
     assert_eq!(
-        families.as_object().map(|f| f.keys().cloned().collect::<Vec<_>>()),
+        families
+            .as_object()
+            .map(|f| f.keys().cloned().collect::<Vec<_>>()),
         Some(vec!["job".to_string()]),
         "the terminal is the only activity: {refused}"
     );
@@ -267,9 +285,11 @@ async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_th
     let crashed = ended(&mut client, "job-1").await;
     assert_eq!(crashed["status"], "killed", "{crashed}");
     assert_eq!(crashed["killedBy"], "runtime_ended", "{crashed}");
-    eventually("the crashed runtime's terminal group to end", WAIT, async || {
-        group_gone(first)
-    })
+    eventually(
+        "the crashed runtime's terminal group to end",
+        WAIT,
+        async || group_gone(first),
+    )
     .await;
     // The next runtime does not know the old one's terminal.
     send(&mut client, &agent, "terminal-output job-1").await;
@@ -281,7 +301,10 @@ async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_th
             .find(|r| r.starts_with("terminal job-1 output"))
     })
     .await;
-    assert!(said.contains("error") && said.contains("no terminal `job-1`"), "{said}");
+    assert!(
+        said.contains("error") && said.contains("no terminal `job-1`"),
+        "{said}"
+    );
 
     // An archive with stopActivity ends the terminals of the runtime it closes.
     let other = create(
@@ -305,9 +328,11 @@ async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_th
         ["archive", "runtime_ended"].contains(&stopped["killedBy"].as_str().unwrap_or_default()),
         "{stopped}"
     );
-    eventually("the archived runtime's terminal group to end", WAIT, async || {
-        group_gone(second)
-    })
+    eventually(
+        "the archived runtime's terminal group to end",
+        WAIT,
+        async || group_gone(second),
+    )
     .await;
     daemon.stop().await;
 }
