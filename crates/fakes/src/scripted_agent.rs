@@ -25,8 +25,10 @@
 //! # Directives
 //! The text of the prompt's blocks (text blocks, the text of embedded resources, the uri of
 //! resource links), joined with newlines, is read line by line; each non-empty line (trimmed)
-//! is one directive, played in order. Before each directive a cancelled turn ends with
-//! `cancelled`. A prompt without directives says `ok`.
+//! is one directive, played in order. A line quoted as `> <directive>` (as drover quotes a
+//! job's output in its exit notice) is that directive, so a job can script the turn its end
+//! wakes. Before each directive a cancelled turn ends with `cancelled`. A prompt without
+//! directives says `ok`.
 //!
 //! | directive | what the agent does |
 //! |---|---|
@@ -312,6 +314,7 @@ impl Directive {
     pub fn parse_all(text: &str) -> Vec<Directive> {
         text.lines()
             .map(str::trim)
+            .map(|l| l.strip_prefix("> ").unwrap_or(l))
             .filter(|l| !l.is_empty())
             .map(Directive::parse)
             .collect()
@@ -1517,6 +1520,15 @@ mod tests {
         assert_eq!(
             Directive::parse_all("\n  say a \n\nhang\n"),
             vec![Directive::Say("a".into()), Directive::Hang]
+        );
+        // A quoted line is the directive it quotes.
+        assert_eq!(
+            Directive::parse_all("[drover] Job job-1 exited\n> say again\n>"),
+            vec![
+                Directive::Other("[drover] Job job-1 exited".into()),
+                Directive::Say("again".into()),
+                Directive::Other(">".into())
+            ]
         );
     }
 

@@ -452,3 +452,50 @@ async fn jobs_archive_is_refused_listing_the_job_then_stop_activity_kills_it() {
     assert_eq!(refused["payload"]["code"], "agent_archived", "{refused}");
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_a_loop_of_self_wakes_is_cut_after_five_and_its_last_notice_waits_as_context() {
+    let home = tempfile::TempDir::new().expect("home");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    // A job whose output, quoted in its exit notice, makes the woken turn start it again: a
+    // loop with no end of its own.
+    let again = r#"mcp start_job {"command": "sh again.sh"}"#;
+    std::fs::write(daemon.cwd().join("again.sh"), format!("echo '{again}'\n")).expect("script");
+    let agent = create(&mut client, &daemon, again, "looper").await;
+
+    let cap = drover_acp::jobs::MAX_SELF_WAKES as usize;
+    let inbox = home.path().join("inbox").join(format!("{agent}.jsonl"));
+    // The cap's notice is queued as an inject: context for a later turn, waking nothing.
+    let cut = eventually("the notice past the cap queued as an inject", WAIT * 3, async || {
+        let text = std::fs::read_to_string(&inbox).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|l| l.to_string().contains("Not woken:"))
+    })
+    .await;
+    assert_eq!(cut["message"]["delivery"], "inject", "{cut}");
+    client.wait_idle(&agent).await;
+
+    // The user's turn and one turn per wake, each starting the next job; nothing after.
+    let jobs = client
+        .request(json!({"type": "list_jobs", "agentId": agent}))
+        .await;
+    let jobs = jobs["payload"]["jobs"].as_array().expect("jobs").clone();
+    assert_eq!(jobs.len(), cap + 1, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j["status"] == "exited"), "{jobs:?}");
+    assert_eq!(client.turn_events(&agent).await.len(), cap + 1);
+    let wakes = client
+        .timeline(&agent)
+        .await
+        .into_iter()
+        .filter(|i| {
+            i["kind"] == "user_message"
+                && i["data"]["source"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("job:"))
+        })
+        .count();
+    assert_eq!(wakes, cap);
+    daemon.stop().await;
+}
