@@ -834,7 +834,7 @@ impl ActivityFamily for JobFamily {
                 id: r.id.clone(),
                 agent_id: Some(r.owner),
                 title: None,
-                detail: format!("job `{}` is running (pid {})", r.command, r.pid),
+                detail: format!("{} `{}` is running (pid {})", r.id, r.command, r.pid),
             })
             .collect()
     }
