@@ -1424,7 +1424,9 @@ fn jobs_are_started_followed_listed_and_killed() {
     assert_eq!(started.stdout, "job-1\n", "{}", started.transcript());
     assert!(
         started.stderr.contains("started job-1 for ")
-            && started.stderr.contains("sh -c 'echo one; sleep 0.2; echo two >&2; exit 3'"),
+            && started
+                .stderr
+                .contains("sh -c 'echo one; sleep 0.2; echo two >&2; exit 3'"),
         "{}",
         started.stderr
     );
@@ -1444,17 +1446,33 @@ fn jobs_are_started_followed_listed_and_killed() {
     let ls = fx.drover(&["job", "ls", "worker"]).ok();
     let rows: Vec<&str> = ls.stdout.lines().collect();
     assert_eq!(rows.len(), 3, "{}", ls.stdout);
-    assert!(rows.iter().any(|r| r.starts_with("job-2") && r.contains("running")), "{}", ls.stdout);
-    assert!(rows.iter().any(|r| r.starts_with("job-1") && r.contains("exited   3")), "{}", ls.stdout);
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("job-2") && r.contains("running")),
+        "{}",
+        ls.stdout
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("job-1") && r.contains("exited   3")),
+        "{}",
+        ls.stdout
+    );
     let refused = fx.drover(&["archive", "worker"]);
     assert_eq!(refused.code, 5, "{}", refused.transcript());
     assert!(
-        refused.stderr.contains("job-2 `exec sleep 1000` is running"),
+        refused
+            .stderr
+            .contains("job-2 `exec sleep 1000` is running"),
         "{}",
         refused.stderr
     );
     let killed = fx.drover(&["job", "kill", "job-2"]).ok();
-    assert!(killed.stdout.starts_with("job-2 killed"), "{}", killed.transcript());
+    assert!(
+        killed.stdout.starts_with("job-2 killed"),
+        "{}",
+        killed.transcript()
+    );
     let job = job_json(&fx, "job-2");
     assert_eq!(job["killedBy"], "request", "{job}");
     fx.drover(&["archive", "worker"]).ok();

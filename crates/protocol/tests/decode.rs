@@ -431,13 +431,16 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             }),
         (opt_string(), any::<String>())
             .prop_map(|(request_id, job_id)| ClientMessage::KillJob { request_id, job_id }),
-        (opt_string(), any::<String>(), prop::option::of(any::<u64>())).prop_map(
-            |(request_id, job_id, timeout_ms)| ClientMessage::WaitJob {
+        (
+            opt_string(),
+            any::<String>(),
+            prop::option::of(any::<u64>())
+        )
+            .prop_map(|(request_id, job_id, timeout_ms)| ClientMessage::WaitJob {
                 request_id,
                 job_id,
                 timeout_ms,
-            }
-        ),
+            }),
     ]
 }
 

@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::ops::agents::{CreateAgent, Placement, Summary};
-use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::jobs::StartJob;
+use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 
 /// How long `wait_for_agent` and `wait_job` wait unless told otherwise.

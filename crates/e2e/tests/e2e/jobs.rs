@@ -467,12 +467,16 @@ async fn jobs_a_loop_of_self_wakes_is_cut_after_five_and_its_last_notice_waits_a
     let cap = drover_acp::jobs::MAX_SELF_WAKES as usize;
     let inbox = home.path().join("inbox").join(format!("{agent}.jsonl"));
     // The cap's notice is queued as an inject: context for a later turn, waking nothing.
-    let cut = eventually("the notice past the cap queued as an inject", WAIT * 3, async || {
-        let text = std::fs::read_to_string(&inbox).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|l| l.to_string().contains("Not woken:"))
-    })
+    let cut = eventually(
+        "the notice past the cap queued as an inject",
+        WAIT * 3,
+        async || {
+            let text = std::fs::read_to_string(&inbox).unwrap_or_default();
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|l| l.to_string().contains("Not woken:"))
+        },
+    )
     .await;
     assert_eq!(cut["message"]["delivery"], "inject", "{cut}");
     client.wait_idle(&agent).await;
