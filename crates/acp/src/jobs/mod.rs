@@ -52,6 +52,9 @@ pub use record::{JobRecord, JobStatus, KillCause};
 pub const KILL_GRACE: Duration = Duration::from_secs(3);
 /// How many job exits in a row may wake their owner (see the module's rules).
 pub const MAX_SELF_WAKES: u32 = 5;
+/// How many ended jobs each agent keeps, records and logs: when one more ends (and at boot)
+/// the oldest beyond these are deleted.
+pub const KEEP_ENDED: usize = 20;
 /// The most lines and bytes of output an exit notice quotes.
 const NOTICE_LINES: usize = 20;
 const NOTICE_BYTES: usize = 4096;
@@ -208,6 +211,13 @@ impl Jobs {
                     kill_cause: Mutex::new(None),
                 }),
             );
+        }
+        let owners: std::collections::BTreeSet<AgentId> =
+            jobs.values().map(|j| j.record().owner).collect();
+        for owner in owners {
+            for old in prune(&mut jobs, owner) {
+                record::remove(home, &old);
+            }
         }
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         (
@@ -489,6 +499,10 @@ impl Jobs {
         }
         job.output.release_ring();
         tracing::info!(job = %record.id, owner = %record.owner, exit = ?record.exit, "job ended");
+        let old = prune(&mut self.jobs(), record.owner);
+        for old in old {
+            record::remove(&self.0.home, &old);
+        }
         job.done.send_replace(true);
         let _ = self.0.events.send(JobEvent {
             record: record.clone(),
@@ -705,6 +719,25 @@ fn validate(spec: &JobSpec) -> Result<(String, Vec<String>), JobError> {
         }
     }
     Ok((command, argv))
+}
+
+/// Forgets `owner`'s oldest ended jobs beyond [`KEEP_ENDED`]; their records, for the caller
+/// to delete their files (outside the lock).
+fn prune(jobs: &mut BTreeMap<u64, Arc<Job>>, owner: AgentId) -> Vec<JobRecord> {
+    let ended: Vec<u64> = jobs
+        .iter()
+        .filter(|(_, j)| {
+            let r = j.record();
+            r.owner == owner && !r.is_running()
+        })
+        .map(|(n, _)| *n)
+        .collect();
+    let extra = ended.len().saturating_sub(KEEP_ENDED);
+    ended[..extra]
+        .iter()
+        .filter_map(|n| jobs.remove(n))
+        .map(|job| job.record().clone())
+        .collect()
 }
 
 /// What the owner reads when its job ends.
