@@ -178,7 +178,7 @@ pub fn remove(home: &Path, record: &JobRecord) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                tracing::warn!(path = %file.display(), error = %e, "cannot delete an old job's file")
+                tracing::warn!(path = %file.display(), error = %e, "cannot delete an old job's file");
             }
         }
     }
