@@ -456,7 +456,14 @@ async fn jobs_archive_is_refused_listing_the_job_then_stop_activity_kills_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_a_loop_of_self_wakes_is_cut_after_five_and_its_last_notice_waits_as_context() {
     let home = tempfile::TempDir::new().expect("home");
-    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, false).await;
+    let state = tempfile::TempDir::new().expect("agent state");
+    // An agent that acts on what a notice quotes.
+    let config = format!(
+        "[providers.scripted]\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, SCRIPTED_AGENT_READ_QUOTES = \"1\" }}\n",
+        bin = drover_testkit::scripted_agent_bin().display().to_string(),
+        state = state.path().display().to_string(),
+    );
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
     let (mut client, _) = daemon.client().await;
     // A job whose output, quoted in its exit notice, makes the woken turn start it again: a
     // loop with no end of its own.
