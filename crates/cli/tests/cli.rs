@@ -1345,6 +1345,18 @@ fn schedules_are_added_listed_paused_resumed_and_removed() {
         .ok()
         .json();
     assert_eq!(mine.as_array().map(Vec::len), Some(2), "{mine}");
+    let inspected = fx.drover(&["inspect", "worker"]).ok();
+    let row = inspected
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("schedules "))
+        .unwrap_or_default();
+    assert!(
+        row.contains("sched-1 every 1h, next ")
+            && row.contains("; sched-2 cron 0 9 * * 1-5 (Europe/Paris), next "),
+        "{}",
+        inspected.stdout
+    );
 
     // An agent with an active schedule is not archived behind its back.
     let refused = fx.drover(&["archive", "worker"]);
@@ -1457,6 +1469,14 @@ fn jobs_are_started_followed_listed_and_killed() {
             .any(|r| r.starts_with("job-1") && r.contains("exited   3")),
         "{}",
         ls.stdout
+    );
+    let inspected = fx.drover(&["inspect", "worker"]).ok();
+    assert!(
+        inspected
+            .stdout
+            .contains("jobs          job-2 running `exec sleep 1000`, 1 ended\n"),
+        "{}",
+        inspected.stdout
     );
     let refused = fx.drover(&["archive", "worker"]);
     assert_eq!(refused.code, 5, "{}", refused.transcript());
