@@ -86,6 +86,9 @@ pub enum JobError {
     Store(#[from] StoreError),
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    /// Its agent was archived (or its lineage was) while it started.
+    #[error(transparent)]
+    Refused(#[from] drover_core::RegistryError),
 }
 
 impl JobError {
@@ -96,6 +99,7 @@ impl JobError {
             JobError::Spawn { .. } => ErrorCode::JobStartFailed,
             JobError::Store(_) => ErrorCode::StoreFailed,
             JobError::ShuttingDown => ErrorCode::ShuttingDown,
+            JobError::Refused(e) => e.code(),
         }
     }
 
@@ -383,7 +387,22 @@ impl Jobs {
             done,
             kill_cause: Mutex::new(None),
         });
-        self.jobs().insert(n, job.clone());
+        // Listed (seen by archive admission) only while its agent is not archived: an archive
+        // written since the caller looked is found here, and the job ends unseen.
+        let admitted = {
+            let jobs = self.clone();
+            let job = job.clone();
+            tokio::task::spawn_blocking(move || jobs.admit(n, job))
+                .await
+                .map_err(|_| JobError::ShuttingDown)
+        };
+        if let Err(e) = admitted.and_then(|a| a.map_err(JobError::from)) {
+            signal_group(pid, Some(Signal::SIGKILL));
+            let _ = child.wait();
+            let (home, record) = (home.clone(), record.clone());
+            let _ = tokio::task::spawn_blocking(move || record::remove(&home, &record)).await;
+            return Err(e);
+        }
         tracing::info!(job = %id, %owner, pid, "job started");
 
         if let Err(source) = self.watch(&job, child, reader, writer, spec.timeout) {
@@ -399,6 +418,22 @@ impl Jobs {
             record: record.clone(),
         });
         Ok(record)
+    }
+
+    /// Lists the job, if its owner passes the turn gate (under the registry's writer lock, so
+    /// no archive is written meanwhile). Blocking.
+    fn admit(&self, n: u64, job: Arc<Job>) -> Result<(), drover_core::RegistryError> {
+        let owner = job.record().owner;
+        let insert = || {
+            self.jobs().insert(n, job.clone());
+        };
+        match self.0.shared.get().and_then(Weak::upgrade) {
+            Some(shared) => shared.registry.while_unarchived(owner, insert),
+            None => {
+                insert();
+                Ok(())
+            }
+        }
     }
 
     /// Starts the job's output thread (its pipe into its output), its waiting thread (its

@@ -983,3 +983,57 @@ async fn a_subagent_notifies_its_parent_with_a_queued_followup() {
         "an archived parent got a notice"
     );
 }
+
+/// A job started for an agent archived since the caller looked (the window between the
+/// operation's check and the job's start) is refused: it never shows, no process of it is left
+/// and no file of it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_agent_was_archived_while_it_started_is_refused_and_leaves_nothing() {
+    use drover_acp::jobs::{JobCommand, JobSpec, record};
+    let fleet = Fleet::new().await;
+    let id = fleet.run("say hi").await;
+    fleet.idle(id).await;
+    fleet
+        .registry
+        .archive(
+            id,
+            ArchiveOptions {
+                stop_activity: false,
+            },
+        )
+        .await
+        .expect("archive");
+    // Straight to the jobs, as a start that looked before the archive would reach them.
+    let refused = fleet
+        .manager
+        .jobs()
+        .start(JobSpec {
+            owner: id,
+            command: JobCommand::Shell("exec sleep 1000".into()),
+            cwd: fleet.cwd.path().to_path_buf(),
+            env: std::collections::BTreeMap::new(),
+            timeout: None,
+            notify_on_exit: false,
+            started_by: "user".into(),
+            terminal: false,
+        })
+        .await
+        .expect_err("a job for an archived agent");
+    assert_eq!(
+        refused.code(),
+        drover_core::error::ErrorCode::AgentArchived,
+        "{refused}"
+    );
+    assert!(fleet.manager.jobs().list().is_empty());
+    let left: Vec<String> = procs::live()
+        .iter()
+        .filter(|p| p.has_env(record::MARKER_VAR, &format!("{id}/job-1")))
+        .map(procs::Process::command_line)
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let dir = fleet.home.path().join("jobs").join(id.to_string());
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(files.is_empty(), "{files:?}");
+}
