@@ -387,22 +387,7 @@ impl Jobs {
             done,
             kill_cause: Mutex::new(None),
         });
-        // Listed (seen by archive admission) only while its agent is not archived: an archive
-        // written since the caller looked is found here, and the job ends unseen.
-        let admitted = {
-            let jobs = self.clone();
-            let job = job.clone();
-            tokio::task::spawn_blocking(move || jobs.admit(n, job))
-                .await
-                .map_err(|_| JobError::ShuttingDown)
-        };
-        if let Err(e) = admitted.and_then(|a| a.map_err(JobError::from)) {
-            signal_group(pid, Some(Signal::SIGKILL));
-            let _ = child.wait();
-            let (home, record) = (home.clone(), record.clone());
-            let _ = tokio::task::spawn_blocking(move || record::remove(&home, &record)).await;
-            return Err(e);
-        }
+        self.list_or_end(n, &job, &mut child).await?;
         tracing::info!(job = %id, %owner, pid, "job started");
 
         if let Err(source) = self.watch(&job, child, reader, writer, spec.timeout) {
@@ -420,9 +405,36 @@ impl Jobs {
         Ok(record)
     }
 
+    /// Lists the job (seen by archive admission from then on) only while its agent is not
+    /// archived: an archive written since the caller looked is found here, and the job ends
+    /// unseen, its process killed and its files removed.
+    async fn list_or_end(
+        &self,
+        n: u64,
+        job: &Arc<Job>,
+        child: &mut std::process::Child,
+    ) -> Result<(), JobError> {
+        let admitted = {
+            let jobs = self.clone();
+            let job = job.clone();
+            tokio::task::spawn_blocking(move || jobs.admit(n, &job))
+                .await
+                .map_err(|_| JobError::ShuttingDown)
+        };
+        let Err(e) = admitted.and_then(|a| a.map_err(JobError::from)) else {
+            return Ok(());
+        };
+        let record = job.record().clone();
+        signal_group(record.pgid, Some(Signal::SIGKILL));
+        let _ = child.wait();
+        let home = self.0.home.clone();
+        let _ = tokio::task::spawn_blocking(move || record::remove(&home, &record)).await;
+        Err(e)
+    }
+
     /// Lists the job, if its owner passes the turn gate (under the registry's writer lock, so
     /// no archive is written meanwhile). Blocking.
-    fn admit(&self, n: u64, job: Arc<Job>) -> Result<(), drover_core::RegistryError> {
+    fn admit(&self, n: u64, job: &Arc<Job>) -> Result<(), drover_core::RegistryError> {
         let owner = job.record().owner;
         let insert = || {
             self.jobs().insert(n, job.clone());
