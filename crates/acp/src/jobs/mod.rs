@@ -439,12 +439,11 @@ impl Jobs {
         let insert = || {
             self.jobs().insert(n, job.clone());
         };
-        match self.0.shared.get().and_then(Weak::upgrade) {
-            Some(shared) => shared.registry.while_unarchived(owner, insert),
-            None => {
-                insert();
-                Ok(())
-            }
+        if let Some(shared) = self.0.shared.get().and_then(Weak::upgrade) {
+            shared.registry.while_unarchived(owner, insert)
+        } else {
+            insert();
+            Ok(())
         }
     }
 
