@@ -63,6 +63,8 @@
 //! | `terminal-limit <n> <program> [<arg>...]` | as `terminal`, with `outputByteLimit: n` |
 //! | `terminal-kill <program> [<arg>...]` | as `terminal`, with a `terminal/kill` right after the create |
 //! | `terminal-release <program> [<arg>...]` | creates, releases at once (which kills it), then asks `terminal/output` of the released terminal and says what came back |
+//! | `terminal-start <program> [<arg>...]` | creates the terminal and leaves it running; says `terminal <id> started` |
+//! | `terminal-output <id>` | asks `terminal/output` of terminal `<id>`; says `terminal <id> output <result as JSON>` (or `… output error: <error>`) |
 //! | anything else | says `ok: <line>` |
 //!
 //! # Environment
@@ -212,6 +214,8 @@ pub enum Directive {
         program: String,
         args: Vec<String>,
     },
+    /// `terminal/output` of a terminal by id.
+    TerminalOutput(String),
     /// Any other line: says `ok: <line>`.
     Other(String),
 }
@@ -285,7 +289,11 @@ impl Directive {
             "stderr" => Directive::Stderr(rest.to_string()),
             "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
             "recall" if rest.is_empty() => Directive::Recall,
-            "terminal" | "terminal-kill" | "terminal-release" | "terminal-limit" => {
+            "terminal-output" if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
+                Directive::TerminalOutput(rest.to_string())
+            }
+            "terminal" | "terminal-kill" | "terminal-release" | "terminal-limit"
+            | "terminal-start" => {
                 let mut words = rest.split_whitespace().map(str::to_string);
                 let limit = if word == "terminal-limit" {
                     match words.next().and_then(|n| n.parse().ok()) {
@@ -302,6 +310,7 @@ impl Directive {
                     how: match word {
                         "terminal-kill" => TerminalUse::Kill,
                         "terminal-release" => TerminalUse::Release,
+                        "terminal-start" => TerminalUse::Start,
                         _ => TerminalUse::Wait,
                     },
                     limit,
@@ -340,6 +349,8 @@ pub enum TerminalUse {
     Kill,
     /// `terminal/release` at once (which kills it), then `terminal/output` (an error).
     Release,
+    /// Nothing more: the terminal keeps running after the directive.
+    Start,
 }
 
 /// A `config.toml` with the scripted agent at `agent_bin` as provider `scripted`, keeping its
@@ -1207,6 +1218,14 @@ impl Agent {
                     .await;
                 self.say(turn, &text).await;
             }
+            Directive::TerminalOutput(id) => {
+                let terminal = json!({"sessionId": session_id, "terminalId": id});
+                let text = match self.call("terminal/output", terminal).await {
+                    Ok(out) => format!("terminal {id} output {out}"),
+                    Err(e) => format!("terminal {id} output error: {e}"),
+                };
+                self.say(turn, &text).await;
+            }
             Directive::Other(line) => self.say(turn, &format!("ok: {line}")).await,
         }
         Flow::Continue
@@ -1240,6 +1259,7 @@ impl Agent {
         let terminal = json!({"sessionId": session_id, "terminalId": id});
         let mut said = format!("terminal {id}");
         match how {
+            TerminalUse::Start => said.push_str(" started"),
             TerminalUse::Wait | TerminalUse::Kill => {
                 if how == TerminalUse::Kill
                     && let Err(e) = self.call("terminal/kill", terminal.clone()).await

@@ -246,9 +246,8 @@ impl Actor {
                         "protocolVersion": 1,
                         "clientCapabilities": {
                             "fs": {"readTextFile": false, "writeTextFile": false},
-                            // Not advertised yet: `actor/terminals.rs` answers the
-                            // terminal methods, but its end-to-end test still hangs.
-                            "terminal": false
+                            // `actor/terminals.rs` answers the terminal methods, on jobs.
+                            "terminal": true
                         },
                         "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
                     }),

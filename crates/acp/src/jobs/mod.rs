@@ -617,12 +617,13 @@ impl Jobs {
     pub async fn kill(&self, id: &str, cause: KillCause) -> Result<JobRecord, JobError> {
         let job = self.job(id)?;
         let mut done = job.done.subscribe();
+        // The guard is dropped before `snapshot`, which takes the same lock.
         let pgid = {
             let record = job.record();
-            if !record.is_running() || *done.borrow() {
-                return Ok(job.snapshot());
-            }
-            record.pgid
+            (record.is_running() && !*done.borrow()).then_some(record.pgid)
+        };
+        let Some(pgid) = pgid else {
+            return Ok(job.snapshot());
         };
         job.kill_cause
             .lock()

@@ -229,6 +229,12 @@ async fn jobs_kill_ends_the_whole_process_group_even_when_it_ignores_term() {
     assert_eq!(waited["payload"]["ended"], true, "{waited}");
     assert_eq!(waited["payload"]["job"]["status"], "exited");
     assert_eq!(waited["payload"]["job"]["exitCode"], 4);
+    // A kill of a job that already ended leaves it as it is (and answers: it once deadlocked).
+    let late = client
+        .request(json!({"type": "kill_job", "jobId": id}))
+        .await;
+    assert_eq!(late["payload"]["job"]["status"], "exited", "{late}");
+    assert_eq!(late["payload"]["job"]["killedBy"], Value::Null, "{late}");
     let out = client
         .request(json!({"type": "job_output", "jobId": id}))
         .await;

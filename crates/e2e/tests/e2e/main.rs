@@ -21,6 +21,7 @@ mod schedules;
 mod scripted_agent;
 mod security;
 mod streaming;
+mod terminals;
 mod ui;
 mod wiring;
 mod workspaces;
