@@ -17,13 +17,11 @@
 // A benchmark reads as one measurement, set up, run and reported in order.
 #![allow(clippy::too_many_lines)]
 
-use std::fs;
-use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use drover_bench::{self as bench, DaemonProc, Row, Ws, fmt_kb, recv_json, send_json, ws_connect};
+use drover_bench::{self as bench, DaemonProc, Row, ScriptedHome, fmt_kb, recv_json, send_json};
 use serde_json::json;
 
 const REQUESTS: usize = 100_000;
@@ -36,25 +34,8 @@ fn main() -> ExitCode {
     bench::block_on("drover-bench-requests", Some(2), run())
 }
 
-/// Says hello, with the daemon's token when its home has one.
-async fn hello(ws: &mut Ws, home: &Path) -> Result<()> {
-    let token = fs::read_to_string(home.join("token"))
-        .ok()
-        .map(|t| t.trim().to_string());
-    send_json(
-        ws,
-        &json!({"type": "hello", "client": "drover-bench-requests", "protocolVersion": 1, "token": token}),
-    )
-    .await?;
-    loop {
-        let message = recv_json(ws).await?;
-        match message["type"].as_str() {
-            Some("session_state") => return Ok(()),
-            Some("request_error") => bail!("hello refused: {message}"),
-            _ => {}
-        }
-    }
-}
+/// How the bench's clients name themselves in `hello`.
+const CLIENT: &str = "drover-bench-requests";
 
 /// The daemon's RSS once it stopped moving (read every 100 ms, at most 10 s).
 async fn settled_rss(daemon: &DaemonProc) -> Result<u64> {
@@ -71,37 +52,10 @@ async fn settled_rss(daemon: &DaemonProc) -> Result<u64> {
 }
 
 async fn run() -> Result<()> {
-    let drover = bench::drover_binary()?;
-    let scripted = bench::scripted_agent_binary()?;
-    let (scratch, _keep) = bench::scratch("drover-bench-requests-")?;
-    let root = scratch
-        .path()
-        .canonicalize()
-        .context("cannot resolve the scratch folder")?;
-    let started = Instant::now();
-    println!("drover-bench-requests");
-    println!("  drover binary:  {}", drover.display());
-    println!(
-        "  machine:        {} CPUs, load average {}",
-        bench::cpus(),
-        bench::load_average()
-    );
-    println!();
-    let home = root.join("home");
-    let cwd = root.join("work");
-    let state = root.join("scripted-state");
-    for dir in [&home, &cwd, &state] {
-        fs::create_dir_all(dir)?;
-    }
-    fs::write(
-        home.join("config.toml"),
-        drover_fakes::scripted_agent::provider_config(&scripted, &state),
-    )?;
-    let daemon = DaemonProc::spawn(&drover, &home, &root.join("daemon.log"), None, WAIT)?;
-    let url = format!("ws://{}/ws", daemon.addr);
-
-    let mut ws = ws_connect(&url).await?;
-    hello(&mut ws, &home).await?;
+    let setup = ScriptedHome::new("drover-bench-requests")?;
+    let (cwd, started) = (&setup.cwd, setup.started);
+    let daemon = setup.spawn_daemon(WAIT)?;
+    let mut ws = daemon.connect(CLIENT).await?;
     send_json(
         &mut ws,
         &json!({"type": "create_agent", "requestId": "c", "provider": "scripted", "cwd": cwd, "prompt": "sleep 3600000"}),
@@ -123,8 +77,7 @@ async fn run() -> Result<()> {
     let before = settled_rss(&daemon).await?;
 
     // One connection, 100,000 requests.
-    let mut one = ws_connect(&url).await?;
-    hello(&mut one, &home).await?;
+    let mut one = daemon.connect(CLIENT).await?;
     // In batches, reading the refusals between them: a client that never reads would stall
     // its own socket.
     let mut refused = 0;
@@ -147,8 +100,7 @@ async fn run() -> Result<()> {
 
     // Many connections, 250 requests each, closed with them in flight.
     for c in 0..CONNECTIONS {
-        let mut conn = ws_connect(&url).await?;
-        hello(&mut conn, &home).await?;
+        let mut conn = daemon.connect(CLIENT).await?;
         for n in 0..REQUESTS / CONNECTIONS {
             send_json(&mut conn, &wait_idle(c * 1000 + n)).await?;
         }

@@ -16,13 +16,12 @@
 #![allow(clippy::too_many_lines)]
 
 use std::collections::HashMap;
-use std::fs;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use drover_bench::{
-    self as bench, DaemonProc, Row, fmt_dur, fmt_kb, quantile, recv_json, send_json, ws_connect,
+    self as bench, Row, ScriptedHome, fmt_dur, fmt_kb, quantile, recv_json, send_json,
 };
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
@@ -47,36 +46,10 @@ fn nanos(d: SignedDuration) -> u64 {
 }
 
 async fn run() -> Result<()> {
-    let drover = bench::drover_binary()?;
-    let scripted = bench::scripted_agent_binary()?;
-    let (scratch, _keep) = bench::scratch("drover-bench-schedules-")?;
-    let root = scratch
-        .path()
-        .canonicalize()
-        .context("cannot resolve the scratch folder")?;
-    let started = Instant::now();
-    println!("drover-bench-schedules");
-    println!("  drover binary:  {}", drover.display());
-    println!(
-        "  machine:        {} CPUs, load average {}",
-        bench::cpus(),
-        bench::load_average()
-    );
-    println!();
-    let home = root.join("home");
-    let cwd = root.join("work");
-    let state = root.join("scripted-state");
-    for dir in [&home, &cwd, &state] {
-        fs::create_dir_all(dir)?;
-    }
-    fs::write(
-        home.join("config.toml"),
-        drover_fakes::scripted_agent::provider_config(&scripted, &state),
-    )?;
-    let daemon = DaemonProc::spawn(&drover, &home, &root.join("daemon.log"), None, WAIT)?;
-    let url = format!("ws://{}/ws", daemon.addr);
-    let mut ws = ws_connect(&url).await?;
-    bench::hello(&mut ws, "drover-bench-schedules").await?;
+    let setup = ScriptedHome::new("drover-bench-schedules")?;
+    let (cwd, started) = (&setup.cwd, setup.started);
+    let daemon = setup.spawn_daemon(WAIT)?;
+    let mut ws = daemon.connect("drover-bench-schedules").await?;
     let created = bench::request(
         &mut ws,
         json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "prompt": "say ready"}),

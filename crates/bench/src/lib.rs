@@ -64,6 +64,75 @@ pub fn scratch(prefix: &str) -> Result<(tempfile::TempDir, bool)> {
     Ok((scratch, keep))
 }
 
+/// Where most daemon benches run: a scratch folder (kept with `DROVER_BENCH_KEEP=1`) holding a
+/// daemon home whose `config.toml` has the scripted agent's provider, and a working directory
+/// for the agents. Made by [`ScriptedHome::new`], which prints the bench's header.
+#[derive(Debug)]
+pub struct ScriptedHome {
+    /// The `drover` binary benched.
+    pub drover: PathBuf,
+    /// The scratch folder, canonical.
+    pub root: PathBuf,
+    /// `$DROVER_HOME`.
+    pub home: PathBuf,
+    /// The agents' working directory.
+    pub cwd: PathBuf,
+    /// When the bench began (for the summary).
+    pub started: Instant,
+    _scratch: tempfile::TempDir,
+}
+
+impl ScriptedHome {
+    /// Finds the binaries, makes the folders and prints `name`, the binary and the machine.
+    pub fn new(name: &str) -> Result<ScriptedHome> {
+        let drover = drover_binary()?;
+        let scripted = scripted_agent_binary()?;
+        let (scratch, _keep) = self::scratch(&format!("{name}-"))?;
+        let root = scratch
+            .path()
+            .canonicalize()
+            .context("cannot resolve the scratch folder")?;
+        let started = Instant::now();
+        println!("{name}");
+        println!("  drover binary:  {}", drover.display());
+        println!(
+            "  machine:        {} CPUs, load average {}",
+            cpus(),
+            load_average()
+        );
+        println!();
+        let home = root.join("home");
+        let cwd = root.join("work");
+        let state = root.join("scripted-state");
+        for dir in [&home, &cwd, &state] {
+            fs::create_dir_all(dir)?;
+        }
+        fs::write(
+            home.join("config.toml"),
+            drover_fakes::scripted_agent::provider_config(&scripted, &state),
+        )?;
+        Ok(ScriptedHome {
+            drover,
+            root,
+            home,
+            cwd,
+            started,
+            _scratch: scratch,
+        })
+    }
+
+    /// `drover daemon` on the home (its stderr in `daemon.log`), answering within `timeout`.
+    pub fn spawn_daemon(&self, timeout: Duration) -> Result<DaemonProc> {
+        DaemonProc::spawn(
+            &self.drover,
+            &self.home,
+            &self.root.join("daemon.log"),
+            None,
+            timeout,
+        )
+    }
+}
+
 /// `$DROVER_BENCH_ROUNDS` if a positive number, else `default`.
 pub fn rounds(default: usize) -> usize {
     std::env::var("DROVER_BENCH_ROUNDS")
@@ -305,6 +374,13 @@ impl DaemonProc {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// A client of this daemon that said `hello` as `client`.
+    pub async fn connect(&self, client: &str) -> Result<Ws> {
+        let mut ws = ws_connect(&format!("ws://{}/ws", self.addr)).await?;
+        hello(&mut ws, client).await?;
+        Ok(ws)
     }
 
     /// `VmRSS` and `VmHWM` in KB.

@@ -387,6 +387,7 @@ pub enum JobAction {
     /// List jobs (of AGENT, if given): status, exit, time, output size.
     #[command(visible_alias = "list")]
     Ls {
+        /// Only this agent's jobs (id, unique prefix, handle or title)
         agent: Option<String>,
         /// Print JSON (the jobs as the protocol describes them)
         #[arg(long)]
@@ -394,6 +395,7 @@ pub enum JobAction {
     },
     /// Print a job's output (stdout and stderr, as they came).
     Logs {
+        /// The job (`job-3`)
         id: String,
         /// Keep printing until the job ends
         #[arg(long, short)]
@@ -404,6 +406,7 @@ pub enum JobAction {
     },
     /// Kill a job: TERM to its process group, KILL after 3 s; returns once it ended.
     Kill {
+        /// The job (`job-3`)
         id: String,
         /// Print the job as JSON
         #[arg(long)]

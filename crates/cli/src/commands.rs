@@ -664,12 +664,31 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
             agent_id: listed.id.clone(),
         })
         .await?;
+    // Its work beside its turn: its jobs and the schedules that reach it.
+    let jobs = connection
+        .request(|request_id| ClientMessage::ListJobs {
+            request_id,
+            agent_id: Some(listed.id.clone()),
+        })
+        .await?;
+    let schedules = connection
+        .request(|request_id| ClientMessage::ListSchedules {
+            request_id,
+            agent_id: Some(listed.id.clone()),
+        })
+        .await?;
     connection.close().await;
     let DaemonMessage::Agent {
         agent: measured, ..
     } = answer
     else {
         return Err(unexpected(&answer));
+    };
+    let DaemonMessage::Jobs { jobs, .. } = jobs else {
+        return Err(unexpected(&jobs));
+    };
+    let DaemonMessage::Schedules { schedules, .. } = schedules else {
+        return Err(unexpected(&schedules));
     };
     let agent = &measured;
     let workspace = match workspaces.iter().find(|w| w.id == agent.workspace_id) {
@@ -684,10 +703,18 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
     if json {
         let mut value = serde_json::to_value(agent)?;
         value["children"] = json!(children.iter().map(|c| &c.id).collect::<Vec<_>>());
+        value["jobs"] = serde_json::to_value(&jobs)?;
+        value["schedules"] = serde_json::to_value(&schedules)?;
         return print_json(&value);
     }
     let style = ctx.style;
-    let rows = inspect_rows(agent, &workspace, &short, &children, style);
+    let mut rows = inspect_rows(agent, &workspace, &short, &children, style);
+    let at = rows
+        .iter()
+        .position(|(k, _)| *k == "children")
+        .map_or(rows.len(), |i| i + 1);
+    rows.insert(at, ("jobs", jobs_summary(&jobs)));
+    rows.insert(at + 1, ("schedules", schedules_summary(&schedules)));
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out = std::io::stdout().lock();
     for (key, value) in rows {
@@ -719,6 +746,46 @@ fn memory_line(runtime: &drover_protocol::RuntimeInfo) -> String {
 }
 
 /// The key/value lines of `drover inspect`; `archived` only for an archived agent.
+/// An agent's jobs in one line: the running ones by id and command, then how many ended.
+fn jobs_summary(jobs: &[drover_protocol::JobInfo]) -> String {
+    let mut parts: Vec<String> = jobs
+        .iter()
+        .filter(|j| j.status == "running")
+        .map(|j| format!("{} running `{}`", j.id, output::truncate(&j.command, 40)))
+        .collect();
+    let ended = jobs.len() - parts.len();
+    if ended > 0 {
+        parts.push(format!("{ended} ended"));
+    }
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The schedules that reach an agent in one line: id, cadence, and the next run or the state.
+fn schedules_summary(schedules: &[drover_protocol::ScheduleInfo]) -> String {
+    let now = jiff::Timestamp::now();
+    let parts: Vec<String> = schedules
+        .iter()
+        .map(|s| match s.state.as_str() {
+            "active" => format!(
+                "{} {}, next {}",
+                s.id,
+                s.description,
+                crate::schedules::next_run(s.next_run_at.as_deref(), now)
+            ),
+            state => format!("{} {} ({state})", s.id, s.description),
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
 fn inspect_rows(
     agent: &AgentInfo,
     workspace: &str,

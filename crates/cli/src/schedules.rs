@@ -94,7 +94,7 @@ fn when_of(add: &ScheduleAdd) -> Result<ScheduleWhen, CliError> {
 }
 
 /// `2026-12-24 09:00:00 (in 29m)` in local time.
-fn next_run(at: Option<&str>, now: Timestamp) -> String {
+pub(crate) fn next_run(at: Option<&str>, now: Timestamp) -> String {
     let Some(at) = at else {
         return "-".to_string();
     };

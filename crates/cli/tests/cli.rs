@@ -1345,6 +1345,18 @@ fn schedules_are_added_listed_paused_resumed_and_removed() {
         .ok()
         .json();
     assert_eq!(mine.as_array().map(Vec::len), Some(2), "{mine}");
+    let inspected = fx.drover(&["inspect", "worker"]).ok();
+    let row = inspected
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("schedules "))
+        .unwrap_or_default();
+    assert!(
+        row.contains("sched-1 every 1h, next ")
+            && row.contains("; sched-2 cron 0 9 * * 1-5 (Europe/Paris), next "),
+        "{}",
+        inspected.stdout
+    );
 
     // An agent with an active schedule is not archived behind its back.
     let refused = fx.drover(&["archive", "worker"]);
@@ -1393,4 +1405,103 @@ fn schedule_arguments_are_checked_before_anything_is_made() {
     let listed = fx.drover(&["schedule", "ls"]).ok();
     assert!(listed.stdout.is_empty(), "{}", listed.stdout);
     assert!(listed.stderr.contains("no schedules"), "{}", listed.stderr);
+}
+
+/// `drover job ls --json`'s record of job `id`.
+fn job_json(fx: &Fixture, id: &str) -> Value {
+    let all = fx.drover(&["job", "ls", "--json"]).ok().json();
+    all.as_array()
+        .and_then(|a| a.iter().find(|j| j["id"] == id).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn jobs_are_started_followed_listed_and_killed() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "worker"], "say ready");
+    fx.wait_status(&id, "idle");
+    // Several words are quoted and joined; stderr comes with stdout, in order.
+    let started = fx
+        .drover(&[
+            "job",
+            "start",
+            "worker",
+            "--no-notify",
+            "--",
+            "sh",
+            "-c",
+            "echo one; sleep 0.2; echo two >&2; exit 3",
+        ])
+        .ok();
+    assert_eq!(started.stdout, "job-1\n", "{}", started.transcript());
+    assert!(
+        started.stderr.contains("started job-1 for ")
+            && started
+                .stderr
+                .contains("sh -c 'echo one; sleep 0.2; echo two >&2; exit 3'"),
+        "{}",
+        started.stderr
+    );
+    let followed = fx.drover(&["job", "logs", "-f", "job-1"]).ok();
+    assert_eq!(followed.stdout, "one\ntwo\n", "{}", followed.transcript());
+    let job = job_json(&fx, "job-1");
+    assert_eq!(job["status"], "exited", "{job}");
+    assert_eq!(job["exitCode"], 3, "{job}");
+    let tail = fx.drover(&["job", "logs", "--tail", "4", "job-1"]).ok();
+    assert_eq!(tail.stdout, "two\n");
+
+    // A running job keeps its agent from a plain archive, and is killed by `job kill`.
+    let sleeper = fx
+        .drover(&["job", "start", "worker", "--", "exec sleep 1000"])
+        .ok();
+    assert_eq!(sleeper.stdout, "job-2\n", "{}", sleeper.transcript());
+    let ls = fx.drover(&["job", "ls", "worker"]).ok();
+    let rows: Vec<&str> = ls.stdout.lines().collect();
+    assert_eq!(rows.len(), 3, "{}", ls.stdout);
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("job-2") && r.contains("running")),
+        "{}",
+        ls.stdout
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("job-1") && r.contains("exited   3")),
+        "{}",
+        ls.stdout
+    );
+    let inspected = fx.drover(&["inspect", "worker"]).ok();
+    assert!(
+        inspected
+            .stdout
+            .contains("jobs          job-2 running `exec sleep 1000`, 1 ended\n"),
+        "{}",
+        inspected.stdout
+    );
+    let refused = fx.drover(&["archive", "worker"]);
+    assert_eq!(refused.code, 5, "{}", refused.transcript());
+    assert!(
+        refused
+            .stderr
+            .contains("job-2 `exec sleep 1000` is running"),
+        "{}",
+        refused.stderr
+    );
+    let killed = fx.drover(&["job", "kill", "job-2"]).ok();
+    assert!(
+        killed.stdout.starts_with("job-2 killed"),
+        "{}",
+        killed.transcript()
+    );
+    let job = job_json(&fx, "job-2");
+    assert_eq!(job["killedBy"], "request", "{job}");
+    fx.drover(&["archive", "worker"]).ok();
+
+    // Bad input is named.
+    let unknown = fx.drover(&["job", "logs", "job-99"]);
+    assert_eq!(unknown.code, 4, "{}", unknown.transcript());
+    assert!(unknown.stderr.contains("job-99"), "{}", unknown.stderr);
+    let env = fx.drover(&["job", "start", "worker", "--env", "NOVALUE", "--", "true"]);
+    assert_eq!(env.code, 2, "{}", env.transcript());
+    assert!(env.stderr.contains("NOVALUE"), "{}", env.stderr);
 }

@@ -25,8 +25,10 @@
 //! # Directives
 //! The text of the prompt's blocks (text blocks, the text of embedded resources, the uri of
 //! resource links), joined with newlines, is read line by line; each non-empty line (trimmed)
-//! is one directive, played in order. Before each directive a cancelled turn ends with
-//! `cancelled`. A prompt without directives says `ok`.
+//! is one directive, played in order. With `SCRIPTED_AGENT_READ_QUOTES=1`, a line quoted as
+//! `> <directive>` (as drover quotes a job's output or a subagent's reply in its notices) is
+//! that directive, so a job can script the turn its end wakes. Before each directive a
+//! cancelled turn ends with `cancelled`. A prompt without directives says `ok`.
 //!
 //! | directive | what the agent does |
 //! |---|---|
@@ -76,6 +78,7 @@
 //! - `SCRIPTED_AGENT_IGNORE_EOF=1`: keep running after stdin closes (as codex-acp does).
 //! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
 //!   grace and then kills it (a process slow to end).
+//! - `SCRIPTED_AGENT_READ_QUOTES=1`: a line quoted with `> ` is the directive it quotes.
 //! - `SCRIPTED_AGENT_STALE_CANCEL=1`: a `session/cancel` is also kept, and the session's next
 //!   prompt ends at once with an empty `end_turn`, saying and recording nothing (as
 //!   claude-agent-acp 0.23 does, upstream #551).
@@ -123,6 +126,7 @@ pub struct Config {
     pub ignore_eof: bool,
     pub ignore_term: bool,
     pub stale_cancel: bool,
+    pub read_quotes: bool,
     pub state_dir: PathBuf,
 }
 
@@ -138,6 +142,7 @@ impl Config {
             ignore_eof: flag("SCRIPTED_AGENT_IGNORE_EOF"),
             ignore_term: flag("SCRIPTED_AGENT_IGNORE_TERM"),
             stale_cancel: flag("SCRIPTED_AGENT_STALE_CANCEL"),
+            read_quotes: flag("SCRIPTED_AGENT_READ_QUOTES"),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -317,10 +322,18 @@ impl Directive {
         }
     }
 
-    /// The directives of a prompt's text, in order.
-    pub fn parse_all(text: &str) -> Vec<Directive> {
+    /// The directives of a prompt's text, in order; with `read_quotes`, a line quoted with
+    /// `> ` is the directive it quotes.
+    pub fn parse_all(text: &str, read_quotes: bool) -> Vec<Directive> {
         text.lines()
             .map(str::trim)
+            .map(|l| {
+                if read_quotes {
+                    l.strip_prefix("> ").unwrap_or(l)
+                } else {
+                    l
+                }
+            })
             .filter(|l| !l.is_empty())
             .map(Directive::parse)
             .collect()
@@ -949,7 +962,7 @@ impl Agent {
             &turn.session_id,
             &json!({"type": "user", "text": turn.text}),
         );
-        let mut directives = Directive::parse_all(&turn.text);
+        let mut directives = Directive::parse_all(&turn.text, self.config.read_quotes);
         if directives.is_empty() {
             directives.push(Directive::Say("ok".to_string()));
         }
@@ -1535,8 +1548,22 @@ mod tests {
             Directive::Other("hello there".into())
         );
         assert_eq!(
-            Directive::parse_all("\n  say a \n\nhang\n"),
+            Directive::parse_all("\n  say a \n\nhang\n", false),
             vec![Directive::Say("a".into()), Directive::Hang]
+        );
+        // Reading quotes, a quoted line is the directive it quotes.
+        let notice = "[drover] Job job-1 exited\n> say again\n>";
+        assert_eq!(
+            Directive::parse_all(notice, true),
+            vec![
+                Directive::Other("[drover] Job job-1 exited".into()),
+                Directive::Say("again".into()),
+                Directive::Other(">".into())
+            ]
+        );
+        assert_eq!(
+            Directive::parse_all(notice, false)[1],
+            Directive::Other("> say again".into())
         );
     }
 

@@ -52,6 +52,9 @@ pub use record::{JobRecord, JobStatus, KillCause};
 pub const KILL_GRACE: Duration = Duration::from_secs(3);
 /// How many job exits in a row may wake their owner (see the module's rules).
 pub const MAX_SELF_WAKES: u32 = 5;
+/// How many ended jobs each agent keeps, records and logs: when one more ends (and at boot)
+/// the oldest beyond these are deleted.
+pub const KEEP_ENDED: usize = 20;
 /// The most lines and bytes of output an exit notice quotes.
 const NOTICE_LINES: usize = 20;
 const NOTICE_BYTES: usize = 4096;
@@ -83,6 +86,9 @@ pub enum JobError {
     Store(#[from] StoreError),
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    /// Its agent was archived (or its lineage was) while it started.
+    #[error(transparent)]
+    Refused(#[from] drover_core::RegistryError),
 }
 
 impl JobError {
@@ -93,6 +99,7 @@ impl JobError {
             JobError::Spawn { .. } => ErrorCode::JobStartFailed,
             JobError::Store(_) => ErrorCode::StoreFailed,
             JobError::ShuttingDown => ErrorCode::ShuttingDown,
+            JobError::Refused(e) => e.code(),
         }
     }
 
@@ -208,6 +215,13 @@ impl Jobs {
                     kill_cause: Mutex::new(None),
                 }),
             );
+        }
+        let owners: std::collections::BTreeSet<AgentId> =
+            jobs.values().map(|j| j.record().owner).collect();
+        for owner in owners {
+            for old in prune(&mut jobs, owner) {
+                record::remove(home, &old);
+            }
         }
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         (
@@ -373,7 +387,7 @@ impl Jobs {
             done,
             kill_cause: Mutex::new(None),
         });
-        self.jobs().insert(n, job.clone());
+        self.list_or_end(n, &job, &mut child).await?;
         tracing::info!(job = %id, %owner, pid, "job started");
 
         if let Err(source) = self.watch(&job, child, reader, writer, spec.timeout) {
@@ -389,6 +403,48 @@ impl Jobs {
             record: record.clone(),
         });
         Ok(record)
+    }
+
+    /// Lists the job (seen by archive admission from then on) only while its agent is not
+    /// archived: an archive written since the caller looked is found here, and the job ends
+    /// unseen, its process killed and its files removed.
+    async fn list_or_end(
+        &self,
+        n: u64,
+        job: &Arc<Job>,
+        child: &mut std::process::Child,
+    ) -> Result<(), JobError> {
+        let admitted = {
+            let jobs = self.clone();
+            let job = job.clone();
+            tokio::task::spawn_blocking(move || jobs.admit(n, &job))
+                .await
+                .map_err(|_| JobError::ShuttingDown)
+        };
+        let Err(e) = admitted.and_then(|a| a.map_err(JobError::from)) else {
+            return Ok(());
+        };
+        let record = job.record().clone();
+        signal_group(record.pgid, Some(Signal::SIGKILL));
+        let _ = child.wait();
+        let home = self.0.home.clone();
+        let _ = tokio::task::spawn_blocking(move || record::remove(&home, &record)).await;
+        Err(e)
+    }
+
+    /// Lists the job, if its owner passes the turn gate (under the registry's writer lock, so
+    /// no archive is written meanwhile). Blocking.
+    fn admit(&self, n: u64, job: &Arc<Job>) -> Result<(), drover_core::RegistryError> {
+        let owner = job.record().owner;
+        let insert = || {
+            self.jobs().insert(n, job.clone());
+        };
+        if let Some(shared) = self.0.shared.get().and_then(Weak::upgrade) {
+            shared.registry.while_unarchived(owner, insert)
+        } else {
+            insert();
+            Ok(())
+        }
     }
 
     /// Starts the job's output thread (its pipe into its output), its waiting thread (its
@@ -489,6 +545,10 @@ impl Jobs {
         }
         job.output.release_ring();
         tracing::info!(job = %record.id, owner = %record.owner, exit = ?record.exit, "job ended");
+        let old = prune(&mut self.jobs(), record.owner);
+        for old in old {
+            record::remove(&self.0.home, &old);
+        }
         job.done.send_replace(true);
         let _ = self.0.events.send(JobEvent {
             record: record.clone(),
@@ -708,6 +768,25 @@ fn validate(spec: &JobSpec) -> Result<(String, Vec<String>), JobError> {
     Ok((command, argv))
 }
 
+/// Forgets `owner`'s oldest ended jobs beyond [`KEEP_ENDED`]; their records, for the caller
+/// to delete their files (outside the lock).
+fn prune(jobs: &mut BTreeMap<u64, Arc<Job>>, owner: AgentId) -> Vec<JobRecord> {
+    let ended: Vec<u64> = jobs
+        .iter()
+        .filter(|(_, j)| {
+            let r = j.record();
+            r.owner == owner && !r.is_running()
+        })
+        .map(|(n, _)| *n)
+        .collect();
+    let extra = ended.len().saturating_sub(KEEP_ENDED);
+    ended[..extra]
+        .iter()
+        .filter_map(|n| jobs.remove(n))
+        .map(|job| job.record().clone())
+        .collect()
+}
+
 /// What the owner reads when its job ends.
 fn exit_notice(record: &JobRecord, output: &Output) -> String {
     let how = match (record.status, record.killed_by) {
@@ -835,7 +914,7 @@ impl ActivityFamily for JobFamily {
                 id: r.id.clone(),
                 agent_id: Some(r.owner),
                 title: None,
-                detail: format!("job `{}` is running (pid {})", r.command, r.pid),
+                detail: format!("{} `{}` is running (pid {})", r.id, r.command, r.pid),
             })
             .collect()
     }

@@ -13,7 +13,7 @@ use jiff::Timestamp;
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
-use super::output::Segments;
+use super::output::{Segments, older_path};
 use crate::records::{self, Stat};
 
 /// The folder of the jobs under `$DROVER_HOME`.
@@ -169,12 +169,28 @@ pub fn write(home: &Path, record: &JobRecord) -> Result<(), StoreError> {
     write_atomic(&target, &bytes)
 }
 
+/// Deletes an ended job's files: its record first, so a crash halfway leaves only log
+/// segments without a record, which the next [`load`] deletes.
+pub fn remove(home: &Path, record: &JobRecord) {
+    let log = log_path(home, record.owner, &record.id);
+    for file in [path(home, record.owner, &record.id), older_path(&log), log] {
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %file.display(), error = %e, "cannot delete an old job's file");
+            }
+        }
+    }
+}
+
 /// The number of a `job-<n>` id.
 pub fn number(id: &str) -> Option<u64> {
     id.strip_prefix("job-")?.parse().ok()
 }
 
-/// Every readable record under `$DROVER_HOME/jobs`; damaged ones are logged and skipped.
+/// Every readable record under `$DROVER_HOME/jobs`; damaged ones are logged and skipped, log
+/// segments whose record is gone (a deletion cut off) are deleted.
 pub fn load(home: &Path) -> Vec<JobRecord> {
     let mut found = Vec::new();
     let Ok(owners) = std::fs::read_dir(home.join(DIR)) else {
@@ -186,6 +202,12 @@ pub fn load(home: &Path) -> Vec<JobRecord> {
         };
         for file in files.flatten() {
             let path = file.path();
+            if let Some(id) = log_owner(&path) {
+                if !path.with_file_name(format!("{id}.json")).exists() {
+                    let _ = std::fs::remove_file(&path);
+                }
+                continue;
+            }
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
@@ -204,6 +226,15 @@ pub fn load(home: &Path) -> Vec<JobRecord> {
     }
     found.sort_by_key(|r| number(&r.id));
     found
+}
+
+/// The job id a log segment (`job-<n>.log`, `job-<n>.log.1`) belongs to.
+fn log_owner(path: &Path) -> Option<&str> {
+    let name = path.file_name()?.to_str()?;
+    let id = name
+        .strip_suffix(".log")
+        .or_else(|| name.strip_suffix(".log.1"))?;
+    number(id).map(|_| id)
 }
 
 /// Ends what is left of jobs that were running when a daemon died: the recorded group when

@@ -216,6 +216,23 @@ impl Registry {
         turn_gate(&state.agents, id)
     }
 
+    /// Runs `f` if `id` passes the turn gate, while no archive can be written: work started
+    /// for an agent (a job) is made visible to archive admission in `f`, so an archive either
+    /// finds it running or was written before, and this refuses. Blocking (it waits for an
+    /// archive being written): call it off the async workers.
+    pub fn while_unarchived<T>(
+        &self,
+        id: AgentId,
+        f: impl FnOnce() -> T,
+    ) -> Result<T, RegistryError> {
+        let _w = lock(&self.inner.writer);
+        {
+            let state = read(&self.inner.state);
+            turn_gate(&state.agents, id)?;
+        }
+        Ok(f())
+    }
+
     // ---- mutations -----------------------------------------------------------------------
 
     pub async fn create_agent(&self, new: NewAgent) -> Result<Agent, RegistryError> {

@@ -327,10 +327,18 @@ fn creator(schedule: &Schedule) -> Caller {
 impl Deliver for Ops {
     fn blocked(&self, schedule: &Schedule) -> Option<String> {
         let agent = schedule.owner_agent()?;
-        self.registry
-            .check_turn_gate(agent)
-            .err()
-            .map(|e| e.to_string())
+        if let Err(e) = self.registry.check_turn_gate(agent) {
+            return Some(e.to_string());
+        }
+        // A schedule an agent made fires as that agent: once the target left its lineage
+        // (detached), every run would be refused, so the schedule pauses instead.
+        let creator = schedule.created_by?;
+        let controls = agent == creator || self.registry.ancestors(agent).contains(&creator);
+        (!controls).then(|| {
+            format!(
+                "agent `{agent}` is no longer `{creator}` (which made this schedule) or one of its subagents"
+            )
+        })
     }
 
     fn followup(

@@ -49,7 +49,8 @@ pub(crate) const RUN_LABEL: &str = "drover.schedule-run";
 
 /// Where a firing goes: the operations layer in the daemon.
 pub(crate) trait Deliver: Send + Sync + 'static {
-    /// Why the schedule must not fire now (its agent or lineage is archived), if so.
+    /// Why the schedule must not fire now (its agent or lineage is archived, or the agent that
+    /// made it no longer controls its agent), if so.
     fn blocked(&self, schedule: &Schedule) -> Option<String>;
     /// Queues `message` as a followup to `agent`; resolves once it is durable.
     fn followup(

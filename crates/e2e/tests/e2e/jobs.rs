@@ -458,3 +458,154 @@ async fn jobs_archive_is_refused_listing_the_job_then_stop_activity_kills_it() {
     assert_eq!(refused["payload"]["code"], "agent_archived", "{refused}");
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_a_loop_of_self_wakes_is_cut_after_five_and_its_last_notice_waits_as_context() {
+    let home = tempfile::TempDir::new().expect("home");
+    let state = tempfile::TempDir::new().expect("agent state");
+    // An agent that acts on what a notice quotes.
+    let config = format!(
+        "[providers.scripted]\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, SCRIPTED_AGENT_READ_QUOTES = \"1\" }}\n",
+        bin = drover_testkit::scripted_agent_bin().display().to_string(),
+        state = state.path().display().to_string(),
+    );
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+    // A job whose output, quoted in its exit notice, makes the woken turn start it again: a
+    // loop with no end of its own.
+    let again = r#"mcp start_job {"command": "sh again.sh"}"#;
+    std::fs::write(daemon.cwd().join("again.sh"), format!("echo '{again}'\n")).expect("script");
+    let agent = create(&mut client, &daemon, again, "looper").await;
+
+    let cap = drover_acp::jobs::MAX_SELF_WAKES as usize;
+    let inbox = home.path().join("inbox").join(format!("{agent}.jsonl"));
+    // The cap's notice is queued as an inject: context for a later turn, waking nothing.
+    let cut = eventually(
+        "the notice past the cap queued as an inject",
+        WAIT * 3,
+        async || {
+            let text = std::fs::read_to_string(&inbox).unwrap_or_default();
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|l| l.to_string().contains("Not woken:"))
+        },
+    )
+    .await;
+    assert_eq!(cut["message"]["delivery"], "inject", "{cut}");
+    client.wait_idle(&agent).await;
+
+    // The user's turn and one turn per wake, each starting the next job; nothing after.
+    let jobs = client
+        .request(json!({"type": "list_jobs", "agentId": agent}))
+        .await;
+    let jobs = jobs["payload"]["jobs"].as_array().expect("jobs").clone();
+    assert_eq!(jobs.len(), cap + 1, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j["status"] == "exited"), "{jobs:?}");
+    assert_eq!(client.turn_events(&agent).await.len(), cap + 1);
+    let wakes = client
+        .timeline(&agent)
+        .await
+        .into_iter()
+        .filter(|i| {
+            i["kind"] == "user_message"
+                && i["data"]["source"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("job:"))
+        })
+        .count();
+    assert_eq!(wakes, cap);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_an_agent_keeps_its_last_twenty_ended_jobs_and_older_files_are_deleted() {
+    let home = tempfile::TempDir::new().expect("home");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "worker").await;
+    client.wait_idle(&agent).await;
+    let keep = drover_acp::jobs::KEEP_ENDED;
+    let runs = keep + 3;
+    for i in 0..runs {
+        let started = client
+            .request(json!({"type": "start_job", "agentId": agent,
+                "command": format!("echo run {i}"), "notifyOnExit": false}))
+            .await;
+        let id = started["payload"]["job"]["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        let waited = client
+            .request(json!({"type": "wait_job", "jobId": id, "timeoutMs": 15000}))
+            .await;
+        assert_eq!(waited["payload"]["ended"], true, "{waited}");
+    }
+    let dir = home.path().join("jobs").join(&agent);
+    let on_disk = || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .expect("jobs dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        names
+    };
+    let ids = |listed: &Value| -> Vec<String> {
+        listed["payload"]["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| j["id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    let wanted: Vec<String> = (4..=runs).map(|n| format!("job-{n}")).collect();
+    let listed = client
+        .request(json!({"type": "list_jobs", "agentId": agent}))
+        .await;
+    assert_eq!(ids(&listed), wanted, "{listed}");
+    let gone = client
+        .request(json!({"type": "job_output", "jobId": "job-1", "offset": 0}))
+        .await;
+    assert_eq!(gone["payload"]["code"], "unknown_job", "{gone}");
+    let files = on_disk();
+    assert_eq!(files.len(), 2 * keep, "{files:?}");
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.starts_with("job-1.") || f.starts_with("job-3.")),
+        "{files:?}"
+    );
+    let kept = client
+        .request(json!({"type": "job_output", "jobId": format!("job-{runs}"), "offset": 0}))
+        .await;
+    assert_eq!(
+        kept["payload"]["text"],
+        format!("run {}\n", runs - 1),
+        "{kept}"
+    );
+
+    // A log whose record is gone (a deletion a crash cut off) goes at the next boot; the kept
+    // jobs stay, and numbering goes on after them.
+    daemon.stop().await;
+    std::fs::write(dir.join("job-2.log"), "orphan").expect("orphan log");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    assert_eq!(on_disk().len(), 2 * keep, "{:?}", on_disk());
+    let listed = client
+        .request(json!({"type": "list_jobs", "agentId": agent}))
+        .await;
+    assert_eq!(ids(&listed), wanted, "{listed}");
+    // (The first daemon's working directory went with it.)
+    let next = client
+        .request(
+            json!({"type": "start_job", "agentId": agent, "command": "true", "cwd": daemon.cwd()}),
+        )
+        .await;
+    assert_eq!(
+        next["payload"]["job"]["id"],
+        format!("job-{}", runs + 1),
+        "{next}"
+    );
+    daemon.stop().await;
+}

@@ -114,6 +114,14 @@ impl Fleet {
         agent.id
     }
 
+    /// Queues `text` for `id` as the user would, with `delivery`.
+    async fn send(&self, id: AgentId, delivery: Delivery, text: &str) {
+        self.manager
+            .deliver(id, delivery, text.to_string(), "user".into())
+            .await
+            .unwrap_or_else(|e| panic!("{delivery:?} `{text}` to {id}: {e}"));
+    }
+
     async fn idle(&self, id: AgentId) {
         assert!(
             self.manager.wait_idle(id, WAIT).await.expect("wait"),
@@ -331,11 +339,7 @@ async fn a_steer_to_an_agent_that_keeps_a_stale_cancel_gets_its_reply() {
             items.iter().any(|i| i.kind == "agent_message")
         })
         .await;
-    fleet
-        .manager
-        .deliver(id, Delivery::Steer, "say steered".into(), "user".into())
-        .await
-        .expect("steer");
+    fleet.send(id, Delivery::Steer, "say steered").await;
     fleet.idle(id).await;
     assert_eq!(
         fleet.turn_events(id).await,
@@ -349,11 +353,7 @@ async fn a_steer_to_an_agent_that_keeps_a_stale_cancel_gets_its_reply() {
     assert_eq!(fleet.texts(id, "user_message").await.len(), 2);
 
     // The next prompt has no cancel before it: sent once, as any other.
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "say later".into(), "user".into())
-        .await
-        .expect("followup");
+    fleet.send(id, Delivery::Followup, "say later").await;
     fleet.idle(id).await;
     assert_eq!(
         fleet.texts(id, "agent_message").await,
@@ -370,11 +370,7 @@ async fn followups_queue_behind_a_busy_turn_and_steer_cuts_in() {
             i.iter().any(|i| i.kind == "turn_started")
         })
         .await;
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "say second".into(), "user".into())
-        .await
-        .expect("followup");
+    fleet.send(id, Delivery::Followup, "say second").await;
     fleet.idle(id).await;
     assert_eq!(
         fleet.turn_events(id).await,
@@ -384,30 +380,15 @@ async fn followups_queue_behind_a_busy_turn_and_steer_cuts_in() {
     assert_eq!(fleet.texts(id, "agent_message").await, ["first", "second"]);
 
     fleet
-        .manager
-        .deliver(
-            id,
-            Delivery::Followup,
-            "sleep 10000\nsay never".into(),
-            "user".into(),
-        )
-        .await
-        .expect("long turn");
+        .send(id, Delivery::Followup, "sleep 10000\nsay never")
+        .await;
     fleet
         .until(id, "the long turn", |i| {
             i.iter().filter(|i| i.kind == "turn_started").count() == 3
         })
         .await;
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "say after".into(), "user".into())
-        .await
-        .expect("queued");
-    fleet
-        .manager
-        .deliver(id, Delivery::Steer, "say steered".into(), "user".into())
-        .await
-        .expect("steer");
+    fleet.send(id, Delivery::Followup, "say after").await;
+    fleet.send(id, Delivery::Steer, "say steered").await;
     fleet.idle(id).await;
     assert_eq!(
         fleet.turn_events(id).await,
@@ -433,15 +414,8 @@ async fn inject_rides_with_the_next_prompt_without_waking() {
     let id = fleet.run("say hi").await;
     fleet.idle(id).await;
     fleet
-        .manager
-        .deliver(
-            id,
-            Delivery::Inject,
-            "CONTEXT: the build is red".into(),
-            "user".into(),
-        )
-        .await
-        .expect("inject");
+        .send(id, Delivery::Inject, "CONTEXT: the build is red")
+        .await;
     assert!(
         fleet
             .manager
@@ -454,11 +428,7 @@ async fn inject_rides_with_the_next_prompt_without_waking() {
         1,
         "inject does not wake the agent"
     );
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "echo-prompt".into(), "user".into())
-        .await
-        .expect("followup");
+    fleet.send(id, Delivery::Followup, "echo-prompt").await;
     fleet.idle(id).await;
     let texts = fleet.texts(id, "agent_message").await;
     // The scripted agent answers the context line, then echoes the whole prompt.
@@ -477,11 +447,7 @@ async fn cancel_ends_a_streaming_turn_and_can_drop_the_inbox() {
             i.iter().any(|i| i.kind == "agent_message")
         })
         .await;
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "say queued".into(), "user".into())
-        .await
-        .expect("queue");
+    fleet.send(id, Delivery::Followup, "say queued").await;
     fleet
         .manager
         .cancel_turn(id, CancelCause::User, false)
@@ -521,11 +487,7 @@ async fn a_crash_puts_the_agent_in_error_with_its_stderr_and_the_next_message_re
     assert_eq!(fleet.turn_events(id).await, ["turn_failed"]);
     assert!(fleet.manager.runtime_pid(id).await.is_none());
 
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "say after".into(), "user".into())
-        .await
-        .expect("followup");
+    fleet.send(id, Delivery::Followup, "say after").await;
     fleet.idle(id).await;
     assert_eq!(
         fleet
@@ -580,26 +542,15 @@ async fn a_restart_resumes_the_session_and_delivers_what_was_queued_once() {
     let id = fleet.run("say one").await;
     fleet.idle(id).await;
     // A turn that never ends, and a message queued behind it, when the daemon stops.
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "hang".into(), "user".into())
-        .await
-        .expect("hang");
+    fleet.send(id, Delivery::Followup, "hang").await;
     fleet
         .until(id, "the hanging turn", |i| {
             i.iter().filter(|i| i.kind == "turn_started").count() == 2
         })
         .await;
     fleet
-        .manager
-        .deliver(
-            id,
-            Delivery::Followup,
-            "say after restart".into(),
-            "user".into(),
-        )
-        .await
-        .expect("queued");
+        .send(id, Delivery::Followup, "say after restart")
+        .await;
     let pid = fleet.manager.runtime_pid(id).await.expect("live");
     let fleet = fleet.restart(&[]).await;
     assert!(group_gone(pid), "shutdown ended the agent's process group");
@@ -629,11 +580,7 @@ async fn a_restart_resumes_the_session_and_delivers_what_was_queued_once() {
 
     // An agent that cannot load sessions starts a new one and says so.
     let fleet = fleet.restart(&[("SCRIPTED_AGENT_NO_LOAD", "1")]).await;
-    fleet
-        .manager
-        .deliver(id, Delivery::Followup, "say fresh".into(), "user".into())
-        .await
-        .expect("followup");
+    fleet.send(id, Delivery::Followup, "say fresh").await;
     fleet.idle(id).await;
     let notices = fleet.texts(id, "notice").await;
     assert!(
@@ -697,15 +644,8 @@ async fn the_gate_blocks_turns_under_an_archived_parent_without_prompting() {
         .expect("archive");
     fleet.registry.unarchive(child).await.expect("unarchive");
     fleet
-        .manager
-        .deliver(
-            child,
-            Delivery::Followup,
-            "say should not run".into(),
-            "user".into(),
-        )
-        .await
-        .expect("queued");
+        .send(child, Delivery::Followup, "say should not run")
+        .await;
     fleet.idle(child).await;
     assert_eq!(fleet.turn_events(child).await, ["turn_blocked"]);
     assert!(
@@ -1042,4 +982,58 @@ async fn a_subagent_notifies_its_parent_with_a_queued_followup() {
         before,
         "an archived parent got a notice"
     );
+}
+
+/// A job started for an agent archived since the caller looked (the window between the
+/// operation's check and the job's start) is refused: it never shows, no process of it is left
+/// and no file of it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_agent_was_archived_while_it_started_is_refused_and_leaves_nothing() {
+    use drover_acp::jobs::{JobCommand, JobSpec, record};
+    let fleet = Fleet::new().await;
+    let id = fleet.run("say hi").await;
+    fleet.idle(id).await;
+    fleet
+        .registry
+        .archive(
+            id,
+            ArchiveOptions {
+                stop_activity: false,
+            },
+        )
+        .await
+        .expect("archive");
+    // Straight to the jobs, as a start that looked before the archive would reach them.
+    let refused = fleet
+        .manager
+        .jobs()
+        .start(JobSpec {
+            owner: id,
+            command: JobCommand::Shell("exec sleep 1000".into()),
+            cwd: fleet.cwd.path().to_path_buf(),
+            env: std::collections::BTreeMap::new(),
+            timeout: None,
+            notify_on_exit: false,
+            started_by: "user".into(),
+            terminal: false,
+        })
+        .await
+        .expect_err("a job for an archived agent");
+    assert_eq!(
+        refused.code(),
+        drover_core::error::ErrorCode::AgentArchived,
+        "{refused}"
+    );
+    assert!(fleet.manager.jobs().list().is_empty());
+    let left: Vec<String> = procs::live()
+        .iter()
+        .filter(|p| p.has_env(record::MARKER_VAR, &format!("{id}/job-1")))
+        .map(procs::Process::command_line)
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let dir = fleet.home.path().join("jobs").join(id.to_string());
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(files.is_empty(), "{files:?}");
 }

@@ -446,3 +446,60 @@ async fn schedules_sigkills_while_runs_fire_never_lose_or_repeat_one() {
         "every recorded run was delivered, and only those"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_an_agent_made_for_a_subagent_pause_once_it_is_detached() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = create(&mut client, &daemon.cwd(), "say parent", "parent").await;
+    client.wait_idle(&parent).await;
+    let created = client
+        .request(
+            json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(),
+            "prompt": "say child", "title": "child", "parentAgentId": parent}),
+        )
+        .await;
+    let child = created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    client.wait_idle(&child).await;
+    let script = format!(
+        "mcp create_schedule {{\"agentId\": \"{child}\", \"prompt\": \"say tick\", \"when\": {{\"everySeconds\": 1}}}}"
+    );
+    client
+        .request(json!({"type": "send_message", "agentId": parent, "text": script}))
+        .await;
+    let ticked = eventually("a first tick to the subagent", WAIT, async || {
+        let got = scheduled_messages(&mut client, &child).await;
+        (!got.is_empty()).then_some(got.len())
+    })
+    .await;
+    assert!(ticked >= 1);
+
+    let detached = client
+        .request(json!({"type": "detach", "agentId": child}))
+        .await;
+    assert_ne!(detached["type"], "request_error", "{detached}");
+    // The next run pauses the schedule, saying why, instead of failing each second.
+    let paused = eventually("the schedule paused", WAIT, async || {
+        list(&mut client)
+            .await
+            .into_iter()
+            .find(|s| s["state"] == "paused")
+    })
+    .await;
+    let runs = paused["runs"].as_array().expect("runs");
+    let last = runs.last().expect("a run");
+    let error = last["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("schedule paused") && error.contains("no longer"),
+        "{paused}"
+    );
+    assert_eq!(
+        runs.iter().filter(|r| !r["error"].is_null()).count(),
+        1,
+        "{paused}"
+    );
+    daemon.stop().await;
+}

@@ -114,6 +114,8 @@ function onMessage(msg) {
     case 'schedule_update':
       if (p.schedule) S.schedules.set(p.scheduleId, p.schedule);
       else S.schedules.delete(p.scheduleId);
+      render({ sidebar: false });
+      break;
     case 'job_update':
       S.jobs.set(p.job.id, p.job);
       render({ sidebar: false });
