@@ -83,8 +83,24 @@ fn pid_of(job: &Value) -> i32 {
     i32::try_from(job["pid"].as_u64().expect("pid")).expect("pid")
 }
 
+/// What the agent said in its turns after the first, one answer per terminal directive (the
+/// chunks of a turn join into one message; each answer starts `terminal `).
+async fn answers(client: &mut Client, agent: &str) -> Vec<String> {
+    let replies = client.replies(agent).await;
+    let text = replies[1..].concat();
+    text.split("terminal job-")
+        .filter(|s| !s.is_empty())
+        .flat_map(|s| {
+            // A create that failed says `terminal error: …` after the previous answer.
+            let (answer, failed) = s.split_once("terminal error: ").unwrap_or((s, ""));
+            let failed = (!failed.is_empty()).then(|| format!("terminal error: {failed}"));
+            std::iter::once(format!("terminal job-{answer}")).chain(failed)
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn terminals_report_exit_output_truncation_kill_and_release_and_never_notify() {
+async fn terminals_answer_exit_status_output_truncation_and_errors_naming_the_terminal() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
     let scripts = tempfile::tempdir().expect("tempdir");
@@ -101,18 +117,11 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
         "exits.sh",
         "echo \"out $SCRIPTED_TERMINAL $(pwd)\"\necho err >&2\nexit 3\n",
     );
-    let sleeper = script(
-        scripts.path(),
-        "sleeper.sh",
-        "sleep 1000 & echo pid=$!\nwait\n",
-    );
     let prompt = [
         format!("terminal sh {exits}"),
         // 11 bytes, `€` being 3: the last 7 start inside a `€`, which is dropped.
         "terminal-limit 7 printf ab€€€".to_string(),
         "terminal-limit 100 printf ab€€€".to_string(),
-        "terminal-kill sleep 1000".to_string(),
-        format!("terminal-release sh {sleeper}"),
         "terminal-output job-999".to_string(),
         "terminal-output job-1".to_string(),
         "terminal no-such-program-for-drover".to_string(),
@@ -120,23 +129,8 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
     .join("\n");
     send(&mut client, &agent, &prompt).await;
     client.wait_idle(&agent).await;
-    // One message (the chunks of a turn join): each directive's answer starts `terminal job-`,
-    // but the last, whose create failed.
-    let replies = client.replies(&agent).await;
-    let text = replies[1..].concat();
-    let (text, failed) = text
-        .split_once("terminal error: ")
-        .expect("the failed create's answer");
-    assert!(
-        failed.contains("could not start `no-such-program-for-drover`"),
-        "a program that cannot start is an error naming it: {failed}"
-    );
-    let said: Vec<String> = text
-        .split("terminal job-")
-        .filter(|s| !s.is_empty())
-        .map(|s| format!("terminal job-{s}"))
-        .collect();
-    assert_eq!(said.len(), 7, "{said:#?}");
+    let said = answers(&mut client, &agent).await;
+    assert_eq!(said.len(), 6, "{said:#?}");
     let cwd = daemon.cwd().display().to_string();
     assert_eq!(
         said[0],
@@ -154,53 +148,85 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
         said[2],
         "terminal job-4 exit 0 signal null truncated false output \"ab€€€\""
     );
-    assert_eq!(
-        said[3], "terminal job-5 exit null signal \"SIGTERM\" truncated false output \"\"",
-        "a kill says the signal"
+    assert!(
+        said[3].starts_with("terminal job-999 output error: ")
+            && said[3].contains("no terminal `job-999`"),
+        "{}",
+        said[3]
     );
     assert!(
-        said[4].starts_with("terminal job-6 released; output: ")
-            && said[4].contains("no terminal `job-6`"),
-        "a released terminal is unknown: {}",
+        said[4].starts_with("terminal job-1 output error: ")
+            && said[4].contains("no terminal `job-1`"),
+        "a job that is not a terminal of this session is none: {}",
         said[4]
     );
     assert!(
-        said[5].starts_with("terminal job-999 output error: ")
-            && said[5].contains("no terminal `job-999`"),
-        "{}",
+        said[5].starts_with("terminal error: ")
+            && said[5].contains("could not start `no-such-program-for-drover`"),
+        "a program that cannot start is an error naming it: {}",
         said[5]
     );
-    assert!(
-        said[6].starts_with("terminal job-1 output error: ")
-            && said[6].contains("no terminal `job-1`"),
-        "a job that is not a terminal of this session is none: {}",
-        said[6]
-    );
-
-    // Listed as jobs of the agent, marked as terminals.
-    let listed = jobs(&mut client).await;
-    let terminals: Vec<&Value> = listed.iter().filter(|j| j["terminal"] == true).collect();
-    assert_eq!(terminals.len(), 5, "{listed:?}");
-    for t in &terminals {
-        assert_eq!(t["agentId"], agent.as_str(), "{t}");
-        assert_eq!(t["startedBy"], "terminal", "{t}");
-        assert_eq!(t["notifyOnExit"], false, "{t}");
-    }
-    assert_eq!(job(&mut client, "job-1").await["terminal"], false);
     let exited = job(&mut client, "job-2").await;
     assert_eq!(exited["status"], "exited", "{exited}");
     assert_eq!(exited["exitCode"], 3, "{exited}");
+    assert_eq!(exited["terminal"], true, "{exited}");
     assert_eq!(
         exited["command"],
         format!("sh {exits}"),
         "no shell around it: {exited}"
     );
-    let killed = job(&mut client, "job-5").await;
+    assert_eq!(job(&mut client, "job-1").await["terminal"], false);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminals_kill_and_release_whole_groups_are_listed_as_jobs_and_never_notify() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let scripts = tempfile::tempdir().expect("tempdir");
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    let sleeper = script(
+        scripts.path(),
+        "sleeper.sh",
+        "sleep 1000 & echo pid=$!\nwait\n",
+    );
+    let prompt = format!(
+        "terminal-kill sleep 1000\nterminal-release sh {sleeper}\nterminal-limit 10 printf done"
+    );
+    send(&mut client, &agent, &prompt).await;
+    client.wait_idle(&agent).await;
+    let said = answers(&mut client, &agent).await;
+    assert_eq!(
+        said[0], "terminal job-1 exit null signal \"SIGTERM\" truncated false output \"\"",
+        "a kill says the signal"
+    );
+    assert!(
+        said[1].starts_with("terminal job-2 released; output: ")
+            && said[1].contains("no terminal `job-2`"),
+        "a released terminal is unknown: {}",
+        said[1]
+    );
+    assert_eq!(
+        said[2..],
+        ["terminal job-3 exit 0 signal null truncated false output \"done\""]
+    );
+
+    // Listed as jobs of the agent, marked as terminals.
+    let listed = jobs(&mut client).await;
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    for t in &listed {
+        assert_eq!(t["agentId"], agent.as_str(), "{t}");
+        assert_eq!(t["terminal"], true, "{t}");
+        assert_eq!(t["startedBy"], "terminal", "{t}");
+        assert_eq!(t["notifyOnExit"], false, "{t}");
+    }
+    let killed = job(&mut client, "job-1").await;
     assert_eq!(killed["status"], "killed", "{killed}");
     assert_eq!(killed["killedBy"], "request", "{killed}");
     assert_eq!(killed["signal"], 15, "{killed}");
     // Release killed the whole group of a terminal still running.
-    let released = ended(&mut client, "job-6").await;
+    let released = ended(&mut client, "job-2").await;
     assert_eq!(released["status"], "killed", "{released}");
     assert_eq!(released["killedBy"], "request", "{released}");
     let pgid = pid_of(&released);
@@ -214,14 +240,13 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
     let notifying = client
         .request(json!({"type": "start_job", "agentId": agent, "command": "echo barrier"}))
         .await;
-    // (job-7 was the program that could not start: ids are never reused.)
-    assert_eq!(notifying["payload"]["job"]["id"], "job-8", "{notifying}");
+    assert_eq!(notifying["payload"]["job"]["id"], "job-4", "{notifying}");
     eventually("the barrier job's notice", WAIT, async || {
         client
             .timeline(&agent)
             .await
             .iter()
-            .any(|i| i["kind"] == "user_message" && i["data"]["source"] == "job:job-8")
+            .any(|i| i["kind"] == "user_message" && i["data"]["source"] == "job:job-4")
     })
     .await;
     client.wait_idle(&agent).await;
@@ -233,7 +258,7 @@ async fn terminals_report_exit_output_truncation_kill_and_release_and_never_noti
         .filter_map(|i| i["data"]["source"].as_str().map(str::to_string))
         .filter(|s| s.starts_with("job:"))
         .collect();
-    assert_eq!(sources, ["job:job-8"], "only the plain job notified");
+    assert_eq!(sources, ["job:job-4"], "only the plain job notified");
     assert_eq!(
         client.turn_events(&agent).await,
         ["turn_completed", "turn_completed", "turn_completed"]
