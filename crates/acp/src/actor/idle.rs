@@ -1,5 +1,6 @@
 //! Idle runtimes: when the task is quiet (no turn, nothing queued that wakes it, no pending
-//! permission, no notice on its way, no start asked for or waiting), its idle clock runs;
+//! permission, no notice on its way, no start asked for or waiting, no ACP terminal of the
+//! runtime still running), its idle clock runs;
 //! after `[runtimes] idle_timeout` a live runtime hibernates (its process tree ends, the
 //! record keeps its status, the next message resumes it through `session/load`), and a task
 //! without a process simply ends, so a cold agent holds nothing but its files.
@@ -77,7 +78,8 @@ impl IdleClock {
 
 impl Actor {
     /// Nothing to do: no turn, nothing queued that wakes the agent, no pending permission,
-    /// no notice on its way, no start asked for, waiting or under way.
+    /// no notice on its way, no start asked for, waiting or under way, no terminal running
+    /// (hibernation would kill it: it belongs to the ACP session).
     pub(super) fn quiet(&self) -> bool {
         self.turn.is_none()
             && self.permissions.is_empty()
@@ -86,6 +88,7 @@ impl Actor {
             && self.slot_wait.is_none()
             && !self.want_start
             && !self.starting
+            && !self.terminal_running()
     }
 
     /// Runs the idle clock, tells the slots whether the runtime is idle (what a waiting start

@@ -26,7 +26,7 @@ use drover_core::inbox::{Delivery, Inbox, InboxMessage};
 use drover_core::timeline::{ItemKind, Timeline};
 use drover_core::{AgentId, CancelCause};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::process;
@@ -132,6 +132,7 @@ pub(crate) fn spawn(
         tool_calls,
         permissions: Vec::new(),
         terminals: terminals::Terminals::new(),
+        terminal_ended: Arc::new(Notify::new()),
         notices: None,
         start_failed: false,
         loading_flag: false,
@@ -197,6 +198,8 @@ enum Event {
     IdleTimeout,
     /// The notices handed to other agents so far are delivered (or given up).
     NoticesSent,
+    /// A terminal this runtime opened ended (the runtime may be idle now).
+    TerminalEnded,
 }
 
 struct Actor {
@@ -215,6 +218,8 @@ struct Actor {
     permissions: Vec<Permission>,
     /// The ACP terminals this runtime opened.
     terminals: terminals::Terminals,
+    /// Told when one of them ends, by the task that waits for it.
+    terminal_ended: Arc<Notify>,
     /// The task delivering this agent's latest notice to another agent (it waits for the
     /// ones before it, so they arrive in order).
     notices: Option<JoinHandle<()>>,
@@ -268,6 +273,8 @@ impl Actor {
                 Event::Incoming(None) | Event::Exited => self.on_exit().await,
                 Event::TurnDone(result) => self.finish_turn(result).await,
                 Event::NoticesSent => self.notices = None,
+                // Nothing to do but look again at whether the runtime is quiet.
+                Event::TerminalEnded => {}
                 Event::SlotGranted(slot) => {
                     self.slot_wait = None;
                     self.granted = slot;
@@ -297,6 +304,7 @@ impl Actor {
             turn,
             notices,
             slot_wait,
+            terminal_ended,
             ..
         } = self;
         let (incoming, exited) = match live {
@@ -341,6 +349,7 @@ impl Actor {
                     None => pending().await,
                 }
             } => Event::SlotGranted(slot),
+            () = terminal_ended.notified() => Event::TerminalEnded,
             () = async {
                 match deadline {
                     Some(at) => tokio::time::sleep_until(at).await,

@@ -4,9 +4,11 @@
 //! asks), listed with the agent's other jobs (`terminal: true`).
 //!
 //! A terminal belongs to the runtime that opened it: only that runtime may use it, and when
-//! the runtime ends (close, archive, its process exiting, hibernation) its terminals that
-//! still run are killed. Requests that wait (`wait_for_exit`, `kill`, `release`) are answered
-//! from a task of their own, so the agent's loop never waits for a command.
+//! the runtime ends (close, archive, its process exiting, daemon shutdown) its terminals that
+//! still run are killed. While one runs the runtime is not idle, so it does not hibernate (a
+//! task per terminal tells the actor when it ends). Requests that wait (`wait_for_exit`,
+//! `kill`, `release`) are answered from a task of their own, so the agent's loop never waits
+//! for a command.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -175,11 +177,28 @@ impl Actor {
         match self.shared.jobs.start(spec).await {
             Ok(record) => {
                 self.terminals.insert(record.id.clone(), limit);
+                let (jobs, ended, id) = (
+                    self.shared.jobs.clone(),
+                    self.terminal_ended.clone(),
+                    record.id.clone(),
+                );
+                // Its end may make the runtime idle: the actor looks again.
+                tokio::spawn(async move {
+                    let _ = jobs.wait(&id, WAIT_FOR_EXIT).await;
+                    ended.notify_one();
+                });
                 Ok(json!({"terminalId": record.id}))
             }
             Err(e @ JobError::Invalid { .. }) => Err((INVALID_PARAMS, e.to_string())),
             Err(e) => Err((INTERNAL_ERROR, e.to_string())),
         }
+    }
+
+    /// Whether a terminal this runtime opened (and has not released) still runs.
+    pub(super) fn terminal_running(&self) -> bool {
+        self.terminals
+            .keys()
+            .any(|id| self.shared.jobs.get(id).is_ok_and(|r| r.is_running()))
     }
 
     /// The runtime ended: its terminals that still run are killed (each in a task of its

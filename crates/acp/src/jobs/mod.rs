@@ -18,7 +18,8 @@
 //!   wakes a turn ... is cut at [`MAX_SELF_WAKES`]: that notice is queued as an `inject`
 //!   (context for the next turn, which something else must start).
 //! - The owner's runtime ending (hibernation, a crash of the agent) does not end its jobs;
-//!   it ends the ACP terminals that runtime opened (they belong to its ACP session). The
+//!   it ends the ACP terminals that runtime opened (they belong to its ACP session, and keep
+//!   it from hibernating while they run). The
 //!   archive of the owner refuses while a job runs (the `job` activity family), and with
 //!   `stopActivity` kills them. Daemon shutdown kills every job (`killedBy: shutdown`).
 

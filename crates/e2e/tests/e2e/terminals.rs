@@ -3,7 +3,8 @@
 //! `release`) that drover runs as jobs of the agent. Their exit status and output (cut from the
 //! start at `outputByteLimit`, on a character boundary), kill and release, errors that name the
 //! terminal, the listing with `terminal: true` and no exit notice, archive admission, and the
-//! end of the runtime that opened them (a crash, an archive) killing what still runs.
+//! end of the runtime that opened them (a crash, an archive) killing what still runs, which
+//! never hibernates while one runs.
 
 use std::path::Path;
 use std::time::Duration;
@@ -359,5 +360,43 @@ async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_th
         async || group_gone(second),
     )
     .await;
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminals_keep_their_runtime_from_hibernating_until_they_end() {
+    let state = tempfile::tempdir().expect("agent state");
+    let home = tempfile::tempdir().expect("home");
+    let config = format!(
+        "{}\n[runtimes]\nidle_timeout = \"1s\"\n",
+        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path())
+    );
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "terminal-start sleep 1000", "keeps").await;
+    client.wait_idle(&agent).await;
+    // Idle as a client sees it (no turn), but its runtime is not: hibernating would kill the
+    // terminal, which belongs to its ACP session. No deadline, so no hibernation.
+    let got = client
+        .request(json!({"type": "get_agent", "agentId": agent}))
+        .await;
+    let runtime = &got["payload"]["agent"]["runtime"];
+    assert_eq!(runtime["state"], "live", "{got}");
+    assert_eq!(runtime["hibernateAt"], Value::Null, "{got}");
+
+    // Once the terminal ends, the idle clock runs and the runtime hibernates.
+    client.clear_backlog();
+    let killed = client
+        .request(json!({"type": "kill_job", "jobId": "job-1"}))
+        .await;
+    assert_eq!(killed["payload"]["job"]["killedBy"], "request", "{killed}");
+    let cold = client
+        .recv_where(|m| {
+            m["type"] == "agent_status"
+                && m["payload"]["agent"]["id"] == agent.as_str()
+                && m["payload"]["agent"]["runtime"]["state"] == "cold"
+        })
+        .await;
+    assert_eq!(cold["payload"]["agent"]["status"], "idle", "{cold}");
     daemon.stop().await;
 }
