@@ -171,15 +171,7 @@ impl Output {
             let start = offset.clamp(kept, state.end);
             if start >= state.ring_start {
                 let skip = usize::try_from(start - state.ring_start).unwrap_or(usize::MAX);
-                let (a, b) = state.ring.as_slices();
-                let bytes: Vec<u8> = a
-                    .iter()
-                    .chain(b.iter())
-                    .skip(skip)
-                    .take(max)
-                    .copied()
-                    .collect();
-                (start, state.end, Some(bytes), state.segments)
+                (start, state.end, Some(ring_bytes(&state.ring, skip, max)), state.segments)
             } else {
                 (start, state.end, None, state.segments)
             }
@@ -241,6 +233,23 @@ impl Output {
         }
         Ok(out)
     }
+}
+
+/// `max` bytes of the ring from `skip`, copied slice by slice (under the state's lock: the
+/// writer waits for this copy, so it is one `memcpy` or two).
+fn ring_bytes(ring: &VecDeque<u8>, skip: usize, max: usize) -> Vec<u8> {
+    let (a, b) = ring.as_slices();
+    let n = ring.len().saturating_sub(skip).min(max);
+    let mut bytes = Vec::with_capacity(n);
+    if skip < a.len() {
+        let from_a = (a.len() - skip).min(n);
+        bytes.extend_from_slice(&a[skip..skip + from_a]);
+        bytes.extend_from_slice(&b[..n - from_a]);
+    } else {
+        let at = skip - a.len();
+        bytes.extend_from_slice(&b[at..at + n]);
+    }
+    bytes
 }
 
 fn first_kept(state: &State) -> u64 {
@@ -320,13 +329,21 @@ impl Writer {
             }
             None => {}
         }
-        state.ring.extend(bytes);
-        state.end += bytes.len() as u64;
-        if state.ring.len() > output.ring_limit {
-            let excess = state.ring.len() - output.ring_limit;
+        // Room is made before the bytes go in, so the ring never holds (nor allocates) more
+        // than its limit; of a push larger than the ring only its end is kept.
+        let limit = output.ring_limit;
+        let keep = &bytes[bytes.len().saturating_sub(limit)..];
+        let excess = (state.ring.len() + keep.len()).saturating_sub(limit);
+        if excess > 0 {
             state.ring.drain(..excess);
-            state.ring_start += excess as u64;
         }
+        if state.ring.capacity() < limit {
+            let more = limit - state.ring.len();
+            state.ring.reserve_exact(more);
+        }
+        state.ring.extend(keep);
+        state.end += bytes.len() as u64;
+        state.ring_start = state.end - state.ring.len() as u64;
         let end = state.end;
         drop(state);
         output.end_tx.send_replace(end);

@@ -1,14 +1,33 @@
 //! The client protocol's job requests (`start_job`, `list_jobs`, `job_output`, `kill_job`,
-//! `wait_job`): decode, call the operation in `crate::ops::jobs`, encode.
+//! `wait_job`): decode, call the operation in `crate::ops::jobs`, encode; and the jobs a
+//! session follows (`follow_job`, `unfollow_job`), whose output is pushed to it as
+//! `job_output_update`.
+//!
+//! A follow is one task reading the job's output by offset ([`JobFollower`]). It reads the
+//! next chunk only once the session's push queue has room for it, so a session whose client
+//! reads slowly holds at most [`PUSH_CAPACITY`] chunks: the follower lags behind the job
+//! (and is told `skipped` if it lags past what the daemon keeps), the job never waits for it
+//! and nothing buffers without bound.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use drover_protocol::{ClientMessage, DaemonMessage};
+use axum::extract::ws::Utf8Bytes;
+use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 
-use crate::ops::jobs::StartJob;
+use super::request_error;
+use crate::ops::jobs::{FOLLOW_CHUNK, JobChunk, JobFollower, StartJob};
 use crate::ops::{Caller, OpError, Ops, parse_agent};
 use crate::wire;
+
+/// Chunks (each at most [`FOLLOW_CHUNK`] bytes of output) waiting to be written to one
+/// session's socket, for all the jobs it follows: the memory a slow client can hold.
+const PUSH_CAPACITY: usize = 4;
+/// How many jobs one session may follow at once.
+const MAX_FOLLOWS: usize = 64;
 
 /// Every client of the protocol is the machine's user.
 const CALLER: Caller = Caller::User;
@@ -105,4 +124,184 @@ pub(super) async fn answer(message: ClientMessage, ops: &Ops) -> Result<DaemonMe
             ),
         )),
     }
+}
+
+/// One chunk of a followed job's output, encoded, on its way to the session's socket.
+pub(super) struct Push {
+    /// The follow it belongs to (see [`Follows`]): a push of a follow that was stopped or
+    /// replaced is dropped.
+    follow: u64,
+    pub(super) text: Utf8Bytes,
+    eof: bool,
+}
+
+/// The jobs one session follows.
+pub(super) struct Follows {
+    /// Job id → its follow's number and task.
+    active: HashMap<String, (u64, AbortHandle)>,
+    next: u64,
+    tx: mpsc::Sender<Push>,
+    rx: mpsc::Receiver<Push>,
+}
+
+impl Follows {
+    pub(super) fn new() -> Follows {
+        let (tx, rx) = mpsc::channel(PUSH_CAPACITY);
+        Follows {
+            active: HashMap::new(),
+            next: 0,
+            tx,
+            rx,
+        }
+    }
+
+    /// Answers `follow_job` or `unfollow_job`. The answer is to be sent before the session
+    /// takes the next push: a follow's first chunk comes after its `job_followed`, and no
+    /// chunk of an unfollowed job after its `job_unfollowed`.
+    pub(super) fn request(&mut self, message: ClientMessage, ops: &Ops) -> DaemonMessage {
+        let request_id = message.request_id().map(str::to_string);
+        let answer = match message {
+            ClientMessage::FollowJob {
+                request_id,
+                job_id,
+                offset,
+            } => self.follow(request_id, &job_id, offset, ops),
+            ClientMessage::UnfollowJob { request_id, job_id } => {
+                let followed = self.stop(&job_id);
+                Ok(DaemonMessage::JobUnfollowed {
+                    request_id,
+                    job_id,
+                    followed,
+                })
+            }
+            _ => Err(OpError::invalid("type", "not a follow request")),
+        };
+        answer.unwrap_or_else(|e| request_error(request_id, e.code(), e.to_string(), e.details()))
+    }
+
+    fn follow(
+        &mut self,
+        request_id: Option<String>,
+        job_id: &str,
+        offset: Option<u64>,
+        ops: &Ops,
+    ) -> Result<DaemonMessage, OpError> {
+        let follower = ops.follow_job(CALLER, job_id, offset)?;
+        let id = follower.job_id().to_string();
+        // Following again starts over: the old follow's pushes still queued are dropped.
+        self.stop(&id);
+        if self.active.len() >= MAX_FOLLOWS {
+            return Ok(request_error(
+                request_id,
+                ErrorCode::TooManyRequests,
+                format!("this connection follows {MAX_FOLLOWS} jobs already; unfollow one first"),
+                None,
+            ));
+        }
+        let answer = DaemonMessage::JobFollowed {
+            request_id,
+            job: wire::job_info(&follower.record()),
+            offset: follower.offset(),
+        };
+        self.next += 1;
+        let follow = self.next;
+        let task = tokio::spawn(push(follower, follow, self.tx.clone()));
+        self.active.insert(id, (follow, task.abort_handle()));
+        Ok(answer)
+    }
+
+    /// Ends the follow of `job_id`; whether there was one.
+    fn stop(&mut self, job_id: &str) -> bool {
+        match self.active.remove(job_id) {
+            Some((_, task)) => {
+                task.abort();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The next push waiting, if any, without waiting.
+    pub(super) fn try_next(&mut self) -> Option<Push> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The next push (cancel-safe: for `select!`).
+    pub(super) async fn next(&mut self) -> Push {
+        loop {
+            // The session holds a sender itself: the queue never closes.
+            if let Some(push) = self.rx.recv().await {
+                return push;
+            }
+        }
+    }
+
+    /// Whether `push` is to be sent: its follow is still on. Its `eof` ends the follow.
+    pub(super) fn accept(&mut self, push: &Push) -> bool {
+        let on = self
+            .active
+            .iter()
+            .find(|(_, (follow, _))| *follow == push.follow)
+            .map(|(job, _)| job.clone());
+        match on {
+            Some(job) => {
+                if push.eof {
+                    self.active.remove(&job);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Follows {
+    /// The session ended: so do its follows.
+    fn drop(&mut self) {
+        for (_, task) in self.active.values() {
+            task.abort();
+        }
+    }
+}
+
+/// One follow's task: waits for output, then for room in the session's queue, then reads the
+/// next chunk (what there is by then, so a fast job's output goes in full chunks) and queues
+/// it; until the `eof` chunk.
+async fn push(mut follower: JobFollower, follow: u64, out: mpsc::Sender<Push>) {
+    while follower.ready().await {
+        let Ok(permit) = out.reserve().await else {
+            return; // the session ended
+        };
+        let Some(chunk) = follower.next_chunk(FOLLOW_CHUNK) else {
+            continue;
+        };
+        let eof = chunk.eof;
+        let text = encode_chunk(follower.job_id(), chunk);
+        permit.send(Push { follow, text, eof });
+    }
+}
+
+/// The `job_output_update` of `chunk`, into a buffer sized for it at once (a chunk is large:
+/// growing the buffer by doubling would copy it several times and leave large free blocks).
+fn encode_chunk(job_id: &str, chunk: JobChunk) -> Utf8Bytes {
+    // A byte JSON escapes takes at most 6 (`\u001f`).
+    let escaped = chunk
+        .text
+        .bytes()
+        .filter(|&b| b < 0x20 || b == b'"' || b == b'\\')
+        .count();
+    let mut buf = Vec::with_capacity(chunk.text.len() + escaped * 5 + job_id.len() + 200);
+    let message = DaemonMessage::JobOutputUpdate {
+        job_id: job_id.to_string(),
+        offset: chunk.offset,
+        text: chunk.text,
+        next_offset: chunk.next_offset,
+        end: chunk.end,
+        skipped: chunk.skipped,
+        eof: chunk.eof,
+    };
+    // Our own types always serialize, into a Vec without fail.
+    let _ = serde_json::to_writer(&mut buf, &message);
+    // serde_json writes UTF-8 only.
+    Utf8Bytes::try_from(bytes::Bytes::from(buf)).unwrap_or_default()
 }
