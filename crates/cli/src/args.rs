@@ -395,7 +395,7 @@ pub enum JobAction {
     /// Print a job's output (stdout and stderr, as they came).
     Logs {
         id: String,
-        /// Keep printing until the job ends
+        /// Keep printing as the job writes (the daemon pushes it) until the job ends
         #[arg(long, short)]
         follow: bool,
         /// Start with the last N bytes

@@ -50,6 +50,15 @@ const FIELDS: &[&str] = &[
     "modeId",
     "modelId",
     "timeoutMs",
+    "jobId",
+    "command",
+    "env",
+    "timeoutS",
+    "notifyOnExit",
+    "offset",
+    "tail",
+    "maxBytes",
+    "waitMs",
 ];
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -374,6 +383,70 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 schedule_id,
             }
         }),
+        (
+            opt_string(),
+            any::<String>(),
+            any::<String>(),
+            opt_string(),
+            labels(),
+            prop::option::of(any::<u64>()),
+            prop::option::of(any::<bool>())
+        )
+            .prop_map(
+                |(request_id, agent_id, command, cwd, env, timeout_s, notify_on_exit)| {
+                    ClientMessage::StartJob {
+                        request_id,
+                        agent_id,
+                        command,
+                        cwd,
+                        env,
+                        timeout_s,
+                        notify_on_exit,
+                    }
+                }
+            ),
+        (opt_string(), opt_string()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::ListJobs {
+                request_id,
+                agent_id,
+            }
+        }),
+        (
+            opt_string(),
+            any::<String>(),
+            prop::option::of(any::<u64>()),
+            prop::option::of(any::<usize>()),
+            prop::option::of(any::<usize>()),
+            prop::option::of(any::<u64>())
+        )
+            .prop_map(|(request_id, job_id, offset, tail, max_bytes, wait_ms)| {
+                ClientMessage::JobOutput {
+                    request_id,
+                    job_id,
+                    offset,
+                    tail,
+                    max_bytes,
+                    wait_ms,
+                }
+            }),
+        (opt_string(), any::<String>(), prop::option::of(any::<u64>())).prop_map(
+            |(request_id, job_id, offset)| ClientMessage::FollowJob {
+                request_id,
+                job_id,
+                offset,
+            }
+        ),
+        (opt_string(), any::<String>())
+            .prop_map(|(request_id, job_id)| ClientMessage::UnfollowJob { request_id, job_id }),
+        (opt_string(), any::<String>())
+            .prop_map(|(request_id, job_id)| ClientMessage::KillJob { request_id, job_id }),
+        (opt_string(), any::<String>(), prop::option::of(any::<u64>())).prop_map(
+            |(request_id, job_id, timeout_ms)| ClientMessage::WaitJob {
+                request_id,
+                job_id,
+                timeout_ms,
+            }
+        ),
     ]
 }
 
