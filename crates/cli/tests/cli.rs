@@ -1404,7 +1404,13 @@ fn job_logs_follow_prints_the_output_as_it_comes_until_the_job_ends() {
     fx.wait_status(&agent, "idle");
     // 1.3 MB (more than the daemon's ring), then it waits for the test at its gate.
     let started = fx
-        .drover(&["job", "start", "owner", "--", "mkfifo gate; seq 1 200000; cat gate"])
+        .drover(&[
+            "job",
+            "start",
+            "owner",
+            "--",
+            "mkfifo gate; seq 1 200000; cat gate",
+        ])
         .ok();
     let job = started.stdout.trim().to_string();
     assert!(job.starts_with("job-"), "{}", started.transcript());
@@ -1426,7 +1432,8 @@ fn job_logs_follow_prints_the_output_as_it_comes_until_the_job_ends() {
     assert_eq!(out.code, 0, "{}", out.transcript());
     let mut expected = String::new();
     for i in 1..=200_000 {
-        expected.push_str(&format!("{i}\n"));
+        expected.push_str(&i.to_string());
+        expected.push('\n');
     }
     expected.push_str("the end\n");
     assert_eq!(out.stdout.len(), expected.len(), "every byte once");

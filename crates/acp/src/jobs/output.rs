@@ -171,7 +171,12 @@ impl Output {
             let start = offset.clamp(kept, state.end);
             if start >= state.ring_start {
                 let skip = usize::try_from(start - state.ring_start).unwrap_or(usize::MAX);
-                (start, state.end, Some(ring_bytes(&state.ring, skip, max)), state.segments)
+                (
+                    start,
+                    state.end,
+                    Some(ring_bytes(&state.ring, skip, max)),
+                    state.segments,
+                )
             } else {
                 (start, state.end, None, state.segments)
             }
@@ -466,6 +471,36 @@ mod tests {
             output.read(written - 40, 40).bytes,
             pattern(written - 40, 40)
         );
+    }
+
+    #[test]
+    fn the_ring_never_allocates_past_its_limit() {
+        let dir = tempfile::tempdir().expect("dir");
+        let output = Output::new(dir.path().join("job-1.log"), 1000);
+        let mut writer = Writer::create(&output).expect("writer");
+        let mut written = 0u64;
+        // Pushes smaller than the ring, one as large, one larger: the ring wraps and is
+        // refilled whole, its capacity staying at its limit.
+        for size in [300usize, 700, 1, 999, 1000, 2500, 64, 900] {
+            writer.push(&output, &pattern(written, size));
+            written += size as u64;
+            let state = output.state();
+            assert!(state.ring.len() <= 1000);
+            assert!(
+                state.ring.capacity() < 2000,
+                "capacity {} for a ring of 1000",
+                state.ring.capacity()
+            );
+            assert_eq!(state.ring_start + state.ring.len() as u64, written);
+        }
+        // Reads that start in either half of the wrapped ring.
+        for from in [written - 1000, written - 950, written - 100, written - 1] {
+            let chunk = output.read(from, 2000);
+            assert_eq!(
+                chunk.bytes,
+                pattern(from, usize::try_from(written - from).expect("small"))
+            );
+        }
     }
 
     #[test]

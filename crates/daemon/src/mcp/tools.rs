@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::ops::agents::{CreateAgent, Placement, Summary};
-use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::jobs::StartJob;
+use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 
 /// How long `wait_for_agent` and `wait_job` wait unless told otherwise.
@@ -768,6 +768,8 @@ async fn delete_schedule(ops: &Ops, caller: AgentId, params: ScheduleParams) -> 
     Ok(json!({"scheduleId": id.to_string(), "deleted": true}))
 }
 
+// Async like every handler in the `tools!` table, which awaits them all alike.
+#[allow(clippy::unused_async)]
 async fn list_jobs(ops: &Ops, caller: AgentId, params: ListJobsParams) -> ToolResult {
     let owner = params.agent_id.as_deref().map(parse_agent).transpose()?;
     let jobs: Vec<Value> = ops

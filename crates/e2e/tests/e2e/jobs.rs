@@ -557,7 +557,10 @@ async fn jobs_a_late_follower_from_offset_0_gets_the_log_then_the_live_output() 
         .request(json!({"type": "follow_job", "jobId": id}))
         .await;
     assert_eq!(followed["payload"]["offset"], 0, "{followed}");
-    assert_eq!(followed["payload"]["job"]["status"], "running", "{followed}");
+    assert_eq!(
+        followed["payload"]["job"]["status"], "running",
+        "{followed}"
+    );
     // The log part, up to what the job had written.
     let mut text = String::new();
     let mut offset = 0;
