@@ -8,10 +8,10 @@
 //!   which is what `cat` to a file costs: the disk and the pipe, nothing else.
 //! - **to disk**: `start_job` of the command; the time until the job ended (its `job_update`)
 //!   over the 100 MB it wrote to its log.
-//! - **to a follower**: one more client reading the job's output from offset 0 with
-//!   `job_output {offset, waitMs}`, each answer's `nextOffset` the next read's offset, until
-//!   `eof`; the time from `start_job` to the last byte, and a check that every byte arrived
-//!   once.
+//! - **to a follower**: one more client following the job's output from offset 0 with
+//!   `follow_job`, the daemon pushing `job_output_update`s as the job writes, until the one
+//!   with `eof`; the time from `start_job` to the last byte, and a check that every byte
+//!   arrived once, in order.
 //! - **memory**: the daemon's RSS, read every 20 ms while the job runs, against its RSS before.
 //!
 //! Targets: to disk and to the follower each at least 0.8× the baseline's throughput; the
@@ -54,23 +54,31 @@ fn mb_per_s(bytes: u64, took: Duration) -> f64 {
     bytes as f64 / (1024.0 * 1024.0) / took.as_secs_f64()
 }
 
-/// Reads the job's output from offset 0 to its end; returns the bytes read and when the last
-/// arrived.
+/// Follows the job's output from offset 0 to its end; returns the bytes read and when the
+/// last arrived.
 async fn follow(url: String, job: String) -> Result<(u64, Instant)> {
     let mut ws = ws_connect(&url).await?;
     bench::hello(&mut ws, "drover-bench-jobs-follower").await?;
+    let followed = request(
+        &mut ws,
+        json!({"type": "follow_job", "jobId": job, "offset": 0}),
+        "f".to_string(),
+    )
+    .await?;
+    ensure!(
+        followed["type"] == "job_followed",
+        "not followed: {followed}"
+    );
     let mut offset = 0u64;
     let mut read = 0u64;
-    for n in 0.. {
-        let answer = request(
-            &mut ws,
-            json!({"type": "job_output", "jobId": job, "offset": offset, "waitMs": 30000, "maxBytes": 1_048_576}),
-            format!("o{n}"),
-        )
-        .await?;
-        let p = &answer["payload"];
+    loop {
+        let update = recv_json(&mut ws).await?;
+        if update["type"] != "job_output_update" || update["payload"]["jobId"] != job {
+            continue;
+        }
+        let p = &update["payload"];
         ensure!(p["skipped"] == 0, "the follower missed bytes: {p}");
-        ensure!(p["offset"] == offset, "an answer from another offset: {p}");
+        ensure!(p["offset"] == offset, "a push from another offset: {p}");
         let next = p["nextOffset"].as_u64().context("no nextOffset")?;
         let text = p["text"].as_str().context("no text")?;
         ensure!(
@@ -85,7 +93,6 @@ async fn follow(url: String, job: String) -> Result<(u64, Instant)> {
             return Ok((read, Instant::now()));
         }
     }
-    unreachable!("the loop above only ends by returning")
 }
 
 /// The `job_update` that says `job` ended.

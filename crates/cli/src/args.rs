@@ -397,7 +397,7 @@ pub enum JobAction {
     Logs {
         /// The job (`job-3`)
         id: String,
-        /// Keep printing until the job ends
+        /// Keep printing as the job writes (the daemon pushes it) until the job ends
         #[arg(long, short)]
         follow: bool,
         /// Start with the last N bytes

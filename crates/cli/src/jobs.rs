@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use drover_protocol::{ClientMessage, DaemonMessage, JobInfo};
@@ -17,8 +16,6 @@ use crate::error::CliError;
 use crate::output::{self, Paint, Table};
 use crate::resolve::{Prefer, ShortIds, resolve};
 
-/// How long one `job_output` of `logs -f` waits for more.
-const FOLLOW_WAIT: Duration = Duration::from_secs(30);
 /// What one read of `logs` asks for.
 const READ_BYTES: usize = 256 * 1024;
 
@@ -156,8 +153,9 @@ async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// `drover job logs ID [-f] [--tail N]`: the output on stdout, as it came; with `-f`, until
-/// the job ends (every byte once: reads go by offset).
+/// `drover job logs ID [-f] [--tail N]`: the output on stdout, as it came; with `-f`, pushed
+/// by the daemon as the job writes it (`follow_job`) until the job ends (every byte once:
+/// the output goes by offset).
 async fn logs(ctx: &Ctx, id: &str, follow: bool, tail: Option<usize>) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
     let mut offset = None;
@@ -180,6 +178,11 @@ async fn logs(ctx: &Ctx, id: &str, follow: bool, tail: Option<usize>) -> anyhow:
         }
     }
     let mut offset = offset.unwrap_or(0);
+    if follow {
+        let result = follow_output(&mut connection, id, offset).await;
+        connection.close().await;
+        return result;
+    }
     loop {
         let answer = connection
             .request(|request_id| ClientMessage::JobOutput {
@@ -188,7 +191,7 @@ async fn logs(ctx: &Ctx, id: &str, follow: bool, tail: Option<usize>) -> anyhow:
                 offset: Some(offset),
                 tail: None,
                 max_bytes: Some(READ_BYTES),
-                wait_ms: follow.then(|| u64::try_from(FOLLOW_WAIT.as_millis()).unwrap_or(30_000)),
+                wait_ms: None,
             })
             .await?;
         // Events (other agents' changes) are of no use here: never keep them.
@@ -196,12 +199,52 @@ async fn logs(ctx: &Ctx, id: &str, follow: bool, tail: Option<usize>) -> anyhow:
         let before = offset;
         let (next, eof) = write_output(&answer)?;
         offset = next;
-        if eof || (!follow && offset == before) {
+        if eof || offset == before {
             break;
         }
     }
     connection.close().await;
     Ok(())
+}
+
+/// Writes the job's output from `offset` as the daemon pushes it, until its end.
+async fn follow_output(
+    connection: &mut crate::client::Connection,
+    id: &str,
+    offset: u64,
+) -> anyhow::Result<()> {
+    let answer = connection
+        .request(|request_id| ClientMessage::FollowJob {
+            request_id,
+            job_id: id.to_string(),
+            offset: Some(offset),
+        })
+        .await?;
+    let DaemonMessage::JobFollowed { job, .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    // What came before the answer is of no use here.
+    connection.discard_backlog();
+    loop {
+        let message = connection.recv().await?;
+        let DaemonMessage::JobOutputUpdate {
+            job_id,
+            text,
+            skipped,
+            eof,
+            ..
+        } = message
+        else {
+            continue; // other agents' changes
+        };
+        if job_id != job.id {
+            continue;
+        }
+        write_text(&text, skipped)?;
+        if eof {
+            return Ok(());
+        }
+    }
 }
 
 /// Writes a `job_output` answer's text; its next offset and whether the job's output ended.
@@ -216,13 +259,19 @@ fn write_output(answer: &DaemonMessage) -> anyhow::Result<(u64, bool)> {
     else {
         return Err(unexpected(answer));
     };
-    if *skipped > 0 {
+    write_text(text, *skipped)?;
+    Ok((*next_offset, *eof))
+}
+
+/// Writes output to stdout, after a note on stderr of the bytes before it no longer kept.
+fn write_text(text: &str, skipped: u64) -> anyhow::Result<()> {
+    if skipped > 0 {
         eprintln!("drover: [{skipped} earlier bytes are no longer kept]");
     }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;
-    Ok((*next_offset, *eof))
+    Ok(())
 }
 
 async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {

@@ -1505,3 +1505,51 @@ fn jobs_are_started_followed_listed_and_killed() {
     assert_eq!(env.code, 2, "{}", env.transcript());
     assert!(env.stderr.contains("NOVALUE"), "{}", env.stderr);
 }
+
+// ---- job ----------------------------------------------------------------------------------------
+
+#[test]
+fn job_logs_follow_prints_the_output_as_it_comes_until_the_job_ends() {
+    let fx = Fixture::start();
+    let agent = fx.spawn_agent(&["--title", "owner"], "say ready");
+    fx.wait_status(&agent, "idle");
+    // 1.3 MB (more than the daemon's ring), then it waits for the test at its gate.
+    let started = fx
+        .drover(&[
+            "job",
+            "start",
+            "owner",
+            "--",
+            "mkfifo gate; seq 1 200000; cat gate",
+        ])
+        .ok();
+    let job = started.stdout.trim().to_string();
+    assert!(job.starts_with("job-"), "{}", started.transcript());
+    let mut live = Live::spawn(&fx, &["job", "logs", &job, "-f"]);
+    // The output so far arrives while the job still runs (line by line: `expect_line`
+    // would search every line seen for each new one).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = live.lines.recv_timeout(left).expect("the output so far");
+        let last = line == "200000";
+        live.seen.push(line);
+        if last {
+            break;
+        }
+    }
+    std::fs::write(fx.cwd().join("gate"), "the end\n").expect("open the job's gate");
+    let out = live.finish();
+    assert_eq!(out.code, 0, "{}", out.transcript());
+    let mut expected = String::new();
+    for i in 1..=200_000 {
+        expected.push_str(&i.to_string());
+        expected.push('\n');
+    }
+    expected.push_str("the end\n");
+    assert_eq!(out.stdout.len(), expected.len(), "every byte once");
+    assert!(out.stdout == expected, "in order");
+    // Without -f: what there is, at once; with --tail, the last bytes.
+    let tail = fx.drover(&["job", "logs", &job, "--tail", "15"]).ok();
+    assert_eq!(tail.stdout, "200000\nthe end\n");
+}

@@ -452,6 +452,25 @@ pub enum ClientMessage {
         #[serde(default)]
         wait_ms: Option<u64>,
     },
+    /// Follows a job's output: answered `job_followed`, then `job_output_update` events push
+    /// the output from `offset` (default: the first byte kept) as it is written, in order and
+    /// each byte once, until one with `eof` (the job ended and everything was sent). A slow
+    /// client lags; bytes it lags past what the daemon keeps are counted in `skipped`.
+    /// Following a job again starts over from the new `offset`.
+    FollowJob {
+        #[serde(default)]
+        request_id: Option<String>,
+        job_id: String,
+        #[serde(default)]
+        offset: Option<u64>,
+    },
+    /// Stops a `follow_job`: no `job_output_update` of that job follows the answer
+    /// (`job_unfollowed`).
+    UnfollowJob {
+        #[serde(default)]
+        request_id: Option<String>,
+        job_id: String,
+    },
     /// Kills a job (TERM to its process group, 3 s, KILL); answered `job` once it ended.
     KillJob {
         #[serde(default)]
@@ -574,6 +593,8 @@ impl ClientMessage {
             | ClientMessage::StartJob { request_id, .. }
             | ClientMessage::ListJobs { request_id, .. }
             | ClientMessage::JobOutput { request_id, .. }
+            | ClientMessage::FollowJob { request_id, .. }
+            | ClientMessage::UnfollowJob { request_id, .. }
             | ClientMessage::KillJob { request_id, .. }
             | ClientMessage::WaitJob { request_id, .. } => request_id.as_deref(),
         }
@@ -936,6 +957,36 @@ pub enum DaemonMessage {
     },
     /// A job started or ended. To every session.
     JobUpdate { job: JobInfo },
+    /// The answer to `follow_job`: the job now, and the offset its pushed output starts from.
+    JobFollowed {
+        request_id: Option<String>,
+        job: JobInfo,
+        /// The `offset` asked for, or the first byte kept.
+        offset: u64,
+    },
+    /// The answer to `unfollow_job`.
+    JobUnfollowed {
+        request_id: Option<String>,
+        job_id: String,
+        /// This session was following the job (until now).
+        followed: bool,
+    },
+    /// Output of a job this session follows (`follow_job`), pushed as it is written.
+    JobOutputUpdate {
+        job_id: String,
+        /// The offset of `text`'s first byte: the previous update's `nextOffset`, later by
+        /// `skipped` bytes when those were no longer kept.
+        offset: u64,
+        text: String,
+        /// Where the next update starts (it never splits a UTF-8 character).
+        next_offset: u64,
+        /// Bytes the job has written so far.
+        end: u64,
+        /// Bytes before `offset` this session had not had and that are no longer kept.
+        skipped: u64,
+        /// The job ended and this is its last update: the follow is over.
+        eof: bool,
+    },
     /// A request failed. The connection stays open.
     RequestError {
         request_id: Option<String>,
@@ -1043,6 +1094,8 @@ impl DaemonMessage {
             | DaemonMessage::Jobs { request_id, .. }
             | DaemonMessage::JobOutput { request_id, .. }
             | DaemonMessage::JobWaited { request_id, .. }
+            | DaemonMessage::JobFollowed { request_id, .. }
+            | DaemonMessage::JobUnfollowed { request_id, .. }
             | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
             DaemonMessage::Welcome { .. }
             | DaemonMessage::SessionState { .. }
@@ -1051,6 +1104,7 @@ impl DaemonMessage {
             | DaemonMessage::WorkspaceUpdate { .. }
             | DaemonMessage::ScheduleUpdate { .. }
             | DaemonMessage::JobUpdate { .. }
+            | DaemonMessage::JobOutputUpdate { .. }
             | DaemonMessage::ResyncRequired { .. } => None,
         }
     }
@@ -1177,6 +1231,8 @@ pub const CLIENT_TYPES: &[&str] = &[
     "start_job",
     "list_jobs",
     "job_output",
+    "follow_job",
+    "unfollow_job",
     "kill_job",
     "wait_job",
 ];

@@ -429,6 +429,18 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     wait_ms,
                 }
             }),
+        (
+            opt_string(),
+            any::<String>(),
+            prop::option::of(any::<u64>())
+        )
+            .prop_map(|(request_id, job_id, offset)| ClientMessage::FollowJob {
+                request_id,
+                job_id,
+                offset,
+            }),
+        (opt_string(), any::<String>())
+            .prop_map(|(request_id, job_id)| ClientMessage::UnfollowJob { request_id, job_id }),
         (opt_string(), any::<String>())
             .prop_map(|(request_id, job_id)| ClientMessage::KillJob { request_id, job_id }),
         (

@@ -136,6 +136,50 @@ pub enum JobCommand {
     Exec { program: String, args: Vec<String> },
 }
 
+/// One follower of a job's output: it reads by offset and waits for the job to write more
+/// (or end), so a subscription reads the next chunk only when its client has room for it.
+#[derive(Debug)]
+pub struct JobReader {
+    job: Arc<Job>,
+    /// The output's end, as the writer announces it.
+    end: watch::Receiver<u64>,
+    /// The job ended and its record says how; its output's end is final.
+    done: watch::Receiver<bool>,
+}
+
+impl JobReader {
+    /// Waits until the output reaches past `offset`, or the job ended.
+    pub async fn wait_past(&mut self, offset: u64) {
+        loop {
+            if *self.end.borrow_and_update() > offset || *self.done.borrow_and_update() {
+                return;
+            }
+            tokio::select! {
+                changed = self.end.changed() => if changed.is_err() { return },
+                changed = self.done.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// The first offset still kept.
+    pub fn first_kept(&self) -> u64 {
+        self.job.output.first_kept()
+    }
+
+    /// Reads up to `max` bytes from `offset`, and whether the job had ended before the read
+    /// (so `chunk.end` is its final size).
+    pub fn read(&self, offset: u64, max: usize) -> (Chunk, bool) {
+        // Ended first: read after, the chunk's end is then the last byte.
+        let ended = *self.done.borrow();
+        (self.job.output.read(offset, max), ended)
+    }
+
+    /// The job's record now.
+    pub fn record(&self) -> JobRecord {
+        self.job.snapshot()
+    }
+}
+
 /// A job started or ended, for live clients.
 #[derive(Debug, Clone)]
 pub struct JobEvent {
@@ -608,9 +652,21 @@ impl Jobs {
             }
         })
         .await;
+        // Ended first, read after: a chunk read after the end was seen holds the last byte.
+        let ended = *done.borrow();
         let chunk = job.output.read(offset, max);
-        let ended = *done.borrow() && chunk.next >= chunk.end;
-        Ok((chunk, ended))
+        let at_end = ended && chunk.next >= chunk.end;
+        Ok((chunk, at_end))
+    }
+
+    /// A reader of the job's output that can wait for more (see [`JobReader`]).
+    pub fn reader(&self, id: &str) -> Result<JobReader, JobError> {
+        let job = self.job(id)?;
+        Ok(JobReader {
+            end: job.output.follow(),
+            done: job.done.subscribe(),
+            job,
+        })
     }
 
     /// Kills the job (TERM, grace, KILL of its group) and returns its record once it ended. A

@@ -171,15 +171,12 @@ impl Output {
             let start = offset.clamp(kept, state.end);
             if start >= state.ring_start {
                 let skip = usize::try_from(start - state.ring_start).unwrap_or(usize::MAX);
-                let (a, b) = state.ring.as_slices();
-                let bytes: Vec<u8> = a
-                    .iter()
-                    .chain(b.iter())
-                    .skip(skip)
-                    .take(max)
-                    .copied()
-                    .collect();
-                (start, state.end, Some(bytes), state.segments)
+                (
+                    start,
+                    state.end,
+                    Some(ring_bytes(&state.ring, skip, max)),
+                    state.segments,
+                )
             } else {
                 (start, state.end, None, state.segments)
             }
@@ -241,6 +238,23 @@ impl Output {
         }
         Ok(out)
     }
+}
+
+/// `max` bytes of the ring from `skip`, copied slice by slice (under the state's lock: the
+/// writer waits for this copy, so it is one `memcpy` or two).
+fn ring_bytes(ring: &VecDeque<u8>, skip: usize, max: usize) -> Vec<u8> {
+    let (a, b) = ring.as_slices();
+    let n = ring.len().saturating_sub(skip).min(max);
+    let mut bytes = Vec::with_capacity(n);
+    if skip < a.len() {
+        let from_a = (a.len() - skip).min(n);
+        bytes.extend_from_slice(&a[skip..skip + from_a]);
+        bytes.extend_from_slice(&b[..n - from_a]);
+    } else {
+        let at = skip - a.len();
+        bytes.extend_from_slice(&b[at..at + n]);
+    }
+    bytes
 }
 
 fn first_kept(state: &State) -> u64 {
@@ -320,13 +334,21 @@ impl Writer {
             }
             None => {}
         }
-        state.ring.extend(bytes);
-        state.end += bytes.len() as u64;
-        if state.ring.len() > output.ring_limit {
-            let excess = state.ring.len() - output.ring_limit;
+        // Room is made before the bytes go in, so the ring never holds (nor allocates) more
+        // than its limit; of a push larger than the ring only its end is kept.
+        let limit = output.ring_limit;
+        let keep = &bytes[bytes.len().saturating_sub(limit)..];
+        let excess = (state.ring.len() + keep.len()).saturating_sub(limit);
+        if excess > 0 {
             state.ring.drain(..excess);
-            state.ring_start += excess as u64;
         }
+        if state.ring.capacity() < limit {
+            let more = limit - state.ring.len();
+            state.ring.reserve_exact(more);
+        }
+        state.ring.extend(keep);
+        state.end += bytes.len() as u64;
+        state.ring_start = state.end - state.ring.len() as u64;
         let end = state.end;
         drop(state);
         output.end_tx.send_replace(end);
@@ -449,6 +471,36 @@ mod tests {
             output.read(written - 40, 40).bytes,
             pattern(written - 40, 40)
         );
+    }
+
+    #[test]
+    fn the_ring_never_allocates_past_its_limit() {
+        let dir = tempfile::tempdir().expect("dir");
+        let output = Output::new(dir.path().join("job-1.log"), 1000);
+        let mut writer = Writer::create(&output).expect("writer");
+        let mut written = 0u64;
+        // Pushes smaller than the ring, one as large, one larger: the ring wraps and is
+        // refilled whole, its capacity staying at its limit.
+        for size in [300usize, 700, 1, 999, 1000, 2500, 64, 900] {
+            writer.push(&output, &pattern(written, size));
+            written += size as u64;
+            let state = output.state();
+            assert!(state.ring.len() <= 1000);
+            assert!(
+                state.ring.capacity() < 2000,
+                "capacity {} for a ring of 1000",
+                state.ring.capacity()
+            );
+            assert_eq!(state.ring_start + state.ring.len() as u64, written);
+        }
+        // Reads that start in either half of the wrapped ring.
+        for from in [written - 1000, written - 950, written - 100, written - 1] {
+            let chunk = output.read(from, 2000);
+            assert_eq!(
+                chunk.bytes,
+                pattern(from, usize::try_from(written - from).expect("small"))
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Jobs: background commands an agent owns (start, list, read output, kill, wait).
+//! Jobs: background commands an agent owns (start, list, read output, follow output, kill,
+//! wait).
 //!
 //! Ownership: a user may do anything; an agent sees and controls only the jobs of itself and
 //! its descendants (the same rule as for agents, by the job's owner). The jobs themselves are
@@ -8,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use drover_acp::jobs::{JobCommand, JobError, JobRecord, JobSpec, KillCause, output};
+use drover_acp::jobs::{JobCommand, JobError, JobReader, JobRecord, JobSpec, KillCause, output};
 use drover_core::{AgentId, RegistryError};
 
 use super::{Caller, OpError, Ops};
@@ -33,6 +34,10 @@ pub(crate) struct StartJob {
     pub(crate) notify_on_exit: Option<bool>,
 }
 
+/// The most one chunk of a followed job's output holds (see [`JobFollower`]): large enough
+/// that a fast job costs few messages, small enough that a session holds little.
+pub(crate) const FOLLOW_CHUNK: usize = 256 * 1024;
+
 /// Bytes of a job's output as text (see [`Ops::job_output`]).
 #[derive(Debug, Clone)]
 pub(crate) struct JobOutput {
@@ -48,6 +53,118 @@ pub(crate) struct JobOutput {
     pub(crate) skipped: u64,
     /// The job ended and everything it wrote has been read.
     pub(crate) eof: bool,
+}
+
+/// One chunk of a followed job's output (see [`JobFollower::next_chunk`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JobChunk {
+    /// The offset of the text's first byte: the previous chunk's `next_offset`, later by
+    /// `skipped` when bytes were no longer kept.
+    pub(crate) offset: u64,
+    pub(crate) text: String,
+    /// Where the next chunk starts; never splits a UTF-8 character.
+    pub(crate) next_offset: u64,
+    /// Bytes written so far.
+    pub(crate) end: u64,
+    /// Bytes before `offset` that the follower had not had and that are no longer kept (or
+    /// could not be read back).
+    pub(crate) skipped: u64,
+    /// The job ended and this is the last chunk.
+    pub(crate) eof: bool,
+}
+
+/// A follow of one job's output, from an offset to its end: every byte once, in order, in
+/// chunks read only when the caller asks for the next one (so a slow consumer lags; it never
+/// makes anything buffer). Bytes it lagged past the output kept are counted in `skipped`.
+#[derive(Debug)]
+pub(crate) struct JobFollower {
+    reader: JobReader,
+    job_id: String,
+    /// Where the next chunk starts.
+    offset: u64,
+    /// Bytes read but not sent (the start of a UTF-8 character) end here: the next chunk
+    /// waits for output past it.
+    held_until: u64,
+    /// The `eof` chunk was handed out.
+    finished: bool,
+}
+
+impl JobFollower {
+    /// The job followed.
+    pub(crate) fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// Where the next chunk starts.
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The job's record now.
+    pub(crate) fn record(&self) -> JobRecord {
+        self.reader.record()
+    }
+
+    /// Waits until there is a chunk to read; `false` once the last one was handed out.
+    pub(crate) async fn ready(&mut self) -> bool {
+        if self.finished {
+            return false;
+        }
+        self.reader.wait_past(self.held_until).await;
+        true
+    }
+
+    /// The output there is now from the follower's offset, at most `max` bytes (and at most
+    /// [`output::MAX_READ`]); `None` when there is nothing to hand out yet (call
+    /// [`Self::ready`] first) or the `eof` chunk was handed out.
+    pub(crate) fn next_chunk(&mut self, max: usize) -> Option<JobChunk> {
+        if self.finished {
+            return None;
+        }
+        let (chunk, ended) = self.reader.read(self.offset, max);
+        let mut text = to_text(chunk, ended);
+        if ended && !text.eof && text.text.is_empty() {
+            // The job ended but its bytes from here cannot be read back (its log failed):
+            // say how many are missing rather than wait for them forever.
+            text.skipped += text.end.saturating_sub(text.next_offset);
+            text.next_offset = text.end;
+            text.eof = true;
+        }
+        self.held_until = if text.text.is_empty() && !text.eof {
+            // Nothing whole to hand out (an incomplete character, or nothing read): wait for
+            // more than what is there.
+            text.end.max(self.offset)
+        } else {
+            text.next_offset
+        };
+        self.offset = text.next_offset;
+        if text.eof {
+            self.finished = true;
+        }
+        (text.eof || !text.text.is_empty()).then_some(text)
+    }
+}
+
+/// A chunk read from a job's output as text: a UTF-8 character is never split unless the
+/// job ended (`ended`: it had ended before the read) and the chunk reaches its end.
+fn to_text(chunk: output::Chunk, ended: bool) -> JobChunk {
+    let at_end = ended && chunk.next >= chunk.end;
+    let read = chunk.bytes.len();
+    let (text, consumed) = match String::from_utf8(chunk.bytes) {
+        // Valid UTF-8 (the usual case: it ends on a whole character) becomes text without a
+        // copy.
+        Ok(text) => (text, read),
+        Err(e) => output::utf8_prefix(e.as_bytes(), at_end),
+    };
+    let next_offset = chunk.offset + consumed as u64;
+    JobChunk {
+        offset: chunk.offset,
+        text,
+        next_offset,
+        end: chunk.end,
+        skipped: chunk.skipped,
+        eof: at_end && consumed == read,
+    }
 }
 
 impl From<JobError> for OpError {
@@ -164,19 +281,39 @@ impl Ops {
             }
             (None, _) => jobs.output(id, offset, tail, max)?,
         };
-        // Read after the chunk: a job seen ended here has all its output in `end`.
+        // Read after the chunk: a job seen ended here has all its output in its record's
+        // `output_bytes` (the chunk's `end` may be from before its last bytes).
         let job = jobs.get(id)?;
-        let at_end = !job.is_running() && chunk.next >= chunk.end;
-        let (text, consumed) = output::utf8_prefix(&chunk.bytes, at_end);
-        let next_offset = chunk.offset + consumed as u64;
+        let ended = !job.is_running() && chunk.end >= job.output_bytes;
+        let text = to_text(chunk, ended);
         Ok(JobOutput {
-            eof: !job.is_running() && next_offset >= chunk.end,
+            eof: text.eof,
             job,
-            offset: chunk.offset,
-            text,
-            next_offset,
-            end: chunk.end,
-            skipped: chunk.skipped,
+            offset: text.offset,
+            text: text.text,
+            next_offset: text.next_offset,
+            end: text.end,
+            skipped: text.skipped,
+        })
+    }
+
+    /// Follows the job's output from `offset` (from the first byte kept if `None`, or if
+    /// `offset` is older than that: the first chunk says how many bytes were skipped).
+    pub(crate) fn follow_job(
+        &self,
+        caller: Caller,
+        id: &str,
+        offset: Option<u64>,
+    ) -> Result<JobFollower, OpError> {
+        let job = self.job(caller, id)?;
+        let reader = self.runtimes.jobs().reader(&job.id)?;
+        let offset = offset.unwrap_or_else(|| reader.first_kept());
+        Ok(JobFollower {
+            reader,
+            job_id: job.id,
+            offset,
+            held_until: offset,
+            finished: false,
         })
     }
 

@@ -1,6 +1,6 @@
 //! The client protocol over WebSocket (`/ws`): the handshake, the `agent_status` /
-//! `agent_update` / `workspace_update` streams, and the requests, which `requests` hands to
-//! the operations layer.
+//! `agent_update` / `workspace_update` streams, the output of the jobs a session follows
+//! (`jobs`), and the requests, which `requests` hands to the operations layer.
 //!
 //! Events are turned into JSON once, by the hub, and fanned out to every session through a
 //! broadcast channel. A session that falls behind (its socket is slow) lags on that channel:
@@ -42,6 +42,10 @@ pub(crate) const MAX_IN_FLIGHT: usize = 256;
 /// The most ready events a session writes before it flushes the socket (and looks at its
 /// other work again).
 const WRITE_BATCH: usize = 256;
+
+/// The most chunks of followed jobs' output a session writes before it flushes (and looks at
+/// its other work again).
+const PUSH_BATCH: usize = 8;
 
 /// One event, serialized once for every session.
 #[derive(Debug)]
@@ -324,6 +328,7 @@ pub(crate) async fn session(
         // Replaced at `hello`: events from before the `session_state` snapshot are not sent.
         events: context.hub.tx.subscribe(),
         subscriptions: Subscriptions::default(),
+        follows: jobs::Follows::new(),
         greeted: false,
         context,
     };
@@ -339,6 +344,7 @@ pub(crate) async fn session(
             frame = socket.recv() => session.on_frame(&mut socket, frame, &reply_tx, &mut requests).await,
             Some(_) = requests.join_next(), if !requests.is_empty() => Next::Continue,
             Some(answer) = replies.recv() => session.on_answer(&mut socket, answer).await,
+            push = session.follows.next() => session.on_push(&mut socket, push).await,
             event = session.events.recv(), if session.greeted => session.on_event(&mut socket, event).await,
         };
         if matches!(next, Next::Close) {
@@ -353,6 +359,8 @@ struct Session {
     context: Context,
     events: broadcast::Receiver<Arc<Outgoing>>,
     subscriptions: Subscriptions,
+    /// The jobs whose output this session is pushed.
+    follows: jobs::Follows,
     greeted: bool,
 }
 
@@ -455,6 +463,14 @@ impl Session {
             );
             return send(socket, encode(&error)).await;
         }
+        if matches!(
+            message,
+            ClientMessage::FollowJob { .. } | ClientMessage::UnfollowJob { .. }
+        ) {
+            // Answered here, in order with the session's pushes (see `jobs::Follows`).
+            let answer = self.follows.request(message, &self.context.ops);
+            return send(socket, encode(&answer)).await;
+        }
         let held = match &message {
             ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
                 .parse::<AgentId>()
@@ -547,6 +563,28 @@ impl Session {
             ),
         };
         send_all(socket, std::iter::once(encode(&message)).chain(release)).await
+    }
+
+    /// Writes this chunk of a followed job's output and the others already waiting, then
+    /// flushes once; drops those of follows that ended.
+    async fn on_push(&mut self, socket: &mut WebSocket, push: jobs::Push) -> Next {
+        let mut texts = Vec::new();
+        let mut next = Some(push);
+        let mut taken = 0;
+        while let Some(push) = next.take() {
+            if self.follows.accept(&push) {
+                texts.push(push.text);
+            }
+            taken += 1;
+            if taken == PUSH_BATCH {
+                break;
+            }
+            next = self.follows.try_next();
+        }
+        if texts.is_empty() {
+            return Next::Continue;
+        }
+        send_all(socket, texts).await
     }
 
     /// Writes this event and every other one already waiting (up to `WRITE_BATCH`), then

@@ -320,7 +320,10 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
         | M::ListJobs { .. }
         | M::JobOutput { .. }
         | M::KillJob { .. }
-        | M::WaitJob { .. }) => send(super::jobs::answer(message, ops).await?),
+        | M::WaitJob { .. }
+        // The session answers these itself (see `super::jobs::Follows`).
+        | M::FollowJob { .. }
+        | M::UnfollowJob { .. }) => send(super::jobs::answer(message, ops).await?),
     }
 }
 

@@ -66,6 +66,44 @@ async fn follow(client: &mut Client, id: &str, mut offset: u64) -> (String, u64)
     panic!("job {id} never reached its end");
 }
 
+/// The most one `job_output_update` carries.
+const CHUNK: usize = 256 * 1024;
+
+/// The `job_output_update`s of job `id` from `offset` to the one with `eof`: their text, and
+/// how many there were. Each starts where the one before ended.
+async fn pushed(client: &mut Client, id: &str, mut offset: u64) -> (String, usize) {
+    let mut text = String::new();
+    for n in 1..=100_000 {
+        let update = client
+            .recv_where(|m| m["type"] == "job_output_update" && m["payload"]["jobId"] == id)
+            .await;
+        let p = &update["payload"];
+        assert_eq!(p["offset"], offset, "pushed from where the last ended: {p}");
+        assert_eq!(p["skipped"], 0, "{p}");
+        let chunk = p["text"].as_str().expect("text");
+        assert!(chunk.len() <= CHUNK, "a chunk of {} bytes", chunk.len());
+        let next = p["nextOffset"].as_u64().expect("nextOffset");
+        assert_eq!(next - offset, chunk.len() as u64, "{p}");
+        text.push_str(chunk);
+        offset = next;
+        if p["eof"] == true {
+            return (text, n);
+        }
+        assert!(!chunk.is_empty(), "only the last push may be empty: {p}");
+    }
+    panic!("job {id} pushed no eof");
+}
+
+/// `seq 1 n` as text.
+fn seq(n: u32) -> String {
+    let mut expected = String::new();
+    for i in 1..=n {
+        expected.push_str(&i.to_string());
+        expected.push('\n');
+    }
+    expected
+}
+
 fn alive(pid: i32) -> bool {
     procs::Process::read(pid).is_some_and(|p| !p.zombie())
 }
@@ -607,5 +645,197 @@ async fn jobs_an_agent_keeps_its_last_twenty_ended_jobs_and_older_files_are_dele
         format!("job-{}", runs + 1),
         "{next}"
     );
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_a_follower_from_offset_0_is_pushed_every_byte_once_in_order_then_eof() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    // About 2.6 MB, more than the 1 MiB ring, with a multi-byte character at the end.
+    let started = start_job(&mut client, &agent, "seq 1 400000; printf 'fin €\n'").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    let followed = client
+        .request(json!({"type": "follow_job", "jobId": id, "offset": 0}))
+        .await;
+    assert_eq!(followed["type"], "job_followed", "{followed}");
+    assert_eq!(followed["payload"]["offset"], 0, "{followed}");
+    assert_eq!(followed["payload"]["job"]["id"], id.as_str(), "{followed}");
+    let (text, pushes) = pushed(&mut client, &id, 0).await;
+    let expected = seq(400_000) + "fin €\n";
+    assert_eq!(text.len(), expected.len(), "every byte, once");
+    assert!(text == expected, "the bytes in order");
+    assert!(
+        pushes >= expected.len() / CHUNK,
+        "{pushes} pushes for {} bytes",
+        expected.len()
+    );
+    // The follow is over: following an unknown job names it, and unfollowing says there was
+    // nothing to stop.
+    let unknown = client
+        .request(json!({"type": "follow_job", "jobId": "job-999"}))
+        .await;
+    assert_eq!(unknown["type"], "request_error", "{unknown}");
+    assert_eq!(unknown["payload"]["code"], "unknown_job", "{unknown}");
+    assert!(
+        unknown["payload"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("job-999"),
+        "{unknown}"
+    );
+    let unfollowed = client
+        .request(json!({"type": "unfollow_job", "jobId": id}))
+        .await;
+    assert_eq!(unfollowed["type"], "job_unfollowed", "{unfollowed}");
+    assert_eq!(unfollowed["payload"]["followed"], false, "{unfollowed}");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_a_late_follower_from_offset_0_gets_the_log_then_the_live_output() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    // 2.1 MB, then it waits for the test to open the gate: the first MiB is only in the log
+    // by the time the follower comes.
+    let started = start_job(&mut client, &agent, "mkfifo gate; seq 1 300000; cat gate").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    let before = seq(300_000);
+    let written = client
+        .request(json!({"type": "job_output", "jobId": id, "offset": before.len() - 1, "waitMs": 20_000}))
+        .await;
+    assert_eq!(written["payload"]["end"], before.len(), "{written}");
+
+    let followed = client
+        .request(json!({"type": "follow_job", "jobId": id}))
+        .await;
+    assert_eq!(followed["payload"]["offset"], 0, "{followed}");
+    assert_eq!(
+        followed["payload"]["job"]["status"], "running",
+        "{followed}"
+    );
+    // The log part, up to what the job had written.
+    let mut text = String::new();
+    let mut offset = 0;
+    while offset < before.len() as u64 {
+        let update = client.recv_type("job_output_update").await;
+        let p = &update["payload"];
+        assert_eq!(p["offset"], offset, "{p}");
+        assert_eq!(p["eof"], false, "{p}");
+        text.push_str(p["text"].as_str().expect("text"));
+        offset = p["nextOffset"].as_u64().expect("nextOffset");
+    }
+    assert!(text == before, "the output before the follow, in order");
+    // The live part.
+    let gate = daemon.cwd().join("gate");
+    tokio::task::spawn_blocking(move || std::fs::write(gate, "the live part\n"))
+        .await
+        .expect("join")
+        .expect("write to the job's gate");
+    let (live, _) = pushed(&mut client, &id, offset).await;
+    assert_eq!(live, "the live part\n");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_a_follow_of_an_ended_job_sends_the_rest_then_eof_and_unfollow_stops_the_pushes() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    let started = start_job(&mut client, &agent, "printf 'héllo wörld\n'").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    let waited = client
+        .request(json!({"type": "wait_job", "jobId": id, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(waited["payload"]["ended"], true, "{waited}");
+    // From an offset: the rest, then eof (here in one push).
+    let followed = client
+        .request(json!({"type": "follow_job", "jobId": id, "offset": 3}))
+        .await;
+    assert_eq!(followed["payload"]["job"]["status"], "exited", "{followed}");
+    assert_eq!(followed["payload"]["offset"], 3, "{followed}");
+    let (rest, _) = pushed(&mut client, &id, 3).await;
+    assert_eq!(rest, "llo wörld\n");
+    // From the start: everything.
+    client
+        .request(json!({"type": "follow_job", "jobId": id}))
+        .await;
+    let (all, pushes) = pushed(&mut client, &id, 0).await;
+    assert_eq!((all.as_str(), pushes), ("héllo wörld\n", 1));
+
+    // A job that goes on writing: unfollowed, nothing more is pushed, though it writes on.
+    let ticking = start_job(
+        &mut client,
+        &agent,
+        "while :; do echo tick; sleep 0.02; done",
+    )
+    .await;
+    let tick = ticking["id"].as_str().expect("id").to_string();
+    client
+        .request(json!({"type": "follow_job", "jobId": tick}))
+        .await;
+    let first = client.recv_type("job_output_update").await;
+    assert_eq!(first["payload"]["jobId"], tick.as_str(), "{first}");
+    let unfollowed = client
+        .request(json!({"type": "unfollow_job", "jobId": tick}))
+        .await;
+    assert_eq!(unfollowed["type"], "job_unfollowed", "{unfollowed}");
+    assert_eq!(unfollowed["payload"]["followed"], true, "{unfollowed}");
+    // What came before the answer may have been pushed; nothing may come after it.
+    client.clear_backlog();
+    let now = client
+        .request(json!({"type": "job_output", "jobId": tick, "tail": 0}))
+        .await;
+    let unfollowed_at = now["payload"]["end"].as_u64().expect("end");
+    let mut end = unfollowed_at;
+    for _ in 0..5 {
+        let out = client
+            .request(json!({"type": "job_output", "jobId": tick, "offset": end, "waitMs": 10_000}))
+            .await;
+        end = out["payload"]["end"].as_u64().expect("end");
+    }
+    assert!(end >= unfollowed_at + 5, "the job wrote on: {end}");
+    assert!(
+        !client
+            .backlog()
+            .iter()
+            .any(|m| m["type"] == "job_output_update"),
+        "pushed after the unfollow: {:?}",
+        client.backlog()
+    );
+    client
+        .request(json!({"type": "kill_job", "jobId": tick}))
+        .await;
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_a_follower_that_stops_reading_lags_then_gets_every_byte() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&agent).await;
+    let (mut reader, _) = daemon.client().await;
+    // About 21 MB: far more than the socket's buffers and the session's queue hold.
+    let started = start_job(&mut client, &agent, "seq 1 3000000").await;
+    let id = started["id"].as_str().expect("id").to_string();
+    let followed = reader
+        .request(json!({"type": "follow_job", "jobId": id, "offset": 0}))
+        .await;
+    assert_eq!(followed["type"], "job_followed", "{followed}");
+    // The reader reads nothing until the job ended: the job does not wait for it.
+    let waited = client
+        .request(json!({"type": "wait_job", "jobId": id, "timeoutMs": 60_000}))
+        .await;
+    assert_eq!(waited["payload"]["ended"], true, "{waited}");
+    let (text, _) = pushed(&mut reader, &id, 0).await;
+    let expected = seq(3_000_000);
+    assert_eq!(text.len(), expected.len(), "every byte, once");
+    assert!(text == expected, "the bytes in order");
     daemon.stop().await;
 }

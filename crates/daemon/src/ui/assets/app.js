@@ -23,6 +23,10 @@ const S = {
   workspaces: new Map(),
   // Every job of the daemon by id (`list_jobs` after each `session_state`, then `job_update`).
   jobs: new Map(),
+  // The jobs whose output an open dialog follows, by id: `{session, push(payload), restart()}`.
+  follows: new Map(),
+  // The session's id (`welcome`): a new one after a reconnect.
+  sessionId: null,
   providers: null,
   state: 'connecting',
   retryAt: 0,
@@ -57,6 +61,7 @@ const conn = new Conn({
   onMessage,
   onState(state, info) {
     S.state = state;
+    if (state === 'online') S.sessionId = info.sessionId;
     if (state === 'offline') S.retryAt = Date.now() + info.retryInMs;
     if (state !== 'online') S.synced = false;
     renderConnection();
@@ -83,6 +88,8 @@ function onMessage(msg) {
         render({ sidebar: false });
       }).catch(() => {});
       loadJobs();
+      // A new session follows nothing: open job dialogs follow again from where they are.
+      for (const f of S.follows.values()) if (f.session !== S.sessionId) f.restart();
       if (!S.providers) conn.request({ type: 'list_providers' }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
       render();
       break;
@@ -120,6 +127,11 @@ function onMessage(msg) {
       S.jobs.set(p.job.id, p.job);
       render({ sidebar: false });
       break;
+    case 'job_output_update': {
+      const f = S.follows.get(p.jobId);
+      if (f) f.push(p);
+      break;
+    }
     case 'resync_required':
       // Fell behind: every subscription was dropped; read everything again.
       conn.hello();
@@ -667,51 +679,68 @@ async function startJobDialog(a) {
   }, { className: 'new-agent start-job' });
 }
 
-/** The job's output, followed by byte offset while the dialog is open (never a byte twice). */
+/**
+ * The job's output while the dialog is open: its last 256 KiB, then what the daemon pushes as
+ * the job writes (`follow_job` → `job_output_update`), by byte offset, so never a byte twice;
+ * followed again from the same offset after a reconnect (a new session has no follows).
+ */
 function jobOutputDialog(id) {
   let open = true;
+  const follow = { session: null, push: () => {}, restart: () => {} };
   modal(`Output of ${id}`, (close) => {
     const j = S.jobs.get(id);
     const out = h('pre', { class: 'code job-output', tabindex: '0', 'aria-label': 'Output' });
     const state = h('p', { class: 'muted job-state' }, j ? jobState(j) : '');
     const kill = h('button', { type: 'button', class: 'danger', hidden: !j || j.status !== 'running', onclick: () => conn.request({ type: 'kill_job', jobId: id }).catch(failed('Kill')) }, 'Kill');
     const show = (job) => { state.textContent = jobState(job); kill.hidden = job.status !== 'running'; };
-    const follow = async () => {
-      let offset = null;
-      while (open) {
-        try {
-          const req = offset == null ? { type: 'job_output', jobId: id, tail: 262144 } : { type: 'job_output', jobId: id, offset, waitMs: 25000 };
-          const m = await conn.request(req);
-          const p = m.payload;
-          const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
-          if (p.skipped && offset != null) out.append(`\n[… ${p.skipped} bytes no longer kept …]\n`);
-          if (p.text) out.append(p.text);
-          if (atBottom) out.scrollTop = out.scrollHeight;
-          offset = p.nextOffset;
-          const now = S.jobs.get(id);
-          if (now) show(now);
-          if (p.eof) {
-            out.dataset.eof = 'true';
-            // Its `job_update` may still be on its way: ask how it ended.
-            const w = await conn.request({ type: 'wait_job', jobId: id, timeoutMs: 10000 });
-            S.jobs.set(id, w.payload.job);
-            show(w.payload.job);
-            render({ sidebar: false });
-            return;
-          }
-        } catch (e) {
-          if (!open) return;
-          state.textContent = e.message;
-          await new Promise((r) => setTimeout(r, 1000));
-          if (S.state !== 'online') return;
+    // Where the next byte shown starts.
+    let offset = null;
+    const ended = async () => {
+      if (S.follows.get(id) === follow) S.follows.delete(id);
+      out.dataset.eof = 'true';
+      // Its `job_update` may still be on its way: ask how it ended.
+      const w = await conn.request({ type: 'wait_job', jobId: id, timeoutMs: 10000 });
+      S.jobs.set(id, w.payload.job);
+      show(w.payload.job);
+      render({ sidebar: false });
+    };
+    const append = (p) => {
+      const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+      if (p.skipped && offset != null) out.append(`\n[… ${p.skipped} bytes no longer kept …]\n`);
+      if (p.text) out.append(p.text);
+      if (atBottom) out.scrollTop = out.scrollHeight;
+      offset = p.nextOffset;
+      const now = S.jobs.get(id);
+      if (now) show(now);
+      if (p.eof) ended().catch((e) => { if (open) state.textContent = e.message; });
+    };
+    // A push of an earlier follow (before a reconnect) is not where this one stands: skip it.
+    follow.push = (p) => { if (open && p.offset - p.skipped === offset) append(p); };
+    follow.restart = async () => {
+      try {
+        if (offset == null) {
+          const m = await conn.request({ type: 'job_output', jobId: id, tail: 262144 });
+          append(m.payload);
+          if (m.payload.eof || !open) return;
         }
+        follow.session = S.sessionId;
+        S.follows.set(id, follow);
+        await conn.request({ type: 'follow_job', jobId: id, offset });
+      } catch (e) {
+        if (open) state.textContent = e.message;
       }
     };
-    follow();
+    follow.restart();
     return h('div', null, h('h2', null, j ? h('code', null, j.command) : id), state, out,
       h('div', { class: 'dialog-actions' },
         kill, h('button', { type: 'button', autofocus: true, onclick: () => close() }, 'Close')));
-  }, { className: 'wide' }).then(() => { open = false; });
+  }, { className: 'wide' }).then(() => {
+    open = false;
+    if (S.follows.get(id) === follow) {
+      S.follows.delete(id);
+      conn.request({ type: 'unfollow_job', jobId: id }).catch(() => {});
+    }
+  });
 }
 
 // ---- the subagents track ------------------------------------------------------------------
