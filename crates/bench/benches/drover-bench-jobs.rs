@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use drover_bench::{self as bench, DaemonProc, Row, Ws, fmt_kb, recv_json, request, ws_connect};
+use drover_bench::{self as bench, Row, ScriptedHome, Ws, fmt_kb, recv_json, request, ws_connect};
 use serde_json::{Value, json};
 
 /// 100 MiB.
@@ -111,32 +111,8 @@ async fn ended(ws: &mut Ws, job: &str) -> Result<Value> {
 }
 
 async fn run() -> Result<()> {
-    let drover = bench::drover_binary()?;
-    let scripted = bench::scripted_agent_binary()?;
-    let (scratch, _keep) = bench::scratch("drover-bench-jobs-")?;
-    let root = scratch
-        .path()
-        .canonicalize()
-        .context("cannot resolve the scratch folder")?;
-    let started = Instant::now();
-    println!("drover-bench-jobs");
-    println!("  drover binary:  {}", drover.display());
-    println!(
-        "  machine:        {} CPUs, load average {}",
-        bench::cpus(),
-        bench::load_average()
-    );
-    println!();
-    let home = root.join("home");
-    let cwd = root.join("work");
-    let state = root.join("scripted-state");
-    for dir in [&home, &cwd, &state] {
-        fs::create_dir_all(dir)?;
-    }
-    fs::write(
-        home.join("config.toml"),
-        drover_fakes::scripted_agent::provider_config(&scripted, &state),
-    )?;
+    let setup = ScriptedHome::new("drover-bench-jobs")?;
+    let (root, cwd, started) = (&setup.root, &setup.cwd, setup.started);
 
     // The baseline: the shell writes the output to a file itself (best of 3).
     let mut baseline = Duration::MAX;
@@ -157,10 +133,9 @@ async fn run() -> Result<()> {
         baseline = baseline.min(took);
     }
 
-    let daemon = DaemonProc::spawn(&drover, &home, &root.join("daemon.log"), None, WAIT)?;
+    let daemon = setup.spawn_daemon(WAIT)?;
     let url = format!("ws://{}/ws", daemon.addr);
-    let mut ws = ws_connect(&url).await?;
-    bench::hello(&mut ws, "drover-bench-jobs").await?;
+    let mut ws = daemon.connect("drover-bench-jobs").await?;
     let created = request(
         &mut ws,
         json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "title": "owner"}),
