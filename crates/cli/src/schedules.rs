@@ -93,28 +93,9 @@ fn when_of(add: &ScheduleAdd) -> Result<ScheduleWhen, CliError> {
     })
 }
 
-/// `2026-12-24 09:00:00 (in 29m)` in local time.
+/// `2026-12-24 09:00:00 (in 29m)` in local time, or `-` when there is no next run.
 pub(crate) fn next_run(at: Option<&str>, now: Timestamp) -> String {
-    let Some(at) = at else {
-        return "-".to_string();
-    };
-    match at.parse::<Timestamp>() {
-        Ok(ts) => {
-            let secs = ts.as_second().saturating_sub(now.as_second()).max(0);
-            let left = match secs {
-                s if s < 60 => format!("{s}s"),
-                s if s < 3600 => format!("{}m", s / 60),
-                s if s < 86_400 => format!("{}h", s / 3600),
-                s => format!("{}d", s / 86_400),
-            };
-            format!(
-                "{} (in {left})",
-                ts.to_zoned_datetime(TimeZone::system())
-                    .strftime("%Y-%m-%d %H:%M:%S")
-            )
-        }
-        Err(_) => at.to_string(),
-    }
+    at.map_or_else(|| "-".to_string(), |at| output::when_ahead(at, now))
 }
 
 pub async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {

@@ -1289,12 +1289,17 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
 
 // ---- schedules --------------------------------------------------------------------------------
 
-/// `drover schedule ls --json`, the schedule `id`.
-fn schedule_json(fx: &Fixture, id: &str) -> Value {
-    let all = fx.drover(&["schedule", "ls", "--json"]).ok().json();
+/// The entry `id` of what `drover <what> ls --json` lists (`schedule`, `job`), or null.
+fn listed_json(fx: &Fixture, what: &str, id: &str) -> Value {
+    let all = fx.drover(&[what, "ls", "--json"]).ok().json();
     all.as_array()
         .and_then(|a| a.iter().find(|s| s["id"] == id).cloned())
         .unwrap_or(Value::Null)
+}
+
+/// `drover schedule ls --json`, the schedule `id`.
+fn schedule_json(fx: &Fixture, id: &str) -> Value {
+    listed_json(fx, "schedule", id)
 }
 
 #[test]
@@ -1409,10 +1414,7 @@ fn schedule_arguments_are_checked_before_anything_is_made() {
 
 /// `drover job ls --json`'s record of job `id`.
 fn job_json(fx: &Fixture, id: &str) -> Value {
-    let all = fx.drover(&["job", "ls", "--json"]).ok().json();
-    all.as_array()
-        .and_then(|a| a.iter().find(|j| j["id"] == id).cloned())
-        .unwrap_or(Value::Null)
+    listed_json(fx, "job", id)
 }
 
 #[test]

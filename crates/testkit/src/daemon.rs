@@ -326,7 +326,21 @@ impl Client {
         &self.backlog
     }
 
-    /// The agent's timeline items (`fetch_timeline`, up to 1000).
+    /// Creates an agent with `fields` (those of `create_agent`: provider, cwd, prompt, title,
+    /// ...); its id. Fails the test unless it was created.
+    pub async fn create_agent(&mut self, fields: Value) -> String {
+        let mut message = json!({"type": "create_agent"});
+        for (k, v) in fields.as_object().expect("create_agent's fields") {
+            message[k] = v.clone();
+        }
+        let created = self.request(message).await;
+        assert_eq!(created["type"], "agent_created", "{created}");
+        created["payload"]["agent"]["id"]
+            .as_str()
+            .expect("the agent's id")
+            .to_string()
+    }
+
     /// Waits (at most 20 s) for the agent to be idle with nothing queued; fails if it is not.
     pub async fn wait_idle(&mut self, agent: &str) {
         let idle = self
@@ -345,6 +359,7 @@ impl Client {
             .collect()
     }
 
+    /// The agent's timeline items (`fetch_timeline`, up to 1000).
     pub async fn timeline(&mut self, agent: &str) -> Vec<Value> {
         let page = self
             .request(json!({"type": "fetch_timeline", "agentId": agent, "limit": 1000}))

@@ -44,14 +44,9 @@ impl Drop for StopOnDrop {
 }
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> String {
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("an id")
-        .to_string()
+    client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
+        .await
 }
 
 async fn send(client: &mut Client, agent: &str, text: &str) {

@@ -14,14 +14,11 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}))
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    client
+        .create_agent(
+            json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}),
+        )
+        .await
 }
 
 async fn start_job(client: &mut Client, agent: &str, command: &str) -> Value {

@@ -7,14 +7,11 @@ use drover_testkit::wait::poll_until;
 use serde_json::{Value, json};
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}))
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    client
+        .create_agent(
+            json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}),
+        )
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

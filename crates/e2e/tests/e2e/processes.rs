@@ -78,16 +78,9 @@ fn config(state: &Path) -> String {
 }
 
 async fn create(client: &mut Client, provider: &str, cwd: &Path, prompt: &str) -> String {
-    let created = client
-        .request(
-            json!({"type": "create_agent", "provider": provider, "cwd": cwd, "prompt": prompt}),
-        )
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    client
+        .create_agent(json!({"provider": provider, "cwd": cwd, "prompt": prompt}))
+        .await
 }
 
 /// The text of every agent message in the agent's timeline, joined.

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, write_scripted_config};
 
 use crate::processes::DaemonProcess;
 use drover_testkit::wait::eventually;
@@ -15,14 +15,9 @@ use tempfile::TempDir;
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn create(client: &mut Client, cwd: &Path, prompt: &str, title: &str) -> String {
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "prompt": prompt, "title": title}))
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": prompt, "title": title}))
+        .await
 }
 
 async fn schedule(client: &mut Client, request: Value) -> Value {
@@ -339,12 +334,6 @@ async fn schedules_an_agent_manages_only_its_own_over_mcp() {
     daemon.stop().await;
 }
 
-fn write_config(home: &Path, state: &Path) {
-    let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
-    let scripted = drover_fakes::scripted_agent::provider_config(Path::new(bin), state);
-    std::fs::write(home.join("config.toml"), scripted).expect("config");
-}
-
 fn schedule_file(home: &Path, id: &str) -> Value {
     let bytes = std::fs::read(home.join("schedules").join(format!("{id}.json"))).expect("file");
     serde_json::from_slice(&bytes).expect("json")
@@ -355,7 +344,7 @@ async fn schedules_a_run_due_during_a_sigkill_fires_exactly_once_after_restart()
     let home = TempDir::new().expect("home");
     let state = TempDir::new().expect("state");
     let work = TempDir::new().expect("work");
-    write_config(home.path(), state.path());
+    write_scripted_config(home.path(), state.path());
     let mut daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
     let agent = create(&mut client, work.path(), "say ready", "worker").await;
@@ -395,7 +384,7 @@ async fn schedules_sigkills_while_runs_fire_never_lose_or_repeat_one() {
     let home = TempDir::new().expect("home");
     let state = TempDir::new().expect("state");
     let work = TempDir::new().expect("work");
-    write_config(home.path(), state.path());
+    write_scripted_config(home.path(), state.path());
     let mut daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
     let agent = create(&mut client, work.path(), "say ready", "worker").await;
@@ -453,16 +442,10 @@ async fn schedules_an_agent_made_for_a_subagent_pause_once_it_is_detached() {
     let (mut client, _) = daemon.client().await;
     let parent = create(&mut client, &daemon.cwd(), "say parent", "parent").await;
     client.wait_idle(&parent).await;
-    let created = client
-        .request(
-            json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(),
-            "prompt": "say child", "title": "child", "parentAgentId": parent}),
-        )
+    let child = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(),
+            "prompt": "say child", "title": "child", "parentAgentId": parent}))
         .await;
-    let child = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
     client.wait_idle(&child).await;
     let script = format!(
         "mcp create_schedule {{\"agentId\": \"{child}\", \"prompt\": \"say tick\", \"when\": {{\"everySeconds\": 1}}}}"

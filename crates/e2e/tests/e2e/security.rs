@@ -18,14 +18,9 @@ fn expect_error(message: &Value, code: &str) {
 }
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> String {
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
+        .await
 }
 
 /// Sends `text` and waits for the turn to end; what the agent said in it.
