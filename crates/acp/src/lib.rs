@@ -15,6 +15,7 @@
 //! WebSocket or HTTP.
 
 mod actor;
+pub mod auth;
 pub mod jobs;
 pub mod process;
 pub mod providers;
@@ -22,7 +23,7 @@ pub mod records;
 pub mod rpc;
 mod slots;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -93,6 +94,8 @@ pub struct RuntimeView {
     pub pid: Option<u32>,
     /// When an idle runtime will hibernate (`None`: it is busy, cold, or never hibernates).
     pub hibernate_at: Option<jiff::Timestamp>,
+    /// When it tries to start again by itself after a failed start.
+    pub retry_at: Option<jiff::Timestamp>,
 }
 
 impl RuntimeView {
@@ -100,6 +103,7 @@ impl RuntimeView {
         state: RuntimeState::Cold,
         pid: None,
         hibernate_at: None,
+        retry_at: None,
     };
 }
 
@@ -178,6 +182,9 @@ pub enum AcpError {
     Stopped(AgentId),
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    /// A sign-in that cannot be done as asked (`message` says what to give instead).
+    #[error("{message}")]
+    InvalidSignIn { message: String },
 }
 
 impl AcpError {
@@ -196,6 +203,7 @@ impl AcpError {
             AcpError::Agent { .. } => ErrorCode::AgentError,
             AcpError::Stopped(_) => ErrorCode::RuntimeStopped,
             AcpError::ShuttingDown => ErrorCode::ShuttingDown,
+            AcpError::InvalidSignIn { .. } => ErrorCode::InvalidInput,
         }
     }
 }
@@ -230,6 +238,8 @@ pub(crate) struct Shared {
     runtime_changes: broadcast::Sender<AgentId>,
     /// The background jobs agents own (and the ACP terminals they open).
     pub(crate) jobs: jobs::Jobs,
+    /// Each provider's sign-in, as its agents' last starts saw it.
+    pub(crate) sign_ins: auth::SignIns,
 }
 
 /// Counts one agent process in [`Shared`] for as long as it is held (the actor's `Live`).
@@ -277,7 +287,7 @@ impl Shared {
                 .runtimes
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let old = if view.state == RuntimeState::Cold {
+            let old = if view == RuntimeView::COLD {
                 runtimes.remove(&id)
             } else {
                 runtimes.insert(id, view)
@@ -617,6 +627,7 @@ impl RuntimeManager {
                 runtimes: Mutex::new(HashMap::new()),
                 runtime_changes,
                 jobs: jobs.clone(),
+                sign_ins: auth::SignIns::default(),
             }),
         };
         jobs.attach(&manager.shared);
@@ -660,6 +671,152 @@ impl RuntimeManager {
             .send(Command::Start)
             .await
             .map_err(|_| AcpError::Stopped(agent))
+    }
+
+    /// Starts the agent's runtime again after a failed start, now (the user's retry): its
+    /// queued messages then run.
+    pub async fn restart(&self, agent: AgentId) -> Result<(), AcpError> {
+        if self.known(agent)?.is_archived() {
+            return Err(RegistryError::Archived { agent }.into());
+        }
+        let handle = self.handle(agent).await?;
+        handle
+            .commands
+            .send(Command::Retry)
+            .await
+            .map_err(|_| AcpError::Stopped(agent))
+    }
+
+    /// The messages queued for the agent and not delivered yet, oldest first.
+    pub async fn queued(&self, agent: AgentId) -> Result<Vec<InboxMessage>, AcpError> {
+        if self.known(agent)?.is_archived() {
+            return Ok(Vec::new());
+        }
+        let handle = self.handle(agent).await?;
+        let (reply, rx) = oneshot::channel();
+        handle
+            .commands
+            .send(Command::Queued { reply })
+            .await
+            .map_err(|_| AcpError::Stopped(agent))?;
+        rx.await.map_err(|_| AcpError::Stopped(agent))
+    }
+
+    /// A provider's sign-in as the daemon knows it: the state its agents' last starts saw
+    /// (`None`: none started since the daemon did), the methods it offered, and what to tell
+    /// people.
+    pub fn sign_in_status(
+        &self,
+        provider: &Provider,
+    ) -> (Option<auth::SignInState>, Vec<drover_core::AuthMethod>, String) {
+        let (state, methods) = match self.shared.sign_ins.get(&provider.name) {
+            Some((state, methods)) => (Some(state), methods),
+            None => (None, self.recorded_methods(&provider.name).unwrap_or_default()),
+        };
+        let state = state.or_else(|| {
+            self.recorded_methods(&provider.name)
+                .map(|_| auth::SignInState::NeedsSignIn)
+        });
+        let how = auth::how_to_sign_in(provider, &methods);
+        (state, methods, how)
+    }
+
+    /// The methods recorded with an agent of `provider` that waits for a sign-in.
+    fn recorded_methods(&self, provider: &str) -> Option<Vec<drover_core::AuthMethod>> {
+        self.registry().agents().iter().find_map(|a| {
+            (a.provider == provider && !a.is_archived())
+                .then(|| a.start_failure.as_ref()?.sign_in.clone())
+                .flatten()
+        })
+    }
+
+    /// Signs `provider` in with `method_id` (see `ClientMessage::SignIn`): an `env_var`
+    /// method's `vars` go into the provider's `env` in `config.toml`, an `agent` method
+    /// becomes its `auth`, a `terminal` one (run by the user) needs nothing kept. Then every
+    /// agent of the provider waiting for a sign-in starts again; their ids are returned.
+    pub async fn sign_in(
+        &self,
+        provider_name: &str,
+        method_id: &str,
+        vars: BTreeMap<String, String>,
+    ) -> Result<Vec<AgentId>, AcpError> {
+        let providers = self.providers()?;
+        let provider = providers
+            .get(provider_name)
+            .ok_or_else(|| AcpError::UnknownProvider {
+                name: provider_name.to_string(),
+                known: providers.all().map(|p| p.name.clone()).collect(),
+            })?;
+        let (_, methods, _) = self.sign_in_status(provider);
+        let method = methods.iter().find(|m| m.id == method_id);
+        if method.is_none() && !methods.is_empty() {
+            let ids: Vec<&str> = methods.iter().map(|m| m.id.as_str()).collect();
+            return Err(AcpError::InvalidSignIn {
+                message: format!(
+                    "{provider_name} offers no sign-in method `{method_id}`; its methods are {}",
+                    ids.join(", ")
+                ),
+            });
+        }
+        let kind = method.map(|m| m.kind).unwrap_or(if vars.is_empty() {
+            drover_protocol::AuthKind::Agent
+        } else {
+            drover_protocol::AuthKind::EnvVar
+        });
+        let entry = match kind {
+            drover_protocol::AuthKind::EnvVar => {
+                if let Some(method) = method {
+                    let missing: Vec<&str> = method
+                        .vars
+                        .iter()
+                        .filter(|v| !v.optional && vars.get(&v.name).is_none_or(|x| x.is_empty()))
+                        .map(|v| v.name.as_str())
+                        .collect();
+                    if !missing.is_empty() {
+                        return Err(AcpError::InvalidSignIn {
+                            message: format!(
+                                "sign-in `{method_id}` of {provider_name} needs {}",
+                                missing.join(", ")
+                            ),
+                        });
+                    }
+                    if let Some(extra) = vars.keys().find(|k| !method.vars.iter().any(|v| &v.name == *k)) {
+                        return Err(AcpError::InvalidSignIn {
+                            message: format!(
+                                "sign-in `{method_id}` of {provider_name} takes no variable `{extra}`"
+                            ),
+                        });
+                    }
+                }
+                Some(providers::SignInEntry::Env(vars))
+            }
+            drover_protocol::AuthKind::Agent => {
+                Some(providers::SignInEntry::Auth(method_id.to_string()))
+            }
+            drover_protocol::AuthKind::Terminal => None,
+        };
+        if let Some(entry) = entry {
+            let home = self.shared.home.clone();
+            let name = provider_name.to_string();
+            tokio::task::spawn_blocking(move || providers::store_sign_in(&home, &name, &entry))
+                .await
+                .map_err(|_| AcpError::ShuttingDown)??;
+        }
+        let waiting: Vec<AgentId> = self
+            .registry()
+            .agents()
+            .iter()
+            .filter(|a| {
+                a.provider == provider_name
+                    && !a.is_archived()
+                    && a.start_failure.as_ref().is_some_and(|f| f.sign_in.is_some())
+            })
+            .map(|a| a.id)
+            .collect();
+        for agent in &waiting {
+            self.restart(*agent).await?;
+        }
+        Ok(waiting)
     }
 
     /// How many agents have a task (a live or starting runtime, or queued work).

@@ -41,6 +41,12 @@ pub struct Provider {
     /// What to do when the command is missing.
     pub install_hint: String,
     pub builtin: bool,
+    /// The sign-in method to use when the agent asks for one (`auth` in `config.toml`).
+    pub auth: Option<String>,
+    /// Sign-in methods (by id) that the preset knows these variables satisfy, for agents
+    /// whose methods carry no type (gemini-cli 0.61's `gemini-api-key`).
+    #[serde(skip)]
+    pub auth_env: Vec<(String, Vec<String>)>,
 }
 
 fn hide_values<S: serde::Serializer>(
@@ -227,6 +233,7 @@ struct ProviderEntry {
     env: BTreeMap<String, String>,
     model: Option<String>,
     mode: Option<String>,
+    auth: Option<String>,
 }
 
 /// Every provider the daemon knows, by name.
@@ -249,6 +256,8 @@ fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
         default_mode: None,
         install_hint: hint.to_string(),
         builtin: true,
+        auth: None,
+        auth_env: Vec::new(),
     }
 }
 
@@ -268,12 +277,15 @@ impl Providers {
                 &["claude-agent-acp"],
                 "install it with `npm install -g @zed-industries/claude-agent-acp`, or set `command` under [providers.claude] in config.toml",
             ),
-            preset(
-                "gemini",
-                "Gemini CLI",
-                &["gemini", "--acp"],
-                "install it with `npm install -g @google/gemini-cli`, or set `command` under [providers.gemini] in config.toml",
-            ),
+            Provider {
+                auth_env: vec![("gemini-api-key".to_string(), vec!["GEMINI_API_KEY".to_string()])],
+                ..preset(
+                    "gemini",
+                    "Gemini CLI",
+                    &["gemini", "--acp"],
+                    "install it with `npm install -g @google/gemini-cli`, or set `command` under [providers.gemini] in config.toml",
+                )
+            },
             preset(
                 "opencode",
                 "OpenCode",
@@ -343,6 +355,7 @@ impl Providers {
                     preset.label = entry.label.unwrap_or(preset.label);
                     preset.default_model = entry.model.or(preset.default_model);
                     preset.default_mode = entry.mode.or(preset.default_mode);
+                    preset.auth = entry.auth.or(preset.auth);
                     preset
                 }
                 None => Provider {
@@ -358,6 +371,8 @@ impl Providers {
                         path.display()
                     ),
                     builtin: false,
+                    auth: entry.auth,
+                    auth_env: Vec::new(),
                     name: name.clone(),
                 },
             };
@@ -531,4 +546,65 @@ mod tests {
             );
         }
     }
+}
+
+/// A sign-in to keep in a provider's entry of `config.toml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignInEntry {
+    /// Variables for its `env` (an `env_var` method's key).
+    Env(BTreeMap<String, String>),
+    /// The method its agents are asked to `authenticate` with (`auth`).
+    Auth(String),
+}
+
+/// Writes `entry` into `[providers.<provider>]` of `home`'s `config.toml`, keeping every other
+/// line, comment and key of the file as it was; the file is written atomically and private
+/// (0600). The daemon reads it again at the next start of an agent.
+pub fn store_sign_in(home: &Path, provider: &str, entry: &SignInEntry) -> Result<(), ConfigError> {
+    use toml_edit::{DocumentMut, InlineTable, Item, Table, value};
+    let path = home.join("config.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => return Err(ConfigError::Read { path, source }),
+    };
+    let invalid = |message: String| ConfigError::Invalid {
+        path: path.clone(),
+        message,
+    };
+    let mut doc: DocumentMut = text.parse().map_err(|e| invalid(format!("{e}")))?;
+    let providers = doc
+        .entry("providers")
+        .or_insert_with(|| {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            Item::Table(t)
+        })
+        .as_table_mut()
+        .ok_or_else(|| invalid("`providers` is not a table".to_string()))?;
+    let table = providers
+        .entry(provider)
+        .or_insert_with(|| Item::Table(Table::new()))
+        .as_table_like_mut()
+        .ok_or_else(|| invalid(format!("`providers.{provider}` is not a table")))?;
+    match entry {
+        SignInEntry::Auth(method) => {
+            table.insert("auth", value(method.as_str()));
+        }
+        SignInEntry::Env(vars) => {
+            let env = table
+                .entry("env")
+                .or_insert(Item::Value(InlineTable::new().into()));
+            let env = env
+                .as_table_like_mut()
+                .ok_or_else(|| invalid(format!("`providers.{provider}.env` is not a table")))?;
+            for (name, val) in vars {
+                env.insert(name, value(val.as_str()));
+            }
+        }
+    }
+    let text = doc.to_string();
+    // What the daemon will read must read: a write that breaks the file is not made.
+    Providers::presets().with_config(&path, &text)?;
+    drover_core::store::write_atomic(&path, text.as_bytes()).map_err(|e| invalid(e.to_string()))
 }

@@ -99,6 +99,8 @@ fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
         default_mode: None,
         install_hint: "built with the workspace (scripts/bench)".to_string(),
         builtin: false,
+        auth: None,
+        auth_env: Vec::new(),
     }
 }
 
@@ -372,6 +374,8 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             default_mode: None,
             install_hint: "run scripts/install-agents".to_string(),
             builtin: false,
+            auth: None,
+            auth_env: Vec::new(),
         });
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;

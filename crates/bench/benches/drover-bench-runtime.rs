@@ -236,6 +236,8 @@ fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
         default_mode: None,
         install_hint: "built with the workspace (scripts/bench)".to_string(),
         builtin: false,
+        auth: None,
+        auth_env: Vec::new(),
     });
     providers
 }
@@ -573,6 +575,8 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
         default_mode: None,
         install_hint: "run scripts/install-agents".to_string(),
         builtin: false,
+        auth: None,
+        auth_env: Vec::new(),
     });
     let daemon = Daemon::open(&base.join("home"), providers).await?;
     let t = Instant::now();

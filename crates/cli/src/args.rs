@@ -122,6 +122,21 @@ pub enum Command {
         /// The agent (id, unique prefix or suffix, or title)
         id: String,
     },
+    /// Start an agent again whose start failed (its queued messages then run).
+    Retry {
+        /// The agent (id, unique prefix or suffix, or title)
+        id: String,
+    },
+    /// Sign a provider in (an API key, its own login, or a login in this terminal); the
+    /// agents of it that wait for a sign-in then start again.
+    Login {
+        /// The provider (`codex`, `claude`, `gemini`, ...)
+        provider: String,
+        /// The sign-in method's id (`drover providers --json` lists them); asked when there
+        /// are several and this is a terminal
+        #[arg(long, value_name = "ID")]
+        method: Option<String>,
+    },
     /// Show everything about one agent.
     Inspect {
         /// The agent (id, unique prefix or suffix, or title)

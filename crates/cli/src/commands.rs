@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use drover_acp::ItemKind;
 use drover_protocol::{
+    ProviderSignIn,
     AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
 };
 use serde_json::{Value, json};
@@ -349,6 +350,8 @@ struct Stream {
     /// The last item seen, so a re-initialization after `resync_required` repeats nothing.
     last_seq: u64,
     turn_started: bool,
+    /// The agent's handle, for the hints this prints.
+    name: String,
 }
 
 impl Stream {
@@ -359,6 +362,7 @@ impl Stream {
             json,
             last_seq: 0,
             turn_started: false,
+            name: name.to_string(),
         }
     }
 
@@ -493,7 +497,18 @@ impl Stream {
             return None;
         }
         if info.status == "error" {
-            let error = info.error.clone().unwrap_or_else(|| "failed".to_string());
+            let mut error = info.error.clone().unwrap_or_else(|| "failed".to_string());
+            if let Some(failure) = &info.start_failure {
+                let how = if failure.sign_in.is_some() {
+                    format!("`drover login {}`", info.provider)
+                } else {
+                    format!("`drover retry {}`", self.name)
+                };
+                let _ = write!(
+                    error,
+                    "\nthe prompt is kept and runs once the agent starts ({how})"
+                );
+            }
             return Some(Outcome::Failed(error));
         }
         if info.archived_at.is_some() {
@@ -860,6 +875,8 @@ fn inspect_rows(
             },
         ),
         ("session", agent.session_id.clone().unwrap_or_else(dash)),
+        ("start", start_line(agent, now)),
+        ("queued", queued_line(agent)),
         ("runtime", runtime_line(&agent.runtime)),
         ("memory", memory_line(&agent.runtime)),
         (
@@ -883,7 +900,58 @@ fn inspect_rows(
     if agent.archived_at.is_none() {
         rows.retain(|(k, _)| *k != "archived");
     }
+    if agent.start_failure.is_none() {
+        rows.retain(|(k, _)| *k != "start");
+    }
     rows
+}
+
+/// `failed 2m ago; needs a sign-in: openai-api-key (env_var: OPENAI_API_KEY), chatgpt (agent)`.
+fn start_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
+    let Some(failure) = &agent.start_failure else {
+        return "-".to_string();
+    };
+    let mut line = format!("failed {}", output::when(&failure.at, now));
+    match (&failure.sign_in, &agent.runtime.retry_at) {
+        (Some(methods), _) => {
+            let ways: Vec<String> = methods
+                .iter()
+                .map(|m| {
+                    let vars: Vec<&str> = m.vars.iter().map(|v| v.name.as_str()).collect();
+                    if vars.is_empty() {
+                        format!("{} ({})", m.id, m.kind.as_str())
+                    } else {
+                        format!("{} ({}: {})", m.id, m.kind.as_str(), vars.join(", "))
+                    }
+                })
+                .collect();
+            let _ = write!(
+                line,
+                "; needs a sign-in (`drover login {}`): {}",
+                agent.provider,
+                ways.join(", ")
+            );
+        }
+        (None, Some(at)) => {
+            let _ = write!(line, "; tries again {}", output::when_ahead(at, now));
+        }
+        (None, None) => line.push_str("; starts again on `drover retry`"),
+    }
+    line
+}
+
+/// `2 not delivered: "fix the tests", "then the docs"`.
+fn queued_line(agent: &AgentInfo) -> String {
+    match agent.queued.as_deref() {
+        None | Some([]) => "-".to_string(),
+        Some(messages) => {
+            let texts: Vec<String> = messages
+                .iter()
+                .map(|m| format!("{:?}", output::truncate(&m.text, 60)))
+                .collect();
+            format!("{} not delivered: {}", messages.len(), texts.join(", "))
+        }
+    }
 }
 
 // ---- requests about one agent -----------------------------------------------------------------
@@ -904,10 +972,22 @@ pub async fn send(
             delivery,
         })
         .await?;
-    connection.close().await;
     let DaemonMessage::MessageQueued { message_id, .. } = answer else {
         return Err(unexpected(&answer));
     };
+    // The message is kept either way; say so when it cannot run now.
+    let now = connection
+        .request(|request_id| ClientMessage::GetAgent {
+            request_id,
+            agent_id: agent.id.clone(),
+        })
+        .await?;
+    connection.close().await;
+    if let DaemonMessage::Agent { agent: now, .. } = &now
+        && now.start_failure.is_some()
+    {
+        eprintln!("{}", not_running(now, &name));
+    }
     let delivery = match delivery {
         Delivery::Followup => "followup",
         Delivery::Steer => "steer",
@@ -920,6 +1000,26 @@ pub async fn send(
     }
     outln!("queued {delivery} for {name} (message {message_id})");
     Ok(())
+}
+
+/// What to say of an agent whose last start failed: why, that its messages are kept, and
+/// how it starts again.
+fn not_running(agent: &AgentInfo, name: &str) -> String {
+    let why = agent.error.as_deref().unwrap_or("its start failed");
+    let queued = agent.queued.as_ref().map_or(0, Vec::len);
+    let how = match (&agent.start_failure, &agent.runtime.retry_at) {
+        (Some(f), _) if f.sign_in.is_some() => {
+            format!("`drover login {}` signs it in and starts it", agent.provider)
+        }
+        (_, Some(at)) => format!(
+            "it tries again {}; `drover retry {name}` now",
+            output::when_ahead(at, jiff::Timestamp::now())
+        ),
+        _ => format!("`drover retry {name}` starts it again"),
+    };
+    format!(
+        "{name} is not running: {why}\n{queued} message(s) kept for it, not delivered; {how}"
+    )
 }
 
 pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<()> {
@@ -1060,6 +1160,22 @@ fn activity_lines(report: &Value, short: &ShortIds) -> Vec<String> {
     lines
 }
 
+pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::RestartAgent {
+            request_id,
+            agent_id: agent.id.clone(),
+        })
+        .await?;
+    connection.close().await;
+    let DaemonMessage::Ok { .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    eprintln!("starting {name} again (`drover attach {name}` to watch)");
+    Ok(())
+}
+
 pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent_preferring(id, Prefer::Archived).await?;
     connection
@@ -1121,49 +1237,55 @@ pub async fn permit(ctx: &Ctx, id: &str, answer: PermitAnswer, always: bool) -> 
 
 /// `drover providers`: the running daemon's view, else the config on disk.
 pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
-    let rows: Vec<(Value, bool, String)> = match Connection::open(&ctx.endpoint, false).await {
-        Ok((mut connection, _)) => {
-            let answer = connection
-                .request(|request_id| ClientMessage::ListProviders { request_id })
-                .await?;
-            connection.close().await;
-            let DaemonMessage::Providers { providers, .. } = answer else {
-                return Err(unexpected(&answer));
-            };
-            providers
-                .into_iter()
-                .map(|p| {
-                    let provider = json!({"name": p.name, "label": p.label, "command": p.command});
-                    (provider, p.available, p.detail)
-                })
-                .collect()
-        }
-        Err(e) if is_not_running(&e) && ctx.endpoint.url.is_none() => {
-            local_providers(&ctx.endpoint.home)?
-        }
-        Err(e) => return Err(e),
-    };
+    // Each provider, whether it can run, and (from a daemon) its sign-in.
+    let rows: Vec<(Value, bool, String, Option<ProviderSignIn>)> =
+        match Connection::open(&ctx.endpoint, false).await {
+            Ok((mut connection, _)) => {
+                let answer = connection
+                    .request(|request_id| ClientMessage::ListProviders { request_id })
+                    .await?;
+                connection.close().await;
+                let DaemonMessage::Providers { providers, .. } = answer else {
+                    return Err(unexpected(&answer));
+                };
+                providers
+                    .into_iter()
+                    .map(|p| {
+                        let provider =
+                            json!({"name": p.name, "label": p.label, "command": p.command});
+                        (provider, p.available, p.detail, Some(p.sign_in))
+                    })
+                    .collect()
+            }
+            Err(e) if is_not_running(&e) && ctx.endpoint.url.is_none() => {
+                local_providers(&ctx.endpoint.home)?
+                    .into_iter()
+                    .map(|(p, available, detail)| (p, available, detail, None))
+                    .collect()
+            }
+            Err(e) => return Err(e),
+        };
     if json {
         let list: Vec<Value> = rows
             .into_iter()
-            .map(|(provider, available, detail)| {
+            .map(|(provider, available, detail, sign_in)| {
                 let availability = if available {
                     json!({"state": "available", "path": detail})
                 } else {
                     json!({"state": "unavailable", "reason": detail})
                 };
-                json!({"provider": provider, "availability": availability})
+                json!({"provider": provider, "availability": availability, "signIn": sign_in})
             })
             .collect();
         return print_json(&list);
     }
     let width = rows
         .iter()
-        .map(|(p, _, _)| p["name"].as_str().unwrap_or_default().len())
+        .map(|(p, _, _, _)| p["name"].as_str().unwrap_or_default().len())
         .max()
         .unwrap_or(0);
     let mut out = std::io::stdout().lock();
-    for (provider, available, detail) in rows {
+    for (provider, available, detail, sign_in) in rows {
         let name = provider["name"].as_str().unwrap_or_default();
         let state = if available {
             ctx.style.paint(Paint::Green, "available  ")
@@ -1171,6 +1293,17 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
             ctx.style.paint(Paint::Yellow, "unavailable")
         };
         writeln!(out, "{name:width$}  {state}  {detail}")?;
+        match sign_in {
+            Some(s) if s.state == "needs_sign_in" => {
+                let how = s.how.unwrap_or_default();
+                let label = ctx.style.paint(Paint::Yellow, "needs a sign-in");
+                writeln!(out, "{:width$}  {label}: {how}", "")?;
+            }
+            Some(s) if s.state == "signed_in" && available => {
+                writeln!(out, "{:width$}  signed in", "")?;
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ mod commands;
 mod daemon_cmd;
 mod error;
 mod jobs;
+mod login;
 mod mcp_proxy;
 mod output;
 mod resolve;
@@ -140,6 +141,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Command::Unarchive { id } => commands::unarchive(&ctx, &id).await,
             Command::Detach { id } => commands::detach(&ctx, &id).await,
             Command::Inspect { id, json } => commands::inspect(&ctx, &id, json).await,
+            Command::Retry { id } => commands::retry(&ctx, &id).await,
+            Command::Login { provider, method } => {
+                login::login(&ctx, &provider, method.as_deref()).await
+            }
             Command::Logs {
                 id,
                 tail,

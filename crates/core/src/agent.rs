@@ -28,6 +28,18 @@ pub struct ResumeHandle {
     pub acp_session_id: String,
 }
 
+/// A sign-in method as the agent offered it: the protocol's type, stored as is.
+pub use drover_protocol::AuthMethod;
+
+/// The agent's last start failed, and when: it is not started again on its own (beyond the
+/// runtime's few backed-off retries) until a user asks (a retry, or a sign-in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartFailure {
+    pub at: Timestamp,
+    /// What the agent needs is a sign-in: the methods it offered.
+    pub sign_in: Option<Vec<AuthMethod>>,
+}
+
 /// One agent: one provider, one cwd, one timeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agent {
@@ -49,6 +61,8 @@ pub struct Agent {
     pub auto_archive: bool,
     pub config: ProviderConfig,
     pub resume: Option<ResumeHandle>,
+    /// Set while its last start failed (cleared by a start that succeeds).
+    pub start_failure: Option<StartFailure>,
     /// Fields of the file that this version does not know, kept so a rewrite loses nothing.
     pub(crate) unknown: serde_json::Map<String, serde_json::Value>,
 }

@@ -26,7 +26,9 @@ pub mod worktree;
 
 pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
-pub use agent::{Agent, PARENT_LABEL, PermissionPolicy, ProviderConfig, ResumeHandle};
+pub use agent::{
+    Agent, AuthMethod, PARENT_LABEL, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure,
+};
 pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};
 pub use lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};

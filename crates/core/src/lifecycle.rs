@@ -111,6 +111,8 @@ pub enum AttentionReason {
     Permission,
     /// The daemon stopped (crash or restart) while the agent was working.
     Interrupted,
+    /// The agent cannot start until someone signs its provider in (see `StartFailure`).
+    AuthRequired,
 }
 
 impl AttentionReason {
@@ -120,6 +122,7 @@ impl AttentionReason {
             AttentionReason::Error => "error",
             AttentionReason::Permission => "permission",
             AttentionReason::Interrupted => "interrupted",
+            AttentionReason::AuthRequired => "auth_required",
         }
     }
 }

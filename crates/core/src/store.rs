@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, PermissionPolicy, ProviderConfig, ResumeHandle};
+use crate::agent::{Agent, AuthMethod, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure};
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::workspace::{Workspace, WorkspaceKind};
@@ -645,8 +645,18 @@ struct AgentDoc {
     config: ConfigDoc,
     #[serde(default)]
     resume_handle: Option<ResumeDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start_failure: Option<StartFailureDoc>,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StartFailureDoc {
+    at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sign_in: Option<Vec<AuthMethod>>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -729,6 +739,10 @@ impl AgentDoc {
                 acp_session_id: r.acp_session_id.clone(),
                 unknown: resume_unknown,
             }),
+            start_failure: a.start_failure.as_ref().map(|f| StartFailureDoc {
+                at: f.at,
+                sign_in: f.sign_in.clone(),
+            }),
             unknown,
         }
     }
@@ -779,6 +793,10 @@ impl AgentDoc {
                 permission_policy: self.config.permission_policy,
             },
             resume,
+            start_failure: self.start_failure.map(|f| StartFailure {
+                at: f.at,
+                sign_in: f.sign_in,
+            }),
             unknown,
         }
     }

@@ -60,7 +60,26 @@ pub(crate) fn agent_info(
             hibernate_at: runtime.hibernate_at.map(|t| t.to_string()),
             processes: memory.map(|m| m.processes as u64),
             rss_bytes: memory.map(|m| m.rss_bytes),
+            retry_at: runtime.retry_at.map(|t| t.to_string()),
         },
+        start_failure: agent
+            .start_failure
+            .as_ref()
+            .map(|f| drover_protocol::StartFailureInfo {
+                at: f.at.to_string(),
+                sign_in: f.sign_in.clone(),
+            }),
+        queued: None,
+    }
+}
+
+/// A queued message as `AgentInfo.queued` lists it.
+pub(crate) fn queued(m: &drover_core::inbox::InboxMessage) -> drover_protocol::QueuedMessageInfo {
+    drover_protocol::QueuedMessageInfo {
+        id: m.id.clone(),
+        text: m.text.clone(),
+        delivery: m.delivery,
+        queued_at: m.at.to_string(),
     }
 }
 
@@ -154,6 +173,16 @@ pub(crate) fn provider(p: ProviderView) -> ProviderInfo {
         command: p.command,
         available: p.available,
         detail: p.detail,
+        sign_in: drover_protocol::ProviderSignIn {
+            state: match p.sign_in {
+                Some(drover_acp::auth::SignInState::SignedIn) => "signed_in",
+                Some(drover_acp::auth::SignInState::NeedsSignIn) => "needs_sign_in",
+                None => "unknown",
+            }
+            .to_string(),
+            methods: p.methods,
+            how: Some(p.how),
+        },
     }
 }
 

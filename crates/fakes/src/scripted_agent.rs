@@ -82,6 +82,18 @@
 //! - `SCRIPTED_AGENT_STALE_CANCEL=1`: a `session/cancel` is also kept, and the session's next
 //!   prompt ends at once with an empty `end_turn`, saying and recording nothing (as
 //!   claude-agent-acp 0.23 does, upstream #551).
+//! - `SCRIPTED_AGENT_AUTH=1`: the agent requires sign-in, as codex-acp does. It advertises
+//!   three `authMethods`: `scripted-key` (`type: env_var`, variable `SCRIPTED_KEY`),
+//!   `scripted-login` (`agent`, no type) and `scripted-terminal` (`type: terminal`, args
+//!   `["--login"]`, only when the client said `clientCapabilities.auth.terminal: true`).
+//!   `session/new`, `session/load` and `session/prompt` answer -32000 `Authentication
+//!   required` until an `authenticate` succeeded or the state dir holds `signed-in` (what a
+//!   login leaves, as codex's `auth.json`). `authenticate {methodId: "scripted-key"}`
+//!   succeeds when `SCRIPTED_KEY` is set and equals `SCRIPTED_AGENT_AUTH_KEY` (any non-empty
+//!   value when that is unset), else -32000 `invalid key`; `scripted-login` succeeds and
+//!   writes `signed-in`; any other id (the terminal method too) is -32602.
+//!   `drover-scripted-agent --login` is the terminal method's program: it reads one line
+//!   from stdin, writes `signed-in` when the line is not empty and exits 0 (1 otherwise).
 //!
 //! When stdin closes the agent cancels its running prompts, waits for them and exits 0; a
 //! prompt in `hang` never ends, so the process then runs until it is killed.
@@ -102,6 +114,8 @@ use tokio::task::JoinSet;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC: the params are wrong.
 pub const INVALID_PARAMS: i64 = -32602;
+/// ACP: authentication required.
+pub const AUTH_REQUIRED: i64 = -32000;
 /// JSON-RPC: internal error; `fail` uses it.
 pub const INTERNAL_ERROR: i64 = -32603;
 /// ACP: the resource (here a session) was not found.
@@ -128,6 +142,8 @@ pub struct Config {
     pub stale_cancel: bool,
     pub read_quotes: bool,
     pub state_dir: PathBuf,
+    /// Sign-in required (`SCRIPTED_AGENT_AUTH=1`).
+    pub auth: bool,
 }
 
 impl Config {
@@ -143,6 +159,7 @@ impl Config {
             ignore_term: flag("SCRIPTED_AGENT_IGNORE_TERM"),
             stale_cancel: flag("SCRIPTED_AGENT_STALE_CANCEL"),
             read_quotes: flag("SCRIPTED_AGENT_READ_QUOTES"),
+            auth: flag("SCRIPTED_AGENT_AUTH"),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -363,8 +380,40 @@ pub fn provider_config(agent_bin: &Path, state_dir: &Path) -> String {
     )
 }
 
-/// Runs the agent on this process's stdin/stdout until stdin closes; the binary's `main`.
+fn write_signed_in(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, "signed in\n")
+}
+
+/// `--login`: the terminal sign-in: one line from stdin, not empty, signs in.
+fn terminal_login() -> ExitCode {
+    let config = Config::from_env();
+    eprintln!("scripted agent: type anything to sign in");
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err() || line.trim().is_empty() {
+        eprintln!("scripted agent: nothing typed; not signed in");
+        return ExitCode::FAILURE;
+    }
+    match write_signed_in(&config.state_dir.join("signed-in")) {
+        Ok(()) => {
+            println!("signed in");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("scripted agent: cannot write the sign-in marker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the agent on this process's stdin/stdout until stdin closes; the binary's `main`
+/// (with `--login`, the terminal sign-in instead).
 pub fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--login") {
+        return terminal_login();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -594,6 +643,10 @@ struct Agent {
     next_tool: AtomicU64,
     /// The client said `clientCapabilities.terminal: true` in `initialize`.
     client_terminals: AtomicBool,
+    /// The client said `clientCapabilities.auth.terminal: true` in `initialize`.
+    client_auth_terminal: AtomicBool,
+    /// `authenticate` succeeded on this connection.
+    signed_in: AtomicBool,
 }
 
 /// One running prompt.
@@ -674,6 +727,8 @@ impl Agent {
             next_session: AtomicU64::new(0),
             next_tool: AtomicU64::new(0),
             client_terminals: AtomicBool::new(false),
+            client_auth_terminal: AtomicBool::new(false),
+            signed_in: AtomicBool::new(false),
         }
     }
 
@@ -712,8 +767,16 @@ impl Agent {
             "initialize" => {
                 let terminals = params["clientCapabilities"]["terminal"] == true;
                 self.client_terminals.store(terminals, Ordering::Relaxed);
+                let auth_terminal = params["clientCapabilities"]["auth"]["terminal"] == true;
+                self.client_auth_terminal
+                    .store(auth_terminal, Ordering::Relaxed);
                 Ok(self.initialize())
             }
+            "authenticate" => self.authenticate(&params),
+            "session/new" | "session/load" | "session/prompt" if !self.is_signed_in() => Err((
+                AUTH_REQUIRED,
+                "Authentication required".to_string(),
+            )),
             "session/new" => self.new_session(&params),
             "session/load" if self.config.load_session => self.load_session(&params).await,
             "session/set_mode" => self.set_mode(&params).await,
@@ -776,9 +839,67 @@ impl Agent {
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
             },
-            "authMethods": [],
+            "authMethods": self.auth_methods(),
             "agentInfo": {"name": "drover-scripted-agent", "version": env!("CARGO_PKG_VERSION")},
         })
+    }
+
+    fn auth_methods(&self) -> Value {
+        if !self.config.auth {
+            return json!([]);
+        }
+        let mut methods = vec![
+            json!({"id": "scripted-key", "type": "env_var", "name": "Scripted key",
+                   "description": "Set SCRIPTED_KEY to the key.",
+                   "vars": [{"name": "SCRIPTED_KEY", "label": "Scripted key"}]}),
+            json!({"id": "scripted-login", "name": "Scripted login",
+                   "description": "The agent signs in by itself."}),
+        ];
+        if self.client_auth_terminal.load(Ordering::Relaxed) {
+            methods.push(json!({"id": "scripted-terminal", "type": "terminal",
+                   "name": "Scripted terminal login",
+                   "description": "Type anything at the prompt.",
+                   "args": ["--login"], "env": {"SCRIPTED_LOGIN_VIA": "terminal"}}));
+        }
+        Value::Array(methods)
+    }
+
+    fn signed_in_marker(&self) -> PathBuf {
+        self.config.state_dir.join("signed-in")
+    }
+
+    fn is_signed_in(&self) -> bool {
+        !self.config.auth
+            || self.signed_in.load(Ordering::Relaxed)
+            || self.signed_in_marker().exists()
+    }
+
+    fn authenticate(&self, params: &Value) -> Result<Value, (i64, String)> {
+        match params["methodId"].as_str() {
+            Some("scripted-key") => {
+                let key = std::env::var("SCRIPTED_KEY").unwrap_or_default();
+                let good = match std::env::var("SCRIPTED_AGENT_AUTH_KEY") {
+                    Ok(expected) => key == expected,
+                    Err(_) => !key.is_empty(),
+                };
+                if !good {
+                    return Err((AUTH_REQUIRED, "invalid key".to_string()));
+                }
+                self.signed_in.store(true, Ordering::Relaxed);
+                Ok(json!({}))
+            }
+            Some("scripted-login") => {
+                if let Err(e) = write_signed_in(&self.signed_in_marker()) {
+                    log(format!("cannot write the sign-in marker: {e}"));
+                }
+                self.signed_in.store(true, Ordering::Relaxed);
+                Ok(json!({}))
+            }
+            other => Err((
+                INVALID_PARAMS,
+                format!("unknown or non-callable auth method {other:?}"),
+            )),
+        }
     }
 
     fn history_path(&self, session_id: &str) -> PathBuf {

@@ -138,6 +138,74 @@ pub enum PermissionPolicy {
     Allow,
 }
 
+/// One way to sign in to an agent, as its ACP `initialize` answer offers it (`authMethods`).
+/// The agent record keeps the same shape while the agent waits for a sign-in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthMethod {
+    /// What `authenticate` (and `sign_in`) names.
+    pub id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(rename = "type", default)]
+    pub kind: AuthKind,
+    /// `env_var`: the variables to set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vars: Vec<AuthVar>,
+    /// `terminal`: the arguments added to the provider's command for the login.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// `terminal`: variables set for the login.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Where to get a key, when the agent says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
+/// How a sign-in method works (ACP auth method types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthKind {
+    /// The agent signs in by itself when asked (`authenticate`); the default in ACP.
+    #[default]
+    Agent,
+    /// Variables the user provides (a key), passed in the agent's environment.
+    EnvVar,
+    /// An interactive login: the agent's own command with `args`, in the user's terminal.
+    Terminal,
+}
+
+impl AuthKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthKind::Agent => "agent",
+            AuthKind::EnvVar => "env_var",
+            AuthKind::Terminal => "terminal",
+        }
+    }
+}
+
+/// A variable of an `env_var` sign-in method.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthVar {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The method works without it.
+    #[serde(default)]
+    pub optional: bool,
+    /// A secret (a key): never shown again once given. Default true.
+    #[serde(default = "yes")]
+    pub secret: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// What a client sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(
@@ -486,6 +554,27 @@ pub enum ClientMessage {
         #[serde(default)]
         timeout_ms: Option<u64>,
     },
+    /// Starts an agent whose last start failed (`startFailure`), now: the user's retry. Its
+    /// queued messages then run. Answered `ok` once the start is asked for.
+    RestartAgent {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+    },
+    /// Signs a provider in with one of its methods (`methodId`, from the provider's or an
+    /// agent's `signIn` methods), then starts again every agent of that provider that waits
+    /// for a sign-in. `env_var`: `vars` holds the variables, stored in the provider's `env`
+    /// in `config.toml` (never shown again); `agent`: the method is stored as the provider's
+    /// `auth`, and the agent is asked to `authenticate` with it; `terminal`: only the retry
+    /// (the login ran in the user's terminal: `drover login`). Answered `signed_in`.
+    SignIn {
+        #[serde(default)]
+        request_id: Option<String>,
+        provider: String,
+        method_id: String,
+        #[serde(default)]
+        vars: BTreeMap<String, String>,
+    },
 }
 
 /// When a schedule fires: exactly one of `at`, `inSeconds`, `everySeconds`, `cron`.
@@ -596,7 +685,9 @@ impl ClientMessage {
             | ClientMessage::FollowJob { request_id, .. }
             | ClientMessage::UnfollowJob { request_id, .. }
             | ClientMessage::KillJob { request_id, .. }
-            | ClientMessage::WaitJob { request_id, .. } => request_id.as_deref(),
+            | ClientMessage::WaitJob { request_id, .. }
+            | ClientMessage::RestartAgent { request_id, .. }
+            | ClientMessage::SignIn { request_id, .. } => request_id.as_deref(),
         }
     }
 }
@@ -639,6 +730,34 @@ pub struct AgentInfo {
     /// The agent's runtime: whether a process runs for it.
     #[serde(default)]
     pub runtime: RuntimeInfo,
+    /// Set while the agent's last start failed: it does not start again on its own (but for
+    /// the retries `runtime.retryAt` announces) until `restart_agent` or a `sign_in`.
+    #[serde(default)]
+    pub start_failure: Option<StartFailureInfo>,
+    /// The messages queued for it and not delivered yet, oldest first: only in the `agent`
+    /// answer (read then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<Vec<QueuedMessageInfo>>,
+}
+
+/// Why an agent's last start failed (the words are in `AgentInfo.error`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartFailureInfo {
+    pub at: String,
+    /// Set when what the agent needs is a sign-in: the ways its provider offers (attention
+    /// `auth_required`). Sign in with `sign_in` (`drover login PROVIDER`).
+    pub sign_in: Option<Vec<AuthMethod>>,
+}
+
+/// A message in an agent's inbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedMessageInfo {
+    pub id: String,
+    pub text: String,
+    pub delivery: Delivery,
+    pub queued_at: String,
 }
 
 /// An agent's runtime, as `AgentInfo.runtime`.
@@ -656,6 +775,10 @@ pub struct RuntimeInfo {
     pub processes: Option<u64>,
     /// The resident memory of its tree, in bytes: only in the `agent` answer.
     pub rss_bytes: Option<u64>,
+    /// When the runtime tries to start again by itself after a failed start (1 s, 5 s, then
+    /// 30 s after the first, second and third failures; then only on request).
+    #[serde(default)]
+    pub retry_at: Option<String>,
 }
 
 impl Default for RuntimeInfo {
@@ -666,6 +789,7 @@ impl Default for RuntimeInfo {
             hibernate_at: None,
             processes: None,
             rss_bytes: None,
+            retry_at: None,
         }
     }
 }
@@ -794,6 +918,24 @@ pub struct ProviderInfo {
     pub available: bool,
     /// Where the command was found, or why it is unavailable.
     pub detail: String,
+    /// Whether its agents can sign in, as far as the daemon knows.
+    #[serde(default)]
+    pub sign_in: ProviderSignIn,
+}
+
+/// A provider's sign-in, as the daemon last saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderSignIn {
+    /// `signed_in` (its last session opened), `needs_sign_in` (it refused a session and no
+    /// method could be used without the user), `unknown` (no agent of it started yet).
+    pub state: String,
+    /// The ways it offers (from its last `initialize`).
+    #[serde(default)]
+    pub methods: Vec<AuthMethod>,
+    /// What to do, for people (e.g. `drover login codex`, or the variable to set).
+    #[serde(default)]
+    pub how: Option<String>,
 }
 
 /// What the daemon sends.
@@ -876,6 +1018,13 @@ pub enum DaemonMessage {
     Providers {
         request_id: Option<String>,
         providers: Vec<ProviderInfo>,
+    },
+    /// The answer to `sign_in`: the agents started again.
+    SignedIn {
+        request_id: Option<String>,
+        provider: String,
+        method_id: String,
+        retried: Vec<String>,
     },
     Agents {
         request_id: Option<String>,
@@ -1079,6 +1228,7 @@ impl DaemonMessage {
             | DaemonMessage::Archived { request_id, .. }
             | DaemonMessage::ChildrenArchived { request_id, .. }
             | DaemonMessage::Providers { request_id, .. }
+            | DaemonMessage::SignedIn { request_id, .. }
             | DaemonMessage::Agents { request_id, .. }
             | DaemonMessage::Agent { request_id, .. }
             | DaemonMessage::Idle { request_id, .. }
@@ -1235,6 +1385,8 @@ pub const CLIENT_TYPES: &[&str] = &[
     "unfollow_job",
     "kill_job",
     "wait_job",
+    "restart_agent",
+    "sign_in",
 ];
 
 #[cfg(test)]

@@ -96,6 +96,8 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         default_mode: None,
         install_hint: "built with the workspace".to_string(),
         builtin: false,
+        auth: None,
+        auth_env: Vec::new(),
     });
     providers
 }

@@ -81,10 +81,13 @@ impl Actor {
     /// no notice on its way, no start asked for, waiting or under way, no terminal running
     /// (hibernation would kill it: it belongs to the ACP session).
     pub(super) fn quiet(&self) -> bool {
+        // What waits for a user's retry after a failed start is not work to do now.
+        let waits_for_user = self.retry.failing() && self.retry.due().is_none();
         self.turn.is_none()
             && self.permissions.is_empty()
             && self.notices.is_none()
-            && !self.inbox.has_wake()
+            && (!self.inbox.has_wake() || waits_for_user)
+            && self.retry.due().is_none()
             && self.slot_wait.is_none()
             && !self.want_start
             && !self.starting
@@ -134,6 +137,7 @@ impl Actor {
                 .as_ref()
                 .and_then(|_| self.idle.hibernate_at())
                 .filter(|_| !self.starting),
+            retry_at: self.retry.at(),
         };
         self.shared.set_runtime(self.id, view);
     }

@@ -89,6 +89,12 @@ pub(crate) enum Command {
     },
     /// Hibernate now if the runtime is idle (a start waits for its slot under `max_live`).
     Hibernate,
+    /// The user asks to start the runtime again after a failed start (a retry, a sign-in).
+    Retry,
+    /// The messages queued and not delivered yet.
+    Queued {
+        reply: oneshot::Sender<Vec<InboxMessage>>,
+    },
 }
 
 /// Starts the agent's task. The command channel holds 64 commands: clients wait when an
@@ -110,7 +116,17 @@ pub(crate) fn spawn(
     // Settled against the timeline: a message it records is delivered, whatever the inbox says.
     let inbox = Inbox::open_with(&shared.home, id, || timeline.delivered())?;
     let (tx, rx) = mpsc::channel(64);
-    let (busy_tx, busy_rx) = watch::channel(inbox.has_wake());
+    // An agent whose last start failed waits for the user (or a sign-in), also in a new task.
+    let retry = if shared
+        .registry
+        .get(id)
+        .is_some_and(|a| a.start_failure.is_some())
+    {
+        session::StartRetry::after_recorded_failure()
+    } else {
+        session::StartRetry::default()
+    };
+    let (busy_tx, busy_rx) = watch::channel(inbox.has_wake() && !retry.failing());
     let mut tool_calls = HashMap::new();
     for item in timeline.items() {
         if item.is(ItemKind::ToolCall)
@@ -134,7 +150,8 @@ pub(crate) fn spawn(
         terminals: terminals::Terminals::new(),
         terminal_ended: Arc::new(Notify::new()),
         notices: None,
-        start_failed: false,
+        start_failed: retry.failing(),
+        retry,
         loading_flag: false,
         slot_wait: None,
         granted: None,
@@ -200,6 +217,8 @@ enum Event {
     NoticesSent,
     /// A terminal this runtime opened ended (the runtime may be idle now).
     TerminalEnded,
+    /// The backoff after a failed start is over: it may try again.
+    RetryStart,
 }
 
 struct Actor {
@@ -223,8 +242,11 @@ struct Actor {
     /// The task delivering this agent's latest notice to another agent (it waits for the
     /// ones before it, so they arrive in order).
     notices: Option<JoinHandle<()>>,
-    /// The runtime failed to start; wait for a new command before trying again.
+    /// Do not start the runtime or a turn now: its start failed (see `retry` for when it
+    /// tries again), or a turn could not be recorded (the next command tries again).
     start_failed: bool,
+    /// Failed starts in a row and the next automatic try.
+    retry: session::StartRetry,
     /// `session/load` is replaying history we already have.
     loading_flag: bool,
     /// A start waiting for a slot under `max_live`.
@@ -275,6 +297,11 @@ impl Actor {
                 Event::NoticesSent => self.notices = None,
                 // Nothing to do but look again at whether the runtime is quiet.
                 Event::TerminalEnded => {}
+                Event::RetryStart => {
+                    self.retry.take_due();
+                    self.start_failed = false;
+                    self.want_start = true;
+                }
                 Event::SlotGranted(slot) => {
                     self.slot_wait = None;
                     self.granted = slot;
@@ -298,6 +325,7 @@ impl Actor {
 
     async fn next_event(&mut self) -> Event {
         let deadline = self.idle.deadline();
+        let retry_due = self.retry.due();
         let Actor {
             commands,
             live,
@@ -351,6 +379,12 @@ impl Actor {
             } => Event::SlotGranted(slot),
             () = terminal_ended.notified() => Event::TerminalEnded,
             () = async {
+                match retry_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => pending().await,
+                }
+            } => Event::RetryStart,
+            () = async {
                 match deadline {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => pending().await,
@@ -364,10 +398,20 @@ impl Actor {
         match command {
             Command::Deliver { message, reply } => self.deliver(message, reply).await,
             Command::Start => {
+                // A client opened the agent: its idle time starts again. One whose last start
+                // failed is not started by that: only a retry or a sign-in does.
+                self.touch();
+                if !self.retry.failing() {
+                    self.start_failed = false;
+                    self.want_start = true;
+                }
+            }
+            Command::Retry => {
+                self.retry.succeeded();
                 self.start_failed = false;
-                // A client opened the agent: its idle time starts again.
                 self.touch();
                 self.want_start = true;
+                self.publish_runtime();
             }
             Command::Hibernate => {
                 if self
@@ -377,7 +421,11 @@ impl Actor {
                     return false;
                 }
             }
-            Command::Wake => self.start_failed = false,
+            Command::Wake => {
+                if !self.retry.failing() {
+                    self.start_failed = false;
+                }
+            }
             Command::Cancel {
                 cause,
                 keep_inbox,
@@ -403,6 +451,9 @@ impl Actor {
             }
             Command::Ping { reply } => {
                 let _ = reply.send(());
+            }
+            Command::Queued { reply } => {
+                let _ = reply.send(self.inbox.pending().cloned().collect());
             }
             Command::Pid { reply } => {
                 let _ = reply.send(self.live.as_ref().map(|l| l.pid));
@@ -447,7 +498,11 @@ impl Actor {
             ));
             return;
         }
-        self.start_failed = false;
+        // A message is kept, and runs once the runtime starts: it does not start one whose
+        // last start failed (the backoff or the user does).
+        if !self.retry.failing() {
+            self.start_failed = false;
+        }
         let steer = message.delivery == Delivery::Steer;
         let result = self.inbox.queue(message).map_err(AcpError::from);
         let ok = result.is_ok();

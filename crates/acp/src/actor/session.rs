@@ -10,14 +10,16 @@ use std::time::Duration;
 
 use drover_core::timeline::ItemKind;
 use drover_core::{
-    Agent, AgentStatus, BoxFuture, ProviderConfig, RegistryError, ResumeHandle, TurnOutcome,
+    Agent, AgentStatus, AuthMethod, BoxFuture, ProviderConfig, RegistryError, ResumeHandle,
+    TurnOutcome,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::{Actor, Live};
+use crate::auth::{self, SignInState};
 use crate::process::{self, AgentProcess, SpawnError, SpawnSpec};
-use crate::providers::Availability;
+use crate::providers::{Availability, Provider};
 use crate::records;
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
 use crate::slots::SlotGuard;
@@ -26,6 +28,8 @@ use crate::{AcpError, CLOSE_GRACE};
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 const SESSION_TIMEOUT: Duration = Duration::from_secs(120);
 const SETTING_TIMEOUT: Duration = Duration::from_secs(30);
+/// An `authenticate` with a key is quick; an agent's own login may wait for a browser.
+const AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why an agent's runtime did not start.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +68,30 @@ pub enum LaunchError {
     Gone,
     #[error("session/new answered without a sessionId")]
     NoSessionId,
+    /// The agent needs a sign-in and none of its methods could be used without the user.
+    #[error("{provider} needs a sign-in ({refusal}): {how}")]
+    AuthRequired {
+        provider: String,
+        /// What the agent said (its refusal, or its answer to `authenticate`).
+        refusal: String,
+        methods: Vec<AuthMethod>,
+        how: String,
+    },
+}
+
+impl LaunchError {
+    /// The agent answered "authentication required" (ACP -32000).
+    fn is_auth_required(&self) -> bool {
+        matches!(self, LaunchError::Rpc { error, .. } if auth::is_auth_required(error))
+    }
+
+    /// The agent's own words, without the stderr tail.
+    fn agent_words(&self) -> String {
+        match self {
+            LaunchError::Rpc { error, .. } => error.to_string(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// The last lines the agent wrote to stderr, which usually say why it failed; shown after the
@@ -85,6 +113,16 @@ impl fmt::Display for LastStderr {
 struct Capabilities {
     load_session: bool,
     http_mcp: bool,
+    /// The ways it can sign in (`authMethods`).
+    auth_methods: Vec<AuthMethod>,
+}
+
+/// What the start of a runtime knows beyond the agent's record: its provider and the
+/// environment its process got (what a sign-in method may find its variables in).
+struct Launched {
+    rpc: RpcClient,
+    provider: Provider,
+    env: BTreeMap<String, String>,
 }
 
 impl Actor {
@@ -110,6 +148,7 @@ impl Actor {
         }
         match self.launch(&agent, slot).await {
             Ok(()) => {
+                self.retry.succeeded();
                 registry
                     .set_status(self.id, AgentStatus::Idle, None)
                     .await?;
@@ -119,13 +158,21 @@ impl Actor {
                 self.stop_runtime().await;
                 self.start_failed = true;
                 let message = error.to_string();
-                self.push(
-                    ItemKind::Notice,
-                    json!({"text": format!("the agent did not start: {message}")}),
-                );
-                let _ = registry
-                    .set_status(self.id, AgentStatus::Error, Some(message))
-                    .await;
+                let sign_in = match &error {
+                    LaunchError::AuthRequired { methods, .. } => Some(methods.clone()),
+                    _ => None,
+                };
+                // A sign-in is the user's to give: no retry on our own then.
+                self.retry.failed(sign_in.is_none());
+                self.publish_runtime();
+                self.notice_once(format!("the agent did not start: {message}"));
+                tracing::warn!(agent = %self.id, error = %message, retry = ?self.retry.next_in(), "the agent did not start");
+                if let Err(e) = registry
+                    .record_start_failure(self.id, message, sign_in)
+                    .await
+                {
+                    tracing::warn!(agent = %self.id, error = %e, "cannot record the failed start");
+                }
                 Err(AcpError::StartFailed {
                     agent: self.id,
                     error: Box::new(error),
@@ -134,15 +181,69 @@ impl Actor {
         }
     }
 
-    /// Spawns the process, runs the ACP handshake, and opens or loads the session.
+    /// A notice, unless the timeline's last item is already the same notice (a start that
+    /// fails the same way again says it once).
+    fn notice_once(&mut self, text: String) {
+        let repeated = self.timeline.last().is_some_and(|item| {
+            item.is(ItemKind::Notice)
+                && item.data.get("text").and_then(Value::as_str) == Some(text.as_str())
+        });
+        if !repeated {
+            self.push(ItemKind::Notice, json!({"text": text}));
+        }
+    }
+
+    /// Spawns the process, runs the ACP handshake, and opens or loads the session, signing
+    /// in first when the agent asks and a method fits (see [`auth`]).
     async fn launch(&mut self, agent: &Agent, slot: SlotGuard) -> Result<(), LaunchError> {
-        let rpc = self.spawn_process(agent, slot).await?;
-        let capabilities = self.initialize(&rpc).await?;
+        let launched = self.spawn_process(agent, slot).await?;
+        let capabilities = self.initialize(&launched.rpc).await?;
         let mcp_servers = (self.shared.mcp)(self.id, capabilities.http_mcp);
+        let mut signed_in = false;
+        let (session_id, result) = loop {
+            match self
+                .open_session(&launched.rpc, agent, &capabilities, &mcp_servers)
+                .await
+            {
+                Ok(session) => break session,
+                Err(refusal) if refusal.is_auth_required() && !signed_in => {
+                    self.sign_in(&launched, &capabilities.auth_methods, &refusal)
+                        .await?;
+                    signed_in = true;
+                }
+                Err(refusal) if refusal.is_auth_required() => {
+                    // Signed in, and still refused: the user has to look.
+                    return Err(self.needs_sign_in(
+                        &launched.provider,
+                        &capabilities.auth_methods,
+                        refusal.agent_words(),
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        self.shared.sign_ins.set(
+            &launched.provider.name,
+            SignInState::SignedIn,
+            capabilities.auth_methods.clone(),
+        );
+        self.record_session(agent, session_id, &result).await;
+        self.apply_config(&agent.config).await;
+        Ok(())
+    }
+
+    /// Loads the agent's session (or opens a new one when it has none or cannot load it).
+    async fn open_session(
+        &mut self,
+        rpc: &RpcClient,
+        agent: &Agent,
+        capabilities: &Capabilities,
+        mcp_servers: &Value,
+    ) -> Result<(String, Value), LaunchError> {
         let loaded = match &agent.resume {
             Some(resume) if capabilities.load_session => {
-                self.load_session(&rpc, agent, &resume.acp_session_id, &mcp_servers)
-                    .await
+                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers)
+                    .await?
             }
             Some(_) => {
                 self.push(
@@ -155,13 +256,60 @@ impl Actor {
         };
         // The agent had a conversation it does not have now: its next prompt says so.
         self.context_lost = agent.resume.is_some() && loaded.is_none();
-        let (session_id, result) = match loaded {
-            Some(session) => session,
-            None => self.new_session(&rpc, agent, &mcp_servers).await?,
+        match loaded {
+            Some(session) => Ok(session),
+            None => self.new_session(rpc, agent, mcp_servers).await,
+        }
+    }
+
+    /// The agent asked for a sign-in: `authenticate` with the method that fits, or the error
+    /// that says how to sign in when none does.
+    async fn sign_in(
+        &mut self,
+        launched: &Launched,
+        methods: &[AuthMethod],
+        refusal: &LaunchError,
+    ) -> Result<(), LaunchError> {
+        let Some(method) = auth::choose(methods, &launched.provider, &launched.env) else {
+            return Err(self.needs_sign_in(&launched.provider, methods, refusal.agent_words()));
         };
-        self.record_session(agent, session_id, &result).await;
-        self.apply_config(&agent.config).await;
-        Ok(())
+        tracing::info!(agent = %self.id, provider = %launched.provider.name, method = %method.id, "signing in");
+        let answer = self
+            .handshake_step(
+                "authenticate",
+                launched
+                    .rpc
+                    .request("authenticate", json!({"methodId": method.id})),
+                AUTHENTICATE_TIMEOUT,
+            )
+            .await;
+        match answer {
+            Ok(_) => Ok(()),
+            // The agent is still there and said no (a wrong key): the user has to act.
+            Err(LaunchError::Rpc { error, .. }) => Err(self.needs_sign_in(
+                &launched.provider,
+                methods,
+                format!("signing in with `{}` failed: {error}", method.id),
+            )),
+            Err(other) => Err(other),
+        }
+    }
+
+    fn needs_sign_in(
+        &self,
+        provider: &Provider,
+        methods: &[AuthMethod],
+        refusal: String,
+    ) -> LaunchError {
+        self.shared
+            .sign_ins
+            .set(&provider.name, SignInState::NeedsSignIn, methods.to_vec());
+        LaunchError::AuthRequired {
+            provider: provider.name.clone(),
+            refusal,
+            methods: methods.to_vec(),
+            how: auth::how_to_sign_in(provider, methods),
+        }
     }
 
     /// Spawns the provider's program in the agent's directory, with the allowed environment.
@@ -169,7 +317,7 @@ impl Actor {
         &mut self,
         agent: &Agent,
         slot: SlotGuard,
-    ) -> Result<RpcClient, LaunchError> {
+    ) -> Result<Launched, LaunchError> {
         let providers = self
             .shared
             .providers
@@ -177,8 +325,9 @@ impl Actor {
             .map_err(|e| LaunchError::Config(e.to_string()))?;
         let provider = providers
             .get(&agent.provider)
-            .ok_or_else(|| LaunchError::UnknownProvider(agent.provider.clone()))?;
-        let program = match providers.availability(provider) {
+            .ok_or_else(|| LaunchError::UnknownProvider(agent.provider.clone()))?
+            .clone();
+        let program = match providers.availability(&provider) {
             Availability::Available { path } => path,
             Availability::Unavailable { reason } => {
                 return Err(LaunchError::Unavailable { reason });
@@ -194,7 +343,7 @@ impl Actor {
             program,
             args: provider.command[1..].to_vec(),
             cwd: agent.cwd.clone(),
-            env,
+            env: env.clone(),
         };
         let AgentProcess {
             pid,
@@ -222,7 +371,7 @@ impl Actor {
         });
         self.publish_runtime();
         tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
-        Ok(rpc)
+        Ok(Launched { rpc, provider, env })
     }
 
     /// Records the new process for the next boot (`records`): if the daemon dies now, that
@@ -247,7 +396,9 @@ impl Actor {
                         "clientCapabilities": {
                             "fs": {"readTextFile": false, "writeTextFile": false},
                             // `actor/terminals.rs` answers the terminal methods, on jobs.
-                            "terminal": true
+                            "terminal": true,
+                            // `drover login` runs a terminal sign-in in the user's terminal.
+                            "auth": {"terminal": true}
                         },
                         "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
                     }),
@@ -264,18 +415,20 @@ impl Actor {
         Ok(Capabilities {
             load_session: flag("/agentCapabilities/loadSession").unwrap_or(false),
             http_mcp: flag("/agentCapabilities/mcpCapabilities/http").unwrap_or(false),
+            auth_methods: auth::parse_methods(&init),
         })
     }
 
     /// `session/load` of the agent's previous session; `None` (said in the timeline) when the
-    /// agent cannot load it, so a new one starts.
+    /// agent cannot load it, so a new one starts. A refusal for want of a sign-in is an error:
+    /// once signed in, the session loads.
     async fn load_session(
         &mut self,
         rpc: &RpcClient,
         agent: &Agent,
         session_id: &str,
         mcp_servers: &Value,
-    ) -> Option<(String, Value)> {
+    ) -> Result<Option<(String, Value)>, LaunchError> {
         let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
         self.loading(true);
         let loaded = self
@@ -292,14 +445,15 @@ impl Actor {
                     ItemKind::Notice,
                     json!({"text": "resumed the agent's session", "restored": true}),
                 );
-                Some((session_id.to_string(), result))
+                Ok(Some((session_id.to_string(), result)))
             }
+            Err(e) if e.is_auth_required() => Err(e),
             Err(e) => {
                 self.push(
                     ItemKind::Notice,
                     json!({"text": format!("context was not restored: the agent could not load its session ({e})"), "restored": false}),
                 );
-                None
+                Ok(None)
             }
         }
     }
@@ -617,5 +771,79 @@ async fn wait_exit(exited: &mut watch::Receiver<Option<ExitStatus>>) -> String {
             .map(process::describe_exit)
             .unwrap_or_default(),
         _ => "still running".to_string(),
+    }
+}
+
+/// How long a failed start waits before the runtime tries again by itself: after the first,
+/// second and third failure in a row. After that (and after any failure for want of a
+/// sign-in) only a user's retry or sign-in starts it.
+const START_BACKOFF: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+    Duration::from_secs(30),
+];
+
+/// Failed starts in a row, and when the next automatic try is due.
+#[derive(Debug, Default)]
+pub(super) struct StartRetry {
+    failures: usize,
+    due: Option<tokio::time::Instant>,
+    /// `due` on the wall clock, for clients.
+    at: Option<jiff::Timestamp>,
+}
+
+impl StartRetry {
+    /// The agent's record says its last start failed (a daemon restart, a task that ended):
+    /// it waits for the user.
+    pub(super) fn after_recorded_failure() -> StartRetry {
+        StartRetry {
+            failures: START_BACKOFF.len() + 1,
+            due: None,
+            at: None,
+        }
+    }
+
+    pub(super) fn succeeded(&mut self) {
+        *self = StartRetry::default();
+    }
+
+    /// A start failed; `automatic`: the runtime may try again by itself (while the backoff
+    /// lasts).
+    fn failed(&mut self, automatic: bool) {
+        self.failures = if automatic {
+            self.failures + 1
+        } else {
+            START_BACKOFF.len() + 1
+        };
+        let wait = START_BACKOFF.get(self.failures.wrapping_sub(1)).copied();
+        self.due = wait.map(|w| tokio::time::Instant::now() + w);
+        self.at = wait.and_then(|w| {
+            let w = jiff::SignedDuration::try_from(w).ok()?;
+            jiff::Timestamp::now().checked_add(w).ok()
+        });
+    }
+
+    fn next_in(&self) -> Option<Duration> {
+        self.due
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+    }
+
+    /// The last start failed (a start now waits for `due`, or for the user).
+    pub(super) fn failing(&self) -> bool {
+        self.failures > 0
+    }
+
+    pub(super) fn due(&self) -> Option<tokio::time::Instant> {
+        self.due
+    }
+
+    pub(super) fn at(&self) -> Option<jiff::Timestamp> {
+        self.at
+    }
+
+    /// The automatic try is due now: it may start once more.
+    pub(super) fn take_due(&mut self) {
+        self.due = None;
+        self.at = None;
     }
 }

@@ -255,6 +255,46 @@ impl Registry {
         .await
     }
 
+    /// The agent's runtime could not start: `error` status with the agent's own words, the
+    /// start failure recorded (with the sign-in methods when what it needs is a sign-in, and
+    /// attention `auth_required` then, `error` otherwise), in one write. A start that then
+    /// succeeds (`idle`, `running`) clears it.
+    pub async fn record_start_failure(
+        &self,
+        id: AgentId,
+        error: String,
+        sign_in: Option<Vec<crate::AuthMethod>>,
+    ) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| {
+            let _w = lock(&inner.writer);
+            inner.mutate(id, |a| {
+                if a.is_archived() {
+                    // The archive closed the start it cut short; nothing to record.
+                    return Ok(());
+                }
+                if a.status != AgentStatus::Error && !a.status.can_become(AgentStatus::Error) {
+                    return Err(RegistryError::IllegalTransition {
+                        agent: id,
+                        from: a.status,
+                        to: AgentStatus::Error,
+                    });
+                }
+                let now = Timestamp::now();
+                a.status = AgentStatus::Error;
+                a.last_error = Some(error);
+                let reason = if sign_in.is_some() {
+                    AttentionReason::AuthRequired
+                } else {
+                    AttentionReason::Error
+                };
+                a.attention = Some(Attention { reason, at: now });
+                a.start_failure = Some(crate::StartFailure { at: now, sign_in });
+                Ok(())
+            })
+        })
+        .await
+    }
+
     /// A terminal turn event: moves the agent out of `running`, sets attention, and archives
     /// an `autoArchive` agent (stopping what it left running).
     pub async fn record_turn_end(
@@ -616,6 +656,7 @@ impl Inner {
             auto_archive: new.auto_archive,
             config: new.config,
             resume: None,
+            start_failure: None,
             unknown: serde_json::Map::new(),
         };
         let registered = registered.then_some(workspace);
@@ -665,6 +706,14 @@ impl Inner {
             }
             let now = Timestamp::now();
             a.status = to;
+            if matches!(to, AgentStatus::Idle | AgentStatus::Running) {
+                // The runtime started: whatever kept it from starting is over.
+                if a.start_failure.take().is_some()
+                    && a.attention.is_some_and(|x| x.reason == AttentionReason::AuthRequired)
+                {
+                    a.attention = None;
+                }
+            }
             match to {
                 AgentStatus::Running => {
                     // The user engaged with the agent: what it asked attention for is seen.

@@ -518,6 +518,9 @@ async fn get_agent(ops: &Ops, _caller: AgentId, params: AgentParams) -> ToolResu
     // Whether a process runs for it (`cold`: hibernated or never started; the next message
     // starts it).
     report["runtime"] = json!(ops.runtime(id).state.as_str());
+    // What waits for it: kept while it cannot start, run once it does.
+    let queued: Vec<String> = ops.queued(id).await?.into_iter().map(|m| m.text).collect();
+    report["queued"] = json!(queued);
     Ok(report)
 }
 
@@ -535,6 +538,9 @@ fn describe(summary: &Summary) -> Value {
         "cwd": agent.cwd,
         "lastMessage": summary.last_message,
         "pendingPermission": summary.pending.first(),
+        // Its last start failed; `signIn`: the ways to sign its provider in (`drover login`).
+        "startFailed": agent.start_failure.is_some(),
+        "signIn": agent.start_failure.as_ref().and_then(|f| f.sign_in.as_ref()),
     })
 }
 

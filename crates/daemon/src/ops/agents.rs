@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use drover_acp::{PendingPermission, RuntimeMemory, RuntimeView};
+use drover_core::inbox::InboxMessage;
 use drover_core::timeline::{ItemKind, Page, TimelinePage};
 use drover_core::{
     Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, PermissionPolicy,
@@ -226,6 +227,20 @@ impl Ops {
         let runtime = self.runtimes.runtime(id);
         let memory = memory.filter(|_| runtime.pid.is_some());
         Ok((self.agent(id)?, runtime, memory))
+    }
+
+    /// The messages queued for the agent and not delivered yet (e.g. while it cannot start).
+    pub(crate) async fn queued(&self, id: AgentId) -> Result<Vec<InboxMessage>, OpError> {
+        self.agent(id)?;
+        Ok(self.runtimes.queued(id).await?)
+    }
+
+    /// Starts the agent again after its start failed (the user's retry): its queued messages
+    /// then run.
+    pub(crate) async fn restart_agent(&self, caller: Caller, id: AgentId) -> Result<(), OpError> {
+        self.controlled(caller, id)?;
+        self.runtimes.restart(id).await?;
+        Ok(())
     }
 
     /// Every agent, archived ones too if asked.

@@ -1,6 +1,11 @@
-//! The providers agents can be created with, and whether each is available here.
+//! The providers agents can be created with, whether each is available here and signed in,
+//! and signing one in.
+
+use std::collections::BTreeMap;
 
 use drover_acp::Availability;
+use drover_acp::auth::SignInState;
+use drover_core::{AgentId, AuthMethod};
 
 use super::{OpError, Ops};
 
@@ -13,6 +18,11 @@ pub(crate) struct ProviderView {
     pub(crate) available: bool,
     /// Where its command was found, or why it is unavailable.
     pub(crate) detail: String,
+    /// As its agents' last starts saw it (`None`: none started since the daemon did).
+    pub(crate) sign_in: Option<SignInState>,
+    pub(crate) methods: Vec<AuthMethod>,
+    /// How to sign it in, for people.
+    pub(crate) how: String,
 }
 
 impl Ops {
@@ -26,14 +36,35 @@ impl Ops {
                     Availability::Available { path } => (true, path.display().to_string()),
                     Availability::Unavailable { reason } => (false, reason),
                 };
+                let (sign_in, methods, how) = self.runtimes.sign_in_status(p);
                 ProviderView {
                     name: p.name.clone(),
                     label: p.label.clone(),
                     command: p.command.clone(),
                     available,
                     detail,
+                    sign_in,
+                    methods,
+                    how,
                 }
             })
             .collect())
+    }
+
+    /// Signs `provider` in with `method_id` (an `env_var` method's `vars` are kept in
+    /// `config.toml`), then starts again its agents that wait for a sign-in; returns them.
+    pub(crate) async fn sign_in(
+        &self,
+        provider: &str,
+        method_id: &str,
+        vars: BTreeMap<String, String>,
+    ) -> Result<Vec<AgentId>, OpError> {
+        if method_id.trim().is_empty() {
+            return Err(OpError::invalid(
+                "methodId",
+                "give one of the provider's sign-in methods (`drover providers` lists them)",
+            ));
+        }
+        Ok(self.runtimes.sign_in(provider, method_id, vars).await?)
     }
 }

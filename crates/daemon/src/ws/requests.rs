@@ -203,9 +203,33 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
         } => {
             let id = parse_agent(&agent_id)?;
             let (agent, runtime, memory) = ops.get_agent(id).await?;
+            let mut info = wire::agent_info(&agent, ops.modes(id), &runtime, memory);
+            info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
             send(DaemonMessage::Agent {
                 request_id,
-                agent: wire::agent_info(&agent, ops.modes(id), &runtime, memory),
+                agent: info,
+            })
+        }
+        M::RestartAgent {
+            request_id,
+            agent_id,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.restart_agent(CALLER, id).await?;
+            ok(request_id, id)
+        }
+        M::SignIn {
+            request_id,
+            provider,
+            method_id,
+            vars,
+        } => {
+            let retried = ops.sign_in(&provider, &method_id, vars).await?;
+            send(DaemonMessage::SignedIn {
+                request_id,
+                provider,
+                method_id,
+                retried: retried.iter().map(ToString::to_string).collect(),
             })
         }
         M::WaitIdle {

@@ -52,6 +52,8 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         default_mode: None,
         install_hint: "built with the workspace".to_string(),
         builtin: false,
+        auth: None,
+        auth_env: Vec::new(),
     });
     providers
 }

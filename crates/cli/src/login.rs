@@ -1,0 +1,368 @@
+//! `drover login PROVIDER [--method ID]`: signs a provider in with one of the methods its agent
+//! offers (ACP `authMethods`), then has the daemon start again every agent of it that waits
+//! for a sign-in.
+//!
+//! - `terminal`: the provider's own command with the method's arguments, in this terminal
+//!   (stdin and stdout are the user's); exit 0 is a sign-in.
+//! - `agent`: the agent is started here and asked to `authenticate` (what it prints on stderr,
+//!   a link to open for instance, shows); the daemon keeps the method as the provider's `auth`.
+//! - `env_var`: the variables are read here (without echo for secrets) and the daemon keeps
+//!   them in the provider's `env` in `config.toml` (0600).
+//!
+//! The methods come from the daemon (what its agents' last starts saw); when it has not seen
+//! any, the agent is started here once to ask (`initialize`).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use drover_protocol::{AuthKind, AuthMethod, ClientMessage, DaemonMessage};
+use serde_json::{Value, json};
+
+use crate::commands::{Ctx, unexpected};
+use crate::error::CliError;
+use crate::output::Paint;
+
+/// How long the agent may take to answer `initialize` here.
+const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an agent's own sign-in may take (a browser round trip).
+const AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::Result<()> {
+    let (mut connection, _) = ctx.connect().await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::ListProviders { request_id })
+        .await?;
+    let DaemonMessage::Providers { providers, .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    let Some(info) = providers.iter().find(|p| p.name == provider) else {
+        let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+        return Err(refusal(
+            "unknown_provider",
+            format!(
+                "unknown provider `{provider}`; the providers are {}",
+                known.join(", ")
+            ),
+        ));
+    };
+    if !info.available {
+        return Err(refusal("provider_unavailable", info.detail.clone()));
+    }
+    let local = drover_acp::Providers::load(&ctx.endpoint.home)?;
+    let spec = local
+        .get(provider)
+        .cloned()
+        .ok_or_else(|| anyhow!("provider `{provider}` is not in this home's config"))?;
+    let program = match local.availability(&spec) {
+        drover_acp::Availability::Available { path } => path,
+        drover_acp::Availability::Unavailable { reason } => {
+            return Err(refusal("provider_unavailable", reason));
+        }
+    };
+    let agent = AgentCommand {
+        program: program.display().to_string(),
+        args: spec.command[1..].to_vec(),
+        env: agent_env(&spec.env),
+    };
+    let mut methods = info.sign_in.methods.clone();
+    if methods.is_empty() {
+        eprintln!("-- asking {provider} how it signs in");
+        methods = agent.auth_methods()?;
+    }
+    if methods.is_empty() {
+        eprintln!(
+            "{provider} offers no sign-in method over ACP: give it its key in config.toml \
+             ([providers.{provider}] env), or sign in with its own CLI"
+        );
+        return Err(refusal(
+            "provider_unavailable",
+            format!("{provider} offers no sign-in method"),
+        ));
+    }
+    let method = pick(ctx, provider, &methods, method)?;
+    let mut vars = BTreeMap::new();
+    match method.kind {
+        AuthKind::Terminal => {
+            eprintln!("-- {}: running {provider}'s login here", method.name);
+            agent.run_terminal_login(&method)?;
+        }
+        AuthKind::Agent => {
+            eprintln!("-- {}: {provider} signs in by itself", method.name);
+            agent.authenticate(&method.id)?;
+        }
+        AuthKind::EnvVar => {
+            for var in &method.vars {
+                let value = read_var(var)?;
+                if value.is_empty() && !var.optional {
+                    return Err(usage(format!("{} is needed", var.name)));
+                }
+                if !value.is_empty() {
+                    vars.insert(var.name.clone(), value);
+                }
+            }
+        }
+    }
+    let answer = connection
+        .request(|request_id| ClientMessage::SignIn {
+            request_id,
+            provider: provider.to_string(),
+            method_id: method.id.clone(),
+            vars,
+        })
+        .await?;
+    connection.close().await;
+    let DaemonMessage::SignedIn { retried, .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    let done = ctx.style.paint(Paint::Green, "signed in");
+    match retried.len() {
+        0 => eprintln!("{provider}: {done} with {}", method.id),
+        n => eprintln!(
+            "{provider}: {done} with {}; {n} agent(s) waiting for it start again",
+            method.id
+        ),
+    }
+    Ok(())
+}
+
+/// The method to use: the one named, the only one, or the user's choice at the terminal.
+fn pick(
+    ctx: &Ctx,
+    provider: &str,
+    methods: &[AuthMethod],
+    wanted: Option<&str>,
+) -> anyhow::Result<AuthMethod> {
+    let list = || {
+        methods
+            .iter()
+            .map(|m| format!("{} ({}: {})", m.id, m.kind.as_str(), m.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(id) = wanted {
+        return methods.iter().find(|m| m.id == id).cloned().ok_or_else(|| {
+            usage(format!(
+                "{provider} has no sign-in method `{id}`; its methods: {}",
+                list()
+            ))
+        });
+    }
+    if let [only] = methods {
+        return Ok(only.clone());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(usage(format!("choose a method with --method: {}", list())));
+    }
+    eprintln!("{}", ctx.style.paint(Paint::Bold, &format!("Sign in to {provider}:")));
+    for (i, m) in methods.iter().enumerate() {
+        let about = m.description.as_deref().unwrap_or_default();
+        eprintln!("  {}. {} [{}] {about}", i + 1, m.name, m.kind.as_str());
+    }
+    eprint!("method (1-{}): ", methods.len());
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    line.trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| methods.get(n.wrapping_sub(1)))
+        .cloned()
+        .ok_or_else(|| usage(format!("no method `{}`", line.trim())))
+}
+
+fn usage(message: String) -> anyhow::Error {
+    CliError::BadArgument(message).into()
+}
+
+/// A failure with the exit code the daemon's `code` has.
+fn refusal(code: &str, message: String) -> anyhow::Error {
+    CliError::Daemon {
+        code: code.to_string(),
+        message,
+        details: None,
+    }
+    .into()
+}
+
+/// A variable's value from stdin: without echo when it is a secret and stdin a terminal.
+fn read_var(var: &drover_protocol::AuthVar) -> anyhow::Result<String> {
+    let label = var.label.as_deref().unwrap_or(&var.name);
+    let stdin = std::io::stdin();
+    let terminal = stdin.is_terminal();
+    if terminal {
+        eprint!("{label} ({}): ", var.name);
+        std::io::stderr().flush()?;
+    }
+    let hidden = terminal && var.secret;
+    let saved = if hidden { echo_off(&stdin) } else { None };
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    if let Some(saved) = saved {
+        let _ = nix::sys::termios::tcsetattr(&stdin, nix::sys::termios::SetArg::TCSANOW, &saved);
+        eprintln!();
+    }
+    read.context("cannot read the value")?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// Turns the terminal's echo off; returns what to restore.
+fn echo_off(stdin: &std::io::Stdin) -> Option<nix::sys::termios::Termios> {
+    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+    let saved = tcgetattr(stdin).ok()?;
+    let mut quiet = saved.clone();
+    quiet.local_flags.remove(LocalFlags::ECHO);
+    tcsetattr(stdin, SetArg::TCSANOW, &quiet).ok()?;
+    Some(saved)
+}
+
+/// The environment the daemon gives the provider's agents: the allowlisted part of ours plus
+/// the provider's own variables.
+fn agent_env(provider_env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = drover_acp::process::ENV_ALLOWLIST
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_string(), v)))
+        .collect();
+    env.extend(provider_env.clone());
+    env
+}
+
+/// The provider's command, run here.
+struct AgentCommand {
+    program: String,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+}
+
+impl AgentCommand {
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).env_clear().envs(&self.env);
+        if let Some(home) = self.env.get("HOME") {
+            command.current_dir(home);
+        }
+        command
+    }
+
+    /// The `terminal` method: the agent's own command with the method's arguments, here.
+    fn run_terminal_login(&self, method: &AuthMethod) -> anyhow::Result<()> {
+        let status = self
+            .command()
+            .args(&method.args)
+            .envs(&method.env)
+            .status()
+            .with_context(|| format!("cannot run {}", self.program))?;
+        if status.success() {
+            Ok(())
+        } else {
+            bail!("the sign-in did not succeed ({} {} ended with {status})", self.program, method.args.join(" "))
+        }
+    }
+
+    /// Starts the agent speaking ACP on pipes (stderr is the user's).
+    fn start(&self) -> anyhow::Result<Acp> {
+        let mut child = self
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.program))?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut acp = Acp {
+            child,
+            stdin,
+            lines,
+            next: 1,
+            last_init: None,
+        };
+        acp.request(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {"auth": {"terminal": true}},
+                   "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}}),
+            INITIALIZE_TIMEOUT,
+        )?;
+        Ok(acp)
+    }
+
+    /// What the agent offers in `initialize`.
+    fn auth_methods(&self) -> anyhow::Result<Vec<AuthMethod>> {
+        let mut acp = self.start()?;
+        let init = acp.last_init.take().unwrap_or(Value::Null);
+        drop(acp);
+        Ok(drover_acp::auth::parse_methods(&init))
+    }
+
+    /// `authenticate` with the agent's own method.
+    fn authenticate(&self, method: &str) -> anyhow::Result<()> {
+        let mut acp = self.start()?;
+        acp.request("authenticate", json!({"methodId": method}), AUTHENTICATE_TIMEOUT)
+            .map(|_| ())
+    }
+}
+
+/// A short ACP conversation with an agent started here; it is killed when dropped.
+struct Acp {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    next: u64,
+    /// The answer to `initialize`.
+    last_init: Option<Value>,
+}
+
+impl Acp {
+    fn request(&mut self, method: &str, params: Value, timeout: Duration) -> anyhow::Result<Value> {
+        let id = self.next;
+        self.next += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{line}").context("the agent closed its input")?;
+        self.stdin.flush()?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .map_err(|_| anyhow!("the agent did not answer `{method}` within {timeout:?}"))?;
+            let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if message.get("id") != Some(&json!(id)) || message.get("method").is_some() {
+                continue;
+            }
+            if let Some(error) = message.get("error") {
+                bail!(
+                    "the agent answered `{method}` with error {}: {}",
+                    error["code"],
+                    error["message"].as_str().unwrap_or_default()
+                );
+            }
+            let result = message.get("result").cloned().unwrap_or(Value::Null);
+            if method == "initialize" {
+                self.last_init = Some(result.clone());
+            }
+            return Ok(result);
+        }
+    }
+}
+
+impl Drop for Acp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
