@@ -272,7 +272,9 @@ impl Actor {
         let mut leftover = Vec::new();
         loop {
             self.maybe_start_turn().await;
-            if self.want_start && (self.ensure_live().await || self.slot_wait.is_none()) {
+            if self.want_start
+                && (self.start_failed || self.ensure_live().await || self.slot_wait.is_none())
+            {
                 self.want_start = false;
             }
             self.settle_slot();

@@ -20,6 +20,7 @@ mod runtime;
 mod schedules;
 mod scripted_agent;
 mod security;
+mod signin;
 mod streaming;
 mod terminals;
 mod ui;

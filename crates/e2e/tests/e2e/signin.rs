@@ -1,0 +1,331 @@
+//! Sign-in and failed starts, through the real daemon with the scripted agent requiring a
+//! sign-in (`SCRIPTED_AGENT_AUTH=1`, as codex-acp does): a key in the provider's `env` signs
+//! in without asking; without one the agent waits (attention `auth_required`, the methods
+//! listed, its prompts kept) until `sign_in`; a start that fails backs off, says so once, and
+//! starts again only by its backoff or on `restart_agent`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::scripted_agent_bin;
+use drover_testkit::wait::eventually;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+const WAIT: Duration = Duration::from_secs(20);
+const KEY: &str = "k-123-secret";
+
+/// A provider `locked` running the scripted agent that requires a sign-in, with `extra`
+/// variables in its `env`.
+fn locked_config(state: &Path, extra: &str) -> String {
+    format!(
+        "[providers.locked]\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_AUTH_KEY = \"{KEY}\"{extra} }}\n",
+        bin = scripted_agent_bin().display().to_string(),
+        state = state.display().to_string(),
+    )
+}
+
+async fn daemon_with(config: String) -> (TestDaemon, Client) {
+    let home = TempDir::new().expect("home");
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let (client, _) = daemon.client().await;
+    (daemon, client)
+}
+
+async fn get_agent(client: &mut Client, id: &str) -> Value {
+    let answer = client
+        .request(json!({"type": "get_agent", "agentId": id}))
+        .await;
+    assert_eq!(answer["type"], "agent", "{answer}");
+    answer["payload"]["agent"].clone()
+}
+
+/// The agent's notices that say it did not start.
+async fn start_notices(client: &mut Client, id: &str) -> Vec<String> {
+    client
+        .timeline(id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "notice")
+        .filter_map(|i| i["data"]["text"].as_str())
+        .filter(|t| t.starts_with("the agent did not start"))
+        .map(str::to_string)
+        .collect()
+}
+
+async fn wait_for_sign_in(client: &mut Client, id: &str) -> Value {
+    eventually("the agent to wait for a sign-in", WAIT, async || {
+        let agent = get_agent(client, id).await;
+        (agent["attentionReason"] == "auth_required").then_some(agent)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_in_the_providers_env_signs_in_without_asking() {
+    let state = TempDir::new().expect("state");
+    let config = locked_config(state.path(), &format!(", SCRIPTED_KEY = \"{KEY}\""));
+    let (daemon, mut client) = daemon_with(config).await;
+    let id = client
+        .create_agent(json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say signed in by key"}))
+        .await;
+    client.wait_idle(&id).await;
+    assert_eq!(client.replies(&id).await, ["signed in by key"]);
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(agent["status"], "idle", "{agent}");
+    assert!(agent["startFailure"].is_null(), "{agent}");
+    let providers = client.request(json!({"type": "list_providers"})).await;
+    let locked = providers["payload"]["providers"]
+        .as_array()
+        .expect("providers")
+        .iter()
+        .find(|p| p["name"] == "locked")
+        .cloned()
+        .expect("locked");
+    assert_eq!(locked["signIn"]["state"], "signed_in", "{locked}");
+    assert!(!providers.to_string().contains(KEY), "the key is never shown: {providers}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_sign_in() {
+    let state = TempDir::new().expect("state");
+    let (daemon, mut client) = daemon_with(locked_config(state.path(), "")).await;
+    let id = client
+        .create_agent(json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say first"}))
+        .await;
+    let agent = wait_for_sign_in(&mut client, &id).await;
+    assert_eq!(agent["status"], "error", "{agent}");
+    let error = agent["error"].as_str().expect("error");
+    assert!(
+        error.contains("locked needs a sign-in")
+            && error.contains("Authentication required")
+            && error.contains("drover login locked")
+            && error.contains("SCRIPTED_KEY"),
+        "the error says what the agent said and how to sign in: {error}"
+    );
+    let methods: Vec<(&str, &str)> = agent["startFailure"]["signIn"]
+        .as_array()
+        .expect("the methods")
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap_or(""), m["type"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            ("scripted-key", "env_var"),
+            ("scripted-login", "agent"),
+            ("scripted-terminal", "terminal")
+        ]
+    );
+    assert!(agent["runtime"]["retryAt"].is_null(), "a sign-in is never retried alone: {agent}");
+
+    // More messages and opening the agent start nothing: they are kept, shown as queued.
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": id, "text": "say second"}))
+        .await;
+    assert_eq!(sent["type"], "message_queued", "{sent}");
+    let opened = client
+        .request(json!({"type": "initialize_agent_request", "agentId": id}))
+        .await;
+    assert_eq!(opened["type"], "agent_initialized", "{opened}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(agent["runtime"]["state"], "cold", "{agent}");
+    let queued: Vec<&str> = agent["queued"]
+        .as_array()
+        .expect("queued")
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(queued, ["say first", "say second"]);
+    assert_eq!(start_notices(&mut client, &id).await.len(), 1, "said once");
+
+    // A wrong key: still waiting, saying why.
+    let wrong = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"SCRIPTED_KEY": "nope"}}))
+        .await;
+    assert_eq!(wrong["type"], "signed_in", "{wrong}");
+    assert_eq!(wrong["payload"]["retried"], json!([id]));
+    let agent = eventually("the wrong key to be refused", WAIT, async || {
+        let agent = get_agent(&mut client, &id).await;
+        agent["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("signing in with `scripted-key` failed"))
+            .then_some(agent)
+    })
+    .await;
+    assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
+
+    // A variable the method does not take, or none of its own: refused, naming them.
+    let bad = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"OTHER": "x"}}))
+        .await;
+    assert_eq!(bad["payload"]["code"], "invalid_input", "{bad}");
+    assert!(bad.to_string().contains("SCRIPTED_KEY"), "{bad}");
+    let unknown = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "magic"}))
+        .await;
+    assert_eq!(unknown["payload"]["code"], "invalid_input", "{unknown}");
+    assert!(unknown.to_string().contains("scripted-login"), "{unknown}");
+
+    // The right key: kept in config.toml (private), never shown, and both prompts run.
+    let signed = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"SCRIPTED_KEY": KEY}}))
+        .await;
+    assert_eq!(signed["type"], "signed_in", "{signed}");
+    eventually("both kept prompts to run", WAIT, async || {
+        client.replies(&id).await == ["first", "second"]
+    })
+    .await;
+    client.wait_idle(&id).await;
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(agent["status"], "idle", "{agent}");
+    assert!(agent["startFailure"].is_null(), "{agent}");
+    assert!(agent["attentionReason"] != "auth_required", "{agent}");
+    let config_path = daemon.home.join("config.toml");
+    let config = std::fs::read_to_string(&config_path).expect("config.toml");
+    assert!(config.contains(&format!("SCRIPTED_KEY = \"{KEY}\"")), "{config}");
+    assert!(config.contains("SCRIPTED_AGENT_STATE_DIR"), "the rest is kept: {config}");
+    let mode = std::fs::metadata(&config_path).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "config.toml holds a key: private");
+    let timeline = serde_json::to_string(&client.timeline(&id).await).expect("json");
+    assert!(!timeline.contains(KEY), "the key is not in the timeline");
+    assert!(!signed.to_string().contains(KEY));
+    let log = std::fs::read_to_string(daemon.home.join("daemon.log")).unwrap_or_default();
+    assert!(!log.contains(KEY), "the key is not in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_method_is_kept_as_the_providers_auth_and_used_by_the_next_start() {
+    let state = TempDir::new().expect("state");
+    let (daemon, mut client) = daemon_with(locked_config(state.path(), "")).await;
+    let id = client
+        .create_agent(json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say via the agent's login"}))
+        .await;
+    wait_for_sign_in(&mut client, &id).await;
+    let signed = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-login"}))
+        .await;
+    assert_eq!(signed["payload"]["retried"], json!([id]), "{signed}");
+    eventually("the prompt to run", WAIT, async || {
+        client.replies(&id).await == ["via the agent's login"]
+    })
+    .await;
+    let config = std::fs::read_to_string(daemon.home.join("config.toml")).expect("config");
+    assert!(config.contains("auth = \"scripted-login\""), "{config}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
+    let scratch = TempDir::new().expect("scratch");
+    let starts = scratch.path().join("starts");
+    let failing = format!(
+        "[providers.broken]\ncommand = [\"/bin/sh\", \"-c\", \"date +%s.%N >> {}; echo cannot start >&2; exit 3\"]\n",
+        starts.display()
+    );
+    let (daemon, mut client) = daemon_with(failing).await;
+    let count = || {
+        std::fs::read_to_string(&starts)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let id = client
+        .create_agent(json!({"provider": "broken", "cwd": daemon.cwd(), "prompt": "say hello"}))
+        .await;
+    // The first start, then the backoff's tries after 1 s and 5 s more.
+    let agent = eventually("the first failure", WAIT, async || {
+        let agent = get_agent(&mut client, &id).await;
+        (agent["status"] == "error").then_some(agent)
+    })
+    .await;
+    assert!(
+        agent["error"].as_str().is_some_and(|e| e.contains("cannot start")),
+        "the agent's own words: {agent}"
+    );
+    assert_eq!(agent["attentionReason"], "error");
+    assert!(agent["startFailure"]["signIn"].is_null(), "{agent}");
+    eventually("three starts (1 s and 5 s apart)", WAIT, async || count() == 3).await;
+    eprintln!("starts: {}", std::fs::read_to_string(&starts).unwrap_or_default());
+    // Then 30 s: nothing meanwhile, whatever the user does short of a retry.
+    let agent = get_agent(&mut client, &id).await;
+    assert!(agent["runtime"]["retryAt"].is_string(), "the next try is announced: {agent}");
+    client
+        .request(json!({"type": "send_message", "agentId": id, "text": "say again"}))
+        .await;
+    client
+        .request(json!({"type": "initialize_agent_request", "agentId": id}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(count(), 3, "a message or opening the agent does not restart it");
+    let notices = start_notices(&mut client, &id).await;
+    assert_eq!(notices.len(), 1, "the same failure is said once: {notices:#?}");
+
+    // The user fixes the provider and asks for a retry: the kept prompts run.
+    let fixed = format!(
+        "[providers.broken]\ncommand = [{:?}]\n",
+        scripted_agent_bin().display().to_string()
+    );
+    std::fs::write(daemon.home.join("config.toml"), fixed).expect("config");
+    let ok = client
+        .request(json!({"type": "restart_agent", "agentId": id}))
+        .await;
+    assert_eq!(ok["type"], "ok", "{ok}");
+    eventually("the kept prompts to run", WAIT, async || {
+        client.replies(&id).await == ["hello", "again"]
+    })
+    .await;
+    let agent = get_agent(&mut client, &id).await;
+    assert!(agent["startFailure"].is_null(), "{agent}");
+    assert!(agent["runtime"]["retryAt"].is_null(), "{agent}");
+    assert_eq!(count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_daemon() {
+    let state = TempDir::new().expect("state");
+    let home = TempDir::new().expect("home");
+    let path = home.path().to_path_buf();
+    let daemon =
+        TestDaemon::start_with_config(path.clone(), None, locked_config(state.path(), "")).await;
+    let (mut client, _) = daemon.client().await;
+    let cwd = TempDir::new().expect("cwd");
+    let id = client
+        .create_agent(json!({"provider": "locked", "cwd": cwd.path(), "prompt": "say kept"}))
+        .await;
+    wait_for_sign_in(&mut client, &id).await;
+    drop(client);
+    daemon.stop().await;
+
+    let daemon =
+        TestDaemon::start_with_config(path, Some(home), locked_config(state.path(), "")).await;
+    let (mut client, _) = daemon.client().await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
+    assert_eq!(agent["runtime"]["state"], "cold", "not started at boot: {agent}");
+    assert_eq!(agent["queued"][0]["text"], "say kept", "{agent}");
+    assert_eq!(start_notices(&mut client, &id).await.len(), 1);
+    let providers = client.request(json!({"type": "list_providers"})).await;
+    let locked = providers["payload"]["providers"]
+        .as_array()
+        .expect("providers")
+        .iter()
+        .find(|p| p["name"] == "locked")
+        .cloned()
+        .expect("locked");
+    assert_eq!(locked["signIn"]["state"], "needs_sign_in", "{locked}");
+    assert_eq!(locked["signIn"]["methods"].as_array().map(Vec::len), Some(3));
+
+    client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-login"}))
+        .await;
+    let ran = drover_testkit::wait::poll_until(WAIT, async || {
+        client.replies(&id).await == ["kept"]
+    })
+    .await;
+    let timeline = client.timeline(&id).await;
+    let agent = get_agent(&mut client, &id).await;
+    assert!(ran.is_some(), "the kept prompt runs: {timeline:#?} {agent:#}");
+}
