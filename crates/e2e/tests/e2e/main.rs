@@ -16,6 +16,7 @@ mod providers_reload;
 mod real_agents;
 mod real_agents_daemon;
 mod real_agents_mcp;
+mod real_agents_signin;
 mod runtime;
 mod schedules;
 mod scripted_agent;
