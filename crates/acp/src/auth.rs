@@ -70,7 +70,12 @@ fn parse_method(value: &Value) -> Option<AuthMethod> {
     let args = value
         .get("args")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     // `env` is an object in ACP v1 and a list of `{name, value}` in the v2 draft.
     let env = match value.get("env") {
@@ -287,6 +292,9 @@ mod tests {
         assert_eq!(chosen.map(|m| m.id.as_str()), Some("gemini-api-key"));
         assert!(choose(&methods, &p, &env(&[])).is_none());
         let how = how_to_sign_in(&p, &methods);
-        assert!(how.contains("drover login codex") && how.contains("GEMINI_API_KEY"), "{how}");
+        assert!(
+            how.contains("drover login codex") && how.contains("GEMINI_API_KEY"),
+            "{how}"
+        );
     }
 }

@@ -708,10 +708,17 @@ impl RuntimeManager {
     pub fn sign_in_status(
         &self,
         provider: &Provider,
-    ) -> (Option<auth::SignInState>, Vec<drover_core::AuthMethod>, String) {
+    ) -> (
+        Option<auth::SignInState>,
+        Vec<drover_core::AuthMethod>,
+        String,
+    ) {
         let (state, methods) = match self.shared.sign_ins.get(&provider.name) {
             Some((state, methods)) => (Some(state), methods),
-            None => (None, self.recorded_methods(&provider.name).unwrap_or_default()),
+            None => (
+                None,
+                self.recorded_methods(&provider.name).unwrap_or_default(),
+            ),
         };
         let state = state.or_else(|| {
             self.recorded_methods(&provider.name)
@@ -780,7 +787,10 @@ impl RuntimeManager {
                             ),
                         });
                     }
-                    if let Some(extra) = vars.keys().find(|k| !method.vars.iter().any(|v| &v.name == *k)) {
+                    if let Some(extra) = vars
+                        .keys()
+                        .find(|k| !method.vars.iter().any(|v| &v.name == *k))
+                    {
                         return Err(AcpError::InvalidSignIn {
                             message: format!(
                                 "sign-in `{method_id}` of {provider_name} takes no variable `{extra}`"
@@ -809,7 +819,9 @@ impl RuntimeManager {
             .filter(|a| {
                 a.provider == provider_name
                     && !a.is_archived()
-                    && a.start_failure.as_ref().is_some_and(|f| f.sign_in.is_some())
+                    && a.start_failure
+                        .as_ref()
+                        .is_some_and(|f| f.sign_in.is_some())
             })
             .map(|a| a.id)
             .collect();

@@ -278,7 +278,10 @@ impl Providers {
                 "install it with `npm install -g @zed-industries/claude-agent-acp`, or set `command` under [providers.claude] in config.toml",
             ),
             Provider {
-                auth_env: vec![("gemini-api-key".to_string(), vec!["GEMINI_API_KEY".to_string()])],
+                auth_env: vec![(
+                    "gemini-api-key".to_string(),
+                    vec!["GEMINI_API_KEY".to_string()],
+                )],
                 ..preset(
                     "gemini",
                     "Gemini CLI",

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use drover_acp::ItemKind;
 use drover_protocol::{
-    ProviderSignIn,
     AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
+    ProviderSignIn,
 };
 use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -1009,7 +1009,10 @@ fn not_running(agent: &AgentInfo, name: &str) -> String {
     let queued = agent.queued.as_ref().map_or(0, Vec::len);
     let how = match (&agent.start_failure, &agent.runtime.retry_at) {
         (Some(f), _) if f.sign_in.is_some() => {
-            format!("`drover login {}` signs it in and starts it", agent.provider)
+            format!(
+                "`drover login {}` signs it in and starts it",
+                agent.provider
+            )
         }
         (_, Some(at)) => format!(
             "it tries again {}; `drover retry {name}` now",
@@ -1017,9 +1020,7 @@ fn not_running(agent: &AgentInfo, name: &str) -> String {
         ),
         _ => format!("`drover retry {name}` starts it again"),
     };
-    format!(
-        "{name} is not running: {why}\n{queued} message(s) kept for it, not delivered; {how}"
-    )
+    format!("{name} is not running: {why}\n{queued} message(s) kept for it, not delivered; {how}")
 }
 
 pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<()> {

@@ -157,7 +157,11 @@ fn pick(
     if !std::io::stdin().is_terminal() {
         return Err(usage(format!("choose a method with --method: {}", list())));
     }
-    eprintln!("{}", ctx.style.paint(Paint::Bold, &format!("Sign in to {provider}:")));
+    eprintln!(
+        "{}",
+        ctx.style
+            .paint(Paint::Bold, &format!("Sign in to {provider}:"))
+    );
     for (i, m) in methods.iter().enumerate() {
         let about = m.description.as_deref().unwrap_or_default();
         eprintln!("  {}. {} [{}] {about}", i + 1, m.name, m.kind.as_str());
@@ -258,7 +262,11 @@ impl AgentCommand {
         if status.success() {
             Ok(())
         } else {
-            bail!("the sign-in did not succeed ({} {} ended with {status})", self.program, method.args.join(" "))
+            bail!(
+                "the sign-in did not succeed ({} {} ended with {status})",
+                self.program,
+                method.args.join(" ")
+            )
         }
     }
 
@@ -309,8 +317,12 @@ impl AgentCommand {
     /// `authenticate` with the agent's own method.
     fn authenticate(&self, method: &str) -> anyhow::Result<()> {
         let mut acp = self.start()?;
-        acp.request("authenticate", json!({"methodId": method}), AUTHENTICATE_TIMEOUT)
-            .map(|_| ())
+        acp.request(
+            "authenticate",
+            json!({"methodId": method}),
+            AUTHENTICATE_TIMEOUT,
+        )
+        .map(|_| ())
     }
 }
 

@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, AuthMethod, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure};
+use crate::agent::{
+    Agent, AuthMethod, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure,
+};
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::workspace::{Workspace, WorkspaceKind};

@@ -773,10 +773,9 @@ impl Agent {
                 Ok(self.initialize())
             }
             "authenticate" => self.authenticate(&params),
-            "session/new" | "session/load" | "session/prompt" if !self.is_signed_in() => Err((
-                AUTH_REQUIRED,
-                "Authentication required".to_string(),
-            )),
+            "session/new" | "session/load" | "session/prompt" if !self.is_signed_in() => {
+                Err((AUTH_REQUIRED, "Authentication required".to_string()))
+            }
             "session/new" => self.new_session(&params),
             "session/load" if self.config.load_session => self.load_session(&params).await,
             "session/set_mode" => self.set_mode(&params).await,

@@ -453,6 +453,26 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 job_id,
                 timeout_ms,
             }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::RestartAgent {
+                request_id,
+                agent_id,
+            }
+        }),
+        (
+            opt_string(),
+            any::<String>(),
+            any::<String>(),
+            prop::collection::btree_map(any::<String>(), any::<String>(), 0..3)
+        )
+            .prop_map(
+                |(request_id, provider, method_id, vars)| ClientMessage::SignIn {
+                    request_id,
+                    provider,
+                    method_id,
+                    vars,
+                }
+            ),
     ]
 }
 

@@ -709,7 +709,8 @@ impl Inner {
             if matches!(to, AgentStatus::Idle | AgentStatus::Running) {
                 // The runtime started: whatever kept it from starting is over.
                 if a.start_failure.take().is_some()
-                    && a.attention.is_some_and(|x| x.reason == AttentionReason::AuthRequired)
+                    && a.attention
+                        .is_some_and(|x| x.reason == AttentionReason::AuthRequired)
                 {
                     a.attention = None;
                 }

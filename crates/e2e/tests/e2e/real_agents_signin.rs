@@ -44,8 +44,7 @@ fn provider(name: &str, home: &Path, vars: &[(&str, String)]) -> String {
 
 async fn one_turn(name: &str, config: String, cwd: &Path) -> String {
     let home = TempDir::new().expect("drover home");
-    let daemon =
-        TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
     let (mut client, _) = daemon.client().await;
     let id = client
         .create_agent(json!({"provider": name, "cwd": cwd, "prompt": format!("reply {name} signed in with a key")}))
@@ -54,7 +53,10 @@ async fn one_turn(name: &str, config: String, cwd: &Path) -> String {
         .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": TURN_MS}))
         .await;
     let timeline = client.timeline(&id).await;
-    assert_eq!(idle["payload"]["idle"], true, "{name}: {idle} {timeline:#?}");
+    assert_eq!(
+        idle["payload"]["idle"], true,
+        "{name}: {idle} {timeline:#?}"
+    );
     let agent = client
         .request(json!({"type": "get_agent", "agentId": id}))
         .await;
@@ -100,7 +102,10 @@ async fn real_agents_signin_with_only_an_api_key_in_config_toml() {
     .expect("codex config");
     let codex = provider("codex", &codex_home, &[("OPENAI_API_KEY", KEY.to_string())]);
     let reply = one_turn("codex", codex, &cwd).await;
-    assert!(reply.contains("codex signed in with a key"), "codex: {reply}");
+    assert!(
+        reply.contains("codex signed in with a key"),
+        "codex: {reply}"
+    );
     let auth = std::fs::read_to_string(codex_home.join(".codex/auth.json"))
         .expect("codex kept the key drover signed it in with");
     assert!(auth.contains("apikey"), "{auth}");
@@ -117,7 +122,10 @@ async fn real_agents_signin_with_only_an_api_key_in_config_toml() {
         ],
     );
     let reply = one_turn("gemini", gemini, &cwd).await;
-    assert!(reply.contains("gemini signed in with a key"), "gemini: {reply}");
+    assert!(
+        reply.contains("gemini signed in with a key"),
+        "gemini: {reply}"
+    );
 
     // claude: the key and the model's address; it asks for no sign-in over ACP.
     let claude_home = scratch.path().join("claude-user");
@@ -131,7 +139,10 @@ async fn real_agents_signin_with_only_an_api_key_in_config_toml() {
         ],
     );
     let reply = one_turn("claude", claude, &cwd).await;
-    assert!(reply.contains("claude signed in with a key"), "claude: {reply}");
+    assert!(
+        reply.contains("claude signed in with a key"),
+        "claude: {reply}"
+    );
 
     tokio::time::timeout(Duration::from_secs(5), model.shutdown())
         .await

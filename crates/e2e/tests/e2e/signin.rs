@@ -69,7 +69,9 @@ async fn a_key_in_the_providers_env_signs_in_without_asking() {
     let config = locked_config(state.path(), &format!(", SCRIPTED_KEY = \"{KEY}\""));
     let (daemon, mut client) = daemon_with(config).await;
     let id = client
-        .create_agent(json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say signed in by key"}))
+        .create_agent(
+            json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say signed in by key"}),
+        )
         .await;
     client.wait_idle(&id).await;
     assert_eq!(client.replies(&id).await, ["signed in by key"]);
@@ -85,7 +87,10 @@ async fn a_key_in_the_providers_env_signs_in_without_asking() {
         .cloned()
         .expect("locked");
     assert_eq!(locked["signIn"]["state"], "signed_in", "{locked}");
-    assert!(!providers.to_string().contains(KEY), "the key is never shown: {providers}");
+    assert!(
+        !providers.to_string().contains(KEY),
+        "the key is never shown: {providers}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +114,12 @@ async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_si
         .as_array()
         .expect("the methods")
         .iter()
-        .map(|m| (m["id"].as_str().unwrap_or(""), m["type"].as_str().unwrap_or("")))
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap_or(""),
+                m["type"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
     assert_eq!(
         methods,
@@ -119,7 +129,10 @@ async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_si
             ("scripted-terminal", "terminal")
         ]
     );
-    assert!(agent["runtime"]["retryAt"].is_null(), "a sign-in is never retried alone: {agent}");
+    assert!(
+        agent["runtime"]["retryAt"].is_null(),
+        "a sign-in is never retried alone: {agent}"
+    );
 
     // More messages and opening the agent start nothing: they are kept, shown as queued.
     let sent = client
@@ -186,9 +199,19 @@ async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_si
     assert!(agent["attentionReason"] != "auth_required", "{agent}");
     let config_path = daemon.home.join("config.toml");
     let config = std::fs::read_to_string(&config_path).expect("config.toml");
-    assert!(config.contains(&format!("SCRIPTED_KEY = \"{KEY}\"")), "{config}");
-    assert!(config.contains("SCRIPTED_AGENT_STATE_DIR"), "the rest is kept: {config}");
-    let mode = std::fs::metadata(&config_path).expect("meta").permissions().mode() & 0o777;
+    assert!(
+        config.contains(&format!("SCRIPTED_KEY = \"{KEY}\"")),
+        "{config}"
+    );
+    assert!(
+        config.contains("SCRIPTED_AGENT_STATE_DIR"),
+        "the rest is kept: {config}"
+    );
+    let mode = std::fs::metadata(&config_path)
+        .expect("meta")
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600, "config.toml holds a key: private");
     let timeline = serde_json::to_string(&client.timeline(&id).await).expect("json");
     assert!(!timeline.contains(KEY), "the key is not in the timeline");
@@ -241,16 +264,27 @@ async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
     })
     .await;
     assert!(
-        agent["error"].as_str().is_some_and(|e| e.contains("cannot start")),
+        agent["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot start")),
         "the agent's own words: {agent}"
     );
     assert_eq!(agent["attentionReason"], "error");
     assert!(agent["startFailure"]["signIn"].is_null(), "{agent}");
-    eventually("three starts (1 s and 5 s apart)", WAIT, async || count() == 3).await;
-    eprintln!("starts: {}", std::fs::read_to_string(&starts).unwrap_or_default());
+    eventually("three starts (1 s and 5 s apart)", WAIT, async || {
+        count() == 3
+    })
+    .await;
+    eprintln!(
+        "starts: {}",
+        std::fs::read_to_string(&starts).unwrap_or_default()
+    );
     // Then 30 s: nothing meanwhile, whatever the user does short of a retry.
     let agent = get_agent(&mut client, &id).await;
-    assert!(agent["runtime"]["retryAt"].is_string(), "the next try is announced: {agent}");
+    assert!(
+        agent["runtime"]["retryAt"].is_string(),
+        "the next try is announced: {agent}"
+    );
     client
         .request(json!({"type": "send_message", "agentId": id, "text": "say again"}))
         .await;
@@ -258,9 +292,17 @@ async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
         .request(json!({"type": "initialize_agent_request", "agentId": id}))
         .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(count(), 3, "a message or opening the agent does not restart it");
+    assert_eq!(
+        count(),
+        3,
+        "a message or opening the agent does not restart it"
+    );
     let notices = start_notices(&mut client, &id).await;
-    assert_eq!(notices.len(), 1, "the same failure is said once: {notices:#?}");
+    assert_eq!(
+        notices.len(),
+        1,
+        "the same failure is said once: {notices:#?}"
+    );
 
     // The user fixes the provider and asks for a retry: the kept prompts run.
     let fixed = format!(
@@ -304,7 +346,10 @@ async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_d
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let agent = get_agent(&mut client, &id).await;
     assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
-    assert_eq!(agent["runtime"]["state"], "cold", "not started at boot: {agent}");
+    assert_eq!(
+        agent["runtime"]["state"], "cold",
+        "not started at boot: {agent}"
+    );
     assert_eq!(agent["queued"][0]["text"], "say kept", "{agent}");
     assert_eq!(start_notices(&mut client, &id).await.len(), 1);
     let providers = client.request(json!({"type": "list_providers"})).await;
@@ -316,16 +361,21 @@ async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_d
         .cloned()
         .expect("locked");
     assert_eq!(locked["signIn"]["state"], "needs_sign_in", "{locked}");
-    assert_eq!(locked["signIn"]["methods"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        locked["signIn"]["methods"].as_array().map(Vec::len),
+        Some(3)
+    );
 
     client
         .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-login"}))
         .await;
-    let ran = drover_testkit::wait::poll_until(WAIT, async || {
-        client.replies(&id).await == ["kept"]
-    })
-    .await;
+    let ran =
+        drover_testkit::wait::poll_until(WAIT, async || client.replies(&id).await == ["kept"])
+            .await;
     let timeline = client.timeline(&id).await;
     let agent = get_agent(&mut client, &id).await;
-    assert!(ran.is_some(), "the kept prompt runs: {timeline:#?} {agent:#}");
+    assert!(
+        ran.is_some(),
+        "the kept prompt runs: {timeline:#?} {agent:#}"
+    );
 }
