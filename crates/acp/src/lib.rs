@@ -765,18 +765,19 @@ impl RuntimeManager {
                 ),
             });
         }
-        let kind = method.map(|m| m.kind).unwrap_or(if vars.is_empty() {
+        let unlisted = if vars.is_empty() {
             drover_protocol::AuthKind::Agent
         } else {
             drover_protocol::AuthKind::EnvVar
-        });
+        };
+        let kind = method.map_or(unlisted, |m| m.kind);
         let entry = match kind {
             drover_protocol::AuthKind::EnvVar => {
                 if let Some(method) = method {
                     let missing: Vec<&str> = method
                         .vars
                         .iter()
-                        .filter(|v| !v.optional && vars.get(&v.name).is_none_or(|x| x.is_empty()))
+                        .filter(|v| !v.optional && vars.get(&v.name).is_none_or(String::is_empty))
                         .map(|v| v.name.as_str())
                         .collect();
                     if !missing.is_empty() {

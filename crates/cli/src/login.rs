@@ -299,7 +299,7 @@ impl AgentCommand {
         };
         acp.request(
             "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {"auth": {"terminal": true}},
+            &json!({"protocolVersion": 1, "clientCapabilities": {"auth": {"terminal": true}},
                    "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}}),
             INITIALIZE_TIMEOUT,
         )?;
@@ -319,7 +319,7 @@ impl AgentCommand {
         let mut acp = self.start()?;
         acp.request(
             "authenticate",
-            json!({"methodId": method}),
+            &json!({"methodId": method}),
             AUTHENTICATE_TIMEOUT,
         )
         .map(|_| ())
@@ -337,7 +337,12 @@ struct Acp {
 }
 
 impl Acp {
-    fn request(&mut self, method: &str, params: Value, timeout: Duration) -> anyhow::Result<Value> {
+    fn request(
+        &mut self,
+        method: &str,
+        params: &Value,
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
         let id = self.next;
         self.next += 1;
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});

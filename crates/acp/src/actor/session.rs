@@ -165,7 +165,7 @@ impl Actor {
                 // A sign-in is the user's to give: no retry on our own then.
                 self.retry.failed(sign_in.is_none());
                 self.publish_runtime();
-                self.notice_once(format!("the agent did not start: {message}"));
+                self.notice_once(&format!("the agent did not start: {message}"));
                 tracing::warn!(agent = %self.id, error = %message, retry = ?self.retry.next_in(), "the agent did not start");
                 if let Err(e) = registry
                     .record_start_failure(self.id, message, sign_in)
@@ -183,10 +183,9 @@ impl Actor {
 
     /// A notice, unless the timeline's last item is already the same notice (a start that
     /// fails the same way again says it once).
-    fn notice_once(&mut self, text: String) {
+    fn notice_once(&mut self, text: &str) {
         let repeated = self.timeline.last().is_some_and(|item| {
-            item.is(ItemKind::Notice)
-                && item.data.get("text").and_then(Value::as_str) == Some(text.as_str())
+            item.is(ItemKind::Notice) && item.data.get("text").and_then(Value::as_str) == Some(text)
         });
         if !repeated {
             self.push(ItemKind::Notice, json!({"text": text}));

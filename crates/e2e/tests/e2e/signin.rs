@@ -93,6 +93,38 @@ async fn a_key_in_the_providers_env_signs_in_without_asking() {
     );
 }
 
+/// A wrong key leaves the agent waiting, saying why; a variable the method does not take, or
+/// an unknown method, is refused naming what it takes.
+async fn wrong_sign_ins_are_refused(client: &mut Client, id: &str) {
+    // A wrong key: still waiting, saying why.
+    let wrong = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"SCRIPTED_KEY": "nope"}}))
+        .await;
+    assert_eq!(wrong["type"], "signed_in", "{wrong}");
+    assert_eq!(wrong["payload"]["retried"], json!([id]));
+    let agent = eventually("the wrong key to be refused", WAIT, async || {
+        let agent = get_agent(client, id).await;
+        agent["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("signing in with `scripted-key` failed"))
+            .then_some(agent)
+    })
+    .await;
+    assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
+
+    // A variable the method does not take, or none of its own: refused, naming them.
+    let bad = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"OTHER": "x"}}))
+        .await;
+    assert_eq!(bad["payload"]["code"], "invalid_input", "{bad}");
+    assert!(bad.to_string().contains("SCRIPTED_KEY"), "{bad}");
+    let unknown = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "magic"}))
+        .await;
+    assert_eq!(unknown["payload"]["code"], "invalid_input", "{unknown}");
+    assert!(unknown.to_string().contains("scripted-login"), "{unknown}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_sign_in() {
     let state = TempDir::new().expect("state");
@@ -155,33 +187,7 @@ async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_si
     assert_eq!(queued, ["say first", "say second"]);
     assert_eq!(start_notices(&mut client, &id).await.len(), 1, "said once");
 
-    // A wrong key: still waiting, saying why.
-    let wrong = client
-        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"SCRIPTED_KEY": "nope"}}))
-        .await;
-    assert_eq!(wrong["type"], "signed_in", "{wrong}");
-    assert_eq!(wrong["payload"]["retried"], json!([id]));
-    let agent = eventually("the wrong key to be refused", WAIT, async || {
-        let agent = get_agent(&mut client, &id).await;
-        agent["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("signing in with `scripted-key` failed"))
-            .then_some(agent)
-    })
-    .await;
-    assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
-
-    // A variable the method does not take, or none of its own: refused, naming them.
-    let bad = client
-        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"OTHER": "x"}}))
-        .await;
-    assert_eq!(bad["payload"]["code"], "invalid_input", "{bad}");
-    assert!(bad.to_string().contains("SCRIPTED_KEY"), "{bad}");
-    let unknown = client
-        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "magic"}))
-        .await;
-    assert_eq!(unknown["payload"]["code"], "invalid_input", "{unknown}");
-    assert!(unknown.to_string().contains("scripted-login"), "{unknown}");
+    wrong_sign_ins_are_refused(&mut client, &id).await;
 
     // The right key: kept in config.toml (private), never shown, and both prompts run.
     let signed = client
@@ -249,11 +255,7 @@ async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
         starts.display()
     );
     let (daemon, mut client) = daemon_with(failing).await;
-    let count = || {
-        std::fs::read_to_string(&starts)
-            .map(|s| s.lines().count())
-            .unwrap_or(0)
-    };
+    let count = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
     let id = client
         .create_agent(json!({"provider": "broken", "cwd": daemon.cwd(), "prompt": "say hello"}))
         .await;
@@ -343,7 +345,7 @@ async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_d
     let daemon =
         TestDaemon::start_with_config(path, Some(home), locked_config(state.path(), "")).await;
     let (mut client, _) = daemon.client().await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let agent = get_agent(&mut client, &id).await;
     assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
     assert_eq!(
