@@ -236,6 +236,8 @@ fn settings() -> insta::Settings {
         (r"\b\d{2}:\d{2}:\d{2}\b", "[TIME]"),
         (r"\b\d+\.\d+s\b", "[ELAPSED]"),
         (r"\(\d+[smhd] ago\)", "([AGE] ago)"),
+        // "in 5h" and "in 15h" pad their column differently.
+        (r"\(in \d+[smhd]\) {2,}", "(in [LEFT])  "),
         (r"\(in \d+[smhd]\)", "(in [LEFT])"),
         (r"\b\d+[smhd] ago, failed", "[AGE] ago, failed"),
         (r"\b\d+[smhd] ago  ", "[AGE] ago  "),
