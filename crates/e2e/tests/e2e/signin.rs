@@ -281,12 +281,13 @@ async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
         "starts: {}",
         std::fs::read_to_string(&starts).unwrap_or_default()
     );
-    // Then 30 s: nothing meanwhile, whatever the user does short of a retry.
-    let agent = get_agent(&mut client, &id).await;
-    assert!(
-        agent["runtime"]["retryAt"].is_string(),
-        "the next try is announced: {agent}"
-    );
+    // Then 30 s: nothing meanwhile, whatever the user does short of a retry. The third
+    // start wrote its line before it failed: the next try is announced once it has.
+    eventually("the next try announced", WAIT, async || {
+        let agent = get_agent(&mut client, &id).await;
+        agent["runtime"]["retryAt"].is_string()
+    })
+    .await;
     client
         .request(json!({"type": "send_message", "agentId": id, "text": "say again"}))
         .await;
