@@ -1499,6 +1499,8 @@ fn jobs_are_started_followed_listed_and_killed() {
     );
     let job = job_json(&fx, "job-2");
     assert_eq!(job["killedBy"], "request", "{job}");
+    // The kill's exit notice runs a turn in the worker: archive once it is done.
+    fx.drover(&["wait", "worker"]).ok();
     fx.drover(&["archive", "worker"]).ok();
 
     // Bad input is named.

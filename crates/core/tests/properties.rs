@@ -168,9 +168,7 @@ fn archived_version(before: &Agent, after: &Agent) -> Agent {
     let mut want = before.clone();
     want.archived_at = after.archived_at;
     want.updated_at = after.updated_at;
-    if want.status.is_busy() {
-        want.status = AgentStatus::Idle;
-    }
+    want.status = AgentStatus::Closed;
     if want.attention.map(|a| a.reason) == Some(AttentionReason::Permission) {
         want.attention = None;
     }
@@ -449,7 +447,7 @@ fn may_become(agents: &BTreeMap<AgentId, Agent>, agent: &Agent, to: AgentStatus)
     };
     // A runtime's late report that an archived agent left a busy state the archive already
     // ended is accepted and changes nothing.
-    let moot = agent.is_archived() && agent.status == to && !to.is_busy();
+    let moot = agent.is_archived() && agent.status == AgentStatus::Closed && !to.is_busy();
     moot || (agent.status.can_become(to)
         && !(to.is_busy() && agent.is_archived())
         && !(to == AgentStatus::Running && archived_lineage))
@@ -519,6 +517,8 @@ async fn activity_stays_equal_to_a_recomputation(ops: Vec<Op>) -> Result<(), Tes
                 let allowed = may_become(&all, &all[&id], to);
                 let result = reg.set_status(id, to, None).await;
                 match &result {
+                    // A late report to an archived (so `closed`) agent changes nothing.
+                    Ok(a) if a.is_archived() => prop_assert_eq!(a.status, AgentStatus::Closed),
                     Ok(a) => prop_assert_eq!(a.status, to),
                     Err(e) => prop_assert!(
                         ["illegal_transition", "agent_archived", "turn_blocked"]

@@ -468,7 +468,7 @@ async fn detach_removes_only_the_parent_label() {
 // ---- archive --------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn archive_is_a_soft_delete_that_normalizes_busy_status() {
+async fn archive_is_a_soft_delete_that_closes_the_agent() {
     let mut fx = Fixture::new();
     let reg = &fx.registry;
     let run = fx.create(0, None).await;
@@ -482,10 +482,10 @@ async fn archive_is_a_soft_delete_that_normalizes_busy_status() {
         assert_eq!(outcome.archived, [agent.id]);
         let got = reg.get(agent.id).expect("an archived agent is still there");
         assert!(got.archived_at.is_some());
-        assert_eq!(got.status, AgentStatus::Idle, "normalized away from busy");
+        assert_eq!(got.status, AgentStatus::Closed, "closed by the archive");
         let doc = common::read_json(&fx.file(agent));
         assert!(doc["archivedAt"].is_string(), "{doc}");
-        assert_eq!(doc["lastStatus"], "idle");
+        assert_eq!(doc["lastStatus"], "closed");
     }
     assert_eq!(reg.agents().len(), 3, "archived agents stay listed");
     assert_eq!(reg.workspace_activity(run.workspace_id), None);
@@ -813,7 +813,7 @@ async fn stop_activity_writes_the_archive_then_stops_every_item() {
     for id in [parent.id, child.id] {
         let a = reg.get(id).expect("agent");
         assert!(a.is_archived());
-        assert_eq!(a.status, AgentStatus::Idle);
+        assert_eq!(a.status, AgentStatus::Closed);
     }
 }
 
@@ -906,7 +906,11 @@ async fn unarchive_restarts_nothing_and_leaves_children_archived() {
 
     let back = reg.unarchive(parent.id).await.expect("unarchive");
     assert_eq!(back.archived_at, None);
-    assert_eq!(back.status, AgentStatus::Idle);
+    assert_eq!(
+        back.status,
+        AgentStatus::Closed,
+        "closed until a start initializes it"
+    );
     assert!(reg.get(child.id).is_some_and(|a| a.is_archived()));
     assert!(reg.subagents(parent.id).is_empty(), "the child stays out");
     assert_eq!(
@@ -986,6 +990,9 @@ async fn the_turn_gate_refuses_archived_lineage() {
     );
     reg.unarchive(parent.id).await.expect("unarchive");
     assert!(reg.check_turn_gate(grandchild.id).is_ok());
+    // Still `closed` from the archive: its next turn starts its runtime first.
+    set(reg, grandchild.id, AgentStatus::Initializing).await;
+    idle(reg, grandchild.id).await;
     set(reg, grandchild.id, AgentStatus::Running).await;
 }
 
@@ -1005,6 +1012,8 @@ async fn detaching_from_an_archived_lineage_opens_the_gate() {
     );
     reg.detach(child.id).await.expect("detach");
     assert!(reg.check_turn_gate(child.id).is_ok());
+    set(reg, child.id, AgentStatus::Initializing).await;
+    idle(reg, child.id).await;
     set(reg, child.id, AgentStatus::Running).await;
 }
 
@@ -1087,7 +1096,7 @@ async fn archive_idle_children_skips_busy_ones() {
     }
     assert_eq!(
         reg.get(broken.id).map(|a| a.status),
-        Some(AgentStatus::Error)
+        Some(AgentStatus::Closed)
     );
     let calls = fx.runtime.wait_for(WAIT, |c| c.len() >= 5).await;
     assert_eq!(
@@ -1109,17 +1118,14 @@ async fn auto_archive_follows_the_first_terminal_turn_event() {
     let fx = Fixture::new();
     let reg = &fx.registry;
     let outcomes = [
-        (TurnOutcome::Completed, AgentStatus::Idle),
-        (
-            TurnOutcome::Failed {
-                error: "boom".to_string(),
-            },
-            AgentStatus::Error,
-        ),
-        (TurnOutcome::Canceled, AgentStatus::Idle),
+        TurnOutcome::Completed,
+        TurnOutcome::Failed {
+            error: "boom".to_string(),
+        },
+        TurnOutcome::Canceled,
     ];
     let mut archived = Vec::new();
-    for (outcome, status) in outcomes {
+    for outcome in outcomes {
         let name = outcome.event_name();
         let agent = reg
             .create_agent(NewAgent {
@@ -1133,7 +1139,7 @@ async fn auto_archive_follows_the_first_terminal_turn_event() {
         running(reg, agent.id).await;
         let after = reg.record_turn_end(agent.id, outcome).await.expect(name);
         assert!(after.is_archived(), "{name}");
-        assert_eq!(after.status, status, "{name}");
+        assert_eq!(after.status, AgentStatus::Closed, "{name}");
         assert!(
             fx.on_disk(agent.id).is_some_and(|a| a.is_archived()),
             "{name}"
@@ -1313,8 +1319,8 @@ async fn a_starting_runtime_is_no_turn_and_archives_plainly() {
     let archived = reg.get(starting.id).expect("child");
     assert_eq!(
         archived.status,
-        AgentStatus::Idle,
-        "normalized away from initializing"
+        AgentStatus::Closed,
+        "closed by the archive"
     );
     fx.runtime.wait_for(WAIT, |c| c.len() >= 2).await;
     assert_eq!(

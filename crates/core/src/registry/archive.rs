@@ -249,15 +249,14 @@ impl Inner {
     }
 }
 
-/// A copy of `agent` archived at `at`, its status normalized away from `running` and
-/// `initializing`, a pending permission dropped (nobody can answer it now).
+/// A copy of `agent` archived at `at`: `closed`, since the archive closes its runtime for
+/// good (it stays `closed` after an unarchive until a start initializes it again), and a
+/// pending permission dropped (nobody can answer it now).
 pub(super) fn archived_copy(agent: &Agent, at: Timestamp) -> Agent {
     let mut a = agent.clone();
     a.archived_at = Some(at);
     a.updated_at = at;
-    if a.status.is_busy() {
-        a.status = AgentStatus::Idle;
-    }
+    a.status = AgentStatus::Closed;
     if a.attention.map(|x| x.reason) == Some(AttentionReason::Permission) {
         a.attention = None;
     }

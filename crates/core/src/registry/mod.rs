@@ -689,7 +689,7 @@ impl Inner {
         }
         self.mutate(id, |a| {
             let from = a.status;
-            if a.is_archived() && from == to && !to.is_busy() {
+            if a.is_archived() && from == AgentStatus::Closed && !to.is_busy() {
                 // The runtime reports leaving a busy state the archive already moved the
                 // agent out of (a start or turn it cut short): nothing is left to change.
                 return Ok(());

@@ -1226,7 +1226,7 @@ async fn archive_refuses_running_work_and_stop_activity_stops_it() {
         "{answer}"
     );
     let archived = status_where(&mut client, &id, |a| a["archivedAt"].is_string()).await;
-    assert_ne!(archived["status"], "running", "{archived}");
+    assert_eq!(archived["status"], "closed", "{archived}");
     wait_idle(&mut client, &id).await;
     // The turn is stopped, ended by the archive in the timeline, and the runtime closed.
     let items = timeline(&mut client, &id).await;
@@ -1263,11 +1263,22 @@ async fn archive_refuses_running_work_and_stop_activity_stops_it() {
         .await;
     assert_eq!(answer["type"], "ok", "{answer}");
     status_where(&mut client, &id, |a| a["archivedAt"].is_null()).await;
+    let back = client
+        .request(json!({"type": "get_agent", "agentId": id}))
+        .await;
+    assert_eq!(
+        back["payload"]["agent"]["status"], "closed",
+        "closed until it starts again: {back}"
+    );
     let listed = client.request(json!({"type": "list_agents"})).await;
     assert_eq!(listed["payload"]["agents"][0]["id"], id.as_str());
     // Nothing was restarted; new work runs.
     send(&mut client, &id, "say back", "followup").await;
     wait_idle(&mut client, &id).await;
+    let agent = client
+        .request(json!({"type": "get_agent", "agentId": id}))
+        .await;
+    assert_eq!(agent["payload"]["agent"]["status"], "idle", "{agent}");
     assert_eq!(
         texts(&timeline(&mut client, &id).await, "agent_message"),
         ["back"]
