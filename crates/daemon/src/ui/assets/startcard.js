@@ -34,7 +34,8 @@ function starting(a) {
 }
 
 function signInCard(a, methods, { provider, signIn }) {
-  const status = h('p', { class: 'start-status', role: 'status' });
+  // A sign-in just sent restarts the agent: the card built meanwhile says so.
+  const status = h('p', { class: 'start-status', role: 'status' }, starting(a) ? 'Starting again…' : '');
   const error = h('p', { class: 'error-text', role: 'alert' });
   const run = async (methodId, vars, button) => {
     error.textContent = '';
