@@ -495,6 +495,16 @@ const scenarios = {
     }
   },
 
+  // A method the agent signs in with by itself is one click.
+  async signInByAgent() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    await page.click(`${pane(A.agent)} .start-card .method-agent button`);
+    await gone(page, `${pane(A.agent)} .start-card`);
+    await page.locator(`${pane(A.agent)} .kind-agent_message:has-text("by the agent")`).waitFor();
+  },
+
   // A start that failed: the card says so in the agent's words and when it tries again, the
   // kept prompt is not delivered; Retry, once the cause is fixed, starts it and the prompt runs.
   async failedStart() {

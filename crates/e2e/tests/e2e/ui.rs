@@ -953,6 +953,26 @@ async fn an_agent_waiting_for_a_sign_in_is_signed_in_from_its_card_and_its_kept_
 }
 
 #[tokio::test]
+async fn a_sign_in_the_agent_does_by_itself_is_one_click_on_the_card() {
+    let state = TempDir::new().expect("state");
+    let daemon = locked_daemon(state.path()).await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(
+            json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say by the agent"}),
+        )
+        .await;
+    eventually("the agent to wait for a sign-in", WAIT, async || {
+        get_agent(&mut client, &id).await["attentionReason"] == "auth_required"
+    })
+    .await;
+    Scenario::run("signInByAgent", &daemon, json!({"agent": id})).await;
+    assert_eq!(client.replies(&id).await, ["by the agent"]);
+    let config = std::fs::read_to_string(daemon.home.join("config.toml")).expect("config");
+    assert!(config.contains("auth = \"scripted-login\""), "{config}");
+}
+
+#[tokio::test]
 async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
     let scratch = TempDir::new().expect("scratch");
     let starts = scratch.path().join("starts");
