@@ -439,6 +439,104 @@ const scenarios = {
     await page.locator('#workspaces .agent-row .title:has-text("renamed in the browser")').waitFor();
     await shot(page, 'sidebar');
   },
+
+  // An agent waiting for a sign-in: the sidebar says so; its pane shows one way per method
+  // and its kept prompt as not delivered. A wrong key is refused in the card's own words; the
+  // right one signs in, the field clears, the card goes on both browsers and the prompt runs.
+  async signIn() {
+    const page = await open();
+    const phone = await open({ viewport: { width: 390, height: 844 }, mobile: true });
+    await ready(page);
+    const badge = `#workspaces li.agent-row[data-agent-id="${A.agent}"] .reason-auth_required`;
+    const said = (await page.locator(badge).innerText()).trim();
+    if (said !== 'sign-in needed') fail(`the sidebar row says ${said}`);
+    await openAgent(page, A.agent);
+    const card = page.locator(`${pane(A.agent)} .start-card.sign-in`);
+    await card.waitFor();
+    const text = await card.innerText();
+    for (const want of [`Sign in to ${A.label}`, `drover login ${A.provider} --method scripted-terminal`, 'Sign in with', 'SCRIPTED_KEY']) {
+      if (!text.includes(want)) fail(`the sign-in card lacks “${want}”: ${text}`);
+    }
+    const queued = page.locator(`${pane(A.agent)} .queued-item:has-text("say first")`);
+    if (!(await queued.innerText()).includes('not delivered')) fail(`the kept prompt is not shown as not delivered: ${await queued.innerText()}`);
+    await shot(page, 'sign-in');
+
+    await phone.locator('#app').waitFor({ state: 'visible' });
+    await phone.tap('#drawer-toggle');
+    await phone.tap(row(A.agent));
+    await phone.locator(`${pane(A.agent)} .start-card.sign-in`).waitFor();
+    await phone.waitForFunction(() => document.querySelector('#sidebar').getBoundingClientRect().right <= 1);
+    const width = await phone.evaluate(() => document.documentElement.scrollWidth);
+    if (width > 390) fail(`the sign-in card scrolls sideways at 390 px (${width} px wide)`);
+    await shot(phone, 'phone-sign-in');
+    await step('opened');
+
+    const key = card.locator('input[name=SCRIPTED_KEY]');
+    if ((await key.getAttribute('type')) !== 'password') fail('the key is typed in the clear');
+    await key.fill('not-the-key');
+    await card.locator('form button[type=submit]').click();
+    await page.locator(`${pane(A.agent)} .start-card .start-words:has-text("signing in with")`).waitFor();
+    await shot(page, 'sign-in-refused');
+    await card.locator('input[name=SCRIPTED_KEY]').fill(A.key);
+    await card.locator('form button[type=submit]').click();
+    const cleared = await page.evaluate(() => [...document.querySelectorAll('.agent-pane input[type=password]')].every((i) => !i.value));
+    if (!cleared) fail('the key stayed in its field once sent');
+    for (const p of [page, phone]) {
+      await gone(p, `${pane(A.agent)} .start-card`);
+      await p.locator(`${pane(A.agent)} .kind-agent_message:has-text("first")`).waitFor();
+    }
+    await gone(page, `${pane(A.agent)} .queued-item`);
+    await gone(page, badge);
+    await shot(page, 'signed-in');
+    for (const p of [page, phone]) {
+      const shown = await p.locator('body').innerText();
+      const kept = await p.evaluate(() => JSON.stringify(localStorage));
+      if (shown.includes(A.key) || kept.includes(A.key)) fail('the key is shown or kept by the page');
+    }
+  },
+
+  // A method the agent signs in with by itself is one click.
+  async signInByAgent() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    await page.click(`${pane(A.agent)} .start-card .method-agent button`);
+    await gone(page, `${pane(A.agent)} .start-card`);
+    await page.locator(`${pane(A.agent)} .kind-agent_message:has-text("by the agent")`).waitFor();
+  },
+
+  // A start that failed: the card says so in the agent's words and when it tries again, the
+  // kept prompt is not delivered; Retry, once the cause is fixed, starts it and the prompt runs.
+  async failedStart() {
+    const page = await open();
+    const phone = await open({ viewport: { width: 390, height: 844 }, mobile: true });
+    await ready(page);
+    await openAgent(page, A.agent);
+    const card = page.locator(`${pane(A.agent)} .start-card.failed`);
+    await card.waitFor();
+    const text = await card.innerText();
+    if (!text.includes('Could not start') || !text.includes('cannot start') || !/tries again by itself in \d+ s/.test(text)) {
+      fail(`the card does not say what failed and when it tries again: ${text}`);
+    }
+    const queued = page.locator(`${pane(A.agent)} .queued-item:has-text("say hello")`);
+    if (!(await queued.innerText()).includes('not delivered')) fail(`the kept prompt is not shown as not delivered: ${await queued.innerText()}`);
+    await shot(page, 'could-not-start');
+    await phone.locator('#app').waitFor({ state: 'visible' });
+    await phone.tap('#drawer-toggle');
+    await phone.tap(row(A.agent));
+    await phone.locator(`${pane(A.agent)} .start-card.failed`).waitFor();
+    await phone.waitForFunction(() => document.querySelector('#sidebar').getBoundingClientRect().right <= 1);
+    const width = await phone.evaluate(() => document.documentElement.scrollWidth);
+    if (width > 390) fail(`the card scrolls sideways at 390 px (${width} px wide)`);
+    await shot(phone, 'phone-could-not-start');
+    await step('fix');
+    await card.locator('button.start-retry').click();
+    for (const p of [page, phone]) {
+      await gone(p, `${pane(A.agent)} .start-card`);
+      await p.locator(`${pane(A.agent)} .kind-agent_message:has-text("hello")`).waitFor();
+    }
+    await gone(page, `${pane(A.agent)} .queued-item`);
+  },
 };
 
 const name = process.argv[2];

@@ -1,7 +1,7 @@
 //! The web UI, in a real headless Chromium (Debian's `chromium`, driven by `playwright-core`
 //! from `scripts/install-ui-tests`) against the real daemon with the scripted agent: one test
 //! per rule of the tabs, the subagents track, the archive dialogs, permissions, the composer,
-//! reconnection and the phone layout. Each test sets the daemon up over the protocol, runs one
+//! sign-in and failed starts, reconnection and the phone layout. Each test sets the daemon up over the protocol, runs one
 //! scenario of `crates/e2e/ui/driver.mjs`, and checks the daemon's side as a client would.
 //! Screenshots of the main screens go to `target/ui-screenshots/`.
 //!
@@ -882,4 +882,133 @@ async fn schedules_are_made_paused_and_deleted_from_the_agent_pane() {
     s.done().await;
     let listed = client.request(json!({"type": "list_schedules"})).await;
     assert_eq!(listed["payload"]["schedules"], json!([]), "{listed}");
+}
+
+// ---- failed starts and sign-in ------------------------------------------------------------
+
+/// The key the scripted agent of [`locked_daemon`] takes.
+const KEY: &str = "k-ui-secret-42";
+
+/// A daemon whose provider `locked` (label `Locked`) runs the scripted agent requiring a
+/// sign-in, with no key given: its agents wait for one.
+async fn locked_daemon(state: &Path) -> TestDaemon {
+    let config = format!(
+        "[providers.locked]\nlabel = \"Locked\"\ncommand = [{bin:?}]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_AUTH_KEY = \"{KEY}\" }}\n",
+        bin = drover_testkit::scripted_agent_bin().display().to_string(),
+        state = state.display().to_string(),
+    );
+    let home = TempDir::new().expect("home");
+    TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await
+}
+
+async fn get_agent(client: &mut Client, id: &str) -> Value {
+    let answer = client
+        .request(json!({"type": "get_agent", "agentId": id}))
+        .await;
+    assert_eq!(answer["type"], "agent", "{answer}");
+    answer["payload"]["agent"].clone()
+}
+
+#[tokio::test]
+async fn an_agent_waiting_for_a_sign_in_is_signed_in_from_its_card_and_its_kept_prompt_runs() {
+    let state = TempDir::new().expect("state");
+    let daemon = locked_daemon(state.path()).await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({"provider": "locked", "cwd": daemon.cwd(), "title": "locked out", "prompt": "say first"}))
+        .await;
+    eventually("the agent to wait for a sign-in", WAIT, async || {
+        get_agent(&mut client, &id).await["attentionReason"] == "auth_required"
+    })
+    .await;
+    let mut s = Scenario::start(
+        "signIn",
+        &daemon,
+        json!({"agent": id, "provider": "locked", "label": "Locked", "key": KEY}),
+    )
+    .await;
+    s.step("opened").await;
+    // Two browsers opened it: it still waits, cold, with its prompt and its attention.
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(
+        agent["runtime"]["state"], "cold",
+        "opening started it: {agent}"
+    );
+    assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
+    assert_eq!(agent["queued"][0]["text"], "say first", "{agent}");
+    s.go().await;
+    s.done().await;
+    assert_eq!(client.replies(&id).await, ["first"]);
+    let agent = get_agent(&mut client, &id).await;
+    assert!(agent["startFailure"].is_null(), "{agent}");
+    let config = std::fs::read_to_string(daemon.home.join("config.toml")).expect("config");
+    assert!(
+        config.contains(&format!("SCRIPTED_KEY = \"{KEY}\"")),
+        "{config}"
+    );
+    let timeline = serde_json::to_string(&client.timeline(&id).await).expect("json");
+    assert!(!timeline.contains(KEY), "the key is in the timeline");
+    let log = std::fs::read_to_string(daemon.home.join("daemon.log")).unwrap_or_default();
+    assert!(!log.contains(KEY), "the key is in the daemon's log");
+}
+
+#[tokio::test]
+async fn a_sign_in_the_agent_does_by_itself_is_one_click_on_the_card() {
+    let state = TempDir::new().expect("state");
+    let daemon = locked_daemon(state.path()).await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(
+            json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say by the agent"}),
+        )
+        .await;
+    eventually("the agent to wait for a sign-in", WAIT, async || {
+        get_agent(&mut client, &id).await["attentionReason"] == "auth_required"
+    })
+    .await;
+    Scenario::run("signInByAgent", &daemon, json!({"agent": id})).await;
+    assert_eq!(client.replies(&id).await, ["by the agent"]);
+    let config = std::fs::read_to_string(daemon.home.join("config.toml")).expect("config");
+    assert!(config.contains("auth = \"scripted-login\""), "{config}");
+}
+
+#[tokio::test]
+async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
+    let scratch = TempDir::new().expect("scratch");
+    let starts = scratch.path().join("starts");
+    let broken = format!(
+        "[providers.broken]\ncommand = [\"/bin/sh\", \"-c\", \"echo x >> {}; echo cannot start >&2; exit 3\"]\n",
+        starts.display()
+    );
+    let home = TempDir::new().expect("home");
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), broken).await;
+    let (mut client, _) = daemon.client().await;
+    let count = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
+    let id = client
+        .create_agent(json!({"provider": "broken", "cwd": daemon.cwd(), "title": "broken", "prompt": "say hello"}))
+        .await;
+    // The first start and the backoff's tries 1 s and 5 s later: the next is 30 s away.
+    eventually("three failed starts", WAIT, async || count() == 3).await;
+    eventually("the third failure", WAIT, async || {
+        get_agent(&mut client, &id).await["runtime"]["retryAt"].is_string()
+    })
+    .await;
+    let mut s = Scenario::start("failedStart", &daemon, json!({"agent": id})).await;
+    s.step("fix").await;
+    assert_eq!(count(), 3, "opening the agent started it");
+    let fixed = format!(
+        "[providers.broken]\ncommand = [{:?}]\n",
+        drover_testkit::scripted_agent_bin().display().to_string()
+    );
+    std::fs::write(daemon.home.join("config.toml"), fixed).expect("config");
+    s.go().await;
+    s.done().await;
+    assert_eq!(client.replies(&id).await, ["hello"]);
+    let agent = get_agent(&mut client, &id).await;
+    assert!(agent["startFailure"].is_null(), "{agent}");
+    assert_eq!(
+        count(),
+        3,
+        "Retry started the fixed command, not the broken one"
+    );
 }

@@ -4,6 +4,7 @@
 import { Conn, ProtocolError } from './conn.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
 import { TimelineView } from './timeline.js';
+import { startCard, startCardKey, retryIn } from './startcard.js';
 
 // ---- state ------------------------------------------------------------------------------
 
@@ -179,6 +180,7 @@ const REASON = {
   finished: 'finished',
   error: 'failed',
   interrupted: 'was interrupted',
+  auth_required: 'needs a sign-in',
 };
 
 // ---- helpers ------------------------------------------------------------------------------
@@ -328,10 +330,17 @@ function agentRow(a, kids) {
       h('span', { class: 'title' }, label(a)),
       h('span', { class: 'provider' }, a.type),
       kids ? h('span', { class: 'kids', title: plural(kids, 'subagent', 'subagents') }, `+${kids} sub`) : null,
-      a.requiresAttention ? h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason] }, a.attentionReason === 'permission' ? '!' : '●') : null),
+      attentionMark(a)),
     a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'unarchive', agentId: a.id }).catch(failed('Unarchive')) }, 'Unarchive') : null);
   rowCache.set(a.id, { key, el });
   return el;
+}
+
+/** What a row shows of the agent's attention: a sign-in it waits for is said in words. */
+function attentionMark(a) {
+  if (!a.requiresAttention) return null;
+  if (a.attentionReason === 'auth_required') return h('span', { class: 'badge attention reason-auth_required', title: REASON.auth_required }, 'sign-in needed');
+  return h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason] }, a.attentionReason === 'permission' ? '!' : '●');
 }
 
 function loadArchived() {
@@ -471,13 +480,14 @@ function renderPane() {
   host.setAttribute('aria-labelledby', `tab-${id}`);
   if (!pane.loaded && S.state === 'online' && !pane.loading) loadPane(pane);
   // Looking at the agent is seeing what it asked attention for (a permission stays until it
-  // is answered).
-  if (a.requiresAttention && a.attentionReason !== 'permission' && !document.hidden && S.state === 'online'
+  // is answered, a sign-in until it is done).
+  if (a.requiresAttention && a.attentionReason !== 'permission' && a.attentionReason !== 'auth_required' && !document.hidden && S.state === 'online'
     && pane.seen !== a.attentionTimestamp) {
     pane.seen = a.attentionTimestamp;
     conn.request({ type: 'clear_attention', agentId: a.id }).catch(() => { pane.seen = null; });
   }
   renderHeader(pane, a);
+  renderStartCard(pane, a);
   renderJobs(pane, a);
   renderTrack(pane, a);
   renderSchedules(pane, a);
@@ -493,6 +503,7 @@ function makePane(a) {
     older: () => loadOlder(pane),
   });
   pane.header = h('header', { class: 'pane-head' });
+  pane.startEl = h('div', { class: 'start-host', hidden: true });
   pane.jobsEl = h('section', { class: 'jobs', 'aria-label': 'Jobs' });
   pane.track = h('section', { class: 'track', 'aria-label': 'Subagents' });
   pane.schedulesEl = h('section', { class: 'schedules', 'aria-label': 'Schedules', hidden: true });
@@ -518,7 +529,7 @@ function makePane(a) {
       }), text)));
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
-  pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.view.el,
+  pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.startEl, pane.view.el,
     h('div', { class: 'bottom' }, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl,
       h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
   return pane;
@@ -534,6 +545,8 @@ async function loadPane(pane) {
     pane.view.reset(items, p.hasOlder);
     settleQueued(pane.id, items);
     pane.loaded = true;
+    // A failed start's kept messages are read again (`renderStartCard`).
+    pane.queuedFor = null;
     render();
   } catch (e) {
     if (e.code !== 'offline') failed('Opening the agent')(e);
@@ -554,7 +567,7 @@ async function loadOlder(pane) {
 
 function renderHeader(pane, a) {
   const w = S.workspaces.get(a.workspaceId);
-  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error]);
+  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error, Boolean(a.startFailure)]);
   if (pane.headerKey === key) return;
   pane.headerKey = key;
   const title = h('h1', { class: 'agent-title' },
@@ -583,7 +596,59 @@ function renderHeader(pane, a) {
       h('span', { class: 'cwd', title: a.cwd }, a.cwd),
       w?.worktree ? h('span', { class: 'branch' }, `⎇ ${w.worktree.branch}`) : null,
       parent ? h('button', { type: 'button', class: 'link', onclick: () => openAgent(parent.id) }, `subagent of ${label(parent)}`) : null,
-      a.error ? h('span', { class: 'error-text' }, a.error) : null));
+      // A failed start says its words in its card.
+      a.error && !a.startFailure ? h('span', { class: 'error-text' }, a.error) : null));
+}
+
+// ---- failed starts and sign-in -----------------------------------------------------------
+
+function providerLabel(name) {
+  return (S.providers || []).find((p) => p.name === name)?.label || name;
+}
+
+/**
+ * The "Sign in to …" or "Could not start" card while the agent's last start failed. Nothing
+ * here starts the agent: only the card's buttons do (`sign_in`, `restart_agent`).
+ */
+function renderStartCard(pane, a) {
+  const provider = providerLabel(a.type);
+  const key = startCardKey(a) + provider;
+  if (pane.startKey !== key) {
+    pane.startKey = key;
+    const card = startCard(a, {
+      provider,
+      signIn: (methodId, vars) => conn.request({ type: 'sign_in', provider: a.type, methodId, ...(vars ? { vars } : {}) }),
+      restart: () => conn.request({ type: 'restart_agent', agentId: a.id }),
+    });
+    pane.startEl.hidden = !card;
+    pane.startEl.replaceChildren(...(card ? [card] : []));
+  }
+  // The countdown to the next automatic try.
+  clearTimeout(pane.startTimer);
+  if (a.startFailure && retryIn(a) > 0) pane.startTimer = setTimeout(() => render({ sidebar: false }), 1000);
+  if (a.startFailure && pane.loaded && pane.queuedFor !== a.startFailure.at) {
+    pane.queuedFor = a.startFailure.at;
+    loadQueued(pane);
+  }
+}
+
+/**
+ * The messages the daemon keeps for an agent that did not start (`get_agent`'s `queued`), with
+ * those this browser sent: all are shown as not delivered until their turn starts.
+ */
+async function loadQueued(pane) {
+  const asked = Date.now();
+  try {
+    const m = await conn.request({ type: 'get_agent', agentId: pane.id });
+    const mine = S.queued[pane.id] || [];
+    const kept = (m.payload.agent.queued || []).map((q) => mine.find((x) => x.messageId === q.id)
+      || { messageId: q.id, text: q.text, delivery: q.delivery, at: Date.parse(q.queuedAt) });
+    // What this browser sent after asking is not in the answer yet.
+    const later = mine.filter((x) => x.at > asked && !kept.includes(x));
+    S.queued[pane.id] = [...kept, ...later];
+    store.set('drover.queued', S.queued);
+    renderQueued(pane);
+  } catch { /* read again at the next failure or opening */ }
 }
 
 function editTitle(pane, a) {
@@ -900,8 +965,14 @@ function settleQueued(id, items) {
 
 function renderQueued(pane) {
   const q = S.queued[pane.id] || [];
+  // While the agent's start failed, nothing queued reaches it: said as such.
+  const waiting = Boolean(S.agents.get(pane.id)?.startFailure);
   pane.queuedEl.hidden = !q.length;
-  pane.queuedEl.replaceChildren(...q.map((m) => h('li', { class: 'queued-item' }, h('span', { class: 'badge' }, m.delivery === 'inject' ? 'context' : 'queued'), ' ', m.text)));
+  pane.queuedEl.classList.toggle('undelivered', waiting);
+  pane.queuedEl.replaceChildren(
+    ...(waiting && q.length ? [h('li', { class: 'queued-head' }, `Not delivered yet: ${plural(q.length, 'message waits', 'messages wait')} for the agent to start.`)] : []),
+    ...q.map((m) => h('li', { class: 'queued-item', dataset: { messageId: m.messageId } },
+      h('span', { class: 'badge' }, waiting ? 'not delivered' : m.delivery === 'inject' ? 'context' : 'queued'), ' ', m.text)));
 }
 
 // ---- changes ------------------------------------------------------------------------------
