@@ -184,6 +184,8 @@ pub enum Command {
     Schedule(ScheduleArgs),
     /// Background jobs: shell commands the daemon runs on behalf of an agent.
     Job(JobArgs),
+    /// Bring in agents you already have elsewhere (a dry run unless `--apply`).
+    Import(ImportArgs),
     /// List the providers and whether each can run (the daemon's view when it runs).
     Providers {
         /// Print JSON instead of a table
@@ -361,6 +363,29 @@ pub struct ScheduleAdd {
     /// What is sent each time (not empty)
     #[arg(value_parser = not_blank)]
     pub prompt: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    #[command(subcommand)]
+    pub source: ImportSource,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportSource {
+    /// A Paseo home's agents: each record becomes an agent (status, title, labels, parent,
+    /// archive, workspace and session kept); records imported before are skipped, and the
+    /// home is only read.
+    Paseo {
+        /// The Paseo home (default: `$PASEO_HOME`, else `~/.paseo`)
+        path: Option<PathBuf>,
+        /// Import; without it, only say what would be imported
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

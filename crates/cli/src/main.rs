@@ -15,6 +15,7 @@ mod client;
 mod commands;
 mod daemon_cmd;
 mod error;
+mod import;
 mod jobs;
 mod login;
 mod mcp_proxy;
@@ -184,6 +185,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 }
             },
             Command::Job(job) => jobs::run(&ctx, job.action).await,
+            Command::Import(import) => match import.source {
+                args::ImportSource::Paseo { path, apply, json } => {
+                    import::paseo(&ctx, path, apply, json).await
+                }
+            },
             Command::Daemon(_)
             | Command::Completions { .. }
             | Command::McpProxy { .. }

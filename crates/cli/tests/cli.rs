@@ -1559,3 +1559,167 @@ fn job_logs_follow_prints_the_output_as_it_comes_until_the_job_ends() {
     let tail = fx.drover(&["job", "logs", &job, "--tail", "15"]).ok();
     assert_eq!(tail.stdout, "200000\nthe end\n");
 }
+
+/// Every file under `dir` with its bytes.
+fn files_under(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path).expect("read");
+                files.insert(path, bytes);
+            }
+        }
+    }
+    files
+}
+
+/// The agents `import paseo --apply` (its JSON answer `applied`) brought in from
+/// `scripts/paseo-home`'s records, each as its record says; returns the root's id.
+fn imported_agents_keep_their_records(fx: &Fixture, applied: &Value) -> String {
+    let imported = applied["imported"].as_array().expect("imported");
+    let new_id = |paseo_id: &str| {
+        imported
+            .iter()
+            .find(|i| {
+                i["sourceId"]
+                    .as_str()
+                    .is_some_and(|s| s.ends_with(paseo_id))
+            })
+            .and_then(|i| i["agentId"].as_str())
+            .unwrap_or_else(|| panic!("{paseo_id} not imported: {applied}"))
+            .to_string()
+    };
+    let (root, child, archived, loose, orphan) = (
+        new_id("001"),
+        new_id("002"),
+        new_id("003"),
+        new_id("004"),
+        new_id("008"),
+    );
+    let agents = fx.drover(&["ls", "--all", "--json"]).ok().json();
+    let agent = |id: &str| {
+        agents
+            .as_array()
+            .and_then(|all| all.iter().find(|a| a["id"] == id))
+            .unwrap_or_else(|| panic!("{id} not listed: {agents}"))
+            .clone()
+    };
+    let root_agent = agent(&root);
+    assert_eq!(root_agent["title"], "fix the flaky test");
+    assert_eq!(root_agent["status"], "idle");
+    assert_eq!(root_agent["attentionReason"], "finished");
+    assert_eq!(root_agent["createdAt"], "2026-11-02T09:00:00Z");
+    assert_eq!(root_agent["labels"]["team"], "infra");
+    assert!(root_agent["labels"]["paseo.agent-id"].is_string());
+    let child_agent = agent(&child);
+    assert_eq!(child_agent["parentAgentId"], root.as_str(), "{child_agent}");
+    assert_eq!(
+        child_agent["status"], "idle",
+        "cut off mid-turn: {child_agent}"
+    );
+    assert_eq!(child_agent["attentionReason"], "interrupted");
+    assert_eq!(child_agent["workspaceId"], root_agent["workspaceId"]);
+    let archived_agent = agent(&archived);
+    assert!(archived_agent["archivedAt"].is_string(), "{archived_agent}");
+    assert_eq!(archived_agent["status"], "closed");
+    assert_ne!(archived_agent["workspaceId"], root_agent["workspaceId"]);
+    assert_eq!(agent(&loose)["status"], "closed");
+    assert_eq!(agent(&loose)["workspaceId"], root_agent["workspaceId"]);
+    let orphan_agent = agent(&orphan);
+    assert!(orphan_agent["parentAgentId"].is_null(), "{orphan_agent}");
+    assert!(
+        imported.iter().any(|i| i["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("parent was skipped"))),
+        "{applied}"
+    );
+
+    root
+}
+
+#[test]
+fn a_paseo_home_is_imported_once_after_a_dry_run_and_its_agents_run() {
+    let fx = Fixture::start();
+    let paseo = TempDir::new().expect("paseo home");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/paseo-home");
+    let made = Command::new(script)
+        .arg(paseo.path())
+        .arg(fx.cwd())
+        .arg("scripted")
+        .output()
+        .expect("run scripts/paseo-home");
+    assert!(made.status.success(), "{made:?}");
+    let source = files_under(paseo.path());
+    let home = paseo.path().display().to_string();
+
+    // A dry run says what would come in and what not, and writes nothing.
+    let dry = fx.drover(&["import", "paseo", &home]).ok();
+    assert!(
+        dry.stdout.starts_with("would import 5 agents from "),
+        "{}",
+        dry.stdout
+    );
+    for reason in [
+        "one of Paseo's internal agents",
+        "not a Paseo agent record",
+        "removed-since` does not exist any more",
+        "provider `aider` is not configured in drover: add [providers.aider] to config.toml",
+    ] {
+        assert!(dry.stdout.contains(reason), "{reason}: {}", dry.stdout);
+    }
+    let listed = fx.drover(&["ls", "--all", "--json"]).ok().json();
+    assert_eq!(listed, serde_json::json!([]), "a dry run imports nothing");
+
+    let applied = fx
+        .drover(&["import", "paseo", &home, "--apply", "--json"])
+        .ok()
+        .json();
+    assert_eq!(applied["dryRun"], false);
+    assert_eq!(
+        applied["imported"].as_array().map(Vec::len),
+        Some(5),
+        "{applied}"
+    );
+    assert_eq!(applied["skipped"].as_array().map(Vec::len), Some(4));
+    let root = imported_agents_keep_their_records(&fx, &applied);
+
+    // Again: nothing more comes in.
+    let again = fx.drover(&["import", "paseo", &home, "--apply"]).ok();
+    assert!(
+        again.stdout.starts_with("imported 0 agents from "),
+        "{}",
+        again.stdout
+    );
+    assert!(
+        again.stdout.contains("already imported as"),
+        "{}",
+        again.stdout
+    );
+    let after = fx.drover(&["ls", "--all", "--json"]).ok().json();
+    assert_eq!(after.as_array().map(Vec::len), Some(5));
+    assert_eq!(
+        files_under(paseo.path()),
+        source,
+        "the Paseo home is only read"
+    );
+
+    // An imported agent takes work: its recorded session is tried, then it answers.
+    fx.drover(&["send", &root, "say welcome to drover"]).ok();
+    fx.drover(&["wait", &root]).ok();
+    let logs = fx.drover(&["logs", &root]).ok();
+    assert!(logs.stdout.contains("welcome to drover"), "{}", logs.stdout);
+
+    // Not a Paseo home: said so.
+    let wrong = fx.drover(&["import", "paseo", &fx.cwd().display().to_string()]);
+    assert_eq!(wrong.code, 1, "{}", wrong.transcript());
+    assert!(
+        wrong.stderr.contains("holds no `agents` directory"),
+        "{}",
+        wrong.stderr
+    );
+}

@@ -34,8 +34,8 @@ pub use ids::{AgentId, InvalidId, WorkspaceId};
 pub use lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
 pub use registry::{
     ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, CREATED_WORKSPACE_LABEL,
-    Change, CreatedWorktree, NewAgent, Registry, RegistryEvent, SkippedChild,
-    WorkspaceArchiveOutcome, WorktreeCheck,
+    Change, CreatedWorktree, ImportWorkspace, ImportedAgent, NewAgent, Registry, RegistryEvent,
+    SkippedChild, WorkspaceArchiveOutcome, WorktreeCheck,
 };
 pub use runtime::{BoxFuture, CancelCause, NoRuntimes, RuntimeControl, RuntimeError};
 pub use workspace::{Workspace, WorkspaceKind};

@@ -4,11 +4,12 @@ use drover_acp::jobs::{JobRecord, KillCause};
 use drover_acp::{RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
 use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
 use drover_protocol::{
-    AgentInfo, AgentUpdate, CommandRunInfo, JobInfo, ProviderInfo, RuntimeInfo, WorkspaceInfo,
-    WorktreeRemovalInfo, WorktreeStatusInfo,
+    AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ImportSkip, ImportedAgentInfo, JobInfo,
+    ProviderInfo, RuntimeInfo, WorkspaceInfo, WorktreeRemovalInfo, WorktreeStatusInfo,
 };
 
 use crate::ops::Ops;
+use crate::ops::import::ImportReport;
 use crate::ops::providers::ProviderView;
 use serde_json::{Value, json};
 
@@ -163,6 +164,40 @@ pub(crate) fn worktree_removal(removal: &WorktreeRemoval) -> WorktreeRemovalInfo
         teardown: removal.teardown.iter().map(command_run).collect(),
         removed: removal.removed,
         branch_deleted: removal.branch_deleted,
+    }
+}
+
+/// The answer to `import_paseo`.
+pub(crate) fn imported(request_id: Option<String>, report: ImportReport) -> DaemonMessage {
+    DaemonMessage::Imported {
+        request_id,
+        dry_run: report.dry_run,
+        imported: report
+            .imported
+            .into_iter()
+            .map(|i| ImportedAgentInfo {
+                source: i.source.display().to_string(),
+                source_id: i.paseo_id,
+                agent_id: i.agent_id.map(|id| id.to_string()),
+                provider: i.provider,
+                cwd: i.cwd.display().to_string(),
+                title: i.title,
+                status: i.status.to_string(),
+                archived: i.archived,
+                parent_source_id: i.parent,
+                resumes: i.resumes,
+                note: i.note,
+            })
+            .collect(),
+        skipped: report
+            .skipped
+            .into_iter()
+            .map(|s| ImportSkip {
+                source: s.source.display().to_string(),
+                source_id: s.paseo_id,
+                reason: s.reason,
+            })
+            .collect(),
     }
 }
 

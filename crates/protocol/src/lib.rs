@@ -575,6 +575,18 @@ pub enum ClientMessage {
         #[serde(default)]
         vars: BTreeMap<String, String>,
     },
+    /// Brings in the agents of a Paseo home (`path`, absolute: `~/.paseo` by default in the
+    /// CLI): each record becomes an agent with a new id, its status, title, labels, parent,
+    /// archive, workspace and resume handle kept. Only with `apply` is anything written;
+    /// otherwise the answer says what would be imported. Records imported before are skipped.
+    /// The source is only read. Answered `imported`.
+    ImportPaseo {
+        #[serde(default)]
+        request_id: Option<String>,
+        path: String,
+        #[serde(default)]
+        apply: bool,
+    },
 }
 
 /// When a schedule fires: exactly one of `at`, `inSeconds`, `everySeconds`, `cron`.
@@ -687,7 +699,8 @@ impl ClientMessage {
             | ClientMessage::KillJob { request_id, .. }
             | ClientMessage::WaitJob { request_id, .. }
             | ClientMessage::RestartAgent { request_id, .. }
-            | ClientMessage::SignIn { request_id, .. } => request_id.as_deref(),
+            | ClientMessage::SignIn { request_id, .. }
+            | ClientMessage::ImportPaseo { request_id, .. } => request_id.as_deref(),
         }
     }
 }
@@ -909,6 +922,39 @@ pub struct AgentUpdate {
     pub notification: Value,
 }
 
+/// A record an import brought in (or, in a dry run, would).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportedAgentInfo {
+    /// The record's file.
+    pub source: String,
+    /// Its id in the source (kept in the label `paseo.agent-id`).
+    pub source_id: String,
+    /// The new agent's id; `null` in a dry run.
+    pub agent_id: Option<String>,
+    pub provider: String,
+    pub cwd: String,
+    pub title: Option<String>,
+    pub status: String,
+    pub archived: bool,
+    /// The source id of its parent, when it comes in as a subagent.
+    pub parent_source_id: Option<String>,
+    /// Whether its next message continues the provider's session (`session/load`).
+    pub resumes: bool,
+    /// How it came in, when the user should know (e.g. as a root, its parent skipped).
+    pub note: Option<String>,
+}
+
+/// A record an import left alone, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportSkip {
+    pub source: String,
+    /// Its id in the source, when it could be read.
+    pub source_id: Option<String>,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderInfo {
@@ -1025,6 +1071,13 @@ pub enum DaemonMessage {
         provider: String,
         method_id: String,
         retried: Vec<String>,
+    },
+    /// The answer to `import_paseo`: what came in (or, in a dry run, would), and what not.
+    Imported {
+        request_id: Option<String>,
+        dry_run: bool,
+        imported: Vec<ImportedAgentInfo>,
+        skipped: Vec<ImportSkip>,
     },
     Agents {
         request_id: Option<String>,
@@ -1229,6 +1282,7 @@ impl DaemonMessage {
             | DaemonMessage::ChildrenArchived { request_id, .. }
             | DaemonMessage::Providers { request_id, .. }
             | DaemonMessage::SignedIn { request_id, .. }
+            | DaemonMessage::Imported { request_id, .. }
             | DaemonMessage::Agents { request_id, .. }
             | DaemonMessage::Agent { request_id, .. }
             | DaemonMessage::Idle { request_id, .. }
@@ -1387,6 +1441,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "wait_job",
     "restart_agent",
     "sign_in",
+    "import_paseo",
 ];
 
 #[cfg(test)]

@@ -473,6 +473,13 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     vars,
                 }
             ),
+        (opt_string(), any::<String>(), any::<bool>()).prop_map(|(request_id, path, apply)| {
+            ClientMessage::ImportPaseo {
+                request_id,
+                path,
+                apply,
+            }
+        }),
     ]
 }
 

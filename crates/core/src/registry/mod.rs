@@ -11,10 +11,12 @@
 //!
 //! This file holds the handle, the reads, and the record mutations with their one write path
 //! (`mutate` → `commit` → `emit`); `boot.rs` opens the registry, `archive.rs` archives agents,
-//! `workspaces.rs` registers and archives workspaces and the worktrees drover makes.
+//! `workspaces.rs` registers and archives workspaces and the worktrees drover makes, `import.rs`
+//! records agents brought in from another tool.
 
 mod archive;
 mod boot;
+mod import;
 mod workspaces;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -38,6 +40,7 @@ use crate::worktree;
 
 pub use archive::{ArchiveOptions, ArchiveOutcome, BulkArchiveOutcome, SkippedChild};
 pub use boot::BootReport;
+pub use import::{ImportWorkspace, ImportedAgent};
 pub use workspaces::{CreatedWorktree, WORKTREES_DIR, WorkspaceArchiveOutcome, WorktreeCheck};
 
 use workspaces::{new_workspace, worktree_workspace};
@@ -238,6 +241,11 @@ impl Registry {
     pub async fn create_agent(&self, new: NewAgent) -> Result<Agent, RegistryError> {
         self.blocking(move |inner| inner.create_agent(new, None))
             .await
+    }
+
+    /// Records an agent brought in from another tool's records, with a new id.
+    pub async fn import_agent(&self, new: ImportedAgent) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| inner.import_agent(new)).await
     }
 
     /// A lifecycle transition reported by the agent's runtime. `error` is recorded with

@@ -16,10 +16,12 @@
 //! - [`changes`]: what a workspace changed against its base (git, bounded).
 //! - [`schedules`]: prompts on a timetable, and how they fire.
 //! - [`jobs`]: background commands agents own.
+//! - [`import`]: agents brought in from a Paseo home.
 
 pub(crate) mod agents;
 pub(crate) mod archive;
 pub(crate) mod changes;
+pub(crate) mod import;
 pub(crate) mod jobs;
 pub(crate) mod messages;
 pub(crate) mod permissions;

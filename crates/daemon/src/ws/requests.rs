@@ -1,7 +1,7 @@
 //! The client protocol's requests: each decoded [`ClientMessage`] calls one operation and
 //! encodes its answer. Nothing here decides anything; see `crate::ops`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use drover_core::AgentId;
@@ -231,6 +231,14 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
                 method_id,
                 retried: retried.iter().map(ToString::to_string).collect(),
             })
+        }
+        M::ImportPaseo {
+            request_id,
+            path,
+            apply,
+        } => {
+            let report = ops.import_paseo(Path::new(&path), apply).await?;
+            send(wire::imported(request_id, report))
         }
         M::WaitIdle {
             request_id,
