@@ -46,6 +46,8 @@ struct Fixture {
     home: TempDir,
     state: TempDir,
     cwd: TempDir,
+    /// `HOME` of the daemon and its agents.
+    user: TempDir,
     daemon: Option<Child>,
 }
 
@@ -56,6 +58,7 @@ impl Fixture {
             home: TempDir::new().expect("home"),
             state: TempDir::new().expect("state"),
             cwd: TempDir::new().expect("cwd"),
+            user: TempDir::new().expect("user home"),
             daemon: None,
         };
         drover_testkit::daemon::write_scripted_config(fixture.home(), fixture.state.path());
@@ -91,13 +94,11 @@ impl Fixture {
 
     /// Runs `command daemon --home HOME --listen 127.0.0.1:0 ARGS` and waits until it serves.
     fn serve(mut self, mut command: Command, args: &[&str]) -> Fixture {
-        let child = command
+        let child = drover_testkit::hermetic::apply(&mut command, self.user.path())
             .args(["daemon", "--home"])
             .arg(self.home())
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .env("NO_COLOR", "1")
-            .env("PATH", "/usr/bin:/bin")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -120,16 +121,12 @@ impl Fixture {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(DROVER);
+        let mut command = drover_testkit::hermetic::command(DROVER, Path::new("/nonexistent"));
         command
             .args(args)
             .current_dir(self.cwd())
             .env("DROVER_HOME", self.home())
-            .env("DROVER_PROVIDER", "scripted")
-            .env("NO_COLOR", "1")
-            .env("HOME", "/nonexistent")
-            .env_remove("DROVER_URL")
-            .env_remove("DROVER_LISTEN");
+            .env("DROVER_PROVIDER", "scripted");
         command
     }
 

@@ -12,6 +12,12 @@ use drover_core::{AgentStatus, AttentionReason, NewAgent, NoRuntimes, Registry};
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// `drover` with the test's own environment (the system's `PATH`, `HOME` = `home`, no
+/// `DROVER_*` of the caller's).
+fn drover(home: &Path) -> Command {
+    drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover"), home)
+}
+
 struct Daemon {
     child: Child,
     home: PathBuf,
@@ -20,11 +26,10 @@ struct Daemon {
 
 impl Daemon {
     fn start(home: &Path) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        let child = drover(home)
             .args(["daemon", "--home"])
             .arg(home)
             .args(["--listen", "127.0.0.1:0"])
-            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -158,7 +163,7 @@ fn a_second_daemon_on_the_same_home_exits_at_once_naming_the_first() {
     let home = tempfile::tempdir().expect("tempdir");
     let first = Daemon::start(home.path());
     let started = Instant::now();
-    let second = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let second = drover(home.path())
         .args(["daemon", "--home"])
         .arg(home.path())
         .args(["--listen", "127.0.0.1:0"])
@@ -300,7 +305,7 @@ fn boots_an_existing_store_reconciling_and_quarantining() {
 fn a_token_is_created_with_owner_only_access_at_first_start() {
     use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().expect("tempdir");
-    let child = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let child = drover(home.path())
         .args(["daemon", "--listen", "127.0.0.1:0", "--home"])
         .arg(home.path())
         .stdout(Stdio::null())
@@ -327,10 +332,8 @@ fn home_defaults_to_drover_home_then_dot_drover() {
         (Some(home.path()), home.path().to_path_buf()),
         (None, user.path().join(".drover")),
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_drover"));
+        let mut cmd = drover(user.path());
         cmd.args(["daemon", "--listen", "127.0.0.1:0"])
-            .env("HOME", user.path())
-            .env_remove("DROVER_HOME")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(h) = drover_home {

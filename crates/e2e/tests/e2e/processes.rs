@@ -25,13 +25,14 @@ pub(crate) struct DaemonProcess {
 impl DaemonProcess {
     pub(crate) async fn start(home: &Path) -> DaemonProcess {
         let _ = std::fs::remove_file(home.join("daemon.json"));
-        let child = Command::new(env!("CARGO_BIN_EXE_drover-daemon-proc"))
-            .arg(home)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn drover-daemon-proc");
+        let child =
+            drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover-daemon-proc"), home)
+                .arg(home)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn drover-daemon-proc");
         let info = home.join("daemon.json");
         let url = eventually("daemon.json", WAIT, async || {
             let bytes = std::fs::read(&info).ok()?;
