@@ -235,9 +235,13 @@ async fn open_runtimes(
 pub(crate) type McpService = StreamableHttpService<mcp::DroverMcp, LocalSessionManager>;
 
 /// drover's MCP server over streamable HTTP. Stateless, plain JSON answers: every tool call
-/// stands alone, which is also what the stdio proxy (`drover mcp-proxy`) relays.
+/// stands alone, which is also what the stdio proxy (`drover mcp-proxy`) relays. The `Host`
+/// header is the daemon's to check (`server::check_host`, one rule for every route, with
+/// `--allow-host`): rmcp's own list (`127.0.0.1`, `localhost`, `::1`) would refuse every agent of a
+/// daemon listening on any other address or reached through an allowed name.
 fn mcp_service(handler: mcp::DroverMcp) -> McpService {
     let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None);
