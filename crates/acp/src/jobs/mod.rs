@@ -232,14 +232,11 @@ impl Jobs {
     /// Loads the records under `home`, ends what a killed daemon left of its running jobs and
     /// marks them `lost`. Blocking: call it at boot, before anything can start a job.
     pub fn open(home: &std::path::Path) -> (Jobs, usize) {
-        let mut records = record::load(home);
+        let loaded = record::load(home);
+        let mut records = loaded.records;
         let lost = record::reconcile(home, &mut records);
-        let next = records
-            .iter()
-            .filter_map(|r| record::number(&r.id))
-            .max()
-            .unwrap_or(0)
-            + 1;
+        // Past every number on disk, the files boot left alone included: none is taken over.
+        let next = loaded.highest + 1;
         let mut jobs = BTreeMap::new();
         for record in records {
             let Some(n) = record::number(&record.id) else {
