@@ -73,6 +73,25 @@ impl CliError {
     }
 }
 
+/// A command whose arguments go to the daemon as they were typed (`job start`, `schedule
+/// add`): the daemon's refusal of them (`invalid_input`, `invalid_message`: a missing `--cwd`,
+/// a time in the past, a bad cron expression or time zone) is a bad argument (2), like the ones
+/// the CLI checks itself. Any other error is kept.
+pub fn arguments_refused(error: anyhow::Error) -> anyhow::Error {
+    match error.downcast::<CliError>() {
+        Ok(CliError::Daemon { code, message, .. })
+            if matches!(
+                ErrorCode::parse(&code),
+                Some(ErrorCode::InvalidInput | ErrorCode::InvalidMessage)
+            ) =>
+        {
+            CliError::BadArgument(message).into()
+        }
+        Ok(other) => other.into(),
+        Err(error) => error,
+    }
+}
+
 /// The exit code for a daemon's error code. Exhaustive, so that a new code gets a decision.
 fn daemon_exit(code: ErrorCode) -> u8 {
     match code {
@@ -148,6 +167,28 @@ mod tests {
         assert_eq!(
             CliError::BadArgument(String::new()).exit_code(),
             exit::USAGE
+        );
+    }
+
+    #[test]
+    fn the_daemons_refusal_of_typed_arguments_is_a_usage_error() {
+        let refused = |code: &str| {
+            exit_code(&arguments_refused(
+                CliError::Daemon {
+                    code: code.to_string(),
+                    message: "m".to_string(),
+                    details: None,
+                }
+                .into(),
+            ))
+        };
+        assert_eq!(refused("invalid_input"), exit::USAGE);
+        assert_eq!(refused("invalid_message"), exit::USAGE);
+        assert_eq!(refused("agent_archived"), exit::REFUSED);
+        assert_eq!(refused("unknown_agent"), exit::NOT_FOUND);
+        assert_eq!(
+            exit_code(&arguments_refused(anyhow::anyhow!("other"))),
+            exit::ERROR
         );
     }
 }

@@ -1400,7 +1400,22 @@ fn schedule_arguments_are_checked_before_anything_is_made() {
         "x",
     ]);
     snapshot!("schedule_bad_cron", fx.redact(&cron.transcript()));
-    assert_eq!(cron.code, 5);
+    assert_eq!(cron.code, 2);
+    // What only the daemon can check is a bad argument too.
+    for (args, names) in [
+        (
+            &["--cron", "0 9 * * *", "--tz", "Mars/Olympus"][..],
+            "Mars/Olympus",
+        ),
+        (&["--at", "2020-01-01T00:00:00Z"][..], "in the past"),
+    ] {
+        let mut line = vec!["schedule", "add", "--agent", "worker"];
+        line.extend_from_slice(args);
+        line.push("x");
+        let out = fx.drover(&line);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.transcript());
+        assert!(out.stderr.contains(names), "{args:?}: {}", out.stderr);
+    }
     let none = fx.drover(&["schedule", "add", "--agent", "worker", "x"]);
     assert_eq!(none.code, 2, "{}", none.transcript());
     assert!(none.stderr.contains("--every"), "{}", none.stderr);
@@ -1496,7 +1511,6 @@ fn jobs_are_started_followed_listed_and_killed() {
     );
     let job = job_json(&fx, "job-2");
     assert_eq!(job["killedBy"], "request", "{job}");
-    fx.drover(&["archive", "worker"]).ok();
 
     // Bad input is named.
     let unknown = fx.drover(&["job", "logs", "job-99"]);
@@ -1505,6 +1519,21 @@ fn jobs_are_started_followed_listed_and_killed() {
     let env = fx.drover(&["job", "start", "worker", "--env", "NOVALUE", "--", "true"]);
     assert_eq!(env.code, 2, "{}", env.transcript());
     assert!(env.stderr.contains("NOVALUE"), "{}", env.stderr);
+    let cwd = fx.drover(&["job", "start", "worker", "--cwd", "/no/such", "--", "true"]);
+    assert_eq!(cwd.code, 2, "{}", cwd.transcript());
+    assert!(cwd.stderr.contains("/no/such"), "{}", cwd.stderr);
+    let timeout = fx.drover(&["job", "start", "worker", "--timeout", "0", "--", "true"]);
+    assert_eq!(timeout.code, 2, "{}", timeout.transcript());
+    assert!(timeout.stderr.contains("--timeout"), "{}", timeout.stderr);
+    // None of them started a job.
+    let listed = fx.drover(&["job", "ls", "--json"]).ok().json();
+    assert!(
+        listed
+            .as_array()
+            .is_some_and(|jobs| jobs.iter().all(|j| j["command"] != "true")),
+        "{listed}"
+    );
+    fx.drover(&["archive", "worker"]).ok();
 }
 
 // ---- job ----------------------------------------------------------------------------------------
