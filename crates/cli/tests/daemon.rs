@@ -356,3 +356,52 @@ fn home_defaults_to_drover_home_then_dot_drover() {
         );
     }
 }
+
+/// Requests any web page could send (a foreign `Host`, a WebSocket from a foreign `Origin`),
+/// thousands of them: all refused, and `daemon.log` grows by a line or so, not a line each.
+#[test]
+fn foreign_hosts_and_origins_are_refused_without_growing_the_log() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(home.path());
+    let addr = daemon.url.trim_start_matches("http://").to_string();
+    let log = home.path().join("daemon.log");
+    let before = std::fs::metadata(&log).expect("daemon.log").len();
+    let send = |request: &str| -> u16 {
+        let mut stream = TcpStream::connect(&addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        stream.write_all(request.as_bytes()).expect("write");
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    let port = addr.rsplit_once(':').expect("port").1;
+    let started = Instant::now();
+    for n in 0..1500 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "too slow at {n}"
+        );
+        let host = format!("GET /health HTTP/1.0\r\nHost: evil{n}.test:{port}\r\n\r\n");
+        assert_eq!(send(&host), 421, "request {n}");
+        let origin = format!(
+            "GET /ws HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://evil.test\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        assert_eq!(send(&origin), 403, "request {n}");
+    }
+    let text = std::fs::read_to_string(&log).expect("daemon.log");
+    let grew = text.len() as u64 - before;
+    let refusals = text
+        .lines()
+        .filter(|l| l.contains("refused requests"))
+        .count();
+    assert!(
+        grew < 2_000 && refusals == 1,
+        "3,000 refusals wrote {grew} bytes, {refusals} lines:\n{text}"
+    );
+}

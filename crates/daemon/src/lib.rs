@@ -11,6 +11,7 @@ pub mod lock;
 pub mod logging;
 mod mcp;
 mod ops;
+mod refusals;
 mod schedules;
 mod server;
 mod ui;
@@ -134,6 +135,7 @@ pub async fn run_locked(
             stop,
             token,
             allowed_hosts: Arc::new(config.allowed_hosts.clone()),
+            refusals: Arc::default(),
         },
         mcp_service,
     );
