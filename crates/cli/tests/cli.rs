@@ -1273,6 +1273,11 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
             "round {round}: {}",
             out.transcript()
         );
+        assert!(
+            !out.stderr.contains("web UI"),
+            "a daemon that never served was announced: {}",
+            out.stderr
+        );
         // The first run's lines are in daemon.out but not shown again.
         let log = std::fs::read_to_string(fx.home().join("daemon.out")).expect("daemon.out");
         assert!(log.matches("comand").count() >= round, "{log}");
@@ -1284,6 +1289,21 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
             );
         }
     }
+}
+
+/// A token file the daemon refuses (readable by others): the start fails saying why, and no
+/// web UI address is given for a daemon that never served.
+#[test]
+fn a_daemon_refusing_its_token_file_is_not_announced() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    let token = fx.home().join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"]);
+    assert_ne!(out.code, 0, "{}", out.transcript());
+    assert!(out.stderr.contains("token"), "{}", out.transcript());
+    assert!(!out.stderr.contains("web UI"), "{}", out.transcript());
 }
 
 // ---- schedules --------------------------------------------------------------------------------

@@ -84,6 +84,19 @@ pub async fn run_locked(
     config: DaemonConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
+    run_locked_then(lock, listener, config, shutdown, |_| {}).await
+}
+
+/// [`run_locked`], calling `serving` once the token, the config and the store are loaded and
+/// `daemon.json` is published: what a caller says about the daemon (its web UI's address) is
+/// said only when it serves, never before a start that then fails.
+pub async fn run_locked_then(
+    lock: DataDirLock,
+    listener: TcpListener,
+    config: DaemonConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    serving: impl FnOnce(&DaemonInfo),
+) -> Result<(), DaemonError> {
     let addr = listener.local_addr().map_err(|source| DaemonError::Io {
         op: "read the listening address".to_string(),
         source,
@@ -105,6 +118,7 @@ pub async fn run_locked(
     };
     lock.publish(&info)?;
     tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
+    serving(&info);
 
     // Schedules: loaded now, a family of archive admission from here on, firing once the
     // operations they fire through exist.
