@@ -28,6 +28,9 @@ pub enum CliError {
     NotRunning { home: PathBuf },
     #[error("no drover daemon answers at {url}: {reason}")]
     Unreachable { url: String, reason: String },
+    /// The home exists but this user may not read it: whether a daemon runs is unknown.
+    #[error("cannot read `{}`: {reason}; the data directory is private to the user whose daemon keeps it (use your own with --home, or reach a daemon with --url)", path.display())]
+    Unreadable { path: PathBuf, reason: String },
     #[error("no agent matches `{0}` (see `drover ls --all`)")]
     UnknownAgent(String),
     #[error("no workspace matches `{0}` (see `drover workspaces --all`)")]
@@ -64,6 +67,7 @@ impl CliError {
             | CliError::UnknownWorkspace(_)
             | CliError::Ambiguous { .. } => exit::NOT_FOUND,
             CliError::BadArgument(_) => exit::USAGE,
+            CliError::Unreadable { .. } => exit::ERROR,
             CliError::Daemon { code, .. } => {
                 ErrorCode::parse(code).map_or(exit::ERROR, daemon_exit)
             }
