@@ -632,6 +632,7 @@ impl RuntimeManager {
         };
         jobs.attach(&manager.shared);
         manager.resume_pending().await;
+        manager.shared.jobs.notify_lost();
         Ok((manager, registry, boot))
     }
 

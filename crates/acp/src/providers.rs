@@ -394,6 +394,12 @@ impl Providers {
         self.runtimes = settings;
     }
 
+    /// Finds providers' programs on `path` instead of the daemon's `PATH` (for embedding and
+    /// tests that must not depend on what the machine has installed).
+    pub fn set_search_path(&mut self, path: &str) {
+        self.path_var = Some(path.to_string());
+    }
+
     /// Adds or replaces a provider (for embedding and tests).
     pub fn insert(&mut self, provider: Provider) {
         self.by_name.insert(provider.name.clone(), provider);

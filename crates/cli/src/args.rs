@@ -411,8 +411,8 @@ pub enum JobAction {
         /// Add NAME=VALUE to its environment (repeatable)
         #[arg(long, short, value_name = "NAME=VALUE")]
         env: Vec<String>,
-        /// Kill it after SECONDS
-        #[arg(long, value_name = "SECONDS")]
+        /// Kill it after SECONDS (at least 1)
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
         timeout: Option<u64>,
         /// Do not tell the agent when it ends
         #[arg(long)]

@@ -40,11 +40,7 @@ impl Endpoint {
             Some(url) => url.clone(),
             None => match self.published() {
                 Some(info) => info.url,
-                None => {
-                    return Err(CliError::NotRunning {
-                        home: self.home.clone(),
-                    });
-                }
+                None => return Err(self.not_published()),
             },
         };
         Ok(ws_url(&base))
@@ -52,6 +48,32 @@ impl Endpoint {
 
     fn token(&self) -> Option<String> {
         read_token(&self.home)
+    }
+
+    /// Why there is no `daemon.json` to read: none was published (no daemon runs), or this
+    /// user may not read it (another user's home), which is not the same thing to be told.
+    fn not_published(&self) -> CliError {
+        let path = self.home.join(DAEMON_INFO_FILE);
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => CliError::Unreadable {
+                path,
+                reason: e.to_string(),
+            },
+            Ok(_) => match std::fs::read(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    CliError::Unreadable {
+                        path,
+                        reason: e.to_string(),
+                    }
+                }
+                _ => CliError::NotRunning {
+                    home: self.home.clone(),
+                },
+            },
+            Err(_) => CliError::NotRunning {
+                home: self.home.clone(),
+            },
+        }
     }
 }
 

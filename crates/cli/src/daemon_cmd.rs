@@ -35,10 +35,14 @@ pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
-        if let Ok(addr) = listener.local_addr() {
-            eprintln!("drover: web UI at http://{addr}/ (`drover ui` opens it logged in)");
-        }
-        drover_daemon::run_locked(lock, listener, config, shutdown_signal()).await?;
+        // Said once it serves: a bad token file or config stops it before.
+        drover_daemon::run_locked_then(lock, listener, config, shutdown_signal(), |info| {
+            eprintln!(
+                "drover: web UI at {}/ (`drover ui` opens it logged in)",
+                info.url
+            );
+        })
+        .await?;
         Ok(())
     })
 }

@@ -28,6 +28,9 @@ pub enum CliError {
     NotRunning { home: PathBuf },
     #[error("no drover daemon answers at {url}: {reason}")]
     Unreachable { url: String, reason: String },
+    /// The home exists but this user may not read it: whether a daemon runs is unknown.
+    #[error("cannot read `{}`: {reason}; the data directory is private to the user whose daemon keeps it (use your own with --home, or reach a daemon with --url)", path.display())]
+    Unreadable { path: PathBuf, reason: String },
     #[error("no agent matches `{0}` (see `drover ls --all`)")]
     UnknownAgent(String),
     #[error("no workspace matches `{0}` (see `drover workspaces --all`)")]
@@ -64,12 +67,32 @@ impl CliError {
             | CliError::UnknownWorkspace(_)
             | CliError::Ambiguous { .. } => exit::NOT_FOUND,
             CliError::BadArgument(_) => exit::USAGE,
+            CliError::Unreadable { .. } => exit::ERROR,
             CliError::Daemon { code, .. } => {
                 ErrorCode::parse(code).map_or(exit::ERROR, daemon_exit)
             }
             CliError::Timeout(_) => exit::TIMEOUT,
             CliError::Reported { code, .. } => *code,
         }
+    }
+}
+
+/// A command whose arguments go to the daemon as they were typed (`job start`, `schedule
+/// add`): the daemon's refusal of them (`invalid_input`, `invalid_message`: a missing `--cwd`,
+/// a time in the past, a bad cron expression or time zone) is a bad argument (2), like the ones
+/// the CLI checks itself. Any other error is kept.
+pub fn arguments_refused(error: anyhow::Error) -> anyhow::Error {
+    match error.downcast::<CliError>() {
+        Ok(CliError::Daemon { code, message, .. })
+            if matches!(
+                ErrorCode::parse(&code),
+                Some(ErrorCode::InvalidInput | ErrorCode::InvalidMessage)
+            ) =>
+        {
+            CliError::BadArgument(message).into()
+        }
+        Ok(other) => other.into(),
+        Err(error) => error,
     }
 }
 
@@ -148,6 +171,28 @@ mod tests {
         assert_eq!(
             CliError::BadArgument(String::new()).exit_code(),
             exit::USAGE
+        );
+    }
+
+    #[test]
+    fn the_daemons_refusal_of_typed_arguments_is_a_usage_error() {
+        let refused = |code: &str| {
+            exit_code(&arguments_refused(
+                CliError::Daemon {
+                    code: code.to_string(),
+                    message: "m".to_string(),
+                    details: None,
+                }
+                .into(),
+            ))
+        };
+        assert_eq!(refused("invalid_input"), exit::USAGE);
+        assert_eq!(refused("invalid_message"), exit::USAGE);
+        assert_eq!(refused("agent_archived"), exit::REFUSED);
+        assert_eq!(refused("unknown_agent"), exit::NOT_FOUND);
+        assert_eq!(
+            exit_code(&arguments_refused(anyhow::anyhow!("other"))),
+            exit::ERROR
         );
     }
 }

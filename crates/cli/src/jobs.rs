@@ -5,14 +5,13 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use drover_protocol::{ClientMessage, DaemonMessage, JobInfo};
 use jiff::Timestamp;
 
 use crate::args::JobAction;
 use crate::client::SessionState;
-use crate::commands::{Ctx, print_json, unexpected};
-use crate::error::CliError;
+use crate::commands::{Ctx, print_json, unexpected, working_directory};
+use crate::error::{CliError, arguments_refused};
 use crate::output::{self, Paint, Table};
 use crate::resolve::{Prefer, ShortIds, resolve};
 
@@ -71,11 +70,8 @@ async fn start(
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let cwd = cwd
-        .map(|c| {
-            std::path::absolute(&c).with_context(|| format!("cannot resolve `{}`", c.display()))
-        })
-        .transpose()?;
+    // Missing or not a directory: a bad argument, as for `drover run --cwd`.
+    let cwd = cwd.map(|c| working_directory(&c)).transpose()?;
     let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
     let owner = resolve(&agents, agent, Prefer::Live)?.clone();
     let answer = connection
@@ -90,7 +86,7 @@ async fn start(
         })
         .await;
     connection.close().await;
-    let answer = answer?;
+    let answer = answer.map_err(arguments_refused)?;
     let DaemonMessage::Job { job, .. } = answer else {
         return Err(unexpected(&answer));
     };
@@ -283,7 +279,7 @@ async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
         })
         .await;
     connection.close().await;
-    let answer = answer?;
+    let answer = answer.map_err(arguments_refused)?;
     let DaemonMessage::Job { job, .. } = answer else {
         return Err(unexpected(&answer));
     };

@@ -11,7 +11,7 @@ use jiff::tz::TimeZone;
 use crate::args::ScheduleAdd;
 use crate::client::SessionState;
 use crate::commands::{Ctx, print_json, unexpected, working_directory};
-use crate::error::CliError;
+use crate::error::{CliError, arguments_refused};
 use crate::output::{self, Paint, Table};
 use crate::resolve::{Prefer, ShortIds, resolve};
 
@@ -129,7 +129,8 @@ pub async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
             new_agent,
             title: add.title.clone(),
         })
-        .await?;
+        .await
+        .map_err(arguments_refused)?;
     connection.close().await;
     let DaemonMessage::Schedule { schedule, .. } = answer else {
         return Err(unexpected(&answer));

@@ -46,6 +46,8 @@ struct Fixture {
     home: TempDir,
     state: TempDir,
     cwd: TempDir,
+    /// `HOME` of the daemon and its agents.
+    user: TempDir,
     daemon: Option<Child>,
 }
 
@@ -56,6 +58,7 @@ impl Fixture {
             home: TempDir::new().expect("home"),
             state: TempDir::new().expect("state"),
             cwd: TempDir::new().expect("cwd"),
+            user: TempDir::new().expect("user home"),
             daemon: None,
         };
         drover_testkit::daemon::write_scripted_config(fixture.home(), fixture.state.path());
@@ -91,13 +94,11 @@ impl Fixture {
 
     /// Runs `command daemon --home HOME --listen 127.0.0.1:0 ARGS` and waits until it serves.
     fn serve(mut self, mut command: Command, args: &[&str]) -> Fixture {
-        let child = command
+        let child = drover_testkit::hermetic::apply(&mut command, self.user.path())
             .args(["daemon", "--home"])
             .arg(self.home())
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .env("NO_COLOR", "1")
-            .env("PATH", "/usr/bin:/bin")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -120,16 +121,12 @@ impl Fixture {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(DROVER);
+        let mut command = drover_testkit::hermetic::command(DROVER, Path::new("/nonexistent"));
         command
             .args(args)
             .current_dir(self.cwd())
             .env("DROVER_HOME", self.home())
-            .env("DROVER_PROVIDER", "scripted")
-            .env("NO_COLOR", "1")
-            .env("HOME", "/nonexistent")
-            .env_remove("DROVER_URL")
-            .env_remove("DROVER_LISTEN");
+            .env("DROVER_PROVIDER", "scripted");
         command
     }
 
@@ -1256,6 +1253,15 @@ fn another_user_of_the_machine_cannot_drive_the_daemon() {
     assert!(out.contains("token"), "the refusal names the token: {out}");
     let (code, out) = as_nobody(&[&drover_path, "--url", &url, "ls"]);
     assert_ne!(code, 0, "{out}");
+    // Without --url: the home it cannot read is not "no daemon running".
+    let (code, out) = as_nobody(&[&drover_path, "ls"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("Permission denied")
+            && out.contains("daemon.json")
+            && !out.contains("no drover daemon is running"),
+        "{out}"
+    );
     let listed = fx.drover(&["ls", "--json"]).ok().json();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
 }
@@ -1276,6 +1282,11 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
             "round {round}: {}",
             out.transcript()
         );
+        assert!(
+            !out.stderr.contains("web UI"),
+            "a daemon that never served was announced: {}",
+            out.stderr
+        );
         // The first run's lines are in daemon.out but not shown again.
         let log = std::fs::read_to_string(fx.home().join("daemon.out")).expect("daemon.out");
         assert!(log.matches("comand").count() >= round, "{log}");
@@ -1287,6 +1298,21 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
             );
         }
     }
+}
+
+/// A token file the daemon refuses (readable by others): the start fails saying why, and no
+/// web UI address is given for a daemon that never served.
+#[test]
+fn a_daemon_refusing_its_token_file_is_not_announced() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    let token = fx.home().join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"]);
+    assert_ne!(out.code, 0, "{}", out.transcript());
+    assert!(out.stderr.contains("token"), "{}", out.transcript());
+    assert!(!out.stderr.contains("web UI"), "{}", out.transcript());
 }
 
 // ---- schedules --------------------------------------------------------------------------------
@@ -1403,7 +1429,22 @@ fn schedule_arguments_are_checked_before_anything_is_made() {
         "x",
     ]);
     snapshot!("schedule_bad_cron", fx.redact(&cron.transcript()));
-    assert_eq!(cron.code, 5);
+    assert_eq!(cron.code, 2);
+    // What only the daemon can check is a bad argument too.
+    for (args, names) in [
+        (
+            &["--cron", "0 9 * * *", "--tz", "Mars/Olympus"][..],
+            "Mars/Olympus",
+        ),
+        (&["--at", "2020-01-01T00:00:00Z"][..], "in the past"),
+    ] {
+        let mut line = vec!["schedule", "add", "--agent", "worker"];
+        line.extend_from_slice(args);
+        line.push("x");
+        let out = fx.drover(&line);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.transcript());
+        assert!(out.stderr.contains(names), "{args:?}: {}", out.stderr);
+    }
     let none = fx.drover(&["schedule", "add", "--agent", "worker", "x"]);
     assert_eq!(none.code, 2, "{}", none.transcript());
     assert!(none.stderr.contains("--every"), "{}", none.stderr);
@@ -1499,9 +1540,6 @@ fn jobs_are_started_followed_listed_and_killed() {
     );
     let job = job_json(&fx, "job-2");
     assert_eq!(job["killedBy"], "request", "{job}");
-    // The kill's exit notice runs a turn in the worker: archive once it is done.
-    fx.drover(&["wait", "worker"]).ok();
-    fx.drover(&["archive", "worker"]).ok();
 
     // Bad input is named.
     let unknown = fx.drover(&["job", "logs", "job-99"]);
@@ -1510,6 +1548,23 @@ fn jobs_are_started_followed_listed_and_killed() {
     let env = fx.drover(&["job", "start", "worker", "--env", "NOVALUE", "--", "true"]);
     assert_eq!(env.code, 2, "{}", env.transcript());
     assert!(env.stderr.contains("NOVALUE"), "{}", env.stderr);
+    let cwd = fx.drover(&["job", "start", "worker", "--cwd", "/no/such", "--", "true"]);
+    assert_eq!(cwd.code, 2, "{}", cwd.transcript());
+    assert!(cwd.stderr.contains("/no/such"), "{}", cwd.stderr);
+    let timeout = fx.drover(&["job", "start", "worker", "--timeout", "0", "--", "true"]);
+    assert_eq!(timeout.code, 2, "{}", timeout.transcript());
+    assert!(timeout.stderr.contains("--timeout"), "{}", timeout.stderr);
+    // None of them started a job.
+    let listed = fx.drover(&["job", "ls", "--json"]).ok().json();
+    assert!(
+        listed
+            .as_array()
+            .is_some_and(|jobs| jobs.iter().all(|j| j["command"] != "true")),
+        "{listed}"
+    );
+    // The kill's exit notice runs a turn in the worker: archive once it is done.
+    fx.drover(&["wait", "worker"]).ok();
+    fx.drover(&["archive", "worker"]).ok();
 }
 
 // ---- job ----------------------------------------------------------------------------------------

@@ -12,6 +12,12 @@ use drover_core::{AgentStatus, AttentionReason, NewAgent, NoRuntimes, Registry};
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// `drover` with the test's own environment (the system's `PATH`, `HOME` = `home`, no
+/// `DROVER_*` of the caller's).
+fn drover(home: &Path) -> Command {
+    drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover"), home)
+}
+
 struct Daemon {
     child: Child,
     home: PathBuf,
@@ -20,11 +26,10 @@ struct Daemon {
 
 impl Daemon {
     fn start(home: &Path) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        let child = drover(home)
             .args(["daemon", "--home"])
             .arg(home)
             .args(["--listen", "127.0.0.1:0"])
-            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -158,7 +163,7 @@ fn a_second_daemon_on_the_same_home_exits_at_once_naming_the_first() {
     let home = tempfile::tempdir().expect("tempdir");
     let first = Daemon::start(home.path());
     let started = Instant::now();
-    let second = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let second = drover(home.path())
         .args(["daemon", "--home"])
         .arg(home.path())
         .args(["--listen", "127.0.0.1:0"])
@@ -300,7 +305,7 @@ fn boots_an_existing_store_reconciling_and_quarantining() {
 fn a_token_is_created_with_owner_only_access_at_first_start() {
     use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().expect("tempdir");
-    let child = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let child = drover(home.path())
         .args(["daemon", "--listen", "127.0.0.1:0", "--home"])
         .arg(home.path())
         .stdout(Stdio::null())
@@ -327,10 +332,8 @@ fn home_defaults_to_drover_home_then_dot_drover() {
         (Some(home.path()), home.path().to_path_buf()),
         (None, user.path().join(".drover")),
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_drover"));
+        let mut cmd = drover(user.path());
         cmd.args(["daemon", "--listen", "127.0.0.1:0"])
-            .env("HOME", user.path())
-            .env_remove("DROVER_HOME")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(h) = drover_home {
@@ -352,4 +355,53 @@ fn home_defaults_to_drover_home_then_dot_drover() {
                 .to_string()
         );
     }
+}
+
+/// Requests any web page could send (a foreign `Host`, a WebSocket from a foreign `Origin`),
+/// thousands of them: all refused, and `daemon.log` grows by a line or so, not a line each.
+#[test]
+fn foreign_hosts_and_origins_are_refused_without_growing_the_log() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(home.path());
+    let addr = daemon.url.trim_start_matches("http://").to_string();
+    let log = home.path().join("daemon.log");
+    let before = std::fs::metadata(&log).expect("daemon.log").len();
+    let send = |request: &str| -> u16 {
+        let mut stream = TcpStream::connect(&addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        stream.write_all(request.as_bytes()).expect("write");
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    let port = addr.rsplit_once(':').expect("port").1;
+    let started = Instant::now();
+    for n in 0..1500 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "too slow at {n}"
+        );
+        let host = format!("GET /health HTTP/1.0\r\nHost: evil{n}.test:{port}\r\n\r\n");
+        assert_eq!(send(&host), 421, "request {n}");
+        let origin = format!(
+            "GET /ws HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://evil.test\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        assert_eq!(send(&origin), 403, "request {n}");
+    }
+    let text = std::fs::read_to_string(&log).expect("daemon.log");
+    let grew = text.len() as u64 - before;
+    let refusals = text
+        .lines()
+        .filter(|l| l.contains("refused requests"))
+        .count();
+    assert!(
+        grew < 2_000 && refusals == 1,
+        "3,000 refusals wrote {grew} bytes, {refusals} lines:\n{text}"
+    );
 }

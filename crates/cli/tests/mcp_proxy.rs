@@ -2,7 +2,8 @@
 //! cannot speak MCP over HTTP.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +42,8 @@ async fn agent_with_mcp(daemon: &TestDaemon, client: &mut Client, title: &str) -
 }
 
 fn spawn_proxy(url: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_drover"))
+    // The proxy as an agent runs it: with the system's PATH and a HOME that is not the user's.
+    drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover"), Path::new("/nonexistent"))
         .args(["mcp-proxy", url])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

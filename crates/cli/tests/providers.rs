@@ -1,6 +1,13 @@
 //! `drover providers`: presets and config.toml providers with their availability.
 
+use std::path::Path;
 use std::process::Command;
+
+/// `drover` with the test's own environment: the system's `PATH` (no preset installed), `HOME`
+/// the data directory.
+fn drover(home: &Path) -> Command {
+    drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover"), home)
+}
 
 #[test]
 fn lists_presets_and_custom_providers_with_availability() {
@@ -10,10 +17,9 @@ fn lists_presets_and_custom_providers_with_availability() {
         "[providers.mine]\ncommand = [\"/bin/cat\"]\nenv = { SECRET_TOKEN = \"hunter2\" }\n\n[providers.gone]\ncommand = [\"/no/such/agent\"]\n",
     )
     .expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let out = drover(home.path())
         .args(["providers", "--home"])
         .arg(home.path())
-        .env("PATH", "/usr/bin:/bin")
         .output()
         .expect("run");
     assert!(
@@ -39,7 +45,7 @@ fn lists_presets_and_custom_providers_with_availability() {
         );
     }
 
-    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let out = drover(home.path())
         .args(["providers", "--json", "--home"])
         .arg(home.path())
         .output()
@@ -67,7 +73,7 @@ fn a_broken_config_is_named_in_the_error() {
         "[providers.x]\ncomand = [\"a\"]\n",
     )
     .expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let out = drover(home.path())
         .args(["providers", "--home"])
         .arg(home.path())
         .output()

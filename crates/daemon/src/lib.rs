@@ -11,6 +11,7 @@ pub mod lock;
 pub mod logging;
 mod mcp;
 mod ops;
+mod refusals;
 mod schedules;
 mod server;
 mod ui;
@@ -83,6 +84,19 @@ pub async fn run_locked(
     config: DaemonConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
+    run_locked_then(lock, listener, config, shutdown, |_| {}).await
+}
+
+/// [`run_locked`], calling `serving` once the token, the config and the store are loaded and
+/// `daemon.json` is published: what a caller says about the daemon (its web UI's address) is
+/// said only when it serves, never before a start that then fails.
+pub async fn run_locked_then(
+    lock: DataDirLock,
+    listener: TcpListener,
+    config: DaemonConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    serving: impl FnOnce(&DaemonInfo),
+) -> Result<(), DaemonError> {
     let addr = listener.local_addr().map_err(|source| DaemonError::Io {
         op: "read the listening address".to_string(),
         source,
@@ -104,6 +118,7 @@ pub async fn run_locked(
     };
     lock.publish(&info)?;
     tracing::info!(url = %info.url, home = %config.home.display(), "drover daemon listening");
+    serving(&info);
 
     // Schedules: loaded now, a family of archive admission from here on, firing once the
     // operations they fire through exist.
@@ -134,6 +149,7 @@ pub async fn run_locked(
             stop,
             token,
             allowed_hosts: Arc::new(config.allowed_hosts.clone()),
+            refusals: Arc::default(),
         },
         mcp_service,
     );
@@ -235,9 +251,13 @@ async fn open_runtimes(
 pub(crate) type McpService = StreamableHttpService<mcp::DroverMcp, LocalSessionManager>;
 
 /// drover's MCP server over streamable HTTP. Stateless, plain JSON answers: every tool call
-/// stands alone, which is also what the stdio proxy (`drover mcp-proxy`) relays.
+/// stands alone, which is also what the stdio proxy (`drover mcp-proxy`) relays. The `Host`
+/// header is the daemon's to check (`server::check_host`, one rule for every route, with
+/// `--allow-host`): rmcp's own list (`127.0.0.1`, `localhost`, `::1`) would refuse every agent of a
+/// daemon listening on any other address or reached through an allowed name.
 fn mcp_service(handler: mcp::DroverMcp) -> McpService {
     let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None);

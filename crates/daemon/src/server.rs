@@ -31,6 +31,8 @@ pub(crate) struct AppState {
     pub(crate) token: Option<Arc<str>>,
     /// Names beside `localhost` and IP addresses that `Host` may carry.
     pub(crate) allowed_hosts: Arc<Vec<String>>,
+    /// Refused hosts and origins, for a warning that any web page cannot make grow the log.
+    pub(crate) refusals: Arc<crate::refusals::Refusals>,
 }
 
 pub(crate) fn router(state: AppState, mcp: crate::McpService) -> Router {
@@ -58,7 +60,10 @@ async fn check_host(State(state): State<AppState>, request: Request, next: Next)
     if host_allowed(host, state.addr, &state.allowed_hosts) {
         return next.run(request).await;
     }
-    tracing::warn!(%host, path = request.uri().path(), "refused a request for another host");
+    if let Some(count) = state.refusals.refused(std::time::Instant::now()) {
+        tracing::warn!(%host, path = request.uri().path(), count,
+            "refused requests for another host or origin: `count` since the last such line (one a minute at most)");
+    }
     let message = if host.is_empty() {
         "a `Host` header is required".to_string()
     } else {
@@ -141,7 +146,10 @@ async fn upgrade(
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !same_origin(origin, state.addr) {
-            tracing::warn!(%origin, "refused a WebSocket from another origin");
+            if let Some(count) = state.refusals.refused(std::time::Instant::now()) {
+                tracing::warn!(%origin, count,
+                    "refused requests for another host or origin: `count` since the last such line (one a minute at most)");
+            }
             return (
                 StatusCode::FORBIDDEN,
                 Json(json!({"error": {"code": "forbidden_origin", "message": format!("WebSocket connections from `{origin}` are refused")}})),

@@ -56,6 +56,17 @@ impl TestDaemon {
         Self::start_with(home, keep, no_token, state, config, addr).await
     }
 
+    /// A daemon on a fresh home listening on `addr` (say another loopback address), letting
+    /// `Host` name it as `allowed_hosts` too (`--allow-host`).
+    pub async fn start_allowing(addr: &str, allowed_hosts: &[&str]) -> TestDaemon {
+        let home = TempDir::new().expect("home");
+        let path = home.path().to_path_buf();
+        let state = TempDir::new().expect("agent state");
+        let config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
+        let hosts = allowed_hosts.iter().map(ToString::to_string).collect();
+        Self::start_configured(path, Some(home), false, state, config, addr, None, hosts).await
+    }
+
     /// A daemon on a fresh home that sends every streamed chunk as its own `append` (no
     /// joining window), for tests that need many updates.
     pub async fn start_unjoined() -> TestDaemon {
@@ -105,12 +116,37 @@ impl TestDaemon {
         addr: &str,
         stream_window: Option<Duration>,
     ) -> TestDaemon {
+        Self::start_configured(
+            home,
+            keep,
+            no_token,
+            state,
+            config,
+            addr,
+            stream_window,
+            Vec::new(),
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)] // the private constructor every public one calls
+    async fn start_configured(
+        home: PathBuf,
+        keep: Option<TempDir>,
+        no_token: bool,
+        state: TempDir,
+        config: String,
+        addr: &str,
+        stream_window: Option<Duration>,
+        allowed_hosts: Vec<String>,
+    ) -> TestDaemon {
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(home.join("config.toml"), config).expect("config.toml");
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut config = drover_daemon::DaemonConfig::new(&home, addr).expect("config");
         config.no_token = no_token;
+        config.allowed_hosts = allowed_hosts;
         if let Some(window) = stream_window {
             config.stream_window = window;
         }

@@ -6,7 +6,8 @@
 //! daemon in the test's process with a protocol client. [`crash`] is the line protocol of
 //! `drover-crashdriver` ([`crashdriver`]), the process the crash test kills. [`wait::eventually`]
 //! is how a test waits for something to become true. [`scripted_agent_bin`] finds the scripted
-//! agent's binary for tests outside drover-e2e, which declares it.
+//! agent's binary for tests outside drover-e2e, which declares it. [`hermetic`] gives every
+//! process a test starts an environment of its own (the system's `PATH`, the test's `HOME`).
 //!
 //! The fakes of external programs (the scripted agent, the model server, the real agents'
 //! setup) are in drover-fakes; the end-to-end tests are in drover-e2e.
@@ -19,6 +20,7 @@ pub mod crashdriver;
 pub mod daemon;
 pub mod daemonproc;
 pub mod disk;
+pub mod hermetic;
 pub mod msgdriver;
 pub mod wait;
 

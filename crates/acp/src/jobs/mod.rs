@@ -222,6 +222,9 @@ struct Inner {
     shutting_down: AtomicBool,
     /// The runtimes, for exit notices (weak: the runtimes own the jobs).
     shared: OnceLock<Weak<Shared>>,
+    /// Jobs this boot found lost whose owner asked to hear how they end: told once the
+    /// runtimes are up ([`Jobs::notify_lost`]).
+    lost: Mutex<Vec<String>>,
 }
 
 /// The daemon's jobs (cheap to clone).
@@ -232,14 +235,16 @@ impl Jobs {
     /// Loads the records under `home`, ends what a killed daemon left of its running jobs and
     /// marks them `lost`. Blocking: call it at boot, before anything can start a job.
     pub fn open(home: &std::path::Path) -> (Jobs, usize) {
-        let mut records = record::load(home);
-        let lost = record::reconcile(home, &mut records);
-        let next = records
+        let loaded = record::load(home);
+        let mut records = loaded.records;
+        let unfinished: Vec<String> = records
             .iter()
-            .filter_map(|r| record::number(&r.id))
-            .max()
-            .unwrap_or(0)
-            + 1;
+            .filter(|r| r.is_running() && r.notify_on_exit)
+            .map(|r| r.id.clone())
+            .collect();
+        let lost = record::reconcile(home, &mut records);
+        // Past every number on disk, the files boot left alone included: none is taken over.
+        let next = loaded.highest + 1;
         let mut jobs = BTreeMap::new();
         for record in records {
             let Some(n) = record::number(&record.id) else {
@@ -278,6 +283,7 @@ impl Jobs {
                 events,
                 shutting_down: AtomicBool::new(false),
                 shared: OnceLock::new(),
+                lost: Mutex::new(unfinished),
             })),
             lost,
         )
@@ -285,6 +291,30 @@ impl Jobs {
 
     pub(crate) fn attach(&self, shared: &Arc<Shared>) {
         let _ = self.0.shared.set(Arc::downgrade(shared));
+    }
+
+    /// Tells each owner of a job this boot found lost (and that asked to hear how it ends)
+    /// that it was lost: once, through the owner's inbox, as an exit notice would. A crash
+    /// before the notice is queued loses it (the record says `lost` either way).
+    pub(crate) fn notify_lost(&self) {
+        let ids = std::mem::take(&mut *self.0.lost.lock().unwrap_or_else(PoisonError::into_inner));
+        let Some(shared) = self.0.shared.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        for id in ids {
+            let Ok(job) = self.job(&id) else {
+                // Pruned at boot: an owner with many newer jobs.
+                continue;
+            };
+            let record = job.snapshot();
+            let text = exit_notice(&record, &job.output);
+            tokio::spawn(notify(
+                shared.clone(),
+                record.clone(),
+                text,
+                notice_delivery(&record),
+            ));
+        }
     }
 
     fn jobs(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Job>>> {
@@ -600,11 +630,7 @@ impl Jobs {
         });
         if record.notify_on_exit && !self.0.shutting_down.load(Ordering::SeqCst) {
             let text = exit_notice(&record, &job.output);
-            let delivery = if record.wake_depth < MAX_SELF_WAKES {
-                Delivery::Followup
-            } else {
-                Delivery::Inject
-            };
+            let delivery = notice_delivery(&record);
             let shared = self.0.shared.get().and_then(Weak::upgrade);
             if let Some(shared) = shared {
                 runtime.spawn(notify(shared, record, text, delivery));
@@ -845,20 +871,8 @@ fn prune(jobs: &mut BTreeMap<u64, Arc<Job>>, owner: AgentId) -> Vec<JobRecord> {
 }
 
 /// What the owner reads when its job ends.
-fn exit_notice(record: &JobRecord, output: &Output) -> String {
-    let how = match (record.status, record.killed_by) {
-        (JobStatus::Killed, Some(cause)) => format!(
-            "was killed ({}; {})",
-            kill_cause_text(cause),
-            record.exit.as_deref().unwrap_or("")
-        ),
-        _ => format!("exited ({})", record.exit.as_deref().unwrap_or("unknown")),
-    };
-    let secs = record.duration_ms.unwrap_or(0) as f64 / 1000.0;
-    let mut text = format!(
-        "[drover] Job {} {how} after {secs:.1} s: `{}`",
-        record.id, record.command
-    );
+/// The last lines the job wrote, quoted, for its notice.
+fn push_tail(text: &mut String, record: &JobRecord, output: &Output) {
     let tail = output.tail(NOTICE_BYTES);
     let (tail_text, _) = output::utf8_prefix(&tail.bytes, true);
     let lines: Vec<&str> = tail_text.lines().collect();
@@ -878,6 +892,40 @@ fn exit_notice(record: &JobRecord, output: &Output) -> String {
             text.push('\n');
         }
     }
+}
+
+/// An exit notice wakes the owner, unless job exits have woken it too many times in a row.
+fn notice_delivery(record: &JobRecord) -> Delivery {
+    if record.wake_depth < MAX_SELF_WAKES {
+        Delivery::Followup
+    } else {
+        Delivery::Inject
+    }
+}
+
+fn exit_notice(record: &JobRecord, output: &Output) -> String {
+    if record.status == JobStatus::Lost {
+        let mut text = format!(
+            "[drover] Job {} was lost: `{}`. The drover daemon stopped while it ran (a crash or a kill); the next start ended what was left of it, and how it would have ended is unknown.",
+            record.id, record.command
+        );
+        push_tail(&mut text, record, output);
+        return text;
+    }
+    let how = match (record.status, record.killed_by) {
+        (JobStatus::Killed, Some(cause)) => format!(
+            "was killed ({}; {})",
+            kill_cause_text(cause),
+            record.exit.as_deref().unwrap_or("")
+        ),
+        _ => format!("exited ({})", record.exit.as_deref().unwrap_or("unknown")),
+    };
+    let secs = record.duration_ms.unwrap_or(0) as f64 / 1000.0;
+    let mut text = format!(
+        "[drover] Job {} {how} after {secs:.1} s: `{}`",
+        record.id, record.command
+    );
+    push_tail(&mut text, record, output);
     if record.wake_depth >= MAX_SELF_WAKES {
         let _ = write!(
             text,

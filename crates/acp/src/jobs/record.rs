@@ -189,12 +189,23 @@ pub fn number(id: &str) -> Option<u64> {
     id.strip_prefix("job-")?.parse().ok()
 }
 
-/// Every readable record under `$DROVER_HOME/jobs`; damaged ones are logged and skipped, log
-/// segments whose record is gone (a deletion cut off) are deleted.
-pub fn load(home: &Path) -> Vec<JobRecord> {
+/// What [`load`] found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub records: Vec<JobRecord>,
+    /// The highest `job-<n>` any file is named after or names, those left alone included: a
+    /// new job's number is past it, so no file is ever taken over.
+    pub highest: u64,
+}
+
+/// Every readable record under `$DROVER_HOME/jobs`. One that cannot be read, was written by
+/// a newer drover, or is not where its id and owner put it is logged and left in place (never
+/// rewritten); log segments whose record is gone (a deletion cut off) are deleted.
+pub fn load(home: &Path) -> Loaded {
     let mut found = Vec::new();
+    let mut highest = 0;
     let Ok(owners) = std::fs::read_dir(home.join(DIR)) else {
-        return found;
+        return Loaded::default();
     };
     for owner in owners.flatten() {
         let Ok(files) = std::fs::read_dir(owner.path()) else {
@@ -203,29 +214,56 @@ pub fn load(home: &Path) -> Vec<JobRecord> {
         for file in files.flatten() {
             let path = file.path();
             if let Some(id) = log_owner(&path) {
+                highest = highest.max(number(id).unwrap_or(0));
                 if !path.with_file_name(format!("{id}.json")).exists() {
                     let _ = std::fs::remove_file(&path);
                 }
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "json") {
+            let Some(named) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".json"))
+                .filter(|id| number(id).is_some())
+            else {
                 continue;
-            }
+            };
+            highest = highest.max(number(named).unwrap_or(0));
             let parsed = std::fs::read(&path)
                 .ok()
-                .and_then(|b| serde_json::from_slice::<JobRecord>(&b).ok());
-            match parsed {
-                Some(record) if record.version <= VERSION && number(&record.id).is_some() => {
-                    found.push(record);
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            let newer = parsed
+                .as_ref()
+                .and_then(|v| v.get("version"))
+                .and_then(serde_json::Value::as_u64)
+                .is_some_and(|v| v > u64::from(VERSION));
+            let record = parsed.and_then(|v| serde_json::from_value::<JobRecord>(v).ok());
+            if let Some(n) = record.as_ref().and_then(|r| number(&r.id)) {
+                highest = highest.max(n);
+            }
+            let in_place = record.as_ref().is_some_and(|r| {
+                r.id == named && owner.file_name().to_str() == Some(r.owner.to_string().as_str())
+            });
+            match record {
+                _ if newer => {
+                    tracing::warn!(path = %path.display(), "left alone a job record written by a newer drover");
                 }
-                _ => {
-                    tracing::warn!(path = %path.display(), "ignoring a job record that cannot be read");
+                Some(record) if in_place => found.push(record),
+                Some(record) => {
+                    tracing::error!(path = %path.display(), id = %record.id, owner = %record.owner,
+                        "a job record names another job or owner; left in place");
+                }
+                None => {
+                    tracing::error!(path = %path.display(), "cannot read a job record; left in place");
                 }
             }
         }
     }
     found.sort_by_key(|r| number(&r.id));
-    found
+    Loaded {
+        records: found,
+        highest,
+    }
 }
 
 /// The job id a log segment (`job-<n>.log`, `job-<n>.log.1`) belongs to.

@@ -206,8 +206,10 @@ impl Schedules {
     /// Loads `$DROVER_HOME/schedules/`. Nothing fires until [`Schedules::start`].
     pub(crate) fn open(home: &Path, clock: Clock) -> Schedules {
         let mut table = Table::default();
-        for s in store::load(home) {
-            table.next_id = table.next_id.max(s.id.0);
+        let loaded = store::load(home);
+        // Past every id on disk, the files boot left alone included: none is taken over.
+        table.next_id = loaded.highest_id;
+        for s in loaded.schedules {
             table.put(s);
         }
         let (events, _) = broadcast::channel(EVENT_CAPACITY);

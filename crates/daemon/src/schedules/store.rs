@@ -252,15 +252,25 @@ pub(crate) fn remove(home: &Path, id: ScheduleId) -> Result<(), StoreError> {
         })
 }
 
+/// What [`load`] found.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    pub(crate) schedules: Vec<Schedule>,
+    /// The highest id any file in the folder is named after or names, those left alone
+    /// included: a new schedule's id is past it, so no file is ever taken over.
+    pub(crate) highest_id: u64,
+}
+
 /// Every schedule on disk. A file that cannot be read or parsed, or whose name is not its
 /// id, is logged and left where it is (it is never rewritten); one written by a newer drover
 /// is left alone too. Temp files a crash left are removed.
-pub(crate) fn load(home: &Path) -> Vec<Schedule> {
+pub(crate) fn load(home: &Path) -> Loaded {
     let dir = dir(home);
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
+        return Loaded::default();
     };
     let mut out = Vec::new();
+    let mut highest_id = 0;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
@@ -274,6 +284,7 @@ pub(crate) fn load(home: &Path) -> Vec<Schedule> {
         else {
             continue;
         };
+        highest_id = highest_id.max(id.0);
         let parsed = std::fs::read(&path)
             .map_err(|e| e.to_string())
             .and_then(|b| {
@@ -297,6 +308,7 @@ pub(crate) fn load(home: &Path) -> Vec<Schedule> {
         match serde_json::from_value::<Schedule>(value) {
             Ok(s) if s.id == id => out.push(s),
             Ok(s) => {
+                highest_id = highest_id.max(s.id.0);
                 tracing::error!(path = %path.display(), id = %s.id, "a schedule file names another id; left in place");
             }
             Err(e) => {
@@ -305,7 +317,10 @@ pub(crate) fn load(home: &Path) -> Vec<Schedule> {
         }
     }
     out.sort_by_key(|s| s.id);
-    out
+    Loaded {
+        schedules: out,
+        highest_id,
+    }
 }
 
 #[cfg(test)]

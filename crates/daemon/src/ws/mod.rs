@@ -405,7 +405,13 @@ impl Session {
                 );
                 return send(socket, encode(&error)).await;
             }
-            Some(Ok(Message::Close(_))) | None => return Next::Close,
+            Some(Ok(Message::Close(_))) => {
+                // The WebSocket layer queued the answer to the peer's close (the same code, or
+                // 1002 for one no endpoint may send, RFC 6455 §7.4): write it before going.
+                let _ = socket.flush().await;
+                return Next::Close;
+            }
+            None => return Next::Close,
             Some(Ok(_)) => return Next::Continue,
             Some(Err(e)) => {
                 // RFC 6455 §7.4: say why before going, when the socket can still carry it.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
@@ -315,7 +315,7 @@ fn run_until_killed(
     let stderr = fs::File::create(stderr_path).expect("stderr file");
     let started = Instant::now();
     let mut driver = Driver(
-        Command::new(env!("CARGO_BIN_EXE_drover-crashdriver"))
+        drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover-crashdriver"), home)
             .arg(home)
             .arg(cwd)
             .arg(seed.to_string())

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ impl Drop for Driver {
 fn spawn_driver(home: &Path, cwd: &Path, seed: u64, mode: &str, stderr: &Path) -> Driver {
     let stderr = fs::File::create(stderr).expect("stderr file");
     Driver(
-        Command::new(env!("CARGO_BIN_EXE_drover-msgdriver"))
+        drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover-msgdriver"), home)
             .arg(home)
             .arg(cwd)
             .arg(env!("CARGO_BIN_EXE_drover-scripted-agent"))

@@ -836,3 +836,79 @@ async fn jobs_a_follower_that_stops_reading_lags_then_gets_every_byte() {
     assert!(text == expected, "the bytes in order");
     daemon.stop().await;
 }
+
+/// Job records that boot leaves alone (unreadable, naming another job, written by a newer
+/// drover) are never taken over: the next job gets a number past every one, and each file
+/// stays byte for byte what it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_never_reuse_the_id_of_a_record_boot_left_alone() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon, "say ready", "worker").await;
+    client.wait_idle(&agent).await;
+    let first = start_job(&mut client, &agent, "true").await;
+    assert_eq!(first["id"], "job-1", "{first}");
+    eventually("job-1 to end", WAIT, async || {
+        job(&mut client, "job-1").await["status"] == "exited"
+    })
+    .await;
+    let (home, keep) = daemon.stop().await;
+    let file = home.join("jobs").join(&agent).join("job-1.json");
+    let template: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("job-1.json")).expect("JSON");
+    let mut other_id = template.clone();
+    other_id["id"] = json!("job-4");
+    let mut newer = template.clone();
+    newer["version"] = json!(99);
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "unreadable",
+            b"{\"version\": 1, \"id\": \"job-1\", torn".to_vec(),
+            "job-2",
+        ),
+        (
+            "naming another job",
+            serde_json::to_vec_pretty(&other_id).expect("json"),
+            "job-5",
+        ),
+        (
+            "written by a newer drover",
+            serde_json::to_vec_pretty(&newer).expect("json"),
+            "job-2",
+        ),
+    ];
+    let (mut home, mut keep) = (home, keep);
+    for (case, bytes, expected) in cases {
+        std::fs::write(&file, &bytes).expect("write the record");
+        // Only the record under test: the previous case's job goes.
+        for entry in std::fs::read_dir(file.parent().expect("owner dir")).expect("dir") {
+            let path = entry.expect("entry").path();
+            if path != file && !path.ends_with("job-1.log") {
+                std::fs::remove_file(&path).expect("remove");
+            }
+        }
+        let daemon = TestDaemon::start_in(home, keep, false).await;
+        let (mut client, _) = daemon.client().await;
+        let listed = client.request(json!({"type": "list_jobs"})).await;
+        assert_eq!(
+            listed["payload"]["jobs"].as_array().map(Vec::len),
+            Some(0),
+            "{case}: the record was loaded: {listed}"
+        );
+        let next = client
+            .request(json!({"type": "start_job", "agentId": agent, "command": "true", "cwd": daemon.cwd()}))
+            .await;
+        assert_eq!(next["payload"]["job"]["id"], expected, "{case}: {next}");
+        let id = expected.to_string();
+        eventually("the job to end", WAIT, async || {
+            job(&mut client, &id).await["status"] == "exited"
+        })
+        .await;
+        assert_eq!(
+            std::fs::read(&file).expect("the record is still there"),
+            bytes,
+            "{case}: the record boot left alone was rewritten"
+        );
+        (home, keep) = daemon.stop().await;
+    }
+}

@@ -253,3 +253,94 @@ async fn an_auto_archived_agent_takes_the_worktree_made_for_it() {
     assert!(kid["archivedAt"].is_string(), "{kid}");
     daemon.stop().await;
 }
+
+/// A daemon listening on another loopback address than 127.0.0.1: its agents call the MCP
+/// server at that address, and a name allowed with `--allow-host` reaches it too. One `Host`
+/// rule (the daemon's) holds for every route, `/mcp` included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_answers_on_another_loopback_address_and_an_allowed_name() {
+    let daemon = TestDaemon::start_allowing("127.0.0.2:0", &["drover.test"]).await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(
+        &mut client,
+        &daemon,
+        "mcp list_agents {\"scope\": \"all\"}",
+        "far",
+    )
+    .await;
+    client.wait_idle(&agent).await;
+    let said = client.replies(&agent).await;
+    assert!(
+        said[0].starts_with("mcp list_agents: ") && said[0].contains(&agent),
+        "the agent's own MCP call on 127.0.0.2 failed: {said:?}"
+    );
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": agent, "text": "mcp-servers"}))
+        .await;
+    assert_eq!(sent["type"], "message_queued", "{sent}");
+    let servers = poll_until(WAIT, async || {
+        let said = client.replies(&agent).await;
+        serde_json::from_str::<Value>(said.get(1)?).ok()
+    })
+    .await
+    .expect("the agent says its MCP servers");
+    let url = servers[0]["url"].as_str().expect("an HTTP MCP server");
+    let path = url
+        .strip_prefix(&daemon.url)
+        .unwrap_or_else(|| panic!("{url} is not on {}", daemon.url));
+    let port = daemon.addr().rsplit_once(':').expect("a port").1;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_agents","arguments":{"scope":"all"}}}"#;
+    let call = |host: String| {
+        let (addr, path) = (daemon.addr().to_string(), path.to_string());
+        async move {
+            let length = format!("Content-Length: {}", body.len());
+            let headers = [
+                "Content-Type: application/json",
+                "Accept: application/json, text/event-stream",
+                length.as_str(),
+            ];
+            http_with_body(&addr, &path, &host, &headers, body).await
+        }
+    };
+    let (status, answer) = call(format!("drover.test:{port}")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(&agent), "{answer}");
+    // A name nobody allowed is refused by the same rule as every other route.
+    let (status, answer) = call(format!("evil.test:{port}")).await;
+    assert_eq!(status, 421, "{answer}");
+    assert!(answer.contains("forbidden_host"), "{answer}");
+    daemon.stop().await;
+}
+
+/// A POST with `body`, written by hand so that `Host` is exactly `host`.
+async fn http_with_body(
+    addr: &str,
+    path: &str,
+    host: &str,
+    headers: &[&str],
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut request = format!("POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}

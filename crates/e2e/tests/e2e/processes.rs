@@ -25,13 +25,14 @@ pub(crate) struct DaemonProcess {
 impl DaemonProcess {
     pub(crate) async fn start(home: &Path) -> DaemonProcess {
         let _ = std::fs::remove_file(home.join("daemon.json"));
-        let child = Command::new(env!("CARGO_BIN_EXE_drover-daemon-proc"))
-            .arg(home)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn drover-daemon-proc");
+        let child =
+            drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover-daemon-proc"), home)
+                .arg(home)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn drover-daemon-proc");
         let info = home.join("daemon.json");
         let url = eventually("daemon.json", WAIT, async || {
             let bytes = std::fs::read(&info).ok()?;
@@ -57,6 +58,17 @@ impl DaemonProcess {
     pub(crate) fn sigkill(&mut self) {
         self.child.kill().expect("SIGKILL the daemon");
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM: the daemon's ordered shutdown, waited for (at most [`WAIT`]).
+    pub(crate) async fn stop(mut self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits");
+        // SAFETY: sending a signal to our own child process.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM the daemon");
+        let exited = poll_until(WAIT, async || self.child.try_wait().ok().flatten()).await;
+        assert!(exited.is_some(), "the daemon did not stop within {WAIT:?}");
     }
 }
 
@@ -313,4 +325,33 @@ async fn processes_a_sigkilled_daemon_leaves_no_job_running_and_the_next_boot_ma
         "{out}"
     );
     assert_eq!(out["payload"]["eof"], true, "{out}");
+
+    // Its owner asked to hear how it ends (notifyOnExit): told once, at this boot, that it was
+    // lost, with what it wrote.
+    let notices = |items: Vec<Value>| -> Vec<String> {
+        items
+            .into_iter()
+            .filter(|i| i["kind"] == "user_message" && i["data"]["source"] == format!("job:{id}"))
+            .map(|i| i["data"]["text"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let told = eventually("the lost job's notice", WAIT, async || {
+        let told = notices(client.timeline(&agent).await);
+        (!told.is_empty()).then_some(told)
+    })
+    .await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].contains(&format!("Job {id} was lost")) && told[0].contains("> pid="),
+        "{}",
+        told[0]
+    );
+    // Not again at the next boot.
+    client.wait_idle(&agent).await;
+    drop(client);
+    daemon.stop().await;
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    client.wait_idle(&agent).await;
+    assert_eq!(notices(client.timeline(&agent).await).len(), 1);
 }

@@ -2,7 +2,7 @@
 //! permissions, the inbox (followup, steer, inject), cancel, crashes, restarts and resume,
 //! the turn gate, and process-group cleanup.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use drover_acp::{
@@ -31,6 +31,8 @@ struct Fleet {
 
 fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
     let mut providers = Providers::presets();
+    // No preset is installed on the system's PATH, whatever the machine has elsewhere.
+    providers.set_search_path(drover_testkit::hermetic::SYSTEM_PATH);
     let mut env: std::collections::BTreeMap<String, String> = extra_env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -669,23 +671,17 @@ async fn unknown_and_unavailable_providers_are_refused_with_a_hint() {
     assert_eq!(err.code(), "unknown_provider");
     let mut new = fleet.new_agent();
     new.provider = "copilot".to_string();
-    match fleet.manager.create_agent(new, None).await {
-        Err(err) => {
-            assert_eq!(err.code(), "provider_unavailable");
-            assert!(
-                err.to_string().contains("npm install -g @github/copilot"),
-                "{err}"
-            );
-        }
-        Ok(_) => assert!(which("copilot").is_some(), "copilot is installed here"),
-    }
+    let err = fleet
+        .manager
+        .create_agent(new, None)
+        .await
+        .expect_err("copilot is not on the system's PATH");
+    assert_eq!(err.code(), "provider_unavailable");
+    assert!(
+        err.to_string().contains("npm install -g @github/copilot"),
+        "{err}"
+    );
     assert!(fleet.registry.agents().is_empty(), "nothing was created");
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(program))
-        .find(|p| p.exists())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

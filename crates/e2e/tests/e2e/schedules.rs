@@ -486,3 +486,72 @@ async fn schedules_an_agent_made_for_a_subagent_pause_once_it_is_detached() {
     );
     daemon.stop().await;
 }
+
+/// Files in `schedules/` that boot leaves alone (unreadable, naming another id, written by a
+/// newer drover) are never taken over: the next schedule gets an id past every one, and each
+/// file stays byte for byte what it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_never_reuse_the_id_of_a_file_boot_left_alone() {
+    // A schedule file as this drover writes it, to derive the others from.
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let agent = create(&mut client, &daemon.cwd(), "say ready", "worker").await;
+    let made = schedule(
+        &mut client,
+        json!({"agentId": agent, "prompt": "say later", "when": {"inSeconds": 3600}}),
+    )
+    .await;
+    assert_eq!(made["id"], "sched-1", "{made}");
+    let (home, keep) = daemon.stop().await;
+    let template = schedule_file(&home, "sched-1");
+    let mut other_id = template.clone();
+    other_id["id"] = json!("sched-4");
+    let mut newer = template.clone();
+    newer["version"] = json!(99);
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "unreadable",
+            b"{\"version\": 1, \"id\": \"sched-1\", torn".to_vec(),
+            "sched-2",
+        ),
+        (
+            "naming another id",
+            serde_json::to_vec_pretty(&other_id).expect("json"),
+            "sched-5",
+        ),
+        (
+            "written by a newer drover",
+            serde_json::to_vec_pretty(&newer).expect("json"),
+            "sched-2",
+        ),
+    ];
+    let (mut home, mut keep) = (home, keep);
+    for (case, bytes, expected) in cases {
+        let file = home.join("schedules").join("sched-1.json");
+        std::fs::write(&file, &bytes).expect("write the file");
+        let daemon = TestDaemon::start_in(home, keep, false).await;
+        let (mut client, _) = daemon.client().await;
+        assert!(
+            list(&mut client).await.is_empty(),
+            "{case}: the file was loaded"
+        );
+        let made = schedule(
+            &mut client,
+            json!({"agentId": agent, "prompt": "say later", "when": {"inSeconds": 3600}}),
+        )
+        .await;
+        assert_eq!(made["id"], expected, "{case}: {made}");
+        assert_eq!(
+            std::fs::read(&file).expect("the file is still there"),
+            bytes,
+            "{case}: the file boot left alone was rewritten"
+        );
+        // The next case starts from the same folder, without this run's schedule.
+        let id = made["id"].as_str().expect("id").to_string();
+        let deleted = client
+            .request(json!({"type": "delete_schedule", "scheduleId": id}))
+            .await;
+        assert_ne!(deleted["type"], "request_error", "{deleted}");
+        (home, keep) = daemon.stop().await;
+    }
+}

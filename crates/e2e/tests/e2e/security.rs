@@ -474,6 +474,22 @@ async fn websocket_violations_are_closed_with_their_codes() {
         .await
         .expect("write");
     assert_eq!(close_code(&mut stream).await, Some(1002));
+    // A close frame whose code no endpoint may send (reserved, or out of range): 1002.
+    for code in [1005u16, 999, 5000] {
+        let mut stream = raw_websocket(&daemon).await;
+        stream
+            .write_all(&frame(0x88, &code.to_be_bytes(), true))
+            .await
+            .expect("write");
+        assert_eq!(close_code(&mut stream).await, Some(1002), "close {code}");
+    }
+    // A valid close is answered with the same code.
+    let mut stream = raw_websocket(&daemon).await;
+    stream
+        .write_all(&frame(0x88, &1000u16.to_be_bytes(), true))
+        .await
+        .expect("write");
+    assert_eq!(close_code(&mut stream).await, Some(1000));
     // The daemon serves on.
     let (mut client, _) = daemon.client().await;
     assert!(client.agents(false).await.is_empty());
