@@ -18,7 +18,7 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 use tempfile::TempDir;
 
-use crate::orphans::{assert_all_gone_within, guard_of};
+use crate::orphans::{assert_all_gone_within, cgroup_dir, cgroups_here, guard_of};
 use crate::processes::{DaemonProcess, said};
 
 /// Generous: claude's `session/new` alone takes a second or two on 2 cores.
@@ -142,6 +142,15 @@ async fn nothing_of_a_wrapped_agent_outlives_the_daemon(agent: RealAgent, cgroup
         }
     }
     assert!(guard_of(daemon.pid()).is_some(), "{name}: no guard runs");
+    // With cgroups, every one of them (the tool too) is in a cgroup of the daemon's.
+    let cgroups = cgroups && cgroups_here();
+    let daemon_cgroup = format!("drover-{}", daemon.pid());
+    for pid in &watched {
+        let in_ours = cgroup_dir(*pid)
+            .and_then(|c| c.parent().map(Path::to_path_buf))
+            .is_some_and(|c| c.ends_with(&daemon_cgroup));
+        assert_eq!(in_ours, cgroups, "{name}: the cgroup of {pid}");
+    }
 
     assert_all_gone_within(&mut daemon, Signal::SIGKILL, &watched, name).await;
     drop(model);
