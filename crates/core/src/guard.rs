@@ -305,6 +305,11 @@ fn watch(token: &str, cgroup: Option<&Path>) {
         // SAFETY: setting a signal to be ignored runs no handler code.
         let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }
+    // The daemon's group is never killed whole (it may hold whoever started the daemon); read
+    // now, while the daemon is our parent.
+    let daemon_group = nix::unistd::getpgid(Some(nix::unistd::getppid()))
+        .map(Pid::as_raw)
+        .unwrap_or_default();
     let mut stdin = io::stdin().lock();
     let mut buf = [0u8; 256];
     loop {
@@ -315,12 +320,13 @@ fn watch(token: &str, cgroup: Option<&Path>) {
             Err(_) => break,
         }
     }
-    end_tree(token, cgroup);
+    end_tree(token, cgroup, daemon_group);
 }
 
-/// Kills the cgroup tree and every process carrying `token`, again until a sweep finds
-/// nothing (a process may be forking as it is killed), then removes the cgroups.
-pub fn end_tree(token: &str, cgroup: Option<&Path>) {
+/// Kills the cgroup tree and every process carrying `token` with its process group (but never
+/// group `spared`, nor the guard's own), again until a sweep finds nothing (a process may be
+/// forking as it is killed), then removes the cgroups.
+pub fn end_tree(token: &str, cgroup: Option<&Path>, spared: i32) {
     let needle = format!("{RUN_VAR}={token}").into_bytes();
     let deadline = Instant::now() + SWEEP_FOR;
     loop {
@@ -329,8 +335,8 @@ pub fn end_tree(token: &str, cgroup: Option<&Path>) {
         }
         let marked = marked_processes(&needle);
         for (pid, pgid) in &marked {
-            // Its group too: a child forked just now may not be marked yet in /proc's eyes.
-            if *pgid > 1 && *pgid != nix::unistd::getpgrp().as_raw() {
+            // Its group too: a member may have dropped the marker (`env -i`).
+            if *pgid > 1 && *pgid != spared && *pgid != nix::unistd::getpgrp().as_raw() {
                 let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
             }
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
@@ -404,7 +410,7 @@ mod tests {
         assert!(marked.len() >= 3, "{marked:?}");
         assert!(marked.iter().any(|(pid, _)| *pid == in_session));
 
-        end_tree(&token, None);
+        end_tree(&token, None, 0);
         let status = shell.wait().expect("wait");
         assert!(status.code().is_none(), "the shell was killed: {status:?}");
         // What is left are zombies whose parent (the shell) is gone: reaped by init.
