@@ -102,18 +102,20 @@ pub struct SpawnError {
     pub source: std::io::Error,
 }
 
-/// Starts the process in a new process group of its own, killed by the kernel if the daemon
-/// dies (forked from `core::child`'s spawner thread, see `child::on_spawner`).
+/// Starts the process in a new process group (and, where it can, a cgroup) of its own, killed
+/// by the kernel if the daemon dies (forked from `core::child`'s spawner thread, see
+/// `child::on_spawner`); what it starts is ended by the daemon's guard (`core::guard`).
 pub async fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
     let mut std_command = child::command(&spec.program, &spec.cwd);
-    child::die_with_daemon(&mut std_command);
-    let mut command = Command::from(std_command);
-    command
+    std_command
         .args(&spec.args)
         .env_clear()
         .envs(&spec.env)
-        .stdin(Stdio::piped())
-        .kill_on_drop(true);
+        .stdin(Stdio::piped());
+    // After the environment: it adds the daemon's marker.
+    child::die_with_daemon(&mut std_command);
+    let mut command = Command::from(std_command);
+    command.kill_on_drop(true);
     let runtime = tokio::runtime::Handle::current();
     let spawned = child::on_spawner(move || {
         // tokio's reaper belongs to the daemon's runtime, whichever thread forks.
@@ -170,9 +172,10 @@ async fn wait_child(mut child: Child, exit_tx: watch::Sender<Option<ExitStatus>>
     }
 }
 
-/// Ends everything an agent started: its process group, and every process that is not in it
-/// but descends from it or carries its `DROVER_AGENT_ID=<marker>` (agents run their tools in
-/// process groups of their own, and a tool outlives a crashed agent under a new parent).
+/// Ends everything an agent started: its process group, its cgroup where it has one, and
+/// every process that is not in them but descends from it or carries its
+/// `DROVER_AGENT_ID=<marker>` (agents run their tools in process groups of their own, and a
+/// tool outlives a crashed agent under a new parent).
 /// TERM first, then KILL after `grace` (or as soon as the leader is gone).
 pub async fn terminate_group(
     pid: u32,
@@ -184,6 +187,9 @@ pub async fn terminate_group(
     if raw <= 0 {
         return;
     }
+    // Its cgroup, read while the leader is alive: it holds everything the agent started,
+    // whatever its group, parent or environment.
+    let cgroup = drover_core::guard::cgroup_of(pid);
     let mut targets = agent_processes(pid, marker);
     signal_all(pid, &targets, Signal::SIGTERM);
     let _ = tokio::time::timeout(grace, exited.wait_for(Option::is_some)).await;
@@ -192,6 +198,9 @@ pub async fn terminate_group(
         if !targets.contains(&found) {
             targets.push(found);
         }
+    }
+    if let Some(cgroup) = &cgroup {
+        drover_core::guard::kill_cgroup(cgroup);
     }
     signal_all(pid, &targets, Signal::SIGKILL);
 }

@@ -3,8 +3,9 @@
 //! processes ended, and the boot reconcile that ends whatever a daemon killed by a signal left
 //! behind, before any runtime starts, without ever touching a process that reused a pid.
 //!
-//! The direct child dies with the daemon (`core::child::die_with_daemon`); what it started
-//! does not. At boot a recorded group is ours when its leader is alive with the recorded start
+//! The direct child dies with the daemon (`core::child::die_with_daemon`), and the daemon's
+//! guard (`core::guard`) ends what it started; this sweep is for what neither reached (a
+//! guard killed with its daemon, a daemon without one). At boot a recorded group is ours when its leader is alive with the recorded start
 //! time, or when the leader is gone but the group still has members (Linux never gives a new
 //! process a pid that is still the id of a live group). Tools in groups of their own are found
 //! by the `DROVER_AGENT_ID` marker of an agent of this home.

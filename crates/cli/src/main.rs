@@ -41,6 +41,8 @@ use crate::error::CliError;
 use crate::output::Style;
 
 fn main() -> ExitCode {
+    // `drover daemon` runs its guard from this binary (`drover_core::guard`).
+    drover_core::guard::serve_if_asked();
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,

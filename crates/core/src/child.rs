@@ -4,7 +4,9 @@
 //!
 //! Nothing drover starts outlives it: [`die_with_daemon`] asks the kernel to SIGKILL a child
 //! when the daemon dies (by any signal, SIGKILL included), and [`spawn_tied`] / [`on_spawner`]
-//! start it from the one thread for which that promise holds (see [`on_spawner`]).
+//! start it from the one thread for which that promise holds (see [`on_spawner`]); what the
+//! child starts in turn is the guard's (`crate::guard`): [`die_with_daemon`] marks the child
+//! and puts it in a cgroup of its own for it.
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -38,15 +40,30 @@ pub fn command(program: impl AsRef<OsStr>, cwd: &Path) -> Command {
 /// does not start. Start it with [`spawn_tied`] or from [`on_spawner`]: the kernel sends the
 /// signal when the *thread* that forked the child ends, not only the process.
 ///
-/// Only the direct child is covered (the signal is not inherited by what it starts); drover
-/// ends the rest of an agent's processes at the next boot (`drover-acp`'s runtime records).
+/// That signal reaches only the direct child; what it starts, at any depth, is ended by the
+/// daemon's guard (see [`crate::guard`]): so the child also gets the daemon's marker in its
+/// environment and, where cgroups can be used, writes itself into a cgroup of its own before
+/// it execs. Call it after the command's environment is set (`env_clear` would drop the
+/// marker).
 #[allow(unsafe_code)] // `pre_exec` is unsafe: the closure runs between fork and exec.
 pub fn die_with_daemon(command: &mut Command) {
     let daemon = std::process::id();
-    // SAFETY: the closure makes only async-signal-safe system calls (prctl, getppid) and
-    // builds its errors from raw codes, without allocating or taking a lock.
+    command.env(crate::guard::RUN_VAR, crate::guard::token());
+    let leaf = crate::guard::new_leaf().map(|(_, procs)| procs);
+    // SAFETY: the closure makes only async-signal-safe system calls (prctl, getppid, open,
+    // write, close) on memory allocated before the fork, and builds its errors from raw codes,
+    // without allocating or taking a lock.
     unsafe {
         command.pre_exec(move || {
+            if let Some(procs) = &leaf {
+                // "0" moves the writer itself. A failure leaves the child in the daemon's
+                // cgroup, where the marker still finds it.
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd >= 0 {
+                    let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    libc::close(fd);
+                }
+            }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
             // The daemon died between fork and prctl: the child has a new parent already.
             if u32::try_from(nix::unistd::getppid().as_raw()).ok() != Some(daemon) {

@@ -106,6 +106,9 @@ pub async fn run_locked_then(
             "the data directory could be opened by other users; it is now private (0700)");
     }
     let token = client_token(&config, addr)?;
+    // Before any agent, job or worktree command starts: it ends their trees if we die. Dropped
+    // at the end of this function, after the runtimes stopped.
+    let guard = drover_core::guard::start();
     let tokens = Arc::new(agent_tokens::AgentTokens::default());
     let (runtimes, registry) = open_runtimes(&config.home, addr, &tokens).await?;
 
@@ -168,6 +171,8 @@ pub async fn run_locked_then(
     runtimes.shutdown().await;
     registry.shutdown().await;
     tracing::info!("shutting down: store flushed");
+    // The guard ends whatever did not stop with its runtime, then exits.
+    drop(guard);
     lock.release();
     tracing::info!("drover daemon stopped");
     served.map_err(|source| DaemonError::Io {

@@ -59,6 +59,16 @@ impl Process {
         std::fs::read_link(format!("/proc/{}/cwd", self.pid)).ok()
     }
 
+    /// The value of `name` in the environment (the process's initial one), if readable.
+    pub fn env(&self, name: &str) -> Option<String> {
+        let env = std::fs::read(format!("/proc/{}/environ", self.pid)).ok()?;
+        let prefix = format!("{name}=");
+        env.split(|b| *b == 0).find_map(|var| {
+            var.strip_prefix(prefix.as_bytes())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+    }
+
     /// Whether the environment holds exactly `NAME=value` (the process's initial environment,
     /// which is what `/proc` keeps).
     pub fn has_env(&self, name: &str, value: &str) -> bool {
@@ -96,6 +106,20 @@ pub fn of_agent(agent: &str) -> Vec<Process> {
     live()
         .into_iter()
         .filter(|p| p.has_env("DROVER_AGENT_ID", agent))
+        .collect()
+}
+
+/// Live processes started by the daemon whose pid is `daemon`, at any depth: drover marks
+/// everything it starts with `DROVER_DAEMON_RUN=<daemon pid>-<token>`, and what they start
+/// inherits it.
+pub fn of_daemon(daemon: u32) -> Vec<Process> {
+    let prefix = format!("{daemon}-");
+    live()
+        .into_iter()
+        .filter(|p| {
+            p.env("DROVER_DAEMON_RUN")
+                .is_some_and(|v| v.starts_with(&prefix))
+        })
         .collect()
 }
 

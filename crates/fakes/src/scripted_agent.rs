@@ -56,6 +56,8 @@
 //! | `mcp <tool> <json arguments>` | calls `<tool>` on the session's first HTTP MCP server (`tools/call`) and says `mcp <tool>: <result text>` (or `mcp <tool> error: ...`) |
 //! | `spawn-child` | spawns `sleep 1000` in the agent's process group (stdio null) and says `child <pid>` |
 //! | `spawn-tool` | spawns `sleep 1000` in a process group of its own, as real agents run their tools, and says `tool <pid>` |
+//! | `spawn-escapee` | starts, through a shell that exits at once, `sleep 1000` in a session of its own with an empty environment: not the agent's descendant (its parent is gone) and without drover's markers; says `escapee <pid>` and a newline |
+//! | `spawn-session` | spawns, with `setsid`, a shell in a session of its own that starts `sleep 1000` and waits for it; says `session <pid>` (the shell's) |
 //! | `stderr <text>` | writes `<text>` to stderr |
 //! | `echo-prompt` | says the whole prompt text as received |
 //! | `recall` | says `recall: <n> earlier: <first line of each earlier prompt, joined by " / ">` from what this process knows of the session: the prompts it ran in it and those `session/load` replayed (a new session, or one this process only heard of, has none) |
@@ -219,6 +221,10 @@ pub enum Directive {
     SpawnChild,
     /// A child in a process group of its own.
     SpawnTool,
+    /// A child in a session of its own, with a child of its own.
+    SpawnSession,
+    /// A process neither marked nor descended from the agent.
+    SpawnEscapee,
     Stderr(String),
     EchoPrompt,
     /// Says what the session knows of its earlier prompts.
@@ -303,6 +309,8 @@ impl Directive {
             }
             "spawn-child" if rest.is_empty() => Directive::SpawnChild,
             "spawn-tool" if rest.is_empty() => Directive::SpawnTool,
+            "spawn-session" if rest.is_empty() => Directive::SpawnSession,
+            "spawn-escapee" if rest.is_empty() => Directive::SpawnEscapee,
             "stderr" => Directive::Stderr(rest.to_string()),
             "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
             "recall" if rest.is_empty() => Directive::Recall,
@@ -1309,6 +1317,37 @@ impl Agent {
                     .spawn();
                 let text = match spawned {
                     Ok(child) => format!("tool {}", child.id().unwrap_or_default()),
+                    Err(e) => format!("spawn failed: {e}"),
+                };
+                self.say(turn, &text).await;
+            }
+            Directive::SpawnSession => {
+                // `setsid` is not a group leader here, so it calls setsid(2) and execs the
+                // shell in place: the pid is the shell's.
+                let spawned = tokio::process::Command::new("setsid")
+                    .args(["sh", "-c", "sleep 1000 & wait"])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn();
+                let text = match spawned {
+                    Ok(child) => format!("session {}", child.id().unwrap_or_default()),
+                    Err(e) => format!("spawn failed: {e}"),
+                };
+                self.say(turn, &text).await;
+            }
+            Directive::SpawnEscapee => {
+                let spawned = tokio::process::Command::new("sh")
+                    .args([
+                        "-c",
+                        "env -i setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $!",
+                    ])
+                    .stdin(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .output()
+                    .await;
+                let text = match spawned {
+                    Ok(out) => format!("escapee {}\n", String::from_utf8_lossy(&out.stdout).trim()),
                     Err(e) => format!("spawn failed: {e}"),
                 };
                 self.say(turn, &text).await;

@@ -9,6 +9,8 @@ use anyhow::{Context, bail};
 
 /// The program's `main`: reads HOME from the arguments.
 pub fn main() -> anyhow::Result<()> {
+    // As `drover`'s main: the daemon's guard runs from this binary.
+    drover_core::guard::serve_if_asked();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [home] = args.as_slice() else {
         bail!("usage: drover-daemon-proc HOME");

@@ -24,10 +24,16 @@ pub(crate) struct DaemonProcess {
 
 impl DaemonProcess {
     pub(crate) async fn start(home: &Path) -> DaemonProcess {
+        DaemonProcess::start_with(home, &[]).await
+    }
+
+    /// As [`DaemonProcess::start`], with `env` added to the daemon's environment.
+    pub(crate) async fn start_with(home: &Path, env: &[(&str, &str)]) -> DaemonProcess {
         let _ = std::fs::remove_file(home.join("daemon.json"));
         let child =
             drover_testkit::hermetic::command(env!("CARGO_BIN_EXE_drover-daemon-proc"), home)
                 .arg(home)
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -55,6 +61,17 @@ impl DaemonProcess {
         client
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` to the daemon and waits for it to die (a signal it does not handle).
+    pub(crate) fn die_by(&mut self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, signal).expect("signal the daemon");
+        let _ = self.child.wait();
+    }
+
     pub(crate) fn sigkill(&mut self) {
         self.child.kill().expect("SIGKILL the daemon");
         let _ = self.child.wait();
@@ -79,7 +96,7 @@ impl Drop for DaemonProcess {
     }
 }
 
-fn config(state: &Path) -> String {
+pub(crate) fn config(state: &Path) -> String {
     let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
     let scripted = drover_fakes::scripted_agent::provider_config(Path::new(bin), state);
     // An agent that ignores its stdin's end, as codex-acp and claude-agent-acp 0.23 do.
@@ -89,14 +106,19 @@ fn config(state: &Path) -> String {
     )
 }
 
-async fn create(client: &mut Client, provider: &str, cwd: &Path, prompt: &str) -> String {
+pub(crate) async fn create(
+    client: &mut Client,
+    provider: &str,
+    cwd: &Path,
+    prompt: &str,
+) -> String {
     client
         .create_agent(json!({"provider": provider, "cwd": cwd, "prompt": prompt}))
         .await
 }
 
 /// The text of every agent message in the agent's timeline, joined.
-async fn said(client: &mut Client, agent: &str) -> String {
+pub(crate) async fn said(client: &mut Client, agent: &str) -> String {
     client
         .timeline(agent)
         .await
@@ -107,7 +129,7 @@ async fn said(client: &mut Client, agent: &str) -> String {
 }
 
 /// The pid after `word ` in what the agent said (`child 123`, `tool 456`).
-async fn said_pid(client: &mut Client, agent: &str, word: &str) -> i32 {
+pub(crate) async fn said_pid(client: &mut Client, agent: &str, word: &str) -> i32 {
     let text = said(client, agent).await;
     text.split(&format!("{word} "))
         .nth(1)
@@ -116,7 +138,7 @@ async fn said_pid(client: &mut Client, agent: &str, word: &str) -> i32 {
         .unwrap_or_else(|| panic!("no `{word} <pid>` in {text:?}"))
 }
 
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     procs::Process::read(pid).is_some_and(|p| !p.zombie())
 }
 
@@ -263,7 +285,7 @@ async fn assert_cut_off(client: &mut Client, agent: &str) {
 }
 
 /// The pids a job printed as `pid=<n>`.
-fn printed_pids(text: &str) -> Vec<i32> {
+pub(crate) fn printed_pids(text: &str) -> Vec<i32> {
     text.split_whitespace()
         .filter_map(|w| w.strip_prefix("pid="))
         .filter_map(|p| p.parse().ok())
