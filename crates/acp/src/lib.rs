@@ -96,6 +96,10 @@ pub struct RuntimeView {
     pub hibernate_at: Option<jiff::Timestamp>,
     /// When it tries to start again by itself after a failed start.
     pub retry_at: Option<jiff::Timestamp>,
+    /// The background processes that keep an otherwise idle runtime live (work the agent
+    /// started itself that hibernation would kill; see [`process::background_processes`]):
+    /// while it is above 0 the runtime neither hibernates nor makes room under `max_live`.
+    pub background: usize,
 }
 
 impl RuntimeView {
@@ -104,6 +108,7 @@ impl RuntimeView {
         pid: None,
         hibernate_at: None,
         retry_at: None,
+        background: 0,
     };
 }
 

@@ -5,7 +5,7 @@
 //! helpers, shared with a worktree's setup and teardown; what is an agent's own is here: the
 //! environment allowlist, async pipes, and finding every process an agent started.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -16,6 +16,8 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
+
+use crate::records;
 
 pub use drover_core::child::describe_exit;
 
@@ -190,11 +192,11 @@ pub async fn terminate_group(
     // Its cgroup, read while the leader is alive: it holds everything the agent started,
     // whatever its group, parent or environment.
     let cgroup = drover_core::guard::cgroup_of(pid);
-    let mut targets = agent_processes(pid, marker);
+    let mut targets = group_targets(pid, marker);
     signal_all(pid, &targets, Signal::SIGTERM);
     let _ = tokio::time::timeout(grace, exited.wait_for(Option::is_some)).await;
     // Whoever was started meanwhile, or outlived the leader, goes too.
-    for found in agent_processes(pid, marker) {
+    for found in group_targets(pid, marker) {
         if !targets.contains(&found) {
             targets.push(found);
         }
@@ -208,8 +210,16 @@ pub async fn terminate_group(
 /// Sends KILL at once to everything [`terminate_group`] would end (for paths that cannot wait:
 /// the leader already exited).
 pub fn kill_group_now(pid: u32, marker: Option<&str>) {
-    let targets = agent_processes(pid, marker);
+    let targets = group_targets(pid, marker);
     signal_all(pid, &targets, Signal::SIGKILL);
+}
+
+/// (pid, pgid) of every process of the agent's tree.
+fn group_targets(pid: u32, marker: Option<&str>) -> Vec<(u32, u32)> {
+    agent_processes(pid, marker)
+        .into_iter()
+        .map(|p| (p.pid, p.pgid))
+        .collect()
 }
 
 fn signal_all(leader: u32, targets: &[(u32, u32)], signal: Signal) {
@@ -239,47 +249,29 @@ fn is_foreign_group(pgid: u32) -> bool {
     i32::try_from(pgid).is_ok_and(|g| g != own && g > 1)
 }
 
-/// (pid, pgid) of every live process that descends from `leader` or carries the agent's
-/// marker in its environment. Reads `/proc`.
-fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<(u32, u32)> {
-    let needle = marker.map(|m| format!("DROVER_AGENT_ID={m}\0").into_bytes());
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+/// One process of an agent's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TreeProcess {
+    pub pid: u32,
+    pub pgid: u32,
+    /// When it started (clock ticks after boot): with the pid, it names this process and no
+    /// later one that reuses the pid.
+    pub start_time: u64,
+}
+
+/// Every live process that descends from `leader` or carries the agent's marker in its
+/// environment, `leader` included. Reads `/proc`.
+fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<TreeProcess> {
+    let marker_matches = |pid: u32| {
+        marker.is_some_and(|m| records::environ_var(pid, "DROVER_AGENT_ID").as_deref() == Some(m))
     };
-    let mut table: Vec<(u32, u32, u32, bool)> = Vec::new(); // pid, ppid, pgid, marked
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() < 3 || fields[0] == "Z" {
-            continue;
-        }
-        let (Ok(ppid), Ok(pgid)) = (fields[1].parse::<u32>(), fields[2].parse::<u32>()) else {
-            continue;
-        };
-        let marked = needle.as_ref().is_some_and(|needle| {
-            std::fs::read(entry.path().join("environ"))
-                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
-        });
-        table.push((pid, ppid, pgid, marked));
-    }
+    let table = records::processes();
     let mut found: Vec<u32> = vec![leader];
     let mut i = 0;
     while i < found.len() {
         let parent = found[i];
-        for (pid, ppid, _, _) in &table {
-            if *ppid == parent && !found.contains(pid) {
+        for (pid, stat) in &table {
+            if stat.ppid == parent && !found.contains(pid) {
                 found.push(*pid);
             }
         }
@@ -287,11 +279,58 @@ fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<(u32, u32)> {
     }
     table
         .iter()
-        .filter(|(pid, _, _, marked)| {
-            *pid != std::process::id() && (*marked || found.contains(pid))
+        .filter(|(pid, _)| found.contains(pid) || marker_matches(*pid))
+        .map(|(pid, stat)| TreeProcess {
+            pid: *pid,
+            pgid: stat.pgid,
+            start_time: stat.start_time,
         })
-        .map(|(pid, _, pgid, _)| (*pid, *pgid))
         .collect()
+}
+
+/// The processes that are the agent itself, taken when its ACP session is ready: the
+/// agent's process, and what its tree holds then (a launcher's worker, the MCP servers and
+/// the engine it starts with its session), plus what holds its ACP pipes.
+#[derive(Debug, Clone, Default)]
+pub struct OwnProcesses {
+    processes: HashSet<(u32, u64)>,
+    /// The targets of the agent process's stdin and stdout links (`pipe:[…]`).
+    pipes: Vec<PathBuf>,
+}
+
+/// Reads what the agent's tree holds now, as the agent's own processes. Reads `/proc`.
+pub fn own_processes(leader: u32, marker: Option<&str>) -> OwnProcesses {
+    let processes = agent_processes(leader, marker)
+        .into_iter()
+        .map(|p| (p.pid, p.start_time))
+        .collect();
+    OwnProcesses {
+        processes,
+        pipes: stdio_links(leader),
+    }
+}
+
+fn stdio_links(pid: u32) -> Vec<PathBuf> {
+    (0..2)
+        .filter_map(|fd| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok())
+        .filter(|link| link.to_string_lossy().starts_with("pipe:"))
+        .collect()
+}
+
+/// The agent's background work: the processes of its tree (descendants, and what carries
+/// its marker) that are not its own (see [`OwnProcesses`]): started after its session was
+/// ready (a tool's background shell, a dev server, a build) and not holding its ACP pipes.
+/// Reads `/proc`.
+pub fn background_processes(leader: u32, marker: Option<&str>, own: &OwnProcesses) -> usize {
+    agent_processes(leader, marker)
+        .into_iter()
+        .filter(|p| p.pid != leader && !own.processes.contains(&(p.pid, p.start_time)))
+        .filter(|p| {
+            !stdio_links(p.pid)
+                .iter()
+                .any(|link| own.pipes.contains(link))
+        })
+        .count()
 }
 
 /// What an agent's process tree holds now: how many processes (its group, its descendants,
@@ -301,7 +340,7 @@ pub fn tree_memory(pid: u32, marker: Option<&str>) -> (usize, u64) {
     let processes = agent_processes(pid, marker);
     let rss = processes
         .iter()
-        .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok())
         .filter_map(|status| {
             let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
             let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

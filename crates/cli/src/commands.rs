@@ -748,6 +748,19 @@ fn runtime_line(runtime: &drover_protocol::RuntimeInfo) -> String {
     }
 }
 
+/// When the idle runtime hibernates, or what keeps it live: `kept live: 2 background
+/// processes`.
+fn hibernates_line(runtime: &drover_protocol::RuntimeInfo, now: jiff::Timestamp) -> String {
+    match runtime.background_processes {
+        0 => runtime
+            .hibernate_at
+            .as_deref()
+            .map_or_else(|| "-".to_string(), |at| output::when_ahead(at, now)),
+        1 => "kept live: 1 background process".to_string(),
+        n => format!("kept live: {n} background processes"),
+    }
+}
+
 /// `3 processes, 83.9 MB`: what the runtime's process tree holds (`-` without one).
 fn memory_line(runtime: &drover_protocol::RuntimeInfo) -> String {
     match (runtime.processes, runtime.rss_bytes) {
@@ -879,14 +892,7 @@ fn inspect_rows(
         ("queued", queued_line(agent)),
         ("runtime", runtime_line(&agent.runtime)),
         ("memory", memory_line(&agent.runtime)),
-        (
-            "hibernates",
-            agent
-                .runtime
-                .hibernate_at
-                .as_deref()
-                .map_or_else(dash, |at| output::when_ahead(at, now)),
-        ),
+        ("hibernates", hibernates_line(&agent.runtime, now)),
         ("created", output::when(&agent.created_at, now)),
         ("last active", output::when(&agent.last_activity_at, now)),
         (

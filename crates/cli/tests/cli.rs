@@ -625,6 +625,30 @@ fn inspect_shows_one_agent() {
 }
 
 #[test]
+fn inspect_says_what_keeps_an_idle_runtime_live() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "server"], "say starting\nspawn-tool");
+    fx.drover(&["wait", &id]).ok();
+    // The runtime looks for background work as its turn ends: bounded polling for that.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let row = loop {
+        let inspected = fx.drover(&["inspect", "server"]).ok();
+        let row = inspected
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("hibernates "))
+            .unwrap_or_default()
+            .to_string();
+        if row.ends_with("kept live: 1 background process") || Instant::now() > deadline {
+            break row;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(row, "hibernates    kept live: 1 background process");
+    assert_eq!(fx.info(&id)["runtime"]["backgroundProcesses"], 1);
+}
+
+#[test]
 fn attach_streams_live_and_ctrl_c_leaves_the_agent_running() {
     let fx = Fixture::start();
     let id = fx.spawn_agent(&["--title", "watched"], "say before");

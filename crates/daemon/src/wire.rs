@@ -62,6 +62,7 @@ pub(crate) fn agent_info(
             processes: memory.map(|m| m.processes as u64),
             rss_bytes: memory.map(|m| m.rss_bytes),
             retry_at: runtime.retry_at.map(|t| t.to_string()),
+            background_processes: runtime.background as u64,
         },
         start_failure: agent
             .start_failure

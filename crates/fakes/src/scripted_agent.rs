@@ -81,6 +81,9 @@
 //! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
 //!   grace and then kills it (a process slow to end).
 //! - `SCRIPTED_AGENT_READ_QUOTES=1`: a line quoted with `> ` is the directive it quotes.
+//! - `SCRIPTED_AGENT_HELPER=1`: at start, before any session, spawns `sleep 1000` as a child
+//!   (in its process group, stdio null), as real agents start an engine process or their MCP
+//!   servers: a process of the agent's own, not work it left running.
 //! - `SCRIPTED_AGENT_STALE_CANCEL=1`: a `session/cancel` is also kept, and the session's next
 //!   prompt ends at once with an empty `end_turn`, saying and recording nothing (as
 //!   claude-agent-acp 0.23 does, upstream #551).
@@ -146,6 +149,8 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Sign-in required (`SCRIPTED_AGENT_AUTH=1`).
     pub auth: bool,
+    /// A helper child from the start (`SCRIPTED_AGENT_HELPER=1`).
+    pub helper: bool,
 }
 
 impl Config {
@@ -162,6 +167,7 @@ impl Config {
             stale_cancel: flag("SCRIPTED_AGENT_STALE_CANCEL"),
             read_quotes: flag("SCRIPTED_AGENT_READ_QUOTES"),
             auth: flag("SCRIPTED_AGENT_AUTH"),
+            helper: flag("SCRIPTED_AGENT_HELPER"),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -453,6 +459,18 @@ pub async fn run(config: Config) -> ExitCode {
     let ignore_eof = config.ignore_eof;
     if config.ignore_term {
         ignore_sigterm();
+    }
+    if config.helper {
+        // Dropping the handle leaves it running; it ends with the agent's process group.
+        if let Err(e) = std::process::Command::new("sleep")
+            .arg("1000")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            log(format!("cannot start the helper: {e}"));
+        }
     }
     let agent = Arc::new(Agent::new(config, Output { tx }));
     let mut prompts = JoinSet::new();

@@ -792,6 +792,12 @@ pub struct RuntimeInfo {
     /// 30 s after the first, second and third failures; then only on request).
     #[serde(default)]
     pub retry_at: Option<String>,
+    /// How many background processes keep the otherwise idle runtime live: work the agent
+    /// started itself and left running (a background shell, a dev server, a build), which
+    /// hibernation would end. While above 0 the runtime does not hibernate and is not
+    /// chosen to make room under `max_live`.
+    #[serde(default)]
+    pub background_processes: u64,
 }
 
 impl Default for RuntimeInfo {
@@ -803,6 +809,7 @@ impl Default for RuntimeInfo {
             processes: None,
             rss_bytes: None,
             retry_at: None,
+            background_processes: 0,
         }
     }
 }

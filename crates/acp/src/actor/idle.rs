@@ -1,9 +1,16 @@
 //! Idle runtimes: when the task is quiet (no turn, nothing queued that wakes it, no pending
 //! permission, no notice on its way, no start asked for or waiting, no ACP terminal of the
-//! runtime still running), its idle clock runs;
+//! runtime still running) and its process tree holds no background work, its idle clock runs;
 //! after `[runtimes] idle_timeout` a live runtime hibernates (its process tree ends, the
 //! record keeps its status, the next message resumes it through `session/load`), and a task
 //! without a process simply ends, so a cold agent holds nothing but its files.
+//!
+//! Background work is what the agent started itself and left running (a background shell, a
+//! dev server, a build): the processes of its tree that are not the agent's own (see
+//! [`process::background_processes`] for the rule). Hibernation would kill them, so a runtime
+//! holding any is kept live: it is looked for when the task becomes quiet and again before it
+//! hibernates or makes room under `max_live`, and looked at every [`BACKGROUND_LOOK`] while it
+//! keeps the runtime live; once it ended, the idle clock starts.
 //!
 //! Also here: the runtime's slot under `max_live` (asked for before a process is spawned,
 //! waited for in order when the ceiling is reached) and the runtime view clients see.
@@ -15,8 +22,30 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::Actor;
+use crate::process;
 use crate::slots::Acquired;
 use crate::{RuntimeState, RuntimeView};
+
+/// How often a runtime kept live by background processes looks whether they ended (one read
+/// of `/proc`, only for such runtimes).
+const BACKGROUND_LOOK: Duration = Duration::from_secs(2);
+
+/// The background processes of an otherwise quiet runtime.
+#[derive(Debug, Default)]
+pub(super) struct Background {
+    /// Looked for since the task became quiet.
+    looked: bool,
+    /// How many the last look found.
+    count: usize,
+    /// When to look again (while some keep the runtime live).
+    next: Option<Instant>,
+}
+
+impl Background {
+    pub(super) fn next_look(&self) -> Option<Instant> {
+        self.next
+    }
+}
 
 /// Since when the task has been quiet, and when its runtime hibernates.
 #[derive(Debug, Default)]
@@ -95,9 +124,16 @@ impl Actor {
     }
 
     /// Runs the idle clock, tells the slots whether the runtime is idle (what a waiting start
-    /// makes room with), and publishes the runtime view.
-    pub(super) fn track_idle(&mut self) {
-        let quiet = self.quiet();
+    /// makes room with), and publishes the runtime view. A quiet task with a live runtime
+    /// looks for background processes once: while it has some it is not idle.
+    pub(super) async fn track_idle(&mut self) {
+        let mut quiet = self.quiet();
+        if !quiet || self.live.is_none() {
+            self.background = Background::default();
+        } else if !self.background.looked {
+            self.look_background().await;
+        }
+        quiet &= self.background.count == 0;
         let shared = self.shared.clone();
         if self
             .idle
@@ -138,6 +174,7 @@ impl Actor {
                 .and_then(|_| self.idle.hibernate_at())
                 .filter(|_| !self.starting),
             retry_at: self.retry.at(),
+            background: self.background.count,
         };
         self.shared.set_runtime(self.id, view);
     }
@@ -178,12 +215,61 @@ impl Actor {
         }
     }
 
+    /// Reads which processes are the agent's own, once its session is ready.
+    pub(super) async fn note_own_processes(&mut self) {
+        let Some(pid) = self.live.as_ref().map(|l| l.pid) else {
+            return;
+        };
+        let marker = self.id.to_string();
+        let own = tokio::task::spawn_blocking(move || process::own_processes(pid, Some(&marker)))
+            .await
+            .unwrap_or_default();
+        if let Some(live) = self.live.as_mut() {
+            live.own = Some(std::sync::Arc::new(own));
+        }
+    }
+
+    /// Looks for the live runtime's background processes now (none before its session is
+    /// ready); while there are some, it looks again every [`BACKGROUND_LOOK`].
+    pub(super) async fn look_background(&mut self) {
+        let found = match self.live.as_ref() {
+            Some(live) => match live.own.clone() {
+                Some(own) => {
+                    let (pid, marker) = (live.pid, self.id.to_string());
+                    tokio::task::spawn_blocking(move || {
+                        process::background_processes(pid, Some(&marker), &own)
+                    })
+                    .await
+                    .unwrap_or_default()
+                }
+                None => 0,
+            },
+            None => 0,
+        };
+        if found != self.background.count {
+            tracing::info!(agent = %self.id, background = found, "background processes keep the runtime live");
+        }
+        self.background = Background {
+            looked: true,
+            count: found,
+            next: (found > 0).then(|| Instant::now() + BACKGROUND_LOOK),
+        };
+    }
+
     /// Ends the task if it is quiet: a live runtime hibernates first (its process tree ends;
-    /// the record keeps its status). With `only_live`, a task without a process stays.
-    /// Returns whether the task ends; it takes no more commands then.
+    /// the record keeps its status), unless it holds background processes. With `only_live`,
+    /// a task without a process stays. Returns whether the task ends; it takes no more
+    /// commands then.
     pub(super) async fn hibernate(&mut self, why: &str, only_live: bool) -> bool {
         if !self.quiet() || (only_live && self.live.is_none()) {
             return false;
+        }
+        if self.live.is_some() {
+            // Work the agent started since the last look counts too.
+            self.look_background().await;
+            if self.background.count > 0 {
+                return false;
+            }
         }
         // Later senders find the channel closed and wait for this task's end; what is already
         // in it goes to the next task (see `spawn`).

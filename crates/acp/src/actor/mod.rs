@@ -158,6 +158,7 @@ pub(crate) fn spawn(
         want_start: false,
         starting: false,
         idle: idle::IdleClock::default(),
+        background: idle::Background::default(),
         hibernated: false,
         context_lost: false,
     };
@@ -198,6 +199,9 @@ struct Live {
     /// A `session/cancel` went to this session since its last prompt started (see
     /// `turn::STALE_CANCEL_WINDOW`).
     cancel_sent: bool,
+    /// The processes that are the agent itself, read once its session is ready (`None`
+    /// before): the rest of its tree is background work (see [`idle::Background`]).
+    own: Option<Arc<process::OwnProcesses>>,
     /// Counted in `/health` while this exists.
     _counted: crate::LiveCount,
     /// Its slot under `max_live`, freed once the process has ended (this is dropped).
@@ -219,6 +223,8 @@ enum Event {
     TerminalEnded,
     /// The backoff after a failed start is over: it may try again.
     RetryStart,
+    /// Time to look again whether the background processes that keep the runtime live ended.
+    LookBackground,
 }
 
 struct Actor {
@@ -259,6 +265,8 @@ struct Actor {
     starting: bool,
     /// Since when nothing has happened, and when the runtime hibernates.
     idle: idle::IdleClock,
+    /// The background processes of an otherwise quiet runtime, which keep it live.
+    background: idle::Background,
     /// The task ends because it was idle: the commands still in its channel go to the next.
     hibernated: bool,
     /// The session is new although the agent had one it could not load: the next prompt
@@ -278,7 +286,7 @@ impl Actor {
                 self.want_start = false;
             }
             self.settle_slot();
-            self.track_idle();
+            self.track_idle().await;
             // A notice on its way counts: whoever waits for this agent to settle (a test, a
             // client's wait_idle) then finds the notified agent already woken.
             let busy = self.turn.is_some()
@@ -308,6 +316,7 @@ impl Actor {
                     self.slot_wait = None;
                     self.granted = slot;
                 }
+                Event::LookBackground => self.look_background().await,
                 Event::IdleTimeout => {
                     if self.hibernate("idle timeout", false).await {
                         break;
@@ -328,6 +337,7 @@ impl Actor {
     async fn next_event(&mut self) -> Event {
         let deadline = self.idle.deadline();
         let retry_due = self.retry.due();
+        let look_due = self.background.next_look();
         let Actor {
             commands,
             live,
@@ -386,6 +396,12 @@ impl Actor {
                     None => pending().await,
                 }
             } => Event::RetryStart,
+            () = async {
+                match look_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => pending().await,
+                }
+            } => Event::LookBackground,
             () = async {
                 match deadline {
                     Some(at) => tokio::time::sleep_until(at).await,

@@ -228,6 +228,7 @@ impl Actor {
         );
         self.record_session(agent, session_id, &result).await;
         self.apply_config(&agent.config).await;
+        self.note_own_processes().await;
         Ok(())
     }
 
@@ -365,6 +366,7 @@ impl Actor {
             modes: None,
             models: None,
             cancel_sent: false,
+            own: None,
             _counted: crate::LiveCount::new(&self.shared),
             _slot: slot,
         });

@@ -3,7 +3,9 @@
 //! resumes it through `session/load` with its conversation, or tells an agent that cannot load
 //! that its context was not restored. `[runtimes] max_live` caps the agent processes: a start
 //! past it hibernates the least recently idle runtime or waits its turn, and every message
-//! runs. Clients see each runtime state in `AgentInfo.runtime`.
+//! runs. A runtime whose agent left work running (a child, a tool in a group of its own) is
+//! kept live, by the idle timeout and by `max_live`, until that work ends. Clients see each
+//! runtime state in `AgentInfo.runtime`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -15,6 +17,9 @@ use drover_testkit::daemon::{Client, TestDaemon};
 use drover_testkit::wait;
 use serde_json::{Value, json};
 use tempfile::TempDir;
+
+/// How long a test waits for what should happen within a second or two.
+const WAIT: Duration = Duration::from_secs(20);
 
 /// A daemon whose `config.toml` has the scripted provider (with `env` added to its
 /// environment) and this `[runtimes]` section; the agents' state dir goes with it.
@@ -89,10 +94,12 @@ async fn notices(client: &mut Client, agent: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hibernation_ends_the_tree_and_a_message_resumes_the_conversation() {
-    let (daemon, _state) = daemon_with("idle_timeout = \"1s\"", "").await;
+    // The agent and the helper it starts before its session (as real agents start an engine
+    // or MCP servers): its own processes, so they hibernate, and the whole tree goes.
+    let (daemon, _state) =
+        daemon_with("idle_timeout = \"1s\"", "SCRIPTED_AGENT_HELPER = \"1\"").await;
     let (mut client, _) = daemon.client().await;
-    // A child in the agent's group and a tool in a group of its own: the whole tree goes.
-    let id = create(&mut client, &daemon, "say first\nspawn-child\nspawn-tool").await;
+    let id = create(&mut client, &daemon, "say first").await;
     // A client watching the agent does not keep its runtime (see docs/lifecycle.md).
     let opened = client
         .request(json!({"type": "initialize_agent_request", "agentId": id}))
@@ -105,12 +112,10 @@ async fn hibernation_ends_the_tree_and_a_message_resumes_the_conversation() {
     assert_eq!(runtime["state"], "live", "{live}");
     assert!(runtime["pid"].as_u64().is_some(), "{live}");
     assert!(runtime["hibernateAt"].is_string(), "{live}");
-    assert!(
-        runtime["processes"].as_u64() >= Some(3),
-        "agent, child, tool: {live}"
-    );
+    assert_eq!(runtime["processes"], 2, "agent, helper: {live}");
+    assert_eq!(runtime["backgroundProcesses"], 0, "{live}");
     assert!(runtime["rssBytes"].as_u64() > Some(0), "{live}");
-    assert_eq!(procs::of_agent(&id).len(), 3, "{:?}", procs::of_agent(&id));
+    assert_eq!(procs::of_agent(&id).len(), 2, "{:?}", procs::of_agent(&id));
 
     // After the timeout: cold, the record still idle, and nothing of the agent runs.
     client.clear_backlog();
@@ -316,5 +321,117 @@ async fn hibernation_waits_for_a_running_turn_and_a_queued_start_can_be_archived
     })
     .await;
     assert!(ended.is_some(), "{}", daemon.health().await);
+    daemon.stop().await;
+}
+
+/// Ends a process the agent started, as the work would end by itself.
+fn kill(pid: i32) {
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success(), "kill {pid}: {killed}");
+}
+
+/// The pids an agent's replies name after `word` (`child 4242` → 4242; a reply joins the
+/// chunks its turn said).
+fn said_pids(replies: &[String], word: &str) -> Vec<i32> {
+    replies
+        .iter()
+        .flat_map(|r| r.match_indices(word).map(|(at, _)| &r[at + word.len()..]))
+        .filter_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hibernation_keeps_a_runtime_with_background_work_live_until_it_ends() {
+    let (daemon, _state) = daemon_with(
+        "idle_timeout = \"1s\"\nmax_live = 1",
+        "SCRIPTED_AGENT_HELPER = \"1\"",
+    )
+    .await;
+    let (mut client, _) = daemon.client().await;
+    // Work the agent leaves running: a child in its group, a tool in a group of its own.
+    let busy = create(&mut client, &daemon, "say go\nspawn-child\nspawn-tool").await;
+    client.wait_idle(&busy).await;
+    let replies = client.replies(&busy).await;
+    let work: Vec<i32> = [said_pids(&replies, "child "), said_pids(&replies, "tool ")].concat();
+    assert_eq!(work.len(), 2, "{replies:?}");
+    let kept = wait::eventually("the runtime kept live by 2 processes", WAIT, async || {
+        let agent = get_agent(&mut client, &busy).await;
+        (agent["runtime"]["backgroundProcesses"] == 2).then_some(agent)
+    })
+    .await;
+    let pid = kept["runtime"]["pid"].clone();
+    assert_eq!(kept["runtime"]["state"], "live", "{kept}");
+    assert_eq!(kept["runtime"]["hibernateAt"], Value::Null, "{kept}");
+    assert_eq!(
+        kept["runtime"]["processes"], 4,
+        "agent, helper, child, tool: {kept}"
+    );
+
+    // Another agent wants the only slot under max_live: it waits, the busy one is not chosen.
+    client.clear_backlog();
+    let other = create(&mut client, &daemon, "say other").await;
+    runtime_becomes(&mut client, &other, "queued").await;
+    // Past the idle timeout and several looks: nothing hibernated, nothing was killed.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let still = get_agent(&mut client, &busy).await;
+    assert_eq!(still["runtime"]["state"], "live", "{still}");
+    assert_eq!(still["runtime"]["pid"], pid, "{still}");
+    assert_eq!(still["runtime"]["backgroundProcesses"], 2, "{still}");
+    assert_eq!(
+        procs::of_agent(&busy).len(),
+        4,
+        "{:?}",
+        procs::of_agent(&busy)
+    );
+    let waiting = get_agent(&mut client, &other).await;
+    assert_eq!(waiting["runtime"]["state"], "queued", "{waiting}");
+
+    // The work ends: the runtime is idle, hibernates for the waiting start, and it runs.
+    for pid in &work {
+        kill(*pid);
+    }
+    client.wait_idle(&other).await;
+    assert_eq!(client.replies(&other).await, ["other"]);
+    let cold = get_agent(&mut client, &busy).await;
+    assert_eq!(cold["runtime"]["state"], "cold", "{cold}");
+    assert_eq!(cold["status"], "idle", "{cold}");
+    assert!(
+        drover_testkit::no_agent_processes_left(&busy).await,
+        "left running: {:?}",
+        drover_testkit::agent_processes(&busy)
+    );
+    let said = notices(&mut client, &busy).await;
+    assert!(
+        said.iter()
+            .any(|n| n.starts_with("the runtime hibernated (")),
+        "{said:?}"
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hibernation_follows_the_idle_timeout_once_background_work_ends() {
+    let (daemon, _state) = daemon_with("idle_timeout = \"1s\"", "").await;
+    let (mut client, _) = daemon.client().await;
+    let id = create(&mut client, &daemon, "spawn-tool").await;
+    client.wait_idle(&id).await;
+    let work = said_pids(&client.replies(&id).await, "tool ");
+    assert_eq!(work.len(), 1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = get_agent(&mut client, &id).await;
+    assert_eq!(kept["runtime"]["state"], "live", "{kept}");
+    assert_eq!(kept["runtime"]["backgroundProcesses"], 1, "{kept}");
+    assert!(procs::Process::read(work[0]).is_some_and(|p| !p.zombie()));
+
+    client.clear_backlog();
+    kill(work[0]);
+    let cold = runtime_becomes(&mut client, &id, "cold").await;
+    assert_eq!(cold["status"], "idle", "{cold}");
     daemon.stop().await;
 }
