@@ -311,3 +311,47 @@ async fn orphans_archive_ends_what_left_the_agents_tree_through_its_cgroup() {
     let left: Vec<&i32> = watched.iter().filter(|p| alive(**p)).collect();
     assert!(gone.is_some(), "alive after the archive: {left:?}");
 }
+
+/// A daemon killed together with its guard leaves its cgroup behind; the next daemon started
+/// on the machine (here on another home) ends what that cgroup holds, even a process no marker
+/// or record can find, and removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_the_next_daemon_ends_what_a_daemon_killed_with_its_guard_left_in_its_cgroup() {
+    if !cgroups_here() {
+        // Without cgroups nothing can find that process: the limit ARCHITECTURE.md states.
+        return;
+    }
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let agent = create(&mut client, "scripted", &cwd, "spawn-escapee").await;
+    let idle = client
+        .request(json!({"type": "wait_idle", "agentId": agent, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(idle["payload"]["idle"], true, "{idle}");
+    let escapee = said_pid(&mut client, &agent, "escapee").await;
+    let base = cgroup_dir(escapee)
+        .and_then(|c| c.parent().map(Path::to_path_buf))
+        .expect("the daemon's cgroup");
+    assert!(base.ends_with(format!("drover-{}", daemon.pid())));
+
+    // Nothing but the guard could end the escapee now (or any daemon that starts meanwhile:
+    // other tests run theirs).
+    daemon.kill_guard();
+    daemon.die_by(Signal::SIGKILL);
+
+    let other_home = TempDir::new().expect("another home");
+    let _next = DaemonProcess::start(other_home.path()).await;
+    let gone = poll_until(WAIT, async || !alive(escapee) && !base.exists()).await;
+    assert!(
+        gone.is_some(),
+        "escapee alive: {}, {} left: {}",
+        alive(escapee),
+        base.display(),
+        base.exists()
+    );
+}

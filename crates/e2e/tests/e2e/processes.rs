@@ -1,6 +1,9 @@
 //! No agent process outlives its daemon: SIGKILL of a daemon running in a process of its own
 //! (`drover-daemon-proc`) with agents idle, streaming, hung, with a child in their group, with
 //! a tool in a group of its own, and ignoring stdin's end; then the next boot on the same home.
+//! The daemon's guard is killed first (as with a kill of both, or of their cgroup) and the
+//! daemons use no cgroups, so the next boot's sweep is what ends the rest (`orphans.rs` tests
+//! the guard and the cgroups).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,9 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 const WAIT: Duration = Duration::from_secs(20);
+/// No cgroups: a daemon sweeps a dead daemon's cgroups when it starts, before the boot's own
+/// sweep, which these tests are about.
+const MARKER_ONLY: &[(&str, &str)] = &[("DROVER_NO_CGROUPS", "1")];
 
 /// A daemon in a process of its own on `home` (`drover-daemon-proc`), for tests that kill it.
 pub(crate) struct DaemonProcess {
@@ -70,6 +76,22 @@ impl DaemonProcess {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
         nix::sys::signal::kill(pid, signal).expect("signal the daemon");
         let _ = self.child.wait();
+    }
+
+    /// SIGKILLs the daemon's guard (`drover_core::guard`) and waits for it to be gone: what
+    /// the daemon started then outlives a killed daemon until the next boot.
+    pub(crate) fn kill_guard(&self) {
+        let guard = crate::orphans::guard_of(self.pid()).expect("the daemon's guard");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(guard),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("SIGKILL the guard");
+        let dead = std::time::Instant::now() + WAIT;
+        while alive(guard) && std::time::Instant::now() < dead {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!alive(guard), "the guard outlived SIGKILL");
     }
 
     pub(crate) fn sigkill(&mut self) {
@@ -165,7 +187,7 @@ async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_
     let cwd = TempDir::new().expect("cwd");
     let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
     std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
-    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut daemon = DaemonProcess::start_with(home.path(), MARKER_ONLY).await;
     let mut client = daemon.client().await;
 
     let idle = create(&mut client, "scripted", &cwd, "say hi").await;
@@ -194,6 +216,7 @@ async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_
     .await;
     assert!(alive(child) && alive(tool));
 
+    daemon.kill_guard();
     daemon.sigkill();
     // The agents themselves die with the daemon, within a bounded time.
     let gone = poll_until(Duration::from_secs(5), async || {
@@ -230,7 +253,7 @@ async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_
 
     // What the agents started (a child in the group, a tool in its own) is gone once the
     // next daemon serves, before any runtime starts.
-    let daemon = DaemonProcess::start(home.path()).await;
+    let daemon = DaemonProcess::start_with(home.path(), MARKER_ONLY).await;
     for agent in agents {
         assert_eq!(
             drover_testkit::agent_processes(agent),
@@ -299,7 +322,7 @@ async fn processes_a_sigkilled_daemon_leaves_no_job_running_and_the_next_boot_ma
     let cwd = TempDir::new().expect("cwd");
     let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
     std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
-    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut daemon = DaemonProcess::start_with(home.path(), MARKER_ONLY).await;
     let mut client = daemon.client().await;
     let agent = create(&mut client, "scripted", &cwd, "say hi").await;
     // A child in the job's group, and one that left it for a session of its own.
@@ -323,13 +346,14 @@ async fn processes_a_sigkilled_daemon_leaves_no_job_running_and_the_next_boot_ma
     })
     .await;
 
+    daemon.kill_guard();
     daemon.sigkill();
     // The job's own process dies with the daemon.
     let gone = poll_until(Duration::from_secs(5), async || !alive(leader)).await;
     assert!(gone.is_some(), "the job's shell outlived the daemon by 5 s");
 
     // What it started is ended by the next boot, before it serves; the job is `lost`.
-    let daemon = DaemonProcess::start(home.path()).await;
+    let daemon = DaemonProcess::start_with(home.path(), MARKER_ONLY).await;
     let left: Vec<&i32> = children.iter().filter(|p| alive(**p)).collect();
     assert!(left.is_empty(), "job processes outlived the boot: {left:?}");
     let mut client = daemon.client().await;
