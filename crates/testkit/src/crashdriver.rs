@@ -301,7 +301,7 @@ impl Driver {
         let s = self.state(id);
         // A late report that an archived agent left a busy state the archive ended: accepted,
         // nothing changes.
-        (s.archived && s.status == to && !to.is_busy())
+        (s.archived && s.status == AgentStatus::Closed && !to.is_busy())
             || s.status.can_become(to)
                 && !(to.is_busy() && s.archived)
                 && (to != AgentStatus::Running || self.gate_open(id))
@@ -387,9 +387,7 @@ impl Driver {
                     .filter(|s| !s.archived)
                     .map(|mut s| {
                         s.archived = true;
-                        if s.status.is_busy() {
-                            s.status = AgentStatus::Idle;
-                        }
+                        s.status = AgentStatus::Closed;
                         s
                     })
                     .collect();
@@ -455,7 +453,10 @@ impl Driver {
         };
         let ok = self.status_ok(id, to);
         let mut s = self.state(id);
-        s.status = to;
+        // A late report to an archived (so `closed`) agent changes nothing.
+        if !(s.archived && s.status == AgentStatus::Closed) {
+            s.status = to;
+        }
         (
             Op::SetStatus { id, to },
             ok,
