@@ -112,6 +112,21 @@ impl RuntimeView {
     };
 }
 
+/// What an agent's process said of itself in its `initialize` answer: who it is, the ACP
+/// version it speaks, and what it can do beyond prompts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertised {
+    /// `agentInfo.name` (with `title`, `version` where given).
+    pub name: Option<String>,
+    pub title: Option<String>,
+    pub version: Option<String>,
+    pub protocol_version: u64,
+    /// Its capabilities by name: `load` (`session/load`), `resume`, `close`, `list`, `fork`
+    /// (`sessionCapabilities`), `image`, `audio`, `embedded-context` (prompts), `mcp-http`,
+    /// `mcp-sse`.
+    pub capabilities: Vec<String>,
+}
+
 /// What an agent's process tree holds (see [`process::tree_memory`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeMemory {
@@ -231,6 +246,8 @@ pub(crate) struct Shared {
     actors: Arc<Actors>,
     /// The modes each live runtime offers (`modes` of `session/new`), for clients.
     pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
+    /// What each agent's process said of itself at its last `initialize`.
+    pub(crate) advertised: Mutex<HashMap<AgentId, Advertised>>,
     /// The MCP servers given to an agent's session (`mcpServers` of `session/new`).
     pub(crate) mcp: McpServers,
     /// How many agent processes are running now (see [`LiveCount`]).
@@ -626,6 +643,7 @@ impl RuntimeManager {
                 updates,
                 actors,
                 modes: Mutex::new(HashMap::new()),
+                advertised: Mutex::new(HashMap::new()),
                 mcp,
                 live_runtimes: AtomicUsize::new(0),
                 slots,
@@ -657,6 +675,16 @@ impl RuntimeManager {
 
     /// The modes the agent's live runtime offers (`{currentModeId, availableModes}`), if it is
     /// live and offers any.
+    /// What the agent's process said of itself at its last start (`None` before any).
+    pub fn advertised(&self, agent: AgentId) -> Option<Advertised> {
+        self.shared
+            .advertised
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&agent)
+            .cloned()
+    }
+
     pub fn modes(&self, agent: AgentId) -> Option<Value> {
         self.shared
             .modes

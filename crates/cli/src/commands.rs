@@ -888,6 +888,7 @@ fn inspect_rows(
             },
         ),
         ("session", agent.session_id.clone().unwrap_or_else(dash)),
+        ("agent", advertised_line(&agent.runtime)),
         ("start", start_line(agent, now)),
         ("queued", queued_line(agent)),
         ("runtime", runtime_line(&agent.runtime)),
@@ -910,6 +911,25 @@ fn inspect_rows(
         rows.retain(|(k, _)| *k != "start");
     }
     rows
+}
+
+/// What the agent's process said of itself at its last start: `codex-acp 0.16.0, ACP 1:
+/// load, resume, close, list, image, embedded-context, mcp-http`.
+fn advertised_line(runtime: &drover_protocol::RuntimeInfo) -> String {
+    let Some(agent) = &runtime.agent else {
+        return "-".to_string();
+    };
+    let name = match (&agent.name, &agent.version) {
+        (Some(name), Some(version)) => format!("{name} {version}, "),
+        (Some(name), None) => format!("{name}, "),
+        _ => String::new(),
+    };
+    let capabilities = if agent.capabilities.is_empty() {
+        "prompts only".to_string()
+    } else {
+        agent.capabilities.join(", ")
+    };
+    format!("{name}ACP {}: {capabilities}", agent.protocol_version)
 }
 
 /// `failed 2m ago; needs a sign-in: openai-api-key (env_var: OPENAI_API_KEY), chatgpt (agent)`.

@@ -63,6 +63,7 @@ pub(crate) fn agent_info(
             rss_bytes: memory.map(|m| m.rss_bytes),
             retry_at: runtime.retry_at.map(|t| t.to_string()),
             background_processes: runtime.background as u64,
+            agent: None,
         },
         start_failure: agent
             .start_failure
@@ -72,6 +73,17 @@ pub(crate) fn agent_info(
                 sign_in: f.sign_in.clone(),
             }),
         queued: None,
+    }
+}
+
+/// What an agent's process said of itself (`RuntimeInfo.agent`).
+pub(crate) fn advertised(a: drover_acp::Advertised) -> drover_protocol::AgentAdvertised {
+    drover_protocol::AgentAdvertised {
+        name: a.name,
+        title: a.title,
+        version: a.version,
+        protocol_version: a.protocol_version,
+        capabilities: a.capabilities,
     }
 }
 

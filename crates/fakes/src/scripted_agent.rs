@@ -13,6 +13,10 @@
 //!   notifications (`user_message_chunk`, `agent_message_chunk`, `agent_thought_chunk`), then
 //!   replies `{modes, models}` with the session's current mode and model. Unknown id → error
 //!   -32002.
+//! - `session/resume {sessionId, cwd, mcpServers}`: as `session/load` without the replay
+//!   (advertised as `sessionCapabilities.resume`; not with `SCRIPTED_AGENT_NO_RESUME=1`).
+//! - `session/close {sessionId}` → `{}`; the session's history gets a `{"type": "closed"}`
+//!   line (advertised as `sessionCapabilities.close`, with resume).
 //! - `session/set_mode {sessionId, modeId}` → a `current_mode_update` notification, then `{}`.
 //! - `session/set_model {sessionId, modelId}` → `{}`.
 //! - `session/prompt {sessionId, prompt}` plays the prompt's directives (below) and replies
@@ -73,6 +77,9 @@
 //! - `SCRIPTED_AGENT_STATE_DIR`: where session histories are kept (one `<sessionId>.jsonl` per
 //!   session); default `$TMPDIR/drover-scripted-agent`.
 //! - `SCRIPTED_AGENT_NO_LOAD=1`: advertise `loadSession: false` (and refuse `session/load`).
+//! - `SCRIPTED_AGENT_NO_RESUME=1`: advertise no `sessionCapabilities` (and refuse
+//!   `session/resume` and `session/close`), as agents that predate them.
+//! - `SCRIPTED_AGENT_PROTOCOL_VERSION=N`: `initialize` answers `protocolVersion: N`.
 //! - `SCRIPTED_AGENT_STRING_IDS=1`: agent→client request ids are UUID strings (as codex-acp's),
 //!   not integers from 0.
 //! - `SCRIPTED_AGENT_LATE_UPDATES=1`: after each prompt reply, send a `usage_update` and a
@@ -140,6 +147,11 @@ pub const CRASH_MESSAGE: &str = "scripted agent crashing";
 #[derive(Debug, Clone)]
 pub struct Config {
     pub load_session: bool,
+    /// `session/resume` and `session/close` (`sessionCapabilities`), unless
+    /// `SCRIPTED_AGENT_NO_RESUME=1`.
+    pub resume_session: bool,
+    /// The ACP version `initialize` answers with (`SCRIPTED_AGENT_PROTOCOL_VERSION`, default 1).
+    pub protocol_version: u64,
     pub string_ids: bool,
     pub late_updates: bool,
     pub ignore_eof: bool,
@@ -160,6 +172,11 @@ impl Config {
         };
         Config {
             load_session: !flag("SCRIPTED_AGENT_NO_LOAD"),
+            resume_session: !flag("SCRIPTED_AGENT_NO_RESUME"),
+            protocol_version: std::env::var("SCRIPTED_AGENT_PROTOCOL_VERSION")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
             string_ids: flag("SCRIPTED_AGENT_STRING_IDS"),
             late_updates: flag("SCRIPTED_AGENT_LATE_UPDATES"),
             ignore_eof: flag("SCRIPTED_AGENT_IGNORE_EOF"),
@@ -803,7 +820,11 @@ impl Agent {
                 Err((AUTH_REQUIRED, "Authentication required".to_string()))
             }
             "session/new" => self.new_session(&params),
-            "session/load" if self.config.load_session => self.load_session(&params).await,
+            "session/load" if self.config.load_session => self.load_session(&params, true).await,
+            "session/resume" if self.config.resume_session => {
+                self.load_session(&params, false).await
+            }
+            "session/close" if self.config.resume_session => self.close_session(&params),
             "session/set_mode" => self.set_mode(&params).await,
             "session/set_model" => self.set_model(&params),
             "session/prompt" => match self.start_turn(&params) {
@@ -858,9 +879,14 @@ impl Agent {
 
     fn initialize(&self) -> Value {
         json!({
-            "protocolVersion": 1,
+            "protocolVersion": self.config.protocol_version,
             "agentCapabilities": {
                 "loadSession": self.config.load_session,
+                "sessionCapabilities": if self.config.resume_session {
+                    json!({"resume": {}, "close": {}})
+                } else {
+                    json!({})
+                },
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
             },
@@ -964,7 +990,8 @@ impl Agent {
         Ok(result)
     }
 
-    async fn load_session(&self, params: &Value) -> Result<Value, (i64, String)> {
+    /// `session/load` (`replay`: the history is sent as updates first) or `session/resume`.
+    async fn load_session(&self, params: &Value, replay: bool) -> Result<Value, (i64, String)> {
         let session_id = params["sessionId"].as_str().unwrap_or_default();
         let cwd = session_cwd(params)?;
         let not_found = || {
@@ -1011,6 +1038,9 @@ impl Agent {
                 }
                 _ => continue,
             };
+            if !replay {
+                continue;
+            }
             self.out
                 .update(
                     session_id,
@@ -1034,6 +1064,20 @@ impl Agent {
             }
         }
         Ok(result)
+    }
+
+    /// `session/close`: the session is forgotten by this process, and its history says so (a
+    /// `{"type": "closed"}` line, which tests read).
+    fn close_session(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        if lock(&self.sessions).remove(session_id).is_none() {
+            return Err((
+                RESOURCE_NOT_FOUND,
+                format!("session `{session_id}` not found"),
+            ));
+        }
+        self.record(session_id, &json!({"type": "closed"}));
+        Ok(json!({}))
     }
 
     async fn set_mode(&self, params: &Value) -> Result<Value, (i64, String)> {

@@ -798,6 +798,25 @@ pub struct RuntimeInfo {
     /// chosen to make room under `max_live`.
     #[serde(default)]
     pub background_processes: u64,
+    /// What the agent's process said of itself at its last start (`initialize`): only in the
+    /// `agent` answer, `null` before any start.
+    #[serde(default)]
+    pub agent: Option<AgentAdvertised>,
+}
+
+/// What an agent's process said of itself in its ACP `initialize` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentAdvertised {
+    /// `agentInfo.name`, `title` and `version`, where it gave them.
+    pub name: Option<String>,
+    pub title: Option<String>,
+    pub version: Option<String>,
+    /// The ACP version it answered with (drover speaks 1; another one fails the start).
+    pub protocol_version: u64,
+    /// What it can do beyond prompts: `load`, `resume`, `close`, `list`, `fork` (sessions),
+    /// `image`, `audio`, `embedded-context` (prompts), `mcp-http`, `mcp-sse`.
+    pub capabilities: Vec<String>,
 }
 
 impl Default for RuntimeInfo {
@@ -810,6 +829,7 @@ impl Default for RuntimeInfo {
             rss_bytes: None,
             retry_at: None,
             background_processes: 0,
+            agent: None,
         }
     }
 }

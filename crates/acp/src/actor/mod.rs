@@ -194,6 +194,8 @@ struct Live {
     stderr: process::StderrTail,
     stderr_closed: watch::Receiver<bool>,
     session_id: String,
+    /// The agent offers `session/close`: a stopping runtime closes its session first.
+    close_session: bool,
     modes: Option<Value>,
     models: Option<Value>,
     /// A `session/cancel` went to this session since its last prompt started (see

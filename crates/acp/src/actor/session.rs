@@ -23,13 +23,17 @@ use crate::providers::{Availability, Provider};
 use crate::records;
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
 use crate::slots::SlotGuard;
-use crate::{AcpError, CLOSE_GRACE};
+use crate::{AcpError, Advertised, CLOSE_GRACE};
 
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 const SESSION_TIMEOUT: Duration = Duration::from_secs(120);
 const SETTING_TIMEOUT: Duration = Duration::from_secs(30);
 /// An `authenticate` with a key is quick; an agent's own login may wait for a browser.
 const AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a stopping runtime waits for its `session/close` answer before it ends the process.
+const CLOSE_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
+/// The ACP version drover speaks.
+const PROTOCOL_VERSION: u64 = 1;
 
 /// Why an agent's runtime did not start.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +70,11 @@ pub enum LaunchError {
     },
     #[error("the agent process is gone")]
     Gone,
+    /// The agent answered `initialize` with an ACP version drover does not speak.
+    #[error(
+        "the agent speaks ACP version {0} and drover speaks version 1: install a version of the agent that speaks ACP 1"
+    )]
+    UnsupportedVersion(u64),
     #[error("session/new answered without a sessionId")]
     NoSessionId,
     /// The agent needs a sign-in and none of its methods could be used without the user.
@@ -112,6 +121,10 @@ impl fmt::Display for LastStderr {
 /// What `initialize` told us the agent can do.
 struct Capabilities {
     load_session: bool,
+    /// `session/resume`: the session continues without replaying its history.
+    resume_session: bool,
+    /// `session/close`: the agent frees a session it is told is over.
+    close_session: bool,
     http_mcp: bool,
     /// The ways it can sign in (`authMethods`).
     auth_methods: Vec<AuthMethod>,
@@ -226,6 +239,9 @@ impl Actor {
             SignInState::SignedIn,
             capabilities.auth_methods.clone(),
         );
+        if let Some(live) = self.live.as_mut() {
+            live.close_session = capabilities.close_session;
+        }
         self.record_session(agent, session_id, &result).await;
         self.apply_config(&agent.config).await;
         self.note_own_processes().await;
@@ -241,6 +257,19 @@ impl Actor {
         mcp_servers: &Value,
     ) -> Result<(String, Value), LaunchError> {
         let loaded = match &agent.resume {
+            Some(resume) if capabilities.resume_session => {
+                let resumed = self
+                    .resume_session(rpc, agent, &resume.acp_session_id, mcp_servers)
+                    .await?;
+                match resumed {
+                    Some(session) => Some(session),
+                    None if capabilities.load_session => {
+                        self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers)
+                            .await?
+                    }
+                    None => None,
+                }
+            }
             Some(resume) if capabilities.load_session => {
                 self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers)
                     .await?
@@ -363,6 +392,7 @@ impl Actor {
             stderr,
             stderr_closed,
             session_id: String::new(),
+            close_session: false,
             modes: None,
             models: None,
             cancel_sent: false,
@@ -393,7 +423,7 @@ impl Actor {
                 rpc.request(
                     "initialize",
                     json!({
-                        "protocolVersion": 1,
+                        "protocolVersion": PROTOCOL_VERSION,
                         "clientCapabilities": {
                             "fs": {"readTextFile": false, "writeTextFile": false},
                             // `actor/terminals.rs` answers the terminal methods, on jobs.
@@ -407,14 +437,26 @@ impl Actor {
                 INITIALIZE_TIMEOUT,
             )
             .await?;
-        if let Some(version) = init.get("protocolVersion").and_then(Value::as_u64)
-            && version != 1
-        {
-            tracing::warn!(agent = %self.id, version, "the agent speaks another ACP version; trying v1");
+        // The agent answers with the version it chose: ours, or one we cannot speak.
+        let version = init
+            .get("protocolVersion")
+            .and_then(Value::as_u64)
+            .unwrap_or(PROTOCOL_VERSION);
+        let advertised = advertised(&init, version);
+        self.shared
+            .advertised
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(self.id, advertised);
+        if version != PROTOCOL_VERSION {
+            return Err(LaunchError::UnsupportedVersion(version));
         }
         let flag = |pointer: &str| init.pointer(pointer).and_then(Value::as_bool);
+        let has = |pointer: &str| init.pointer(pointer).is_some_and(|v| !v.is_null());
         Ok(Capabilities {
             load_session: flag("/agentCapabilities/loadSession").unwrap_or(false),
+            resume_session: has("/agentCapabilities/sessionCapabilities/resume"),
+            close_session: has("/agentCapabilities/sessionCapabilities/close"),
             http_mcp: flag("/agentCapabilities/mcpCapabilities/http").unwrap_or(false),
             auth_methods: auth::parse_methods(&init),
         })
@@ -444,7 +486,7 @@ impl Actor {
             Ok(result) => {
                 self.push(
                     ItemKind::Notice,
-                    json!({"text": "resumed the agent's session", "restored": true}),
+                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/load"}),
                 );
                 Ok(Some((session_id.to_string(), result)))
             }
@@ -454,6 +496,43 @@ impl Actor {
                     ItemKind::Notice,
                     json!({"text": format!("context was not restored: the agent could not load its session ({e})"), "restored": false}),
                 );
+                Ok(None)
+            }
+        }
+    }
+
+    /// `session/resume` of the agent's previous session: it continues without replaying its
+    /// history (drover's timeline has it). `None` when the agent cannot resume it (then a
+    /// `session/load` or a new session follows); a refusal for want of a sign-in is an error.
+    async fn resume_session(
+        &mut self,
+        rpc: &RpcClient,
+        agent: &Agent,
+        session_id: &str,
+        mcp_servers: &Value,
+    ) -> Result<Option<(String, Value)>, LaunchError> {
+        let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
+        // Whatever it sends meanwhile is history drover has, as with `session/load`.
+        self.loading(true);
+        let resumed = self
+            .handshake_step(
+                "session/resume",
+                rpc.request("session/resume", params),
+                SESSION_TIMEOUT,
+            )
+            .await;
+        self.loading(false);
+        match resumed {
+            Ok(result) => {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/resume"}),
+                );
+                Ok(Some((session_id.to_string(), result)))
+            }
+            Err(e) if e.is_auth_required() => Err(e),
+            Err(e) => {
+                tracing::info!(agent = %self.id, error = %e, "session/resume refused; trying session/load");
                 Ok(None)
             }
         }
@@ -616,6 +695,18 @@ impl Actor {
         self.end_terminals();
         if let Some(mut live) = self.live.take() {
             self.publish_modes();
+            if live.close_session && !live.session_id.is_empty() {
+                // The agent frees the session (and saves it) before its process ends.
+                let closed = tokio::time::timeout(
+                    CLOSE_SESSION_TIMEOUT,
+                    live.rpc
+                        .request("session/close", json!({"sessionId": live.session_id})),
+                )
+                .await;
+                if !matches!(closed, Ok(Ok(_))) {
+                    tracing::debug!(agent = %self.id, "session/close went unanswered");
+                }
+            }
             process::terminate_group(
                 live.pid,
                 Some(&self.id.to_string()),
@@ -846,5 +937,44 @@ impl StartRetry {
     pub(super) fn take_due(&mut self) {
         self.due = None;
         self.at = None;
+    }
+}
+
+/// What the `initialize` answer says of the agent (see [`Advertised`]).
+fn advertised(init: &Value, protocol_version: u64) -> Advertised {
+    let text = |pointer: &str| {
+        init.pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let present = |pointer: &str| {
+        init.pointer(pointer)
+            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+    };
+    let capabilities = [
+        ("/agentCapabilities/loadSession", "load"),
+        ("/agentCapabilities/sessionCapabilities/resume", "resume"),
+        ("/agentCapabilities/sessionCapabilities/close", "close"),
+        ("/agentCapabilities/sessionCapabilities/list", "list"),
+        ("/agentCapabilities/sessionCapabilities/fork", "fork"),
+        ("/agentCapabilities/promptCapabilities/image", "image"),
+        ("/agentCapabilities/promptCapabilities/audio", "audio"),
+        (
+            "/agentCapabilities/promptCapabilities/embeddedContext",
+            "embedded-context",
+        ),
+        ("/agentCapabilities/mcpCapabilities/http", "mcp-http"),
+        ("/agentCapabilities/mcpCapabilities/sse", "mcp-sse"),
+    ]
+    .into_iter()
+    .filter(|(pointer, _)| present(pointer))
+    .map(|(_, name)| name.to_string())
+    .collect();
+    Advertised {
+        name: text("/agentInfo/name"),
+        title: text("/agentInfo/title"),
+        version: text("/agentInfo/version"),
+        protocol_version,
+        capabilities,
     }
 }

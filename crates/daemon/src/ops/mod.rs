@@ -213,6 +213,11 @@ impl Ops {
         self.runtimes.modes(id)
     }
 
+    /// What the agent's process said of itself at its last start.
+    pub(crate) fn advertised(&self, id: AgentId) -> Option<drover_acp::Advertised> {
+        self.runtimes.advertised(id)
+    }
+
     pub(crate) fn agent(&self, id: AgentId) -> Result<Agent, OpError> {
         self.registry
             .get(id)

@@ -167,8 +167,11 @@ async fn hibernation_ends_the_tree_and_a_message_resumes_the_conversation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hibernation_of_an_agent_that_cannot_load_tells_it_context_was_lost() {
-    let (daemon, _state) =
-        daemon_with("idle_timeout = \"500ms\"", "SCRIPTED_AGENT_NO_LOAD = \"1\"").await;
+    let (daemon, _state) = daemon_with(
+        "idle_timeout = \"500ms\"",
+        "SCRIPTED_AGENT_NO_LOAD = \"1\", SCRIPTED_AGENT_NO_RESUME = \"1\"",
+    )
+    .await;
     let (mut client, _) = daemon.client().await;
     let id = create(&mut client, &daemon, "say first").await;
     client.wait_idle(&id).await;

@@ -4,6 +4,7 @@
 //! (`workspaces::…`), so `cargo test -p drover-e2e -- workspaces::` runs one part, and
 //! `--skip real_agents` leaves out the real agents.
 
+mod acp_sessions;
 mod crash;
 mod durability;
 mod hibernation;

@@ -583,7 +583,12 @@ async fn a_restart_resumes_the_session_and_delivers_what_was_queued_once() {
     );
 
     // An agent that cannot load sessions starts a new one and says so.
-    let fleet = fleet.restart(&[("SCRIPTED_AGENT_NO_LOAD", "1")]).await;
+    let fleet = fleet
+        .restart(&[
+            ("SCRIPTED_AGENT_NO_LOAD", "1"),
+            ("SCRIPTED_AGENT_NO_RESUME", "1"),
+        ])
+        .await;
     fleet.send(id, Delivery::Followup, "say fresh").await;
     fleet.idle(id).await;
     let notices = fleet.texts(id, "notice").await;

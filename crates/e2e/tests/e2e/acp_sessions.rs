@@ -1,0 +1,193 @@
+//! ACP as agents speak it today: what an agent advertises at `initialize` is kept and shown;
+//! a session comes back through `session/resume` (no replay) where the agent offers it, else
+//! `session/load`; a stopping runtime closes its session with `session/close` where offered;
+//! an agent that answers with an ACP version drover does not speak fails its start, saying so.
+
+use std::time::Duration;
+
+use drover_testkit::daemon::{Client, TestDaemon};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A daemon with the scripted provider (`env` added to its environment) whose runtimes
+/// hibernate after half a second; the agents' state dir goes with it.
+async fn daemon_with(env: &str) -> (TestDaemon, TempDir) {
+    let state = TempDir::new().expect("agent state");
+    let home = TempDir::new().expect("home");
+    let mut config =
+        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path());
+    if !env.is_empty() {
+        config = config.replacen("env = { ", &format!("env = {{ {env}, "), 1);
+    }
+    let config = format!("{config}\n[runtimes]\nidle_timeout = \"500ms\"\n");
+    let path = home.path().to_path_buf();
+    (
+        TestDaemon::start_with_config(path, Some(home), config).await,
+        state,
+    )
+}
+
+async fn get_agent(client: &mut Client, agent: &str) -> Value {
+    let got = client
+        .request(json!({"type": "get_agent", "agentId": agent}))
+        .await;
+    assert_eq!(got["type"], "agent", "{got}");
+    got["payload"]["agent"].clone()
+}
+
+/// Waits until the agent's runtime is cold (hibernated).
+async fn cold(client: &mut Client, agent: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if get_agent(client, agent).await["runtime"]["state"] == "cold" {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{agent} never hibernated"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The session's history as the scripted agent keeps it (one JSON object per line).
+fn history(state: &TempDir, session: &str) -> Vec<Value> {
+    std::fs::read_to_string(state.path().join(format!("{session}.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The `via` of each "resumed the agent's session" notice.
+async fn resumed_via(client: &mut Client, agent: &str) -> Vec<String> {
+    client
+        .timeline(agent)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "notice" && i["data"]["restored"] == true)
+        .filter_map(|i| i["data"]["via"].as_str().map(str::to_string))
+        .collect()
+}
+
+async fn first_turn(client: &mut Client, daemon: &TestDaemon) -> (String, Value) {
+    let id = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": "say first"}))
+        .await;
+    client.wait_idle(&id).await;
+    let agent = get_agent(client, &id).await;
+    (id, agent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_closed_when_its_runtime_stops_and_resumed_without_replay() {
+    let (daemon, state) = daemon_with("").await;
+    let (mut client, _) = daemon.client().await;
+    let (id, live) = first_turn(&mut client, &daemon).await;
+    let advertised = &live["runtime"]["agent"];
+    assert_eq!(advertised["name"], "drover-scripted-agent", "{live}");
+    assert_eq!(advertised["protocolVersion"], 1, "{live}");
+    let capabilities = advertised["capabilities"].as_array().expect("capabilities");
+    for capability in ["load", "resume", "close", "mcp-http", "embedded-context"] {
+        assert!(
+            capabilities.iter().any(|c| c == capability),
+            "{capability}: {live}"
+        );
+    }
+    let session = live["sessionId"].as_str().expect("a session").to_string();
+
+    // Hibernation stops the runtime: the session is closed first.
+    cold(&mut client, &id).await;
+    assert!(
+        history(&state, &session)
+            .iter()
+            .any(|e| e["type"] == "closed"),
+        "{:?}",
+        history(&state, &session)
+    );
+    // What the agent advertised is still known while it is cold.
+    let asleep = get_agent(&mut client, &id).await;
+    assert_eq!(asleep["runtime"]["agent"], *advertised, "{asleep}");
+
+    // The next message continues the same session through session/resume: the agent knows
+    // its first prompt.
+    client
+        .request(json!({"type": "send_message", "agentId": id, "text": "recall"}))
+        .await;
+    client.wait_idle(&id).await;
+    assert_eq!(
+        client.replies(&id).await.last().map(String::as_str),
+        Some("recall: 1 earlier: say first")
+    );
+    assert_eq!(resumed_via(&mut client, &id).await, ["session/resume"]);
+    assert_eq!(
+        get_agent(&mut client, &id).await["sessionId"],
+        session.as_str()
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_predates_resume_loads_its_session_and_is_not_asked_to_close_it() {
+    let (daemon, state) = daemon_with("SCRIPTED_AGENT_NO_RESUME = \"1\"").await;
+    let (mut client, _) = daemon.client().await;
+    let (id, live) = first_turn(&mut client, &daemon).await;
+    let capabilities = live["runtime"]["agent"]["capabilities"]
+        .as_array()
+        .expect("capabilities")
+        .clone();
+    assert!(capabilities.iter().any(|c| c == "load"), "{live}");
+    assert!(
+        !capabilities.iter().any(|c| c == "resume" || c == "close"),
+        "{live}"
+    );
+    let session = live["sessionId"].as_str().expect("a session").to_string();
+    cold(&mut client, &id).await;
+    assert!(
+        !history(&state, &session)
+            .iter()
+            .any(|e| e["type"] == "closed"),
+        "session/close sent to an agent that does not offer it"
+    );
+    client
+        .request(json!({"type": "send_message", "agentId": id, "text": "recall"}))
+        .await;
+    client.wait_idle(&id).await;
+    assert_eq!(
+        client.replies(&id).await.last().map(String::as_str),
+        Some("recall: 1 earlier: say first")
+    );
+    assert_eq!(resumed_via(&mut client, &id).await, ["session/load"]);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_speaks_another_acp_version_fails_its_start_saying_so() {
+    let (daemon, _state) = daemon_with("SCRIPTED_AGENT_PROTOCOL_VERSION = \"2\"").await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi"}))
+        .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let agent = loop {
+        let agent = get_agent(&mut client, &id).await;
+        if agent["status"] == "error" {
+            break agent;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never failed: {agent}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let error = agent["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("speaks ACP version 2") && error.contains("drover speaks version 1"),
+        "{agent}"
+    );
+    assert_eq!(agent["runtime"]["agent"]["protocolVersion"], 2, "{agent}");
+    assert_eq!(agent["queued"].as_array().map(Vec::len), Some(1), "{agent}");
+    daemon.stop().await;
+}
