@@ -1294,6 +1294,12 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for (provider, available, detail, sign_in) in rows {
         let name = provider["name"].as_str().unwrap_or_default();
+        // The demo says what it is rather than where the drover binary is.
+        let detail = if name == drover_acp::providers::DEMO_PROVIDER && available {
+            provider["label"].as_str().unwrap_or_default().to_string()
+        } else {
+            detail
+        };
         let state = if available {
             ctx.style.paint(Paint::Green, "available  ")
         } else {

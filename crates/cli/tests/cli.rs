@@ -746,6 +746,66 @@ fn the_token_goes_with_the_handshake_when_the_home_has_one() {
 }
 
 #[test]
+fn run_with_the_demo_provider_needs_no_key() {
+    let fx = Fixture::start();
+    // A plain hello: a welcome, streamed, saying what to type.
+    let hello = fx.drover(&["run", "--provider", "demo", "hello"]).ok();
+    assert!(
+        hello.stdout.contains("drover's **demo agent**") && hello.stdout.contains("`tour`"),
+        "{}",
+        hello.stdout
+    );
+    // A permission (allowed from the command line), a subagent and a job, the last two made
+    // through drover's MCP server.
+    let run = fx
+        .drover(&[
+            "run",
+            "--provider",
+            "demo",
+            "--allow-all",
+            "--title",
+            "showcase",
+            "permission Edit README.md\nsubagent say hello from below\njob echo from-the-job",
+        ])
+        .ok();
+    for said in [
+        "permission granted",
+        "started subagent ",
+        "started job job-1: echo from-the-job",
+    ] {
+        assert!(run.stdout.contains(said), "no `{said}` in:\n{}", run.stdout);
+    }
+    let lead = fx.info("showcase");
+    assert_eq!(lead["type"], "demo", "{lead}");
+    let child = lead["children"][0]
+        .as_str()
+        .expect("a subagent")
+        .to_string();
+    fx.wait_status(&child, "idle");
+    let below = fx.drover(&["logs", &child]).ok();
+    assert!(
+        below.stdout.contains("hello from below"),
+        "{}",
+        below.stdout
+    );
+    // The job's end and the subagent's reach the demo agent, which takes note of each.
+    let deadline = Instant::now() + WAIT;
+    let logs = loop {
+        let logs = fx.drover(&["logs", "showcase"]).ok().stdout;
+        let noted =
+            logs.contains("Noted: [drover] Job job-1 exited") && logs.contains("finished its turn");
+        if noted || Instant::now() > deadline {
+            break logs;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        logs.contains("Noted: [drover] Job job-1 exited") && logs.contains("Noted: [drover] Agent"),
+        "{logs}"
+    );
+}
+
+#[test]
 fn providers_asks_the_running_daemon() {
     let fx = Fixture::start();
     let out = fx.drover(&["providers"]).ok();
