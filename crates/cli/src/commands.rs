@@ -71,6 +71,26 @@ fn interrupts() -> anyhow::Result<Signal> {
 
 // ---- run, attach, logs ------------------------------------------------------------------------
 
+/// A provider that cannot run here: the refusal also says how to try drover without one.
+fn demo_hint(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<CliError>() {
+        Ok(CliError::Daemon {
+            code,
+            message,
+            details,
+        }) if code == "provider_unavailable" => CliError::Daemon {
+            code,
+            message: format!(
+                "{message}\n(to try drover without an agent or a key: `drover run --provider demo hello`)"
+            ),
+            details,
+        }
+        .into(),
+        Ok(other) => other.into(),
+        Err(e) => e,
+    }
+}
+
 pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     let provider = args
         .provider
@@ -93,7 +113,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     };
     let answer = connection
         .request(|request_id| create_message(&args, request_id, provider, &cwd, parent))
-        .await?;
+        .await
+        .map_err(demo_hint)?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {
         return Err(unexpected(&answer));
     };

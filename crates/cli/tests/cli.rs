@@ -373,6 +373,19 @@ fn run_reports_an_agent_that_cannot_start() {
         "{}",
         out.stderr
     );
+    // A preset that is not installed: how to install it, and how to try drover without it.
+    let missing = fx.drover(&["run", "--provider", "codex", "hi"]);
+    assert_eq!(missing.code, 5, "{}", missing.stderr);
+    assert!(
+        missing
+            .stderr
+            .contains("npm install -g @zed-industries/codex-acp")
+            && missing
+                .stderr
+                .contains("`drover run --provider demo hello`"),
+        "{}",
+        missing.stderr
+    );
     let unknown = fx.drover(&["run", "--provider", "nope", "say hi"]);
     snapshot!("run_unknown_provider", unknown.transcript());
     assert_eq!(unknown.code, 4);
