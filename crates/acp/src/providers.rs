@@ -1,5 +1,7 @@
-//! Providers: how an agent is run. Built-in presets for known ACP agents, plus custom
-//! providers (or overrides of a preset) from `$DROVER_HOME/config.toml`:
+//! Providers: how an agent is run. Built-in presets for known ACP agents, the `demo` provider
+//! (drover's own scripted agent, run by the `drover` binary: no model, no key; see
+//! `docs/demo.md`), plus custom providers (or overrides of a preset) from
+//! `$DROVER_HOME/config.toml`:
 //!
 //! ```toml
 //! [providers.codex]                       # override a preset's command or environment
@@ -20,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -246,6 +248,36 @@ pub struct Providers {
     runtimes: RuntimeSettings,
 }
 
+/// The provider that runs drover's own scripted agent: always there, with no model and no key.
+pub const DEMO_PROVIDER: &str = "demo";
+
+/// The program whose `demo-agent` subcommand is the demo agent (see [`set_demo_program`]).
+static DEMO_PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+
+/// Names the program that runs the demo agent as `PROGRAM demo-agent`: the `drover` binary
+/// names itself when it starts. Without it (drover embedded in another program, such as a
+/// test) the demo's command is `drover demo-agent`, found on `PATH`.
+pub fn set_demo_program(program: PathBuf) {
+    // A binary replaced while it runs reads as `… (deleted)`; the new one is at the path.
+    let program = match program.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+        Some(path) => PathBuf::from(path),
+        None => program,
+    };
+    let _ = DEMO_PROGRAM.set(program);
+}
+
+fn demo() -> Provider {
+    let program = DEMO_PROGRAM
+        .get()
+        .map_or_else(|| "drover".to_string(), |p| p.display().to_string());
+    preset(
+        DEMO_PROVIDER,
+        "demo — scripted, no model",
+        &[&program, "demo-agent"],
+        "the demo agent is part of the `drover` binary: run the daemon with `drover daemon`",
+    )
+}
+
 fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
     Provider {
         name: name.to_string(),
@@ -307,6 +339,7 @@ impl Providers {
                 &["copilot", "--acp"],
                 "install it with `npm install -g @github/copilot`, or set `command` under [providers.copilot] in config.toml",
             ),
+            demo(),
         ];
         Providers {
             by_name: list.into_iter().map(|p| (p.name.clone(), p)).collect(),
@@ -315,12 +348,20 @@ impl Providers {
         }
     }
 
-    /// The presets with `$DROVER_HOME/config.toml` applied (a missing file is fine).
+    /// The presets with `$DROVER_HOME/config.toml` applied (a missing file is fine). The demo
+    /// agent keeps its sessions in `$DROVER_HOME/demo-agent` unless the file says otherwise.
     pub fn load(home: &Path) -> Result<Providers, ConfigError> {
         let path = home.join("config.toml");
+        let mut presets = Self::presets();
+        if let Some(demo) = presets.by_name.get_mut(DEMO_PROVIDER) {
+            demo.env.insert(
+                "SCRIPTED_AGENT_STATE_DIR".to_string(),
+                home.join("demo-agent").display().to_string(),
+            );
+        }
         match std::fs::read_to_string(&path) {
-            Ok(text) => Self::presets().with_config(&path, &text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::presets()),
+            Ok(text) => presets.with_config(&path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(presets),
             Err(source) => Err(ConfigError::Read { path, source }),
         }
     }

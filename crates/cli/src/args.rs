@@ -210,6 +210,10 @@ pub enum Command {
         /// The agent's MCP URL (`http://127.0.0.1:PORT/mcp/TOKEN`)
         url: String,
     },
+    /// Be the demo agent: drover's scripted ACP agent on stdio (what the `demo` provider
+    /// runs; see docs/demo.md).
+    #[command(hide = true)]
+    DemoAgent,
 }
 
 #[derive(Debug, Args)]

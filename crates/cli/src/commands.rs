@@ -71,6 +71,26 @@ fn interrupts() -> anyhow::Result<Signal> {
 
 // ---- run, attach, logs ------------------------------------------------------------------------
 
+/// A provider that cannot run here: the refusal also says how to try drover without one.
+fn demo_hint(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<CliError>() {
+        Ok(CliError::Daemon {
+            code,
+            message,
+            details,
+        }) if code == "provider_unavailable" => CliError::Daemon {
+            code,
+            message: format!(
+                "{message}\n(to try drover without an agent or a key: `drover run --provider demo hello`)"
+            ),
+            details,
+        }
+        .into(),
+        Ok(other) => other.into(),
+        Err(e) => e,
+    }
+}
+
 pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     let provider = args
         .provider
@@ -93,7 +113,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     };
     let answer = connection
         .request(|request_id| create_message(&args, request_id, provider, &cwd, parent))
-        .await?;
+        .await
+        .map_err(demo_hint)?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {
         return Err(unexpected(&answer));
     };
@@ -1314,6 +1335,12 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for (provider, available, detail, sign_in) in rows {
         let name = provider["name"].as_str().unwrap_or_default();
+        // The demo says what it is rather than where the drover binary is.
+        let detail = if name == drover_acp::providers::DEMO_PROVIDER && available {
+            provider["label"].as_str().unwrap_or_default().to_string()
+        } else {
+            detail
+        };
         let state = if available {
             ctx.style.paint(Paint::Green, "available  ")
         } else {

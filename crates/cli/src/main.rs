@@ -43,7 +43,14 @@ use crate::output::Style;
 fn main() -> ExitCode {
     // `drover daemon` runs its guard from this binary (`drover_core::guard`).
     drover_core::guard::serve_if_asked();
+    // The `demo` provider runs this very binary (`drover demo-agent`).
+    if let Ok(exe) = std::env::current_exe() {
+        drover_acp::providers::set_demo_program(exe);
+    }
     let cli = Cli::parse();
+    if let Command::DemoAgent = cli.command {
+        return drover_scripted::scripted_agent::demo_main();
+    }
     match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`drover ls | head`): nothing more to say.
@@ -195,6 +202,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Command::Daemon(_)
             | Command::Completions { .. }
             | Command::McpProxy { .. }
+            | Command::DemoAgent
             | Command::Ui { .. } => Ok(()),
         }
     })

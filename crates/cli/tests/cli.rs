@@ -370,6 +370,19 @@ fn run_reports_an_agent_that_cannot_start() {
         "{}",
         out.stderr
     );
+    // A preset that is not installed: how to install it, and how to try drover without it.
+    let missing = fx.drover(&["run", "--provider", "codex", "hi"]);
+    assert_eq!(missing.code, 5, "{}", missing.stderr);
+    assert!(
+        missing
+            .stderr
+            .contains("npm install -g @zed-industries/codex-acp")
+            && missing
+                .stderr
+                .contains("`drover run --provider demo hello`"),
+        "{}",
+        missing.stderr
+    );
     let unknown = fx.drover(&["run", "--provider", "nope", "say hi"]);
     snapshot!("run_unknown_provider", unknown.transcript());
     assert_eq!(unknown.code, 4);
@@ -740,6 +753,66 @@ fn the_token_goes_with_the_handshake_when_the_home_has_one() {
     assert_eq!(refused.code, 1, "{}", refused.transcript());
     assert!(refused.stderr.contains("token"), "{}", refused.stderr);
     std::fs::write(fx.home().join("token"), token).expect("restore");
+}
+
+#[test]
+fn run_with_the_demo_provider_needs_no_key() {
+    let fx = Fixture::start();
+    // A plain hello: a welcome, streamed, saying what to type.
+    let hello = fx.drover(&["run", "--provider", "demo", "hello"]).ok();
+    assert!(
+        hello.stdout.contains("drover's **demo agent**") && hello.stdout.contains("`tour`"),
+        "{}",
+        hello.stdout
+    );
+    // A permission (allowed from the command line), a subagent and a job, the last two made
+    // through drover's MCP server.
+    let run = fx
+        .drover(&[
+            "run",
+            "--provider",
+            "demo",
+            "--allow-all",
+            "--title",
+            "showcase",
+            "permission Edit README.md\nsubagent say hello from below\njob echo from-the-job",
+        ])
+        .ok();
+    for said in [
+        "permission granted",
+        "started subagent ",
+        "started job job-1: echo from-the-job",
+    ] {
+        assert!(run.stdout.contains(said), "no `{said}` in:\n{}", run.stdout);
+    }
+    let lead = fx.info("showcase");
+    assert_eq!(lead["type"], "demo", "{lead}");
+    let child = lead["children"][0]
+        .as_str()
+        .expect("a subagent")
+        .to_string();
+    fx.wait_status(&child, "idle");
+    let below = fx.drover(&["logs", &child]).ok();
+    assert!(
+        below.stdout.contains("hello from below"),
+        "{}",
+        below.stdout
+    );
+    // The job's end and the subagent's reach the demo agent, which takes note of each.
+    let deadline = Instant::now() + WAIT;
+    let logs = loop {
+        let logs = fx.drover(&["logs", "showcase"]).ok().stdout;
+        let noted =
+            logs.contains("Noted: [drover] Job job-1 exited") && logs.contains("finished its turn");
+        if noted || Instant::now() > deadline {
+            break logs;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        logs.contains("Noted: [drover] Job job-1 exited") && logs.contains("Noted: [drover] Agent"),
+        "{logs}"
+    );
 }
 
 #[test]

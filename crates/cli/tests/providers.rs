@@ -37,6 +37,12 @@ fn lists_presets_and_custom_providers_with_availability() {
     };
     assert!(line("mine").contains("available") && line("mine").contains("/bin/cat"));
     assert!(line("gone").contains("unavailable") && line("gone").contains("/no/such/agent"));
+    // The demo is always there: the drover binary runs it.
+    assert!(
+        line("demo").contains("available") && line("demo").contains("demo — scripted, no model"),
+        "{}",
+        line("demo")
+    );
     for preset in ["codex", "claude", "gemini", "opencode", "qwen", "copilot"] {
         let row = line(preset);
         assert!(

@@ -419,6 +419,32 @@ const scenarios = {
     await shot(page, 'jobs');
   },
 
+  // The demo provider as a new user meets it: picked by its label in the new-agent dialog,
+  // `tour` streams, asks a permission (one click), and makes a subagent and a job.
+  async demo() {
+    const page = await open();
+    await ready(page);
+    await page.click('#new-agent');
+    const dialog = page.locator('dialog');
+    await dialog.waitFor({ state: 'visible' });
+    const label = (await dialog.locator('select[name=provider] option[value=demo]').innerText()).trim();
+    if (label !== 'demo — scripted, no model') fail(`the demo is offered as ${JSON.stringify(label)}`);
+    await dialog.locator('select[name=provider]').selectOption('demo');
+    await dialog.locator('input[name=title]').fill('the demo');
+    await dialog.locator('textarea[name=prompt]').fill('tour');
+    await dialog.locator('button[type=submit]').click();
+    await gone(page, 'dialog');
+    const p = '.agent-pane:not([hidden])';
+    await page.locator(`${p} .kind-agent_message:has-text("a few words at a time")`).waitFor();
+    await page.locator(`${p} .permission.pending button:has-text("Allow once")`).waitFor();
+    await shot(page, 'demo-permission');
+    await page.click(`${p} .permission.pending button:has-text("Allow once")`);
+    await page.locator(`${p} .kind-agent_message:has-text("That was the tour")`).waitFor();
+    await page.locator(`${p} .track-row[data-agent-id]`).first().waitFor();
+    await page.locator(`${p} .job-row[data-job-id]`).first().waitFor();
+    await shot(page, 'demo');
+  },
+
   async newAgent() {
     const page = await open();
     await ready(page);

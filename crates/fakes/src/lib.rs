@@ -8,11 +8,15 @@
 //! drover), and [`procs`] reads the process table to find an agent's processes.
 //!
 //! Nothing here depends on drover's own crates: a fake that shared drover's code could agree
-//! with drover's bugs instead of exposing them.
+//! with drover's bugs instead of exposing them. (`drover-scripted`, re-exported here, is the
+//! scripted agent alone, in a crate of its own so the `drover` binary can ship it as the
+//! `demo` provider; it depends on none of drover's crates either.)
 
 pub mod acp_client;
-pub mod mcp_http;
 pub mod model;
 pub mod procs;
 pub mod real_agents;
-pub mod scripted_agent;
+
+/// The scripted agent and its MCP client live in `drover-scripted`, which the `drover` binary
+/// also links (its `demo` provider); they are the fakes' own all the same.
+pub use drover_scripted::{mcp_http, scripted_agent};

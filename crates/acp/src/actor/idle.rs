@@ -246,8 +246,12 @@ impl Actor {
             },
             None => 0,
         };
-        if found != self.background.count {
-            tracing::info!(agent = %self.id, background = found, "background processes keep the runtime live");
+        match (self.background.count, found) {
+            (before, now) if before == now => {}
+            (_, 0) => tracing::info!(agent = %self.id, "the background processes ended"),
+            _ => {
+                tracing::info!(agent = %self.id, background = found, "background processes keep the runtime live");
+            }
         }
         self.background = Background {
             looked: true,

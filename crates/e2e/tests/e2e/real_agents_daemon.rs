@@ -4,7 +4,10 @@
 //! streaming reply, and a daemon restart followed by another turn on the same agent; and a
 //! runtime that hibernated between two turns, whose second model request carries the first
 //! turn (codex-acp; pinned gemini-cli answers `session/load` after its process ended with
-//! "No previous sessions found", so it gets the context-lost note instead).
+//! "No previous sessions found", so it gets the context-lost note instead); and a server that
+//! codex's shell tool left running keeping its runtime live past the idle timeout until it
+//! ends. (claude-agent-acp 0.23 does not end a turn while a `run_in_background` shell of
+//! Claude Code runs, so its runtime is busy anyway.)
 //! Needs `scripts/install-agents`.
 
 use std::path::Path;
@@ -335,4 +338,92 @@ async fn resume_after_hibernation(agent: RealAgent) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_resumes_its_conversation_after_hibernation() {
     resume_after_hibernation(RealAgent::Codex).await;
+}
+
+/// A background process the agent's own shell tool left running keeps its runtime live past
+/// the idle timeout; once it ends, the runtime hibernates. `prompt` scripts the model to
+/// start it and to write its pid to `server.pid` in the agent's directory.
+async fn background_shell_keeps_the_runtime_live(agent: RealAgent, prompt: &str) {
+    let name = agent.name();
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let config = format!(
+        "{}\n[runtimes]\nidle_timeout = \"2s\"\n",
+        config(agent, &model, scratch.path(), &cwd)
+    );
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+    let created = client
+        .request(json!({
+            "type": "create_agent", "provider": name, "cwd": cwd, "permissionPolicy": "allow",
+            "prompt": prompt,
+        }))
+        .await;
+    assert_eq!(created["type"], "agent_created", "{name}: {created}");
+    let id = created["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    settle(&mut client, name, &id, 1).await;
+    let pid = std::fs::read_to_string(cwd.join("server.pid"))
+        .unwrap_or_else(|e| panic!("{name}: the shell did not run: {e}"));
+    let pid = pid.trim().to_string();
+    let get = async |client: &mut Client| {
+        client
+            .request(json!({"type": "get_agent", "agentId": id}))
+            .await["payload"]["agent"]
+            .clone()
+    };
+    // Past the idle timeout: still live, kept by the background process.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let kept = get(&mut client).await;
+    assert_eq!(kept["runtime"]["state"], "live", "{name}: {kept}");
+    assert!(
+        kept["runtime"]["backgroundProcesses"].as_u64() >= Some(1),
+        "{name}: {kept}"
+    );
+    assert_eq!(kept["runtime"]["hibernateAt"], serde_json::Value::Null);
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "{name}: the background process {pid} was ended"
+    );
+
+    // It ends: the runtime hibernates, and nothing of the agent is left.
+    client.clear_backlog();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    client
+        .recv_where(|m| {
+            m["type"] == "agent_status"
+                && m["payload"]["agent"]["id"] == id
+                && m["payload"]["agent"]["runtime"]["state"] == "cold"
+        })
+        .await;
+    assert!(
+        no_agent_processes_left(&id).await,
+        "{name}: processes left after hibernation: {:?}",
+        agent_processes(&id)
+    );
+    drop(client);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_background_shell_keeps_the_runtime_live() {
+    // codex ends its command's process group when the command returns: a server that should
+    // outlive it starts a session of its own, as `nohup`/`setsid` users do.
+    background_shell_keeps_the_runtime_live(
+        RealAgent::Codex,
+        "shell setsid sh -c 'echo $$ > server.pid; exec sleep 1000' > /dev/null 2>&1 < /dev/null &",
+    )
+    .await;
 }

@@ -734,6 +734,39 @@ async fn a_new_agent_made_in_the_browser_runs_and_can_be_renamed() {
 }
 
 #[tokio::test]
+async fn the_demo_provider_tours_streaming_a_permission_a_subagent_and_a_job() {
+    // The demo preset runs the drover binary, which this crate does not build: the scripted
+    // agent in demo mode stands in for it, under the preset's name and label.
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let bin = drover_testkit::scripted_agent_bin();
+    let config = format!(
+        "{}\n[providers.demo]\ncommand = [{:?}]\nenv = {{ SCRIPTED_AGENT_DEMO = \"1\", SCRIPTED_AGENT_STATE_DIR = {:?} }}\n",
+        drover_testkit::scripted_config(&bin, state.path()),
+        bin.display().to_string(),
+        state.path().display().to_string(),
+    );
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let (mut client, _) = daemon.client().await;
+    idle_agent(&mut client, &daemon, "already here").await;
+    Scenario::run("demo", &daemon, json!({})).await;
+    let agents = client.agents(false).await;
+    let demo = agents
+        .iter()
+        .find(|a| a["title"] == "the demo")
+        .unwrap_or_else(|| panic!("no demo agent: {agents:?}"));
+    assert_eq!(demo["type"], "demo", "{demo}");
+    let sub = agents
+        .iter()
+        .find(|a| a["parentAgentId"] == demo["id"])
+        .unwrap_or_else(|| panic!("no subagent: {agents:?}"));
+    assert_eq!(sub["type"], "demo", "{sub}");
+    let jobs = client.request(json!({"type": "list_jobs"})).await;
+    let jobs = jobs["payload"]["jobs"].as_array().expect("jobs").clone();
+    assert!(jobs.iter().any(|j| j["agentId"] == demo["id"]), "{jobs:?}");
+}
+
+#[tokio::test]
 async fn a_command_run_from_the_pane_is_a_job_followed_to_its_end_and_another_is_killed() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;

@@ -71,7 +71,18 @@
 //! | `terminal-release <program> [<arg>...]` | creates, releases at once (which kills it), then asks `terminal/output` of the released terminal and says what came back |
 //! | `terminal-start <program> [<arg>...]` | creates the terminal and leaves it running; says `terminal <id> started` |
 //! | `terminal-output <id>` | asks `terminal/output` of terminal `<id>`; says `terminal <id> output <result as JSON>` (or `… output error: <error>`) |
+//! | `subagent <prompt>` | creates a subagent through the session's MCP server (`create_agent`: relationship `subagent`, workspace `current`, the caller's provider) whose first prompt is `<prompt>` (`\n` in it starts a new line); says `started subagent <agentId>` (or `subagent error: ...`) |
+//! | `job <shell command>` | starts a background job through the session's MCP server (`start_job`); says `started job <jobId>: <command>` (or `job error: ...`) |
+//! | `tour` | a show of the rest, for the demo: `think`, `plan`, text streamed a few words at a time, `tool`, `permission`, `subagent`, `job` |
+//! | `help` | says the directives, for people (the demo's welcome) |
 //! | anything else | says `ok: <line>` |
+//!
+//! # Demo mode
+//! `drover demo-agent` (the `demo` provider) and `SCRIPTED_AGENT_DEMO=1` make the agent
+//! pleasant for a person trying drover (see `docs/demo.md`): a prompt without a directive
+//! gets a welcome streamed a few words at a time (what it is and what to type), a notice from
+//! drover (a prompt starting with `[drover]`: a subagent finished, a job ended) is
+//! acknowledged in one line and never read as directives, and `say` streams its text too.
 //!
 //! # Environment
 //! - `SCRIPTED_AGENT_STATE_DIR`: where session histories are kept (one `<sessionId>.jsonl` per
@@ -163,6 +174,8 @@ pub struct Config {
     pub auth: bool,
     /// A helper child from the start (`SCRIPTED_AGENT_HELPER=1`).
     pub helper: bool,
+    /// Demo mode (`SCRIPTED_AGENT_DEMO=1`, or `drover demo-agent`).
+    pub demo: bool,
 }
 
 impl Config {
@@ -185,6 +198,7 @@ impl Config {
             read_quotes: flag("SCRIPTED_AGENT_READ_QUOTES"),
             auth: flag("SCRIPTED_AGENT_AUTH"),
             helper: flag("SCRIPTED_AGENT_HELPER"),
+            demo: flag("SCRIPTED_AGENT_DEMO"),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -262,12 +276,20 @@ pub enum Directive {
     },
     /// `terminal/output` of a terminal by id.
     TerminalOutput(String),
+    /// Creates a subagent with this first prompt.
+    Subagent(String),
+    /// Starts a background job with this shell command.
+    Job(String),
+    Tour,
+    Help,
     /// Any other line: says `ok: <line>`.
     Other(String),
 }
 
 impl Directive {
     /// Parses one trimmed, non-empty line; a line that fits no directive is `Other`.
+    // One arm per directive word: the table reads best as one match.
+    #[allow(clippy::too_many_lines)]
     pub fn parse(line: &str) -> Directive {
         let (word, rest) = match line.split_once(char::is_whitespace) {
             Some((word, rest)) => (word, rest.trim()),
@@ -337,6 +359,10 @@ impl Directive {
             "stderr" => Directive::Stderr(rest.to_string()),
             "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
             "recall" if rest.is_empty() => Directive::Recall,
+            "subagent" if !rest.is_empty() => Directive::Subagent(rest.replace("\\n", "\n")),
+            "job" if !rest.is_empty() => Directive::Job(rest.to_string()),
+            "tour" if rest.is_empty() => Directive::Tour,
+            "help" if rest.is_empty() => Directive::Help,
             "terminal-output" if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
                 Directive::TerminalOutput(rest.to_string())
             }
@@ -445,6 +471,18 @@ pub fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some("--login") {
         return terminal_login();
     }
+    main_with(Config::from_env())
+}
+
+/// Runs the agent in demo mode (`drover demo-agent`).
+pub fn demo_main() -> ExitCode {
+    main_with(Config {
+        demo: true,
+        ..Config::from_env()
+    })
+}
+
+fn main_with(config: Config) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -456,7 +494,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(run(Config::from_env()));
+    let code = runtime.block_on(run(config));
     // Output is flushed by now; do not wait for anything else the runtime still holds.
     runtime.shutdown_timeout(Duration::from_millis(100));
     code
@@ -1153,6 +1191,9 @@ impl Agent {
             &json!({"type": "user", "text": turn.text}),
         );
         let mut directives = Directive::parse_all(&turn.text, self.config.read_quotes);
+        if self.config.demo {
+            directives = demo_directives(&turn.text, directives);
+        }
         if directives.is_empty() {
             directives.push(Directive::Say("ok".to_string()));
         }
@@ -1200,6 +1241,47 @@ impl Agent {
         }
     }
 
+    /// Says `text` a few words at a time, as a model streams (the demo's way); cancellable.
+    async fn say_slowly(&self, turn: &mut Turn, text: &str) -> Flow {
+        let words: Vec<&str> = text.split_inclusive(' ').collect();
+        for (i, chunk) in words.chunks(3).enumerate() {
+            if i > 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(40)) => {}
+                    () = turn.until_cancelled() => return cancelled(),
+                }
+            }
+            self.say(turn, &chunk.concat()).await;
+        }
+        Flow::Continue
+    }
+
+    /// Calls `tool` on the session's first HTTP MCP server (drover's): its answer on one line.
+    async fn call_mcp(
+        &self,
+        session_id: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<String, String> {
+        let url = self
+            .with_session(session_id, |s| {
+                s.mcp_servers
+                    .as_array()
+                    .and_then(|all| {
+                        all.iter()
+                            .find_map(|m| m.get("url").and_then(Value::as_str))
+                    })
+                    .map(str::to_string)
+            })
+            .ok()
+            .flatten()
+            .ok_or_else(|| "no HTTP MCP server in this session".to_string())?;
+        let (tool, arguments) = (tool.to_string(), arguments.clone());
+        tokio::task::spawn_blocking(move || mcp_call(&url, &tool, &arguments))
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
     async fn say(&self, turn: &Turn, text: &str) {
         self.record(&turn.session_id, &json!({"type": "agent", "text": text}));
         self.out
@@ -1215,6 +1297,7 @@ impl Agent {
     async fn play(&self, turn: &mut Turn, directive: Directive) -> Flow {
         let session_id = turn.session_id.clone();
         match directive {
+            Directive::Say(text) if self.config.demo => return self.say_slowly(turn, &text).await,
             Directive::Say(text) => self.say(turn, &text).await,
             Directive::Stream { count, delay } | Directive::StreamStamped { count, delay } => {
                 let stamped = matches!(directive, Directive::StreamStamped { .. });
@@ -1319,32 +1402,12 @@ impl Agent {
                 self.say(turn, &cwd).await;
             }
             Directive::Mcp { tool, arguments } => {
-                let url = self
-                    .with_session(&session_id, |s| {
-                        s.mcp_servers
-                            .as_array()
-                            .and_then(|all| {
-                                all.iter()
-                                    .find_map(|m| m.get("url").and_then(Value::as_str))
-                            })
-                            .map(str::to_string)
-                    })
-                    .ok()
-                    .flatten();
-                let text = match url {
-                    None => format!("mcp {tool} error: no HTTP MCP server in this session"),
-                    Some(url) => {
-                        let tool_name = tool.clone();
-                        let call = tokio::task::spawn_blocking(move || {
-                            mcp_call(&url, &tool_name, &arguments)
-                        })
-                        .await;
-                        match call {
-                            Ok(Ok(result)) => format!("mcp {tool}: {result}"),
-                            Ok(Err(e)) => format!("mcp {tool} error: {e}"),
-                            Err(e) => format!("mcp {tool} error: {e}"),
-                        }
-                    }
+                let text = match serde_json::from_str::<Value>(&arguments) {
+                    Err(e) => format!("mcp {tool} error: arguments are not JSON: {e}"),
+                    Ok(arguments) => match self.call_mcp(&session_id, &tool, &arguments).await {
+                        Ok(result) => format!("mcp {tool}: {result}"),
+                        Err(e) => format!("mcp {tool} error: {e}"),
+                    },
                 };
                 self.say(turn, &text).await;
             }
@@ -1448,6 +1511,48 @@ impl Agent {
                 self.say(turn, &text).await;
             }
             Directive::Other(line) => self.say(turn, &format!("ok: {line}")).await,
+            Directive::Subagent(prompt) => {
+                let title: String = prompt
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(40)
+                    .collect();
+                let arguments = json!({
+                    "relationship": {"kind": "subagent"},
+                    "workspace": {"kind": "current"},
+                    "prompt": prompt,
+                    "title": format!("subagent: {title}"),
+                });
+                let text = match self.call_mcp(&session_id, "create_agent", &arguments).await {
+                    Ok(result) => format!("started subagent {}", answer_field(&result, "agentId")),
+                    Err(e) => format!("subagent error: {e}"),
+                };
+                self.say(turn, &format!("{text}\n")).await;
+            }
+            Directive::Job(command) => {
+                let arguments = json!({"command": command});
+                let text = match self.call_mcp(&session_id, "start_job", &arguments).await {
+                    Ok(result) => {
+                        format!("started job {}: {command}", answer_field(&result, "jobId"))
+                    }
+                    Err(e) => format!("job error: {e}"),
+                };
+                self.say(turn, &format!("{text}\n")).await;
+            }
+            Directive::Tour => {
+                for directive in tour() {
+                    if turn.cancelled() {
+                        return cancelled();
+                    }
+                    match Box::pin(self.play(turn, directive)).await {
+                        Flow::Continue => {}
+                        other => return other,
+                    }
+                }
+            }
+            Directive::Help => return self.say_slowly(turn, HELP).await,
         }
         Flow::Continue
     }
@@ -1706,14 +1811,74 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
 
 /// One MCP `tools/call`: the result's text on one line (a reader picks it out of the agent's
 /// message), or why it failed (`protocol error: ...` when no tool result came back).
-fn mcp_call(url: &str, tool: &str, arguments: &str) -> Result<String, String> {
-    let arguments: Value =
-        serde_json::from_str(arguments).map_err(|e| format!("arguments are not JSON: {e}"))?;
-    match crate::mcp_http::tools_call(url, tool, &arguments, Duration::from_secs(120)) {
+fn mcp_call(url: &str, tool: &str, arguments: &Value) -> Result<String, String> {
+    match crate::mcp_http::tools_call(url, tool, arguments, Duration::from_secs(120)) {
         Ok(text) => Ok(text.split_whitespace().collect::<Vec<_>>().join(" ")),
         Err(crate::mcp_http::CallError::Tool(text)) => Err(text),
         Err(crate::mcp_http::CallError::Protocol(e)) => Err(format!("protocol error: {e}")),
     }
+}
+
+/// A string field of a tool's JSON answer (`?` when it is not there).
+fn answer_field(answer: &str, field: &str) -> String {
+    serde_json::from_str::<Value>(answer)
+        .ok()
+        .and_then(|v| v.get(field).and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// What the demo says to a prompt without directives.
+const WELCOME: &str = "Hello! I am drover's **demo agent**: a script, not a model, so nothing leaves this machine and no key is needed. Everything you see (this text streaming in, tool calls, permission cards, subagents, jobs) is drover at work, as it would be with Codex, Claude Code or Gemini.\n\n";
+
+/// The demo's directives, for people.
+const HELP: &str = "Each line of your message is one thing for me to do. Try:\n\n\
+- `tour`: all of the below, in one go\n\
+- `permission Edit README.md`: a permission card for you to answer\n\
+- `subagent hello`: a subagent, created through drover's MCP server; drover tells me when it is done\n\
+- `job sleep 5; echo done`: a background job; drover tells me when it ends\n\
+- `say <text>`, `think <text>`, `tool <title>`, `plan first; second; third`, `stream 20 100`, `sleep 2000`\n\n\
+Every directive is in docs/demo.md.\n";
+
+/// What the demo plays for `tour`.
+fn tour() -> Vec<Directive> {
+    vec![
+        Directive::Think("The user asked for a tour: show a plan, stream some text, use a tool, ask a permission, start a subagent and a job.".to_string()),
+        Directive::Plan(
+            ["Stream a reply", "Use a tool", "Ask a permission", "Start a subagent", "Start a job"]
+                .map(str::to_string)
+                .to_vec(),
+        ),
+        Directive::Say("This text streams in a few words at a time, as a model's reply would. Next, a tool call, then a permission card: answer it to go on.\n\n".to_string()),
+        Directive::Tool("Read the project".to_string()),
+        Directive::Permission {
+            title: "Edit the demo file".to_string(),
+            order: PermissionOrder::AnnounceFirst,
+        },
+        Directive::Say("\n\nNow a subagent and a background job, both through drover's MCP server:\n".to_string()),
+        Directive::Subagent("say Hello from the subagent!\nstream 5 300".to_string()),
+        Directive::Job("for i in 1 2 3 4 5; do echo tick $i; sleep 1; done".to_string()),
+        Directive::Say("That was the tour. The subagent and the job run on by themselves; drover tells me when each is done.\n".to_string()),
+    ]
+}
+
+/// In demo mode: a notice from drover is acknowledged and never read as directives; a
+/// prompt without any directive gets the welcome and the help.
+fn demo_directives(text: &str, directives: Vec<Directive>) -> Vec<Directive> {
+    let text = text.trim_start();
+    if text.starts_with("[drover]") {
+        let first = text.lines().next().unwrap_or_default();
+        return vec![Directive::Say(format!("Noted: {first}\n"))];
+    }
+    if directives.iter().all(|d| matches!(d, Directive::Other(_))) {
+        return vec![
+            Directive::Think(
+                "No directive in this message: say hello and what I can do.".to_string(),
+            ),
+            Directive::Say(WELCOME.to_string()),
+            Directive::Help,
+        ];
+    }
+    directives
 }
 
 #[cfg(test)]
@@ -1786,6 +1951,39 @@ mod tests {
             Directive::parse_all(notice, false)[1],
             Directive::Other("> say again".into())
         );
+    }
+
+    #[test]
+    fn demo_directives_parse() {
+        assert_eq!(
+            Directive::parse("subagent say a\\nsay b"),
+            Directive::Subagent("say a\nsay b".into())
+        );
+        assert_eq!(
+            Directive::parse("job sleep 1; echo done"),
+            Directive::Job("sleep 1; echo done".into())
+        );
+        assert_eq!(Directive::parse("tour"), Directive::Tour);
+        assert_eq!(Directive::parse("help"), Directive::Help);
+        assert_eq!(Directive::parse("job"), Directive::Other("job".into()));
+    }
+
+    #[test]
+    fn the_demo_welcomes_a_plain_prompt_and_notes_drover_notices() {
+        let plain = demo_directives("hello there", Directive::parse_all("hello there", false));
+        assert!(
+            matches!(plain.as_slice(), [Directive::Think(_), Directive::Say(w), Directive::Help] if w == WELCOME)
+        );
+        // A notice quoting a reply with directive-like lines is never played.
+        let notice = "[drover] Job job-1 exited (exit status 0)\n> crash";
+        assert_eq!(
+            demo_directives(notice, Directive::parse_all(notice, false)),
+            [Directive::Say(
+                "Noted: [drover] Job job-1 exited (exit status 0)\n".into()
+            )]
+        );
+        let scripted = Directive::parse_all("say hi\nhello", false);
+        assert_eq!(demo_directives("say hi\nhello", scripted.clone()), scripted);
     }
 
     #[test]
