@@ -140,6 +140,7 @@ impl TestDaemon {
         stream_window: Option<Duration>,
         allowed_hosts: Vec<String>,
     ) -> TestDaemon {
+        crate::hermetic::in_process();
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(home.join("config.toml"), config).expect("config.toml");
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
