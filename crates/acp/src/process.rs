@@ -52,6 +52,31 @@ pub const ENV_ALLOWLIST: &[&str] = &[
     "NODE_EXTRA_CA_CERTS",
 ];
 
+/// Set once by [`set_inherited_env`]: what agents and jobs inherit instead of the daemon's
+/// environment.
+static INHERITED: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+
+/// What every agent and job inherits before its own variables: [`ENV_ALLOWLIST`] from the
+/// daemon's environment, or what [`set_inherited_env`] set. Its `PATH` is also where providers'
+/// programs are looked for.
+pub fn inherited_env() -> BTreeMap<String, String> {
+    if let Some(env) = INHERITED.get() {
+        return env.clone();
+    }
+    ENV_ALLOWLIST
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_string(), v)))
+        .collect()
+}
+
+/// Makes `env` what agents and jobs of this process inherit, in place of the daemon's own
+/// environment: for an embedding, and for tests that must not depend on what the machine has
+/// installed (`PATH`) or on the user's `HOME`. The first call wins (the process environment is
+/// one for the whole process too); `false` when one came before.
+pub fn set_inherited_env(env: BTreeMap<String, String>) -> bool {
+    INHERITED.set(env).is_ok()
+}
+
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
     pub program: PathBuf,

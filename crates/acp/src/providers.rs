@@ -343,7 +343,7 @@ impl Providers {
         ];
         Providers {
             by_name: list.into_iter().map(|p| (p.name.clone(), p)).collect(),
-            path_var: std::env::var("PATH").ok(),
+            path_var: crate::process::inherited_env().remove("PATH"),
             runtimes: RuntimeSettings::default(),
         }
     }

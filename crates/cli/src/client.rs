@@ -40,7 +40,7 @@ impl Endpoint {
             Some(url) => url.clone(),
             None => match self.published() {
                 Some(info) => info.url,
-                None => return Err(self.not_published()),
+                None => return Err(not_published(&self.home)),
             },
         };
         Ok(ws_url(&base))
@@ -48,32 +48,6 @@ impl Endpoint {
 
     fn token(&self) -> Option<String> {
         read_token(&self.home)
-    }
-
-    /// Why there is no `daemon.json` to read: none was published (no daemon runs), or this
-    /// user may not read it (another user's home), which is not the same thing to be told.
-    fn not_published(&self) -> CliError {
-        let path = self.home.join(DAEMON_INFO_FILE);
-        match std::fs::metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => CliError::Unreadable {
-                path,
-                reason: e.to_string(),
-            },
-            Ok(_) => match std::fs::read(&path) {
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    CliError::Unreadable {
-                        path,
-                        reason: e.to_string(),
-                    }
-                }
-                _ => CliError::NotRunning {
-                    home: self.home.clone(),
-                },
-            },
-            Err(_) => CliError::NotRunning {
-                home: self.home.clone(),
-            },
-        }
     }
 }
 
@@ -89,6 +63,27 @@ pub fn read_token(home: &Path) -> Option<String> {
 pub fn read_info(home: &Path) -> Option<DaemonInfo> {
     let bytes = std::fs::read(home.join(DAEMON_INFO_FILE)).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// Why `home` has no `daemon.json` this user can read: none was published (no daemon runs),
+/// or this user may not read it (another user's home), which is not the same thing to be told.
+pub fn not_published(home: &Path) -> CliError {
+    let path = home.join(DAEMON_INFO_FILE);
+    let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
+    let unreadable = match std::fs::metadata(&path) {
+        Err(e) if denied(&e) => Some(e),
+        Ok(_) => std::fs::read(&path).err().filter(denied),
+        Err(_) => None,
+    };
+    match unreadable {
+        Some(e) => CliError::Unreadable {
+            path,
+            reason: e.to_string(),
+        },
+        None => CliError::NotRunning {
+            home: home.to_path_buf(),
+        },
+    }
 }
 
 /// `http://h:p` → `ws://h:p/ws`; a `ws://` url is taken as given.

@@ -11,7 +11,7 @@ use drover_daemon::{DaemonConfig, DaemonInfo, DataDirLock};
 use serde_json::Value;
 
 use crate::args::ServeArgs;
-use crate::client::{read_info, read_token};
+use crate::client::{not_published, read_info, read_token};
 use crate::error::{CliError, exit};
 
 /// How long `/health` may take to answer.
@@ -200,6 +200,10 @@ pub fn status(home: &Path, json: bool) -> anyhow::Result<()> {
         }
         Ok(())
     } else {
+        // Another user's home: say so rather than "not running".
+        if let error @ CliError::Unreadable { .. } = not_published(home) {
+            return Err(error.into());
+        }
         if json {
             outln!("{}", serde_json::json!({"status": "not_running"}));
         } else {

@@ -226,10 +226,7 @@ fn echo_off(stdin: &std::io::Stdin) -> Option<nix::sys::termios::Termios> {
 /// The environment the daemon gives the provider's agents: the allowlisted part of ours plus
 /// the provider's own variables.
 fn agent_env(provider_env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = drover_acp::process::ENV_ALLOWLIST
-        .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_string(), v)))
-        .collect();
+    let mut env: BTreeMap<String, String> = drover_acp::process::inherited_env();
     env.extend(provider_env.clone());
     env
 }

@@ -4,8 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::client::read_info;
-use crate::error::CliError;
+use crate::client::{not_published, read_info};
 
 /// The page's address for the daemon at `base` (`http://HOST:PORT`): with the token of
 /// `home` in the fragment when the daemon keeps one.
@@ -31,12 +30,7 @@ pub fn run(home: &Path, url: Option<&str>, print: bool) -> anyhow::Result<()> {
         Some(url) => url.to_string(),
         None => match read_info(home) {
             Some(info) => info.url,
-            None => {
-                return Err(CliError::NotRunning {
-                    home: home.to_path_buf(),
-                }
-                .into());
-            }
+            None => return Err(not_published(home).into()),
         },
     };
     let address = address(&base, home);

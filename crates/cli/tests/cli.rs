@@ -1350,15 +1350,20 @@ fn another_user_of_the_machine_cannot_drive_the_daemon() {
     assert!(out.contains("token"), "the refusal names the token: {out}");
     let (code, out) = as_nobody(&[&drover_path, "--url", &url, "ls"]);
     assert_ne!(code, 0, "{out}");
-    // Without --url: the home it cannot read is not "no daemon running".
-    let (code, out) = as_nobody(&[&drover_path, "ls"]);
-    assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains("Permission denied")
-            && out.contains("daemon.json")
-            && !out.contains("no drover daemon is running"),
-        "{out}"
-    );
+    // Without --url: the home it cannot read is not "no daemon is running".
+    for command in [&["ls"][..], &["daemon", "status"], &["ui", "--print"]] {
+        let mut line = vec![drover_path.as_str()];
+        line.extend_from_slice(command);
+        let (code, out) = as_nobody(&line);
+        assert_eq!(code, 1, "{command:?}: {out}");
+        assert!(
+            out.contains("Permission denied")
+                && out.contains("daemon.json")
+                && !out.contains("not running")
+                && !out.contains("no drover daemon is running"),
+            "{command:?}: {out}"
+        );
+    }
     let listed = fx.drover(&["ls", "--json"]).ok().json();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
 }

@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Fixture, WAIT, idle, new_agent, read_json, running, write_json};
@@ -71,9 +70,10 @@ impl Repo {
     }
 }
 
-/// `git -C dir args…` with a test identity; panics with git's output on failure.
+/// `git -C dir args…` with a test identity and none of the user's configuration; panics with
+/// git's output on failure.
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
+    let out = drover_testkit::hermetic::command("git", Path::new("/nonexistent"))
         .args([
             "-c",
             "user.name=drover test",

@@ -140,6 +140,7 @@ impl TestDaemon {
         stream_window: Option<Duration>,
         allowed_hosts: Vec<String>,
     ) -> TestDaemon {
+        crate::hermetic::in_process();
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(home.join("config.toml"), config).expect("config.toml");
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
@@ -147,9 +148,10 @@ impl TestDaemon {
         let mut config = drover_daemon::DaemonConfig::new(&home, addr).expect("config");
         config.no_token = no_token;
         config.allowed_hosts = allowed_hosts;
-        if let Some(window) = stream_window {
-            config.stream_window = window;
-        }
+        // The default window unless the test asks for another, whatever the caller's shell
+        // says in DROVER_STREAM_WINDOW_MS.
+        config.stream_window =
+            stream_window.unwrap_or(drover_daemon::config::DEFAULT_STREAM_WINDOW);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let shutdown = async move {

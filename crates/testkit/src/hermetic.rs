@@ -16,6 +16,21 @@ pub const SYSTEM_PATH: &str = "/usr/bin:/bin";
 /// a developer asked of the Rust programs (backtraces, logs, coverage).
 const PASSED_ON: &[&str] = &["TMPDIR", "RUST_BACKTRACE", "RUST_LOG", "LLVM_PROFILE_FILE"];
 
+/// Agents and jobs of a daemon in this test process inherit the same environment as the
+/// processes [`command`] starts (`HOME` a path that does not exist), not the test's: see
+/// `drover_acp::process::set_inherited_env`. Idempotent; the in-process daemon calls it.
+pub fn in_process() {
+    let mut env = std::collections::BTreeMap::from([
+        ("PATH".to_string(), SYSTEM_PATH.to_string()),
+        ("HOME".to_string(), "/nonexistent".to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+    ]);
+    if let Ok(tmp) = std::env::var("TMPDIR") {
+        env.insert("TMPDIR".to_string(), tmp);
+    }
+    drover_acp::process::set_inherited_env(env);
+}
+
 /// `program` with a cleared environment: [`SYSTEM_PATH`], `HOME` = `home`, `LANG=C.UTF-8`,
 /// `NO_COLOR=1`, and only [`PASSED_ON`] from the test's environment. A test adds what it needs
 /// (`DROVER_HOME`, a provider's variables) on top.

@@ -401,7 +401,7 @@ pub fn git_repository(dir: &Path, files: &[(&str, &str)]) {
 
 /// The lines `git` prints in `dir` (for listings: branches, worktrees).
 pub fn git_lines(dir: &Path, args: &[&str]) -> Vec<String> {
-    let out = std::process::Command::new("git")
+    let out = hermetic::command("git", Path::new("/nonexistent"))
         .args(args)
         .current_dir(dir)
         .output()
@@ -412,10 +412,10 @@ pub fn git_lines(dir: &Path, args: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Runs `git` in `dir` with a fixed identity (no user config needed); panics with its stderr
-/// when it fails.
+/// Runs `git` in `dir` with a fixed identity and none of the user's configuration (no
+/// `~/.gitconfig`: signing, hooks, a default branch); panics with its stderr when it fails.
 pub fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
+    let out = hermetic::command("git", Path::new("/nonexistent"))
         .args([
             "-c",
             "user.name=drover",

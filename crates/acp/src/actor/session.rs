@@ -362,10 +362,7 @@ impl Actor {
                 return Err(LaunchError::Unavailable { reason });
             }
         };
-        let mut env: BTreeMap<String, String> = process::ENV_ALLOWLIST
-            .iter()
-            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-            .collect();
+        let mut env: BTreeMap<String, String> = process::inherited_env();
         env.extend(provider.env.clone());
         env.insert("DROVER_AGENT_ID".to_string(), self.id.to_string());
         let spec = SpawnSpec {

@@ -759,10 +759,7 @@ impl Jobs {
 /// The job's whole environment: the agents' allowlist from the daemon's, the caller's
 /// additions, and the job's id and marker.
 fn job_env(spec: &JobSpec, id: &str) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = crate::process::ENV_ALLOWLIST
-        .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-        .collect();
+    let mut env: BTreeMap<String, String> = crate::process::inherited_env();
     env.extend(spec.env.clone());
     env.insert("DROVER_JOB_ID".to_string(), id.to_string());
     env.insert(

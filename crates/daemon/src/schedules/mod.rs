@@ -319,9 +319,15 @@ impl Schedules {
             .get(id)
             .ok_or_else(|| ScheduleError::Unknown(id.to_string()))?;
         let home = self.inner.home.clone();
-        tokio::task::spawn_blocking(move || store::remove(&home, id))
-            .await
-            .map_err(|_| ScheduleError::ShuttingDown)??;
+        // The highest id given so far outlives the files: a deleted schedule's id is never
+        // given again, not after a restart either.
+        let last = lock(&self.inner.state).next_id;
+        tokio::task::spawn_blocking(move || {
+            store::write_last_id(&home, last)?;
+            store::remove(&home, id)
+        })
+        .await
+        .map_err(|_| ScheduleError::ShuttingDown)??;
         lock(&self.inner.state).remove(id);
         let _ = self.inner.events.send(ScheduleEvent { id, schedule: None });
         self.inner.wake.notify_one();

@@ -228,6 +228,21 @@ pub(crate) fn write(home: &Path, schedule: &Schedule) -> Result<(), StoreError> 
     write_atomic(&path, &bytes)
 }
 
+/// `schedules/last-id`: the highest id given, written when a schedule is deleted (the files
+/// say it otherwise), so that no id is ever given twice.
+const LAST_ID: &str = "last-id";
+
+/// Records `n` as the highest id given.
+pub(crate) fn write_last_id(home: &Path, n: u64) -> Result<(), StoreError> {
+    let dir = dir(home);
+    drover_core::private::create_dir_all(&dir).map_err(|source| StoreError::Io {
+        op: "create",
+        path: dir.clone(),
+        source,
+    })?;
+    write_atomic(&dir.join(LAST_ID), format!("{n}\n").as_bytes())
+}
+
 /// Removes the schedule's file (gone already is fine), then syncs the folder.
 pub(crate) fn remove(home: &Path, id: ScheduleId) -> Result<(), StoreError> {
     let path = path(home, id);
@@ -270,7 +285,14 @@ pub(crate) fn load(home: &Path) -> Loaded {
         return Loaded::default();
     };
     let mut out = Vec::new();
-    let mut highest_id = 0;
+    let last_id = dir.join(LAST_ID);
+    let mut highest_id = match std::fs::read_to_string(&last_id) {
+        Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|e| {
+            tracing::error!(path = %last_id.display(), error = %e, "cannot read the last schedule id; left in place");
+            0
+        }),
+        Err(_) => 0,
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();

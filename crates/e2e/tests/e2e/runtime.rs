@@ -66,6 +66,7 @@ impl Fleet {
     }
 
     async fn with_env(env: &[(&str, &str)]) -> Fleet {
+        drover_testkit::hermetic::in_process();
         let home = TempDir::new().expect("home");
         let cwd = TempDir::new().expect("cwd");
         let state = TempDir::new().expect("agent state");

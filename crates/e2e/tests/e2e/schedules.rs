@@ -489,7 +489,8 @@ async fn schedules_an_agent_made_for_a_subagent_pause_once_it_is_detached() {
 
 /// Files in `schedules/` that boot leaves alone (unreadable, naming another id, written by a
 /// newer drover) are never taken over: the next schedule gets an id past every one, and each
-/// file stays byte for byte what it was.
+/// file stays byte for byte what it was. Nor is a deleted schedule's id given again after a
+/// restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_never_reuse_the_id_of_a_file_boot_left_alone() {
     // A schedule file as this drover writes it, to derive the others from.
@@ -519,10 +520,11 @@ async fn schedules_never_reuse_the_id_of_a_file_boot_left_alone() {
             serde_json::to_vec_pretty(&other_id).expect("json"),
             "sched-5",
         ),
+        // Past sched-5 too, which the case before made and deleted.
         (
             "written by a newer drover",
             serde_json::to_vec_pretty(&newer).expect("json"),
-            "sched-2",
+            "sched-6",
         ),
     ];
     let (mut home, mut keep) = (home, keep);
@@ -546,7 +548,8 @@ async fn schedules_never_reuse_the_id_of_a_file_boot_left_alone() {
             bytes,
             "{case}: the file boot left alone was rewritten"
         );
-        // The next case starts from the same folder, without this run's schedule.
+        // The next case starts from the same folder, without this run's schedule (its id
+        // stays taken).
         let id = made["id"].as_str().expect("id").to_string();
         let deleted = client
             .request(json!({"type": "delete_schedule", "scheduleId": id}))
