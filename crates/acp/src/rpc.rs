@@ -84,7 +84,8 @@ pub fn connect(
 }
 
 impl RpcClient {
-    /// Sends a request; the returned future resolves with the agent's answer.
+    /// Sends a request (queued for the agent at once, in call order); the returned future
+    /// resolves with the agent's answer.
     pub fn request(
         &self,
         method: &str,
@@ -101,8 +102,21 @@ impl RpcClient {
         let line = encode(&message);
         let out = self.out.clone();
         let method = method.to_string();
+        // Queued now, not when the answer is first awaited: what is sent after this call (a
+        // `session/cancel` right after a prompt) reaches the agent after it. Only with 256
+        // lines already waiting is it queued when awaited.
+        let waiting = match self.out.try_send(line) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(line)) => Some(Ok(line)),
+            Err(mpsc::error::TrySendError::Closed(_)) => Some(Err(())),
+        };
         async move {
-            if out.send(line).await.is_err() {
+            let sent = match waiting {
+                None => Ok(()),
+                Some(Ok(line)) => out.send(line).await.map_err(drop),
+                Some(Err(())) => Err(()),
+            };
+            if sent.is_err() {
                 return Err(RpcError::Closed { method });
             }
             rx.await.unwrap_or(Err(RpcError::Closed { method }))
@@ -270,5 +284,30 @@ mod error_tests {
         );
         let same = serde_json::json!({"message": "Internal error"});
         assert!(!error(Some(same)).to_string().contains("(Internal error)"));
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use tokio::io::AsyncBufReadExt;
+
+    use super::*;
+
+    /// A steer cancels the turn whose prompt was just asked for: the agent must read the
+    /// prompt before the cancel, even when nothing has awaited the prompt's answer yet.
+    #[tokio::test]
+    async fn a_request_goes_out_before_what_is_sent_after_it() {
+        let (agent_side, client_side) = tokio::io::duplex(4096);
+        let (client_read, client_write) = tokio::io::split(client_side);
+        let (rpc, _incoming) = connect(client_read, client_write);
+        let prompt = rpc.request("session/prompt", serde_json::json!({"sessionId": "s"}));
+        rpc.notify("session/cancel", serde_json::json!({"sessionId": "s"}))
+            .await;
+        let mut lines = tokio::io::BufReader::new(agent_side).lines();
+        let first = lines.next_line().await.expect("read").expect("a line");
+        let second = lines.next_line().await.expect("read").expect("a line");
+        assert!(first.contains("session/prompt"), "{first}");
+        assert!(second.contains("session/cancel"), "{second}");
+        drop(prompt);
     }
 }

@@ -118,19 +118,7 @@ impl Inner {
             start_failure: None,
             unknown: serde_json::Map::new(),
         };
-        let registered = registered.then_some(workspace);
-        let written = match &registered {
-            Some(ws) => self.store.write_workspace(ws).map_err(RegistryError::from),
-            None => Ok(()),
-        }
-        .and_then(|()| self.commit_with(registered.clone(), vec![(None, agent.clone())]));
-        if let Err(e) = written {
-            if let Some(ws) = registered {
-                // Keep the disk as it was: the workspace existed only for this agent.
-                let _ = std::fs::remove_file(self.store.workspace_path(ws.id));
-            }
-            return Err(e);
-        }
+        self.record_new_agent(registered.then_some(workspace), &agent)?;
         Ok(agent)
     }
 }

@@ -667,23 +667,33 @@ impl Inner {
             start_failure: None,
             unknown: serde_json::Map::new(),
         };
-        let registered = registered.then_some(workspace);
-        let written = match &registered {
-            Some(ws) => self.store.write_workspace(ws).map_err(RegistryError::from),
-            None => Ok(()),
-        }
-        .and_then(|()| self.commit_with(registered.clone(), vec![(None, agent.clone())]));
-        if let Err(e) = written {
-            if let Some(ws) = registered {
-                // Keep the disk as it was: the workspace existed only for this agent.
-                let _ = std::fs::remove_file(self.store.workspace_path(ws.id));
-            }
+        if let Err(e) = self.record_new_agent(registered.then_some(workspace), &agent) {
             if let Some(made) = made {
                 worktree::discard(made);
             }
             return Err(e);
         }
         Ok(agent)
+    }
+
+    /// Writes a new agent, and the workspace registered for it if any (removed again when the
+    /// agent cannot be written: the workspace existed only for this agent).
+    fn record_new_agent(
+        &self,
+        registered: Option<Workspace>,
+        agent: &Agent,
+    ) -> Result<(), RegistryError> {
+        let written = match &registered {
+            Some(ws) => self.store.write_workspace(ws).map_err(RegistryError::from),
+            None => Ok(()),
+        }
+        .and_then(|()| self.commit_with(registered.clone(), vec![(None, agent.clone())]));
+        if written.is_err()
+            && let Some(ws) = registered
+        {
+            let _ = std::fs::remove_file(self.store.workspace_path(ws.id));
+        }
+        written
     }
 
     fn set_status(
