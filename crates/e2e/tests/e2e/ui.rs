@@ -1050,7 +1050,21 @@ async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
 
 #[tokio::test]
 async fn the_page_that_made_an_agent_shows_it_running_while_its_first_turn_streams() {
-    let daemon = TestDaemon::start().await;
+    // The agent takes a second to start, as a real one does: the page opens it while it is
+    // still `initializing`, so answers read then reach the page around the newer events.
+    let state = TempDir::new().expect("agent state");
+    let home = TempDir::new().expect("home");
+    let bin = drover_testkit::scripted_agent_bin();
+    let config = drover_testkit::scripted_config(&bin, state.path()).replacen(
+        &format!("command = [{:?}]", bin.display().to_string()),
+        &format!(
+            "command = [\"sh\", \"-c\", {:?}]",
+            format!("sleep 1; exec '{}'", bin.display())
+        ),
+        1,
+    );
+    assert!(config.contains("sleep 1"), "{config}");
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
     let (mut client, _) = daemon.client().await;
     // The sidebar has a row before the page is ready.
     idle_agent(&mut client, &daemon, "already here").await;
