@@ -661,6 +661,18 @@ const scenarios = {
     if ((await root.innerText()) === (await sub.innerText())) fail('the two tab buttons look the same');
     if (!(await sub.getAttribute('title')).includes('keeps running')) fail(`the subagent's button does not say it keeps running: ${await sub.getAttribute('title')}`);
     await shot(page, 'tab-buttons');
+    // Delete on a root's tab archives it, but asks first when its box holds unsent text.
+    await page.click(`${tab(A.parent)} .tab-open`);
+    await page.fill(`${pane(A.parent)} textarea`, 'not sent yet');
+    await page.focus(`${tab(A.parent)} .tab-open`);
+    await page.keyboard.press('Delete');
+    const ask = page.locator('dialog');
+    await ask.waitFor({ state: 'visible' });
+    if (!(await ask.innerText()).includes('not sent')) fail(`the Delete key's question: ${await ask.innerText()}`);
+    await page.keyboard.press('Escape');
+    await gone(page, 'dialog');
+    await page.locator(tab(A.parent)).waitFor();
+    await page.fill(`${pane(A.parent)} textarea`, '');
     // The track's × asks, then offers an undo.
     await page.click(`${tab(A.parent)} .tab-open`);
     await page.click(`${trackRow(A.parent, A.child)} button.archive-x`);
@@ -724,6 +736,13 @@ const scenarios = {
     await page.locator('#backdrop').waitFor({ state: 'visible' });
     await page.keyboard.press('Escape');
     await closed();
+    // The open agent's tab button takes a finger.
+    await page.tap('#drawer-toggle');
+    await page.tap(row(A.agent));
+    await closed();
+    const box = await page.locator(`${tab(A.agent)} .tab-close`).boundingBox();
+    if (box.width < 44 || box.height < 44) fail(`the tab's button is ${box.width}×${box.height} px`);
+    await shot(page, 'phone-tab');
   },
 
   // A subagent's permission request shows on its root's sidebar row, with a count; one click

@@ -1168,8 +1168,8 @@ async fn an_archive_from_another_browser_keeps_the_draft_says_so_and_offers_unar
 async fn at_390_pixels_the_drawer_has_a_backdrop_and_closes_on_a_tap_outside_or_escape() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    idle_agent(&mut client, &daemon, "phone").await;
-    Scenario::run("phoneDrawer", &daemon, json!({})).await;
+    let id = idle_agent(&mut client, &daemon, "phone").await;
+    Scenario::run("phoneDrawer", &daemon, json!({"agent": id})).await;
 }
 
 #[tokio::test]

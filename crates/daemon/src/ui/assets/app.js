@@ -175,7 +175,7 @@ function archived(a) {
   if (pane?.archivedElsewhere) return;
   if (!here && S.layout.tabs.includes(a.id) && (S.drafts[a.id] || '').trim()) {
     if (pane) pane.archivedElsewhere = true;
-    else S.keptArchived = a.id;
+    else keptArchived.add(a.id);
     return;
   }
   dropTabs(a.id);
@@ -478,6 +478,8 @@ async function archiveAgent(a, { ask = null, undo = false } = {}) {
 
 /** The agents this page archived itself (their announcement closes their tab at once). */
 const archivingHere = new Set();
+/** Tabs kept open with a draft after an archive from elsewhere, whose pane is not built yet. */
+const keptArchived = new Set();
 
 const FAMILY = {
   turn: ['turn is running', 'turns are running'],
@@ -635,7 +637,7 @@ function makePane(a) {
   pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
   pane.archivedEl = h('div', { class: 'pane-note archived-note', role: 'status', hidden: true });
   pane.droppedEl = h('div', { class: 'pane-note dropped-note', role: 'status', hidden: true });
-  if (S.keptArchived === id) { pane.archivedElsewhere = true; S.keptArchived = null; }
+  if (keptArchived.delete(id)) pane.archivedElsewhere = true;
   pane.input = h('textarea', {
     class: 'composer-input', rows: '2', 'aria-label': 'Message', placeholder: 'Message (Enter sends; Shift+Enter for a new line)',
     oninput: (e) => { S.drafts[id] = e.target.value; store.set('drover.drafts', S.drafts); },
