@@ -409,7 +409,7 @@ function loadArchived() {
   conn.request({ type: 'list_agents', includeArchived: true }).then((m) => {
     for (const a of m.payload.agents) learn(a);
     conn.request({ type: 'list_workspaces', includeArchived: true }).then((w) => {
-      for (const ws of w.payload.workspaces) S.workspaces.set(ws.id, ws);
+      for (const ws of w.payload.workspaces) if (!S.workspaces.has(ws.id)) S.workspaces.set(ws.id, ws);
       render();
     }).catch(() => {});
     render();
@@ -883,7 +883,8 @@ async function startJobDialog(a) {
       if (cwd.value.trim()) msg.cwd = cwd.value.trim();
       try {
         const m = await conn.request(msg);
-        S.jobs.set(m.payload.job.id, m.payload.job);
+        // The answer fills in; a `job_update` that came first (it may have ended) wins.
+        if (!S.jobs.has(m.payload.job.id)) S.jobs.set(m.payload.job.id, m.payload.job);
         close(true);
         render({ sidebar: false });
         toast(`Started ${m.payload.job.id}`);
@@ -1052,7 +1053,8 @@ async function scheduleDialog(a) {
       if (title.value.trim()) msg.title = title.value.trim();
       try {
         const m = await conn.request(msg);
-        S.schedules.set(m.payload.schedule.id, m.payload.schedule);
+        // The answer fills in; a `schedule_update` that came first (it may have fired) wins.
+        if (!S.schedules.has(m.payload.schedule.id)) S.schedules.set(m.payload.schedule.id, m.payload.schedule);
         close();
         render({ sidebar: false });
       } catch (err) { error.textContent = err.message; }
