@@ -799,7 +799,10 @@ async function loadQueued(pane) {
     renderQueued(pane);
     if (missing.length) {
       setTimeout(() => {
-        const dropped = missing.filter((x) => !started(pane, x));
+        // Only what the loaded timeline covers can be told apart from a turn that started.
+        const first = pane.view.items.get(pane.view.firstSeq())?.item;
+        const covered = (x) => !pane.view.hasOlder || (first && Date.parse(first.at) <= x.at);
+        const dropped = missing.filter((x) => covered(x) && !started(pane, x));
         if (!dropped.length) return;
         S.dropped[pane.id] = [...(S.dropped[pane.id] || []), ...dropped.map((x) => x.text)];
         saveDropped();
