@@ -563,6 +563,202 @@ const scenarios = {
     }
     await gone(page, `${pane(A.agent)} .queued-item`);
   },
+
+  // The page that made an agent with a first prompt shows `running` while the turn streams,
+  // as another page does: the create answer (read earlier) never overwrites a newer event.
+  async statusWhileStreaming() {
+    const one = await open();
+    const two = await open();
+    for (const p of [one, two]) await ready(p);
+    await one.click('#new-agent');
+    const dialog = one.locator('dialog');
+    await dialog.waitFor({ state: 'visible' });
+    await dialog.locator('select[name=provider]').selectOption('scripted');
+    await dialog.locator('input[name=title]').fill('streamer');
+    await dialog.locator('textarea[name=prompt]').fill(`stream ${A.chunks} ${A.delayMs}`);
+    await dialog.locator('button[type=submit]').click();
+    await gone(one, 'dialog');
+    const id = await one.evaluate(() => JSON.parse(localStorage.getItem('drover.layout')).active);
+    await openAgent(two, id);
+    for (const p of [one, two]) {
+      await p.locator(`${pane(id)} .kind-agent_message:has-text("chunk 3")`).waitFor();
+      await p.locator(`${pane(id)} .head-row .status-text.status-running`).waitFor();
+      await p.locator(`${tab(id)} .dot.status-running`).waitFor();
+      await p.locator(`#workspaces li.agent-row[data-agent-id="${id}"] .dot.status-running`).waitFor();
+      const text = await p.locator(`${pane(id)} .kind-agent_message`).last().innerText();
+      if (text.includes(`chunk ${A.chunks}`)) fail('the turn ended before the page showed it running');
+    }
+    await shot(one, 'status-while-streaming');
+    for (const p of [one, two]) {
+      await p.locator(`${pane(id)} .kind-agent_message:has-text("chunk ${A.chunks}")`).waitFor({ timeout: 60000 });
+      await p.locator(`${pane(id)} .head-row .status-text.status-idle`).waitFor();
+    }
+  },
+
+  // Collapsing the subagents track or the jobs list leaves their heads, and never "null".
+  async collapse() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.parent);
+    const p = pane(A.parent);
+    await page.locator(`${p} .track-row`).first().waitFor();
+    await page.locator(`${p} .job-row`).first().waitFor();
+    await page.click(`${p} .track .track-toggle`);
+    await page.click(`${p} .jobs .track-toggle`);
+    await gone(page, `${p} .track-row`);
+    await gone(page, `${p} .job-row`);
+    const text = await page.locator(`${p} .bottom`).innerText();
+    if (/\bnull\b/.test(text)) fail(`a collapsed panel says null: ${JSON.stringify(text)}`);
+    if ((await page.locator(`${p} .track .track-toggle`).getAttribute('aria-expanded')) !== 'false') fail('the track toggle does not say it is collapsed');
+    await shot(page, 'collapsed-panels');
+    // Expanding brings the rows back.
+    await page.click(`${p} .track .track-toggle`);
+    await page.locator(`${p} .track-row`).first().waitFor();
+  },
+
+  // Stop drops the queue: the composer's queued list follows the daemon's inbox (after a
+  // reload too), and the dropped text is offered back to the message box.
+  async stopDropsQueued() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const p = pane(A.agent);
+    const input = page.locator(`${p} textarea`);
+    await input.fill('say never ran');
+    await input.press('Enter');
+    await page.locator(`${p} .queued-item:has-text("say never ran")`).waitFor();
+    await step('queued');
+    await page.click(`${p} button.stop`);
+    await gone(page, `${p} .queued-item`);
+    const note = page.locator(`${p} .dropped-note`);
+    await note.waitFor({ state: 'visible' });
+    if (!(await note.innerText()).includes('say never ran')) fail(`the dropped note lacks the text: ${await note.innerText()}`);
+    await shot(page, 'dropped-after-stop');
+    await page.reload();
+    await ready(page);
+    await page.locator(`${p} .timeline`).waitFor({ state: 'visible' });
+    await page.locator(`${p} .dropped-note`).waitFor({ state: 'visible' });
+    await page.waitForTimeout(1500);
+    if (await page.locator(`${p} .queued-item`).count()) fail('a dropped message shows as queued after a reload');
+    await page.click(`${p} .dropped-note button:has-text("Put back")`);
+    if ((await page.locator(`${p} textarea`).inputValue()) !== 'say never ran') fail('the dropped text did not come back to the box');
+    await page.locator(`${p} .dropped-note`).waitFor({ state: 'hidden' });
+  },
+
+  // A root's tab archives and looks it; a subagent's only closes the view. An archive from a
+  // tab or the track is undone from its toast.
+  async archiveUndo() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.parent);
+    await page.click(`${trackRow(A.parent, A.child)} button.open`);
+    await page.locator(tab(A.child)).waitFor();
+    const root = page.locator(`${tab(A.parent)} .tab-close`);
+    const sub = page.locator(`${tab(A.child)} .tab-close`);
+    const [rootLabel, subLabel] = [await root.getAttribute('aria-label'), await sub.getAttribute('aria-label')];
+    if (!rootLabel.startsWith('Archive ')) fail(`the root tab's button says ${rootLabel}`);
+    if (!subLabel.startsWith('Close the tab of ')) fail(`the subagent tab's button says ${subLabel}`);
+    if ((await root.innerText()) === (await sub.innerText())) fail('the two tab buttons look the same');
+    if (!(await sub.getAttribute('title')).includes('keeps running')) fail(`the subagent's button does not say it keeps running: ${await sub.getAttribute('title')}`);
+    await shot(page, 'tab-buttons');
+    // Delete on a root's tab archives it, but asks first when its box holds unsent text.
+    await page.click(`${tab(A.parent)} .tab-open`);
+    await page.fill(`${pane(A.parent)} textarea`, 'not sent yet');
+    await page.focus(`${tab(A.parent)} .tab-open`);
+    await page.keyboard.press('Delete');
+    const ask = page.locator('dialog');
+    await ask.waitFor({ state: 'visible' });
+    if (!(await ask.innerText()).includes('not sent')) fail(`the Delete key's question: ${await ask.innerText()}`);
+    await page.keyboard.press('Escape');
+    await gone(page, 'dialog');
+    await page.locator(tab(A.parent)).waitFor();
+    await page.fill(`${pane(A.parent)} textarea`, '');
+    // The track's × asks, then offers an undo.
+    await page.click(`${tab(A.parent)} .tab-open`);
+    await page.click(`${trackRow(A.parent, A.child)} button.archive-x`);
+    await page.click('dialog button.danger');
+    await gone(page, trackRow(A.parent, A.child));
+    await page.click('#toasts .toast:has-text("Archived") button:has-text("Unarchive")');
+    await page.locator(trackRow(A.parent, A.child)).waitFor();
+    // The root's tab archives at once (it is idle), with the same undo.
+    await root.click();
+    const undo = page.locator('#toasts .toast:has-text("Archived") button:has-text("Unarchive")');
+    await undo.waitFor();
+    await gone(page, tab(A.parent));
+    await gone(page, row(A.parent));
+    await shot(page, 'archive-undo-toast');
+    await step('archived');
+    await undo.click();
+    await page.locator(row(A.parent)).waitFor();
+    await step('unarchived');
+  },
+
+  // Another client archives the agent this page is typing to: the pane says so, keeps the
+  // text, and Unarchive brings it back to send.
+  async archivedWhileTyping() {
+    const one = await open();
+    const two = await open();
+    for (const p of [one, two]) { await ready(p); await openAgent(p, A.agent); }
+    const p = pane(A.agent);
+    await one.locator(`${p} textarea`).fill('say half written');
+    await one.locator(`${p} textarea`).dispatchEvent('input');
+    await two.click(`${p} button.danger:has-text("Archive")`);
+    await two.click('dialog button.danger');
+    await gone(two, tab(A.agent));
+    const note = one.locator(`${p} .archived-note`);
+    await note.waitFor({ state: 'visible' });
+    if (!(await note.innerText()).includes('archived elsewhere')) fail(`the pane does not say it: ${await note.innerText()}`);
+    await one.locator(tab(A.agent)).waitFor();
+    if ((await one.locator(`${p} textarea`).inputValue()) !== 'say half written') fail('the draft was lost');
+    await shot(one, 'archived-while-typing');
+    await step('archived');
+    await note.locator('button:has-text("Unarchive")').click();
+    await note.waitFor({ state: 'hidden' });
+    await one.locator(`${p} textarea`).press('Enter');
+    await one.locator(`${p} .kind-agent_message:has-text("half written")`).waitFor();
+  },
+
+  // On a phone the open drawer has a backdrop: a tap outside or Escape closes it.
+  async phoneDrawer() {
+    const page = await open({ viewport: { width: 390, height: 844 }, mobile: true });
+    await page.locator('#app').waitFor({ state: 'visible' });
+    const closed = () => page.waitForFunction(() => !document.body.classList.contains('drawer-open')
+      && document.querySelector('#sidebar').getBoundingClientRect().right <= 1
+      && getComputedStyle(document.querySelector('#backdrop')).display === 'none');
+    await page.tap('#drawer-toggle');
+    await page.locator('#backdrop').waitFor({ state: 'visible' });
+    await page.waitForTimeout(250); // the slide-in, for the screenshot
+    await shot(page, 'phone-drawer-backdrop');
+    await page.touchscreen.tap(375, 400);
+    await closed();
+    if ((await page.getAttribute('#drawer-toggle', 'aria-expanded')) !== 'false') fail('the toggle still says the drawer is open');
+    await page.tap('#drawer-toggle');
+    await page.locator('#backdrop').waitFor({ state: 'visible' });
+    await page.keyboard.press('Escape');
+    await closed();
+    // The open agent's tab button takes a finger.
+    await page.tap('#drawer-toggle');
+    await page.tap(row(A.agent));
+    await closed();
+    const box = await page.locator(`${tab(A.agent)} .tab-close`).boundingBox();
+    if (box.width < 44 || box.height < 44) fail(`the tab's button is ${box.width}×${box.height} px`);
+    await shot(page, 'phone-tab');
+  },
+
+  // A subagent's permission request shows on its root's sidebar row, with a count; one click
+  // opens the subagent at the request.
+  async subagentAttention() {
+    const page = await open();
+    await ready(page);
+    const badge = page.locator(`#workspaces li.agent-row[data-agent-id="${A.parent}"] button.sub-attention`);
+    await badge.waitFor();
+    if ((await badge.innerText()).trim() !== '! 1 sub') fail(`the rollup says ${await badge.innerText()}`);
+    await shot(page, 'subagent-attention-rollup');
+    await badge.click();
+    await page.locator(`${pane(A.child)} .permission.pending button:has-text("Allow once")`).waitFor();
+    await page.click(`${pane(A.child)} .permission.pending button:has-text("Allow once")`);
+    await gone(page, `#workspaces li.agent-row[data-agent-id="${A.parent}"] button.sub-attention`);
+  },
 };
 
 const name = process.argv[2];

@@ -1045,3 +1045,157 @@ async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
         "Retry started the fixed command, not the broken one"
     );
 }
+
+// ---- right at every instant, hard to lose work in (issue 24) ------------------------------
+
+#[tokio::test]
+async fn the_page_that_made_an_agent_shows_it_running_while_its_first_turn_streams() {
+    // The agent takes a second to start, as a real one does: the page opens it while it is
+    // still `initializing`, so answers read then reach the page around the newer events.
+    let state = TempDir::new().expect("agent state");
+    let home = TempDir::new().expect("home");
+    let bin = drover_testkit::scripted_agent_bin();
+    let config = drover_testkit::scripted_config(&bin, state.path()).replacen(
+        &format!("command = [{:?}]", bin.display().to_string()),
+        &format!(
+            "command = [\"sh\", \"-c\", {:?}]",
+            format!("sleep 1; exec '{}'", bin.display())
+        ),
+        1,
+    );
+    assert!(config.contains("sleep 1"), "{config}");
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let (mut client, _) = daemon.client().await;
+    // The sidebar has a row before the page is ready.
+    idle_agent(&mut client, &daemon, "already here").await;
+    Scenario::run(
+        "statusWhileStreaming",
+        &daemon,
+        json!({"chunks": 60, "delayMs": 100}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn collapsing_the_track_and_the_jobs_shows_their_heads_and_never_null() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = idle_agent(&mut client, &daemon, "parent").await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
+    )
+    .await;
+    wait_idle(&mut client, &child).await;
+    let job = client
+        .request(json!({"type": "start_job", "agentId": parent, "command": "sleep 1000", "notifyOnExit": false}))
+        .await;
+    assert_eq!(job["type"], "job", "{job}");
+    Scenario::run(
+        "collapse",
+        &daemon,
+        json!({"parent": parent, "child": child}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn after_stop_the_queue_shown_is_the_daemons_and_the_dropped_text_comes_back() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "worker", "prompt": LONG_TURN}),
+    )
+    .await;
+    wait_status(&mut client, &id, "running").await;
+    let mut s = Scenario::start("stopDropsQueued", &daemon, json!({"agent": id})).await;
+    s.step("queued").await;
+    let queued = get_agent(&mut client, &id).await["queued"].clone();
+    assert_eq!(queued[0]["text"], "say never ran", "{queued}");
+    s.go().await;
+    s.done().await;
+    let info = get_agent(&mut client, &id).await;
+    assert_eq!(info["queued"], json!([]), "{info}");
+    assert!(
+        !client.timeline(&id).await.iter().any(|i| i["data"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("never ran") && i["kind"] == "agent_message")),
+        "the dropped message ran"
+    );
+}
+
+#[tokio::test]
+async fn a_root_tab_archives_a_subagent_tab_only_closes_and_an_archive_is_undone_from_its_toast() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = idle_agent(&mut client, &daemon, "parent").await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
+    )
+    .await;
+    wait_idle(&mut client, &child).await;
+    let mut s = Scenario::start(
+        "archiveUndo",
+        &daemon,
+        json!({"parent": parent, "child": child}),
+    )
+    .await;
+    s.step("archived").await;
+    assert!(archived(&mut client, &parent).await);
+    s.go().await;
+    s.step("unarchived").await;
+    assert!(!archived(&mut client, &parent).await);
+    s.go().await;
+    s.done().await;
+}
+
+#[tokio::test]
+async fn an_archive_from_another_browser_keeps_the_draft_says_so_and_offers_unarchive() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = idle_agent(&mut client, &daemon, "shared").await;
+    let mut s = Scenario::start("archivedWhileTyping", &daemon, json!({"agent": id})).await;
+    s.step("archived").await;
+    assert!(archived(&mut client, &id).await);
+    s.go().await;
+    s.done().await;
+    assert!(!archived(&mut client, &id).await);
+}
+
+#[tokio::test]
+async fn at_390_pixels_the_drawer_has_a_backdrop_and_closes_on_a_tap_outside_or_escape() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = idle_agent(&mut client, &daemon, "phone").await;
+    Scenario::run("phoneDrawer", &daemon, json!({"agent": id})).await;
+}
+
+#[tokio::test]
+async fn a_subagents_permission_shows_on_its_root_and_one_click_opens_it() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let parent = idle_agent(&mut client, &daemon, "orchestrator").await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "asker", "parentAgentId": parent, "prompt": "permission deploy"}),
+    )
+    .await;
+    eventually("the subagent's permission request", WAIT, async || {
+        agent(&mut client, &child).await["attentionReason"] == "permission"
+    })
+    .await;
+    Scenario::run(
+        "subagentAttention",
+        &daemon,
+        json!({"parent": parent, "child": child}),
+    )
+    .await;
+    let items = client.timeline(&child).await;
+    let permission = items
+        .iter()
+        .find(|i| i["kind"] == "permission")
+        .expect("the request");
+    assert_eq!(permission["data"]["status"], "answered", "{permission}");
+}

@@ -37,8 +37,12 @@ const S = {
   layout: store.get('drover.layout', { tabs: [], active: null }),
   // What the user typed and has not sent, per agent: survives reconnects and reloads.
   drafts: store.get('drover.drafts', {}),
-  // Messages this browser queued that have not started yet, per agent.
+  // The messages queued for each agent that have not started yet: the daemon's inbox as
+  // `get_agent` last said it, with what this browser sent since.
   queued: store.get('drover.queued', {}),
+  // Text of messages this browser queued that the daemon dropped before they ran (a Stop, an
+  // archive, another client), per agent: offered back to the composer until taken or dismissed.
+  dropped: store.get('drover.dropped', {}),
   delivery: {},
   notify: store.get('drover.notify', false),
   panes: new Map(),
@@ -99,7 +103,8 @@ function onMessage(msg) {
       const a = p.agent;
       const before = S.agents.get(a.id);
       S.agents.set(a.id, a);
-      if (a.archivedAt) dropTabs(a.id);
+      if (a.archivedAt) archived(a);
+      else if (S.panes.get(a.id)?.loaded && (before?.status !== a.status || (S.queued[a.id] || []).length)) refreshQueued(a.id);
       if (a.requiresAttention && !(before && before.requiresAttention)) notifyAttention(a);
       // An open changes view reads git again when a turn in its workspace ends.
       if (openChanges && openChanges.workspaceId === a.workspaceId && before && busy(before) && !busy(a)) openChanges.load();
@@ -141,11 +146,39 @@ function onMessage(msg) {
   }
 }
 
+/**
+ * The one rule for which `AgentInfo` wins: the daemon's events (`session_state`,
+ * `agent_status`, `agent_created`), in the order they arrive, always do. An answer to a
+ * request (`agent_created` to `create_agent`, `initialize_agent_request`, `agents`, `agent`)
+ * was read at some moment and may reach this page after a newer event: it only fills in an
+ * agent this page has not heard of yet, and never overwrites what an event said.
+ */
+function learn(info) {
+  if (!S.agents.has(info.id)) S.agents.set(info.id, info);
+}
+
 function pruneLayout() {
   const before = S.layout.tabs.length;
   S.layout.tabs = S.layout.tabs.filter((id) => S.agents.has(id) && !S.agents.get(id).archivedAt);
   if (!S.layout.tabs.includes(S.layout.active)) S.layout.active = S.layout.tabs[0] ?? null;
   if (before !== S.layout.tabs.length) saveLayout();
+}
+
+/**
+ * An agent was archived. A tab whose message box holds unsent text stays open when the archive
+ * came from elsewhere (another browser, the CLI, an agent, a cascade): its pane says so, keeps
+ * the text and offers Unarchive. Otherwise its tab closes.
+ */
+function archived(a) {
+  const here = archivingHere.delete(a.id);
+  const pane = S.panes.get(a.id);
+  if (pane?.archivedElsewhere) return;
+  if (!here && S.layout.tabs.includes(a.id) && (S.drafts[a.id] || '').trim()) {
+    if (pane) pane.archivedElsewhere = true;
+    else keptArchived.add(a.id);
+    return;
+  }
+  dropTabs(a.id);
 }
 
 function dropTabs(id) {
@@ -204,10 +237,22 @@ function dot(status, extra = '') {
   return h('span', { class: `dot status-${status} ${extra}`, role: 'img', 'aria-label': status, title: status });
 }
 
-function toast(text, kind = 'info') {
-  const el = h('div', { class: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text);
+/** A passing message; `action` (`{text, run}`) adds a button that runs it and ends the toast. */
+function saveDropped() { store.set('drover.dropped', S.dropped); }
+
+function toast(text, kind = 'info', { action = null, ms = kind === 'error' ? 8000 : 4000 } = {}) {
+  const el = h('div', { class: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text,
+    action ? h('button', { type: 'button', class: 'small toast-action', onclick: () => { el.remove(); action.run(); } }, action.text) : null);
   document.getElementById('toasts').appendChild(el);
-  setTimeout(() => el.remove(), kind === 'error' ? 8000 : 4000);
+  setTimeout(() => el.remove(), ms);
+  return el;
+}
+
+/** How long the Unarchive of an archive made from a tab or the track is offered. */
+const UNDO_MS = 8000;
+
+function unarchive(id) {
+  return conn.request({ type: 'unarchive', agentId: id }).catch(failed('Unarchive'));
 }
 
 function failed(what) {
@@ -282,8 +327,19 @@ function renderSidebar() {
     roots.get(key).push(a);
   }
   const childCount = new Map();
+  // What subagents ask of their user rolls up to their root: how many, and the one to open
+  // (a permission first, since it blocks a turn).
+  const rollup = new Map();
   for (const a of S.agents.values()) {
-    if (a.parentAgentId && !a.archivedAt) childCount.set(a.parentAgentId, (childCount.get(a.parentAgentId) || 0) + 1);
+    if (!a.parentAgentId || a.archivedAt) continue;
+    childCount.set(a.parentAgentId, (childCount.get(a.parentAgentId) || 0) + 1);
+    if (!a.requiresAttention || a.attentionReason === 'finished') continue;
+    let root = a;
+    for (let i = 0; i < 64 && root.parentAgentId && S.agents.has(root.parentAgentId); i++) root = S.agents.get(root.parentAgentId);
+    const r = rollup.get(root.id) || { n: 0, first: null };
+    r.n += 1;
+    if (!r.first || (a.attentionReason === 'permission' && r.first.attentionReason !== 'permission')) r.first = a;
+    rollup.set(root.id, r);
   }
   // Group by project: a worktree counts under the checkout it was made from.
   const projects = new Map();
@@ -309,7 +365,7 @@ function renderSidebar() {
             h('span', { class: 'count' }, agents.length)),
           w.kind !== 'directory' ? h('button', { type: 'button', class: 'icon', title: 'Changes', 'aria-label': `Changes in ${w.name}`, onclick: () => showChanges(w) }, '±') : null,
           h('button', { type: 'button', class: 'icon', title: 'New agent here', 'aria-label': `New agent in ${w.name}`, onclick: () => newAgentDialog(w.id) }, '+')),
-        collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.map((a) => agentRow(a, childCount.get(a.id) || 0)))));
+        collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.map((a) => agentRow(a, childCount.get(a.id) || 0, rollup.get(a.id))))));
     }
     groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project)), h('ul', { role: 'list' }, items)));
   }
@@ -319,9 +375,9 @@ function renderSidebar() {
   list.replaceChildren(...groups);
 }
 
-function agentRow(a, kids) {
+function agentRow(a, kids, roll) {
   const active = S.layout.active === a.id;
-  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${kids}|${active}`;
+  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${kids}|${active}|${roll ? `${roll.n}|${roll.first.id}|${roll.first.attentionReason}|${label(roll.first)}` : ''}`;
   const hit = rowCache.get(a.id);
   if (hit && hit.key === key) return hit.el;
   const el = h('li', { class: `agent-row${active ? ' active' : ''}${a.archivedAt ? ' archived' : ''}`, dataset: { agentId: a.id } },
@@ -331,6 +387,12 @@ function agentRow(a, kids) {
       h('span', { class: 'provider' }, a.type),
       kids ? h('span', { class: 'kids', title: plural(kids, 'subagent', 'subagents') }, `+${kids} sub`) : null,
       attentionMark(a)),
+    roll ? h('button', {
+      type: 'button', class: `small sub-attention reason-${roll.first.attentionReason}`,
+      title: `${plural(roll.n, 'subagent needs', 'subagents need')} you: open “${label(roll.first)}”, which ${REASON[roll.first.attentionReason] || 'needs you'}`,
+      'aria-label': `${plural(roll.n, 'subagent needs', 'subagents need')} you: open ${label(roll.first)}`,
+      onclick: () => openAgent(roll.first.id),
+    }, `! ${roll.n} sub`) : null,
     a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'unarchive', agentId: a.id }).catch(failed('Unarchive')) }, 'Unarchive') : null);
   rowCache.set(a.id, { key, el });
   return el;
@@ -345,9 +407,9 @@ function attentionMark(a) {
 
 function loadArchived() {
   conn.request({ type: 'list_agents', includeArchived: true }).then((m) => {
-    for (const a of m.payload.agents) S.agents.set(a.id, a);
+    for (const a of m.payload.agents) learn(a);
     conn.request({ type: 'list_workspaces', includeArchived: true }).then((w) => {
-      for (const ws of w.payload.workspaces) S.workspaces.set(ws.id, ws);
+      for (const ws of w.payload.workspaces) if (!S.workspaces.has(ws.id)) S.workspaces.set(ws.id, ws);
       render();
     }).catch(() => {});
     render();
@@ -360,9 +422,13 @@ function openAgent(id) {
   if (!S.layout.tabs.includes(id)) S.layout.tabs.push(id);
   S.layout.active = id;
   saveLayout();
+  closeDrawer();
+  render();
+}
+
+function closeDrawer() {
   document.body.classList.remove('drawer-open');
   document.getElementById('drawer-toggle').setAttribute('aria-expanded', 'false');
-  render();
 }
 
 function closeTabLayoutOnly(id) {
@@ -380,28 +446,40 @@ function closeTabLayoutOnly(id) {
 async function closeTab(id) {
   const a = S.agents.get(id);
   if (!a || a.archivedAt || !isRoot(a)) { closeTabLayoutOnly(id); return; }
-  await archiveAgent(a);
+  await archiveAgent(a, { undo: true });
 }
 
 /**
  * Archives `a`. An idle agent goes at once (or after `ask` confirms); when the daemon refuses
  * because work still runs, the dialog lists that work from the refusal and offers to stop it.
  */
-async function archiveAgent(a, { ask = null } = {}) {
+async function archiveAgent(a, { ask = null, undo = false } = {}) {
   if (ask && !(await confirmDialog(ask))) return false;
+  // This page asked: its tab closes when the archive is announced (another client's archive
+  // keeps a draft's tab open instead, see `archivedElsewhere`).
+  archivingHere.add(a.id);
+  const done = () => {
+    if (undo) toast(`Archived “${label(a)}”.`, 'info', { action: { text: 'Unarchive', run: () => unarchive(a.id) }, ms: UNDO_MS });
+    return true;
+  };
   try {
     await conn.request({ type: 'archive', agentId: a.id });
-    return true;
+    return done();
   } catch (e) {
-    if (!(e instanceof ProtocolError) || e.code !== 'agent_active') { failed('Archive')(e); return false; }
+    if (!(e instanceof ProtocolError) || e.code !== 'agent_active') { archivingHere.delete(a.id); failed('Archive')(e); return false; }
     const stop = await stopAndArchiveDialog(a, e.details);
-    if (!stop) return false;
+    if (!stop) { archivingHere.delete(a.id); return false; }
     try {
       await conn.request({ type: 'archive', agentId: a.id, stopActivity: true });
-      return true;
-    } catch (e2) { failed('Stop and archive')(e2); return false; }
+      return done();
+    } catch (e2) { archivingHere.delete(a.id); failed('Stop and archive')(e2); return false; }
   }
 }
+
+/** The agents this page archived itself (their announcement closes their tab at once). */
+const archivingHere = new Set();
+/** Tabs kept open with a draft after an archive from elsewhere, whose pane is not built yet. */
+const keptArchived = new Set();
 
 const FAMILY = {
   turn: ['turn is running', 'turns are running'],
@@ -445,7 +523,9 @@ function renderTabs() {
         tabindex: active ? '0' : '-1', class: 'tab-open', onclick: () => openAgent(id), onkeydown: tabKeys,
       }, dot(a.status), h('span', { class: 'title' }, label(a)), a.parentAgentId ? h('span', { class: 'badge' }, 'sub') : null,
       a.requiresAttention ? h('span', { class: 'attention' }, '●') : null),
-      h('button', { type: 'button', class: 'tab-close', 'aria-label': `Close ${label(a)}`, title: isRoot(a) ? 'Close and archive' : 'Close tab', onclick: () => closeTab(id) }, '×'));
+      isRoot(a) && !a.archivedAt
+        ? h('button', { type: 'button', class: 'tab-close tab-archive', 'aria-label': `Archive ${label(a)}`, title: 'Archive: closes its tab on every browser (Unarchive for a few seconds after)', onclick: () => closeTab(id) }, '⊟')
+        : h('button', { type: 'button', class: 'tab-close tab-hide', 'aria-label': `Close the tab of ${label(a)}`, title: a.archivedAt ? 'Close this tab' : 'Close this tab only: the subagent keeps running in its parent’s track', onclick: () => closeTab(id) }, '×'));
   });
   bar.replaceChildren(...tabs.filter(Boolean));
 }
@@ -455,7 +535,16 @@ function tabKeys(e) {
   let next = null;
   if (e.key === 'ArrowRight') next = S.layout.tabs[(i + 1) % S.layout.tabs.length];
   else if (e.key === 'ArrowLeft') next = S.layout.tabs[(i - 1 + S.layout.tabs.length) % S.layout.tabs.length];
-  else if (e.key === 'Delete') { closeTab(S.layout.active); return; }
+  else if (e.key === 'Delete') {
+    const id = S.layout.active;
+    const a = S.agents.get(id);
+    if (a && isRoot(a) && !a.archivedAt && (S.drafts[id] || '').trim()) {
+      confirmDialog({ title: `Archive “${label(a)}”?`, body: 'Its message box holds text you have not sent.', confirm: 'Archive' }).then((yes) => { if (yes) closeTab(id); });
+      return;
+    }
+    closeTab(id);
+    return;
+  }
   if (!next) return;
   e.preventDefault();
   openAgent(next);
@@ -492,7 +581,45 @@ function renderPane() {
   renderTrack(pane, a);
   renderSchedules(pane, a);
   renderQueued(pane);
-  pane.send.disabled = S.state !== 'online';
+  renderDropped(pane);
+  renderArchivedNote(pane, a);
+  pane.send.disabled = S.state !== 'online' || Boolean(a.archivedAt);
+}
+
+/** An archived agent's pane says so where one types, keeps the text, and offers Unarchive. */
+function renderArchivedNote(pane, a) {
+  const key = a.archivedAt ? `${a.archivedAt}|${Boolean(pane.archivedElsewhere)}` : '';
+  if (pane.archivedKey === key) return;
+  pane.archivedKey = key;
+  pane.archivedEl.hidden = !a.archivedAt;
+  if (!a.archivedAt) { pane.archivedElsewhere = false; pane.archivedEl.replaceChildren(); return; }
+  pane.archivedEl.replaceChildren(
+    h('span', null, pane.archivedElsewhere
+      ? `“${label(a)}” was archived elsewhere (another browser, the CLI or an agent) while you were typing. Your text is kept; unarchive to send it.`
+      : `“${label(a)}” is archived. Unarchive it to send it messages.`),
+    h('button', { type: 'button', class: 'small primary', onclick: () => unarchive(a.id) }, 'Unarchive'));
+}
+
+/** Messages the daemon dropped before they ran: their text, offered back to the composer. */
+function renderDropped(pane) {
+  const dropped = S.dropped[pane.id] || [];
+  const key = JSON.stringify(dropped);
+  if (pane.droppedKey === key) return;
+  pane.droppedKey = key;
+  pane.droppedEl.hidden = !dropped.length;
+  if (!dropped.length) { pane.droppedEl.replaceChildren(); return; }
+  const forget = () => { delete S.dropped[pane.id]; saveDropped(); renderDropped(pane); };
+  pane.droppedEl.replaceChildren(
+    h('span', null, `${plural(dropped.length, 'queued message was', 'queued messages were')} dropped before ${dropped.length === 1 ? 'it' : 'they'} ran (a Stop, an archive or another client): `,
+      h('q', { class: 'dropped-text' }, dropped.join(' · '))),
+    h('button', { type: 'button', class: 'small primary', onclick: () => {
+      pane.input.value = [...dropped, pane.input.value].filter((t) => t.trim()).join('\n\n');
+      S.drafts[pane.id] = pane.input.value;
+      store.set('drover.drafts', S.drafts);
+      forget();
+      pane.input.focus();
+    } }, 'Put back in the message box'),
+    h('button', { type: 'button', class: 'small', onclick: forget }, 'Dismiss'));
 }
 
 function makePane(a) {
@@ -508,6 +635,9 @@ function makePane(a) {
   pane.track = h('section', { class: 'track', 'aria-label': 'Subagents' });
   pane.schedulesEl = h('section', { class: 'schedules', 'aria-label': 'Schedules', hidden: true });
   pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
+  pane.archivedEl = h('div', { class: 'pane-note archived-note', role: 'status', hidden: true });
+  pane.droppedEl = h('div', { class: 'pane-note dropped-note', role: 'status', hidden: true });
+  if (keptArchived.delete(id)) pane.archivedElsewhere = true;
   pane.input = h('textarea', {
     class: 'composer-input', rows: '2', 'aria-label': 'Message', placeholder: 'Message (Enter sends; Shift+Enter for a new line)',
     oninput: (e) => { S.drafts[id] = e.target.value; store.set('drover.drafts', S.drafts); },
@@ -530,7 +660,7 @@ function makePane(a) {
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
   pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.startEl, pane.view.el,
-    h('div', { class: 'bottom' }, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl,
+    h('div', { class: 'bottom' }, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl, pane.droppedEl, pane.archivedEl,
       h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
   return pane;
 }
@@ -540,13 +670,14 @@ async function loadPane(pane) {
   try {
     const m = await conn.request({ type: 'initialize_agent_request', agentId: pane.id, limit: 200 });
     const p = m.payload;
-    S.agents.set(pane.id, p.info);
+    learn(p.info);
     const items = p.updates.map((u) => u.notification.item);
     pane.view.reset(items, p.hasOlder);
     settleQueued(pane.id, items);
     pane.loaded = true;
     // A failed start's kept messages are read again (`renderStartCard`).
     pane.queuedFor = null;
+    loadQueued(pane);
     render();
   } catch (e) {
     if (e.code !== 'offline') failed('Opening the agent')(e);
@@ -590,7 +721,7 @@ function renderHeader(pane, a) {
       mode, model,
       a.archivedAt ? null : h('button', { type: 'button', class: 'schedule-new', title: 'Send this agent a prompt on a timetable', onclick: () => scheduleDialog(a) }, 'Schedule'),
       a.archivedAt ? null : h('button', { type: 'button', class: 'run-job', title: 'Run a command for this agent in the background (a job)', onclick: () => startJobDialog(a) }, 'Run…'),
-      h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).catch(failed('Stop')) }, 'Stop'),
+      h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).then(() => refreshQueued(a.id), failed('Stop')) }, 'Stop'),
       a.archivedAt ? null : h('button', { type: 'button', class: 'danger', onclick: () => archiveAgent(a, { ask: { title: `Archive “${label(a)}”?`, body: isRoot(a) ? 'It leaves every list and its subagents are archived with it.' : 'It leaves its parent’s track on every client.', confirm: 'Archive' } }) }, 'Archive')),
     h('div', { class: 'head-row meta' },
       h('span', { class: 'cwd', title: a.cwd }, a.cwd),
@@ -632,9 +763,26 @@ function renderStartCard(pane, a) {
   }
 }
 
+/** Reads the agent's inbox again soon (once for a burst of changes). */
+function refreshQueued(id) {
+  const pane = S.panes.get(id);
+  if (!pane || pane.queuedTimer) return;
+  pane.queuedTimer = setTimeout(() => { pane.queuedTimer = null; if (pane.loaded) loadQueued(pane); }, 150);
+}
+
+/** Whether the pane's timeline shows the turn of message `m` (or, for context, any use of it). */
+function started(pane, m) {
+  for (const { item } of pane.view.items.values()) {
+    if ((item.kind === 'user_message' || item.kind === 'turn_started') && item.data?.messageId === m.messageId) return true;
+    if (m.delivery === 'inject' && item.kind === 'user_message' && item.data?.context?.length) return true;
+  }
+  return false;
+}
+
 /**
- * The messages the daemon keeps for an agent that did not start (`get_agent`'s `queued`), with
- * those this browser sent: all are shown as not delivered until their turn starts.
+ * The queued list is the daemon's inbox (`get_agent`'s `queued`), with what this browser sent
+ * after asking. A message this browser queued that is neither there nor started was dropped:
+ * its text is offered back (once the timeline had a moment to show a turn that just started).
  */
 async function loadQueued(pane) {
   const asked = Date.now();
@@ -642,13 +790,26 @@ async function loadQueued(pane) {
     const m = await conn.request({ type: 'get_agent', agentId: pane.id });
     const mine = S.queued[pane.id] || [];
     const kept = (m.payload.agent.queued || []).map((q) => mine.find((x) => x.messageId === q.id)
-      || { messageId: q.id, text: q.text, delivery: q.delivery, at: Date.parse(q.queuedAt) });
+      || { messageId: q.id, text: q.text, delivery: q.delivery, at: Date.parse(q.queuedAt), theirs: true });
     // What this browser sent after asking is not in the answer yet.
     const later = mine.filter((x) => x.at > asked && !kept.includes(x));
+    const missing = mine.filter((x) => x.at <= asked && !kept.includes(x) && !x.theirs && !started(pane, x));
     S.queued[pane.id] = [...kept, ...later];
     store.set('drover.queued', S.queued);
     renderQueued(pane);
-  } catch { /* read again at the next failure or opening */ }
+    if (missing.length) {
+      setTimeout(() => {
+        // Only what the loaded timeline covers can be told apart from a turn that started.
+        const first = pane.view.items.get(pane.view.firstSeq())?.item;
+        const covered = (x) => !pane.view.hasOlder || (first && Date.parse(first.at) <= x.at);
+        const dropped = missing.filter((x) => covered(x) && !started(pane, x));
+        if (!dropped.length) return;
+        S.dropped[pane.id] = [...(S.dropped[pane.id] || []), ...dropped.map((x) => x.text)];
+        saveDropped();
+        renderDropped(pane);
+      }, 1000);
+    }
+  } catch { /* read again at the next change or opening */ }
 }
 
 function editTitle(pane, a) {
@@ -706,10 +867,10 @@ function renderJobs(pane, a) {
   pane.jobsEl.replaceChildren(
     h('div', { class: 'track-head' },
       h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`jobs-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render({ sidebar: false }); } }, summary)),
-    collapsed ? null : h('ul', { class: 'track-rows', role: 'list' }, jobs.slice().reverse().map((j) => h('li', { class: 'track-row job-row', dataset: { jobId: j.id, status: j.status } },
+    ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, jobs.slice().reverse().map((j) => h('li', { class: 'track-row job-row', dataset: { jobId: j.id, status: j.status } },
       h('button', { type: 'button', class: 'open', title: `${j.command}\nin ${j.cwd}\nstarted by ${j.startedBy}`, onclick: () => jobOutputDialog(j.id) },
         h('span', { class: `dot status-${jobDot(j)}`, role: 'img', 'aria-label': j.status, title: j.status }), h('span', { class: 'provider' }, j.id), h('code', { class: 'title' }, j.command), h('span', { class: 'status-text' }, jobState(j))),
-      j.status === 'running' ? h('button', { type: 'button', class: 'small danger', onclick: () => conn.request({ type: 'kill_job', jobId: j.id }).catch(failed('Kill')) }, 'Kill') : null))));
+      j.status === 'running' ? h('button', { type: 'button', class: 'small danger', onclick: () => conn.request({ type: 'kill_job', jobId: j.id }).catch(failed('Kill')) }, 'Kill') : null)))]));
 }
 
 async function startJobDialog(a) {
@@ -725,7 +886,8 @@ async function startJobDialog(a) {
       if (cwd.value.trim()) msg.cwd = cwd.value.trim();
       try {
         const m = await conn.request(msg);
-        S.jobs.set(m.payload.job.id, m.payload.job);
+        // The answer fills in; a `job_update` that came first (it may have ended) wins.
+        if (!S.jobs.has(m.payload.job.id)) S.jobs.set(m.payload.job.id, m.payload.job);
         close(true);
         render({ sidebar: false });
         toast(`Started ${m.payload.job.id}`);
@@ -825,12 +987,12 @@ function renderTrack(pane, a) {
     h('div', { class: 'track-head' },
       h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`track-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render(); } }, summary),
       h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished')),
-    collapsed ? null : h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
+    ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
       h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type),
         h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason] || '●') : null),
       h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'detach', agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
       h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
-        onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' } }) }, '×')))));
+        onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' }, undo: true }) }, '×'))))]));
 }
 
 // ---- schedules ----------------------------------------------------------------------------
@@ -894,7 +1056,8 @@ async function scheduleDialog(a) {
       if (title.value.trim()) msg.title = title.value.trim();
       try {
         const m = await conn.request(msg);
-        S.schedules.set(m.payload.schedule.id, m.payload.schedule);
+        // The answer fills in; a `schedule_update` that came first (it may have fired) wins.
+        if (!S.schedules.has(m.payload.schedule.id)) S.schedules.set(m.payload.schedule.id, m.payload.schedule);
         close();
         render({ sidebar: false });
       } catch (err) { error.textContent = err.message; }
@@ -1049,7 +1212,7 @@ async function newAgentDialog(workspaceId = null) {
       try {
         const m = await conn.request(msg);
         close();
-        S.agents.set(m.payload.agent.id, m.payload.agent);
+        learn(m.payload.agent);
         openAgent(m.payload.agent.id);
       } catch (err) { error.textContent = err.message; }
     };
@@ -1083,6 +1246,8 @@ function wire() {
     const open = document.body.classList.toggle('drawer-open');
     drawer.setAttribute('aria-expanded', String(open));
   });
+  // Outside the open drawer is its backdrop: a tap there closes it, as Escape does.
+  document.getElementById('backdrop').addEventListener('click', closeDrawer);
   const notify = document.getElementById('notify');
   const showNotify = () => { notify.setAttribute('aria-pressed', String(S.notify)); notify.textContent = S.notify ? 'Notifications on' : 'Notify me'; };
   showNotify();
@@ -1106,6 +1271,11 @@ function wire() {
   });
   document.addEventListener('visibilitychange', render);
   document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && document.body.classList.contains('drawer-open') && !e.target.closest('dialog')) {
+      closeDrawer();
+      drawer.focus();
+      return;
+    }
     if (e.target.closest('input, textarea, select, dialog')) return;
     if (e.key === '/') { e.preventDefault(); document.getElementById('filter').focus(); }
     if (e.key === 'n' && !e.ctrlKey && !e.metaKey) { e.preventDefault(); newAgentDialog(null); }
