@@ -17,6 +17,12 @@
 //!   (advertised as `sessionCapabilities.resume`; not with `SCRIPTED_AGENT_NO_RESUME=1`).
 //! - `session/close {sessionId}` → `{}`; the session's history gets a `{"type": "closed"}`
 //!   line (advertised as `sessionCapabilities.close`, with resume).
+//! - `session/list {cwd?, cursor?}` → `{sessions: [{sessionId, cwd, title, updatedAt}],
+//!   nextCursor?}`: the sessions in the state dir (those in `cwd` when given), most recently
+//!   changed first, `SCRIPTED_AGENT_LIST_PAGE` (default 50) a page; the title is the first
+//!   line of the session's first prompt (none before one), `updatedAt` its history's last
+//!   change. The cursor is the next page's offset. Advertised as `sessionCapabilities.list`
+//!   (not with `SCRIPTED_AGENT_NO_LIST=1`).
 //! - `session/set_mode {sessionId, modeId}` → a `current_mode_update` notification, then `{}`.
 //! - `session/set_model {sessionId, modelId}` → `{}`.
 //! - `session/prompt {sessionId, prompt}` plays the prompt's directives (below) and replies
@@ -90,6 +96,9 @@
 //! - `SCRIPTED_AGENT_NO_LOAD=1`: advertise `loadSession: false` (and refuse `session/load`).
 //! - `SCRIPTED_AGENT_NO_RESUME=1`: advertise no `sessionCapabilities` (and refuse
 //!   `session/resume` and `session/close`), as agents that predate them.
+//! - `SCRIPTED_AGENT_NO_LIST=1`: advertise no `sessionCapabilities.list` (and refuse
+//!   `session/list`).
+//! - `SCRIPTED_AGENT_LIST_PAGE=N`: sessions per `session/list` page (default 50).
 //! - `SCRIPTED_AGENT_PROTOCOL_VERSION=N`: `initialize` answers `protocolVersion: N`.
 //! - `SCRIPTED_AGENT_STRING_IDS=1`: agent→client request ids are UUID strings (as codex-acp's),
 //!   not integers from 0.
@@ -161,6 +170,10 @@ pub struct Config {
     /// `session/resume` and `session/close` (`sessionCapabilities`), unless
     /// `SCRIPTED_AGENT_NO_RESUME=1`.
     pub resume_session: bool,
+    /// `session/list` (`sessionCapabilities.list`), unless `SCRIPTED_AGENT_NO_LIST=1`.
+    pub list_sessions: bool,
+    /// Sessions per `session/list` page (`SCRIPTED_AGENT_LIST_PAGE`, default 50).
+    pub list_page: usize,
     /// The ACP version `initialize` answers with (`SCRIPTED_AGENT_PROTOCOL_VERSION`, default 1).
     pub protocol_version: u64,
     pub string_ids: bool,
@@ -186,6 +199,12 @@ impl Config {
         Config {
             load_session: !flag("SCRIPTED_AGENT_NO_LOAD"),
             resume_session: !flag("SCRIPTED_AGENT_NO_RESUME"),
+            list_sessions: !flag("SCRIPTED_AGENT_NO_LIST"),
+            list_page: std::env::var("SCRIPTED_AGENT_LIST_PAGE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(50),
             protocol_version: std::env::var("SCRIPTED_AGENT_PROTOCOL_VERSION")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -863,6 +882,7 @@ impl Agent {
                 self.load_session(&params, false).await
             }
             "session/close" if self.config.resume_session => self.close_session(&params),
+            "session/list" if self.config.list_sessions => self.list_sessions(&params),
             "session/set_mode" => self.set_mode(&params).await,
             "session/set_model" => self.set_model(&params),
             "session/prompt" => match self.start_turn(&params) {
@@ -916,15 +936,19 @@ impl Agent {
     }
 
     fn initialize(&self) -> Value {
+        let mut session_capabilities = serde_json::Map::new();
+        if self.config.resume_session {
+            session_capabilities.insert("resume".to_string(), json!({}));
+            session_capabilities.insert("close".to_string(), json!({}));
+        }
+        if self.config.list_sessions {
+            session_capabilities.insert("list".to_string(), json!({}));
+        }
         json!({
             "protocolVersion": self.config.protocol_version,
             "agentCapabilities": {
                 "loadSession": self.config.load_session,
-                "sessionCapabilities": if self.config.resume_session {
-                    json!({"resume": {}, "close": {}})
-                } else {
-                    json!({})
-                },
+                "sessionCapabilities": session_capabilities,
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
             },
@@ -1100,6 +1124,90 @@ impl Agent {
             None => {
                 sessions.insert(session_id.to_string(), session);
             }
+        }
+        Ok(result)
+    }
+
+    /// `session/list`: the sessions whose history is in the state dir, newest first.
+    fn list_sessions(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let only = match params.get("cwd") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(session_cwd(params)?),
+        };
+        let offset = match params.get("cursor").and_then(Value::as_str) {
+            None => 0,
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .map_err(|_| (INVALID_PARAMS, format!("unknown cursor `{cursor}`")))?,
+        };
+        let entries = match std::fs::read_dir(&self.config.state_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(json!({"sessions": []}));
+            }
+            Err(e) => {
+                return Err((
+                    INTERNAL_ERROR,
+                    format!("cannot read {}: {e}", self.config.state_dir.display()),
+                ));
+            }
+        };
+        let mut sessions = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(session_id) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".jsonl"))
+                .filter(|id| valid_session_id(id))
+            else {
+                continue;
+            };
+            let Ok(history) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let entries: Vec<Value> = history
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            let Some(cwd) = entries
+                .iter()
+                .find(|e| e["type"] == "session")
+                .and_then(|e| e["cwd"].as_str())
+            else {
+                continue;
+            };
+            if only.as_deref().is_some_and(|only| only != cwd) {
+                continue;
+            }
+            let title = entries
+                .iter()
+                .find(|e| e["type"] == "user")
+                .and_then(|e| e["text"].as_str())
+                .and_then(|t| t.lines().next())
+                .map(str::to_string);
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(UNIX_EPOCH);
+            sessions.push((modified, session_id.to_string(), cwd.to_string(), title));
+        }
+        sessions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let total = sessions.len();
+        let page: Vec<Value> = sessions
+            .into_iter()
+            .skip(offset)
+            .take(self.config.list_page)
+            .map(|(modified, id, cwd, title)| {
+                let updated = jiff::Timestamp::try_from(modified)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                json!({"sessionId": id, "cwd": cwd, "title": title, "updatedAt": updated})
+            })
+            .collect();
+        let mut result = json!({"sessions": page});
+        if offset + self.config.list_page < total {
+            result["nextCursor"] = json!((offset + self.config.list_page).to_string());
         }
         Ok(result)
     }
