@@ -25,6 +25,13 @@
 //!   (not with `SCRIPTED_AGENT_NO_LIST=1`).
 //! - `session/set_mode {sessionId, modeId}` → a `current_mode_update` notification, then `{}`.
 //! - `session/set_model {sessionId, modelId}` → `{}`.
+//! - With `SCRIPTED_AGENT_CONFIG_OPTIONS=1`, the answers of `session/new`, `session/load` and
+//!   `session/resume` also carry `configOptions`: `session-mode` (category `mode`), `llm`
+//!   (`model`) and `effort` (`thought_level`: `low`, `medium`, `high`), with their current
+//!   values; `session/set_config_option {sessionId, configId, value}` sets one and answers
+//!   every option, current (a mode set so also sends `current_mode_update`). Without it that
+//!   method is unknown. A mode or model set either way is kept in the session's history with
+//!   the method that set it (`via`).
 //! - `session/prompt {sessionId, prompt}` plays the prompt's directives (below) and replies
 //!   `{stopReason}`.
 //! - `session/cancel {sessionId}` (notification) cancels the session's running prompts: they
@@ -96,6 +103,7 @@
 //! - `SCRIPTED_AGENT_NO_LOAD=1`: advertise `loadSession: false` (and refuse `session/load`).
 //! - `SCRIPTED_AGENT_NO_RESUME=1`: advertise no `sessionCapabilities` (and refuse
 //!   `session/resume` and `session/close`), as agents that predate them.
+//! - `SCRIPTED_AGENT_CONFIG_OPTIONS=1`: session config options (above).
 //! - `SCRIPTED_AGENT_NO_LIST=1`: advertise no `sessionCapabilities.list` (and refuse
 //!   `session/list`).
 //! - `SCRIPTED_AGENT_LIST_PAGE=N`: sessions per `session/list` page (default 50).
@@ -158,6 +166,8 @@ const MODELS: [(&str, &str); 2] = [
     ("scripted-small", "Scripted small"),
     ("scripted-large", "Scripted large"),
 ];
+/// The values of the `effort` config option.
+const EFFORTS: [&str; 3] = ["low", "medium", "high"];
 /// What `garbage` writes to stdout.
 pub const GARBAGE_LINE: &str = "this is not JSON {{{ scripted garbage";
 /// What `crash` writes to stderr before exiting.
@@ -172,6 +182,8 @@ pub struct Config {
     pub resume_session: bool,
     /// `session/list` (`sessionCapabilities.list`), unless `SCRIPTED_AGENT_NO_LIST=1`.
     pub list_sessions: bool,
+    /// `configOptions` and `session/set_config_option` (`SCRIPTED_AGENT_CONFIG_OPTIONS=1`).
+    pub config_options: bool,
     /// Sessions per `session/list` page (`SCRIPTED_AGENT_LIST_PAGE`, default 50).
     pub list_page: usize,
     /// The ACP version `initialize` answers with (`SCRIPTED_AGENT_PROTOCOL_VERSION`, default 1).
@@ -200,6 +212,7 @@ impl Config {
             load_session: !flag("SCRIPTED_AGENT_NO_LOAD"),
             resume_session: !flag("SCRIPTED_AGENT_NO_RESUME"),
             list_sessions: !flag("SCRIPTED_AGENT_NO_LIST"),
+            config_options: flag("SCRIPTED_AGENT_CONFIG_OPTIONS"),
             list_page: std::env::var("SCRIPTED_AGENT_LIST_PAGE")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -687,6 +700,8 @@ struct Session {
     mcp_servers: Value,
     mode: String,
     model: String,
+    /// The `effort` config option's value.
+    effort: String,
     /// Bumped by `session/cancel`; a prompt is cancelled once it differs from its start value.
     cancel: watch::Sender<u64>,
     /// A `session/cancel` kept for the next prompt (`SCRIPTED_AGENT_STALE_CANCEL`).
@@ -704,6 +719,7 @@ impl Session {
             mcp_servers,
             mode: MODES[0].0.to_string(),
             model: MODELS[0].0.to_string(),
+            effort: EFFORTS[1].to_string(),
             cancel: watch::Sender::new(0),
             stale_cancel: false,
             used_tokens: 0,
@@ -726,6 +742,31 @@ impl Session {
                     .collect::<Vec<_>>(),
             },
         })
+    }
+
+    /// The session's `configOptions`.
+    fn config_options(&self) -> Value {
+        let select =
+            |id: &str, name: &str, category: &str, current: &str, values: Vec<(&str, &str)>| {
+                json!({
+                    "id": id, "name": name, "category": category, "type": "select",
+                    "currentValue": current,
+                    "options": values.iter()
+                        .map(|(value, name)| json!({"value": value, "name": name}))
+                        .collect::<Vec<_>>(),
+                })
+            };
+        json!([
+            select("session-mode", "Mode", "mode", &self.mode, MODES.to_vec()),
+            select("llm", "Model", "model", &self.model, MODELS.to_vec()),
+            select(
+                "effort",
+                "Reasoning effort",
+                "thought_level",
+                &self.effort,
+                EFFORTS.iter().map(|e| (*e, *e)).collect()
+            ),
+        ])
     }
 }
 
@@ -885,6 +926,9 @@ impl Agent {
             "session/list" if self.config.list_sessions => self.list_sessions(&params),
             "session/set_mode" => self.set_mode(&params).await,
             "session/set_model" => self.set_model(&params),
+            "session/set_config_option" if self.config.config_options => {
+                self.set_config_option(&params).await
+            }
             "session/prompt" => match self.start_turn(&params) {
                 Ok(turn) => {
                     let agent = Arc::clone(self);
@@ -1047,6 +1091,9 @@ impl Agent {
             })?;
         let session = Session::new(cwd, mcp_servers);
         let mut result = session.modes_and_models();
+        if self.config.config_options {
+            result["configOptions"] = session.config_options();
+        }
         result["sessionId"] = json!(session_id);
         lock(&self.sessions).insert(session_id, session);
         Ok(result)
@@ -1110,7 +1157,10 @@ impl Agent {
                 )
                 .await;
         }
-        let result = session.modes_and_models();
+        let mut result = session.modes_and_models();
+        if self.config.config_options {
+            result["configOptions"] = session.config_options();
+        }
         let mut sessions = lock(&self.sessions);
         match sessions.get_mut(session_id) {
             // Loaded again in this process: keep the cancel channel its prompts watch.
@@ -1233,7 +1283,10 @@ impl Agent {
             return Err((INVALID_PARAMS, format!("unknown mode `{mode}`")));
         }
         self.with_session(session_id, |s| s.mode = mode.to_string())?;
-        self.record(session_id, &json!({"type": "mode", "text": mode}));
+        self.record(
+            session_id,
+            &json!({"type": "mode", "text": mode, "via": "session/set_mode"}),
+        );
         self.out
             .update(
                 session_id,
@@ -1250,8 +1303,56 @@ impl Agent {
             return Err((INVALID_PARAMS, format!("unknown model `{model}`")));
         }
         self.with_session(session_id, |s| s.model = model.to_string())?;
-        self.record(session_id, &json!({"type": "model", "text": model}));
+        self.record(
+            session_id,
+            &json!({"type": "model", "text": model, "via": "session/set_model"}),
+        );
         Ok(json!({}))
+    }
+
+    /// `session/set_config_option`: one of the session's `configOptions`.
+    async fn set_config_option(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        let id = params["configId"].as_str().unwrap_or_default();
+        let value = params["value"].as_str().unwrap_or_default();
+        let offered = match id {
+            "session-mode" => MODES.iter().any(|(m, _)| *m == value),
+            "llm" => MODELS.iter().any(|(m, _)| *m == value),
+            "effort" => EFFORTS.contains(&value),
+            _ => return Err((INVALID_PARAMS, format!("unknown config option `{id}`"))),
+        };
+        if !offered {
+            return Err((INVALID_PARAMS, format!("`{id}` has no value `{value}`")));
+        }
+        let options = self.with_session(session_id, |s| {
+            match id {
+                "session-mode" => s.mode = value.to_string(),
+                "llm" => s.model = value.to_string(),
+                _ => s.effort = value.to_string(),
+            }
+            s.config_options()
+        })?;
+        let via = "session/set_config_option";
+        match id {
+            "session-mode" => {
+                self.record(
+                    session_id,
+                    &json!({"type": "mode", "text": value, "via": via}),
+                );
+                self.out
+                    .update(
+                        session_id,
+                        json!({"sessionUpdate": "current_mode_update", "currentModeId": value}),
+                    )
+                    .await;
+            }
+            "llm" => self.record(
+                session_id,
+                &json!({"type": "model", "text": value, "via": via}),
+            ),
+            _ => {}
+        }
+        Ok(json!({"configOptions": options}))
     }
 
     fn with_session<T>(

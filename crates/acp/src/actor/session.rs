@@ -392,6 +392,7 @@ impl Actor {
             close_session: false,
             modes: None,
             models: None,
+            config_options: None,
             cancel_sent: false,
             own: None,
             _counted: crate::LiveCount::new(&self.shared),
@@ -563,6 +564,7 @@ impl Actor {
             live.session_id.clone_from(&session_id);
             live.modes = result.get("modes").cloned().filter(|m| !m.is_null());
             live.models = result.get("models").cloned().filter(|m| !m.is_null());
+            live.config_options = result.get("configOptions").cloned().filter(Value::is_array);
         }
         self.publish_modes();
         if agent.resume.as_ref().map(|r| &r.acp_session_id) != Some(&session_id) {
@@ -579,10 +581,27 @@ impl Actor {
         }
     }
 
-    /// Sends the agent the configured mode and model when it offers them and they differ.
+    /// Sends the agent the configured mode and model when it offers them and they differ:
+    /// through its config option of that category where it has one, else `session/set_mode`
+    /// and `session/set_model`.
     async fn apply_config(&mut self, config: &ProviderConfig) {
+        for (category, value) in [("mode", &config.mode), ("model", &config.model)] {
+            let Some(value) = value else { continue };
+            if let Some(Err(e)) = self.set_config_option(category, value).await {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("{category} `{value}` not applied: {e}")}),
+                );
+            }
+        }
         let Some(live) = &self.live else { return };
-        if let (Some(mode), Some(modes)) = (&config.mode, &live.modes) {
+        let by_option =
+            |category: &str| config_option(live.config_options.as_ref(), category).is_some();
+        let (mode, model) = (
+            config.mode.as_ref().filter(|_| !by_option("mode")),
+            config.model.as_ref().filter(|_| !by_option("model")),
+        );
+        if let (Some(mode), Some(modes)) = (mode, &live.modes) {
             let current = modes.get("currentModeId").and_then(Value::as_str);
             let offered = modes
                 .get("availableModes")
@@ -605,7 +624,7 @@ impl Actor {
             }
         }
         let Some(live) = &self.live else { return };
-        if let (Some(model), Some(models)) = (&config.model, &live.models) {
+        if let (Some(model), Some(models)) = (model, &live.models) {
             let current = models.get("currentModelId").and_then(Value::as_str);
             if current != Some(model.as_str()) {
                 let request = model_request(live, model);
@@ -778,7 +797,9 @@ impl Actor {
         let agent = registry
             .get(self.id)
             .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
-        if let Some(live) = &self.live {
+        if let Some(set) = self.set_config_option("mode", &mode).await {
+            set?;
+        } else if let Some(live) = &self.live {
             let request = live.rpc.request(
                 "session/set_mode",
                 json!({"sessionId": live.session_id, "modeId": mode}),
@@ -802,7 +823,9 @@ impl Actor {
         let agent = registry
             .get(self.id)
             .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
-        if let Some(live) = &self.live {
+        if let Some(set) = self.set_config_option("model", &model).await {
+            set?;
+        } else if let Some(live) = &self.live {
             let request = model_request(live, &model);
             self.await_setting("model selection", request).await?;
         }
@@ -818,13 +841,72 @@ impl Actor {
         Ok(())
     }
 
+    /// Sets `value` through the live session's config option of `category` (`mode`, `model`,
+    /// `thought_level`) with `session/set_config_option`, unless it is already the option's
+    /// value; `None` when the agent offers no such option (or nothing runs), so the caller uses
+    /// the older method. The agent's answer (every option, current) is kept.
+    async fn set_config_option(
+        &mut self,
+        category: &str,
+        value: &str,
+    ) -> Option<Result<(), AcpError>> {
+        let live = self.live.as_ref()?;
+        let option = config_option(live.config_options.as_ref(), category)?;
+        let id = option.get("id").and_then(Value::as_str)?.to_string();
+        if option.get("currentValue").and_then(Value::as_str) == Some(value) {
+            return Some(Ok(()));
+        }
+        let request = live.rpc.request(
+            "session/set_config_option",
+            json!({"sessionId": live.session_id, "configId": id, "value": value}),
+        );
+        let answer = match self
+            .await_answer("session/set_config_option", request)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Some(live) = self.live.as_mut() {
+            match answer.get("configOptions").filter(|o| o.is_array()) {
+                Some(options) => live.config_options = Some(options.clone()),
+                None => {
+                    if let Some(option) = live
+                        .config_options
+                        .as_mut()
+                        .and_then(Value::as_array_mut)
+                        .and_then(|all| all.iter_mut().find(|o| o["id"] == id.as_str()))
+                    {
+                        option["currentValue"] = json!(value);
+                    }
+                }
+            }
+            // The older view of modes that clients read follows.
+            if category == "mode"
+                && let Some(modes) = live.modes.as_mut()
+            {
+                modes["currentModeId"] = json!(value);
+            }
+        }
+        self.publish_modes();
+        Some(Ok(()))
+    }
+
     async fn await_setting(
         &mut self,
         what: &str,
         request: impl Future<Output = Result<Value, RpcError>>,
     ) -> Result<(), AcpError> {
+        self.await_answer(what, request).await.map(|_| ())
+    }
+
+    async fn await_answer(
+        &mut self,
+        what: &str,
+        request: impl Future<Output = Result<Value, RpcError>>,
+    ) -> Result<Value, AcpError> {
         match tokio::time::timeout(SETTING_TIMEOUT, request).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(AcpError::Agent {
                 agent: self.id,
                 message: e.to_string(),
@@ -837,8 +919,17 @@ impl Actor {
     }
 }
 
-/// Model selection: `session/set_model` where the agent offers models, else the `model`
-/// config option.
+/// The session config option of `category` among `options` (the first, as the agent orders
+/// them).
+fn config_option<'a>(options: Option<&'a Value>, category: &str) -> Option<&'a Value> {
+    options?
+        .as_array()?
+        .iter()
+        .find(|o| o.get("category").and_then(Value::as_str) == Some(category))
+}
+
+/// Model selection without a `model` config option: `session/set_model` where the agent
+/// offers models, else an option with the id `model` (agents that predate categories).
 fn model_request(live: &Live, model: &str) -> BoxFuture<'static, Result<Value, RpcError>> {
     if live.models.is_some() {
         Box::pin(live.rpc.request(
