@@ -256,7 +256,18 @@ impl Actor {
         capabilities: &Capabilities,
         mcp_servers: &Value,
     ) -> Result<(String, Value), LaunchError> {
+        // A session brought in from elsewhere (`drover import`): drover has none of its
+        // conversation, so it loads it and keeps what the agent replays.
+        let adopted = !self
+            .timeline
+            .items()
+            .iter()
+            .any(|i| i.is(ItemKind::UserMessage) || i.is(ItemKind::AgentMessage));
         let loaded = match &agent.resume {
+            Some(resume) if adopted && capabilities.load_session => {
+                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, true)
+                    .await?
+            }
             Some(resume) if capabilities.resume_session => {
                 let resumed = self
                     .resume_session(rpc, agent, &resume.acp_session_id, mcp_servers)
@@ -264,14 +275,14 @@ impl Actor {
                 match resumed {
                     Some(session) => Some(session),
                     None if capabilities.load_session => {
-                        self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers)
+                        self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, false)
                             .await?
                     }
                     None => None,
                 }
             }
             Some(resume) if capabilities.load_session => {
-                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers)
+                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, false)
                     .await?
             }
             Some(_) => {
@@ -462,16 +473,18 @@ impl Actor {
 
     /// `session/load` of the agent's previous session; `None` (said in the timeline) when the
     /// agent cannot load it, so a new one starts. A refusal for want of a sign-in is an error:
-    /// once signed in, the session loads.
+    /// once signed in, the session loads. `keep_replay`: the history the agent replays goes
+    /// into the timeline (which has none of it: an adopted session).
     async fn load_session(
         &mut self,
         rpc: &RpcClient,
         agent: &Agent,
         session_id: &str,
         mcp_servers: &Value,
+        keep_replay: bool,
     ) -> Result<Option<(String, Value)>, LaunchError> {
         let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
-        self.loading(true);
+        self.loading(!keep_replay);
         let loaded = self
             .handshake_step(
                 "session/load",
@@ -482,9 +495,10 @@ impl Actor {
         self.loading(false);
         match loaded {
             Ok(result) => {
+                self.open_chunk = None;
                 self.push(
                     ItemKind::Notice,
-                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/load"}),
+                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/load", "replayed": keep_replay}),
                 );
                 Ok(Some((session_id.to_string(), result)))
             }

@@ -1,5 +1,6 @@
 //! `import_sessions`: a provider's own past sessions, listed by its agent through ACP
-//! `session/list`, come in as agents whose next message continues the session; importing again
+//! `session/list`, come in as agents whose next message continues the session (its history
+//! replayed into the timeline by `session/load`); importing again
 //! brings nothing twice, a session drover's own agent made is left alone, and a provider whose
 //! agent cannot list says so.
 
@@ -206,6 +207,34 @@ async fn a_providers_sessions_come_in_once_and_continue_where_they_were() {
             .last()
             .map(String::as_str),
         Some("recall: 2 earlier: say first question / say second question")
+    );
+    // Its history came in with it: the agent replayed it (`session/load`) into the timeline.
+    let timeline = client.timeline(&first_agent).await;
+    let said: Vec<(&str, &str)> = timeline
+        .iter()
+        .filter_map(|i| Some((i["kind"].as_str()?, i["data"]["text"].as_str()?)))
+        .filter(|(kind, _)| *kind != "notice")
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("user_message", "say first question"),
+            ("agent_message", "first question"),
+            ("user_message", "say second question"),
+            ("agent_message", "second question"),
+            ("user_message", "recall"),
+            (
+                "agent_message",
+                "recall: 2 earlier: say first question / say second question"
+            ),
+        ],
+        "{timeline:?}"
+    );
+    assert!(
+        timeline.iter().any(|i| i["kind"] == "notice"
+            && i["data"]["via"] == "session/load"
+            && i["data"]["replayed"] == true),
+        "{timeline:?}"
     );
 
     // Again: nothing new.
