@@ -99,6 +99,38 @@ fn skipped(answer: &Value) -> Vec<(String, String)> {
     all
 }
 
+/// The first imported session's history is in its agent's timeline, as the agent replayed it
+/// (`session/load`), before the `recall` that followed.
+async fn history_replayed(client: &mut Client, agent: &str) {
+    let timeline = client.timeline(agent).await;
+    let said: Vec<(&str, &str)> = timeline
+        .iter()
+        .filter_map(|i| Some((i["kind"].as_str()?, i["data"]["text"].as_str()?)))
+        .filter(|(kind, _)| *kind != "notice")
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("user_message", "say first question"),
+            ("agent_message", "first question"),
+            ("user_message", "say second question"),
+            ("agent_message", "second question"),
+            ("user_message", "recall"),
+            (
+                "agent_message",
+                "recall: 2 earlier: say first question / say second question"
+            ),
+        ],
+        "{timeline:?}"
+    );
+    assert!(
+        timeline.iter().any(|i| i["kind"] == "notice"
+            && i["data"]["via"] == "session/load"
+            && i["data"]["replayed"] == true),
+        "{timeline:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_providers_sessions_come_in_once_and_continue_where_they_were() {
     // One session a page: the listing follows the agent's cursor.
@@ -208,34 +240,8 @@ async fn a_providers_sessions_come_in_once_and_continue_where_they_were() {
             .map(String::as_str),
         Some("recall: 2 earlier: say first question / say second question")
     );
-    // Its history came in with it: the agent replayed it (`session/load`) into the timeline.
-    let timeline = client.timeline(&first_agent).await;
-    let said: Vec<(&str, &str)> = timeline
-        .iter()
-        .filter_map(|i| Some((i["kind"].as_str()?, i["data"]["text"].as_str()?)))
-        .filter(|(kind, _)| *kind != "notice")
-        .collect();
-    assert_eq!(
-        said,
-        [
-            ("user_message", "say first question"),
-            ("agent_message", "first question"),
-            ("user_message", "say second question"),
-            ("agent_message", "second question"),
-            ("user_message", "recall"),
-            (
-                "agent_message",
-                "recall: 2 earlier: say first question / say second question"
-            ),
-        ],
-        "{timeline:?}"
-    );
-    assert!(
-        timeline.iter().any(|i| i["kind"] == "notice"
-            && i["data"]["via"] == "session/load"
-            && i["data"]["replayed"] == true),
-        "{timeline:?}"
-    );
+    // Its history came in with it.
+    history_replayed(&mut client, &first_agent).await;
 
     // Again: nothing new.
     let again = import(&mut client, json!({"apply": true})).await;
