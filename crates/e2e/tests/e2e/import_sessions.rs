@@ -131,6 +131,21 @@ async fn history_replayed(client: &mut Client, agent: &str) {
     );
 }
 
+/// An agent drover runs in `cwd`, after its first turn: its id and its session's.
+async fn own_agent(client: &mut Client, cwd: &Path) -> (String, String) {
+    let own = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "say mine"}))
+        .await;
+    client.wait_idle(&own).await;
+    let session = client
+        .request(json!({"type": "get_agent", "agentId": own}))
+        .await["payload"]["agent"]["sessionId"]
+        .as_str()
+        .expect("a session")
+        .to_string();
+    (own, session)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_providers_sessions_come_in_once_and_continue_where_they_were() {
     // One session a page: the listing follows the agent's cursor.
@@ -141,16 +156,7 @@ async fn a_providers_sessions_come_in_once_and_continue_where_they_were() {
     let other_cwd = std::fs::canonicalize(elsewhere.path()).expect("canonical");
 
     // drover's own agent has a session of the provider too.
-    let own = client
-        .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "say mine"}))
-        .await;
-    client.wait_idle(&own).await;
-    let own_session = client
-        .request(json!({"type": "get_agent", "agentId": own}))
-        .await["payload"]["agent"]["sessionId"]
-        .as_str()
-        .expect("a session")
-        .to_string();
+    let (own, own_session) = own_agent(&mut client, &cwd).await;
     let first = session_made_elsewhere(
         state.path(),
         &cwd,
