@@ -397,7 +397,7 @@ pub enum ImportSource {
         /// The provider whose sessions to list (e.g. `codex`, `claude`)
         provider: String,
         /// Only the sessions in this directory
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         cwd: Option<PathBuf>,
         /// Only this session (by id; may be repeated)
         #[arg(long = "session", value_name = "ID")]
