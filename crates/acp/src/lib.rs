@@ -17,6 +17,7 @@
 mod actor;
 pub mod auth;
 pub mod jobs;
+mod listing;
 pub mod process;
 pub mod providers;
 pub mod records;
@@ -45,6 +46,7 @@ pub use actor::{LastStderr, LaunchError};
 pub use drover_core::timeline::Entry as TimelineUpdate;
 /// The kinds of timeline item the runtimes write, for readers of timelines.
 pub use drover_core::timeline::ItemKind;
+pub use listing::ProviderSession;
 pub use providers::{
     Availability, ConfigError, DEFAULT_IDLE_TIMEOUT, LiveProviders, Provider, Providers,
     RuntimeSettings,
@@ -205,6 +207,14 @@ pub enum AcpError {
     /// A sign-in that cannot be done as asked (`message` says what to give instead).
     #[error("{message}")]
     InvalidSignIn { message: String },
+    /// The provider's agent does not advertise `sessionCapabilities.list`.
+    #[error(
+        "the agent of provider `{provider}` cannot list its sessions (it advertises no `sessionCapabilities.list`)"
+    )]
+    CannotList { provider: String },
+    /// Listing the provider's sessions failed (see [`RuntimeManager::provider_sessions`]).
+    #[error("listing the sessions of provider `{provider}` failed: {message}")]
+    Listing { provider: String, message: String },
 }
 
 impl AcpError {
@@ -220,10 +230,10 @@ impl AcpError {
                 ErrorCode::NoSuchPermission
             }
             AcpError::StartFailed { .. } => ErrorCode::AgentStartFailed,
-            AcpError::Agent { .. } => ErrorCode::AgentError,
+            AcpError::Agent { .. } | AcpError::Listing { .. } => ErrorCode::AgentError,
             AcpError::Stopped(_) => ErrorCode::RuntimeStopped,
             AcpError::ShuttingDown => ErrorCode::ShuttingDown,
-            AcpError::InvalidSignIn { .. } => ErrorCode::InvalidInput,
+            AcpError::InvalidSignIn { .. } | AcpError::CannotList { .. } => ErrorCode::InvalidInput,
         }
     }
 }

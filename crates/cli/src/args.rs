@@ -390,6 +390,25 @@ pub enum ImportSource {
         #[arg(long)]
         json: bool,
     },
+    /// A provider's own past sessions, as its agent lists them (ACP `session/list`): each
+    /// becomes an idle agent whose next message continues the session; sessions imported
+    /// before, or already an agent's, are skipped.
+    Sessions {
+        /// The provider whose sessions to list (e.g. `codex`, `claude`)
+        provider: String,
+        /// Only the sessions in this directory
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// Only this session (by id; may be repeated)
+        #[arg(long = "session", value_name = "ID")]
+        sessions: Vec<String>,
+        /// Import; without it, only say what would be imported
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! `drover import paseo [PATH] [--apply]`: brings in the agents of a Paseo home (by default
-//! `$PASEO_HOME`, else `~/.paseo`) through the daemon; without `--apply` it only says what it
-//! would do.
+//! `$PASEO_HOME`, else `~/.paseo`) through the daemon; `drover import sessions PROVIDER
+//! [--cwd DIR] [--session ID]... [--apply]`: a provider's own past sessions, as its agent
+//! lists them. Without `--apply` both only say what they would do.
 
 use std::path::PathBuf;
 
@@ -32,6 +33,47 @@ pub async fn paseo(
         })
         .await?;
     connection.close().await;
+    report(&answer, &path.display().to_string(), json)
+}
+
+/// `drover import sessions`: the provider's sessions (in `cwd`, made absolute, when given).
+pub async fn sessions(
+    ctx: &Ctx,
+    provider: &str,
+    cwd: Option<PathBuf>,
+    sessions: Vec<String>,
+    apply: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let cwd = cwd
+        .map(|cwd| {
+            std::path::absolute(&cwd)
+                .with_context(|| format!("cannot make `{}` absolute", cwd.display()))
+        })
+        .transpose()?;
+    let (mut connection, _) = ctx.connect().await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::ImportSessions {
+            request_id,
+            provider: provider.to_string(),
+            cwd: cwd.as_ref().map(|c| c.display().to_string()),
+            sessions,
+            apply,
+        })
+        .await?;
+    connection.close().await;
+    let from = match &cwd {
+        Some(cwd) => format!(
+            "{provider}'s sessions in {}",
+            output::tilde(&cwd.display().to_string())
+        ),
+        None => format!("{provider}'s sessions"),
+    };
+    report(&answer, &from, json)
+}
+
+/// Prints an `imported` answer: what came in from `from` (or would), and what was skipped.
+fn report(answer: &DaemonMessage, from: &str, json: bool) -> anyhow::Result<()> {
     let DaemonMessage::Imported {
         dry_run,
         imported,
@@ -39,7 +81,7 @@ pub async fn paseo(
         ..
     } = &answer
     else {
-        return Err(unexpected(&answer));
+        return Err(unexpected(answer));
     };
     if json {
         return print_json(&serde_json::json!({
@@ -56,12 +98,11 @@ pub async fn paseo(
     };
     if *dry_run {
         outln!(
-            "would import {} from {} (a dry run: nothing changed; --apply imports them)",
+            "would import {} from {from} (a dry run: nothing changed; --apply imports them)",
             count(imported.len()),
-            path.display()
         );
     } else {
-        outln!("imported {} from {}", count(imported.len()), path.display());
+        outln!("imported {} from {from}", count(imported.len()));
     }
     for agent in imported {
         outln!("  {}", line(agent, style));
@@ -71,7 +112,7 @@ pub async fn paseo(
         for skip in skipped {
             let source = skip
                 .source
-                .strip_prefix(&format!("{}/", path.display()))
+                .strip_prefix(&format!("{from}/"))
                 .unwrap_or(&skip.source);
             outln!("  {source}: {}", skip.reason);
         }

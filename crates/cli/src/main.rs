@@ -198,6 +198,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 args::ImportSource::Paseo { path, apply, json } => {
                     import::paseo(&ctx, path, apply, json).await
                 }
+                args::ImportSource::Sessions {
+                    provider,
+                    cwd,
+                    sessions,
+                    apply,
+                    json,
+                } => import::sessions(&ctx, &provider, cwd, sessions, apply, json).await,
             },
             Command::Daemon(_)
             | Command::Completions { .. }

@@ -1880,3 +1880,98 @@ fn a_paseo_home_is_imported_once_after_a_dry_run_and_its_agents_run() {
         wrong.stderr
     );
 }
+
+#[test]
+fn a_providers_own_sessions_are_listed_then_imported_and_continue() {
+    let fx = Fixture::start();
+    let cwd = fx.cwd();
+    let here = cwd.display().to_string();
+    // Two sessions the user had with the scripted agent outside drover, as it keeps them.
+    for (id, prompts) in [
+        (
+            "elsewhere-1",
+            &["say fix the parser", "say and its tests"][..],
+        ),
+        ("elsewhere-2", &["say write the docs"][..]),
+    ] {
+        let mut history = serde_json::json!({"type": "session", "cwd": here}).to_string();
+        for prompt in prompts {
+            history.push('\n');
+            history.push_str(&serde_json::json!({"type": "user", "text": prompt}).to_string());
+        }
+        history.push('\n');
+        std::fs::write(fx.state.path().join(format!("{id}.jsonl")), history).expect("history");
+    }
+
+    let dry = fx
+        .drover(&["import", "sessions", "scripted", "--cwd", &here])
+        .ok();
+    assert!(
+        dry.stdout.starts_with(&format!(
+            "would import 2 agents from scripted's sessions in {here} (a dry run"
+        )),
+        "{}",
+        dry.stdout
+    );
+    for line in [
+        format!("elsewhere-1  scripted  idle  say fix the parser  {here}  (continues its session)"),
+        format!("elsewhere-2  scripted  idle  say write the docs  {here}  (continues its session)"),
+    ] {
+        assert!(dry.stdout.contains(&line), "{line}: {}", dry.stdout);
+    }
+    let listed = fx.drover(&["ls", "--all", "--json"]).ok().json();
+    assert_eq!(listed, serde_json::json!([]), "a dry run imports nothing");
+
+    let one = fx
+        .drover(&[
+            "import",
+            "sessions",
+            "scripted",
+            "--session",
+            "elsewhere-1",
+            "--apply",
+            "--json",
+        ])
+        .ok()
+        .json();
+    let agent = one["imported"][0]["agentId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("imported: {one}"))
+        .to_string();
+    fx.drover(&["send", &agent, "recall"]).ok();
+    fx.drover(&["wait", &agent]).ok();
+    let logs = fx.drover(&["logs", &agent]).ok();
+    assert!(
+        logs.stdout
+            .contains("recall: 2 earlier: say fix the parser / say and its tests"),
+        "{}",
+        logs.stdout
+    );
+
+    let rest = fx
+        .drover(&["import", "sessions", "scripted", "--apply"])
+        .ok();
+    assert!(
+        rest.stdout
+            .starts_with("imported 1 agent from scripted's sessions"),
+        "{}",
+        rest.stdout
+    );
+    assert!(
+        rest.stdout
+            .contains(&format!("elsewhere-1: already imported as {agent}")),
+        "{}",
+        rest.stdout
+    );
+
+    // A provider whose agent exits before it lists: said so.
+    let broken = fx.drover(&["import", "sessions", "broken"]);
+    assert_ne!(broken.code, 0, "{}", broken.transcript());
+    assert!(
+        broken
+            .stderr
+            .contains("listing the sessions of provider `broken` failed"),
+        "{}",
+        broken.transcript()
+    );
+}

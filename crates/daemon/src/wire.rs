@@ -180,7 +180,7 @@ pub(crate) fn worktree_removal(removal: &WorktreeRemoval) -> WorktreeRemovalInfo
     }
 }
 
-/// The answer to `import_paseo`.
+/// The answer to `import_paseo` and `import_sessions`.
 pub(crate) fn imported(request_id: Option<String>, report: ImportReport) -> DaemonMessage {
     DaemonMessage::Imported {
         request_id,
@@ -189,8 +189,8 @@ pub(crate) fn imported(request_id: Option<String>, report: ImportReport) -> Daem
             .imported
             .into_iter()
             .map(|i| ImportedAgentInfo {
-                source: i.source.display().to_string(),
-                source_id: i.paseo_id,
+                source: i.source,
+                source_id: i.source_id,
                 agent_id: i.agent_id.map(|id| id.to_string()),
                 provider: i.provider,
                 cwd: i.cwd.display().to_string(),
@@ -206,8 +206,8 @@ pub(crate) fn imported(request_id: Option<String>, report: ImportReport) -> Daem
             .skipped
             .into_iter()
             .map(|s| ImportSkip {
-                source: s.source.display().to_string(),
-                source_id: s.paseo_id,
+                source: s.source,
+                source_id: s.source_id,
                 reason: s.reason,
             })
             .collect(),

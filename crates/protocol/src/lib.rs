@@ -587,6 +587,23 @@ pub enum ClientMessage {
         #[serde(default)]
         apply: bool,
     },
+    /// Brings in a provider's own past sessions, as its agent lists them through ACP
+    /// `session/list` (those in `cwd`, absolute, when given): each listed session (or only
+    /// those in `sessions`, by id) becomes an idle agent in the session's directory, titled as
+    /// listed, whose next message continues that session (`session/resume` or
+    /// `session/load`). Sessions imported before, or already some agent's session, are
+    /// skipped. Only with `apply` is anything written. Answered `imported`.
+    ImportSessions {
+        #[serde(default)]
+        request_id: Option<String>,
+        provider: String,
+        #[serde(default)]
+        cwd: Option<String>,
+        #[serde(default)]
+        sessions: Vec<String>,
+        #[serde(default)]
+        apply: bool,
+    },
 }
 
 /// When a schedule fires: exactly one of `at`, `inSeconds`, `everySeconds`, `cron`.
@@ -700,7 +717,8 @@ impl ClientMessage {
             | ClientMessage::WaitJob { request_id, .. }
             | ClientMessage::RestartAgent { request_id, .. }
             | ClientMessage::SignIn { request_id, .. }
-            | ClientMessage::ImportPaseo { request_id, .. } => request_id.as_deref(),
+            | ClientMessage::ImportPaseo { request_id, .. }
+            | ClientMessage::ImportSessions { request_id, .. } => request_id.as_deref(),
         }
     }
 }
@@ -953,9 +971,10 @@ pub struct AgentUpdate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportedAgentInfo {
-    /// The record's file.
+    /// Where it came from: the record's file (`import_paseo`), the session's id
+    /// (`import_sessions`).
     pub source: String,
-    /// Its id in the source (kept in the label `paseo.agent-id`).
+    /// Its id in the source (kept in the label `paseo.agent-id`, or `acp.session-id`).
     pub source_id: String,
     /// The new agent's id; `null` in a dry run.
     pub agent_id: Option<String>,
@@ -1099,7 +1118,8 @@ pub enum DaemonMessage {
         method_id: String,
         retried: Vec<String>,
     },
-    /// The answer to `import_paseo`: what came in (or, in a dry run, would), and what not.
+    /// The answer to `import_paseo` and `import_sessions`: what came in (or, in a dry run,
+    /// would), and what not.
     Imported {
         request_id: Option<String>,
         dry_run: bool,
@@ -1469,6 +1489,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "restart_agent",
     "sign_in",
     "import_paseo",
+    "import_sessions",
 ];
 
 #[cfg(test)]

@@ -480,6 +480,22 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 apply,
             }
         }),
+        (
+            opt_string(),
+            any::<String>(),
+            opt_string(),
+            prop::collection::vec(any::<String>(), 0..3),
+            any::<bool>()
+        )
+            .prop_map(|(request_id, provider, cwd, sessions, apply)| {
+                ClientMessage::ImportSessions {
+                    request_id,
+                    provider,
+                    cwd,
+                    sessions,
+                    apply,
+                }
+            }),
     ]
 }
 

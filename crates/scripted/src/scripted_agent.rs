@@ -17,8 +17,21 @@
 //!   (advertised as `sessionCapabilities.resume`; not with `SCRIPTED_AGENT_NO_RESUME=1`).
 //! - `session/close {sessionId}` → `{}`; the session's history gets a `{"type": "closed"}`
 //!   line (advertised as `sessionCapabilities.close`, with resume).
+//! - `session/list {cwd?, cursor?}` → `{sessions: [{sessionId, cwd, title, updatedAt}],
+//!   nextCursor?}`: the sessions in the state dir (those in `cwd` when given), most recently
+//!   changed first, `SCRIPTED_AGENT_LIST_PAGE` (default 50) a page; the title is the first
+//!   line of the session's first prompt (none before one), `updatedAt` its history's last
+//!   change. The cursor is the next page's offset. Advertised as `sessionCapabilities.list`
+//!   (not with `SCRIPTED_AGENT_NO_LIST=1`).
 //! - `session/set_mode {sessionId, modeId}` → a `current_mode_update` notification, then `{}`.
 //! - `session/set_model {sessionId, modelId}` → `{}`.
+//! - With `SCRIPTED_AGENT_CONFIG_OPTIONS=1`, the answers of `session/new`, `session/load` and
+//!   `session/resume` also carry `configOptions`: `session-mode` (category `mode`), `llm`
+//!   (`model`) and `effort` (`thought_level`: `low`, `medium`, `high`), with their current
+//!   values; `session/set_config_option {sessionId, configId, value}` sets one and answers
+//!   every option, current (a mode set so also sends `current_mode_update`). Without it that
+//!   method is unknown. A mode or model set either way is kept in the session's history with
+//!   the method that set it (`via`).
 //! - `session/prompt {sessionId, prompt}` plays the prompt's directives (below) and replies
 //!   `{stopReason}`.
 //! - `session/cancel {sessionId}` (notification) cancels the session's running prompts: they
@@ -90,6 +103,10 @@
 //! - `SCRIPTED_AGENT_NO_LOAD=1`: advertise `loadSession: false` (and refuse `session/load`).
 //! - `SCRIPTED_AGENT_NO_RESUME=1`: advertise no `sessionCapabilities` (and refuse
 //!   `session/resume` and `session/close`), as agents that predate them.
+//! - `SCRIPTED_AGENT_CONFIG_OPTIONS=1`: session config options (above).
+//! - `SCRIPTED_AGENT_NO_LIST=1`: advertise no `sessionCapabilities.list` (and refuse
+//!   `session/list`).
+//! - `SCRIPTED_AGENT_LIST_PAGE=N`: sessions per `session/list` page (default 50).
 //! - `SCRIPTED_AGENT_PROTOCOL_VERSION=N`: `initialize` answers `protocolVersion: N`.
 //! - `SCRIPTED_AGENT_STRING_IDS=1`: agent→client request ids are UUID strings (as codex-acp's),
 //!   not integers from 0.
@@ -149,6 +166,8 @@ const MODELS: [(&str, &str); 2] = [
     ("scripted-small", "Scripted small"),
     ("scripted-large", "Scripted large"),
 ];
+/// The values of the `effort` config option.
+const EFFORTS: [&str; 3] = ["low", "medium", "high"];
 /// What `garbage` writes to stdout.
 pub const GARBAGE_LINE: &str = "this is not JSON {{{ scripted garbage";
 /// What `crash` writes to stderr before exiting.
@@ -161,6 +180,12 @@ pub struct Config {
     /// `session/resume` and `session/close` (`sessionCapabilities`), unless
     /// `SCRIPTED_AGENT_NO_RESUME=1`.
     pub resume_session: bool,
+    /// `session/list` (`sessionCapabilities.list`), unless `SCRIPTED_AGENT_NO_LIST=1`.
+    pub list_sessions: bool,
+    /// `configOptions` and `session/set_config_option` (`SCRIPTED_AGENT_CONFIG_OPTIONS=1`).
+    pub config_options: bool,
+    /// Sessions per `session/list` page (`SCRIPTED_AGENT_LIST_PAGE`, default 50).
+    pub list_page: usize,
     /// The ACP version `initialize` answers with (`SCRIPTED_AGENT_PROTOCOL_VERSION`, default 1).
     pub protocol_version: u64,
     pub string_ids: bool,
@@ -186,6 +211,13 @@ impl Config {
         Config {
             load_session: !flag("SCRIPTED_AGENT_NO_LOAD"),
             resume_session: !flag("SCRIPTED_AGENT_NO_RESUME"),
+            list_sessions: !flag("SCRIPTED_AGENT_NO_LIST"),
+            config_options: flag("SCRIPTED_AGENT_CONFIG_OPTIONS"),
+            list_page: std::env::var("SCRIPTED_AGENT_LIST_PAGE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(50),
             protocol_version: std::env::var("SCRIPTED_AGENT_PROTOCOL_VERSION")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -668,6 +700,8 @@ struct Session {
     mcp_servers: Value,
     mode: String,
     model: String,
+    /// The `effort` config option's value.
+    effort: String,
     /// Bumped by `session/cancel`; a prompt is cancelled once it differs from its start value.
     cancel: watch::Sender<u64>,
     /// A `session/cancel` kept for the next prompt (`SCRIPTED_AGENT_STALE_CANCEL`).
@@ -685,6 +719,7 @@ impl Session {
             mcp_servers,
             mode: MODES[0].0.to_string(),
             model: MODELS[0].0.to_string(),
+            effort: EFFORTS[1].to_string(),
             cancel: watch::Sender::new(0),
             stale_cancel: false,
             used_tokens: 0,
@@ -707,6 +742,31 @@ impl Session {
                     .collect::<Vec<_>>(),
             },
         })
+    }
+
+    /// The session's `configOptions`.
+    fn config_options(&self) -> Value {
+        let select =
+            |id: &str, name: &str, category: &str, current: &str, values: Vec<(&str, &str)>| {
+                json!({
+                    "id": id, "name": name, "category": category, "type": "select",
+                    "currentValue": current,
+                    "options": values.iter()
+                        .map(|(value, name)| json!({"value": value, "name": name}))
+                        .collect::<Vec<_>>(),
+                })
+            };
+        json!([
+            select("session-mode", "Mode", "mode", &self.mode, MODES.to_vec()),
+            select("llm", "Model", "model", &self.model, MODELS.to_vec()),
+            select(
+                "effort",
+                "Reasoning effort",
+                "thought_level",
+                &self.effort,
+                EFFORTS.iter().map(|e| (*e, *e)).collect()
+            ),
+        ])
     }
 }
 
@@ -863,8 +923,12 @@ impl Agent {
                 self.load_session(&params, false).await
             }
             "session/close" if self.config.resume_session => self.close_session(&params),
+            "session/list" if self.config.list_sessions => self.list_sessions(&params),
             "session/set_mode" => self.set_mode(&params).await,
             "session/set_model" => self.set_model(&params),
+            "session/set_config_option" if self.config.config_options => {
+                self.set_config_option(&params).await
+            }
             "session/prompt" => match self.start_turn(&params) {
                 Ok(turn) => {
                     let agent = Arc::clone(self);
@@ -916,15 +980,19 @@ impl Agent {
     }
 
     fn initialize(&self) -> Value {
+        let mut session_capabilities = serde_json::Map::new();
+        if self.config.resume_session {
+            session_capabilities.insert("resume".to_string(), json!({}));
+            session_capabilities.insert("close".to_string(), json!({}));
+        }
+        if self.config.list_sessions {
+            session_capabilities.insert("list".to_string(), json!({}));
+        }
         json!({
             "protocolVersion": self.config.protocol_version,
             "agentCapabilities": {
                 "loadSession": self.config.load_session,
-                "sessionCapabilities": if self.config.resume_session {
-                    json!({"resume": {}, "close": {}})
-                } else {
-                    json!({})
-                },
+                "sessionCapabilities": session_capabilities,
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
             },
@@ -1023,6 +1091,9 @@ impl Agent {
             })?;
         let session = Session::new(cwd, mcp_servers);
         let mut result = session.modes_and_models();
+        if self.config.config_options {
+            result["configOptions"] = session.config_options();
+        }
         result["sessionId"] = json!(session_id);
         lock(&self.sessions).insert(session_id, session);
         Ok(result)
@@ -1086,7 +1157,10 @@ impl Agent {
                 )
                 .await;
         }
-        let result = session.modes_and_models();
+        let mut result = session.modes_and_models();
+        if self.config.config_options {
+            result["configOptions"] = session.config_options();
+        }
         let mut sessions = lock(&self.sessions);
         match sessions.get_mut(session_id) {
             // Loaded again in this process: keep the cancel channel its prompts watch.
@@ -1100,6 +1174,90 @@ impl Agent {
             None => {
                 sessions.insert(session_id.to_string(), session);
             }
+        }
+        Ok(result)
+    }
+
+    /// `session/list`: the sessions whose history is in the state dir, newest first.
+    fn list_sessions(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let only = match params.get("cwd") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(session_cwd(params)?),
+        };
+        let offset = match params.get("cursor").and_then(Value::as_str) {
+            None => 0,
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .map_err(|_| (INVALID_PARAMS, format!("unknown cursor `{cursor}`")))?,
+        };
+        let entries = match std::fs::read_dir(&self.config.state_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(json!({"sessions": []}));
+            }
+            Err(e) => {
+                return Err((
+                    INTERNAL_ERROR,
+                    format!("cannot read {}: {e}", self.config.state_dir.display()),
+                ));
+            }
+        };
+        let mut sessions = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(session_id) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".jsonl"))
+                .filter(|id| valid_session_id(id))
+            else {
+                continue;
+            };
+            let Ok(history) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let entries: Vec<Value> = history
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            let Some(cwd) = entries
+                .iter()
+                .find(|e| e["type"] == "session")
+                .and_then(|e| e["cwd"].as_str())
+            else {
+                continue;
+            };
+            if only.as_deref().is_some_and(|only| only != cwd) {
+                continue;
+            }
+            let title = entries
+                .iter()
+                .find(|e| e["type"] == "user")
+                .and_then(|e| e["text"].as_str())
+                .and_then(|t| t.lines().next())
+                .map(str::to_string);
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(UNIX_EPOCH);
+            sessions.push((modified, session_id.to_string(), cwd.to_string(), title));
+        }
+        sessions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let total = sessions.len();
+        let page: Vec<Value> = sessions
+            .into_iter()
+            .skip(offset)
+            .take(self.config.list_page)
+            .map(|(modified, id, cwd, title)| {
+                let updated = jiff::Timestamp::try_from(modified)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                json!({"sessionId": id, "cwd": cwd, "title": title, "updatedAt": updated})
+            })
+            .collect();
+        let mut result = json!({"sessions": page});
+        if offset + self.config.list_page < total {
+            result["nextCursor"] = json!((offset + self.config.list_page).to_string());
         }
         Ok(result)
     }
@@ -1125,7 +1283,10 @@ impl Agent {
             return Err((INVALID_PARAMS, format!("unknown mode `{mode}`")));
         }
         self.with_session(session_id, |s| s.mode = mode.to_string())?;
-        self.record(session_id, &json!({"type": "mode", "text": mode}));
+        self.record(
+            session_id,
+            &json!({"type": "mode", "text": mode, "via": "session/set_mode"}),
+        );
         self.out
             .update(
                 session_id,
@@ -1142,8 +1303,56 @@ impl Agent {
             return Err((INVALID_PARAMS, format!("unknown model `{model}`")));
         }
         self.with_session(session_id, |s| s.model = model.to_string())?;
-        self.record(session_id, &json!({"type": "model", "text": model}));
+        self.record(
+            session_id,
+            &json!({"type": "model", "text": model, "via": "session/set_model"}),
+        );
         Ok(json!({}))
+    }
+
+    /// `session/set_config_option`: one of the session's `configOptions`.
+    async fn set_config_option(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        let id = params["configId"].as_str().unwrap_or_default();
+        let value = params["value"].as_str().unwrap_or_default();
+        let offered = match id {
+            "session-mode" => MODES.iter().any(|(m, _)| *m == value),
+            "llm" => MODELS.iter().any(|(m, _)| *m == value),
+            "effort" => EFFORTS.contains(&value),
+            _ => return Err((INVALID_PARAMS, format!("unknown config option `{id}`"))),
+        };
+        if !offered {
+            return Err((INVALID_PARAMS, format!("`{id}` has no value `{value}`")));
+        }
+        let options = self.with_session(session_id, |s| {
+            match id {
+                "session-mode" => s.mode = value.to_string(),
+                "llm" => s.model = value.to_string(),
+                _ => s.effort = value.to_string(),
+            }
+            s.config_options()
+        })?;
+        let via = "session/set_config_option";
+        match id {
+            "session-mode" => {
+                self.record(
+                    session_id,
+                    &json!({"type": "mode", "text": value, "via": via}),
+                );
+                self.out
+                    .update(
+                        session_id,
+                        json!({"sessionUpdate": "current_mode_update", "currentModeId": value}),
+                    )
+                    .await;
+            }
+            "llm" => self.record(
+                session_id,
+                &json!({"type": "model", "text": value, "via": via}),
+            ),
+            _ => {}
+        }
+        Ok(json!({"configOptions": options}))
     }
 
     fn with_session<T>(

@@ -198,6 +198,10 @@ struct Live {
     close_session: bool,
     modes: Option<Value>,
     models: Option<Value>,
+    /// The session's `configOptions` (ACP session config options), kept current from the
+    /// agent's answers and `config_option_update`s: where one has the category, mode and model
+    /// are set through `session/set_config_option`.
+    config_options: Option<Value>,
     /// A `session/cancel` went to this session since its last prompt started (see
     /// `turn::STALE_CANCEL_WINDOW`).
     cancel_sent: bool,

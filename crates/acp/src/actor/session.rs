@@ -256,40 +256,41 @@ impl Actor {
         capabilities: &Capabilities,
         mcp_servers: &Value,
     ) -> Result<(String, Value), LaunchError> {
+        // A session brought in from elsewhere (`drover import`): drover has none of its
+        // conversation, so it loads it and keeps what the agent replays.
+        let adopted = !self
+            .timeline
+            .items()
+            .iter()
+            .any(|i| i.is(ItemKind::UserMessage) || i.is(ItemKind::AgentMessage));
         let loaded = match &agent.resume {
-            Some(resume) => {
-                // `session/resume` continues without replay; `session/load` replays.
-                let methods = [
-                    ("session/resume", capabilities.resume_session),
-                    ("session/load", capabilities.load_session),
-                ];
-                let mut refusal = None;
-                let mut reopened = None;
-                for (method, offered) in methods {
-                    if !offered {
-                        continue;
+            Some(resume) if adopted && capabilities.load_session => {
+                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, true)
+                    .await?
+            }
+            Some(resume) if capabilities.resume_session => {
+                let resumed = self
+                    .resume_session(rpc, agent, &resume.acp_session_id, mcp_servers)
+                    .await?;
+                match resumed {
+                    Some(session) => Some(session),
+                    None if capabilities.load_session => {
+                        self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, false)
+                            .await?
                     }
-                    match self
-                        .reopen_session(rpc, agent, method, &resume.acp_session_id, mcp_servers)
-                        .await?
-                    {
-                        Ok(session) => {
-                            reopened = Some(session);
-                            break;
-                        }
-                        Err(e) => refusal = Some(e),
-                    }
+                    None => None,
                 }
-                if reopened.is_none() {
-                    let text = match refusal {
-                        Some(e) => format!(
-                            "context was not restored: the agent could not load its session ({e})"
-                        ),
-                        None => "context was not restored: the agent cannot load sessions; a new session starts".to_string(),
-                    };
-                    self.push(ItemKind::Notice, json!({"text": text, "restored": false}));
-                }
-                reopened
+            }
+            Some(resume) if capabilities.load_session => {
+                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, false)
+                    .await?
+            }
+            Some(_) => {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": "context was not restored: the agent cannot load sessions; a new session starts", "restored": false}),
+                );
+                None
             }
             None => None,
         };
@@ -402,6 +403,7 @@ impl Actor {
             close_session: false,
             modes: None,
             models: None,
+            config_options: None,
             cancel_sent: false,
             own: None,
             _counted: crate::LiveCount::new(&self.shared),
@@ -469,36 +471,81 @@ impl Actor {
         })
     }
 
-    /// The agent's previous session again through `method` (`session/resume` or
-    /// `session/load`); what the agent sends meanwhile is history drover already has. The
-    /// inner error is a refusal (then the next way, or a new session); a refusal for want of a
-    /// sign-in is the outer one: once signed in, the session opens.
-    async fn reopen_session(
+    /// `session/load` of the agent's previous session; `None` (said in the timeline) when the
+    /// agent cannot load it, so a new one starts. A refusal for want of a sign-in is an error:
+    /// once signed in, the session loads. `keep_replay`: the history the agent replays goes
+    /// into the timeline (which has none of it: an adopted session).
+    async fn load_session(
         &mut self,
         rpc: &RpcClient,
         agent: &Agent,
-        method: &'static str,
         session_id: &str,
         mcp_servers: &Value,
-    ) -> Result<Result<(String, Value), LaunchError>, LaunchError> {
+        keep_replay: bool,
+    ) -> Result<Option<(String, Value)>, LaunchError> {
         let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
-        self.loading(true);
-        let answer = self
-            .handshake_step(method, rpc.request(method, params), SESSION_TIMEOUT)
+        self.loading(!keep_replay);
+        let loaded = self
+            .handshake_step(
+                "session/load",
+                rpc.request("session/load", params),
+                SESSION_TIMEOUT,
+            )
             .await;
         self.loading(false);
-        match answer {
+        match loaded {
             Ok(result) => {
+                self.open_chunk = None;
                 self.push(
                     ItemKind::Notice,
-                    json!({"text": "resumed the agent's session", "restored": true, "via": method}),
+                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/load", "replayed": keep_replay}),
                 );
-                Ok(Ok((session_id.to_string(), result)))
+                Ok(Some((session_id.to_string(), result)))
             }
             Err(e) if e.is_auth_required() => Err(e),
             Err(e) => {
-                tracing::info!(agent = %self.id, method, error = %e, "the agent did not reopen its session");
-                Ok(Err(e))
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("context was not restored: the agent could not load its session ({e})"), "restored": false}),
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// `session/resume` of the agent's previous session: it continues without replaying its
+    /// history (drover's timeline has it). `None` when the agent cannot resume it (then a
+    /// `session/load` or a new session follows); a refusal for want of a sign-in is an error.
+    async fn resume_session(
+        &mut self,
+        rpc: &RpcClient,
+        agent: &Agent,
+        session_id: &str,
+        mcp_servers: &Value,
+    ) -> Result<Option<(String, Value)>, LaunchError> {
+        let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
+        // Whatever it sends meanwhile is history drover has, as with `session/load`.
+        self.loading(true);
+        let resumed = self
+            .handshake_step(
+                "session/resume",
+                rpc.request("session/resume", params),
+                SESSION_TIMEOUT,
+            )
+            .await;
+        self.loading(false);
+        match resumed {
+            Ok(result) => {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/resume"}),
+                );
+                Ok(Some((session_id.to_string(), result)))
+            }
+            Err(e) if e.is_auth_required() => Err(e),
+            Err(e) => {
+                tracing::info!(agent = %self.id, error = %e, "session/resume refused; trying session/load");
+                Ok(None)
             }
         }
     }
@@ -531,6 +578,7 @@ impl Actor {
             live.session_id.clone_from(&session_id);
             live.modes = result.get("modes").cloned().filter(|m| !m.is_null());
             live.models = result.get("models").cloned().filter(|m| !m.is_null());
+            live.config_options = result.get("configOptions").cloned().filter(Value::is_array);
         }
         self.publish_modes();
         if agent.resume.as_ref().map(|r| &r.acp_session_id) != Some(&session_id) {
@@ -547,10 +595,27 @@ impl Actor {
         }
     }
 
-    /// Sends the agent the configured mode and model when it offers them and they differ.
+    /// Sends the agent the configured mode and model when it offers them and they differ:
+    /// through its config option of that category where it has one, else `session/set_mode`
+    /// and `session/set_model`.
     async fn apply_config(&mut self, config: &ProviderConfig) {
+        for (category, value) in [("mode", &config.mode), ("model", &config.model)] {
+            let Some(value) = value else { continue };
+            if let Some(Err(e)) = self.set_config_option(category, value).await {
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("{category} `{value}` not applied: {e}")}),
+                );
+            }
+        }
         let Some(live) = &self.live else { return };
-        if let (Some(mode), Some(modes)) = (&config.mode, &live.modes) {
+        let by_option =
+            |category: &str| config_option(live.config_options.as_ref(), category).is_some();
+        let (mode, model) = (
+            config.mode.as_ref().filter(|_| !by_option("mode")),
+            config.model.as_ref().filter(|_| !by_option("model")),
+        );
+        if let (Some(mode), Some(modes)) = (mode, &live.modes) {
             let current = modes.get("currentModeId").and_then(Value::as_str);
             let offered = modes
                 .get("availableModes")
@@ -573,7 +638,7 @@ impl Actor {
             }
         }
         let Some(live) = &self.live else { return };
-        if let (Some(model), Some(models)) = (&config.model, &live.models) {
+        if let (Some(model), Some(models)) = (model, &live.models) {
             let current = models.get("currentModelId").and_then(Value::as_str);
             if current != Some(model.as_str()) {
                 let request = model_request(live, model);
@@ -746,7 +811,9 @@ impl Actor {
         let agent = registry
             .get(self.id)
             .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
-        if let Some(live) = &self.live {
+        if let Some(set) = self.set_config_option("mode", &mode).await {
+            set?;
+        } else if let Some(live) = &self.live {
             let request = live.rpc.request(
                 "session/set_mode",
                 json!({"sessionId": live.session_id, "modeId": mode}),
@@ -770,7 +837,9 @@ impl Actor {
         let agent = registry
             .get(self.id)
             .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
-        if let Some(live) = &self.live {
+        if let Some(set) = self.set_config_option("model", &model).await {
+            set?;
+        } else if let Some(live) = &self.live {
             let request = model_request(live, &model);
             self.await_setting("model selection", request).await?;
         }
@@ -786,13 +855,72 @@ impl Actor {
         Ok(())
     }
 
+    /// Sets `value` through the live session's config option of `category` (`mode`, `model`,
+    /// `thought_level`) with `session/set_config_option`, unless it is already the option's
+    /// value; `None` when the agent offers no such option (or nothing runs), so the caller uses
+    /// the older method. The agent's answer (every option, current) is kept.
+    async fn set_config_option(
+        &mut self,
+        category: &str,
+        value: &str,
+    ) -> Option<Result<(), AcpError>> {
+        let live = self.live.as_ref()?;
+        let option = config_option(live.config_options.as_ref(), category)?;
+        let id = option.get("id").and_then(Value::as_str)?.to_string();
+        if option.get("currentValue").and_then(Value::as_str) == Some(value) {
+            return Some(Ok(()));
+        }
+        let request = live.rpc.request(
+            "session/set_config_option",
+            json!({"sessionId": live.session_id, "configId": id, "value": value}),
+        );
+        let answer = match self
+            .await_answer("session/set_config_option", request)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Some(live) = self.live.as_mut() {
+            match answer.get("configOptions").filter(|o| o.is_array()) {
+                Some(options) => live.config_options = Some(options.clone()),
+                None => {
+                    if let Some(option) = live
+                        .config_options
+                        .as_mut()
+                        .and_then(Value::as_array_mut)
+                        .and_then(|all| all.iter_mut().find(|o| o["id"] == id.as_str()))
+                    {
+                        option["currentValue"] = json!(value);
+                    }
+                }
+            }
+            // The older view of modes that clients read follows.
+            if category == "mode"
+                && let Some(modes) = live.modes.as_mut()
+            {
+                modes["currentModeId"] = json!(value);
+            }
+        }
+        self.publish_modes();
+        Some(Ok(()))
+    }
+
     async fn await_setting(
         &mut self,
         what: &str,
         request: impl Future<Output = Result<Value, RpcError>>,
     ) -> Result<(), AcpError> {
+        self.await_answer(what, request).await.map(|_| ())
+    }
+
+    async fn await_answer(
+        &mut self,
+        what: &str,
+        request: impl Future<Output = Result<Value, RpcError>>,
+    ) -> Result<Value, AcpError> {
         match tokio::time::timeout(SETTING_TIMEOUT, request).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(AcpError::Agent {
                 agent: self.id,
                 message: e.to_string(),
@@ -805,8 +933,17 @@ impl Actor {
     }
 }
 
-/// Model selection: `session/set_model` where the agent offers models, else the `model`
-/// config option.
+/// The session config option of `category` among `options` (the first, as the agent orders
+/// them).
+fn config_option<'a>(options: Option<&'a Value>, category: &str) -> Option<&'a Value> {
+    options?
+        .as_array()?
+        .iter()
+        .find(|o| o.get("category").and_then(Value::as_str) == Some(category))
+}
+
+/// Model selection without a `model` config option: `session/set_model` where the agent
+/// offers models, else an option with the id `model` (agents that predate categories).
 fn model_request(live: &Live, model: &str) -> BoxFuture<'static, Result<Value, RpcError>> {
     if live.models.is_some() {
         Box::pin(live.rpc.request(

@@ -26,6 +26,12 @@ impl Actor {
             }
             "current_mode_update" => self.mode_changed(&update),
             "config_option_update" => {
+                if let (Some(options), Some(live)) = (
+                    update.get("configOptions").filter(|o| o.is_array()),
+                    self.live.as_mut(),
+                ) {
+                    live.config_options = Some(options.clone());
+                }
                 self.push(ItemKind::Config, Value::Object(strip_kind(update)));
             }
             "usage_update" => {

@@ -30,7 +30,8 @@ const PASEO_PARENT_LABEL: &str = "paseo.parent-agent-id";
 /// Records read at most: a home is read whole into one answer.
 const MAX_RECORDS: usize = 10_000;
 
-/// What an import did, or would do in a dry run.
+/// What an import did, or would do in a dry run (of a Paseo home, or of a provider's sessions:
+/// `sessions.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct ImportReport {
     pub(crate) dry_run: bool,
@@ -41,9 +42,10 @@ pub(crate) struct ImportReport {
 /// A record that became (or would become) an agent.
 #[derive(Debug)]
 pub(crate) struct Imported {
-    /// The record's file.
-    pub(crate) source: PathBuf,
-    pub(crate) paseo_id: String,
+    /// Where it came from: the record's file, or the session's id.
+    pub(crate) source: String,
+    /// Its id there.
+    pub(crate) source_id: String,
     /// `None` in a dry run.
     pub(crate) agent_id: Option<AgentId>,
     pub(crate) provider: String,
@@ -62,8 +64,8 @@ pub(crate) struct Imported {
 /// A record left alone, and why.
 #[derive(Debug)]
 pub(crate) struct Skipped {
-    pub(crate) source: PathBuf,
-    pub(crate) paseo_id: Option<String>,
+    pub(crate) source: String,
+    pub(crate) source_id: Option<String>,
     pub(crate) reason: String,
 }
 
@@ -203,13 +205,13 @@ impl Ops {
                     report.imported.push(imported);
                 }
                 Err(reason) => skipped.push(Skipped {
-                    source: source.clone(),
-                    paseo_id: Some(record.id.clone()),
+                    source: source.display().to_string(),
+                    source_id: Some(record.id.clone()),
                     reason,
                 }),
             }
         }
-        skipped.sort_by(|a, b| a.source.cmp(&b.source));
+        skipped.sort_by(|a, b| Path::new(&a.source).cmp(Path::new(&b.source)));
         report.skipped = skipped;
         Ok(report)
     }
@@ -250,8 +252,8 @@ impl Ops {
             &seen.workspaces,
         );
         let mut view = Imported {
-            source: source.to_path_buf(),
-            paseo_id: record.id.clone(),
+            source: source.display().to_string(),
+            source_id: record.id.clone(),
             agent_id: None,
             provider: imported.provider.clone(),
             cwd: record.cwd.clone(),
@@ -340,16 +342,16 @@ fn read_records(dir: &Path) -> (Vec<(PathBuf, PaseoAgent)>, Vec<Skipped>) {
                             .filter(|p| p.extension().is_some_and(|e| e == "json")),
                     ),
                     Err(e) => skipped.push(Skipped {
-                        source: group,
-                        paseo_id: None,
+                        source: group.display().to_string(),
+                        source_id: None,
                         reason: format!("cannot read the directory: {e}"),
                     }),
                 }
             }
         }
         Err(e) => skipped.push(Skipped {
-            source: dir.to_path_buf(),
-            paseo_id: None,
+            source: dir.display().to_string(),
+            source_id: None,
             reason: format!("cannot read the directory: {e}"),
         }),
     }
@@ -357,8 +359,8 @@ fn read_records(dir: &Path) -> (Vec<(PathBuf, PaseoAgent)>, Vec<Skipped>) {
     for path in files {
         if records.len() >= MAX_RECORDS {
             skipped.push(Skipped {
-                source: path,
-                paseo_id: None,
+                source: path.display().to_string(),
+                source_id: None,
                 reason: format!("more than {MAX_RECORDS} records: import the rest again"),
             });
             continue;
@@ -372,8 +374,8 @@ fn read_records(dir: &Path) -> (Vec<(PathBuf, PaseoAgent)>, Vec<Skipped>) {
         match parsed {
             Ok(record) => records.push((path, record)),
             Err(reason) => skipped.push(Skipped {
-                source: path,
-                paseo_id: None,
+                source: path.display().to_string(),
+                source_id: None,
                 reason,
             }),
         }

@@ -27,6 +27,7 @@ pub(crate) mod messages;
 pub(crate) mod permissions;
 pub(crate) mod providers;
 pub(crate) mod schedules;
+pub(crate) mod sessions;
 pub(crate) mod workspaces;
 
 use std::sync::Arc;

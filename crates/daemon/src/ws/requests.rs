@@ -241,6 +241,18 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             let report = ops.import_paseo(Path::new(&path), apply).await?;
             send(wire::imported(request_id, report))
         }
+        M::ImportSessions {
+            request_id,
+            provider,
+            cwd,
+            sessions,
+            apply,
+        } => {
+            let report = ops
+                .import_sessions(&provider, cwd.as_deref().map(Path::new), &sessions, apply)
+                .await?;
+            send(wire::imported(request_id, report))
+        }
         M::WaitIdle {
             request_id,
             agent_id,

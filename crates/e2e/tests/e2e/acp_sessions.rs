@@ -191,3 +191,71 @@ async fn an_agent_that_speaks_another_acp_version_fails_its_start_saying_so() {
     assert_eq!(agent["queued"].as_array().map(Vec::len), Some(1), "{agent}");
     daemon.stop().await;
 }
+
+/// `(value, via)` of each `kind` (`mode`, `model`) the session's history records as set.
+fn settings(state: &TempDir, session: &str, kind: &str) -> Vec<(String, String)> {
+    history(state, session)
+        .iter()
+        .filter(|e| e["type"] == kind)
+        .map(|e| {
+            (
+                e["text"].as_str().unwrap_or_default().to_string(),
+                e["via"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mode_and_model_are_set_through_config_options_where_the_agent_offers_them() {
+    let config_options = "session/set_config_option";
+    for (env, mode_via, model_via) in [
+        (
+            "SCRIPTED_AGENT_CONFIG_OPTIONS = \"1\"",
+            config_options,
+            config_options,
+        ),
+        ("", "session/set_mode", "session/set_model"),
+    ] {
+        let (daemon, state) = daemon_with(env).await;
+        let (mut client, _) = daemon.client().await;
+        let id = client
+            .create_agent(json!({
+                "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi",
+                "mode": "plan", "model": "scripted-large",
+            }))
+            .await;
+        client.wait_idle(&id).await;
+        let session = get_agent(&mut client, &id).await["sessionId"]
+            .as_str()
+            .expect("a session")
+            .to_string();
+        assert_eq!(
+            settings(&state, &session, "mode"),
+            [("plan".to_string(), mode_via.to_string())],
+            "{env}"
+        );
+        assert_eq!(
+            settings(&state, &session, "model"),
+            [("scripted-large".to_string(), model_via.to_string())],
+            "{env}"
+        );
+
+        // A mode the user sets goes the same way (now, or as the runtime starts again).
+        let set = client
+            .request(json!({"type": "set_mode", "agentId": id, "modeId": "default"}))
+            .await;
+        assert_ne!(set["type"], "request_error", "{set}");
+        client
+            .request(json!({"type": "send_message", "agentId": id, "text": "say again"}))
+            .await;
+        client.wait_idle(&id).await;
+        assert_eq!(
+            settings(&state, &session, "mode").last(),
+            Some(&("default".to_string(), mode_via.to_string())),
+            "{env}: {:?}",
+            history(&state, &session)
+        );
+        daemon.stop().await;
+    }
+}

@@ -8,6 +8,7 @@ mod acp_sessions;
 mod crash;
 mod durability;
 mod hibernation;
+mod import_sessions;
 mod jobs;
 mod mcp;
 mod orphans;

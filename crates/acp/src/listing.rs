@@ -1,0 +1,272 @@
+//! A provider's own past sessions, listed through ACP `session/list`: its agent starts once,
+//! outside any agent's runtime and without a session, is asked for every page of the list
+//! (following `nextCursor`, bounded), and ends. What it asks the client meanwhile is refused.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::auth;
+use crate::process::{self, AgentProcess, StderrTail};
+use crate::providers::{Availability, Provider};
+use crate::rpc::{self, Incoming, RpcClient, RpcError};
+use crate::{AcpError, CLOSE_GRACE, RuntimeManager};
+
+/// How long one answer (`initialize`, `authenticate`, a page) may take.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pages asked for at most: a cursor that never ends stops here.
+const MAX_PAGES: usize = 100;
+/// Sessions kept at most: the list goes whole into one answer.
+const MAX_SESSIONS: usize = 10_000;
+/// The ACP version drover speaks.
+const PROTOCOL_VERSION: u64 = 1;
+/// JSON-RPC: method not found, what the agent's own requests get.
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// One session a provider's agent listed (ACP `SessionInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSession {
+    pub session_id: String,
+    /// Its working directory; `None` when the agent did not say (it cannot be continued then).
+    pub cwd: Option<PathBuf>,
+    pub title: Option<String>,
+    /// When it last changed (RFC 3339), as the agent said.
+    pub updated_at: Option<String>,
+}
+
+impl RuntimeManager {
+    /// The sessions `provider`'s agent lists (those in `cwd`, absolute, when given), newest
+    /// first as the agent orders them. A provider whose agent does not advertise
+    /// `sessionCapabilities.list` is an error that says so.
+    pub async fn provider_sessions(
+        &self,
+        provider: &str,
+        cwd: Option<&Path>,
+    ) -> Result<Vec<ProviderSession>, AcpError> {
+        let providers = self.providers()?;
+        let provider = providers
+            .get(provider)
+            .ok_or_else(|| AcpError::UnknownProvider {
+                name: provider.to_string(),
+                known: providers.all().map(|p| p.name.clone()).collect(),
+            })?
+            .clone();
+        let program = match providers.availability(&provider) {
+            Availability::Available { path } => path,
+            Availability::Unavailable { reason } => {
+                return Err(AcpError::ProviderUnavailable {
+                    provider: provider.name,
+                    reason,
+                });
+            }
+        };
+        let mut env = process::inherited_env();
+        env.extend(provider.env.clone());
+        // Its directory: the one asked about, else the user's home, else drover's.
+        let dir = cwd
+            .map(Path::to_path_buf)
+            .or_else(|| env.get("HOME").map(PathBuf::from).filter(|h| h.is_dir()))
+            .unwrap_or_else(|| self.shared.home.clone());
+        let spec = process::SpawnSpec {
+            program,
+            args: provider.command[1..].to_vec(),
+            cwd: dir,
+            env: env.clone(),
+        };
+        let listing_error = |message: String| AcpError::Listing {
+            provider: provider.name.clone(),
+            message,
+        };
+        let AgentProcess {
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            mut exited,
+            ..
+        } = process::spawn(&spec)
+            .await
+            .map_err(|e| listing_error(e.to_string()))?;
+        let (rpc, incoming) = rpc::connect(stdout, stdin);
+        let refusals = tokio::spawn(refuse_requests(rpc.clone(), incoming));
+        let listed = list(&rpc, &provider, &env, cwd).await;
+        refusals.abort();
+        process::terminate_group(pid, None, &mut exited, CLOSE_GRACE).await;
+        listed.map_err(|e| match e {
+            Failure::Unsupported => AcpError::CannotList {
+                provider: provider.name.clone(),
+            },
+            Failure::Agent(message) => listing_error(format!("{message}{}", tail(&stderr))),
+        })
+    }
+}
+
+/// Why a listing failed.
+enum Failure {
+    /// The agent does not advertise `sessionCapabilities.list`.
+    Unsupported,
+    Agent(String),
+}
+
+/// `initialize`, then every page of `session/list` (signing in once if the agent asks and a
+/// method fits, as a runtime's start does).
+async fn list(
+    rpc: &RpcClient,
+    provider: &Provider,
+    env: &BTreeMap<String, String>,
+    cwd: Option<&Path>,
+) -> Result<Vec<ProviderSession>, Failure> {
+    let init = ask(
+        rpc,
+        "initialize",
+        json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+            "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
+        }),
+    )
+    .await
+    .map_err(|e| Failure::Agent(e.to_string()))?;
+    let version = init
+        .get("protocolVersion")
+        .and_then(Value::as_u64)
+        .unwrap_or(PROTOCOL_VERSION);
+    if version != PROTOCOL_VERSION {
+        return Err(Failure::Agent(format!(
+            "the agent speaks ACP version {version} and drover speaks version 1"
+        )));
+    }
+    if init
+        .pointer("/agentCapabilities/sessionCapabilities/list")
+        .is_none_or(Value::is_null)
+    {
+        return Err(Failure::Unsupported);
+    }
+    let methods = auth::parse_methods(&init);
+    let mut signed_in = false;
+    let mut sessions = Vec::new();
+    let mut seen = HashSet::new();
+    let mut cursor: Option<String> = None;
+    let mut cursors = HashSet::new();
+    for _ in 0..MAX_PAGES {
+        let mut params = json!({});
+        if let Some(cwd) = cwd {
+            params["cwd"] = json!(cwd.display().to_string());
+        }
+        if let Some(cursor) = &cursor {
+            params["cursor"] = json!(cursor);
+        }
+        let page = match ask(rpc, "session/list", params.clone()).await {
+            Err(Asked::Rpc(e)) if auth::is_auth_required(&e) && !signed_in => {
+                let Some(method) = auth::choose(&methods, provider, env) else {
+                    return Err(Failure::Agent(format!(
+                        "{e}: {}",
+                        auth::how_to_sign_in(provider, &methods)
+                    )));
+                };
+                ask(rpc, "authenticate", json!({"methodId": method.id}))
+                    .await
+                    .map_err(|e| Failure::Agent(e.to_string()))?;
+                signed_in = true;
+                ask(rpc, "session/list", params).await
+            }
+            other => other,
+        }
+        .map_err(|e| Failure::Agent(e.to_string()))?;
+        for info in page
+            .get("sessions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(session) = session_info(info, cwd)
+                && sessions.len() < MAX_SESSIONS
+                && seen.insert(session.session_id.clone())
+            {
+                sessions.push(session);
+            }
+        }
+        cursor = page
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string);
+        match &cursor {
+            // A cursor seen before would go round forever.
+            Some(next) if cursors.insert(next.clone()) => {}
+            _ => break,
+        }
+    }
+    Ok(sessions)
+}
+
+/// One `SessionInfo`; `None` without a `sessionId`. A missing `cwd` is the one asked about.
+fn session_info(info: &Value, asked: Option<&Path>) -> Option<ProviderSession> {
+    let text = |key: &str| {
+        info.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    Some(ProviderSession {
+        session_id: text("sessionId")?,
+        cwd: text("cwd")
+            .map(PathBuf::from)
+            .or_else(|| asked.map(Path::to_path_buf)),
+        title: text("title"),
+        updated_at: text("updatedAt"),
+    })
+}
+
+/// Why one request got no answer.
+enum Asked {
+    Rpc(RpcError),
+    Timeout(&'static str),
+}
+
+impl std::fmt::Display for Asked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Asked::Rpc(e) => write!(f, "{e}"),
+            Asked::Timeout(method) => {
+                write!(f, "no answer to {method} within {ANSWER_TIMEOUT:?}")
+            }
+        }
+    }
+}
+
+async fn ask(rpc: &RpcClient, method: &'static str, params: Value) -> Result<Value, Asked> {
+    match tokio::time::timeout(ANSWER_TIMEOUT, rpc.request(method, params)).await {
+        Ok(answer) => answer.map_err(Asked::Rpc),
+        Err(_) => Err(Asked::Timeout(method)),
+    }
+}
+
+/// Answers whatever the agent asks with "method not found": nothing runs while it lists.
+async fn refuse_requests(rpc: RpcClient, mut incoming: mpsc::Receiver<Incoming>) {
+    while let Some(message) = incoming.recv().await {
+        match message {
+            Incoming::Request { id, method, .. } => {
+                rpc.respond(
+                    id,
+                    Err((
+                        METHOD_NOT_FOUND,
+                        format!("drover is only listing sessions: `{method}` is not available"),
+                    )),
+                )
+                .await;
+            }
+            Incoming::Closed => return,
+            Incoming::Notification { .. } | Incoming::Garbage(_) => {}
+        }
+    }
+}
+
+/// `; last stderr: a | b`, or nothing.
+fn tail(stderr: &StderrTail) -> String {
+    crate::LastStderr(stderr.last(5)).to_string()
+}
