@@ -258,6 +258,9 @@ pub(crate) struct Shared {
     pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
     /// What each agent's process said of itself at its last `initialize`.
     pub(crate) advertised: Mutex<HashMap<AgentId, Advertised>>,
+    /// Each agent's queued messages as its task last published them (kept after the task
+    /// ends: only a task changes an inbox).
+    pub(crate) queued: Mutex<HashMap<AgentId, Vec<InboxMessage>>>,
     /// The MCP servers given to an agent's session (`mcpServers` of `session/new`).
     pub(crate) mcp: McpServers,
     /// How many agent processes are running now (see [`LiveCount`]).
@@ -654,6 +657,7 @@ impl RuntimeManager {
                 actors,
                 modes: Mutex::new(HashMap::new()),
                 advertised: Mutex::new(HashMap::new()),
+                queued: Mutex::new(HashMap::new()),
                 mcp,
                 live_runtimes: AtomicUsize::new(0),
                 slots,
@@ -736,7 +740,22 @@ impl RuntimeManager {
         if self.known(agent)?.is_archived() {
             return Ok(Vec::new());
         }
+        let published = || {
+            self.shared
+                .queued
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&agent)
+                .cloned()
+        };
+        // Published by the agent's task: no waiting for a task busy starting the agent.
+        if let Some(queued) = published() {
+            return Ok(queued);
+        }
         let handle = self.handle(agent).await?;
+        if let Some(queued) = published() {
+            return Ok(queued);
+        }
         let (reply, rx) = oneshot::channel();
         handle
             .commands

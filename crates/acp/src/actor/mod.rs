@@ -161,6 +161,7 @@ pub(crate) fn spawn(
         background: idle::Background::default(),
         hibernated: false,
         context_lost: false,
+        published_queue: None,
     };
     let (ended_tx, ended_rx) = watch::channel(());
     tokio::spawn(async move {
@@ -278,6 +279,8 @@ struct Actor {
     /// The session is new although the agent had one it could not load: the next prompt
     /// tells the agent (see [`turn::CONTEXT_LOST`]).
     context_lost: bool,
+    /// The ids of the queued messages last published for readers (`Shared::queued`).
+    published_queue: Option<Vec<String>>,
 }
 
 impl Actor {
@@ -285,7 +288,9 @@ impl Actor {
     async fn run(mut self) -> Vec<Command> {
         let mut leftover = Vec::new();
         loop {
+            self.publish_queue();
             self.maybe_start_turn().await;
+            self.publish_queue();
             if self.want_start
                 && (self.start_failed || self.ensure_live().await || self.slot_wait.is_none())
             {
@@ -330,6 +335,8 @@ impl Actor {
                 }
             }
         }
+        // What the end discarded (an archive) is what readers find until the next task.
+        self.publish_queue();
         if self.hibernated {
             while let Ok(command) = self.commands.try_recv() {
                 leftover.push(command);
@@ -338,6 +345,21 @@ impl Actor {
         self.busy.send_replace(false);
         self.shared.set_runtime(self.id, crate::RuntimeView::COLD);
         leftover
+    }
+
+    /// Publishes the queued messages for readers (`get_agent`), when they changed: a read never
+    /// waits for this task, which may be busy starting the agent.
+    fn publish_queue(&mut self) {
+        let ids: Vec<String> = self.inbox.pending().map(|m| m.id.clone()).collect();
+        if self.published_queue.as_ref() == Some(&ids) {
+            return;
+        }
+        self.shared
+            .queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(self.id, self.inbox.pending().cloned().collect());
+        self.published_queue = Some(ids);
     }
 
     async fn next_event(&mut self) -> Event {

@@ -382,3 +382,30 @@ async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_d
         "the kept prompt runs: {timeline:#?} {agent:#}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_an_agent_never_waits_for_its_start() {
+    // An agent that takes a few seconds to start, as a real one on a cold machine.
+    let slow = format!(
+        "[providers.slow]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 3; exec {}\"]\n",
+        scripted_agent_bin().display()
+    );
+    let (daemon, mut client) = daemon_with(slow).await;
+    let id = client
+        .create_agent(json!({"provider": "slow", "cwd": daemon.cwd(), "prompt": "say late"}))
+        .await;
+    eventually("the start to begin", WAIT, async || {
+        get_agent(&mut client, &id).await["runtime"]["state"] == "starting"
+    })
+    .await;
+    // Asked while the agent starts: answered now, with the prompt still queued (an answer
+    // that waited for the start would show it delivered).
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(agent["runtime"]["state"], "starting", "{agent}");
+    assert_eq!(agent["queued"][0]["text"], "say late", "{agent}");
+    eventually("the prompt to run", WAIT, async || {
+        client.replies(&id).await == ["late"]
+    })
+    .await;
+    assert_eq!(get_agent(&mut client, &id).await["queued"], json!([]));
+}
