@@ -91,8 +91,10 @@ pub(crate) struct Summary {
 
 impl Ops {
     /// Creates an agent, starts its runtime and queues its first message. Everything that can
-    /// be checked is checked before anything is made; a worktree made for an agent that then
-    /// cannot be recorded is removed again (see `Registry::create_agent_in_worktree`).
+    /// be checked is checked before anything is made; a workspace made for an agent that then
+    /// cannot be recorded is removed again: a new directory's workspace record (never the
+    /// directory, which was the user's), a worktree with its branch (see
+    /// `Registry::create_agent_in_worktree`).
     pub(crate) async fn create_agent(
         &self,
         caller: Caller,
@@ -146,10 +148,11 @@ impl Ops {
                 (agent, Some(made))
             }
             Placement::NewDirectory { path } => {
-                let ws = self.registry.register_workspace(path, None).await?;
-                new.cwd = ws.path;
-                new.workspace_id = Some(ws.id);
-                (self.registry.create_agent(new).await?, None)
+                new.cwd = path;
+                (
+                    self.registry.create_agent_in_new_workspace(new).await?,
+                    None,
+                )
             }
             Placement::Existing { cwd, workspace } => {
                 let workspace = workspace.or(me.as_ref().map(|m| m.workspace_id));
