@@ -24,7 +24,8 @@ use crate::ops::jobs::StartJob;
 use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 
-/// How long `wait_for_agent` and `wait_job` wait unless told otherwise.
+/// How long `wait_for_agent` waits unless told otherwise (`wait_job`'s default is its
+/// operation's).
 const DEFAULT_WAIT: Duration = Duration::from_secs(50);
 /// What one `job_output` returns unless told otherwise: enough to read, not to flood a context.
 const MCP_OUTPUT_BYTES: usize = 16 * 1024;
@@ -816,9 +817,7 @@ async fn kill_job(ops: &Ops, caller: AgentId, params: JobParams) -> ToolResult {
 }
 
 async fn wait_job(ops: &Ops, caller: AgentId, params: WaitJobParams) -> ToolResult {
-    let timeout = params
-        .timeout_seconds
-        .map_or(DEFAULT_WAIT, Duration::from_secs);
+    let timeout = params.timeout_seconds.map(Duration::from_secs);
     let (job, ended) = ops
         .wait_job(Caller::Agent(caller), &params.job_id, timeout)
         .await?;
