@@ -44,6 +44,16 @@ pub(crate) enum Placement {
     },
 }
 
+/// Which agents [`Ops::list_agents`] returns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AgentScope {
+    All,
+    /// The direct subagents of this agent.
+    SubagentsOf(AgentId),
+    /// The agents of this workspace.
+    Workspace(WorkspaceId),
+}
+
 /// What a new agent is.
 #[derive(Debug, Clone)]
 pub(crate) struct CreateAgent {
@@ -246,12 +256,17 @@ impl Ops {
         Ok(())
     }
 
-    /// Every agent, archived ones too if asked.
-    pub(crate) fn list_agents(&self, include_archived: bool) -> Vec<Agent> {
+    /// The agents in `scope`, archived ones too if asked.
+    pub(crate) fn list_agents(&self, scope: AgentScope, include_archived: bool) -> Vec<Agent> {
         self.registry
             .agents()
             .into_iter()
             .filter(|a| include_archived || !a.is_archived())
+            .filter(|a| match scope {
+                AgentScope::All => true,
+                AgentScope::SubagentsOf(parent) => a.parent_id() == Some(parent),
+                AgentScope::Workspace(ws) => a.workspace_id == ws,
+            })
             .collect()
     }
 

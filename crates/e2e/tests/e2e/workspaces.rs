@@ -337,6 +337,23 @@ async fn a_failed_create_in_a_new_directory_leaves_no_workspace_and_keeps_the_di
     daemon.stop().await;
 }
 
+/// Neither `cwd` nor `workspaceId`: the operation's refusal, as the protocol answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_with_neither_cwd_nor_workspace_is_refused() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let refused = client
+        .request(json!({"type": "create_agent", "provider": "scripted", "prompt": "say hi"}))
+        .await;
+    assert_eq!(refused["type"], "request_error", "{refused}");
+    assert_eq!(refused["payload"]["code"], "invalid_message", "{refused}");
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("give `cwd` or `workspaceId`"), "{refused}");
+    assert!(client.agents(true).await.is_empty());
+    assert_eq!(workspace_files(&daemon), 0);
+    daemon.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_tool_errors_carry_the_protocol_codes() {
     let daemon = TestDaemon::start().await;
