@@ -1,6 +1,7 @@
 //! The front-ends adapt, they do not decide: the client protocol (`src/ws/`) and the MCP
 //! server (`src/mcp/`) reach the registry and the runtimes only through the operations layer
-//! (`src/ops/`). This reads their sources and fails on any direct use.
+//! (`src/ops/`), and do not repeat the checks an operation makes. This reads their sources and
+//! fails on any direct use, and on a refusal (`OpError::invalid`) an operation has already.
 
 use std::path::{Path, PathBuf};
 
@@ -82,4 +83,71 @@ fn the_check_sees_a_direct_use() {
     assert!(words(&code(line)).any(|w| FORBIDDEN.contains(&w)));
     assert!(!words(&code("// the registry decides")).any(|w| FORBIDDEN.contains(&w)));
     assert!(!words(&code(r#"format!("{n} registry events")"#)).any(|w| FORBIDDEN.contains(&w)));
+}
+
+/// The string literals of `OpError::invalid(field, message)` calls in `text`: `(field,
+/// message)`, the message being the first literal after the field (a `format!` string too).
+fn refusals(text: &str) -> Vec<(String, String)> {
+    fn literal(rest: &str) -> Option<(String, &str)> {
+        let start = rest.find('"')? + 1;
+        let mut out = String::new();
+        let mut chars = rest[start..].char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, escaped)) = chars.next() {
+                        out.push(escaped);
+                    }
+                }
+                '"' => return Some((out, &rest[start + i + 1..])),
+                c => out.push(c),
+            }
+        }
+        None
+    }
+    text.split("OpError::invalid(")
+        .skip(1)
+        .filter_map(|call| {
+            let (field, rest) = literal(call)?;
+            let (message, _) = literal(rest)?;
+            Some((field, message))
+        })
+        .collect()
+}
+
+fn refusals_in(dirs: &[&str]) -> Vec<(PathBuf, String, String)> {
+    dirs.iter()
+        .flat_map(|d| sources(d))
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(&file).expect("read source");
+            refusals(&text)
+                .into_iter()
+                .map(move |(field, message)| (file.clone(), field, message))
+        })
+        .collect()
+}
+
+#[test]
+fn front_ends_do_not_repeat_a_check_an_operation_makes() {
+    let ops = refusals_in(&["ops"]);
+    assert!(ops.len() >= 10, "the scan found too few refusals: {ops:?}");
+    let repeated: Vec<String> = refusals_in(&["ws", "mcp"])
+        .into_iter()
+        .filter(|(_, field, message)| ops.iter().any(|(_, f, m)| f == field && m == message))
+        .map(|(file, field, message)| format!("{}: `{field}`: {message}", file.display()))
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "a front-end makes a check its operation makes already; leave it to `ops`:\n{}",
+        repeated.join("\n")
+    );
+}
+
+#[test]
+fn the_refusal_scan_reads_a_split_call() {
+    let text = "return Err(OpError::invalid(\n    \"cwd\",\n    \"give `cwd` or \\\"x\\\"\",\n));";
+    assert_eq!(
+        refusals(text),
+        [("cwd".to_string(), "give `cwd` or \"x\"".to_string())]
+    );
 }

@@ -545,8 +545,8 @@ pub enum ClientMessage {
         request_id: Option<String>,
         job_id: String,
     },
-    /// Answers `job_waited` when the job ended, or at the timeout (default 30 s, at most
-    /// 600 s).
+    /// Answers `job_waited` when the job ended, or at the timeout (its default and its
+    /// bound: `docs/protocol.md`).
     WaitJob {
         #[serde(default)]
         request_id: Option<String>,

@@ -86,6 +86,18 @@ pub struct NewAgent {
     pub config: ProviderConfig,
 }
 
+/// Where a new agent's workspace comes from.
+#[derive(Clone, Copy)]
+enum Home<'a> {
+    /// `NewAgent::workspace_id`, else the first workspace registered for its cwd, else a new
+    /// one.
+    Existing,
+    /// A new workspace of its own for its cwd.
+    NewWorkspace,
+    /// The worktree just made for it.
+    Worktree(&'a worktree::Created),
+}
+
 /// A cheap, cloneable handle on the registry.
 #[derive(Clone)]
 pub struct Registry {
@@ -239,7 +251,18 @@ impl Registry {
     // ---- mutations -----------------------------------------------------------------------
 
     pub async fn create_agent(&self, new: NewAgent) -> Result<Agent, RegistryError> {
-        self.blocking(move |inner| inner.create_agent(new, None))
+        self.blocking(move |inner| inner.create_agent(new, Home::Existing))
+            .await
+    }
+
+    /// Creates an agent in `new.cwd`, registered as a workspace of its own (another one if
+    /// the directory has some already; `new.workspace_id` is ignored). The workspace is
+    /// written with the agent: when the agent cannot be recorded, neither is it.
+    pub async fn create_agent_in_new_workspace(
+        &self,
+        new: NewAgent,
+    ) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| inner.create_agent(new, Home::NewWorkspace))
             .await
     }
 
@@ -589,13 +612,13 @@ impl Inner {
         Ok(())
     }
 
-    /// Creates the agent; in the worktree `made` for it (a new workspace, removed again if the
-    /// agent cannot be recorded), or else in `new.workspace_id` or its cwd's workspace.
-    fn create_agent(
-        &self,
-        new: NewAgent,
-        made: Option<&worktree::Created>,
-    ) -> Result<Agent, RegistryError> {
+    /// Creates the agent in its `home`. A workspace made for it (a new one, or the worktree
+    /// made for it) is removed again if the agent cannot be recorded.
+    fn create_agent(&self, new: NewAgent, home: Home<'_>) -> Result<Agent, RegistryError> {
+        let made = match home {
+            Home::Worktree(made) => Some(made),
+            Home::Existing | Home::NewWorkspace => None,
+        };
         let cwd = match made {
             Some(made) => Ok(made.path.clone()),
             None => existing_dir(&new.cwd),
@@ -616,13 +639,14 @@ impl Inner {
         }
         let (workspace, registered) = {
             let state = read(&self.state);
-            match (made, new.workspace_id) {
-                (Some(made), _) => {
+            match (home, new.workspace_id) {
+                (Home::NewWorkspace, _) => (new_workspace(WorkspaceId::new(), &cwd, None), true),
+                (Home::Worktree(made), _) => {
                     let ws = worktree_workspace(made);
                     labels.insert(CREATED_WORKSPACE_LABEL.to_string(), ws.id.to_string());
                     (ws, true)
                 }
-                (None, Some(id)) => match state.workspaces.get(&id) {
+                (Home::Existing, Some(id)) => match state.workspaces.get(&id) {
                     Some(ws) if ws.archived_at.is_none() => (ws.clone(), false),
                     Some(_) => {
                         return Err(RegistryError::invalid(
@@ -632,7 +656,7 @@ impl Inner {
                     }
                     None => return Err(RegistryError::UnknownWorkspace(id.to_string())),
                 },
-                (None, None) => match state
+                (Home::Existing, None) => match state
                     .workspaces
                     .values()
                     .filter(|w| w.archived_at.is_none() && w.path == cwd)

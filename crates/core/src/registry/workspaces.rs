@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::archive::ArchivePlan;
-use super::{Change, Inner, NewAgent, Registry, existing_dir, lock, read, write};
+use super::{Change, Home, Inner, NewAgent, Registry, existing_dir, lock, read, write};
 use crate::agent::Agent;
 use crate::error::RegistryError;
 use crate::ids::{AgentId, WorkspaceId};
@@ -93,7 +93,7 @@ impl Registry {
             inner.check_new_agent(&new)?;
             let made = inner.make_worktree(&source, &options)?;
             let setup = made.setup.clone();
-            let agent = inner.create_agent(new, Some(&made))?;
+            let agent = inner.create_agent(new, Home::Worktree(&made))?;
             let workspace = inner.workspace(agent.workspace_id)?;
             Ok((agent, CreatedWorktree { workspace, setup }))
         })

@@ -19,12 +19,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::ops::agents::{CreateAgent, Placement, Summary};
+use crate::ops::agents::{AgentScope, CreateAgent, Placement, Summary};
 use crate::ops::jobs::StartJob;
 use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 
-/// How long `wait_for_agent` and `wait_job` wait unless told otherwise.
+/// How long `wait_for_agent` waits unless told otherwise (`wait_job`'s default is its
+/// operation's).
 const DEFAULT_WAIT: Duration = Duration::from_secs(50);
 /// What one `job_output` returns unless told otherwise: enough to read, not to flood a context.
 const MCP_OUTPUT_BYTES: usize = 16 * 1024;
@@ -547,17 +548,14 @@ fn describe(summary: &Summary) -> Value {
 // Async like every handler in the `tools!` table, which awaits them all alike.
 #[allow(clippy::unused_async)]
 async fn list_agents(ops: &Ops, caller: AgentId, params: ListParams) -> ToolResult {
-    let me = ops.agent(caller)?;
+    let scope = match params.scope.unwrap_or(Scope::Subagents) {
+        Scope::Subagents => AgentScope::SubagentsOf(caller),
+        Scope::Workspace => AgentScope::Workspace(ops.agent(caller)?.workspace_id),
+        Scope::All => AgentScope::All,
+    };
     let list: Vec<Value> = ops
-        .list_agents(false)
+        .list_agents(scope, false)
         .iter()
-        .filter(
-            |a| match params.scope.as_ref().unwrap_or(&Scope::Subagents) {
-                Scope::Subagents => a.parent_id() == Some(caller),
-                Scope::Workspace => a.workspace_id == me.workspace_id,
-                Scope::All => true,
-            },
-        )
         .map(|a| {
             json!({
                 "agentId": a.id.to_string(),
@@ -816,9 +814,7 @@ async fn kill_job(ops: &Ops, caller: AgentId, params: JobParams) -> ToolResult {
 }
 
 async fn wait_job(ops: &Ops, caller: AgentId, params: WaitJobParams) -> ToolResult {
-    let timeout = params
-        .timeout_seconds
-        .map_or(DEFAULT_WAIT, Duration::from_secs);
+    let timeout = params.timeout_seconds.map(Duration::from_secs);
     let (job, ended) = ops
         .wait_job(Caller::Agent(caller), &params.job_id, timeout)
         .await?;

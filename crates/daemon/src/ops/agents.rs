@@ -44,6 +44,16 @@ pub(crate) enum Placement {
     },
 }
 
+/// Which agents [`Ops::list_agents`] returns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AgentScope {
+    All,
+    /// The direct subagents of this agent.
+    SubagentsOf(AgentId),
+    /// The agents of this workspace.
+    Workspace(WorkspaceId),
+}
+
 /// What a new agent is.
 #[derive(Debug, Clone)]
 pub(crate) struct CreateAgent {
@@ -91,8 +101,10 @@ pub(crate) struct Summary {
 
 impl Ops {
     /// Creates an agent, starts its runtime and queues its first message. Everything that can
-    /// be checked is checked before anything is made; a worktree made for an agent that then
-    /// cannot be recorded is removed again (see `Registry::create_agent_in_worktree`).
+    /// be checked is checked before anything is made; a workspace made for an agent that then
+    /// cannot be recorded is removed again: a new directory's workspace record (never the
+    /// directory, which was the user's), a worktree with its branch (see
+    /// `Registry::create_agent_in_worktree`).
     pub(crate) async fn create_agent(
         &self,
         caller: Caller,
@@ -146,10 +158,11 @@ impl Ops {
                 (agent, Some(made))
             }
             Placement::NewDirectory { path } => {
-                let ws = self.registry.register_workspace(path, None).await?;
-                new.cwd = ws.path;
-                new.workspace_id = Some(ws.id);
-                (self.registry.create_agent(new).await?, None)
+                new.cwd = path;
+                (
+                    self.registry.create_agent_in_new_workspace(new).await?,
+                    None,
+                )
             }
             Placement::Existing { cwd, workspace } => {
                 let workspace = workspace.or(me.as_ref().map(|m| m.workspace_id));
@@ -243,12 +256,17 @@ impl Ops {
         Ok(())
     }
 
-    /// Every agent, archived ones too if asked.
-    pub(crate) fn list_agents(&self, include_archived: bool) -> Vec<Agent> {
+    /// The agents in `scope`, archived ones too if asked.
+    pub(crate) fn list_agents(&self, scope: AgentScope, include_archived: bool) -> Vec<Agent> {
         self.registry
             .agents()
             .into_iter()
             .filter(|a| include_archived || !a.is_archived())
+            .filter(|a| match scope {
+                AgentScope::All => true,
+                AgentScope::SubagentsOf(parent) => a.parent_id() == Some(parent),
+                AgentScope::Workspace(ws) => a.workspace_id == ws,
+            })
             .collect()
     }
 

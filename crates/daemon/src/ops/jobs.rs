@@ -18,6 +18,9 @@ use super::{Caller, OpError, Ops};
 const MAX_TIMEOUT_S: u64 = 7 * 24 * 3600;
 /// The most a `wait_job` or a following `job_output` waits.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(600);
+/// How long a `wait_job` waits unless told, for every front-end: under the usual MCP client's
+/// tool timeout (60 s), so an agent's call is answered and it can call again.
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(50);
 /// What one `job_output` returns unless told otherwise.
 pub(crate) const DEFAULT_READ: usize = 64 * 1024;
 
@@ -323,15 +326,16 @@ impl Ops {
         Ok(self.runtimes.jobs().kill(id, KillCause::Request).await?)
     }
 
-    /// Waits (at most `timeout`, itself at most 10 minutes) for the job to end; `true` when
-    /// it did.
+    /// Waits (at most `timeout`, [`DEFAULT_WAIT`] when `None`, and at most 10 minutes) for the
+    /// job to end; `true` when it did.
     pub(crate) async fn wait_job(
         &self,
         caller: Caller,
         id: &str,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> Result<(JobRecord, bool), OpError> {
         self.job(caller, id)?;
-        Ok(self.runtimes.jobs().wait(id, timeout.min(MAX_WAIT)).await?)
+        let timeout = timeout.unwrap_or(DEFAULT_WAIT).min(MAX_WAIT);
+        Ok(self.runtimes.jobs().wait(id, timeout).await?)
     }
 }

@@ -32,9 +32,6 @@ const MAX_FOLLOWS: usize = 64;
 /// Every client of the protocol is the machine's user.
 const CALLER: Caller = Caller::User;
 
-/// How long `wait_job` waits unless told.
-const DEFAULT_WAIT: Duration = Duration::from_secs(30);
-
 /// Answers one job request (the dispatch in `requests` sends only these here).
 pub(super) async fn answer(message: ClientMessage, ops: &Ops) -> Result<DaemonMessage, OpError> {
     use ClientMessage as M;
@@ -108,7 +105,7 @@ pub(super) async fn answer(message: ClientMessage, ops: &Ops) -> Result<DaemonMe
             job_id,
             timeout_ms,
         } => {
-            let timeout = timeout_ms.map_or(DEFAULT_WAIT, Duration::from_millis);
+            let timeout = timeout_ms.map(Duration::from_millis);
             let (job, ended) = ops.wait_job(CALLER, &job_id, timeout).await?;
             Ok(DaemonMessage::JobWaited {
                 request_id,

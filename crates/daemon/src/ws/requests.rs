@@ -10,7 +10,7 @@ use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode, NewWorktree};
 use serde_json::Value;
 
 use super::request_error;
-use crate::ops::agents::{CreateAgent, Placement};
+use crate::ops::agents::{AgentScope, CreateAgent, Placement};
 use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
 use crate::wire;
@@ -192,7 +192,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
         } => send(DaemonMessage::Agents {
             request_id,
             agents: ops
-                .list_agents(include_archived)
+                .list_agents(AgentScope::All, include_archived)
                 .iter()
                 .map(|a| wire::agent_info_now(ops, a))
                 .collect(),
@@ -556,15 +556,11 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
                 "give the repository to make the worktree of",
             ));
         }
-        (None, cwd) => {
-            if cwd.is_none() && workspace.is_none() {
-                return Err(OpError::invalid("cwd", "give `cwd` or `workspaceId`"));
-            }
-            Placement::Existing {
-                cwd: cwd.map(PathBuf::from),
-                workspace,
-            }
-        }
+        // Neither `cwd` nor `workspaceId`: the operation refuses it.
+        (None, cwd) => Placement::Existing {
+            cwd: cwd.map(PathBuf::from),
+            workspace,
+        },
     };
     let parent = parent_agent_id.as_deref().map(parse_agent).transpose()?;
     let request = CreateAgent {

@@ -13,6 +13,7 @@ use drover_core::{Agent, AgentId};
 use serde_json::Value;
 
 use crate::ops::Ops;
+use crate::ops::agents::AgentScope;
 use crate::wire;
 
 /// One agent's encoded `AgentInfo`.
@@ -33,7 +34,7 @@ pub(crate) struct AgentCache {
 impl AgentCache {
     /// Encodes every agent the registry has.
     pub(crate) fn fill(&self, ops: &Ops) {
-        for agent in ops.list_agents(true) {
+        for agent in ops.list_agents(AgentScope::All, true) {
             self.put(&agent, ops);
         }
     }

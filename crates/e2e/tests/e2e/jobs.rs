@@ -4,7 +4,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drover_fakes::procs;
 use drover_testkit::daemon::{Client, TestDaemon};
@@ -349,6 +349,67 @@ async fn jobs_exit_notice_reaches_the_owner_as_a_queued_followup_never_an_interr
     assert_eq!(waited["payload"]["ended"], true, "{waited}");
     client.wait_idle(&other).await;
     assert_eq!(client.turn_events(&other).await, ["turn_completed"]);
+    daemon.stop().await;
+}
+
+/// A `wait_job` that names no timeout waits the operation's one default (50 s) over the
+/// protocol and over MCP alike, then answers that the job still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_wait_job_waits_one_default_over_the_protocol_and_over_mcp() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let owner = create(&mut client, &daemon, "say ready", "owner").await;
+    client.wait_idle(&owner).await;
+    let job = start_job(&mut client, &owner, "exec sleep 1000").await;
+    let id = job["id"].as_str().expect("job id").to_string();
+
+    let start = Instant::now();
+    let call = format!("mcp wait_job {{\"jobId\": \"{id}\"}}");
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": owner, "text": call}))
+        .await;
+    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client
+        .send(json!({"type": "wait_job", "requestId": "waited", "jobId": id}))
+        .await;
+    let (mut protocol, mut mcp) = (None, None);
+    // Other requests keep the socket read while both waits run (one read waits at most 20 s).
+    for _ in 0..60 {
+        if protocol.is_some() && mcp.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let said = client.replies(&owner).await;
+        if mcp.is_none()
+            && let Some(result) = said.iter().find(|s| s.starts_with("mcp wait_job"))
+        {
+            mcp = Some((start.elapsed(), result.clone()));
+        }
+        if protocol.is_none()
+            && client
+                .backlog()
+                .iter()
+                .any(|m| m["payload"]["requestId"] == "waited")
+        {
+            let answer = client
+                .recv_where(|m| m["payload"]["requestId"] == "waited")
+                .await;
+            protocol = Some((start.elapsed(), answer));
+        }
+    }
+    let (took, answer) = protocol.expect("the protocol's wait_job answered");
+    assert_eq!(answer["type"], "job_waited", "{answer}");
+    assert_eq!(answer["payload"]["ended"], false, "{answer}");
+    assert!(
+        (Duration::from_secs(48)..Duration::from_secs(60)).contains(&took),
+        "the protocol's wait_job answered after {took:?}"
+    );
+    let (took, result) = mcp.expect("the MCP wait_job answered");
+    assert!(result.contains("\"timedOut\": true"), "{result}");
+    assert!(
+        (Duration::from_secs(48)..Duration::from_secs(60)).contains(&took),
+        "the MCP wait_job answered after {took:?}"
+    );
     daemon.stop().await;
 }
 

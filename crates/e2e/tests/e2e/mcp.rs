@@ -344,3 +344,66 @@ async fn http_with_body(
     let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     (status, body.to_string())
 }
+
+/// `list_agents` over MCP: the caller's subagents by default, its workspace's agents, or all;
+/// never an archived one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_agents_scopes_are_the_callers_subagents_workspace_or_all() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let far = client
+        .create_agent(json!({"provider": "scripted", "cwd": elsewhere.path(), "prompt": "say far"}))
+        .await;
+    let near = create(&mut client, &daemon, "say near", "near").await;
+    let gone = create(&mut client, &daemon, "say gone", "gone").await;
+    client.wait_idle(&gone).await;
+    let archived = client
+        .request(json!({"type": "archive", "agentId": gone, "stopActivity": true}))
+        .await;
+    assert_ne!(archived["type"], "request_error", "{archived}");
+
+    let script = "mcp create_agent {\"relationship\": {\"kind\": \"subagent\"}, \"workspace\": {\"kind\": \"current\"}, \"prompt\": \"say kid\", \"notifyOnFinish\": false}\n\
+         mcp list_agents {}\n\
+         mcp list_agents {\"scope\": \"workspace\"}\n\
+         mcp list_agents {\"scope\": \"all\"}";
+    let lead = create(&mut client, &daemon, script, "lead").await;
+    client.wait_idle(&lead).await;
+    // One message with each call's answer after the other, each starting `mcp <tool>: `.
+    let said = client.replies(&lead).await.concat();
+    let answers: Vec<Value> = said
+        .split("mcp ")
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            let (_, json) = a.split_once(": ").unwrap_or_else(|| panic!("{said}"));
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {said}"))
+        })
+        .collect();
+    assert_eq!(answers.len(), 4, "{said}");
+    let kid = answers[0]["agentId"].as_str().expect("kid").to_string();
+    let listed: Vec<Vec<String>> = answers[1..]
+        .iter()
+        .map(|result| {
+            let mut ids: Vec<String> = result["agents"]
+                .as_array()
+                .expect("agents")
+                .iter()
+                .map(|a| a["agentId"].as_str().expect("id").to_string())
+                .collect();
+            ids.sort();
+            ids
+        })
+        .collect();
+    let sorted = |mut ids: Vec<&String>| {
+        ids.sort();
+        ids.into_iter().cloned().collect::<Vec<String>>()
+    };
+    assert_eq!(
+        listed[0],
+        sorted(vec![&kid]),
+        "the default scope: the caller's subagents"
+    );
+    assert_eq!(listed[1], sorted(vec![&lead, &near, &kid]), "its workspace");
+    assert_eq!(listed[2], sorted(vec![&lead, &near, &kid, &far]), "all");
+    daemon.stop().await;
+}

@@ -279,6 +279,81 @@ async fn a_failed_create_in_a_new_worktree_leaves_nothing_behind() {
     daemon.stop().await;
 }
 
+/// An agent asks for a new agent in a directory of its own, and the agent cannot be recorded:
+/// the new directory's workspace record goes with it; the directory, the user's, stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_create_in_a_new_directory_leaves_no_workspace_and_keeps_the_directory() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(elsewhere.path()).expect("canonical");
+    std::fs::write(dir.join("notes.txt"), "mine\n").expect("write");
+    // A file where the store keeps that directory's agents: writing the agent fails.
+    let agents = daemon
+        .home
+        .join("agents")
+        .join(drover_core::store::cwd_dir_name(&dir));
+    std::fs::write(&agents, "in the way\n").expect("block");
+
+    let call = format!(
+        r#"mcp create_agent {{"relationship": {{"kind": "detached"}}, "workspace": {{"kind": "create", "source": {{"kind": "directory", "path": "{}"}}}}, "prompt": "say hi"}}"#,
+        dir.display()
+    );
+    let lead = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": call}))
+        .await;
+    client.wait_idle(&lead).await;
+    let said = client.replies(&lead).await.concat();
+    assert!(said.contains("mcp create_agent error: "), "{said}");
+    let records = workspace_files(&daemon);
+    assert_eq!(records, 1, "only the lead's workspace is recorded");
+    let listed = workspaces(&mut client, true).await;
+    assert!(
+        listed
+            .iter()
+            .all(|w| w["path"] != dir.display().to_string()),
+        "no workspace for the directory: {listed:?}"
+    );
+    assert_eq!(client.agents(true).await.len(), 1, "only the lead");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).expect("the user's file"),
+        "mine\n"
+    );
+
+    // Once the store can write there, the same call makes the agent and its workspace.
+    std::fs::remove_file(&agents).expect("unblock");
+    client
+        .request(json!({"type": "send_message", "agentId": lead, "text": call}))
+        .await;
+    let made = eventually("the second create", Duration::from_secs(20), async || {
+        let said = client.replies(&lead).await;
+        said.last()
+            .filter(|s| s.starts_with("mcp create_agent: "))
+            .cloned()
+    })
+    .await;
+    assert!(made.contains(&dir.display().to_string()), "{made}");
+    assert_eq!(workspace_files(&daemon), 2);
+    daemon.stop().await;
+}
+
+/// Neither `cwd` nor `workspaceId`: the operation's refusal, as the protocol answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_with_neither_cwd_nor_workspace_is_refused() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let refused = client
+        .request(json!({"type": "create_agent", "provider": "scripted", "prompt": "say hi"}))
+        .await;
+    assert_eq!(refused["type"], "request_error", "{refused}");
+    assert_eq!(refused["payload"]["code"], "invalid_message", "{refused}");
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("give `cwd` or `workspaceId`"), "{refused}");
+    assert!(client.agents(true).await.is_empty());
+    assert_eq!(workspace_files(&daemon), 0);
+    daemon.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_tool_errors_carry_the_protocol_codes() {
     let daemon = TestDaemon::start().await;
