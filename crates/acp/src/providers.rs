@@ -371,7 +371,8 @@ impl Providers {
             path: path.to_path_buf(),
             message,
         };
-        let file: ConfigFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let file: ConfigFile =
+            toml::from_str(text).map_err(|e| invalid(located(text, e.span(), e.message())))?;
         self.runtimes = file.runtimes.settings(invalid)?;
         for (name, entry) in file.providers {
             if name.is_empty()
@@ -494,9 +495,40 @@ fn resolve(program: &str, path_var: Option<&str>) -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))
 }
 
+/// A TOML error as `line L, column C: message`, without the line itself: `config.toml` holds
+/// API keys, and what a parse error says goes to timelines, logs and clients.
+fn located(text: &str, span: Option<std::ops::Range<usize>>, message: &str) -> String {
+    let message = message.trim();
+    let Some(start) = span.map(|s| s.start.min(text.len())) else {
+        return message.to_string();
+    };
+    let before = text.get(..start).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {message}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_syntax_error_names_the_place_and_never_shows_the_key() {
+        let text = "[providers.codex]\nenv = { OPENAI_API_KEY = \"sk-secret-123 }\n";
+        let Err(e) = Providers::presets().with_config(Path::new("/h/config.toml"), text) else {
+            panic!("an unterminated string parses");
+        };
+        let said = e.to_string();
+        assert!(!said.contains("sk-secret"), "{said}");
+        assert!(said.contains("line 2, column"), "{said}");
+        let home = tempfile::TempDir::new().expect("home");
+        std::fs::write(home.path().join("config.toml"), text).expect("config");
+        let entry = SignInEntry::Auth("x".to_string());
+        let Err(e) = store_sign_in(home.path(), "codex", &entry) else {
+            panic!("an unterminated string is edited");
+        };
+        assert!(!e.to_string().contains("sk-secret"), "{e}");
+    }
 
     #[test]
     fn config_overrides_presets_and_adds_providers() {
@@ -622,7 +654,9 @@ pub fn store_sign_in(home: &Path, provider: &str, entry: &SignInEntry) -> Result
         path: path.clone(),
         message,
     };
-    let mut doc: DocumentMut = text.parse().map_err(|e| invalid(format!("{e}")))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| invalid(located(&text, e.span(), e.message())))?;
     let providers = doc
         .entry("providers")
         .or_insert_with(|| {

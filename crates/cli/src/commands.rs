@@ -609,9 +609,14 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
         } else {
             output::status_paint(&agent.status)
         };
-        let attention = agent.attention_reason.clone().unwrap_or("-".to_string());
+        // Said as people say it: `sign in` is what to do.
+        let attention = match agent.attention_reason.as_deref() {
+            None => "-".to_string(),
+            Some("auth_required") => "sign in".to_string(),
+            Some(reason) => reason.to_string(),
+        };
         let attention_paint = match attention.as_str() {
-            "permission" | "error" => Paint::Yellow,
+            "permission" | "error" | "sign in" => Paint::Yellow,
             _ => Paint::Plain,
         };
         table.row(vec![
