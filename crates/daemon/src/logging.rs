@@ -1,4 +1,5 @@
-//! Daemon logs: `tracing` to stderr and to `$DROVER_HOME/daemon.log`, rotated by size: past
+//! Daemon logs: `tracing` to stderr (warnings and errors only when stderr is not a terminal)
+//! and to `$DROVER_HOME/daemon.log`, rotated by size: past
 //! [`LOG_LIMIT`] bytes the file becomes `daemon.log.1` (replacing the one before) and a new
 //! `daemon.log` starts, so the log never takes more than twice the limit on disk.
 
@@ -21,14 +22,21 @@ pub fn init(home: &Path) -> std::io::Result<()> {
     let file = RotatingFile::open(home.join("daemon.log"), LOG_LIMIT)?;
     let filter =
         || EnvFilter::try_from_env("DROVER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let color = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let terminal = std::io::stderr().is_terminal();
+    let color = terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // Not a terminal (`drover daemon start` sends it to `daemon.out`, which is not rotated):
+    // only warnings and errors; `daemon.log` has everything.
+    let stderr_filter = if terminal {
+        filter()
+    } else {
+        EnvFilter::new("warn")
+    };
     tracing_subscriber::registry()
         .with(
             fmt::layer()
                 .with_writer(std::io::stderr)
                 .with_ansi(color)
-                .with_filter(filter()),
+                .with_filter(stderr_filter),
         )
         .with(
             fmt::layer()

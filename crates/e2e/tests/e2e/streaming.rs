@@ -225,11 +225,13 @@ async fn session_state_from_cached_encodings_is_what_list_agents_says() {
         .request(json!({"type": "archive", "agentId": ids[0]}))
         .await;
     assert_eq!(archived["type"], "archived", "{archived}");
-    // The archive's close ends the runtime after the answer: wait until it is announced cold.
+    // The archive's close ends the runtime after the answer: wait until it is announced cold
+    // (archived: the agent was announced cold at its creation too).
     client
         .recv_where(|m| {
             m["type"] == "agent_status"
                 && m["payload"]["agent"]["id"] == ids[0].as_str()
+                && m["payload"]["agent"]["archivedAt"].is_string()
                 && m["payload"]["agent"]["runtime"]["state"] == "cold"
         })
         .await;
