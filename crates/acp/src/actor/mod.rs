@@ -189,6 +189,8 @@ pub(crate) fn spawn(
 /// The agent's process and ACP session, while it runs.
 struct Live {
     pid: u32,
+    /// Its leaf cgroup, where the daemon has them (see `drover_core::guard`).
+    cgroup: Option<std::path::PathBuf>,
     rpc: RpcClient,
     incoming: mpsc::Receiver<Incoming>,
     exited: watch::Receiver<Option<ExitStatus>>,

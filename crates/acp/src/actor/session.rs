@@ -394,6 +394,8 @@ impl Actor {
         let (rpc, incoming) = rpc::connect(stdout, stdin);
         self.live = Some(Live {
             pid,
+            // Read while it runs: after a crash its cgroup still holds what it started.
+            cgroup: drover_core::guard::cgroup_of(pid),
             rpc: rpc.clone(),
             incoming,
             exited,
@@ -756,8 +758,11 @@ impl Actor {
             return;
         };
         let status = wait_exit(&mut live.exited).await;
-        // Whatever else is in its group goes too, and the terminals it opened.
+        // Whatever else is in its group or its cgroup goes too, and the terminals it opened.
         process::kill_group_now(live.pid, Some(&self.id.to_string()));
+        if let Some(cgroup) = &live.cgroup {
+            drover_core::guard::kill_cgroup(cgroup);
+        }
         self.end_terminals();
         records::remove(&self.shared.home, self.id);
         // The exit can be seen before the reader has passed on what the agent wrote just

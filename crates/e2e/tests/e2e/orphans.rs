@@ -312,6 +312,40 @@ async fn orphans_archive_ends_what_left_the_agents_tree_through_its_cgroup() {
     assert!(gone.is_some(), "alive after the archive: {left:?}");
 }
 
+/// An agent that crashes takes with it what it started, even a process that left its tree and
+/// dropped its markers: its cgroup holds it. The daemon keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_a_crashed_agent_leaves_nothing_through_its_cgroup() {
+    if !cgroups_here() {
+        // Without cgroups nothing can find that process: the limit ARCHITECTURE.md states.
+        return;
+    }
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let agent = create(&mut client, "scripted", &cwd, "spawn-escapee").await;
+    let idle = client
+        .request(json!({"type": "wait_idle", "agentId": agent, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(idle["payload"]["idle"], true, "{idle}");
+    let escapee = said_pid(&mut client, &agent, "escapee").await;
+    assert!(alive(escapee));
+    let sent = client
+        .request(json!({"type": "send_message", "agentId": agent, "text": "crash"}))
+        .await;
+    assert_eq!(sent["type"], "message_queued", "{sent}");
+    let gone = poll_until(WAIT, async || !alive(escapee)).await;
+    assert!(gone.is_some(), "the escapee outlived its crashed agent");
+    assert!(
+        alive(i32::try_from(daemon.pid()).expect("pid")),
+        "the daemon lives on"
+    );
+}
+
 /// A daemon killed together with its guard leaves its cgroup behind; the next daemon started
 /// on the machine (here on another home) ends what that cgroup holds, even a process no marker
 /// or record can find, and removes it.
