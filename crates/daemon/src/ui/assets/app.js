@@ -4,7 +4,7 @@
 import { Conn, ProtocolError } from './conn.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
 import { TimelineView } from './timeline.js';
-import { startCard, startCardKey, retryIn } from './startcard.js';
+import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
 
 // ---- state ------------------------------------------------------------------------------
 
@@ -754,7 +754,9 @@ function renderStartCard(pane, a) {
     pane.startEl.hidden = !card;
     pane.startEl.replaceChildren(...(card ? [card] : []));
   }
-  // The countdown to the next automatic try.
+  // The countdown to the next automatic try, in place: the card (and a Retry's error) stays.
+  const when = pane.startEl.querySelector('.start-when');
+  if (when && a.startFailure) when.textContent = startWhen(a);
   clearTimeout(pane.startTimer);
   if (a.startFailure && retryIn(a) > 0) pane.startTimer = setTimeout(() => render({ sidebar: false }), 1000);
   if (a.startFailure && pane.loaded && pane.queuedFor !== a.startFailure.at) {

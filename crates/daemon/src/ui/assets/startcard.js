@@ -15,11 +15,22 @@ export function startCard(a, { provider, signIn, restart }) {
     : failedCard(a, { restart });
 }
 
-/** The key a rendered card stands for: the same key, the same card (and what is typed in it). */
+/**
+ * The key a rendered card stands for: the same key, the same card (and what is typed in it, and
+ * what a Retry said). The countdown is not in it: `startWhen` updates that text in place.
+ */
 export function startCardKey(a) {
   const f = a.startFailure;
   if (!f) return '';
-  return JSON.stringify([f.at, f.signIn, a.error, a.status, a.runtime?.state, a.runtime?.retryAt, retryIn(a)]);
+  return JSON.stringify([f.at, f.signIn, a.error, a.status, a.runtime?.state, a.runtime?.retryAt]);
+}
+
+/** When a failed agent starts again: the line under its words, updated as the seconds pass. */
+export function startWhen(a) {
+  const secs = retryIn(a);
+  return starting(a) ? 'Starting again…'
+    : secs !== null ? `It tries again by itself in ${secs} s (${new Date(a.runtime.retryAt).toLocaleTimeString()}).`
+      : 'It does not try again by itself: fix what it says, then Retry.';
 }
 
 /** Whole seconds until the next automatic try, or null when there is none. */
@@ -106,10 +117,7 @@ function safeLink(link) {
 
 function failedCard(a, { restart }) {
   const error = h('p', { class: 'error-text', role: 'alert' });
-  const secs = retryIn(a);
-  const when = starting(a) ? 'Starting again…'
-    : secs !== null ? `It tries again by itself in ${secs} s (${new Date(a.runtime.retryAt).toLocaleTimeString()}).`
-      : 'It does not try again by itself: fix what it says, then Retry.';
+  const when = startWhen(a);
   const button = h('button', {
     type: 'button', class: 'primary start-retry', disabled: starting(a),
     onclick: async () => {
