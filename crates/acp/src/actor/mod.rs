@@ -281,8 +281,8 @@ struct Actor {
     /// The session is new although the agent had one it could not load: the next prompt
     /// tells the agent (see [`turn::CONTEXT_LOST`]).
     context_lost: bool,
-    /// The ids of the queued messages last published for readers (`Shared::queued`).
-    published_queue: Option<Vec<String>>,
+    /// The queue last published for readers (`Shared::queued`): its length, first and last ids.
+    published_queue: Option<(usize, Option<String>, Option<String>)>,
 }
 
 impl Actor {
@@ -350,18 +350,28 @@ impl Actor {
     }
 
     /// Publishes the queued messages for readers (`get_agent`), when they changed: a read never
-    /// waits for this task, which may be busy starting the agent.
+    /// waits for this task, which may be busy starting the agent. Runs at every turn of the
+    /// loop (every streamed chunk): the check allocates nothing. A message is only added at the
+    /// back or removed, so the length with the first and last ids tells any change between two
+    /// turns of the loop.
     fn publish_queue(&mut self) {
-        let ids: Vec<String> = self.inbox.pending().map(|m| m.id.clone()).collect();
-        if self.published_queue.as_ref() == Some(&ids) {
+        let first = self.inbox.pending().next().map(|m| m.id.as_str());
+        let last = self.inbox.pending().last().map(|m| m.id.as_str());
+        let len = self.inbox.pending().count();
+        if let Some((n, f, l)) = &self.published_queue
+            && *n == len
+            && f.as_deref() == first
+            && l.as_deref() == last
+        {
             return;
         }
+        let mark = (len, first.map(str::to_string), last.map(str::to_string));
         self.shared
             .queued
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(self.id, self.inbox.pending().cloned().collect());
-        self.published_queue = Some(ids);
+        self.published_queue = Some(mark);
     }
 
     async fn next_event(&mut self) -> Event {

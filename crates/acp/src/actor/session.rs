@@ -263,34 +263,47 @@ impl Actor {
             .items()
             .iter()
             .any(|i| i.is(ItemKind::UserMessage) || i.is(ItemKind::AgentMessage));
+        // The ways it can open its session again, in order: an adopted one is loaded with its
+        // replay kept; else `session/resume` (no replay), then `session/load` (the replay is
+        // history drover already has).
+        let ways: Vec<(&'static str, bool)> = if adopted && capabilities.load_session {
+            vec![("session/load", true)]
+        } else {
+            [
+                ("session/resume", capabilities.resume_session),
+                ("session/load", capabilities.load_session),
+            ]
+            .into_iter()
+            .filter_map(|(method, offered)| offered.then_some((method, false)))
+            .collect()
+        };
         let loaded = match &agent.resume {
-            Some(resume) if adopted && capabilities.load_session => {
-                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, true)
-                    .await?
-            }
-            Some(resume) if capabilities.resume_session => {
-                let resumed = self
-                    .resume_session(rpc, agent, &resume.acp_session_id, mcp_servers)
-                    .await?;
-                match resumed {
-                    Some(session) => Some(session),
-                    None if capabilities.load_session => {
-                        self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, false)
-                            .await?
+            Some(resume) => {
+                let mut refusal = None;
+                let mut reopened = None;
+                for (method, keep_replay) in ways {
+                    let id = &resume.acp_session_id;
+                    match self
+                        .reopen_session(rpc, agent, method, id, mcp_servers, keep_replay)
+                        .await?
+                    {
+                        Ok(session) => {
+                            reopened = Some(session);
+                            break;
+                        }
+                        Err(e) => refusal = Some(e),
                     }
-                    None => None,
                 }
-            }
-            Some(resume) if capabilities.load_session => {
-                self.load_session(rpc, agent, &resume.acp_session_id, mcp_servers, false)
-                    .await?
-            }
-            Some(_) => {
-                self.push(
-                    ItemKind::Notice,
-                    json!({"text": "context was not restored: the agent cannot load sessions; a new session starts", "restored": false}),
-                );
-                None
+                if reopened.is_none() {
+                    let text = match refusal {
+                        Some(e) => format!(
+                            "context was not restored: the agent could not load its session ({e})"
+                        ),
+                        None => "context was not restored: the agent cannot load sessions; a new session starts".to_string(),
+                    };
+                    self.push(ItemKind::Notice, json!({"text": text, "restored": false}));
+                }
+                reopened
             }
             None => None,
         };
@@ -473,81 +486,39 @@ impl Actor {
         })
     }
 
-    /// `session/load` of the agent's previous session; `None` (said in the timeline) when the
-    /// agent cannot load it, so a new one starts. A refusal for want of a sign-in is an error:
-    /// once signed in, the session loads. `keep_replay`: the history the agent replays goes
-    /// into the timeline (which has none of it: an adopted session).
-    async fn load_session(
+    /// The agent's previous session again through `method` (`session/resume` or
+    /// `session/load`). What the agent replays meanwhile goes into the timeline only with
+    /// `keep_replay` (an adopted session: drover has none of it). The inner error is a refusal
+    /// (then the next way, or a new session); a refusal for want of a sign-in is the outer one:
+    /// once signed in, the session opens.
+    async fn reopen_session(
         &mut self,
         rpc: &RpcClient,
         agent: &Agent,
+        method: &'static str,
         session_id: &str,
         mcp_servers: &Value,
         keep_replay: bool,
-    ) -> Result<Option<(String, Value)>, LaunchError> {
+    ) -> Result<Result<(String, Value), LaunchError>, LaunchError> {
         let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
         self.loading(!keep_replay);
-        let loaded = self
-            .handshake_step(
-                "session/load",
-                rpc.request("session/load", params),
-                SESSION_TIMEOUT,
-            )
+        let answer = self
+            .handshake_step(method, rpc.request(method, params), SESSION_TIMEOUT)
             .await;
         self.loading(false);
-        match loaded {
+        match answer {
             Ok(result) => {
                 self.open_chunk = None;
                 self.push(
                     ItemKind::Notice,
-                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/load", "replayed": keep_replay}),
+                    json!({"text": "resumed the agent's session", "restored": true, "via": method, "replayed": keep_replay}),
                 );
-                Ok(Some((session_id.to_string(), result)))
+                Ok(Ok((session_id.to_string(), result)))
             }
             Err(e) if e.is_auth_required() => Err(e),
             Err(e) => {
-                self.push(
-                    ItemKind::Notice,
-                    json!({"text": format!("context was not restored: the agent could not load its session ({e})"), "restored": false}),
-                );
-                Ok(None)
-            }
-        }
-    }
-
-    /// `session/resume` of the agent's previous session: it continues without replaying its
-    /// history (drover's timeline has it). `None` when the agent cannot resume it (then a
-    /// `session/load` or a new session follows); a refusal for want of a sign-in is an error.
-    async fn resume_session(
-        &mut self,
-        rpc: &RpcClient,
-        agent: &Agent,
-        session_id: &str,
-        mcp_servers: &Value,
-    ) -> Result<Option<(String, Value)>, LaunchError> {
-        let params = json!({"sessionId": session_id, "cwd": agent.cwd.display().to_string(), "mcpServers": mcp_servers});
-        // Whatever it sends meanwhile is history drover has, as with `session/load`.
-        self.loading(true);
-        let resumed = self
-            .handshake_step(
-                "session/resume",
-                rpc.request("session/resume", params),
-                SESSION_TIMEOUT,
-            )
-            .await;
-        self.loading(false);
-        match resumed {
-            Ok(result) => {
-                self.push(
-                    ItemKind::Notice,
-                    json!({"text": "resumed the agent's session", "restored": true, "via": "session/resume"}),
-                );
-                Ok(Some((session_id.to_string(), result)))
-            }
-            Err(e) if e.is_auth_required() => Err(e),
-            Err(e) => {
-                tracing::info!(agent = %self.id, error = %e, "session/resume refused; trying session/load");
-                Ok(None)
+                tracing::info!(agent = %self.id, method, error = %e, "the agent did not open its session again");
+                Ok(Err(e))
             }
         }
     }

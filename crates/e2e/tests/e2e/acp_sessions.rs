@@ -14,19 +14,7 @@ const WAIT: Duration = Duration::from_secs(20);
 /// A daemon with the scripted provider (`env` added to its environment) whose runtimes
 /// hibernate after half a second; the agents' state dir goes with it.
 async fn daemon_with(env: &str) -> (TestDaemon, TempDir) {
-    let state = TempDir::new().expect("agent state");
-    let home = TempDir::new().expect("home");
-    let mut config =
-        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path());
-    if !env.is_empty() {
-        config = config.replacen("env = { ", &format!("env = {{ {env}, "), 1);
-    }
-    let config = format!("{config}\n[runtimes]\nidle_timeout = \"500ms\"\n");
-    let path = home.path().to_path_buf();
-    (
-        TestDaemon::start_with_config(path, Some(home), config).await,
-        state,
-    )
+    crate::hibernation::daemon_with("idle_timeout = \"500ms\"", env).await
 }
 
 async fn get_agent(client: &mut Client, agent: &str) -> Value {

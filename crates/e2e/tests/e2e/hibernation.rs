@@ -23,7 +23,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A daemon whose `config.toml` has the scripted provider (with `env` added to its
 /// environment) and this `[runtimes]` section; the agents' state dir goes with it.
-async fn daemon_with(runtimes: &str, env: &str) -> (TestDaemon, TempDir) {
+pub(crate) async fn daemon_with(runtimes: &str, env: &str) -> (TestDaemon, TempDir) {
     let state = TempDir::new().expect("agent state");
     let home = TempDir::new().expect("home");
     let mut config =
