@@ -86,6 +86,7 @@ impl RuntimeManager {
             stdout,
             stderr,
             mut exited,
+            cgroup,
             ..
         } = process::spawn(&spec)
             .await
@@ -94,7 +95,7 @@ impl RuntimeManager {
         let refusals = tokio::spawn(refuse_requests(rpc.clone(), incoming));
         let listed = list(&rpc, &provider, &env, cwd).await;
         refusals.abort();
-        process::terminate_group(pid, None, &mut exited, CLOSE_GRACE).await;
+        process::terminate_group(pid, None, cgroup.as_deref(), &mut exited, CLOSE_GRACE).await;
         listed.map_err(|e| match e {
             Failure::Unsupported => AcpError::CannotList {
                 provider: provider.name.clone(),

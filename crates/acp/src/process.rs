@@ -6,7 +6,7 @@
 //! environment allowlist, async pipes, and finding every process an agent started.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -118,6 +118,9 @@ pub struct AgentProcess {
     pub exited: watch::Receiver<Option<ExitStatus>>,
     /// Becomes `true` once stderr is closed and every line is in `stderr`.
     pub stderr_closed: watch::Receiver<bool>,
+    /// Its leaf cgroup where the daemon has them (see `drover_core::guard`), read while it
+    /// runs: after it ended the cgroup still holds what it started.
+    pub cgroup: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +180,7 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
         let _ = stderr_done.send(true);
     });
 
+    let cgroup = drover_core::guard::cgroup_of(pid);
     let (exit_tx, exited) = watch::channel(None);
     tokio::spawn(wait_child(child, exit_tx));
     Ok(AgentProcess {
@@ -186,6 +190,7 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
         stderr,
         exited,
         stderr_closed,
+        cgroup,
     })
 }
 
@@ -207,6 +212,7 @@ async fn wait_child(mut child: Child, exit_tx: watch::Sender<Option<ExitStatus>>
 pub async fn terminate_group(
     pid: u32,
     marker: Option<&str>,
+    cgroup: Option<&Path>,
     exited: &mut watch::Receiver<Option<ExitStatus>>,
     grace: Duration,
 ) {
@@ -214,9 +220,6 @@ pub async fn terminate_group(
     if raw <= 0 {
         return;
     }
-    // Its cgroup, read while the leader is alive: it holds everything the agent started,
-    // whatever its group, parent or environment.
-    let cgroup = drover_core::guard::cgroup_of(pid);
     let mut targets = group_targets(pid, marker);
     signal_all(pid, &targets, Signal::SIGTERM);
     let _ = tokio::time::timeout(grace, exited.wait_for(Option::is_some)).await;
@@ -226,7 +229,8 @@ pub async fn terminate_group(
             targets.push(found);
         }
     }
-    if let Some(cgroup) = &cgroup {
+    // Its cgroup holds everything the agent started, whatever its group, parent or environment.
+    if let Some(cgroup) = cgroup {
         drover_core::guard::kill_cgroup(cgroup);
     }
     signal_all(pid, &targets, Signal::SIGKILL);
@@ -234,8 +238,11 @@ pub async fn terminate_group(
 
 /// Sends KILL at once to everything [`terminate_group`] would end (for paths that cannot wait:
 /// the leader already exited).
-pub fn kill_group_now(pid: u32, marker: Option<&str>) {
+pub fn kill_group_now(pid: u32, marker: Option<&str>, cgroup: Option<&Path>) {
     let targets = group_targets(pid, marker);
+    if let Some(cgroup) = cgroup {
+        drover_core::guard::kill_cgroup(cgroup);
+    }
     signal_all(pid, &targets, Signal::SIGKILL);
 }
 

@@ -402,13 +402,13 @@ impl Actor {
             stderr,
             exited,
             stderr_closed,
+            cgroup,
         } = process::spawn(&spec).await?;
         self.record_runtime(pid);
         let (rpc, incoming) = rpc::connect(stdout, stdin);
         self.live = Some(Live {
             pid,
-            // Read while it runs: after a crash its cgroup still holds what it started.
-            cgroup: drover_core::guard::cgroup_of(pid),
+            cgroup,
             rpc: rpc.clone(),
             incoming,
             exited,
@@ -713,6 +713,7 @@ impl Actor {
             process::terminate_group(
                 live.pid,
                 Some(&self.id.to_string()),
+                live.cgroup.as_deref(),
                 &mut live.exited,
                 CLOSE_GRACE,
             )
@@ -730,10 +731,7 @@ impl Actor {
         };
         let status = wait_exit(&mut live.exited).await;
         // Whatever else is in its group or its cgroup goes too, and the terminals it opened.
-        process::kill_group_now(live.pid, Some(&self.id.to_string()));
-        if let Some(cgroup) = &live.cgroup {
-            drover_core::guard::kill_cgroup(cgroup);
-        }
+        process::kill_group_now(live.pid, Some(&self.id.to_string()), live.cgroup.as_deref());
         self.end_terminals();
         records::remove(&self.shared.home, self.id);
         // The exit can be seen before the reader has passed on what the agent wrote just
