@@ -37,6 +37,7 @@ use drover_core::{
     Agent, AgentId, BootReport, BoxFuture, CancelCause, NewAgent, Registry, RegistryError,
     RuntimeControl, RuntimeError, store::StoreError,
 };
+use drover_protocol::ConfigOptionInfo;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -207,6 +208,9 @@ pub enum AcpError {
     /// A sign-in that cannot be done as asked (`message` says what to give instead).
     #[error("{message}")]
     InvalidSignIn { message: String },
+    /// A config option the agent does not offer, or a value it does not take.
+    #[error("agent `{agent}`: {message}")]
+    NoSuchOption { agent: AgentId, message: String },
     /// The provider's agent does not advertise `sessionCapabilities.list`.
     #[error(
         "the agent of provider `{provider}` cannot list its sessions (it advertises no `sessionCapabilities.list`)"
@@ -233,7 +237,9 @@ impl AcpError {
             AcpError::Agent { .. } | AcpError::Listing { .. } => ErrorCode::AgentError,
             AcpError::Stopped(_) => ErrorCode::RuntimeStopped,
             AcpError::ShuttingDown => ErrorCode::ShuttingDown,
-            AcpError::InvalidSignIn { .. } | AcpError::CannotList { .. } => ErrorCode::InvalidInput,
+            AcpError::InvalidSignIn { .. }
+            | AcpError::CannotList { .. }
+            | AcpError::NoSuchOption { .. } => ErrorCode::InvalidInput,
         }
     }
 }
@@ -247,6 +253,15 @@ pub fn no_mcp_servers() -> McpServers {
     Arc::new(|_, _| Value::Array(Vec::new()))
 }
 
+/// What a live session offers to set, as clients see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionSettings {
+    /// The session's modes (`{currentModeId, availableModes}`), where it offers them.
+    pub modes: Option<Value>,
+    /// Its config options (ACP `configOptions`), where it offers them.
+    pub config_options: Option<Vec<ConfigOptionInfo>>,
+}
+
 /// What the agents of one daemon share.
 pub(crate) struct Shared {
     pub(crate) home: PathBuf,
@@ -254,8 +269,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     pub(crate) updates: broadcast::Sender<TimelineEvent>,
     actors: Arc<Actors>,
-    /// The modes each live runtime offers (`modes` of `session/new`), for clients.
-    pub(crate) modes: Mutex<HashMap<AgentId, Value>>,
+    /// What each live runtime's session offers to set (modes, config options), for clients.
+    pub(crate) settings: Mutex<HashMap<AgentId, SessionSettings>>,
     /// What each agent's process said of itself at its last `initialize`.
     pub(crate) advertised: Mutex<HashMap<AgentId, Advertised>>,
     /// Each agent's queued messages as its task last published them (kept after the task
@@ -270,7 +285,7 @@ pub(crate) struct Shared {
     /// Each agent's runtime that is not cold, for clients.
     runtimes: Mutex<HashMap<AgentId, RuntimeView>>,
     /// The agents whose runtime view changed.
-    runtime_changes: broadcast::Sender<AgentId>,
+    pub(crate) runtime_changes: broadcast::Sender<AgentId>,
     /// The background jobs agents own (and the ACP terminals they open).
     pub(crate) jobs: jobs::Jobs,
     /// Each provider's sign-in, as its agents' last starts saw it.
@@ -655,7 +670,7 @@ impl RuntimeManager {
                 registry: registry.clone(),
                 updates,
                 actors,
-                modes: Mutex::new(HashMap::new()),
+                settings: Mutex::new(HashMap::new()),
                 advertised: Mutex::new(HashMap::new()),
                 queued: Mutex::new(HashMap::new()),
                 mcp,
@@ -687,8 +702,6 @@ impl RuntimeManager {
         &self.shared.jobs
     }
 
-    /// The modes the agent's live runtime offers (`{currentModeId, availableModes}`), if it is
-    /// live and offers any.
     /// What the agent's process said of itself at its last start (`None` before any).
     pub fn advertised(&self, agent: AgentId) -> Option<Advertised> {
         self.shared
@@ -699,9 +712,10 @@ impl RuntimeManager {
             .cloned()
     }
 
-    pub fn modes(&self, agent: AgentId) -> Option<Value> {
+    /// What the agent's live session offers to set, if it is live and offers anything.
+    pub fn session_settings(&self, agent: AgentId) -> Option<SessionSettings> {
         self.shared
-            .modes
+            .settings
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&agent)
@@ -1003,7 +1017,7 @@ impl RuntimeManager {
     }
 
     /// Checks that the agent's provider is known and available, and fills in the provider's
-    /// default model and mode: what must hold before an agent is recorded.
+    /// default model, mode and effort: what must hold before an agent is recorded.
     pub fn prepare(&self, new: &mut NewAgent) -> Result<(), AcpError> {
         let providers = self.providers()?;
         let provider = providers
@@ -1023,6 +1037,9 @@ impl RuntimeManager {
         }
         if new.config.mode.is_none() {
             new.config.mode = provider.default_mode.clone();
+        }
+        if new.config.effort.is_none() {
+            new.config.effort = provider.default_effort.clone();
         }
         Ok(())
     }
@@ -1146,6 +1163,25 @@ impl RuntimeManager {
         let handle = self.handle(agent).await?;
         handle
             .request(agent, |reply| Command::SetModel { model, reply })
+            .await
+    }
+
+    /// Sets one of the agent's config options, named by its id or its category (recorded,
+    /// and sent to a live agent).
+    pub async fn set_config_option(
+        &self,
+        agent: AgentId,
+        key: String,
+        value: String,
+    ) -> Result<(), AcpError> {
+        self.known(agent)?;
+        let handle = self.handle(agent).await?;
+        handle
+            .request(agent, |reply| Command::SetConfigOption {
+                key,
+                value,
+                reply,
+            })
             .await
     }
 

@@ -14,6 +14,7 @@
 //! env = { MY_AGENT_TOKEN = "…" }
 //! model = "big"
 //! mode = "default"
+//! effort = "high"                        # reasoning effort (`thought_level` option)
 //!
 //! [runtimes]                              # see `RuntimeSettings`
 //! idle_timeout = "15m"                    # hibernate a runtime idle this long; 0: never
@@ -40,6 +41,8 @@ pub struct Provider {
     pub env: BTreeMap<String, String>,
     pub default_model: Option<String>,
     pub default_mode: Option<String>,
+    /// Reasoning effort (`effort = "high"`): the session's `thought_level` config option.
+    pub default_effort: Option<String>,
     /// What to do when the command is missing.
     pub install_hint: String,
     pub builtin: bool,
@@ -235,6 +238,7 @@ struct ProviderEntry {
     env: BTreeMap<String, String>,
     model: Option<String>,
     mode: Option<String>,
+    effort: Option<String>,
     auth: Option<String>,
 }
 
@@ -286,6 +290,7 @@ fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
         env: BTreeMap::new(),
         default_model: None,
         default_mode: None,
+        default_effort: None,
         install_hint: hint.to_string(),
         builtin: true,
         auth: None,
@@ -400,6 +405,7 @@ impl Providers {
                     preset.label = entry.label.unwrap_or(preset.label);
                     preset.default_model = entry.model.or(preset.default_model);
                     preset.default_mode = entry.mode.or(preset.default_mode);
+                    preset.default_effort = entry.effort.or(preset.default_effort);
                     preset.auth = entry.auth.or(preset.auth);
                     preset
                 }
@@ -411,6 +417,7 @@ impl Providers {
                     env: entry.env,
                     default_model: entry.model,
                     default_mode: entry.mode,
+                    default_effort: entry.effort,
                     install_hint: format!(
                         "check `command` under [providers.{name}] in {}",
                         path.display()

@@ -112,6 +112,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Change an agent's mode, model, reasoning effort or another setting it offers
+    /// (`drover inspect` lists them); kept for its later runs.
+    Set {
+        /// The agent (id, unique prefix or suffix, or title)
+        id: String,
+        /// The setting: `mode`, `model`, `effort`, or the id of an option the agent offers
+        setting: String,
+        /// Its new value
+        value: String,
+    },
     /// Bring an archived agent back.
     Unarchive {
         /// The agent (id, unique prefix or suffix, or title; archived ones win a tie)
@@ -552,6 +562,10 @@ pub struct RunArgs {
     /// Session mode, such as `plan` [default: the provider's]
     #[arg(long, value_name = "M")]
     pub mode: Option<String>,
+    /// Reasoning effort, such as `low` or `high`, where the agent offers it [default: the
+    /// provider's]
+    #[arg(long, value_name = "E")]
+    pub effort: Option<String>,
     /// Make it a subagent of this agent
     #[arg(long, value_name = "ID")]
     pub parent: Option<String>,

@@ -170,6 +170,7 @@ fn create_message(
         title: args.title.clone(),
         model: args.model.clone(),
         mode: args.mode.clone(),
+        effort: args.effort.clone(),
         labels: BTreeMap::new(),
         parent_agent_id: parent,
         auto_archive: args.auto_archive,
@@ -889,6 +890,8 @@ fn inspect_rows(
         ),
         ("model", agent.model.clone().unwrap_or_else(dash)),
         ("mode", agent.current_mode_id.clone().unwrap_or_else(dash)),
+        ("effort", agent.effort.clone().unwrap_or_else(dash)),
+        ("settings", settings_line(agent)),
         (
             "permissions",
             match agent.permission_policy {
@@ -937,6 +940,30 @@ fn inspect_rows(
         rows.retain(|(k, _)| *k != "start");
     }
     rows
+}
+
+/// What the live session offers to set (`drover set`): `mode=default (default, plan),
+/// reasoning_effort=high (low, medium, high)`.
+fn settings_line(agent: &AgentInfo) -> String {
+    let Some(options) = agent.config_options.as_ref().filter(|o| !o.is_empty()) else {
+        return if agent.runtime.state == "live" {
+            "-".to_string()
+        } else {
+            "- (shown while the agent runs)".to_string()
+        };
+    };
+    options
+        .iter()
+        .map(|o| {
+            let values: Vec<&str> = o.values.iter().map(|v| v.value.as_str()).collect();
+            if values.is_empty() {
+                format!("{}={}", o.id, o.current_value)
+            } else {
+                format!("{}={} ({})", o.id, o.current_value, values.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// What the agent's process said of itself at its last start: `codex-acp 0.16.0, ACP 1:
@@ -1226,6 +1253,26 @@ pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
         return Err(unexpected(&answer));
     };
     eprintln!("starting {name} again (`drover attach {name}` to watch)");
+    Ok(())
+}
+
+/// `drover set AGENT SETTING VALUE`: mode, model, reasoning effort or another option the
+/// agent offers.
+pub async fn set(ctx: &Ctx, id: &str, setting: &str, value: &str) -> anyhow::Result<()> {
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::SetConfigOption {
+            request_id,
+            agent_id: agent.id.clone(),
+            config_id: setting.to_string(),
+            value: value.to_string(),
+        })
+        .await?;
+    connection.close().await;
+    let DaemonMessage::Ok { .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    outln!("{name}: {setting} = {value}");
     Ok(())
 }
 

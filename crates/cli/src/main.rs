@@ -152,6 +152,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Command::Detach { id } => commands::detach(&ctx, &id).await,
             Command::Inspect { id, json } => commands::inspect(&ctx, &id, json).await,
             Command::Retry { id } => commands::retry(&ctx, &id).await,
+            Command::Set { id, setting, value } => commands::set(&ctx, &id, &setting, &value).await,
             Command::Login { provider, method } => {
                 login::login(&ctx, &provider, method.as_deref()).await
             }

@@ -240,6 +240,8 @@ mod tests {
             current_mode_id: None,
             available_modes: None,
             model: None,
+            effort: None,
+            config_options: None,
             title: title.map(str::to_string),
             cwd: "/".to_string(),
             parent_agent_id: None,

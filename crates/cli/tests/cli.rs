@@ -638,6 +638,63 @@ fn inspect_shows_one_agent() {
 }
 
 #[test]
+fn set_changes_an_agents_reasoning_effort_and_inspect_shows_its_settings() {
+    let fx = Fixture::new();
+    // The scripted agent, offering its settings as ACP config options.
+    let config = fx.home().join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let tuned = text
+        .split("\n[providers.broken]")
+        .next()
+        .unwrap_or_default()
+        .replace("[providers.scripted]", "[providers.tuned]")
+        .replace(" }", ", SCRIPTED_AGENT_CONFIG_OPTIONS = \"1\" }");
+    std::fs::write(&config, format!("{text}\n{tuned}")).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let id = fx.spawn_agent(
+        &[
+            "--provider",
+            "tuned",
+            "--title",
+            "tuned",
+            "--effort",
+            "high",
+        ],
+        "say hi",
+    );
+    fx.drover(&["wait", &id]).ok();
+    let row = |fx: &Fixture, name: &str| {
+        let out = fx.drover(&["inspect", "tuned"]).ok().stdout;
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(row(&fx, "effort"), "effort        high");
+    assert!(
+        row(&fx, "settings").contains("effort=high (low, medium, high)"),
+        "{}",
+        row(&fx, "settings")
+    );
+    let out = fx.drover(&["set", "tuned", "effort", "low"]).ok();
+    assert!(
+        out.stdout.ends_with(": effort = low\n"),
+        "{}",
+        out.transcript()
+    );
+    assert!(row(&fx, "settings").contains("effort=low ("));
+    assert_eq!(fx.info(&id)["effort"], "low");
+    // A value the agent does not take: refused, saying which it takes.
+    let out = fx.drover(&["set", "tuned", "effort", "extreme"]);
+    assert_ne!(out.code, 0, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("give one of: low, medium, high"),
+        "{}",
+        out.transcript()
+    );
+}
+
+#[test]
 fn inspect_says_what_keeps_an_idle_runtime_live() {
     let fx = Fixture::start();
     let id = fx.spawn_agent(&["--title", "server"], "say starting\nspawn-tool");

@@ -16,6 +16,10 @@ pub const PARENT_LABEL: &str = "drover.parent-agent-id";
 pub struct ProviderConfig {
     pub model: Option<String>,
     pub mode: Option<String>,
+    /// Reasoning effort: the value of the agent's config option of category `thought_level`.
+    pub effort: Option<String>,
+    /// The agent's other config options set by a user, by the agent's own option id.
+    pub options: BTreeMap<String, String>,
     pub permission_policy: PermissionPolicy,
 }
 

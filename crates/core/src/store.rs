@@ -668,6 +668,10 @@ struct ConfigDoc {
     model: Option<String>,
     #[serde(default)]
     mode_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    effort: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    options: BTreeMap<String, String>,
     #[serde(default)]
     permission_policy: PermissionPolicy,
     #[serde(flatten)]
@@ -734,6 +738,8 @@ impl AgentDoc {
             config: ConfigDoc {
                 model: a.config.model.clone(),
                 mode_id: a.config.mode.clone(),
+                effort: a.config.effort.clone(),
+                options: a.config.options.clone(),
                 permission_policy: a.config.permission_policy,
                 unknown: config_unknown,
             },
@@ -792,6 +798,8 @@ impl AgentDoc {
             config: ProviderConfig {
                 model: self.config.model,
                 mode: self.config.mode_id,
+                effort: self.config.effort,
+                options: self.config.options,
                 permission_policy: self.config.permission_policy,
             },
             resume,

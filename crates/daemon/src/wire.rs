@@ -1,7 +1,7 @@
 //! Domain records to wire types: the one place the protocol's shapes are filled in.
 
 use drover_acp::jobs::{JobRecord, KillCause};
-use drover_acp::{RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
+use drover_acp::{RuntimeMemory, RuntimeView, SessionSettings, TimelineEvent, TimelineUpdate};
 use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
 use drover_protocol::{
     AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ImportSkip, ImportedAgentInfo, JobInfo,
@@ -16,17 +16,24 @@ use serde_json::{Value, json};
 /// The agent as clients see it now: its record, its live runtime's modes and its runtime
 /// view (without the memory of its process tree, which only `get_agent` measures).
 pub(crate) fn agent_info_now(ops: &Ops, agent: &Agent) -> AgentInfo {
-    agent_info(agent, ops.modes(agent.id), &ops.runtime(agent.id), None)
+    agent_info(
+        agent,
+        ops.session_settings(agent.id),
+        &ops.runtime(agent.id),
+        None,
+    )
 }
 
-/// `modes`: what the agent's live runtime offers (`{currentModeId, availableModes}`), if any;
+/// `settings`: what the agent's live session offers to set (modes, config options), if any;
 /// `memory`: what its process tree holds, when it was measured.
 pub(crate) fn agent_info(
     agent: &Agent,
-    modes: Option<Value>,
+    settings: Option<SessionSettings>,
     runtime: &RuntimeView,
     memory: Option<RuntimeMemory>,
 ) -> AgentInfo {
+    let (modes, config_options) = settings.map_or((None, None), |s| (s.modes, s.config_options));
+    let modes = modes.as_ref();
     AgentInfo {
         id: agent.id.to_string(),
         status: agent.status.as_str().to_string(),
@@ -37,13 +44,14 @@ pub(crate) fn agent_info(
         session_id: agent.resume.as_ref().map(|r| r.acp_session_id.clone()),
         error: agent.last_error.clone(),
         current_mode_id: modes
-            .as_ref()
             .and_then(|m| m.get("currentModeId"))
             .and_then(Value::as_str)
             .map(str::to_string)
             .or_else(|| agent.config.mode.clone()),
         available_modes: modes.and_then(|m| m.get("availableModes").cloned()),
         model: agent.config.model.clone(),
+        effort: agent.config.effort.clone(),
+        config_options,
         title: agent.title.clone(),
         cwd: agent.cwd.display().to_string(),
         parent_agent_id: agent.parent_id().map(|p| p.to_string()),

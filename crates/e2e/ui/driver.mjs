@@ -108,6 +108,23 @@ const scenarios = {
     for (const p of [one, two]) await gone(p, scheduleRow(A.agent, id));
   },
 
+  // The settings a live agent offers (ACP config options) are selects in its header: a change
+  // in one browser reaches the agent and shows in the other.
+  async settings() {
+    const one = await open();
+    const two = await open();
+    for (const p of [one, two]) { await ready(p); await openAgent(p, A.agent); }
+    const effort = (p) => p.locator(`${pane(A.agent)} select.setting[aria-label="Reasoning effort"]`);
+    await effort(one).waitFor();
+    if (await effort(one).inputValue() !== 'high') fail(`effort shows ${await effort(one).inputValue()}`);
+    // The mode is one of the agent's options now: no second, older mode control.
+    if (await one.locator(`${pane(A.agent)} select[aria-label="Mode"]`).count() !== 1) fail('two mode controls');
+    await shot(one, 'agent-settings');
+    await effort(one).selectOption('low');
+    await two.waitForFunction((sel) => document.querySelector(sel)?.value === 'low',
+      `${pane(A.agent)} select.setting[aria-label="Reasoning effort"]`);
+  },
+
   // A page without a (valid) token explains how to get one; with one in the fragment it logs
   // in and takes the token out of the address bar.
   async login() {

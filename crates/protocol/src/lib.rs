@@ -270,6 +270,10 @@ pub enum ClientMessage {
         model: Option<String>,
         #[serde(default)]
         mode: Option<String>,
+        /// Reasoning effort (the agent's config option of category `thought_level`), such as
+        /// `high`. Default: the provider's `effort`, else the agent's own.
+        #[serde(default)]
+        effort: Option<String>,
         #[serde(default)]
         labels: BTreeMap<String, String>,
         /// Makes the new agent a subagent of this one.
@@ -350,6 +354,16 @@ pub enum ClientMessage {
         request_id: Option<String>,
         agent_id: String,
         model_id: String,
+    },
+    /// Sets one of the agent's config options (`AgentInfo.configOptions`): recorded, and sent
+    /// to the live agent with ACP `session/set_config_option`. `configId` is the option's id,
+    /// or its category (`mode`, `model`, `thought_level`, or `effort` for `thought_level`).
+    SetConfigOption {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        config_id: String,
+        value: String,
     },
     /// Sets the agent's title; `null` or blank clears it.
     SetTitle {
@@ -692,6 +706,7 @@ impl ClientMessage {
             | ClientMessage::AnswerPermission { request_id, .. }
             | ClientMessage::SetMode { request_id, .. }
             | ClientMessage::SetModel { request_id, .. }
+            | ClientMessage::SetConfigOption { request_id, .. }
             | ClientMessage::SetTitle { request_id, .. }
             | ClientMessage::ClearAttention { request_id, .. }
             | ClientMessage::WorkspaceChanges { request_id, .. }
@@ -746,6 +761,14 @@ pub struct AgentInfo {
     /// Modes the live runtime offers (`null` while it is cold).
     pub available_modes: Option<Value>,
     pub model: Option<String>,
+    /// The recorded reasoning effort (`thought_level` config option).
+    #[serde(default)]
+    pub effort: Option<String>,
+    /// The settings the live session offers (ACP config options: mode, model, reasoning
+    /// effort, the agent's own), with their current values; `null` while it is cold or when
+    /// the agent offers none. Set one with `set_config_option`.
+    #[serde(default)]
+    pub config_options: Option<Vec<ConfigOptionInfo>>,
     pub title: Option<String>,
     pub cwd: String,
     pub parent_agent_id: Option<String>,
@@ -769,6 +792,32 @@ pub struct AgentInfo {
     /// answer (read then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Vec<QueuedMessageInfo>>,
+}
+
+/// A setting the agent's session offers, with its current value (ACP `configOptions`, a
+/// `select`; option groups are flattened).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigOptionInfo {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `mode`, `model`, `thought_level`, or the agent's own (or none).
+    #[serde(default)]
+    pub category: Option<String>,
+    pub current_value: String,
+    pub values: Vec<ConfigValueInfo>,
+}
+
+/// One value a config option can take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigValueInfo {
+    pub value: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 /// Why an agent's last start failed (the words are in `AgentInfo.error`).
@@ -1463,6 +1512,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "answer_permission",
     "set_mode",
     "set_model",
+    "set_config_option",
     "set_title",
     "clear_attention",
     "workspace_changes",

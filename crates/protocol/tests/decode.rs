@@ -178,14 +178,14 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             (opt_string(), any::<String>(), opt_string(), opt_string()),
             (opt_string(), opt_string(), opt_string(), opt_string()),
             (labels(), opt_string(), any::<bool>(), policy()),
-            prop::option::of(new_worktree())
+            (prop::option::of(new_worktree()), opt_string())
         )
             .prop_map(
                 |(
                     (request_id, provider, cwd, workspace_id),
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
-                    worktree,
+                    (worktree, effort),
                 )| ClientMessage::CreateAgent {
                     request_id,
                     provider,
@@ -195,6 +195,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     title,
                     model,
                     mode,
+                    effort,
                     labels,
                     parent_agent_id,
                     auto_archive,
@@ -274,6 +275,20 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 model_id
             }
         ),
+        (
+            opt_string(),
+            any::<String>(),
+            any::<String>(),
+            any::<String>()
+        )
+            .prop_map(|(request_id, agent_id, config_id, value)| {
+                ClientMessage::SetConfigOption {
+                    request_id,
+                    agent_id,
+                    config_id,
+                    value,
+                }
+            }),
         (opt_string(), any::<String>(), opt_string()).prop_map(|(request_id, agent_id, title)| {
             ClientMessage::SetTitle {
                 request_id,

@@ -1350,7 +1350,10 @@ impl Agent {
                 session_id,
                 &json!({"type": "model", "text": value, "via": via}),
             ),
-            _ => {}
+            _ => self.record(
+                session_id,
+                &json!({"type": "effort", "text": value, "via": via}),
+            ),
         }
         Ok(json!({"configOptions": options}))
     }

@@ -94,6 +94,7 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         env,
         default_model: None,
         default_mode: None,
+        default_effort: None,
         install_hint: "built with the workspace".to_string(),
         builtin: false,
         auth: None,

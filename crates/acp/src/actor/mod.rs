@@ -70,6 +70,11 @@ pub(crate) enum Command {
         model: String,
         reply: Reply<()>,
     },
+    SetConfigOption {
+        key: String,
+        value: String,
+        reply: Reply<()>,
+    },
     Pid {
         reply: oneshot::Sender<Option<u32>>,
     },
@@ -505,6 +510,10 @@ impl Actor {
             }
             Command::SetModel { model, reply } => {
                 let result = self.set_model(model).await;
+                let _ = reply.send(result);
+            }
+            Command::SetConfigOption { key, value, reply } => {
+                let result = self.set_option(key, value).await;
                 let _ = reply.send(result);
             }
             Command::Ping { reply } => {

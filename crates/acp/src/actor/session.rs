@@ -23,7 +23,8 @@ use crate::providers::{Availability, Provider};
 use crate::records;
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
 use crate::slots::SlotGuard;
-use crate::{AcpError, Advertised, CLOSE_GRACE};
+use crate::{AcpError, Advertised, CLOSE_GRACE, SessionSettings};
+use drover_protocol::{ConfigOptionInfo, ConfigValueInfo};
 
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 const SESSION_TIMEOUT: Duration = Duration::from_secs(120);
@@ -553,7 +554,7 @@ impl Actor {
             live.models = result.get("models").cloned().filter(|m| !m.is_null());
             live.config_options = result.get("configOptions").cloned().filter(Value::is_array);
         }
-        self.publish_modes();
+        self.publish_settings();
         if agent.resume.as_ref().map(|r| &r.acp_session_id) != Some(&session_id) {
             let _ = self
                 .shared
@@ -568,17 +569,42 @@ impl Actor {
         }
     }
 
-    /// Sends the agent the configured mode and model when it offers them and they differ:
-    /// through its config option of that category where it has one, else `session/set_mode`
-    /// and `session/set_model`.
+    /// Sends the agent the configured mode, model, reasoning effort and other options when it
+    /// offers them and they differ: through its config option of that category (or id) where
+    /// it has one, else (mode and model) `session/set_mode` and `session/set_model`.
     async fn apply_config(&mut self, config: &ProviderConfig) {
-        for (category, value) in [("mode", &config.mode), ("model", &config.model)] {
-            let Some(value) = value else { continue };
-            if let Some(Err(e)) = self.set_config_option(category, value).await {
-                self.push(
-                    ItemKind::Notice,
-                    json!({"text": format!("{category} `{value}` not applied: {e}")}),
-                );
+        let by_category = [
+            ("mode", &config.mode),
+            ("model", &config.model),
+            ("thought_level", &config.effort),
+        ];
+        let by_id = config
+            .options
+            .iter()
+            .map(|(id, value)| (id.as_str(), value));
+        for (key, value) in by_category
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value.as_ref()?)))
+            .chain(by_id)
+        {
+            let what = if key == "thought_level" {
+                "reasoning effort"
+            } else {
+                key
+            };
+            match self.set_config_option(key, value).await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    let text = format!("{what} `{value}` not applied: {e}");
+                    self.push(ItemKind::Notice, json!({ "text": text }));
+                }
+                // Mode and model have older methods, below.
+                None if matches!(key, "mode" | "model") => {}
+                None => {
+                    let text =
+                        format!("{what} `{value}` not applied: the agent offers no such setting");
+                    self.push(ItemKind::Notice, json!({ "text": text }));
+                }
             }
         }
         let Some(live) = &self.live else { return };
@@ -681,23 +707,35 @@ impl Actor {
     }
 
     /// Shares the live runtime's modes with clients (or forgets them when it is gone).
-    pub(super) fn publish_modes(&self) {
-        let mut modes = self
-            .shared
-            .modes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match self.live.as_ref().and_then(|l| l.modes.clone()) {
-            Some(m) => modes.insert(self.id, m),
-            None => modes.remove(&self.id),
+    /// Publishes what the live session offers to set (modes, config options) for clients,
+    /// and tells them when it changed.
+    pub(super) fn publish_settings(&self) {
+        let settings = self.live.as_ref().map(|l| SessionSettings {
+            modes: l.modes.clone(),
+            config_options: l.config_options.as_ref().map(config_options_info),
+        });
+        let settings = settings.filter(|s| s.modes.is_some() || s.config_options.is_some());
+        let changed = {
+            let mut all = self
+                .shared
+                .settings
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match settings {
+                Some(s) => all.insert(self.id, s.clone()).is_none_or(|old| old != s),
+                None => all.remove(&self.id).is_some(),
+            }
         };
+        if changed {
+            let _ = self.shared.runtime_changes.send(self.id);
+        }
     }
 
     pub(super) async fn stop_runtime(&mut self) {
         self.resolve_all_permissions().await;
         self.end_terminals();
         if let Some(mut live) = self.live.take() {
-            self.publish_modes();
+            self.publish_settings();
             if live.close_session && !live.session_id.is_empty() {
                 // The agent frees the session (and saves it) before its process ends.
                 let closed = tokio::time::timeout(
@@ -740,7 +778,7 @@ impl Actor {
         let Some(mut live) = self.live.take() else {
             return;
         };
-        self.publish_modes();
+        self.publish_settings();
         // Its last words explain the exit: let the reader take them all.
         let _ =
             tokio::time::timeout(Duration::from_secs(1), live.stderr_closed.wait_for(|c| *c)).await;
@@ -829,18 +867,92 @@ impl Actor {
         Ok(())
     }
 
-    /// Sets `value` through the live session's config option of `category` (`mode`, `model`,
-    /// `thought_level`) with `session/set_config_option`, unless it is already the option's
-    /// value; `None` when the agent offers no such option (or nothing runs), so the caller uses
-    /// the older method. The agent's answer (every option, current) is kept.
-    async fn set_config_option(
-        &mut self,
-        category: &str,
-        value: &str,
-    ) -> Option<Result<(), AcpError>> {
+    /// Sets one config option, named by `key`: its id, or its category (`effort` names
+    /// `thought_level`). Recorded in the agent's config (mode, model and effort in their own
+    /// fields, any other by its id) so a later runtime applies it too, and sent to the live
+    /// agent, which must offer the option and the value.
+    pub(super) async fn set_option(&mut self, key: String, value: String) -> Result<(), AcpError> {
+        let asked = key.clone();
+        let key = if key == "effort" {
+            "thought_level".to_string()
+        } else {
+            key
+        };
+        let offered = self
+            .live
+            .as_ref()
+            .map(|live| config_option(live.config_options.as_ref(), &key).cloned());
+        let category = match &offered {
+            Some(Some(option)) => option
+                .get("category")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            _ => Some(key.clone()),
+        };
+        // Mode and model keep the older methods for agents without config options.
+        match category.as_deref() {
+            Some("mode") => return self.set_mode(value).await,
+            Some("model") => return self.set_model(value).await,
+            _ => {}
+        }
+        if let Some(offered) = offered {
+            let Some(option) = offered else {
+                let ids = self
+                    .live
+                    .as_ref()
+                    .map(|live| option_ids(live.config_options.as_ref()));
+                return Err(AcpError::NoSuchOption {
+                    agent: self.id,
+                    message: format!(
+                        "it offers no setting `{asked}`; it offers: {}",
+                        ids.filter(|ids| !ids.is_empty())
+                            .unwrap_or_else(|| "none".to_string())
+                    ),
+                });
+            };
+            let values = option_values(&option);
+            if !values.is_empty() && !values.contains(&value) {
+                return Err(AcpError::NoSuchOption {
+                    agent: self.id,
+                    message: format!(
+                        "`{value}` is not a value of `{asked}`; give one of: {}",
+                        values.join(", ")
+                    ),
+                });
+            }
+            if let Some(set) = self.set_config_option(&key, &value).await {
+                set?;
+            }
+        }
+        let registry = self.shared.registry.clone();
+        let agent = registry
+            .get(self.id)
+            .ok_or_else(|| RegistryError::UnknownAgent(self.id.to_string()))?;
+        let mut config = agent.config;
+        if category.as_deref() == Some("thought_level") {
+            config.effort = Some(value);
+        } else {
+            let id = offered_id(self.live.as_ref(), &key).unwrap_or(key);
+            config.options.insert(id, value);
+        }
+        registry.set_config(self.id, config).await?;
+        Ok(())
+    }
+
+    /// Sets `value` through the live session's config option named `key` (its id, or its
+    /// category: `mode`, `model`, `thought_level`) with `session/set_config_option`, unless it
+    /// is already the option's value; `None` when the agent offers no such option (or nothing
+    /// runs), so the caller uses the older method. The agent's answer (every option, current)
+    /// is kept.
+    async fn set_config_option(&mut self, key: &str, value: &str) -> Option<Result<(), AcpError>> {
         let live = self.live.as_ref()?;
-        let option = config_option(live.config_options.as_ref(), category)?;
+        let option = config_option(live.config_options.as_ref(), key)?;
         let id = option.get("id").and_then(Value::as_str)?.to_string();
+        let category = option
+            .get("category")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         if option.get("currentValue").and_then(Value::as_str) == Some(value) {
             return Some(Ok(()));
         }
@@ -876,7 +988,7 @@ impl Actor {
                 modes["currentModeId"] = json!(value);
             }
         }
-        self.publish_modes();
+        self.publish_settings();
         Some(Ok(()))
     }
 
@@ -909,11 +1021,76 @@ impl Actor {
 
 /// The session config option of `category` among `options` (the first, as the agent orders
 /// them).
-fn config_option<'a>(options: Option<&'a Value>, category: &str) -> Option<&'a Value> {
-    options?
-        .as_array()?
-        .iter()
-        .find(|o| o.get("category").and_then(Value::as_str) == Some(category))
+/// The config option that `key` names: the one with that id, else the one of that category.
+fn config_option<'a>(options: Option<&'a Value>, key: &str) -> Option<&'a Value> {
+    let all = options?.as_array()?;
+    let field = |o: &Value, name: &str| o.get(name).and_then(Value::as_str) == Some(key);
+    all.iter()
+        .find(|o| field(o, "id"))
+        .or_else(|| all.iter().find(|o| field(o, "category")))
+}
+
+/// The session's config options as clients see them: `select` options with string values
+/// (groups flattened); others are left out.
+fn config_options_info(options: &Value) -> Vec<ConfigOptionInfo> {
+    let text = |o: &Value, name: &str| o.get(name).and_then(Value::as_str).map(str::to_string);
+    options
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| {
+            let id = text(o, "id")?;
+            let mut values = Vec::new();
+            select_values(&o["options"], &mut values);
+            Some(ConfigOptionInfo {
+                name: text(o, "name").unwrap_or_else(|| id.clone()),
+                description: text(o, "description"),
+                category: text(o, "category"),
+                current_value: text(o, "currentValue")?,
+                values,
+                id,
+            })
+        })
+        .collect()
+}
+
+/// The ids of the session's config options, for a message.
+fn option_ids(options: Option<&Value>) -> String {
+    options
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.get("id").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The id of the live session's option that `key` names.
+fn offered_id(live: Option<&Live>, key: &str) -> Option<String> {
+    let option = config_option(live?.config_options.as_ref(), key)?;
+    Some(option.get("id")?.as_str()?.to_string())
+}
+
+/// Every value a `select` config option takes (its groups flattened).
+fn option_values(option: &Value) -> Vec<String> {
+    let mut values = Vec::new();
+    select_values(&option["options"], &mut values);
+    values.into_iter().map(|v| v.value).collect()
+}
+
+/// The values of a `select` option's `options`, groups flattened.
+fn select_values(list: &Value, out: &mut Vec<ConfigValueInfo>) {
+    for entry in list.as_array().into_iter().flatten() {
+        let text = |name: &str| entry.get(name).and_then(Value::as_str);
+        match text("value") {
+            Some(value) => out.push(ConfigValueInfo {
+                value: value.to_string(),
+                name: text("name").unwrap_or(value).to_string(),
+                description: text("description").map(str::to_string),
+            }),
+            None => select_values(&entry["options"], out),
+        }
+    }
 }
 
 /// Model selection without a `model` config option: `session/set_model` where the agent

@@ -32,6 +32,7 @@ impl Actor {
                 ) {
                     live.config_options = Some(options.clone());
                 }
+                self.publish_settings();
                 self.push(ItemKind::Config, Value::Object(strip_kind(update)));
             }
             "usage_update" => {
@@ -62,7 +63,7 @@ impl Actor {
         {
             modes["currentModeId"] = json!(mode);
         }
-        self.publish_modes();
+        self.publish_settings();
     }
 
     fn chunk(&mut self, kind: ItemKind, update: &Value) {

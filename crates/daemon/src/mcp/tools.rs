@@ -80,6 +80,9 @@ struct CreateAgentParams {
     model: Option<String>,
     #[serde(default)]
     mode: Option<String>,
+    /// Reasoning effort (such as `low`, `high`), where the agent offers it.
+    #[serde(default)]
+    effort: Option<String>,
     #[serde(default)]
     title: Option<String>,
     #[serde(default)]
@@ -459,6 +462,7 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
         title: params.title,
         model: params.model,
         mode: params.mode,
+        effort: params.effort,
         labels: BTreeMap::new(),
         parent: matches!(params.relationship, Relationship::Subagent).then_some(caller),
         auto_archive: params.auto_archive,

@@ -65,6 +65,8 @@ pub(crate) struct CreateAgent {
     /// Default: the calling agent's model, else the provider's.
     pub(crate) model: Option<String>,
     pub(crate) mode: Option<String>,
+    /// Reasoning effort. Default: the provider's.
+    pub(crate) effort: Option<String>,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) parent: Option<AgentId>,
     pub(crate) auto_archive: bool,
@@ -131,6 +133,8 @@ impl Ops {
                     .model
                     .or_else(|| me.as_ref().and_then(|m| m.config.model.clone())),
                 mode: request.mode,
+                effort: request.effort,
+                options: BTreeMap::new(),
                 permission_policy: request
                     .permission_policy
                     .or_else(|| me.as_ref().map(|m| m.config.permission_policy))
@@ -353,6 +357,19 @@ impl Ops {
     ) -> Result<(), OpError> {
         self.controlled(caller, id)?;
         Ok(self.runtimes.set_model(id, model).await?)
+    }
+
+    /// Sets one of the agent's config options, by its id or category (recorded, and sent to a
+    /// live agent).
+    pub(crate) async fn set_config_option(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        key: String,
+        value: String,
+    ) -> Result<(), OpError> {
+        self.controlled(caller, id)?;
+        Ok(self.runtimes.set_config_option(id, key, value).await?)
     }
 
     /// Sets (or, with `None` or blank, clears) the agent's title.

@@ -32,7 +32,7 @@ pub(crate) mod workspaces;
 
 use std::sync::Arc;
 
-use drover_acp::{AcpError, RuntimeManager, RuntimeView, TimelineEvent};
+use drover_acp::{AcpError, RuntimeManager, RuntimeView, SessionSettings, TimelineEvent};
 use drover_core::{
     ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
 };
@@ -209,9 +209,9 @@ impl Ops {
         self.registry.workspace_activity(id)
     }
 
-    /// The modes the agent's live runtime offers, if it is live and offers any.
-    pub(crate) fn modes(&self, id: AgentId) -> Option<Value> {
-        self.runtimes.modes(id)
+    /// What the agent's live session offers to set, if it is live and offers anything.
+    pub(crate) fn session_settings(&self, id: AgentId) -> Option<SessionSettings> {
+        self.runtimes.session_settings(id)
     }
 
     /// What the agent's process said of itself at its last start.

@@ -380,6 +380,7 @@ impl Deliver for Ops {
             title: spec.title.clone().or_else(|| schedule.title.clone()),
             model: spec.model.clone(),
             mode: None,
+            effort: None,
             labels,
             parent: spec.parent_agent_id,
             auto_archive: spec.auto_archive,

@@ -149,6 +149,16 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             ops.set_model(CALLER, id, model_id).await?;
             ok(request_id, id)
         }
+        M::SetConfigOption {
+            request_id,
+            agent_id,
+            config_id,
+            value,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.set_config_option(CALLER, id, config_id, value).await?;
+            ok(request_id, id)
+        }
         M::SetTitle {
             request_id,
             agent_id,
@@ -203,7 +213,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
         } => {
             let id = parse_agent(&agent_id)?;
             let (agent, runtime, memory) = ops.get_agent(id).await?;
-            let mut info = wire::agent_info(&agent, ops.modes(id), &runtime, memory);
+            let mut info = wire::agent_info(&agent, ops.session_settings(id), &runtime, memory);
             info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
             info.runtime.agent = ops.advertised(id).map(wire::advertised);
             send(DaemonMessage::Agent {
@@ -529,6 +539,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         title,
         model,
         mode,
+        effort,
         labels,
         parent_agent_id,
         auto_archive,
@@ -570,6 +581,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         title,
         model,
         mode,
+        effort,
         labels,
         parent,
         auto_archive,

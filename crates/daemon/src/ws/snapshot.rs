@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::ws::Utf8Bytes;
+use drover_acp::SessionSettings;
 use drover_core::{Agent, AgentId};
-use serde_json::Value;
 
 use crate::ops::Ops;
 use crate::ops::agents::AgentScope;
@@ -19,9 +19,9 @@ use crate::wire;
 /// One agent's encoded `AgentInfo`.
 struct Cached {
     archived: bool,
-    /// The runtime's modes it was encoded with: they come and go with the runtime, which
-    /// announces nothing, so a snapshot re-encodes an agent whose modes changed.
-    modes: Option<Value>,
+    /// The live session's settings it was encoded with: a snapshot re-encodes an agent whose
+    /// settings changed since (an announcement lost to a lagging hub).
+    settings: Option<SessionSettings>,
     json: Box<str>,
 }
 
@@ -42,15 +42,15 @@ impl AgentCache {
     /// Encodes `agent` as clients see it now, keeps it, and returns the encoding (for the
     /// `agent_status` that announces it).
     pub(crate) fn put(&self, agent: &Agent, ops: &Ops) -> String {
-        let modes = ops.modes(agent.id);
-        let info = wire::agent_info(agent, modes.clone(), &ops.runtime(agent.id), None);
+        let settings = ops.session_settings(agent.id);
+        let info = wire::agent_info(agent, settings.clone(), &ops.runtime(agent.id), None);
         // Our own types always serialize.
         let json = serde_json::to_string(&info).unwrap_or_default();
         self.lock().insert(
             agent.id,
             Cached {
                 archived: agent.is_archived(),
-                modes,
+                settings,
                 json: json.clone().into_boxed_str(),
             },
         );
@@ -66,7 +66,7 @@ impl AgentCache {
         let stale: Vec<AgentId> = self
             .lock()
             .iter()
-            .filter(|(id, cached)| ops.modes(**id) != cached.modes)
+            .filter(|(id, cached)| ops.session_settings(**id) != cached.settings)
             .map(|(id, _)| *id)
             .collect();
         for id in stale {

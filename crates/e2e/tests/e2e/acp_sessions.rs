@@ -247,3 +247,125 @@ async fn mode_and_model_are_set_through_config_options_where_the_agent_offers_th
         daemon.stop().await;
     }
 }
+
+/// The live session's config option `id`, as clients see it.
+fn option<'a>(agent: &'a Value, id: &str) -> &'a Value {
+    agent["configOptions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|o| o["id"] == id))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_effort_and_the_agents_settings_are_shown_and_set_as_config_options() {
+    let (daemon, state) = daemon_with("SCRIPTED_AGENT_CONFIG_OPTIONS = \"1\"").await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({
+            "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi", "effort": "high",
+        }))
+        .await;
+    client.wait_idle(&id).await;
+    let agent = get_agent(&mut client, &id).await;
+    let session = agent["sessionId"].as_str().expect("a session").to_string();
+    // The effort asked for at creation reached the agent through its `thought_level` option.
+    assert_eq!(
+        settings(&state, &session, "effort"),
+        [("high".to_string(), "session/set_config_option".to_string())]
+    );
+    assert_eq!(agent["effort"], "high", "{agent}");
+    let effort = option(&agent, "effort");
+    assert_eq!(effort["category"], "thought_level", "{agent}");
+    assert_eq!(effort["currentValue"], "high", "{agent}");
+    let values: Vec<&str> = effort["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .filter_map(|v| v["value"].as_str())
+        .collect();
+    assert_eq!(values, ["low", "medium", "high"]);
+    assert_eq!(
+        option(&agent, "session-mode")["category"],
+        "mode",
+        "{agent}"
+    );
+
+    // What the agent does not offer is refused, saying what it does offer.
+    let refused = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "effort", "value": "extreme"}))
+        .await;
+    assert_eq!(refused["payload"]["code"], "invalid_input", "{refused}");
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("low, medium, high"), "{refused}");
+    let refused = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "verbosity", "value": "loud"}))
+        .await;
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("session-mode, llm, effort"), "{refused}");
+
+    // A change by the option's own id reaches the agent, and every client sees it.
+    let set = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "effort", "value": "low"}))
+        .await;
+    assert_eq!(set["type"], "ok", "{set}");
+    let status = client
+        .recv_where(|m| {
+            let agent = &m["payload"]["agent"];
+            m["type"] == "agent_status"
+                && agent["effort"] == "low"
+                && option(agent, "effort")["currentValue"] == "low"
+        })
+        .await;
+    assert_eq!(status["payload"]["agent"]["id"], id.as_str(), "{status}");
+    assert_eq!(
+        settings(&state, &session, "effort").last(),
+        Some(&("low".to_string(), "session/set_config_option".to_string()))
+    );
+
+    // Cold, the options are gone from view but the choice is kept, and a new runtime shows
+    // (and has) it.
+    cold(&mut client, &id).await;
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(agent["configOptions"], Value::Null, "{agent}");
+    assert_eq!(agent["effort"], "low", "{agent}");
+    client
+        .request(json!({"type": "send_message", "agentId": id, "text": "say again"}))
+        .await;
+    client.wait_idle(&id).await;
+    let agent = get_agent(&mut client, &id).await;
+    assert_eq!(option(&agent, "effort")["currentValue"], "low", "{agent}");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effort_the_agent_cannot_take_is_said_in_its_timeline() {
+    let (daemon, _state) = daemon_with("").await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({
+            "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi", "effort": "high",
+        }))
+        .await;
+    client.wait_idle(&id).await;
+    let notices: Vec<String> = client
+        .timeline(&id)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "notice")
+        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n == "reasoning effort `high` not applied: the agent offers no such setting"),
+        "{notices:?}"
+    );
+    assert_eq!(client.replies(&id).await, ["hi"]);
+    // Live, with no such option: refused, saying so.
+    let refused = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "effort", "value": "low"}))
+        .await;
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("offers no setting `effort`"), "{refused}");
+    daemon.stop().await;
+}

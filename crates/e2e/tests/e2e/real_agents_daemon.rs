@@ -97,7 +97,7 @@ async fn run_everything(agent: RealAgent) {
     let created = client
         .request(json!({
             "type": "create_agent", "provider": name, "cwd": cwd, "title": format!("{name} end to end"),
-            "prompt": "reply hello from the scripted model",
+            "prompt": "reply hello from the scripted model", "effort": "high",
         }))
         .await;
     assert_eq!(created["type"], "agent_created", "{name}: {created}");
@@ -116,6 +116,33 @@ async fn run_everything(agent: RealAgent) {
         reply.contains("hello from the scripted model"),
         "{name}: {reply}"
     );
+    // The reasoning effort asked for went through the agent's `thought_level` option, where
+    // it has one (codex-acp 0.16 does; the pinned claude and gemini do not): codex asked the
+    // model with it.
+    let info = client
+        .request(json!({"type": "get_agent", "agentId": id}))
+        .await;
+    let options = info["payload"]["agent"]["configOptions"].clone();
+    let effort = options
+        .as_array()
+        .and_then(|all| all.iter().find(|o| o["category"] == "thought_level"));
+    if agent == RealAgent::Codex {
+        let effort = effort.unwrap_or_else(|| panic!("codex offers no effort: {options}"));
+        assert_eq!(effort["currentValue"], "high", "{effort}");
+        let asked = model.requests();
+        assert!(
+            asked
+                .iter()
+                .any(|r| r["body"]["reasoning"]["effort"] == "high"),
+            "codex did not ask the model with effort high: {:?}",
+            asked
+                .iter()
+                .map(|r| &r["body"]["reasoning"])
+                .collect::<Vec<_>>()
+        );
+    } else {
+        assert!(effort.is_none(), "{name}: {options}");
+    }
 
     // 2. A shell command whose permission is allowed runs for real.
     client.clear_backlog();

@@ -52,6 +52,7 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         env,
         default_model: None,
         default_mode: None,
+        default_effort: None,
         install_hint: "built with the workspace".to_string(),
         builtin: false,
         auth: None,

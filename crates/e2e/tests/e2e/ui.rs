@@ -583,6 +583,35 @@ async fn archiving_the_parent_elsewhere_empties_the_track_and_closes_the_tabs() 
 }
 
 #[tokio::test]
+async fn the_settings_an_agent_offers_are_set_from_its_header_on_every_browser() {
+    let state = TempDir::new().expect("agent state");
+    let config =
+        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path())
+            .replace(" }", ", SCRIPTED_AGENT_CONFIG_OPTIONS = \"1\" }");
+    let home = TempDir::new().expect("home");
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let (mut client, _) = daemon.client().await;
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "tuned", "prompt": "say hi", "effort": "high"}),
+    )
+    .await;
+    wait_idle(&mut client, &id).await;
+    Scenario::run("settings", &daemon, json!({"agent": id})).await;
+    eventually("the effort the page set", WAIT, async || {
+        agent(&mut client, &id).await["effort"] == "low"
+    })
+    .await;
+    let item = agent(&mut client, &id).await;
+    let effort = item["configOptions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|o| o["id"] == "effort"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(effort["currentValue"], "low", "{item}");
+}
+
+#[tokio::test]
 async fn a_permission_answered_in_one_browser_settles_in_the_other() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;

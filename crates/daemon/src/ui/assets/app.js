@@ -698,7 +698,7 @@ async function loadOlder(pane) {
 
 function renderHeader(pane, a) {
   const w = S.workspaces.get(a.workspaceId);
-  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error, Boolean(a.startFailure)]);
+  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.configOptions, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error, Boolean(a.startFailure)]);
   if (pane.headerKey === key) return;
   pane.headerKey = key;
   const title = h('h1', { class: 'agent-title' },
@@ -712,13 +712,23 @@ function renderHeader(pane, a) {
     class: 'model', 'aria-label': 'Model', value: a.model || '', placeholder: 'model', size: '14',
     onchange: (e) => { if (e.target.value.trim()) conn.request({ type: 'set_model', agentId: a.id, modelId: e.target.value.trim() }).catch(failed('Model')); },
   });
+  // What the live session offers to set (ACP config options) replaces the older controls of
+  // the same category.
+  const options = a.configOptions || [];
+  const offers = (category) => options.some((o) => o.category === category);
+  const settings = options.map((o) => h('select', {
+    class: 'setting', 'aria-label': o.name, title: o.description || o.name,
+    onchange: (e) => conn.request({ type: 'set_config_option', agentId: a.id, configId: o.id, value: e.target.value }).catch(failed(o.name)),
+  }, o.values.map((v) => h('option', { value: v.value, selected: v.value === o.currentValue, title: v.description || '' },
+    // A value says what it is of, but for the mode's and the model's, which speak for themselves.
+    ['mode', 'model'].includes(o.category) ? v.name : `${o.category === 'thought_level' ? 'effort' : o.name}: ${v.name}`))));
   const parent = a.parentAgentId && S.agents.get(a.parentAgentId);
   pane.header.replaceChildren(
     h('div', { class: 'head-row' }, dot(a.status), title,
       h('span', { class: 'badge' }, a.type), h('span', { class: `status-text status-${a.status}` }, a.status),
       h('span', { class: `badge runtime-${live(a)}`, title: live(a) === 'live' ? 'the agent process runs' : 'no process: it starts when it gets work' }, live(a)),
       h('span', { class: 'spacer' }),
-      mode, model,
+      offers('mode') ? null : mode, offers('model') ? null : model, ...settings,
       a.archivedAt ? null : h('button', { type: 'button', class: 'schedule-new', title: 'Send this agent a prompt on a timetable', onclick: () => scheduleDialog(a) }, 'Schedule'),
       a.archivedAt ? null : h('button', { type: 'button', class: 'run-job', title: 'Run a command for this agent in the background (a job)', onclick: () => startJobDialog(a) }, 'Run…'),
       h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).then(() => refreshQueued(a.id), failed('Stop')) }, 'Stop'),
