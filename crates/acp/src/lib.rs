@@ -30,14 +30,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use drover_core::admission::{ActivityFamily, ActivityItem};
 use drover_core::error::ErrorCode;
 use drover_core::inbox::{Delivery, Inbox, InboxMessage};
 use drover_core::timeline::{Page, Timeline, TimelinePage};
+use drover_core::view::AgentsView;
 use drover_core::{
     Agent, AgentId, BootReport, BoxFuture, CancelCause, NewAgent, Registry, RegistryError,
     RuntimeControl, RuntimeError, store::StoreError,
 };
-use drover_protocol::ConfigOptionInfo;
+use drover_protocol::{ConfigOptionInfo, OwnSubagentInfo};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -255,11 +257,48 @@ pub fn no_mcp_servers() -> McpServers {
 
 /// What a live session offers to set, as clients see it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SessionSettings {
+pub struct LiveSession {
     /// The session's modes (`{currentModeId, availableModes}`), where it offers them.
     pub modes: Option<Value>,
     /// Its config options (ACP `configOptions`), where it offers them.
     pub config_options: Option<Vec<ConfigOptionInfo>>,
+    /// The subagents its process runs itself.
+    pub own_subagents: Vec<OwnSubagentInfo>,
+}
+
+/// The subagents an agent's process runs itself are `subagent` activity while they run. They
+/// end with the process, which the archive closes: there is nothing more to stop.
+struct OwnSubagentFamily(Arc<Mutex<HashMap<AgentId, LiveSession>>>);
+
+impl ActivityFamily for OwnSubagentFamily {
+    fn name(&self) -> &'static str {
+        "subagent"
+    }
+
+    fn running(&self, _: &dyn AgentsView, agent: &Agent) -> Vec<ActivityItem> {
+        let sessions = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(session) = sessions.get(&agent.id) else {
+            return Vec::new();
+        };
+        session
+            .own_subagents
+            .iter()
+            .filter(|s| actor::own_subagent_running(s))
+            .map(|s| ActivityItem {
+                id: s.id.clone(),
+                agent_id: Some(agent.id),
+                title: Some(s.title.clone()),
+                detail: format!("`{}`, the agent's own subagent, is running", s.title),
+            })
+            .collect()
+    }
+
+    fn stop(&self, _: AgentId, _: ActivityItem) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What the agents of one daemon share.
@@ -270,7 +309,7 @@ pub(crate) struct Shared {
     pub(crate) updates: broadcast::Sender<TimelineEvent>,
     actors: Arc<Actors>,
     /// What each live runtime's session offers to set (modes, config options), for clients.
-    pub(crate) settings: Mutex<HashMap<AgentId, SessionSettings>>,
+    pub(crate) sessions: Arc<Mutex<HashMap<AgentId, LiveSession>>>,
     /// What each agent's process said of itself at its last `initialize`.
     pub(crate) advertised: Mutex<HashMap<AgentId, Advertised>>,
     /// Each agent's queued messages as its task last published them (kept after the task
@@ -656,6 +695,8 @@ impl RuntimeManager {
             );
         }
         registry.register_family(jobs.family());
+        let sessions = Arc::new(Mutex::new(HashMap::new()));
+        registry.register_family(Arc::new(OwnSubagentFamily(Arc::clone(&sessions))));
         let _ = actors.registry.set(registry.clone());
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
         let (runtime_changes, _) = broadcast::channel(RUNTIME_CHANGE_CAPACITY);
@@ -670,7 +711,7 @@ impl RuntimeManager {
                 registry: registry.clone(),
                 updates,
                 actors,
-                settings: Mutex::new(HashMap::new()),
+                sessions,
                 advertised: Mutex::new(HashMap::new()),
                 queued: Mutex::new(HashMap::new()),
                 mcp,
@@ -713,9 +754,9 @@ impl RuntimeManager {
     }
 
     /// What the agent's live session offers to set, if it is live and offers anything.
-    pub fn session_settings(&self, agent: AgentId) -> Option<SessionSettings> {
+    pub fn live_session(&self, agent: AgentId) -> Option<LiveSession> {
         self.shared
-            .settings
+            .sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&agent)

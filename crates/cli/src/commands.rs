@@ -888,6 +888,7 @@ fn inspect_rows(
                     .join(", ")
             },
         ),
+        ("own subagents", own_subagents_line(agent)),
         ("model", agent.model.clone().unwrap_or_else(dash)),
         ("mode", agent.current_mode_id.clone().unwrap_or_else(dash)),
         ("effort", agent.effort.clone().unwrap_or_else(dash)),
@@ -939,7 +940,20 @@ fn inspect_rows(
     if agent.start_failure.is_none() {
         rows.retain(|(k, _)| *k != "start");
     }
+    if agent.own_subagents.is_empty() {
+        rows.retain(|(k, _)| *k != "own subagents");
+    }
     rows
+}
+
+/// The subagents the agent's process runs itself: `Look around (running), Reviewer (idle)`.
+fn own_subagents_line(agent: &AgentInfo) -> String {
+    agent
+        .own_subagents
+        .iter()
+        .map(|s| format!("{} ({})", s.title, s.state))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What the live session offers to set (`drover set`): `mode=default (default, plan),

@@ -242,6 +242,7 @@ mod tests {
             model: None,
             effort: None,
             config_options: None,
+            own_subagents: Vec::new(),
             title: title.map(str::to_string),
             cwd: "/".to_string(),
             parent_agent_id: None,

@@ -1,7 +1,7 @@
 //! Domain records to wire types: the one place the protocol's shapes are filled in.
 
 use drover_acp::jobs::{JobRecord, KillCause};
-use drover_acp::{RuntimeMemory, RuntimeView, SessionSettings, TimelineEvent, TimelineUpdate};
+use drover_acp::{LiveSession, RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
 use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
 use drover_protocol::{
     AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ImportSkip, ImportedAgentInfo, JobInfo,
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 pub(crate) fn agent_info_now(ops: &Ops, agent: &Agent) -> AgentInfo {
     agent_info(
         agent,
-        ops.session_settings(agent.id),
+        ops.live_session(agent.id),
         &ops.runtime(agent.id),
         None,
     )
@@ -28,11 +28,15 @@ pub(crate) fn agent_info_now(ops: &Ops, agent: &Agent) -> AgentInfo {
 /// `memory`: what its process tree holds, when it was measured.
 pub(crate) fn agent_info(
     agent: &Agent,
-    settings: Option<SessionSettings>,
+    settings: Option<LiveSession>,
     runtime: &RuntimeView,
     memory: Option<RuntimeMemory>,
 ) -> AgentInfo {
-    let (modes, config_options) = settings.map_or((None, None), |s| (s.modes, s.config_options));
+    let LiveSession {
+        modes,
+        config_options,
+        own_subagents,
+    } = settings.unwrap_or_default();
     let modes = modes.as_ref();
     AgentInfo {
         id: agent.id.to_string(),
@@ -52,6 +56,7 @@ pub(crate) fn agent_info(
         model: agent.config.model.clone(),
         effort: agent.config.effort.clone(),
         config_options,
+        own_subagents,
         title: agent.title.clone(),
         cwd: agent.cwd.display().to_string(),
         parent_agent_id: agent.parent_id().map(|p| p.to_string()),

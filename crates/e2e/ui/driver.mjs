@@ -125,6 +125,24 @@ const scenarios = {
       `${pane(A.agent)} select.setting[aria-label="Reasoning effort"]`);
   },
 
+  // The agent's own subagents are in its track, read-only, counted in the track's head; one
+  // that goes idle shows so without a reload.
+  async ownSubagents() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const own = page.locator(`${pane(A.agent)} .track-row.own-subagent`);
+    await own.first().waitFor();
+    const text = await own.first().innerText();
+    if (!text.includes('Reviewer') || !text.includes('running')) fail(`the track row says: ${text}`);
+    if (await own.first().locator('button').count() !== 0) fail('an own subagent has buttons');
+    const head = await page.locator(`${pane(A.agent)} .track .track-toggle`).innerText();
+    if (!head.includes('1 subagent') || !head.includes('1 running')) fail(`the track head says: ${head}`);
+    await shot(page, 'own-subagents');
+    await step('done');
+    await page.locator(`${pane(A.agent)} .track-row.own-subagent[data-state="idle"]`).waitFor();
+  },
+
   // A page without a (valid) token explains how to get one; with one in the fragment it logs
   // in and takes the token out of the address bar.
   async login() {

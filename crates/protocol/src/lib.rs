@@ -769,6 +769,11 @@ pub struct AgentInfo {
     /// the agent offers none. Set one with `set_config_option`.
     #[serde(default)]
     pub config_options: Option<Vec<ConfigOptionInfo>>,
+    /// The subagents the agent runs itself (claude's Task tool, ACP `subagent_update`), while
+    /// its process lives: read-only (they end with it), and `subagent` activity in archive
+    /// admission while they run. Not drover agents: see `parentAgentId` for those.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_subagents: Vec<OwnSubagentInfo>,
     pub title: Option<String>,
     pub cwd: String,
     pub parent_agent_id: Option<String>,
@@ -792,6 +797,28 @@ pub struct AgentInfo {
     /// answer (read then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Vec<QueuedMessageInfo>>,
+}
+
+/// A subagent an agent runs itself, as its provider reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnSubagentInfo {
+    /// The tool call's id (`via` `tool_call`) or the child session's (`subagent_update`).
+    pub id: String,
+    pub title: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `running`, `completed`, `failed`, `interrupted` (its turn ended first), or the state
+    /// an ACP child session reports (`idle`, ...).
+    pub state: String,
+    /// How the agent reported it: `tool_call` (claude's Task tool) or `subagent_update`.
+    pub via: String,
+    pub started_at: String,
+    #[serde(default)]
+    pub ended_at: Option<String>,
+    /// Tool calls the child session made (reported through `subagent_update` only).
+    #[serde(default)]
+    pub tool_calls: u64,
 }
 
 /// A setting the agent's session offers, with its current value (ACP `configOptions`, a

@@ -84,6 +84,10 @@
 //! | `terminal-release <program> [<arg>...]` | creates, releases at once (which kills it), then asks `terminal/output` of the released terminal and says what came back |
 //! | `terminal-start <program> [<arg>...]` | creates the terminal and leaves it running; says `terminal <id> started` |
 //! | `terminal-output <id>` | asks `terminal/output` of terminal `<id>`; says `terminal <id> output <result as JSON>` (or `… output error: <error>`) |
+//! | `own-task <title>` | claude's Task tool: a `tool_call` (`in_progress`, kind `think`, `_meta.claudeCode.toolName` `Task`) titled `<title>`, left running |
+//! | `own-task-done` | the last `own-task` call's `tool_call_update` `completed` |
+//! | `own-subagent <title>` | an ACP child session (when the client advertised `subagents`; else says `no subagents`): `subagent_update` announcing it `running`, then on the child's session an `agent_message_chunk` and a `tool_call`; it goes on after the turn |
+//! | `own-subagent-done` | the last child's `subagent_update` with state `idle` |
 //! | `subagent <prompt>` | creates a subagent through the session's MCP server (`create_agent`: relationship `subagent`, workspace `current`, the caller's provider) whose first prompt is `<prompt>` (`\n` in it starts a new line); says `started subagent <agentId>` (or `subagent error: ...`) |
 //! | `job <shell command>` | starts a background job through the session's MCP server (`start_job`); says `started job <jobId>: <command>` (or `job error: ...`) |
 //! | `tour` | a show of the rest, for the demo: `think`, `plan`, text streamed a few words at a time, `tool`, `permission`, `subagent`, `job` |
@@ -310,6 +314,12 @@ pub enum Directive {
     TerminalOutput(String),
     /// Creates a subagent with this first prompt.
     Subagent(String),
+    /// A Task tool call of claude's, left running.
+    OwnTask(String),
+    OwnTaskDone,
+    /// An ACP child session, left running.
+    OwnSubagent(String),
+    OwnSubagentDone,
     /// Starts a background job with this shell command.
     Job(String),
     Tour,
@@ -392,6 +402,10 @@ impl Directive {
             "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
             "recall" if rest.is_empty() => Directive::Recall,
             "subagent" if !rest.is_empty() => Directive::Subagent(rest.replace("\\n", "\n")),
+            "own-task" if !rest.is_empty() => Directive::OwnTask(rest.to_string()),
+            "own-task-done" if rest.is_empty() => Directive::OwnTaskDone,
+            "own-subagent" if !rest.is_empty() => Directive::OwnSubagent(rest.to_string()),
+            "own-subagent-done" if rest.is_empty() => Directive::OwnSubagentDone,
             "job" if !rest.is_empty() => Directive::Job(rest.to_string()),
             "tour" if rest.is_empty() => Directive::Tour,
             "help" if rest.is_empty() => Directive::Help,
@@ -786,6 +800,11 @@ struct Agent {
     client_terminals: AtomicBool,
     /// The client said `clientCapabilities.auth.terminal: true` in `initialize`.
     client_auth_terminal: AtomicBool,
+    /// The client said `clientCapabilities.subagents` in `initialize`.
+    client_subagents: AtomicBool,
+    /// The last `own-task` tool call and `own-subagent` child session.
+    own_task: Mutex<Option<String>>,
+    own_child: Mutex<Option<String>>,
     /// `authenticate` succeeded on this connection.
     signed_in: AtomicBool,
 }
@@ -869,6 +888,9 @@ impl Agent {
             next_tool: AtomicU64::new(0),
             client_terminals: AtomicBool::new(false),
             client_auth_terminal: AtomicBool::new(false),
+            client_subagents: AtomicBool::new(false),
+            own_task: Mutex::new(None),
+            own_child: Mutex::new(None),
             signed_in: AtomicBool::new(false),
         }
     }
@@ -907,6 +929,8 @@ impl Agent {
         let result = match method {
             "initialize" => {
                 let terminals = params["clientCapabilities"]["terminal"] == true;
+                let subagents = params["clientCapabilities"]["subagents"].is_object();
+                self.client_subagents.store(subagents, Ordering::Relaxed);
                 self.client_terminals.store(terminals, Ordering::Relaxed);
                 let auth_terminal = params["clientCapabilities"]["auth"]["terminal"] == true;
                 self.client_auth_terminal
@@ -1723,6 +1747,58 @@ impl Agent {
                 self.say(turn, &text).await;
             }
             Directive::Other(line) => self.say(turn, &format!("ok: {line}")).await,
+            Directive::OwnTask(title) => {
+                let n = self.next_tool.fetch_add(1, Ordering::Relaxed);
+                let id = format!("scripted-task-{}-{n}", std::process::id());
+                let update = json!({
+                    "sessionUpdate": "tool_call", "toolCallId": id, "title": title,
+                    "kind": "think", "status": "in_progress",
+                    "_meta": {"claudeCode": {"toolName": "Task"}},
+                });
+                self.out.update(&session_id, update).await;
+                *lock(&self.own_task) = Some(id);
+            }
+            Directive::OwnTaskDone => {
+                let id = lock(&self.own_task).take();
+                if let Some(id) = id {
+                    let update = json!({
+                        "sessionUpdate": "tool_call_update", "toolCallId": id, "status": "completed",
+                        "_meta": {"claudeCode": {"toolName": "Task"}},
+                    });
+                    self.out.update(&session_id, update).await;
+                }
+            }
+            Directive::OwnSubagent(title) => {
+                if !self.client_subagents.load(Ordering::Relaxed) {
+                    self.say(turn, "no subagents").await;
+                    return Flow::Continue;
+                }
+                let n = self.next_session.fetch_add(1, Ordering::Relaxed);
+                let child = format!("{session_id}-child-{n}");
+                let announce = json!({
+                    "sessionUpdate": "subagent_update", "sessionId": child, "title": title,
+                    "description": "a scripted child session", "state": {"state": "running"},
+                });
+                self.out.update(&session_id, announce).await;
+                let words = json!({
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": text_content(&format!("child working on {title}")),
+                });
+                self.out.update(&child, words).await;
+                let call = with_kind("tool_call", self.tool_call("child tool"));
+                self.out.update(&child, call).await;
+                *lock(&self.own_child) = Some(child);
+            }
+            Directive::OwnSubagentDone => {
+                let child = lock(&self.own_child).take();
+                if let Some(child) = child {
+                    let update = json!({
+                        "sessionUpdate": "subagent_update", "sessionId": child,
+                        "state": {"state": "idle"},
+                    });
+                    self.out.update(&session_id, update).await;
+                }
+            }
             Directive::Subagent(prompt) => {
                 let title: String = prompt
                     .lines()

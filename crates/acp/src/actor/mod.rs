@@ -11,6 +11,7 @@
 //! nothing left to do).
 
 mod idle;
+mod own_subagents;
 mod permissions;
 mod session;
 mod terminals;
@@ -34,6 +35,7 @@ use crate::rpc::{Incoming, RpcClient, RpcError};
 use crate::slots::SlotGuard;
 use crate::{AcpError, PendingPermission, PermissionAnswer, RuntimeManager, Shared};
 
+pub(crate) use own_subagents::running as own_subagent_running;
 pub use session::{LastStderr, LaunchError};
 
 use permissions::Permission;
@@ -151,6 +153,7 @@ pub(crate) fn spawn(
         turn: None,
         open_chunk: None,
         tool_calls,
+        own_subagents: own_subagents::OwnSubagents::default(),
         permissions: Vec::new(),
         terminals: terminals::Terminals::new(),
         terminal_ended: Arc::new(Notify::new()),
@@ -254,6 +257,8 @@ struct Actor {
     open_chunk: Option<(ItemKind, u64)>,
     /// toolCallId → timeline seq.
     tool_calls: HashMap<String, u64>,
+    /// The subagents the agent's process runs itself.
+    own_subagents: own_subagents::OwnSubagents,
     permissions: Vec<Permission>,
     /// The ACP terminals this runtime opened.
     terminals: terminals::Terminals,
@@ -622,8 +627,15 @@ impl Actor {
                     if let Some(turn) = self.turn.as_mut() {
                         turn.updated = true;
                     }
-                    if !self.loading_flag {
-                        self.on_update(params.get("update").cloned().unwrap_or(Value::Null));
+                    let update = params.get("update").cloned().unwrap_or(Value::Null);
+                    // A child session's work (ACP subagents) is its own, not this agent's.
+                    let session = params.get("sessionId").and_then(Value::as_str);
+                    if let Some(child) = session.filter(|s| self.own_subagents.is_child(s)) {
+                        if self.own_subagents.child_update(child, &update) {
+                            self.publish_session();
+                        }
+                    } else if !self.loading_flag {
+                        self.on_update(update);
                     }
                 } else {
                     tracing::debug!(agent = %self.id, %method, "ignored a notification");

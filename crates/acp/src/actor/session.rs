@@ -23,7 +23,7 @@ use crate::providers::{Availability, Provider};
 use crate::records;
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
 use crate::slots::SlotGuard;
-use crate::{AcpError, Advertised, CLOSE_GRACE, SessionSettings};
+use crate::{AcpError, Advertised, CLOSE_GRACE, LiveSession};
 use drover_protocol::{ConfigOptionInfo, ConfigValueInfo};
 
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -454,7 +454,9 @@ impl Actor {
                             // `actor/terminals.rs` answers the terminal methods, on jobs.
                             "terminal": true,
                             // `drover login` runs a terminal sign-in in the user's terminal.
-                            "auth": {"terminal": true}
+                            "auth": {"terminal": true},
+                            // `actor/own_subagents.rs` keeps the child sessions it announces.
+                            "subagents": {}
                         },
                         "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
                     }),
@@ -554,7 +556,7 @@ impl Actor {
             live.models = result.get("models").cloned().filter(|m| !m.is_null());
             live.config_options = result.get("configOptions").cloned().filter(Value::is_array);
         }
-        self.publish_settings();
+        self.publish_session();
         if agent.resume.as_ref().map(|r| &r.acp_session_id) != Some(&session_id) {
             let _ = self
                 .shared
@@ -709,16 +711,21 @@ impl Actor {
     /// Shares the live runtime's modes with clients (or forgets them when it is gone).
     /// Publishes what the live session offers to set (modes, config options) for clients,
     /// and tells them when it changed.
-    pub(super) fn publish_settings(&self) {
-        let settings = self.live.as_ref().map(|l| SessionSettings {
-            modes: l.modes.clone(),
-            config_options: l.config_options.as_ref().map(config_options_info),
-        });
-        let settings = settings.filter(|s| s.modes.is_some() || s.config_options.is_some());
+    pub(super) fn publish_session(&self) {
+        let session = LiveSession {
+            modes: self.live.as_ref().and_then(|l| l.modes.clone()),
+            config_options: self
+                .live
+                .as_ref()
+                .and_then(|l| l.config_options.as_ref())
+                .map(config_options_info),
+            own_subagents: self.own_subagents.list().to_vec(),
+        };
+        let settings = (session != LiveSession::default()).then_some(session);
         let changed = {
             let mut all = self
                 .shared
-                .settings
+                .sessions
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             match settings {
@@ -735,7 +742,9 @@ impl Actor {
         self.resolve_all_permissions().await;
         self.end_terminals();
         if let Some(mut live) = self.live.take() {
-            self.publish_settings();
+            // They ran inside the process that ends here.
+            self.own_subagents.clear();
+            self.publish_session();
             if live.close_session && !live.session_id.is_empty() {
                 // The agent frees the session (and saves it) before its process ends.
                 let closed = tokio::time::timeout(
@@ -778,7 +787,7 @@ impl Actor {
         let Some(mut live) = self.live.take() else {
             return;
         };
-        self.publish_settings();
+        self.publish_session();
         // Its last words explain the exit: let the reader take them all.
         let _ =
             tokio::time::timeout(Duration::from_secs(1), live.stderr_closed.wait_for(|c| *c)).await;
@@ -988,7 +997,7 @@ impl Actor {
                 modes["currentModeId"] = json!(value);
             }
         }
-        self.publish_settings();
+        self.publish_session();
         Some(Ok(()))
     }
 

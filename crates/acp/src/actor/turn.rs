@@ -320,6 +320,9 @@ impl Actor {
         let _ = self.timeline.sync();
         // The agent is done with them, answered or not.
         self.resolve_all_permissions().await;
+        if self.own_subagents.turn_ended() {
+            self.publish_session();
+        }
         let notice = turn
             .notify
             .map(|target| (target, self.finish_notice(&outcome, turn.started_seq)));

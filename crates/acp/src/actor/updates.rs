@@ -19,7 +19,16 @@ impl Actor {
             "agent_thought_chunk" => self.chunk(ItemKind::AgentThought, &update),
             "user_message_chunk" => self.chunk(ItemKind::UserMessage, &update),
             "tool_call" | "tool_call_update" => {
-                self.merge_tool_call(strip_kind(update));
+                let fields = strip_kind(update);
+                if self.own_subagents.tool_call(&fields) {
+                    self.publish_session();
+                }
+                self.merge_tool_call(fields);
+            }
+            "subagent_update" => {
+                if self.own_subagents.subagent_update(&update) {
+                    self.publish_session();
+                }
             }
             "plan" => {
                 self.push(ItemKind::Plan, json!({"entries": update.get("entries")}));
@@ -32,7 +41,7 @@ impl Actor {
                 ) {
                     live.config_options = Some(options.clone());
                 }
-                self.publish_settings();
+                self.publish_session();
                 self.push(ItemKind::Config, Value::Object(strip_kind(update)));
             }
             "usage_update" => {
@@ -63,7 +72,7 @@ impl Actor {
         {
             modes["currentModeId"] = json!(mode);
         }
-        self.publish_settings();
+        self.publish_session();
     }
 
     fn chunk(&mut self, kind: ItemKind, update: &Value) {

@@ -32,7 +32,7 @@ pub(crate) mod workspaces;
 
 use std::sync::Arc;
 
-use drover_acp::{AcpError, RuntimeManager, RuntimeView, SessionSettings, TimelineEvent};
+use drover_acp::{AcpError, LiveSession, RuntimeManager, RuntimeView, TimelineEvent};
 use drover_core::{
     ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
 };
@@ -210,8 +210,8 @@ impl Ops {
     }
 
     /// What the agent's live session offers to set, if it is live and offers anything.
-    pub(crate) fn session_settings(&self, id: AgentId) -> Option<SessionSettings> {
-        self.runtimes.session_settings(id)
+    pub(crate) fn live_session(&self, id: AgentId) -> Option<LiveSession> {
+        self.runtimes.live_session(id)
     }
 
     /// What the agent's process said of itself at its last start.

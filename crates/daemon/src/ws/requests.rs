@@ -213,7 +213,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
         } => {
             let id = parse_agent(&agent_id)?;
             let (agent, runtime, memory) = ops.get_agent(id).await?;
-            let mut info = wire::agent_info(&agent, ops.session_settings(id), &runtime, memory);
+            let mut info = wire::agent_info(&agent, ops.live_session(id), &runtime, memory);
             info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
             info.runtime.agent = ops.advertised(id).map(wire::advertised);
             send(DaemonMessage::Agent {

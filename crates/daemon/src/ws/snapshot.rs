@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::ws::Utf8Bytes;
-use drover_acp::SessionSettings;
+use drover_acp::LiveSession;
 use drover_core::{Agent, AgentId};
 
 use crate::ops::Ops;
@@ -21,7 +21,7 @@ struct Cached {
     archived: bool,
     /// The live session's settings it was encoded with: a snapshot re-encodes an agent whose
     /// settings changed since (an announcement lost to a lagging hub).
-    settings: Option<SessionSettings>,
+    settings: Option<LiveSession>,
     json: Box<str>,
 }
 
@@ -42,7 +42,7 @@ impl AgentCache {
     /// Encodes `agent` as clients see it now, keeps it, and returns the encoding (for the
     /// `agent_status` that announces it).
     pub(crate) fn put(&self, agent: &Agent, ops: &Ops) -> String {
-        let settings = ops.session_settings(agent.id);
+        let settings = ops.live_session(agent.id);
         let info = wire::agent_info(agent, settings.clone(), &ops.runtime(agent.id), None);
         // Our own types always serialize.
         let json = serde_json::to_string(&info).unwrap_or_default();
@@ -66,7 +66,7 @@ impl AgentCache {
         let stale: Vec<AgentId> = self
             .lock()
             .iter()
-            .filter(|(id, cached)| ops.session_settings(**id) != cached.settings)
+            .filter(|(id, cached)| ops.live_session(**id) != cached.settings)
             .map(|(id, _)| *id)
             .collect();
         for id in stale {

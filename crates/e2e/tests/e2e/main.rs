@@ -12,6 +12,7 @@ mod import_sessions;
 mod jobs;
 mod mcp;
 mod orphans;
+mod own_subagents;
 mod processes;
 mod protocol;
 mod protocol_smoke;

@@ -454,3 +454,66 @@ async fn codex_background_shell_keeps_the_runtime_live() {
     )
     .await;
 }
+
+/// Claude Code's Agent tool (`Task` in older versions) runs a subagent of its own: drover shows it among
+/// the agent's own subagents (`tool_call` via its `_meta.claudeCode.toolName`), running while
+/// the turn runs it and completed after, and the subagent's request reached the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claudes_task_tool_is_shown_as_its_own_subagent() {
+    let agent = RealAgent::Claude;
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let config = config(agent, &model, scratch.path(), &cwd);
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+    let task = json!({
+        "description": "Look around", "prompt": "reply found it",
+        "subagent_type": "general-purpose",
+    });
+    let created = client
+        .request(json!({
+            "type": "create_agent", "provider": "claude", "cwd": cwd,
+            "prompt": format!("call Agent {task}"), "permissionPolicy": "allow",
+        }))
+        .await;
+    let id = created["payload"]["agent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_string();
+    settle(&mut client, "claude", &id, 1).await;
+    let info = client
+        .request(json!({"type": "get_agent", "agentId": id}))
+        .await;
+    let own = info["payload"]["agent"]["ownSubagents"].clone();
+    let first = &own[0];
+    assert_eq!(
+        first["via"],
+        "tool_call",
+        "{:#?}\n{:#?}",
+        client.timeline(&id).await,
+        model
+            .requests()
+            .iter()
+            .map(|r| &r["played"])
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(first["title"], "Look around", "{info}");
+    assert_eq!(first["state"], "completed", "{info}");
+    let asked = model.requests();
+    assert!(
+        asked
+            .iter()
+            .any(|r| r["body"].to_string().contains("reply found it")
+                && r["played"]["directive"] == "reply"),
+        "the subagent never asked the model: {:?}",
+        asked.iter().map(|r| &r["played"]).collect::<Vec<_>>()
+    );
+    drop(client);
+    daemon.stop().await;
+}

@@ -612,6 +612,25 @@ async fn the_settings_an_agent_offers_are_set_from_its_header_on_every_browser()
 }
 
 #[tokio::test]
+async fn the_agents_own_subagents_are_in_its_track_read_only() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "lead", "prompt": "own-subagent Reviewer\nsay delegated"}),
+    )
+    .await;
+    wait_idle(&mut client, &id).await;
+    let mut scenario = Scenario::start("ownSubagents", &daemon, json!({"agent": id})).await;
+    scenario.step("done").await;
+    client
+        .request(json!({"type": "send_message", "agentId": id, "text": "own-subagent-done"}))
+        .await;
+    scenario.go().await;
+    scenario.done().await;
+}
+
+#[tokio::test]
 async fn a_permission_answered_in_one_browser_settles_in_the_other() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;

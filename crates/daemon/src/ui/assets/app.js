@@ -986,25 +986,31 @@ function jobOutputDialog(id) {
 
 function renderTrack(pane, a) {
   const kids = children(a.id);
-  const key = JSON.stringify(kids.map((k) => [k.id, k.status, k.title, k.type, k.requiresAttention])) + S.collapsed[`track-${a.id}`];
+  // The subagents the agent's process runs itself: shown, not driven (they end with it).
+  const own = a.ownSubagents || [];
+  const key = JSON.stringify([kids.map((k) => [k.id, k.status, k.title, k.type, k.requiresAttention]), own]) + S.collapsed[`track-${a.id}`];
   if (pane.trackKey === key) return;
   pane.trackKey = key;
-  if (!kids.length) { pane.track.hidden = true; pane.track.replaceChildren(); return; }
+  if (!kids.length && !own.length) { pane.track.hidden = true; pane.track.replaceChildren(); return; }
   pane.track.hidden = false;
-  const running = kids.filter(busy).length;
+  const running = kids.filter(busy).length + own.filter((s) => s.state === 'running').length;
   const attention = kids.filter((k) => k.requiresAttention).length;
-  const summary = [plural(kids.length, 'subagent', 'subagents'), running ? `${running} running` : null, attention ? `${attention} ${attention === 1 ? 'needs' : 'need'} attention` : null].filter(Boolean).join(' · ');
+  const summary = [plural(kids.length + own.length, 'subagent', 'subagents'), running ? `${running} running` : null, attention ? `${attention} ${attention === 1 ? 'needs' : 'need'} attention` : null].filter(Boolean).join(' · ');
   const collapsed = S.collapsed[`track-${a.id}`];
+  const provider = providerLabel(a.type);
   pane.track.replaceChildren(
     h('div', { class: 'track-head' },
       h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`track-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render(); } }, summary),
-      h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished')),
+      kids.length ? h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished') : null),
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
       h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type),
         h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason] || '●') : null),
       h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'detach', agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
       h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
-        onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' }, undo: true }) }, '×'))))]));
+        onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' }, undo: true }) }, '×'))).concat(
+      own.map((s) => h('li', { class: 'track-row own-subagent', dataset: { ownId: s.id, state: s.state }, title: `${provider}’s own subagent: it runs inside the agent and ends with it` },
+        h('span', { class: 'open' }, dot(s.state === 'running' ? 'running' : 'idle'), h('span', { class: 'title' }, s.title),
+          h('span', { class: 'provider' }, `${provider}’s`), h('span', { class: 'status-text' }, s.state))))))]));
 }
 
 // ---- schedules ----------------------------------------------------------------------------
