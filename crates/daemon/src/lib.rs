@@ -132,6 +132,7 @@ pub async fn run_locked_then(
         runtimes: runtimes.clone(),
         agent_tokens: tokens,
         schedules: schedules.clone(),
+        imports: Arc::default(),
     };
     let timer = schedules.start(ops.schedule_sink());
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });

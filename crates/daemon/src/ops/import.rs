@@ -141,6 +141,7 @@ impl Ops {
                 format!("`{}` is not an absolute path", home.display()),
             ));
         }
+        let _one_at_a_time = self.imports.lock().await;
         let agents_dir = home.join("agents");
         if !agents_dir.is_dir() {
             return Err(OpError::invalid(

@@ -51,6 +51,8 @@ pub(crate) struct Ops {
     /// The agents' MCP credentials.
     pub(crate) agent_tokens: Arc<AgentTokens>,
     pub(crate) schedules: Schedules,
+    /// One import at a time: each checks what came in before, then writes.
+    pub(crate) imports: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Who asks. A user (any client of the protocol) may do anything; an agent (over MCP) may

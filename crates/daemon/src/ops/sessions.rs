@@ -39,6 +39,7 @@ impl Ops {
             ));
         }
         let listed = self.runtimes.provider_sessions(provider, cwd).await?;
+        let _one_at_a_time = self.imports.lock().await;
         let taken = self.sessions_taken(provider);
         let wanted: HashSet<&str> = only.iter().map(String::as_str).collect();
         let mut report = ImportReport {
@@ -68,6 +69,13 @@ impl Ops {
                     .push(skip("the agent did not say its directory".to_string()));
                 continue;
             };
+            if !dir.is_absolute() {
+                report.skipped.push(skip(format!(
+                    "the agent gave its directory as `{}`, not an absolute path",
+                    dir.display()
+                )));
+                continue;
+            }
             if !dir.is_dir() {
                 report.skipped.push(skip(format!(
                     "its directory `{}` does not exist any more",
