@@ -2037,9 +2037,9 @@ fn notify_attach_counts_as_watching_and_notify_status_and_test_report_the_sinks(
     let fx = Fixture::new();
     let config = fx.home().join("config.toml");
     let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str(&format!(
-        "\n[[notify.sink]]\nkind = \"webhook\"\nname = \"hook\"\nurl = \"{url}/\"\n"
-    ));
+    let sink =
+        format!("\n[[notify.sink]]\nkind = \"webhook\"\nname = \"hook\"\nurl = \"{url}/\"\n");
+    text.push_str(&sink);
     std::fs::write(&config, text).expect("config");
     let fx = fx.serve(Command::new(DROVER), &[]);
     let id = fx.spawn_agent(&["--title", "watched"], "say before");
