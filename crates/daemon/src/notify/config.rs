@@ -16,9 +16,11 @@
 //! window = "1m"
 //! timeout = "10s"                         # per attempt (HTTP exchange, or the command's run)
 //! retries = 2                             # attempts after the first, 1 s then 2 s apart
+//! # command = ["prog", "arg"]             # a command sink's program and arguments, no shell
+//! # env = { DISPLAY = ":0" }              # and what it adds to the agents' environment
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -81,8 +83,12 @@ pub(crate) enum Target {
     Webhook { url: String, secret: Option<String> },
     /// POST the message to an ntfy topic URL, with ntfy's headers.
     Ntfy { url: String },
-    /// Run `argv` (no shell) with the event's JSON on stdin.
-    Command { argv: Vec<String> },
+    /// Run `argv` (no shell) with the event's JSON on stdin, with `env` added to the
+    /// environment agents get.
+    Command {
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
 }
 
 impl Target {
@@ -106,7 +112,7 @@ impl Target {
                 }
                 None => String::new(),
             },
-            Target::Command { argv } => argv.first().cloned().unwrap_or_default(),
+            Target::Command { argv, .. } => argv.first().cloned().unwrap_or_default(),
         }
     }
 }
@@ -157,6 +163,7 @@ struct SinkEntry {
     url: Option<String>,
     secret: Option<String>,
     command: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
     events: Option<Vec<String>>,
     all: Option<bool>,
     limit: Option<i64>,
@@ -245,6 +252,7 @@ impl SinkEntry {
         let target = match self.kind.as_str() {
             "webhook" => {
                 only("command", self.command.is_some(), "command")?;
+                only("env", self.env.is_some(), "command")?;
                 if self.secret.as_deref().is_some_and(str::is_empty) {
                     return Err(format!("{at}: `secret` is empty"));
                 }
@@ -255,6 +263,7 @@ impl SinkEntry {
             }
             "ntfy" => {
                 only("command", self.command.is_some(), "command")?;
+                only("env", self.env.is_some(), "command")?;
                 only("secret", self.secret.is_some(), "webhook")?;
                 Target::Ntfy {
                     url: url(self.url)?,
@@ -269,7 +278,10 @@ impl SinkEntry {
                         "{at}: a `command` sink needs `command`, the program and its arguments, e.g. [\"notify-send\", \"drover\"]"
                     ));
                 }
-                Target::Command { argv }
+                Target::Command {
+                    argv,
+                    env: self.env.unwrap_or_default(),
+                }
             }
             other => {
                 return Err(format!(
@@ -277,22 +289,7 @@ impl SinkEntry {
                 ));
             }
         };
-        let events = match self.events {
-            None => EventKind::SUBSCRIBABLE.into_iter().collect(),
-            Some(names) => names
-                .iter()
-                .map(|name| {
-                    EventKind::parse(name).ok_or_else(|| {
-                        let known: Vec<&str> =
-                            EventKind::SUBSCRIBABLE.iter().map(|k| k.as_str()).collect();
-                        format!(
-                            "{at}: `events` names {name:?}: the events are {}",
-                            known.join(", ")
-                        )
-                    })
-                })
-                .collect::<Result<BTreeSet<_>, _>>()?,
-        };
+        let events = events(&at, self.events)?;
         let limit = match self.limit {
             None => DEFAULT_LIMIT,
             Some(n) => u32::try_from(n)
@@ -320,6 +317,25 @@ impl SinkEntry {
             retries,
         })
     }
+}
+
+/// The events a sink asks for (default: every one it may).
+fn events(at: &str, names: Option<Vec<String>>) -> Result<BTreeSet<EventKind>, String> {
+    let Some(names) = names else {
+        return Ok(EventKind::SUBSCRIBABLE.into_iter().collect());
+    };
+    names
+        .iter()
+        .map(|name| {
+            EventKind::parse(name).ok_or_else(|| {
+                let known: Vec<&str> = EventKind::SUBSCRIBABLE.iter().map(|k| k.as_str()).collect();
+                format!(
+                    "{at}: `events` names {name:?}: the events are {}",
+                    known.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// A duration as written (seconds, or text such as `"10s"`, `"1m"`), more than zero.
@@ -384,6 +400,7 @@ timeout = 2
 [[notify.sink]]
 kind = "command"
 command = ["notify-send", "drover"]
+env = { DISPLAY = ":0" }
 all = true
 "#,
         )
@@ -409,6 +426,10 @@ all = true
         assert_eq!(command.name, "command-3");
         assert!(command.all);
         assert_eq!(command.target.describe(), "notify-send");
+        let Target::Command { env, .. } = &command.target else {
+            panic!("{command:?}");
+        };
+        assert_eq!(env.get("DISPLAY").map(String::as_str), Some(":0"));
         assert!(NotifyConfig::parse("").expect("empty").sinks.is_empty());
     }
 
@@ -436,6 +457,10 @@ all = true
             (
                 "[[notify.sink]]\nkind = \"command\"\ncommand = [\"x\"]\nurl = \"http://x\"",
                 "`url` is for webhook and ntfy sinks",
+            ),
+            (
+                "[[notify.sink]]\nkind = \"ntfy\"\nurl = \"http://x/t\"\nenv = { A = \"hush\" }",
+                "`env` is for command sinks",
             ),
             (
                 "[[notify.sink]]\nkind = \"ntfy\"\nurl = \"http://x/t\"\nlimit = 0",

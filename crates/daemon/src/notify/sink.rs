@@ -288,14 +288,19 @@ impl Worker {
                         .await,
                 )
             }
-            Target::Command { argv } => self.run_command(argv, notice).await,
+            Target::Command { argv, env } => self.run_command(argv, env, notice).await,
         }
     }
 
     /// Runs the command with the notice on stdin, without a shell and with the environment
-    /// agents get (none of the daemon's own secrets), killed with its process group when
-    /// `timeout` passes.
-    async fn run_command(&self, argv: &[String], notice: &Notice) -> Result<(), String> {
+    /// agents get (none of the daemon's own secrets) plus the sink's `env`, killed with its
+    /// process group when `timeout` passes.
+    async fn run_command(
+        &self,
+        argv: &[String],
+        env: &BTreeMap<String, String>,
+        notice: &Notice,
+    ) -> Result<(), String> {
         let program = argv.first().cloned().unwrap_or_default();
         let mut body = serde_json::to_vec(notice).map_err(|e| e.to_string())?;
         body.push(b'\n');
@@ -305,6 +310,7 @@ impl Worker {
             .current_dir(&self.cwd)
             .env_clear()
             .envs(drover_acp::process::inherited_env())
+            .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
