@@ -205,6 +205,7 @@ async fn stays_at(receiver: &Receiver, n: usize, quiet: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_a_roots_turn_end_and_permission_reach_a_signed_webhook_and_a_command() {
     let hook = Receiver::start(Answer::Status(200)).await;
+    let ntfy = Receiver::start(Answer::Status(200)).await;
     let out = TempDir::new().expect("out");
     let file = out.path().join("events.jsonl");
     let daemon = daemon_with(&format!(
@@ -219,9 +220,16 @@ secret = "s3cret-key"
 kind = "command"
 name = "log"
 command = ["/bin/sh", "-c", "cat >> \"$0\"", "{}"]
+
+[[notify.sink]]
+kind = "ntfy"
+name = "phone"
+url = "{}/ntfy/drover-topic"
+events = ["permission"]
 "#,
         hook.url,
-        file.display()
+        file.display(),
+        ntfy.url
     ))
     .await;
     let (mut client, _) = daemon.client().await;
@@ -264,6 +272,17 @@ command = ["/bin/sh", "-c", "cat >> \"$0\"", "{}"]
     assert_eq!(asked["event"], "permission", "{asked}");
     assert_eq!(asked["message"], "lead needs permission");
 
+    // ntfy got only the permission, in its JSON form, at the server's root.
+    let phone = ntfy.wait_for(1).await.remove(0);
+    assert_eq!(phone.path, "/ntfy/");
+    let message = phone.json();
+    assert_eq!(message["topic"], "drover-topic", "{message}");
+    assert_eq!(message["title"], "drover: lead");
+    assert_eq!(message["message"], "lead needs permission");
+    assert_eq!(message["priority"], 4);
+    assert_eq!(message["tags"][1], "permission");
+    assert_eq!(message["click"], asked["url"]);
+
     // The command got both, one JSON line each on its stdin.
     let lines = eventually("two lines from the command sink", WAIT, async || {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
@@ -283,13 +302,15 @@ command = ["/bin/sh", "-c", "cat >> \"$0\"", "{}"]
         .as_array()
         .expect("sinks")
         .clone();
-    assert_eq!(sinks.len(), 2, "{status}");
+    assert_eq!(sinks.len(), 3, "{status}");
     assert_eq!(sinks[0]["name"], "hook");
     assert_eq!(sinks[0]["kind"], "webhook");
     assert_eq!(sinks[0]["target"], hook.url.as_str());
     assert_eq!(sinks[0]["sent"], 2);
     assert_eq!(sinks[0]["lastError"], Value::Null);
     assert_eq!(sinks[1]["target"], "/bin/sh");
+    // The topic is the secret part of an ntfy URL: not shown.
+    assert_eq!(sinks[2]["target"], ntfy.url.as_str());
     assert!(!status.to_string().contains("s3cret"), "{status}");
 }
 
@@ -701,4 +722,42 @@ async fn notify_a_mistake_in_the_config_stops_the_daemon_naming_the_key() {
             && error.contains("[[notify.sink]] 1 (\"team\"): `events` names \"finish\""),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_an_agent_the_daemon_stopped_mid_turn_is_told_as_interrupted_at_the_next_start() {
+    let hook = Receiver::start(Answer::Status(200)).await;
+    let notify = format!(
+        "[[notify.sink]]\nkind = \"webhook\"\nurl = \"{}/\"\nevents = [\"interrupted\"]\n",
+        hook.url
+    );
+    let daemon = daemon_with(&notify).await;
+    let (mut client, _) = daemon.client().await;
+    let lead = create(
+        &mut client,
+        &daemon,
+        json!({"title": "lead", "prompt": "sleep 60000"}),
+    )
+    .await;
+    eventually("lead to be running", WAIT, async || {
+        let answer = client
+            .request(json!({"type": "get_agent", "agentId": lead}))
+            .await;
+        answer["payload"]["agent"]["status"] == "running"
+    })
+    .await;
+    drop(client);
+    let config = std::fs::read_to_string(daemon.home.join("config.toml")).expect("config");
+    let (home, keep) = daemon.stop().await;
+    assert!(hook.all().is_empty());
+
+    let daemon = TestDaemon::start_with_config(home, keep, config).await;
+    let told = hook.wait_for(1).await.remove(0).json();
+    assert_eq!(told["event"], "interrupted", "{told}");
+    assert_eq!(told["agentId"], lead.as_str());
+    assert_eq!(
+        told["message"],
+        "lead was interrupted: the daemon stopped during its turn"
+    );
+    drop(daemon);
 }
