@@ -745,6 +745,28 @@ const scenarios = {
     await shot(page, 'phone-tab');
   },
 
+  // The page tells the daemon which agent is in front, and nothing while it is hidden: no
+  // notification goes out about what the user is looking at.
+  async watching() {
+    const page = await open();
+    await ready(page);
+    const acknowledged = (id) => page.waitForFunction((want) => document.body.dataset.watching === want, id);
+    await openAgent(page, A.one);
+    await acknowledged(A.one);
+    await step('front-one');
+    await openAgent(page, A.two);
+    await acknowledged(A.two);
+    await step('front-two');
+    // Headless pages are always visible: the page is told it is hidden, as a browser would.
+    await page.evaluate(() => {
+      Object.defineProperty(document, 'hidden', { value: true, configurable: true });
+      Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
+      document.dispatchEvent(new Event('visibilitychange'));
+    });
+    await acknowledged('');
+    await step('hidden');
+  },
+
   // A subagent's permission request shows on its root's sidebar row, with a count; one click
   // opens the subagent at the request.
   async subagentAttention() {

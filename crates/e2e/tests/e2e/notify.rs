@@ -21,21 +21,21 @@ use tokio::net::TcpListener;
 
 /// One request a receiver read.
 #[derive(Debug, Clone)]
-struct Received {
+pub(crate) struct Received {
     path: String,
     headers: BTreeMap<String, String>,
     body: String,
 }
 
 impl Received {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
 }
 
 /// How a receiver answers.
 #[derive(Debug, Clone, Copy)]
-enum Answer {
+pub(crate) enum Answer {
     Status(u16),
     /// Reads the request, then never answers.
     Hang,
@@ -43,13 +43,13 @@ enum Answer {
 
 /// A tiny HTTP/1.1 server on 127.0.0.1 that records every request.
 #[derive(Debug, Clone)]
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     seen: Arc<Mutex<Vec<Received>>>,
 }
 
 impl Receiver {
-    async fn start(answer: Answer) -> Receiver {
+    pub(crate) async fn start(answer: Answer) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -85,12 +85,12 @@ impl Receiver {
     }
 
     /// The bodies (JSON) received so far.
-    fn events(&self) -> Vec<Value> {
+    pub(crate) fn events(&self) -> Vec<Value> {
         self.all().iter().map(Received::json).collect()
     }
 
     /// Waits until `n` requests came; all of them.
-    async fn wait_for(&self, n: usize) -> Vec<Received> {
+    pub(crate) async fn wait_for(&self, n: usize) -> Vec<Received> {
         eventually(format!("{n} requests at {}", self.url), WAIT, async || {
             let all = self.all();
             (all.len() >= n).then_some(all)
@@ -133,7 +133,7 @@ async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
 }
 
 /// A daemon with the scripted provider and this `[notify]` text.
-async fn daemon_with(notify: &str) -> TestDaemon {
+pub(crate) async fn daemon_with(notify: &str) -> TestDaemon {
     let home = TempDir::new().expect("home");
     let path = home.path().to_path_buf();
     // The agents' state lives (and goes) with the daemon's home.

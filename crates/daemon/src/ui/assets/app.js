@@ -284,7 +284,8 @@ function reportWatching() {
   const agentId = document.hidden ? null : (S.layout.active ?? null);
   if (watchingSent.session === S.sessionId && watchingSent.agentId === agentId) return;
   watchingSent = { session: S.sessionId, agentId };
-  conn.request({ type: 'watching', agentId }).catch(() => {});
+  // The body says what the daemon acknowledged (for the browser tests).
+  conn.request({ type: 'watching', agentId }).then(() => { document.body.dataset.watching = agentId ?? ''; }).catch(() => {});
 }
 
 function render({ sidebar = true } = {}) {
