@@ -142,7 +142,7 @@ pub async fn run_locked_then(
         runtimes: runtimes.clone(),
         agent_tokens: tokens,
         schedules: schedules.clone(),
-        notifier,
+        notifier: notifier.clone(),
     };
     let timer = schedules.start(ops.schedule_sink());
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
@@ -178,6 +178,8 @@ pub async fn run_locked_then(
 
     schedules.shutdown();
     let _ = timer.await;
+    // What the shutdown does to agents is no news to send.
+    notifier.shutdown();
     tracing::info!("shutting down: closing runtimes");
     runtimes.shutdown().await;
     registry.shutdown().await;

@@ -265,9 +265,14 @@ impl SinkEntry {
                 only("command", self.command.is_some(), "command")?;
                 only("env", self.env.is_some(), "command")?;
                 only("secret", self.secret.is_some(), "webhook")?;
-                Target::Ntfy {
-                    url: url(self.url)?,
+                let url = url(self.url)?;
+                let path = url["http://".len()..].split_once('/').map(|(_, p)| p);
+                if path.is_none_or(|p| p.is_empty() || p.ends_with('/') || p.contains(['?', '#'])) {
+                    return Err(format!(
+                        "{at}: `url` = {url:?}: an ntfy topic's URL, e.g. \"http://ntfy.lan/my-topic\""
+                    ));
                 }
+                Target::Ntfy { url }
             }
             "command" => {
                 only("url", self.url.is_some(), "webhook and ntfy")?;
@@ -445,6 +450,10 @@ all = true
             (
                 "[[notify.sink]]\nkind = \"ntfy\"\nurl = \"https://ntfy.sh/t\"",
                 "local relay",
+            ),
+            (
+                "[[notify.sink]]\nkind = \"ntfy\"\nurl = \"http://ntfy.lan/\"",
+                "an ntfy topic's URL",
             ),
             (
                 "[[notify.sink]]\nname = \"a\"\nkind = \"ntfy\"\nurl = \"http://x/t\"\nevents = [\"done\"]",

@@ -40,6 +40,8 @@ struct Inner {
     watching: Mutex<HashMap<String, AgentId>>,
     /// The web UI's address, for links.
     web_url: String,
+    /// Set at shutdown: the task that watches the registry ends.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 /// A sink as `notify_status` reports it.
@@ -80,14 +82,22 @@ impl Notifier {
                 sinks,
                 watching: Mutex::default(),
                 web_url: config.web_url.unwrap_or_else(|| daemon_url.to_string()),
+                stop: tokio::sync::watch::channel(false).0,
             }),
         };
         if !notifier.inner.sinks.is_empty() {
             let changes = registry.subscribe();
+            let stop = notifier.inner.stop.subscribe();
             let tree = Tree::new(registry.clone(), notifier.clone());
-            tokio::spawn(tree.run(changes, interrupted));
+            tokio::spawn(tree.run(changes, stop, interrupted));
         }
         notifier
+    }
+
+    /// No more notifications: what stopping the daemon does to its agents is not news. The
+    /// sinks finish what they are delivering and end with the daemon.
+    pub(crate) fn shutdown(&self) {
+        self.inner.stop.send_replace(true);
     }
 
     /// Session `session` shows `agent` now (`None`: nothing).
@@ -228,6 +238,7 @@ impl Tree {
     async fn run(
         mut self,
         mut changes: broadcast::Receiver<drover_core::RegistryEvent>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
         interrupted: Vec<AgentId>,
     ) {
         for id in interrupted {
@@ -236,7 +247,11 @@ impl Tree {
             }
         }
         loop {
-            match changes.recv().await {
+            let change = tokio::select! {
+                change = changes.recv() => change,
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            };
+            match change {
                 Ok(event) => {
                     if let Change::AgentCreated(agent) | Change::AgentUpdated(agent) = &event.change
                     {
