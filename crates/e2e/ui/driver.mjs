@@ -34,14 +34,14 @@ const browser = await chromium.launch({
 
 const errors = [];
 const pages = [];
-async function open({ token = A.token, viewport = { width: 1280, height: 800 }, mobile = false } = {}) {
+async function open({ token = A.token, viewport = { width: 1280, height: 800 }, mobile = false, fragment = '' } = {}) {
   const context = await browser.newContext({ viewport, isMobile: mobile, hasTouch: mobile, deviceScaleFactor: 1 });
   const page = await context.newPage();
   pages.push(page);
   page.setDefaultTimeout(WAIT);
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error' && !/WebSocket|ERR_CONNECTION_REFUSED|Failed to load resource/.test(m.text())) errors.push(`console: ${m.text()}`); });
-  await page.goto(A.url + (token ? `#token=${encodeURIComponent(token)}` : ''));
+  await page.goto(A.url + (token ? `#token=${encodeURIComponent(token)}` : '') + fragment);
   return page;
 }
 
@@ -765,6 +765,11 @@ const scenarios = {
     });
     await acknowledged('');
     await step('hidden');
+    // A notification's link opens its agent's tab, in front.
+    const linked = await open({ fragment: `&agent=${A.one}` });
+    await ready(linked);
+    await linked.locator(`${tab(A.one)}.active`).waitFor();
+    if (linked.url().includes('agent=') || linked.url().includes('token')) fail(`the link stayed in the address bar: ${linked.url()}`);
   },
 
   // A subagent's permission request shows on its root's sidebar row, with a count; one click
