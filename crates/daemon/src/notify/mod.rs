@@ -252,12 +252,15 @@ impl Tree {
                 _ = stop.wait_for(|stopped| *stopped) => return,
             };
             match change {
-                Ok(event) => {
-                    if let Change::AgentCreated(agent) | Change::AgentUpdated(agent) = &event.change
-                    {
-                        self.on_agent(agent);
+                Ok(event) => match &event.change {
+                    // What a new record says (an import's `finished`, `interrupted`) is its
+                    // history, not news.
+                    Change::AgentCreated(agent) => {
+                        self.seen.insert(agent.id, agent.attention);
                     }
-                }
+                    Change::AgentUpdated(agent) => self.on_agent(agent),
+                    _ => {}
+                },
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     tracing::warn!(missed = n, "notifications: missed registry events");
                     self.reseed();

@@ -761,3 +761,43 @@ async fn notify_an_agent_the_daemon_stopped_mid_turn_is_told_as_interrupted_at_t
     );
     drop(daemon);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_imported_agents_bring_their_attention_as_history_not_news() {
+    let hook = Receiver::start(Answer::Status(200)).await;
+    let daemon = daemon_with(&format!(
+        "[[notify.sink]]\nkind = \"webhook\"\nurl = \"{}/\"\nall = true\n",
+        hook.url
+    ))
+    .await;
+    let paseo = TempDir::new().expect("paseo home");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/paseo-home");
+    let made = std::process::Command::new(script)
+        .arg(paseo.path())
+        .arg(daemon.cwd())
+        .arg("scripted")
+        .output()
+        .expect("run scripts/paseo-home");
+    assert!(made.status.success(), "{made:?}");
+    let (mut client, _) = daemon.client().await;
+    let imported = client
+        .request(json!({"type": "import_paseo", "path": paseo.path(), "apply": true}))
+        .await;
+    assert_eq!(imported["type"], "imported", "{imported}");
+    let agents = client.agents(false).await;
+    assert!(
+        agents.iter().any(|a| a["attentionReason"] == "finished")
+            && agents.iter().any(|a| a["attentionReason"] == "interrupted"),
+        "{agents:#?}"
+    );
+    // A turn of one of them afterwards is news.
+    let mine = create(
+        &mut client,
+        &daemon,
+        json!({"title": "mine", "prompt": "say hi"}),
+    )
+    .await;
+    let told = hook.wait_for(1).await.remove(0).json();
+    assert_eq!(told["agentId"], mine.as_str(), "{told}");
+    stays_at(&hook, 1, Duration::from_millis(300)).await;
+}
