@@ -20,6 +20,8 @@
 //! idle_timeout = "15m"                    # hibernate a runtime idle this long; 0: never
 //! max_live = 8                            # at most this many agent processes at once
 //! ```
+//!
+//! The file's `[notify]` section belongs to the daemon (`drover_daemon`'s `notify` module).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,6 +142,9 @@ struct ConfigFile {
     providers: BTreeMap<String, ProviderEntry>,
     #[serde(default)]
     runtimes: RuntimesEntry,
+    /// Notifications: the daemon's to read (`drover_daemon::notify`), left alone here.
+    #[serde(default, rename = "notify")]
+    _notify: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -504,7 +509,7 @@ fn resolve(program: &str, path_var: Option<&str>) -> Option<PathBuf> {
 
 /// A TOML error as `line L, column C: message`, without the line itself: `config.toml` holds
 /// API keys, and what a parse error says goes to timelines, logs and clients.
-fn located(text: &str, span: Option<std::ops::Range<usize>>, message: &str) -> String {
+pub fn located(text: &str, span: Option<std::ops::Range<usize>>, message: &str) -> String {
     let message = message.trim();
     let Some(start) = span.map(|s| s.start.min(text.len())) else {
         return message.to_string();

@@ -196,6 +196,8 @@ pub enum Command {
     Job(JobArgs),
     /// Bring in agents you already have elsewhere (a dry run unless `--apply`).
     Import(ImportArgs),
+    /// Notifications (`[notify]` in config.toml): how each sink's deliveries went, or a sample.
+    Notify(NotifyArgs),
     /// List the providers and whether each can run (the daemon's view when it runs).
     Providers {
         /// Print JSON instead of a table
@@ -416,6 +418,32 @@ pub enum ImportSource {
         #[arg(long)]
         apply: bool,
         /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    #[command(subcommand)]
+    pub action: NotifyAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NotifyAction {
+    /// Each sink: where it sends, what it sent and when, failures and the last error, what
+    /// its full queue dropped and what its limit held back for a summary.
+    Status {
+        /// Print JSON (the sinks as the protocol describes them)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a sample notification to SINK (every sink if left out); fails if one was not
+    /// delivered after its retries.
+    Test {
+        /// The sink's `name` (see `drover notify status`)
+        sink: Option<String>,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },

@@ -236,6 +236,13 @@ pub(crate) fn working_directory(dir: &Path) -> Result<PathBuf, CliError> {
 
 pub async fn attach(ctx: &Ctx, id: &str, tail: usize, json: bool) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
+    // While attached, nothing is sent to notification sinks about this agent.
+    connection
+        .request(|request_id| ClientMessage::Watching {
+            request_id,
+            agent_id: Some(agent.id.clone()),
+        })
+        .await?;
     eprintln!(
         "-- attached to {name} ({}, {}); Ctrl-C detaches",
         agent.title.as_deref().unwrap_or("untitled"),

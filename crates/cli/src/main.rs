@@ -19,6 +19,7 @@ mod import;
 mod jobs;
 mod login;
 mod mcp_proxy;
+mod notify;
 mod output;
 mod resolve;
 mod schedules;
@@ -195,6 +196,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 }
             },
             Command::Job(job) => jobs::run(&ctx, job.action).await,
+            Command::Notify(notify) => notify::run(&ctx, notify.action).await,
             Command::Import(import) => match import.source {
                 args::ImportSource::Paseo { path, apply, json } => {
                     import::paseo(&ctx, path, apply, json).await

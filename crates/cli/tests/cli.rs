@@ -2032,3 +2032,112 @@ fn a_providers_own_sessions_are_listed_then_imported_and_continue() {
         broken.transcript()
     );
 }
+
+// ---- notifications -----------------------------------------------------------------------------
+
+/// A tiny HTTP receiver on 127.0.0.1: every request's body, in order (each answered 200).
+fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_ok()
+                && let Ok(value) = serde_json::from_slice(&body)
+            {
+                record.lock().expect("lock").push(value);
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (url, bodies)
+}
+
+/// Waits until `n` bodies came; all of them.
+fn received(bodies: &std::sync::Mutex<Vec<Value>>, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let all = bodies.lock().expect("lock").clone();
+        if all.len() >= n {
+            return all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} notifications never came: {all:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn notify_attach_counts_as_watching_and_notify_status_and_test_report_the_sinks() {
+    let (url, bodies) = receiver();
+    let fx = Fixture::new();
+    let config = fx.home().join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    let sink =
+        format!("\n[[notify.sink]]\nkind = \"webhook\"\nname = \"hook\"\nurl = \"{url}/\"\n");
+    text.push_str(&sink);
+    std::fs::write(&config, text).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let id = fx.spawn_agent(&["--title", "watched"], "say before");
+    assert_eq!(received(&bodies, 1)[0]["agentId"], id.as_str());
+
+    // While attached, its turn ends unannounced.
+    let mut attach = Live::spawn(&fx, &["attach", "watched"]);
+    attach.expect_line("turn completed");
+    fx.drover(&["send", &id, "say while-attached"]).ok();
+    attach.expect_line("while-attached");
+    fx.drover(&["wait", &id]).ok();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(bodies.lock().expect("lock").len(), 1);
+    attach.interrupt();
+    assert_eq!(attach.finish().code, 0);
+
+    // Detached: announced again.
+    fx.drover(&["send", &id, "say after"]).ok();
+    let after = received(&bodies, 2);
+    assert_eq!(after[1]["event"], "finished");
+    assert_eq!(after[1]["agentId"], id.as_str());
+
+    let status = fx.drover(&["notify", "status", "--json"]).ok().json();
+    assert_eq!(status[0]["name"], "hook");
+    assert_eq!(status[0]["sent"], 2);
+    let table = fx.drover(&["notify", "status"]).ok();
+    assert!(table.stdout.starts_with("SINK"), "{}", table.stdout);
+    assert!(
+        table.stdout.contains("hook") && table.stdout.contains("webhook"),
+        "{}",
+        table.stdout
+    );
+
+    let tested = fx.drover(&["notify", "test", "hook"]).ok();
+    assert_eq!(tested.stdout, "hook: delivered\n");
+    assert_eq!(received(&bodies, 3)[2]["event"], "test");
+    let unknown = fx.drover(&["notify", "test", "nope"]);
+    assert_ne!(unknown.code, 0, "{}", unknown.transcript());
+    assert!(
+        unknown.stderr.contains("no sink named `nope`"),
+        "{}",
+        unknown.transcript()
+    );
+}

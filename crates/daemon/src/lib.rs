@@ -10,6 +10,7 @@ pub mod http_client;
 pub mod lock;
 pub mod logging;
 mod mcp;
+mod notify;
 mod ops;
 mod refusals;
 mod schedules;
@@ -110,7 +111,9 @@ pub async fn run_locked_then(
     // at the end of this function, after the runtimes stopped.
     let guard = drover_core::guard::start();
     let tokens = Arc::new(agent_tokens::AgentTokens::default());
-    let (runtimes, registry) = open_runtimes(&config.home, addr, &tokens).await?;
+    // Read before anything starts: a mistake in `[notify]` stops the daemon, naming it.
+    let notify_config = notify::NotifyConfig::load(&config.home).map_err(DaemonError::Config)?;
+    let (runtimes, registry, interrupted) = open_runtimes(&config.home, addr, &tokens).await?;
 
     let info = DaemonInfo {
         version: 1,
@@ -127,12 +130,20 @@ pub async fn run_locked_then(
     // operations they fire through exist.
     let schedules = schedules::Schedules::open(&config.home, schedules::Clock::System);
     registry.register_family(Arc::new(schedules::ScheduleFamily(schedules.clone())));
+    let notifier = notify::Notifier::start(
+        notify_config,
+        &info.url,
+        &config.home,
+        &registry,
+        interrupted,
+    );
     let ops = ops::Ops {
         registry: registry.clone(),
         runtimes: runtimes.clone(),
         agent_tokens: tokens,
         schedules: schedules.clone(),
         imports: Arc::default(),
+        notifier: notifier.clone(),
     };
     let timer = schedules.start(ops.schedule_sink());
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
@@ -168,6 +179,8 @@ pub async fn run_locked_then(
 
     schedules.shutdown();
     let _ = timer.await;
+    // What the shutdown does to agents is no news to send.
+    notifier.shutdown();
     tracing::info!("shutting down: closing runtimes");
     runtimes.shutdown().await;
     registry.shutdown().await;
@@ -213,12 +226,20 @@ fn nodelay(
 }
 
 /// Loads the providers and the store and opens the runtimes (waking the agents left busy),
-/// then logs what the boot found.
+/// then logs what the boot found. Also hands back the agents boot found busy (now
+/// `interrupted`).
 async fn open_runtimes(
     home: &Path,
     addr: SocketAddr,
     tokens: &Arc<agent_tokens::AgentTokens>,
-) -> Result<(drover_acp::RuntimeManager, drover_core::Registry), DaemonError> {
+) -> Result<
+    (
+        drover_acp::RuntimeManager,
+        drover_core::Registry,
+        Vec<drover_core::AgentId>,
+    ),
+    DaemonError,
+> {
     let started = std::time::Instant::now();
     let providers =
         drover_acp::Providers::load(home).map_err(|e| DaemonError::Config(e.to_string()))?;
@@ -251,7 +272,7 @@ async fn open_runtimes(
         elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "store loaded"
     );
-    Ok((runtimes, registry))
+    Ok((runtimes, registry, boot.interrupted))
 }
 
 pub(crate) type McpService = StreamableHttpService<mcp::DroverMcp, LocalSessionManager>;

@@ -338,3 +338,22 @@ pub(crate) fn job_info(job: &JobRecord) -> JobInfo {
         terminal: job.terminal,
     }
 }
+
+/// A notification sink and how its deliveries went.
+pub(crate) fn notify_sink(report: &crate::notify::SinkReport) -> drover_protocol::NotifySinkInfo {
+    let status = &report.status;
+    drover_protocol::NotifySinkInfo {
+        name: report.name.clone(),
+        kind: report.kind.to_string(),
+        target: report.target.clone(),
+        events: report.events.iter().map(ToString::to_string).collect(),
+        all: report.all,
+        sent: status.sent,
+        last_sent_at: status.last_sent_at.map(|t| t.to_string()),
+        failed: status.failed,
+        last_error: status.last_error.clone(),
+        last_error_at: status.last_error_at.map(|t| t.to_string()),
+        dropped: status.dropped,
+        summarized: status.summarized,
+    }
+}

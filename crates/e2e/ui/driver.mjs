@@ -34,14 +34,14 @@ const browser = await chromium.launch({
 
 const errors = [];
 const pages = [];
-async function open({ token = A.token, viewport = { width: 1280, height: 800 }, mobile = false } = {}) {
+async function open({ token = A.token, viewport = { width: 1280, height: 800 }, mobile = false, fragment = '' } = {}) {
   const context = await browser.newContext({ viewport, isMobile: mobile, hasTouch: mobile, deviceScaleFactor: 1 });
   const page = await context.newPage();
   pages.push(page);
   page.setDefaultTimeout(WAIT);
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error' && !/WebSocket|ERR_CONNECTION_REFUSED|Failed to load resource/.test(m.text())) errors.push(`console: ${m.text()}`); });
-  await page.goto(A.url + (token ? `#token=${encodeURIComponent(token)}` : ''));
+  await page.goto(A.url + (token ? `#token=${encodeURIComponent(token)}` : '') + fragment);
   return page;
 }
 
@@ -778,6 +778,33 @@ const scenarios = {
     const box = await page.locator(`${tab(A.agent)} .tab-close`).boundingBox();
     if (box.width < 44 || box.height < 44) fail(`the tab's button is ${box.width}×${box.height} px`);
     await shot(page, 'phone-tab');
+  },
+
+  // The page tells the daemon which agent is in front, and nothing while it is hidden: no
+  // notification goes out about what the user is looking at.
+  async watching() {
+    const page = await open();
+    await ready(page);
+    const acknowledged = (id) => page.waitForFunction((want) => document.body.dataset.watching === want, id);
+    await openAgent(page, A.one);
+    await acknowledged(A.one);
+    await step('front-one');
+    await openAgent(page, A.two);
+    await acknowledged(A.two);
+    await step('front-two');
+    // Headless pages are always visible: the page is told it is hidden, as a browser would.
+    await page.evaluate(() => {
+      Object.defineProperty(document, 'hidden', { value: true, configurable: true });
+      Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
+      document.dispatchEvent(new Event('visibilitychange'));
+    });
+    await acknowledged('');
+    await step('hidden');
+    // A notification's link opens its agent's tab, in front.
+    const linked = await open({ fragment: `&agent=${A.one}` });
+    await ready(linked);
+    await linked.locator(`${tab(A.one)}.active`).waitFor();
+    if (linked.url().includes('agent=') || linked.url().includes('token')) fail(`the link stayed in the address bar: ${linked.url()}`);
   },
 
   // A subagent's permission request shows on its root's sidebar row, with a count; one click

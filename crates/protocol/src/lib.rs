@@ -618,6 +618,30 @@ pub enum ClientMessage {
         #[serde(default)]
         apply: bool,
     },
+    /// What this client shows its user now: the agent in front (`agentId`), or nothing
+    /// (`null`: the page is hidden, or no agent is open). The daemon sends no notification
+    /// for an agent a connected client shows (`[notify]` in `config.toml`); a connection
+    /// that closes shows nothing. Answered `ok`.
+    Watching {
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        agent_id: Option<String>,
+    },
+    /// The notification sinks of `[notify]` and how their deliveries went. Answered
+    /// `notify_status`.
+    NotifyStatus {
+        #[serde(default)]
+        request_id: Option<String>,
+    },
+    /// Sends a sample notification to the sink named `sink`, or to every sink, and answers
+    /// `notify_tested` once each delivery succeeded or failed (retries included).
+    NotifyTest {
+        #[serde(default)]
+        request_id: Option<String>,
+        #[serde(default)]
+        sink: Option<String>,
+    },
 }
 
 /// When a schedule fires: exactly one of `at`, `inSeconds`, `everySeconds`, `cron`.
@@ -733,7 +757,10 @@ impl ClientMessage {
             | ClientMessage::RestartAgent { request_id, .. }
             | ClientMessage::SignIn { request_id, .. }
             | ClientMessage::ImportPaseo { request_id, .. }
-            | ClientMessage::ImportSessions { request_id, .. } => request_id.as_deref(),
+            | ClientMessage::ImportSessions { request_id, .. }
+            | ClientMessage::Watching { request_id, .. }
+            | ClientMessage::NotifyStatus { request_id }
+            | ClientMessage::NotifyTest { request_id, .. } => request_id.as_deref(),
         }
     }
 }
@@ -1077,6 +1104,43 @@ pub struct ImportSkip {
     pub reason: String,
 }
 
+/// A notification sink (`[[notify.sink]]` in `config.toml`) and how its deliveries went since
+/// the daemon started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifySinkInfo {
+    pub name: String,
+    /// `webhook`, `ntfy`, `command`.
+    pub kind: String,
+    /// Where it goes, without what could be a secret: a URL's scheme and host, a command's
+    /// program.
+    pub target: String,
+    /// The events it wants.
+    pub events: Vec<String>,
+    /// Also watched agents and every subagent's own events.
+    pub all: bool,
+    /// Notifications delivered (summaries and samples included).
+    pub sent: u64,
+    pub last_sent_at: Option<String>,
+    /// Deliveries that failed after every retry.
+    pub failed: u64,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<String>,
+    /// Notifications dropped because its queue was full.
+    pub dropped: u64,
+    /// Notifications held back by its limit and counted in a summary instead.
+    pub summarized: u64,
+}
+
+/// How one sink took a `notify_test` sample.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyTestResult {
+    pub sink: String,
+    pub delivered: bool,
+    pub error: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderInfo {
@@ -1186,6 +1250,16 @@ pub enum DaemonMessage {
     Providers {
         request_id: Option<String>,
         providers: Vec<ProviderInfo>,
+    },
+    /// The answer to `notify_status`: every sink of `[notify]`, in the file's order.
+    NotifyStatus {
+        request_id: Option<String>,
+        sinks: Vec<NotifySinkInfo>,
+    },
+    /// The answer to `notify_test`: how the sample went, sink by sink.
+    NotifyTested {
+        request_id: Option<String>,
+        results: Vec<NotifyTestResult>,
     },
     /// The answer to `sign_in`: the agents started again.
     SignedIn {
@@ -1423,6 +1497,8 @@ impl DaemonMessage {
             | DaemonMessage::JobWaited { request_id, .. }
             | DaemonMessage::JobFollowed { request_id, .. }
             | DaemonMessage::JobUnfollowed { request_id, .. }
+            | DaemonMessage::NotifyStatus { request_id, .. }
+            | DaemonMessage::NotifyTested { request_id, .. }
             | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
             DaemonMessage::Welcome { .. }
             | DaemonMessage::SessionState { .. }
@@ -1567,6 +1643,9 @@ pub const CLIENT_TYPES: &[&str] = &[
     "sign_in",
     "import_paseo",
     "import_sessions",
+    "watching",
+    "notify_status",
+    "notify_test",
 ];
 
 #[cfg(test)]

@@ -511,6 +511,15 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     apply,
                 }
             }),
+        (opt_string(), opt_string()).prop_map(|(request_id, agent_id)| {
+            ClientMessage::Watching {
+                request_id,
+                agent_id,
+            }
+        }),
+        opt_string().prop_map(|request_id| ClientMessage::NotifyStatus { request_id }),
+        (opt_string(), opt_string())
+            .prop_map(|(request_id, sink)| ClientMessage::NotifyTest { request_id, sink }),
     ]
 }
 

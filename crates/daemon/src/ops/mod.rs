@@ -17,6 +17,7 @@
 //! - [`schedules`]: prompts on a timetable, and how they fire.
 //! - [`jobs`]: background commands agents own.
 //! - [`import`]: agents brought in from a Paseo home.
+//! - [`notify`]: what clients watch, and the notification sinks' status and samples.
 
 pub(crate) mod agents;
 pub(crate) mod archive;
@@ -24,6 +25,7 @@ pub(crate) mod changes;
 pub(crate) mod import;
 pub(crate) mod jobs;
 pub(crate) mod messages;
+pub(crate) mod notify;
 pub(crate) mod permissions;
 pub(crate) mod providers;
 pub(crate) mod schedules;
@@ -53,6 +55,8 @@ pub(crate) struct Ops {
     pub(crate) schedules: Schedules,
     /// One import at a time: each checks what came in before, then writes.
     pub(crate) imports: Arc<tokio::sync::Mutex<()>>,
+    /// Notifications (`[notify]`), and what each session watches.
+    pub(crate) notifier: crate::notify::Notifier,
 }
 
 /// Who asks. A user (any client of the protocol) may do anything; an agent (over MCP) may

@@ -364,6 +364,13 @@ struct Session {
     greeted: bool,
 }
 
+impl Drop for Session {
+    /// A client that left shows nothing any more.
+    fn drop(&mut self) {
+        self.context.ops.forget_session(&self.id);
+    }
+}
+
 /// Sends one message; `Close` if the socket is gone.
 async fn send(socket: &mut WebSocket, text: Utf8Bytes) -> Next {
     match socket.send(Message::Text(text)).await {
@@ -469,12 +476,7 @@ impl Session {
             );
             return send(socket, encode(&error)).await;
         }
-        if matches!(
-            message,
-            ClientMessage::FollowJob { .. } | ClientMessage::UnfollowJob { .. }
-        ) {
-            // Answered here, in order with the session's pushes (see `jobs::Follows`).
-            let answer = self.follows.request(message, &self.context.ops);
+        if let Some(answer) = self.answer_here(&message) {
             return send(socket, encode(&answer)).await;
         }
         let held = match &message {
@@ -493,6 +495,33 @@ impl Session {
             let _ = replies.send(Answer { held, reply }).await;
         });
         Next::Continue
+    }
+
+    /// Answers the requests the session answers itself, in order with its pushes
+    /// (`follow_job`, `unfollow_job`: see `jobs::Follows`) or about itself (`watching`);
+    /// `None` for any other.
+    fn answer_here(&mut self, message: &ClientMessage) -> Option<DaemonMessage> {
+        match message {
+            ClientMessage::Watching {
+                request_id,
+                agent_id,
+            } => Some(self.watching(request_id.clone(), agent_id.clone())),
+            ClientMessage::FollowJob { .. } | ClientMessage::UnfollowJob { .. } => {
+                Some(self.follows.request(message.clone(), &self.context.ops))
+            }
+            _ => None,
+        }
+    }
+
+    /// `watching`: this session shows `agent_id` now (or nothing).
+    fn watching(&self, request_id: Option<String>, agent_id: Option<String>) -> DaemonMessage {
+        match self.context.ops.set_watching(&self.id, agent_id.as_deref()) {
+            Ok(()) => DaemonMessage::Ok {
+                request_id,
+                agent_id,
+            },
+            Err(e) => request_error(request_id, e.code(), e.to_string(), None),
+        }
     }
 
     /// `hello`: checks the token and the version, then sends `welcome` and `session_state`.

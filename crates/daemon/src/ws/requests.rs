@@ -371,6 +371,29 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             request_id,
             schedule_id: ops.delete_schedule(CALLER, &schedule_id).await?.to_string(),
         }),
+        M::Watching { request_id, .. } => Ok(Reply::Send(request_error(
+            request_id,
+            ErrorCode::InvalidMessage,
+            "`watching` is answered by the session".into(),
+            None,
+        ))),
+        M::NotifyStatus { request_id } => send(DaemonMessage::NotifyStatus {
+            request_id,
+            sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
+        }),
+        M::NotifyTest { request_id, sink } => send(DaemonMessage::NotifyTested {
+            request_id,
+            results: ops
+                .notify_test(sink.as_deref())
+                .await?
+                .into_iter()
+                .map(|(sink, outcome)| drover_protocol::NotifyTestResult {
+                    sink,
+                    delivered: outcome.is_ok(),
+                    error: outcome.err(),
+                })
+                .collect(),
+        }),
         message @ (M::StartJob { .. }
         | M::ListJobs { .. }
         | M::JobOutput { .. }

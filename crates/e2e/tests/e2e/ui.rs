@@ -1247,3 +1247,51 @@ async fn a_subagents_permission_shows_on_its_root_and_one_click_opens_it() {
         .expect("the request");
     assert_eq!(permission["data"]["status"], "answered", "{permission}");
 }
+
+#[tokio::test]
+async fn the_page_says_which_agent_is_in_front_and_nothing_is_notified_about_it() {
+    use crate::notify::{Answer, Receiver};
+    let hook = Receiver::start(Answer::Status(200)).await;
+    let daemon = crate::notify::daemon_with(&format!(
+        "[[notify.sink]]\nkind = \"webhook\"\nurl = \"{}/\"\nevents = [\"finished\"]\n",
+        hook.url
+    ))
+    .await;
+    let (mut client, _) = daemon.client().await;
+    let one = idle_agent(&mut client, &daemon, "one").await;
+    let two = idle_agent(&mut client, &daemon, "two").await;
+    let notified = |n: usize| {
+        let hook = hook.clone();
+        async move { hook.wait_for(n).await.remove(n - 1).json()["agentId"].clone() }
+    };
+    let turn = async |client: &mut Client, id: &str| {
+        let answer = client
+            .request(json!({"type": "send_message", "agentId": id, "text": "say again", "delivery": "followup"}))
+            .await;
+        assert_eq!(answer["type"], "message_queued", "{answer}");
+        wait_idle(client, id).await;
+    };
+    let mut s = Scenario::start("watching", &daemon, json!({"one": one, "two": two})).await;
+
+    // `one` in front: its turn end is not sent; `two`'s is.
+    s.step("front-one").await;
+    turn(&mut client, &one).await;
+    turn(&mut client, &two).await;
+    assert_eq!(notified(1).await, two.as_str());
+    s.go().await;
+
+    // The tab switched to `two`.
+    s.step("front-two").await;
+    turn(&mut client, &two).await;
+    turn(&mut client, &one).await;
+    assert_eq!(notified(2).await, one.as_str());
+    s.go().await;
+
+    // Hidden: `two`, still its front tab, is told about again.
+    s.step("hidden").await;
+    turn(&mut client, &two).await;
+    assert_eq!(notified(3).await, two.as_str());
+    s.go().await;
+    s.done().await;
+    assert_eq!(hook.events().len(), 3, "{:#?}", hook.events());
+}

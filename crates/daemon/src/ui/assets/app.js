@@ -54,6 +54,10 @@ const S = {
 
 // `#token=…` in the address: kept in localStorage and taken out of the address bar at once
 // (fragments never reach the server, its logs or a referrer; the address bar is what remains).
+// `#agent=<id>` (a notification's link): that agent's tab opens once the agents are known.
+let linkedAgent = decodeURIComponent((/(?:^#|&)agent=([^&]+)/.exec(location.hash) || [])[1] || '') || null;
+if (linkedAgent && !/(?:^#|&)token=/.test(location.hash)) history.replaceState(null, '', location.pathname + location.search);
+
 (function takeToken() {
   const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
   if (!m) return;
@@ -87,6 +91,12 @@ function onMessage(msg) {
       // Every subscription is gone after a reconnect or a resync: panes load again.
       for (const pane of S.panes.values()) pane.loaded = false;
       pruneLayout();
+      if (linkedAgent && S.agents.has(linkedAgent) && !S.agents.get(linkedAgent).archivedAt) {
+        if (!S.layout.tabs.includes(linkedAgent)) S.layout.tabs.push(linkedAgent);
+        S.layout.active = linkedAgent;
+        saveLayout();
+      }
+      linkedAgent = null;
       if (S.showArchived) loadArchived();
       conn.request({ type: 'list_schedules' }).then((m) => {
         S.schedules = new Map(m.payload.schedules.map((x) => [x.id, x]));
@@ -265,8 +275,22 @@ let frame = 0;
 // The sidebar is the costly part with thousands of agents: it is rebuilt only when something
 // it shows changed (`render({ sidebar: false })` leaves it alone).
 let sidebarDirty = true;
+// What this page shows, as the daemon last heard it (`watching`): it sends no notification
+// about the agent in front of the user. Told here, not in the animation frame, which a hidden
+// page does not get.
+let watchingSent = { session: null, agentId: undefined };
+function reportWatching() {
+  if (S.state !== 'online' || !S.synced) return;
+  const agentId = document.hidden ? null : (S.layout.active ?? null);
+  if (watchingSent.session === S.sessionId && watchingSent.agentId === agentId) return;
+  watchingSent = { session: S.sessionId, agentId };
+  // The body says what the daemon acknowledged (for the browser tests).
+  conn.request({ type: 'watching', agentId }).then(() => { document.body.dataset.watching = agentId ?? ''; }).catch(() => {});
+}
+
 function render({ sidebar = true } = {}) {
   if (sidebar) sidebarDirty = true;
+  reportWatching();
   if (frame) return;
   frame = requestAnimationFrame(() => {
     frame = 0;
