@@ -42,7 +42,11 @@ impl Ops {
         message: InboxMessage,
     ) -> Result<String, OpError> {
         let target = self.controlled(caller, id)?;
-        Ok(self.runtimes.deliver_message(target.id, message).await?)
+        let delivery = message.delivery;
+        let message_id = self.runtimes.deliver_message(target.id, message).await?;
+        tracing::info!(agent = %target.id, %message_id, delivery = ?delivery,
+            by = ?caller.agent(), "message queued");
+        Ok(message_id)
     }
 
     /// Cancels the running turn; without `keep_inbox`, queued messages are dropped too.
