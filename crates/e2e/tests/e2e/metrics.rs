@@ -318,3 +318,95 @@ async fn metrics_prometheus_scrapes_the_daemon_with_the_token_and_answers_a_quer
     let _ = prometheus.child.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(10), prometheus.child.wait()).await;
 }
+
+/// The ```yaml blocks of the README's "Running unattended" section, in order.
+fn readme_yaml() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("Running unattended"))
+        .expect("a `Running unattended` section in the README");
+    section
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("```").map(|(yaml, _)| yaml.to_string()))
+        .collect()
+}
+
+/// `promtool` with these arguments in `dir`; fails the test unless it succeeds.
+async fn promtool_in(dir: &Path, args: &[&str]) {
+    let mut command = tokio::process::Command::new(promtool());
+    drover_testkit::hermetic::apply(command.as_std_mut(), dir);
+    let out = command
+        .current_dir(dir)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("promtool answers in time")
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_the_readmes_scrape_config_and_permission_alert_work_in_prometheus() {
+    let blocks = readme_yaml();
+    let scrape = blocks
+        .iter()
+        .find(|b| b.contains("scrape_configs:"))
+        .expect("the README's scrape config");
+    let rules = blocks
+        .iter()
+        .find(|b| b.contains("groups:"))
+        .expect("the README's alert rules");
+    let dir = tempfile::TempDir::new().expect("dir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "a-token\n").expect("token");
+    // The config as written, the token file where this test keeps one, and the rules.
+    let (before, after) = scrape
+        .split_once("credentials_file: ")
+        .expect("the token read from a file");
+    let rest = after.split_once('\n').map_or("", |(_, rest)| rest);
+    let config = format!(
+        "rule_files: ['rules.yml']\n{before}credentials_file: {}\n{rest}",
+        token.display()
+    );
+    std::fs::write(dir.path().join("prometheus.yml"), config).expect("prometheus.yml");
+    std::fs::write(dir.path().join("rules.yml"), rules).expect("rules.yml");
+    promtool_in(dir.path(), &["check", "config", "prometheus.yml"]).await;
+    // The permission alert: quiet while an agent has waited 9 minutes, firing at 11.
+    std::fs::write(
+        dir.path().join("test.yml"),
+        r#"rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'drover_agents_attention_oldest_age_seconds{reason="permission"}'
+        values: '0+60x20'
+      - series: 'drover_agents_attention_oldest_age_seconds{reason="finished"}'
+        values: '0+60x20'
+    alert_rule_test:
+      - eval_time: 9m
+        alertname: DroverAgentWaitsForPermission
+        exp_alerts: []
+      - eval_time: 11m
+        alertname: DroverAgentWaitsForPermission
+        exp_alerts:
+          - exp_labels:
+              reason: permission
+            exp_annotations:
+              summary: "a drover agent has needed permission for 11m 0s"
+"#,
+    )
+    .expect("test.yml");
+    promtool_in(dir.path(), &["test", "rules", "test.yml"]).await;
+}
