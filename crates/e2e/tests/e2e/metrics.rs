@@ -319,7 +319,7 @@ async fn metrics_prometheus_scrapes_the_daemon_with_the_token_and_answers_a_quer
     let _ = tokio::time::timeout(Duration::from_secs(10), prometheus.child.wait()).await;
 }
 
-/// The ```yaml blocks of the README's "Running unattended" section, in order.
+/// The YAML code blocks of the README's "Running unattended" section, in order.
 fn readme_yaml() -> Vec<String> {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
