@@ -19,7 +19,7 @@ impl Ops {
             .registry
             .archive(id, ArchiveOptions { stop_activity })
             .await?;
-        tracing::info!(agent = %id, stop_activity, by = ?caller.agent(), "agent archived");
+        tracing::info!(agent = %id, stop_activity, by = caller.agent().map(tracing::field::display), "agent archived");
         Ok(outcome)
     }
 

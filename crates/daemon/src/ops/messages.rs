@@ -42,10 +42,14 @@ impl Ops {
         message: InboxMessage,
     ) -> Result<String, OpError> {
         let target = self.controlled(caller, id)?;
-        let delivery = message.delivery;
+        let delivery = match message.delivery {
+            Delivery::Followup => "followup",
+            Delivery::Steer => "steer",
+            Delivery::Inject => "inject",
+        };
         let message_id = self.runtimes.deliver_message(target.id, message).await?;
-        tracing::info!(agent = %target.id, %message_id, delivery = ?delivery,
-            by = ?caller.agent(), "message queued");
+        tracing::info!(agent = %target.id, %message_id, delivery,
+            by = caller.agent().map(tracing::field::display), "message queued");
         Ok(message_id)
     }
 
