@@ -117,11 +117,22 @@ async fn metrics_need_the_token_and_count_agents_turns_and_permissions() {
         assert!(!body.contains("drover_agents"), "{body}");
     }
 
-    // A real turn, to its end.
+    // A real turn, to its end; a job and a schedule of the agent.
     let done = client
         .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "say hello"}))
         .await;
     client.wait_idle(&done).await;
+    let job = client
+        .request(json!({"type": "start_job", "agentId": done, "command": "sleep 60", "notifyOnExit": false}))
+        .await;
+    assert_eq!(job["type"], "job", "{job}");
+    let schedule = client
+        .request(
+            json!({"type": "create_schedule", "agentId": done, "prompt": "say daily",
+                        "when": {"everySeconds": 86_400}}),
+        )
+        .await;
+    assert_eq!(schedule["type"], "schedule", "{schedule}");
     let (status, text) = scrape(&daemon, &[&bearer(&daemon)]).await;
     assert_eq!(status, 200, "{text}");
     let s = samples(&text);
@@ -164,6 +175,13 @@ async fn metrics_need_the_token_and_count_agents_turns_and_permissions() {
         "{text}"
     );
     assert!(value(&s, "drover_client_sent_bytes_total") > 0.0, "{text}");
+    assert_eq!(value(&s, "drover_jobs{status=\"running\"}"), 1.0, "{text}");
+    assert_eq!(value(&s, "drover_jobs{status=\"exited\"}"), 0.0, "{text}");
+    assert_eq!(
+        value(&s, "drover_schedules{state=\"active\"}"),
+        1.0,
+        "{text}"
+    );
     // The live agent's process tree, read from /proc.
     assert!(value(&s, "drover_agent_processes") >= 1.0, "{text}");
     assert!(
