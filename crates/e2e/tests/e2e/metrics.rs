@@ -101,7 +101,7 @@ async fn promtool_check(exposition: &str, home: &Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_need_the_token_and_count_agents_turns_and_permissions() {
+async fn metrics_need_the_token_and_count_agents_turns_jobs_and_schedules() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
     let cwd = daemon.cwd();
@@ -192,7 +192,13 @@ async fn metrics_need_the_token_and_count_agents_turns_and_permissions() {
     assert!(value(&s, "process_resident_memory_bytes") > 0.0, "{text}");
     assert!(value(&s, "process_open_fds") > 0.0, "{text}");
     promtool_check(&text, &daemon.home).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_an_agent_waiting_for_permission_and_how_long_it_has_waited() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let cwd = daemon.cwd();
     // An agent waiting for a permission: counted, with how long it has waited (what the
     // "needs permission for 10 minutes" alert reads).
     let asking = client
@@ -211,7 +217,14 @@ async fn metrics_need_the_token_and_count_agents_turns_and_permissions() {
     )
     .await;
     assert_eq!(value(&waiting, "drover_agents{status=\"running\"}"), 1.0);
-    assert_eq!(value(&waiting, "drover_runtimes{state=\"live\"}"), 2.0);
+    assert_eq!(value(&waiting, "drover_runtimes{state=\"live\"}"), 1.0);
+    assert_eq!(
+        value(
+            &waiting,
+            "drover_agents_attention_oldest_age_seconds{reason=\"finished\"}"
+        ),
+        0.0
+    );
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (_, text) = scrape(&daemon, &[&bearer(&daemon)]).await;
     let age = value(
