@@ -18,6 +18,9 @@ use prometheus_client::registry::{Registry, Unit};
 /// `turn_ended` item without the `turn_` prefix.
 pub const OUTCOMES: [&str; 5] = ["completed", "failed", "canceled", "blocked", "interrupted"];
 
+/// The index of `failed` in [`OUTCOMES`].
+const FAILED: usize = 1;
+
 /// Upper bounds of the turn-duration histogram, in seconds: a quick answer to an hour's work.
 const DURATION_BUCKETS: [f64; 12] = [
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
@@ -38,35 +41,48 @@ fn duration_histogram() -> Histogram {
 }
 
 /// The runtimes' counters (cheap to clone: every clone counts into the same metrics).
+///
+/// The families are what is registered; the series an event touches are taken out of them
+/// once, here, so counting is an atomic add (a histogram's observation takes its own short
+/// lock, once per turn), never a look-up in a family's map: a streamed chunk is a hot path.
 #[derive(Clone, Debug)]
 pub struct RuntimeMetrics {
     started: Counter,
     ended: Family<Outcome, Counter>,
     duration: Family<Outcome, Histogram, fn() -> Histogram>,
     streamed: Family<Stream, Counter>,
+    /// `ended` and `duration` by outcome, in the order of [`OUTCOMES`].
+    ended_by: [Counter; OUTCOMES.len()],
+    duration_by: [Option<Histogram>; OUTCOMES.len()],
+    streamed_message: Counter,
+    streamed_thought: Counter,
 }
 
 impl Default for RuntimeMetrics {
     fn default() -> Self {
-        let metrics = RuntimeMetrics {
-            started: Counter::default(),
-            ended: Family::default(),
-            duration: Family::new_with_constructor(duration_histogram),
-            streamed: Family::default(),
-        };
+        let ended: Family<Outcome, Counter> = Family::default();
+        let duration = Family::<Outcome, Histogram, fn() -> Histogram>::new_with_constructor(
+            duration_histogram,
+        );
+        let streamed: Family<Stream, Counter> = Family::default();
         // Every outcome from the start, at 0: a rate over a series that appears late misses
-        // its first increase.
-        for outcome in OUTCOMES {
-            let _ = metrics.ended.get_or_create(&Outcome { outcome });
-            // A blocked turn never ran: it has no duration.
-            if outcome != "blocked" {
-                let _ = metrics.duration.get_or_create(&Outcome { outcome });
-            }
+        // its first increase. A blocked turn never ran: it has no duration.
+        let ended_by = OUTCOMES.map(|outcome| ended.get_or_create_owned(&Outcome { outcome }));
+        let duration_by = OUTCOMES.map(|outcome| {
+            (outcome != "blocked").then(|| duration.get_or_create_owned(&Outcome { outcome }))
+        });
+        let streamed_message = streamed.get_or_create_owned(&Stream { kind: "message" });
+        let streamed_thought = streamed.get_or_create_owned(&Stream { kind: "thought" });
+        RuntimeMetrics {
+            started: Counter::default(),
+            ended,
+            duration,
+            streamed,
+            ended_by,
+            duration_by,
+            streamed_message,
+            streamed_thought,
         }
-        for kind in ["message", "thought"] {
-            let _ = metrics.streamed.get_or_create(&Stream { kind });
-        }
-        metrics
     }
 }
 
@@ -105,26 +121,23 @@ impl RuntimeMetrics {
     /// started. Returns the outcome label.
     pub(crate) fn turn_ended(&self, event: &str, ran: Option<Duration>) -> &'static str {
         let name = event.strip_prefix("turn_").unwrap_or(event);
-        let outcome = OUTCOMES
-            .iter()
-            .copied()
-            .find(|o| *o == name)
-            .unwrap_or("failed");
-        self.ended.get_or_create(&Outcome { outcome }).inc();
-        if let Some(ran) = ran {
-            self.duration
-                .get_or_create(&Outcome { outcome })
-                .observe(ran.as_secs_f64());
+        // An event this version does not know is counted as a failure.
+        let i = OUTCOMES.iter().position(|o| *o == name).unwrap_or(FAILED);
+        self.ended_by[i].inc();
+        if let (Some(ran), Some(histogram)) = (ran, &self.duration_by[i]) {
+            histogram.observe(ran.as_secs_f64());
         }
-        outcome
+        OUTCOMES[i]
     }
 
-    /// `bytes` of streamed text of `kind` (`message` or `thought`).
+    /// `bytes` of streamed text, of a thought or of a message.
     pub(crate) fn streamed(&self, thought: bool, bytes: usize) {
-        let kind = if thought { "thought" } else { "message" };
-        self.streamed
-            .get_or_create(&Stream { kind })
-            .inc_by(bytes as u64);
+        let counter = if thought {
+            &self.streamed_thought
+        } else {
+            &self.streamed_message
+        };
+        counter.inc_by(bytes as u64);
     }
 }
 

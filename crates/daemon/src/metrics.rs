@@ -4,7 +4,8 @@
 //! Two kinds of numbers, kept apart on purpose:
 //! - **Counters and the turn histogram** are counted where the event happens: turns and
 //!   streamed text by the agents' tasks (`drover_acp::metrics`), clients' bytes, drops and
-//!   resyncs by the WebSocket sessions and the hub ([`ClientMetrics`]). Each is an atomic.
+//!   resyncs by the WebSocket sessions and the hub ([`ClientMetrics`]). Each is an atomic
+//!   add (the histogram's observation takes its own short lock, once per turn).
 //! - **Gauges that describe the fleet** (agents by status and attention, runtimes, inboxes,
 //!   jobs, schedules, the agents' memory, the daemon's own process) are computed when scraped,
 //!   by [`Fleet`], from the state the daemon already keeps in memory: one pass over the
