@@ -287,9 +287,9 @@ struct Actor {
     context_lost: bool,
     /// The queue last published for readers (`Shared::queued`): its length, first and last ids.
     published_queue: Option<(usize, Option<String>, Option<String>)>,
-    /// The running turn's `turn_started` seq and when it was written: how long it ran, when
-    /// its `turn_ended` is (metrics and the turn's log line).
-    turn_clock: Option<(u64, std::time::Instant)>,
+    /// The running turn's `turn_started` seq (`None` if it could not be written) and when it
+    /// was: how long it ran, when its `turn_ended` is (metrics and the turn's log line).
+    turn_clock: Option<(Option<u64>, std::time::Instant)>,
 }
 
 impl Actor {

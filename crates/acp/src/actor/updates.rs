@@ -183,7 +183,7 @@ impl Actor {
         };
         if kind == ItemKind::TurnStarted {
             self.shared.metrics.turn_started();
-            self.turn_clock = Some((seq.unwrap_or_default(), std::time::Instant::now()));
+            self.turn_clock = Some((seq, std::time::Instant::now()));
             tracing::info!(agent = %self.id, turn = seq, "turn started");
         } else if let Some(event) = event {
             self.turn_ended(&event);
@@ -198,7 +198,7 @@ impl Actor {
         let ran = clock.map(|(_, at)| at.elapsed());
         let outcome = self.shared.metrics.turn_ended(event, ran);
         let duration_ms = ran.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        tracing::info!(agent = %self.id, turn = clock.map(|(seq, _)| seq), outcome, duration_ms,
+        tracing::info!(agent = %self.id, turn = clock.and_then(|(seq, _)| seq), outcome, duration_ms,
             "turn ended");
     }
 
