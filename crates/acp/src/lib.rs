@@ -18,6 +18,7 @@ mod actor;
 pub mod auth;
 pub mod jobs;
 mod listing;
+pub mod metrics;
 pub mod process;
 pub mod providers;
 pub mod records;
@@ -130,6 +131,21 @@ pub struct Advertised {
     /// (`sessionCapabilities`), `image`, `audio`, `embedded-context` (prompts), `mcp-http`,
     /// `mcp-sse`.
     pub capabilities: Vec<String>,
+}
+
+/// The runtimes at one moment ([`RuntimeManager::census`]); an agent not counted is cold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeCensus {
+    /// Starts waiting for a slot under `max_live`.
+    pub queued: usize,
+    /// Processes being spawned or in their ACP handshake.
+    pub starting: usize,
+    /// Processes with an open session.
+    pub live: usize,
+    /// The agent processes (group leaders) there are now.
+    pub pids: Vec<u32>,
+    /// Messages queued in the inboxes, not yet delivered.
+    pub inbox_messages: usize,
 }
 
 /// What an agent's process tree holds (see [`process::tree_memory`]).
@@ -329,6 +345,8 @@ pub(crate) struct Shared {
     pub(crate) jobs: jobs::Jobs,
     /// Each provider's sign-in, as its agents' last starts saw it.
     pub(crate) sign_ins: auth::SignIns,
+    /// Turns and streamed text, counted as they happen.
+    pub(crate) metrics: metrics::RuntimeMetrics,
 }
 
 /// Counts one agent process in [`Shared`] for as long as it is held (the actor's `Live`).
@@ -721,6 +739,7 @@ impl RuntimeManager {
                 runtime_changes,
                 jobs: jobs.clone(),
                 sign_ins: auth::SignIns::default(),
+                metrics: metrics::RuntimeMetrics::default(),
             }),
         };
         jobs.attach(&manager.shared);
@@ -963,6 +982,43 @@ impl RuntimeManager {
     /// How many starts wait for a slot under `[runtimes] max_live`.
     pub fn queued_count(&self) -> usize {
         self.shared.slots.queued()
+    }
+
+    /// The runtimes' counters (turns, streamed text), for the daemon's `/metrics`.
+    pub fn metrics(&self) -> &metrics::RuntimeMetrics {
+        &self.shared.metrics
+    }
+
+    /// The runtimes at this moment, for `/metrics`: how many are queued, starting and live,
+    /// the pids of the agent processes, and how many messages wait in the inboxes. Two short
+    /// lock holds, no allocation per agent beyond the pids.
+    pub fn census(&self) -> RuntimeCensus {
+        let mut census = RuntimeCensus::default();
+        {
+            let runtimes = self
+                .shared
+                .runtimes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for view in runtimes.values() {
+                match view.state {
+                    RuntimeState::Cold => {}
+                    RuntimeState::Queued => census.queued += 1,
+                    RuntimeState::Starting => census.starting += 1,
+                    RuntimeState::Live => census.live += 1,
+                }
+                census.pids.extend(view.pid);
+            }
+        }
+        census.inbox_messages = self
+            .shared
+            .queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .map(Vec::len)
+            .sum();
+        census
     }
 
     /// The `[runtimes]` settings in force (as `config.toml` says now).

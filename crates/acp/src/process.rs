@@ -370,16 +370,47 @@ pub fn background_processes(leader: u32, marker: Option<&str>, own: &OwnProcesse
 /// sum of each one's `VmRSS`; pages they share are counted once per process). Reads `/proc`.
 pub fn tree_memory(pid: u32, marker: Option<&str>) -> (usize, u64) {
     let processes = agent_processes(pid, marker);
-    let rss = processes
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok())
-        .filter_map(|status| {
-            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb * 1024)
-        })
-        .sum();
+    let rss = processes.iter().filter_map(|p| vm_rss(p.pid)).sum();
     (processes.len(), rss)
+}
+
+/// What the process trees of all the agent processes `leaders` hold now, read in one pass
+/// over `/proc` (for `/metrics`): how many processes (each leader's group and descendants)
+/// and the sum of their `VmRSS` in bytes. Unlike [`tree_memory`] it does not read every
+/// process's environment for the agent's marker: a tool that left both the tree and the group
+/// is not counted.
+pub fn fleet_memory(leaders: &[u32]) -> (usize, u64) {
+    if leaders.is_empty() {
+        return (0, 0);
+    }
+    let table = records::processes();
+    let mut found: std::collections::HashSet<u32> = leaders.iter().copied().collect();
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
+    for (pid, stat) in &table {
+        children.entry(stat.ppid).or_default().push(*pid);
+        if found.contains(&stat.pgid) {
+            found.insert(*pid);
+        }
+    }
+    let mut queue: Vec<u32> = found.iter().copied().collect();
+    while let Some(parent) = queue.pop() {
+        for child in children.get(&parent).into_iter().flatten() {
+            if found.insert(*child) {
+                queue.push(*child);
+            }
+        }
+    }
+    let rss = found.iter().filter_map(|pid| vm_rss(*pid)).sum();
+    let alive = table.iter().filter(|(pid, _)| found.contains(pid)).count();
+    (alive, rss)
+}
+
+/// A process's resident memory (`VmRSS` of `/proc/<pid>/status`) in bytes.
+fn vm_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Whether any process of the group led by `pid` is still alive.

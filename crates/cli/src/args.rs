@@ -544,6 +544,38 @@ pub struct ServeArgs {
     /// addresses), e.g. a name in /etc/hosts; repeatable
     #[arg(long = "allow-host", value_name = "NAME")]
     pub allow_hosts: Vec<String>,
+    /// How $DROVER_HOME/daemon.log is written: `text`, or `json` (one object per line, with
+    /// the agent id, turn and request id as fields, for log shippers)
+    #[arg(
+        long,
+        env = "DROVER_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormatArg,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+impl LogFormatArg {
+    pub fn format(self) -> drover_daemon::logging::LogFormat {
+        match self {
+            LogFormatArg::Text => drover_daemon::logging::LogFormat::Text,
+            LogFormatArg::Json => drover_daemon::logging::LogFormat::Json,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormatArg::Text => "text",
+            LogFormatArg::Json => "json",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -25,7 +25,7 @@ pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
     // The lock comes before the port, so a second daemon on this home names the first one
     // instead of failing on a busy port.
     let lock = DataDirLock::acquire(&config.home)?;
-    drover_daemon::logging::init(&config.home)
+    drover_daemon::logging::init(&config.home, serve.log_format.format())
         .with_context(|| format!("cannot open the log in `{}`", config.home.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -109,6 +109,7 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
     for host in &serve.allow_hosts {
         command.arg("--allow-host").arg(host);
     }
+    command.arg("--log-format").arg(serve.log_format.as_str());
     // A group of its own: Ctrl-C and the hangup of this terminal do not reach it.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut child = command.spawn().context("cannot start `drover daemon`")?;

@@ -1285,6 +1285,34 @@ fn daemon_start_status_stop() {
     assert!(fx.home().join("daemon.out").exists());
 }
 
+#[test]
+fn daemon_start_keeps_the_log_format_for_the_daemon_it_detaches() {
+    let fx = Fixture::new();
+    let started = fx.drover(&[
+        "daemon",
+        "start",
+        "--listen",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+    ]);
+    let _guard = StopOnDrop(&fx);
+    assert_eq!(started.code, 0, "{}", started.transcript());
+    fx.drover(&["run", "say logged"]).ok();
+    assert_eq!(fx.drover(&["daemon", "stop"]).code, 0);
+    let log = std::fs::read_to_string(fx.home().join("daemon.log")).expect("daemon.log");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"] == "turn ended" && l["outcome"] == "completed"),
+        "{log}"
+    );
+}
+
 // ---- who may drive the daemon -----------------------------------------------------------------
 
 /// Every folder and file under `dir` with its mode, but inside the worktrees (the user's

@@ -26,10 +26,16 @@ struct Daemon {
 
 impl Daemon {
     fn start(home: &Path) -> Daemon {
+        Self::start_with(home, &[])
+    }
+
+    /// `drover daemon` with these arguments too.
+    fn start_with(home: &Path, args: &[&str]) -> Daemon {
         let child = drover(home)
             .args(["daemon", "--home"])
             .arg(home)
             .args(["--listen", "127.0.0.1:0"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -404,4 +410,94 @@ fn foreign_hosts_and_origins_are_refused_without_growing_the_log() {
         grew < 2_000 && refusals == 1,
         "3,000 refusals wrote {grew} bytes, {refusals} lines:\n{text}"
     );
+}
+
+#[test]
+fn log_format_json_writes_one_object_a_line_and_a_line_per_turn_end() {
+    let dir = tempfile::TempDir::new().expect("home");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let state = tempfile::TempDir::new().expect("agent state");
+    let cwd = tempfile::TempDir::new().expect("cwd");
+    drover_testkit::daemon::write_scripted_config(&home, state.path());
+    let mut daemon = Daemon::start_with(&home, &["--log-format", "json"]);
+    let out = drover(&home)
+        .args(["run", "--home"])
+        .arg(&home)
+        .args(["--provider", "scripted", "--cwd"])
+        .arg(cwd.path())
+        .arg("say hello\nsleep 50")
+        .output()
+        .expect("drover run");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait().success());
+
+    let log = std::fs::read_to_string(home.join("daemon.log")).expect("daemon.log");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    for line in &lines {
+        for field in ["timestamp", "level", "message", "target"] {
+            assert!(line.get(field).is_some(), "no `{field}`: {line}");
+        }
+    }
+    let ended: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["message"] == "turn ended")
+        .collect();
+    let [ended] = ended.as_slice() else {
+        panic!("one `turn ended` line, not {}: {log}", ended.len());
+    };
+    assert_eq!(ended["outcome"], "completed", "{ended}");
+    let agent = ended["agent"].as_str().expect("the agent id");
+    assert!(agent.parse::<drover_core::AgentId>().is_ok(), "{ended}");
+    // The turn ran the 50 ms the prompt asked for, and is named by its `turn_started`.
+    let ms = ended["duration_ms"].as_u64().expect("duration_ms");
+    assert!((50..20_000).contains(&ms), "{ended}");
+    assert!(ended["turn"].as_u64().is_some(), "{ended}");
+    let started = lines
+        .iter()
+        .find(|l| l["message"] == "turn started")
+        .expect("a `turn started` line");
+    assert_eq!(started["turn"], ended["turn"], "{started}");
+    // The client's request that created the agent is named on what it logged.
+    let created = lines
+        .iter()
+        .find(|l| l["message"] == "agent created")
+        .expect("an `agent created` line");
+    assert_eq!(created["agent"], agent, "{created}");
+    let request = created["spans"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "request"))
+        .expect("the request's span");
+    assert!(
+        request["request_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty()),
+        "{created}"
+    );
+    // Every line the agent's task writes carries its id (its span's field).
+    let in_agent: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l["spans"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["name"] == "agent"))
+        })
+        .collect();
+    assert!(in_agent.len() >= 2, "{log}");
+    for line in in_agent {
+        let span = line["spans"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["name"] == "agent"))
+            .expect("the agent span");
+        assert_eq!(span["agent"], agent, "{line}");
+    }
 }

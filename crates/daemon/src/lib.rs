@@ -10,6 +10,7 @@ pub mod http_client;
 pub mod lock;
 pub mod logging;
 mod mcp;
+mod metrics;
 mod notify;
 mod ops;
 mod refusals;
@@ -148,8 +149,18 @@ pub async fn run_locked_then(
     let timer = schedules.start(ops.schedule_sink());
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let clients = metrics::ClientMetrics::default();
+    let metrics = Arc::new(metrics::Metrics::new(
+        metrics::Fleet {
+            registry: registry.clone(),
+            runtimes: runtimes.clone(),
+            schedules: schedules.clone(),
+            started_at: info.started_at,
+        },
+        &clients,
+    ));
     let ws = ws::Context {
-        hub: ws::Hub::start(&ops, config.stream_window),
+        hub: ws::Hub::start(&ops, config.stream_window, clients),
         ops,
         token: token.clone(),
     };
@@ -165,6 +176,7 @@ pub async fn run_locked_then(
             token,
             allowed_hosts: Arc::new(config.allowed_hosts.clone()),
             refusals: Arc::default(),
+            metrics,
         },
         mcp_service,
     );

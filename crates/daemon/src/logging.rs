@@ -1,5 +1,8 @@
 //! Daemon logs: `tracing` to stderr (warnings and errors only when stderr is not a terminal)
-//! and to `$DROVER_HOME/daemon.log`, rotated by size: past
+//! and to `$DROVER_HOME/daemon.log`, as text or, with `--log-format json`, as one JSON object
+//! per line (the event's fields at the top level beside `timestamp`, `level`, `target` and
+//! `message`; the fields of the spans it happened in, `agent` for an agent's task and
+//! `request_id` for a client's request, in `spans`), rotated by size: past
 //! [`LOG_LIMIT`] bytes the file becomes `daemon.log.1` (replacing the one before) and a new
 //! `daemon.log` starts, so the log never takes more than twice the limit on disk.
 
@@ -15,9 +18,19 @@ use tracing_subscriber::prelude::*;
 /// The size past which `daemon.log` is rotated.
 pub const LOG_LIMIT: u64 = 10 * 1024 * 1024;
 
+/// How `daemon.log` is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Lines for people.
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
 /// Installs the global subscriber. The level comes from `DROVER_LOG` (e.g. `debug`,
 /// `drover_core=trace`), default `info`. Call once per process.
-pub fn init(home: &Path) -> std::io::Result<()> {
+pub fn init(home: &Path, format: LogFormat) -> std::io::Result<()> {
     drover_core::private::create_dir_all(home)?;
     let file = RotatingFile::open(home.join("daemon.log"), LOG_LIMIT)?;
     let filter =
@@ -31,6 +44,29 @@ pub fn init(home: &Path) -> std::io::Result<()> {
     } else {
         EnvFilter::new("warn")
     };
+    let (text, json) = match format {
+        LogFormat::Text => (
+            Some(
+                fmt::layer()
+                    .with_writer(Mutex::new(file))
+                    .with_ansi(false)
+                    .with_filter(filter()),
+            ),
+            None,
+        ),
+        LogFormat::Json => (
+            None,
+            Some(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(true)
+                    .with_writer(Mutex::new(file))
+                    .with_filter(filter()),
+            ),
+        ),
+    };
     tracing_subscriber::registry()
         .with(
             fmt::layer()
@@ -38,12 +74,8 @@ pub fn init(home: &Path) -> std::io::Result<()> {
                 .with_ansi(color)
                 .with_filter(stderr_filter),
         )
-        .with(
-            fmt::layer()
-                .with_writer(Mutex::new(file))
-                .with_ansi(false)
-                .with_filter(filter()),
-        )
+        .with(text)
+        .with(json)
         .try_init()
         .map_err(std::io::Error::other)
 }

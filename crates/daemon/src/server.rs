@@ -1,4 +1,4 @@
-//! The HTTP surface: `/health`, the client protocol at `/ws` and the MCP server at
+//! The HTTP surface: `/health`, `/metrics`, the client protocol at `/ws` and the MCP server at
 //! `/mcp/<token>`, behind one check of the `Host` header.
 
 use std::net::SocketAddr;
@@ -33,11 +33,14 @@ pub(crate) struct AppState {
     pub(crate) allowed_hosts: Arc<Vec<String>>,
     /// Refused hosts and origins, for a warning that any web page cannot make grow the log.
     pub(crate) refusals: Arc<crate::refusals::Refusals>,
+    /// What `/metrics` encodes.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub(crate) fn router(state: AppState, mcp: crate::McpService) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/ws", get(upgrade))
         .route("/", get(crate::ui::index))
         .route("/ui/{file}", get(crate::ui::asset))
@@ -133,6 +136,24 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Json<serde
         "idleTimeoutSecs": settings.idle_timeout.map_or(0, |t| t.as_secs()),
         "workspaces": state.registry.workspaces().len(),
     }))
+}
+
+/// The Prometheus exposition, with the token only (the fleet's shape is the user's business).
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !authorized(&state, &headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            Json(json!({"error": {"code": "unauthorized", "message": "`/metrics` needs the daemon's token: `Authorization: Bearer <token>` (the `token` file in its home)"}})),
+        )
+            .into_response();
+    }
+    // It reads /proc (the agents' process trees, the daemon's own).
+    let metrics = state.metrics.clone();
+    match tokio::task::spawn_blocking(move || metrics.encode()).await {
+        Ok(text) => ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
 }
 
 /// The upgrade refuses pages from other origins: a web page the user happens to visit must not

@@ -170,10 +170,14 @@ pub(crate) fn spawn(
         hibernated: false,
         context_lost: false,
         published_queue: None,
+        turn_clock: None,
     };
     let (ended_tx, ended_rx) = watch::channel(());
+    // Every line the task logs, at any depth, names its agent (a field of the span); a root
+    // span: not the request that happened to start the task.
+    let span = tracing::info_span!(parent: None, "agent", agent = %id);
     tokio::spawn(async move {
-        let leftover = actor.run().await;
+        let leftover = tracing::Instrument::instrument(actor.run(), span).await;
         shared.forget(id, generation);
         drop(ended_tx);
         // Commands that reached a task as it hibernated go to its successor, answers and all.
@@ -293,6 +297,9 @@ struct Actor {
     context_lost: bool,
     /// The queue last published for readers (`Shared::queued`): its length, first and last ids.
     published_queue: Option<(usize, Option<String>, Option<String>)>,
+    /// The running turn's `turn_started` seq (`None` if it could not be written) and when it
+    /// was: how long it ran, when its `turn_ended` is (metrics and the turn's log line).
+    turn_clock: Option<(Option<u64>, std::time::Instant)>,
 }
 
 impl Actor {

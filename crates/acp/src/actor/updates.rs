@@ -83,6 +83,11 @@ impl Actor {
             self.open_chunk = None;
             return;
         };
+        if kind != ItemKind::UserMessage {
+            self.shared
+                .metrics
+                .streamed(kind == ItemKind::AgentThought, text.len());
+        }
         match self.open_chunk {
             Some((open, seq)) if open == kind => {
                 if let Err(e) = self.timeline.append_text(seq, "text", text) {
@@ -165,7 +170,13 @@ impl Actor {
                 map
             }
         };
-        match self.timeline.push(kind.as_str(), data) {
+        let event = (kind == ItemKind::TurnEnded).then(|| {
+            data.get("event")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        });
+        let seq = match self.timeline.push(kind.as_str(), data) {
             Ok(item) => {
                 let seq = item.seq;
                 self.shared.emit(
@@ -179,7 +190,26 @@ impl Actor {
                 tracing::error!(agent = %self.id, error = %e, "cannot write the timeline");
                 None
             }
+        };
+        if kind == ItemKind::TurnStarted {
+            self.shared.metrics.turn_started();
+            self.turn_clock = Some((seq, std::time::Instant::now()));
+            tracing::info!(agent = %self.id, turn = seq, "turn started");
+        } else if let Some(event) = event {
+            self.turn_ended(&event);
         }
+        seq
+    }
+
+    /// Counts a turn's end and logs it: one line per turn, with its outcome and how long it
+    /// ran (`turn` is the seq of its `turn_started`; a turn the gate blocked has neither).
+    fn turn_ended(&mut self, event: &str) {
+        let clock = self.turn_clock.take();
+        let ran = clock.map(|(_, at)| at.elapsed());
+        let outcome = self.shared.metrics.turn_ended(event, ran);
+        let duration_ms = ran.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        tracing::info!(agent = %self.id, turn = clock.and_then(|(seq, _)| seq), outcome, duration_ms,
+            "turn ended");
     }
 
     pub(super) fn patch(&mut self, seq: u64, fields: Map<String, Value>) {

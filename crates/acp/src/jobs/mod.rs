@@ -338,6 +338,24 @@ impl Jobs {
         jobs.iter().map(|j| j.snapshot()).collect()
     }
 
+    /// How many jobs are in each status (running, exited, killed, lost), read without copying
+    /// a record: for `/metrics`.
+    pub fn count_by_status(&self) -> [(JobStatus, usize); 4] {
+        let mut counts = [
+            (JobStatus::Running, 0),
+            (JobStatus::Exited, 0),
+            (JobStatus::Killed, 0),
+            (JobStatus::Lost, 0),
+        ];
+        for job in self.jobs().values() {
+            let status = job.record().status;
+            if let Some((_, n)) = counts.iter_mut().find(|(s, _)| *s == status) {
+                *n += 1;
+            }
+        }
+        counts
+    }
+
     pub fn get(&self, id: &str) -> Result<JobRecord, JobError> {
         Ok(self.job(id)?.snapshot())
     }

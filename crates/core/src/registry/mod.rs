@@ -167,6 +167,16 @@ impl Registry {
         all
     }
 
+    /// Calls `f` with every agent, archived ones included, in no order, under the state's read
+    /// lock and without copying a record: for counts taken at a moment (`/metrics`). `f` must
+    /// be quick and must not call the registry.
+    pub fn for_each_agent(&self, mut f: impl FnMut(&Agent)) {
+        let state = read(&self.inner.state);
+        for agent in state.agents.values() {
+            f(agent);
+        }
+    }
+
     pub fn agent_count(&self) -> usize {
         read(&self.inner.state).agents.len()
     }

@@ -73,7 +73,13 @@ impl ServerHandler for DroverMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&context)?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        match tools::call(&self.ops, caller, &request.name, arguments).await {
+        // What the operation logs names the calling agent's MCP request.
+        let span = tracing::info_span!("mcp", request_id = %context.id, tool = %request.name, caller = %caller);
+        let called = tracing::Instrument::instrument(
+            tools::call(&self.ops, caller, &request.name, arguments),
+            span,
+        );
+        match called.await {
             Some(result) => Ok(result.into()),
             None => Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`", request.name),

@@ -184,6 +184,9 @@ impl Ops {
         self.runtimes
             .start_new(&agent, request.prompt, caller.source(), request.notify)
             .await?;
+        // In the client request's span (its `request_id`), when one asked.
+        tracing::info!(agent = %agent.id, provider = %agent.provider, parent = agent.parent_id().map(tracing::field::display),
+            by = caller.agent().map(tracing::field::display), "agent created");
         Ok(Created { agent, worktree })
     }
 

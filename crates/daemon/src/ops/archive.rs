@@ -15,10 +15,12 @@ impl Ops {
         stop_activity: bool,
     ) -> Result<ArchiveOutcome, OpError> {
         self.controlled(caller, id)?;
-        Ok(self
+        let outcome = self
             .registry
             .archive(id, ArchiveOptions { stop_activity })
-            .await?)
+            .await?;
+        tracing::info!(agent = %id, stop_activity, by = caller.agent().map(tracing::field::display), "agent archived");
+        Ok(outcome)
     }
 
     pub(crate) async fn unarchive(&self, caller: Caller, id: AgentId) -> Result<(), OpError> {

@@ -42,7 +42,15 @@ impl Ops {
         message: InboxMessage,
     ) -> Result<String, OpError> {
         let target = self.controlled(caller, id)?;
-        Ok(self.runtimes.deliver_message(target.id, message).await?)
+        let delivery = match message.delivery {
+            Delivery::Followup => "followup",
+            Delivery::Steer => "steer",
+            Delivery::Inject => "inject",
+        };
+        let message_id = self.runtimes.deliver_message(target.id, message).await?;
+        tracing::info!(agent = %target.id, %message_id, delivery,
+            by = caller.agent().map(tracing::field::display), "message queued");
+        Ok(message_id)
     }
 
     /// Cancels the running turn; without `keep_inbox`, queued messages are dropped too.

@@ -243,6 +243,22 @@ impl Schedules {
         lock(&self.inner.state).all.get(&id).cloned()
     }
 
+    /// How many schedules are active, paused and finished (in that order): for `/metrics`.
+    pub(crate) fn count_by_state(&self) -> [(store::State, usize); 3] {
+        let mut counts = [
+            (store::State::Active, 0),
+            (store::State::Paused, 0),
+            (store::State::Finished, 0),
+        ];
+        for schedule in lock(&self.inner.state).all.values() {
+            let state = schedule.state();
+            if let Some((_, n)) = counts.iter_mut().find(|(s, _)| *s == state) {
+                *n += 1;
+            }
+        }
+        counts
+    }
+
     /// How many schedules the timer waits for.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn armed_count(&self) -> usize {

@@ -24,9 +24,11 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{Duration, Instant};
 
+use crate::metrics::ClientMetrics;
 use crate::ops::Ops;
 use crate::wire;
 use coalesce::{Coalescer, Joined, Ready};
+use prometheus_client::metrics::counter::Counter;
 use requests::Reply;
 use snapshot::AgentCache;
 use subscriptions::{Route, Subscriptions};
@@ -81,15 +83,18 @@ pub(crate) struct Hub {
     tx: broadcast::Sender<Arc<Outgoing>>,
     /// Every agent's encoded `AgentInfo`, for `session_state`.
     agents: AgentCache,
+    /// Clients, bytes, drops and resyncs, for `/metrics`.
+    pub(crate) metrics: ClientMetrics,
 }
 
 impl Hub {
     /// `window`: how long an agent's streamed text is joined before it goes out (zero: never).
-    pub(crate) fn start(ops: &Ops, window: Duration) -> Hub {
+    pub(crate) fn start(ops: &Ops, window: Duration, metrics: ClientMetrics) -> Hub {
         let (tx, _) = broadcast::channel(HUB_CAPACITY);
         let hub = Hub {
             tx,
             agents: AgentCache::default(),
+            metrics,
         };
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
@@ -102,6 +107,7 @@ impl Hub {
         let cache = hub.agents.clone();
         let ops_for_jobs = ops.clone();
         let ops = ops.clone();
+        let dropped = hub.metrics.hub_dropped_events.clone();
         tokio::spawn(async move {
             let mut coalescer = Coalescer::new(window);
             loop {
@@ -122,6 +128,7 @@ impl Hub {
                                 ready.extend(coalescer.push(event, now));
                             }
                             Err(broadcast::error::RecvError::Lagged(n)) => {
+                                dropped.inc_by(n);
                                 let _ = out.send(Arc::new(resync(format!("the daemon dropped {n} timeline updates"))));
                             }
                             Err(broadcast::error::RecvError::Closed) => break,
@@ -136,7 +143,10 @@ impl Hub {
                             }
                             Some(status_message(&event, &ops, &cache))
                         }
-                        Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} registry events"))),
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            dropped.inc_by(n);
+                            Some(resync(format!("the daemon dropped {n} registry events")))
+                        }
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
                     // A runtime went cold, queued, starting or live, or will hibernate at
@@ -149,12 +159,18 @@ impl Hub {
                             }
                             Err(_) => None,
                         },
-                        Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} runtime changes"))),
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            dropped.inc_by(n);
+                            Some(resync(format!("the daemon dropped {n} runtime changes")))
+                        }
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
                     change = schedules.recv(), if schedules_open => match change {
                         Ok(event) => Some(schedule_message(&event)),
-                        Err(broadcast::error::RecvError::Lagged(n)) => Some(resync(format!("the daemon dropped {n} schedule events"))),
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            dropped.inc_by(n);
+                            Some(resync(format!("the daemon dropped {n} schedule events")))
+                        }
                         // Nothing more to hear (the schedules went first at shutdown).
                         Err(broadcast::error::RecvError::Closed) => {
                             schedules_open = false;
@@ -187,6 +203,7 @@ impl Hub {
     fn forward_jobs(&self, ops: &Ops) {
         let mut jobs = ops.subscribe_jobs();
         let out = self.tx.clone();
+        let dropped = self.metrics.hub_dropped_events.clone();
         tokio::spawn(async move {
             loop {
                 let message = match jobs.recv().await {
@@ -199,6 +216,7 @@ impl Hub {
                         joined: None,
                     },
                     Err(broadcast::error::RecvError::Lagged(n)) => {
+                        dropped.inc_by(n);
                         resync(format!("the daemon dropped {n} job updates"))
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
@@ -332,6 +350,8 @@ pub(crate) async fn session(
         greeted: false,
         context,
     };
+    // Counted while the connection lasts, however it ends.
+    let _connected = Connected::new(&session.context.hub.metrics);
     let (reply_tx, mut replies) = mpsc::channel::<Answer>(REPLY_CAPACITY);
     // The session's requests: dropped with it, which aborts the ones still running.
     let mut requests = tokio::task::JoinSet::new();
@@ -350,6 +370,22 @@ pub(crate) async fn session(
         if matches!(next, Next::Close) {
             return;
         }
+    }
+}
+
+/// One connected client in `drover_clients`, from its upgrade until its session ends.
+struct Connected(prometheus_client::metrics::gauge::Gauge);
+
+impl Connected {
+    fn new(metrics: &ClientMetrics) -> Connected {
+        metrics.connected.inc();
+        Connected(metrics.connected.clone())
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -372,7 +408,8 @@ impl Drop for Session {
 }
 
 /// Sends one message; `Close` if the socket is gone.
-async fn send(socket: &mut WebSocket, text: Utf8Bytes) -> Next {
+async fn send(socket: &mut WebSocket, sent: &Counter, text: Utf8Bytes) -> Next {
+    sent.inc_by(text.len() as u64);
     match socket.send(Message::Text(text)).await {
         Ok(()) => Next::Continue,
         Err(_) => Next::Close,
@@ -381,8 +418,13 @@ async fn send(socket: &mut WebSocket, text: Utf8Bytes) -> Next {
 
 /// Sends messages that are ready together: written into the socket's buffer one after the
 /// other and flushed once, so they leave in as few segments as the kernel can make.
-async fn send_all(socket: &mut WebSocket, texts: impl IntoIterator<Item = Utf8Bytes>) -> Next {
+async fn send_all(
+    socket: &mut WebSocket,
+    sent: &Counter,
+    texts: impl IntoIterator<Item = Utf8Bytes>,
+) -> Next {
     for text in texts {
+        sent.inc_by(text.len() as u64);
         if socket.feed(Message::Text(text)).await.is_err() {
             return Next::Close;
         }
@@ -394,6 +436,11 @@ async fn send_all(socket: &mut WebSocket, texts: impl IntoIterator<Item = Utf8By
 }
 
 impl Session {
+    /// The byte count of what this daemon writes to clients.
+    fn sent(&self) -> &Counter {
+        &self.context.hub.metrics.sent_bytes
+    }
+
     async fn on_frame(
         &mut self,
         socket: &mut WebSocket,
@@ -410,7 +457,7 @@ impl Session {
                     "binary frames are not part of the protocol; send JSON text".into(),
                     None,
                 );
-                return send(socket, encode(&error)).await;
+                return send(socket, self.sent(), encode(&error)).await;
             }
             Some(Ok(Message::Close(_))) => {
                 // The WebSocket layer queued the answer to the peer's close (the same code, or
@@ -437,7 +484,7 @@ impl Session {
             Ok(message) => message,
             Err(e) => {
                 let error = request_error(e.request_id, e.code, e.message, None);
-                return send(socket, encode(&error)).await;
+                return send(socket, self.sent(), encode(&error)).await;
             }
         };
         if let ClientMessage::Hello {
@@ -463,7 +510,7 @@ impl Session {
                 "send `hello` first".into(),
                 None,
             );
-            return send(socket, encode(&error)).await;
+            return send(socket, self.sent(), encode(&error)).await;
         }
         if requests.len() >= MAX_IN_FLIGHT {
             let error = request_error(
@@ -474,10 +521,10 @@ impl Session {
                 ),
                 None,
             );
-            return send(socket, encode(&error)).await;
+            return send(socket, self.sent(), encode(&error)).await;
         }
         if let Some(answer) = self.answer_here(&message) {
-            return send(socket, encode(&answer)).await;
+            return send(socket, self.sent(), encode(&answer)).await;
         }
         let held = match &message {
             ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
@@ -490,10 +537,16 @@ impl Session {
         // they end with it.
         let ops = self.context.ops.clone();
         let replies = replies.clone();
-        requests.spawn(async move {
-            let reply = requests::handle(message, &ops).await;
-            let _ = replies.send(Answer { held, reply }).await;
-        });
+        // What the operation logs names the request (and the connection) it serves.
+        let span =
+            tracing::info_span!("request", request_id = message.request_id(), session = %self.id);
+        requests.spawn(tracing::Instrument::instrument(
+            async move {
+                let reply = requests::handle(message, &ops).await;
+                let _ = replies.send(Answer { held, reply }).await;
+            },
+            span,
+        ));
         Next::Continue
     }
 
@@ -557,7 +610,7 @@ impl Session {
                 format!("this daemon speaks protocol {PROTOCOL_VERSION}, not {protocol_version}"),
                 None,
             );
-            return send(socket, encode(&error)).await;
+            return send(socket, self.sent(), encode(&error)).await;
         }
         if !self.greeted {
             // Subscribe before taking the snapshot: a change between the two is sent again
@@ -575,7 +628,7 @@ impl Session {
             .hub
             .agents
             .session_state(&self.context.ops, include_archived);
-        send_all(socket, [encode(&welcome), state]).await
+        send_all(socket, self.sent(), [encode(&welcome), state]).await
     }
 
     async fn on_answer(&mut self, socket: &mut WebSocket, answer: Answer) -> Next {
@@ -597,7 +650,12 @@ impl Session {
                     .finish(agent, held.is_some(), Some(revision)),
             ),
         };
-        send_all(socket, std::iter::once(encode(&message)).chain(release)).await
+        send_all(
+            socket,
+            self.sent(),
+            std::iter::once(encode(&message)).chain(release),
+        )
+        .await
     }
 
     /// Writes this chunk of a followed job's output and the others already waiting, then
@@ -619,7 +677,7 @@ impl Session {
         if texts.is_empty() {
             return Next::Continue;
         }
-        send_all(socket, texts).await
+        send_all(socket, self.sent(), texts).await
     }
 
     /// Writes this event and every other one already waiting (up to `WRITE_BATCH`), then
@@ -638,6 +696,7 @@ impl Session {
                     Route::Send(text) => texts.push(text),
                     Route::Skip => {}
                     Route::Overflow => {
+                        self.context.hub.metrics.resyncs.inc();
                         self.subscriptions.reset();
                         texts.push(encode(&DaemonMessage::ResyncRequired {
                             reason: "this session fell behind while initializing an agent"
@@ -647,6 +706,8 @@ impl Session {
                 },
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     // Too slow: drop the subscriptions; the client re-initializes.
+                    self.context.hub.metrics.dropped_events.inc_by(n);
+                    self.context.hub.metrics.resyncs.inc();
                     self.subscriptions.reset();
                     texts.push(encode(&DaemonMessage::ResyncRequired {
                         reason: format!("this session fell {n} events behind"),
@@ -672,7 +733,7 @@ impl Session {
         if texts.is_empty() {
             return Next::Continue;
         }
-        send_all(socket, texts).await
+        send_all(socket, self.sent(), texts).await
     }
 }
 

@@ -11,6 +11,7 @@ mod hibernation;
 mod import_sessions;
 mod jobs;
 mod mcp;
+mod metrics;
 mod notify;
 mod orphans;
 mod own_subagents;

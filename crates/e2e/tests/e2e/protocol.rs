@@ -1755,6 +1755,25 @@ async fn a_slow_client_gets_resync_required_and_stalls_nobody() {
         updates_before < CHUNKS,
         "{updates_before} updates before the resync"
     );
+    // `/metrics` counts the resync and the events the slow client never got.
+    let bearer = format!(
+        "Authorization: Bearer {}",
+        daemon.token().unwrap_or_default()
+    );
+    let (_, metrics) =
+        drover_testkit::daemon::http(daemon.addr(), "GET", "/metrics", daemon.addr(), &[&bearer])
+            .await;
+    let counter = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    assert!(counter("drover_client_resyncs_total") >= 1, "{metrics}");
+    assert!(
+        counter("drover_client_dropped_events_total") >= 1,
+        "{metrics}"
+    );
     // It re-initializes over the same connection and is up to date.
     slow.send(json!({"type": "initialize_agent_request", "agentId": id, "requestId": "again"}))
         .await;
