@@ -143,6 +143,49 @@ const scenarios = {
     await page.locator(`${pane(A.agent)} .track-row.own-subagent[data-state="idle"]`).waitFor();
   },
 
+  // The filter and the quick filters find subagents (under their root); a parent's track
+  // lists its archived subagents on request and brings one back; unarchiving a parent offers
+  // to bring back the subagents its archive took.
+  async filters() {
+    const page = await open();
+    await ready(page);
+    const rows = async () => (await page.locator('#workspaces li.agent-row').evaluateAll((els) => els.map((e) => e.dataset.agentId))).sort();
+    const expect = async (want, what) => {
+      const sorted = [...want].sort();
+      await page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll('#workspaces li.agent-row')].map((e) => e.dataset.agentId).sort()) === w, JSON.stringify(sorted))
+        .catch(async () => fail(`${what}: rows ${JSON.stringify(await rows())}, want ${JSON.stringify(sorted)}`));
+    };
+    await page.fill('#filter', 'worker');
+    await expect([A.lead, A.worker], 'filter "worker"');
+    if (!await page.locator(`#workspaces li.agent-row.sub[data-agent-id="${A.worker}"]`).count()) fail('the subagent is not under its root');
+    await page.fill('#filter', '');
+    await page.click('.quick .chip[data-quick="needs"]');
+    // A permission waiting under lead, and a failed turn: both need the user.
+    await expect([A.lead, A.worker, A.broken], 'needs me');
+    await shot(page, 'quick-filter-needs');
+    await page.click('.quick .chip[data-quick="errors"]');
+    await expect([A.broken], 'errors');
+    await page.click('.quick .chip[data-quick="errors"]');
+    await expect([A.lead, A.quiet, A.broken, A.lead2], 'no filter');
+
+    // The archived subagent, from its parent's track.
+    await openAgent(page, A.lead);
+    await page.click(`${pane(A.lead)} .track-archived`);
+    const gone = page.locator(`${pane(A.lead)} .track-row.archived[data-agent-id="${A.archivedSub}"]`);
+    await gone.waitFor();
+    await shot(page, 'track-archived');
+    await gone.locator('button:has-text("Unarchive")').click();
+    await page.locator(`${pane(A.lead)} .track-row:not(.archived)[data-agent-id="${A.archivedSub}"]`).waitFor();
+
+    // An archived parent, brought back with its subagent.
+    await page.check('#show-archived');
+    const archivedRow = page.locator(`#workspaces li.agent-row.archived[data-agent-id="${A.archivedLead}"]`);
+    await archivedRow.waitFor();
+    await archivedRow.locator('button:has-text("Unarchive")').click();
+    await page.locator('.toast button:has-text("Bring back too")').click();
+    await step('unarchived');
+  },
+
   // A page without a (valid) token explains how to get one; with one in the fragment it logs
   // in and takes the token out of the address bar.
   async login() {

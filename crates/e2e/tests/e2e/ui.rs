@@ -631,6 +631,68 @@ async fn the_agents_own_subagents_are_in_its_track_read_only() {
 }
 
 #[tokio::test]
+async fn filters_find_subagents_and_archived_subagents_come_back_from_the_track() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let lead = idle_agent(&mut client, &daemon, "lead").await;
+    let worker = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "worker", "parentAgentId": lead, "prompt": "permission run the tests"}),
+    )
+    .await;
+    eventually("the worker's permission request", WAIT, async || {
+        agent(&mut client, &worker).await["attentionReason"] == "permission"
+    })
+    .await;
+    let archived_sub = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "done sub", "parentAgentId": lead}),
+    )
+    .await;
+    wait_idle(&mut client, &archived_sub).await;
+    let answer = client
+        .request(json!({"type": "archive", "agentId": archived_sub}))
+        .await;
+    assert_ne!(answer["type"], "request_error", "{answer}");
+    let quiet = idle_agent(&mut client, &daemon, "quiet").await;
+    let broken = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "broken", "prompt": "fail it broke"}),
+    )
+    .await;
+    wait_status(&mut client, &broken, "error").await;
+    let lead2 = idle_agent(&mut client, &daemon, "second lead").await;
+    let archived_lead = idle_agent(&mut client, &daemon, "old lead").await;
+    let kid = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "old kid", "parentAgentId": archived_lead}),
+    )
+    .await;
+    wait_idle(&mut client, &kid).await;
+    let answer = client
+        .request(json!({"type": "archive", "agentId": archived_lead}))
+        .await;
+    assert_ne!(answer["type"], "request_error", "{answer}");
+    let mut scenario = Scenario::start(
+        "filters",
+        &daemon,
+        json!({
+            "lead": lead, "worker": worker, "archivedSub": archived_sub, "quiet": quiet,
+            "broken": broken, "lead2": lead2, "archivedLead": archived_lead,
+        }),
+    )
+    .await;
+    scenario.step("unarchived").await;
+    eventually("the parent and its subagent back", WAIT, async || {
+        !archived(&mut client, &archived_lead).await && !archived(&mut client, &kid).await
+    })
+    .await;
+    scenario.go().await;
+    scenario.done().await;
+    assert!(!archived(&mut client, &archived_sub).await);
+}
+
+#[tokio::test]
 async fn a_permission_answered_in_one_browser_settles_in_the_other() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;

@@ -32,7 +32,11 @@ const S = {
   state: 'connecting',
   retryAt: 0,
   filter: '',
+  // A quick filter: `needs` (needs me), `running`, `errors`, or none.
+  quick: null,
   showArchived: false,
+  // The agents whose track shows their archived subagents too.
+  trackArchived: new Set(),
   // This browser's layout: which agents have tabs, which is in front.
   layout: store.get('drover.layout', { tabs: [], active: null }),
   // What the user typed and has not sent, per agent: survives reconnects and reloads.
@@ -262,7 +266,17 @@ function toast(text, kind = 'info', { action = null, ms = kind === 'error' ? 800
 const UNDO_MS = 8000;
 
 function unarchive(id) {
-  return conn.request({ type: 'unarchive', agentId: id }).catch(failed('Unarchive'));
+  const a = S.agents.get(id);
+  // The subagents archived with it (by its archive's cascade: at the same moment or just after).
+  const since = a?.archivedAt ? Date.parse(a.archivedAt) - 1000 : null;
+  const cascaded = since === null ? [] : [...S.agents.values()].filter((x) => x.parentAgentId === id && x.archivedAt && Date.parse(x.archivedAt) >= since);
+  return conn.request({ type: 'unarchive', agentId: id }).then(() => {
+    if (!cascaded.length) return;
+    toast(`${plural(cascaded.length, 'subagent was', 'subagents were')} archived with “${label(a)}”.`, 'info', {
+      action: { text: 'Bring back too', run: () => Promise.all(cascaded.map((x) => conn.request({ type: 'unarchive', agentId: x.id }))).catch(failed('Unarchive')) },
+      ms: UNDO_MS,
+    });
+  }, failed('Unarchive'));
 }
 
 function failed(what) {
@@ -341,11 +355,34 @@ const rowCache = new Map();
 function renderSidebar() {
   const list = document.getElementById('workspaces');
   const filter = S.filter.trim().toLowerCase();
+  // The text filter and the quick filter look at every agent, subagents too: a root shows
+  // when it or one of its subagents matches, with the subagents that do under it.
+  const narrowed = Boolean(filter || S.quick);
+  const matches = (a) => (!filter || `${a.title ?? ''} ${a.type} ${a.id} ${a.cwd}`.toLowerCase().includes(filter)) && quickMatch(a);
+  const kidsOf = new Map();
+  if (narrowed) {
+    for (const a of S.agents.values()) {
+      if (!a.parentAgentId || a.archivedAt) continue;
+      if (!kidsOf.has(a.parentAgentId)) kidsOf.set(a.parentAgentId, []);
+      kidsOf.get(a.parentAgentId).push(a);
+    }
+  }
+  const hits = new Map();
   const roots = new Map();
   for (const a of S.agents.values()) {
     if (!isRoot(a)) continue;
     if (a.archivedAt && !S.showArchived) continue;
-    if (filter && !`${a.title ?? ''} ${a.type} ${a.id} ${a.cwd}`.toLowerCase().includes(filter)) continue;
+    if (narrowed) {
+      const found = [];
+      const queue = [...(kidsOf.get(a.id) || [])];
+      for (let i = 0; i < queue.length && i < 10000; i++) {
+        const d = queue[i];
+        if (matches(d)) found.push(d);
+        queue.push(...(kidsOf.get(d.id) || []));
+      }
+      if (!matches(a) && !found.length) continue;
+      hits.set(a.id, found);
+    }
     const key = a.workspaceId;
     if (!roots.has(key)) roots.set(key, []);
     roots.get(key).push(a);
@@ -370,7 +407,7 @@ function renderSidebar() {
   for (const w of S.workspaces.values()) {
     if (w.archivedAt && !S.showArchived) continue;
     const agents = roots.get(w.id) || [];
-    if (filter && !agents.length && !w.name.toLowerCase().includes(filter)) continue;
+    if (narrowed && !agents.length && (S.quick || !w.name.toLowerCase().includes(filter))) continue;
     const project = w.worktree?.source || w.path;
     if (!projects.has(project)) projects.set(project, []);
     projects.get(project).push(w);
@@ -389,22 +426,34 @@ function renderSidebar() {
             h('span', { class: 'count' }, agents.length)),
           w.kind !== 'directory' ? h('button', { type: 'button', class: 'icon', title: 'Changes', 'aria-label': `Changes in ${w.name}`, onclick: () => showChanges(w) }, '±') : null,
           h('button', { type: 'button', class: 'icon', title: 'New agent here', 'aria-label': `New agent in ${w.name}`, onclick: () => newAgentDialog(w.id) }, '+')),
-        collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.map((a) => agentRow(a, childCount.get(a.id) || 0, rollup.get(a.id))))));
+        collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.flatMap((a) => [agentRow(a, childCount.get(a.id) || 0, rollup.get(a.id)),
+          ...(hits.get(a.id) || []).map((d) => agentRow(d, 0, null, true))]))));
     }
     groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project)), h('ul', { role: 'list' }, items)));
   }
   if (!groups.length) {
-    groups.push(h('li', { class: 'empty' }, S.synced ? (filter ? 'Nothing matches the filter.' : 'No agents yet. Start one with “New agent”.') : ''));
+    groups.push(h('li', { class: 'empty' }, S.synced ? (narrowed ? 'Nothing matches the filter.' : 'No agents yet. Start one with “New agent”.') : ''));
   }
   list.replaceChildren(...groups);
 }
 
-function agentRow(a, kids, roll) {
+/** What a quick filter keeps. */
+function quickMatch(a) {
+  switch (S.quick) {
+    case 'needs': return a.requiresAttention && a.attentionReason !== 'finished';
+    case 'running': return busy(a);
+    case 'errors': return a.status === 'error' || a.attentionReason === 'error' || Boolean(a.startFailure);
+    default: return true;
+  }
+}
+
+/** A sidebar row: a root, or (`sub`) a subagent a filter found, under its root. */
+function agentRow(a, kids, roll, sub = false) {
   const active = S.layout.active === a.id;
-  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${kids}|${active}|${roll ? `${roll.n}|${roll.first.id}|${roll.first.attentionReason}|${label(roll.first)}` : ''}`;
+  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${kids}|${active}|${sub}|${roll ? `${roll.n}|${roll.first.id}|${roll.first.attentionReason}|${label(roll.first)}` : ''}`;
   const hit = rowCache.get(a.id);
   if (hit && hit.key === key) return hit.el;
-  const el = h('li', { class: `agent-row${active ? ' active' : ''}${a.archivedAt ? ' archived' : ''}`, dataset: { agentId: a.id } },
+  const el = h('li', { class: `agent-row${sub ? ' sub' : ''}${active ? ' active' : ''}${a.archivedAt ? ' archived' : ''}`, dataset: { agentId: a.id } },
     h('button', { type: 'button', class: 'open', onclick: () => openAgent(a.id), 'aria-current': active ? 'page' : null },
       dot(a.status),
       h('span', { class: 'title' }, label(a)),
@@ -417,7 +466,7 @@ function agentRow(a, kids, roll) {
       'aria-label': `${plural(roll.n, 'subagent needs', 'subagents need')} you: open ${label(roll.first)}`,
       onclick: () => openAgent(roll.first.id),
     }, `! ${roll.n} sub`) : null,
-    a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'unarchive', agentId: a.id }).catch(failed('Unarchive')) }, 'Unarchive') : null);
+    a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => unarchive(a.id) }, 'Unarchive') : null);
   rowCache.set(a.id, { key, el });
   return el;
 }
@@ -1012,10 +1061,20 @@ function renderTrack(pane, a) {
   const kids = children(a.id);
   // The subagents the agent's process runs itself: shown, not driven (they end with it).
   const own = a.ownSubagents || [];
-  const key = JSON.stringify([kids.map((k) => [k.id, k.status, k.title, k.type, k.requiresAttention]), own]) + S.collapsed[`track-${a.id}`];
+  // Archived subagents, when asked for ("Show archived"): read, and brought back from here.
+  const showArchived = S.trackArchived.has(a.id);
+  const gone = showArchived ? [...S.agents.values()].filter((x) => x.parentAgentId === a.id && x.archivedAt) : [];
+  const key = JSON.stringify([kids.map((k) => [k.id, k.status, k.title, k.type, k.requiresAttention]), own, showArchived, gone.map((g) => [g.id, g.title])]) + S.collapsed[`track-${a.id}`];
   if (pane.trackKey === key) return;
   pane.trackKey = key;
-  if (!kids.length && !own.length) { pane.track.hidden = true; pane.track.replaceChildren(); return; }
+  if (!kids.length && !own.length && !showArchived) {
+    // Nothing runs under it: the track shows only the way to the archived subagents this page
+    // knows of (the sidebar's "archived" loads them all).
+    const known = [...S.agents.values()].some((x) => x.parentAgentId === a.id && x.archivedAt);
+    pane.track.hidden = !known;
+    pane.track.replaceChildren(...(known ? [h('div', { class: 'track-head' }, h('span', { class: 'muted' }, 'No subagents'), archivedToggle(a, showArchived))] : []));
+    return;
+  }
   pane.track.hidden = false;
   const running = kids.filter(busy).length + own.filter((s) => s.state === 'running').length;
   const attention = kids.filter((k) => k.requiresAttention).length;
@@ -1025,7 +1084,8 @@ function renderTrack(pane, a) {
   pane.track.replaceChildren(
     h('div', { class: 'track-head' },
       h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`track-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render(); } }, summary),
-      kids.length ? h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished') : null),
+      kids.length ? h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished') : null,
+      archivedToggle(a, showArchived)),
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
       h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type),
         h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason] || '●') : null),
@@ -1034,7 +1094,22 @@ function renderTrack(pane, a) {
         onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' }, undo: true }) }, '×'))).concat(
       own.map((s) => h('li', { class: 'track-row own-subagent', dataset: { ownId: s.id, state: s.state }, title: `${provider}’s own subagent: it runs inside the agent and ends with it` },
         h('span', { class: 'open' }, dot(s.state === 'running' ? 'running' : 'idle'), h('span', { class: 'title' }, s.title),
-          h('span', { class: 'provider' }, `${provider}’s`), h('span', { class: 'status-text' }, s.state))))))]));
+          h('span', { class: 'provider' }, `${provider}’s`), h('span', { class: 'status-text' }, s.state))))).concat(
+      gone.map((g) => h('li', { class: 'track-row archived', dataset: { agentId: g.id } },
+        h('button', { type: 'button', class: 'open', onclick: () => openAgent(g.id) }, dot(g.status), h('span', { class: 'title' }, label(g)), h('span', { class: 'provider' }, g.type),
+          h('span', { class: 'status-text' }, 'archived')),
+        h('button', { type: 'button', class: 'small', onclick: () => unarchive(g.id) }, 'Unarchive')))))]));
+}
+
+/** The track head's switch to list the agent's archived subagents (loaded when first asked). */
+function archivedToggle(a, shown) {
+  return h('button', {
+    type: 'button', class: 'small track-archived', 'aria-pressed': String(shown),
+    onclick: () => {
+      if (shown) S.trackArchived.delete(a.id); else { S.trackArchived.add(a.id); loadArchived(); }
+      render();
+    },
+  }, shown ? 'Hide archived' : 'Show archived');
 }
 
 // ---- schedules ----------------------------------------------------------------------------
@@ -1276,6 +1351,13 @@ async function newAgentDialog(workspaceId = null) {
 
 function wire() {
   document.getElementById('filter').addEventListener('input', (e) => { S.filter = e.target.value; render(); });
+  for (const chip of document.querySelectorAll('.quick .chip')) {
+    chip.addEventListener('click', () => {
+      S.quick = S.quick === chip.dataset.quick ? null : chip.dataset.quick;
+      for (const c of document.querySelectorAll('.quick .chip')) c.setAttribute('aria-pressed', String(c.dataset.quick === S.quick));
+      render();
+    });
+  }
   const archived = document.getElementById('show-archived');
   archived.addEventListener('change', () => {
     S.showArchived = archived.checked;
