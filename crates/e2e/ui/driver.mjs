@@ -79,6 +79,7 @@ const scenarios = {
     const one = await open();
     const two = await open();
     for (const p of [one, two]) { await ready(p); await openAgent(p, A.agent); }
+    await one.click(`${pane(A.agent)} .more > summary`);
     await one.click(`${pane(A.agent)} button.schedule-new`);
     const dialog = one.locator('dialog');
     await dialog.waitFor({ state: 'visible' });
@@ -119,6 +120,12 @@ const scenarios = {
     if (await effort(one).inputValue() !== 'high') fail(`effort shows ${await effort(one).inputValue()}`);
     // The mode is one of the agent's options now: no second, older mode control.
     if (await one.locator(`${pane(A.agent)} select[aria-label="Mode"]`).count() !== 1) fail('two mode controls');
+    // At 1,280 px the header is one row, however long the title and however many settings.
+    const top = await one.locator(`${pane(A.agent)} .head-row`).first().evaluate((row) => {
+      const tops = [...row.children].map((c) => Math.round(c.getBoundingClientRect().top + c.getBoundingClientRect().height / 2));
+      return { spread: Math.max(...tops) - Math.min(...tops), height: row.getBoundingClientRect().height };
+    });
+    if (top.spread > 4 || top.height > 48) fail(`the header wraps: ${JSON.stringify(top)}`);
     await shot(one, 'agent-settings');
     await effort(one).selectOption('low');
     await two.waitForFunction((sel) => document.querySelector(sel)?.value === 'low',
@@ -467,6 +474,7 @@ const scenarios = {
     const page = await open();
     await ready(page);
     await openAgent(page, A.agent);
+    await page.click(`${pane(A.agent)} .more > summary`);
     await page.click(`${pane(A.agent)} button.run-job`);
     const dialog = page.locator('dialog.start-job');
     await dialog.waitFor({ state: 'visible' });

@@ -593,7 +593,10 @@ async fn the_settings_an_agent_offers_are_set_from_its_header_on_every_browser()
     let (mut client, _) = daemon.client().await;
     let id = create(
         &mut client,
-        json!({"cwd": daemon.cwd(), "title": "tuned", "prompt": "say hi", "effort": "high"}),
+        json!({
+            "cwd": daemon.cwd(), "prompt": "say hi", "effort": "high",
+            "title": "tuned: a title long enough to crowd the header of any pane",
+        }),
     )
     .await;
     wait_idle(&mut client, &id).await;

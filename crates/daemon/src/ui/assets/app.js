@@ -802,16 +802,26 @@ function renderHeader(pane, a) {
       h('span', { class: `badge runtime-${live(a)}`, title: live(a) === 'live' ? 'the agent process runs' : 'no process: it starts when it gets work' }, live(a)),
       h('span', { class: 'spacer' }),
       offers('mode') ? null : mode, offers('model') ? null : model, ...settings,
-      a.archivedAt ? null : h('button', { type: 'button', class: 'schedule-new', title: 'Send this agent a prompt on a timetable', onclick: () => scheduleDialog(a) }, 'Schedule'),
-      a.archivedAt ? null : h('button', { type: 'button', class: 'run-job', title: 'Run a command for this agent in the background (a job)', onclick: () => startJobDialog(a) }, 'Run…'),
       h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).then(() => refreshQueued(a.id), failed('Stop')) }, 'Stop'),
-      a.archivedAt ? null : h('button', { type: 'button', class: 'danger', onclick: () => archiveAgent(a, { ask: { title: `Archive “${label(a)}”?`, body: isRoot(a) ? 'It leaves every list and its subagents are archived with it.' : 'It leaves its parent’s track on every client.', confirm: 'Archive' } }) }, 'Archive')),
+      a.archivedAt ? null : h('button', { type: 'button', class: 'danger', onclick: () => archiveAgent(a, { ask: { title: `Archive “${label(a)}”?`, body: isRoot(a) ? 'It leaves every list and its subagents are archived with it.' : 'It leaves its parent’s track on every client.', confirm: 'Archive' } }) }, 'Archive'),
+      a.archivedAt ? null : moreMenu(a)),
     h('div', { class: 'head-row meta' },
       h('span', { class: 'cwd', title: a.cwd }, a.cwd),
       w?.worktree ? h('span', { class: 'branch' }, `⎇ ${w.worktree.branch}`) : null,
       parent ? h('button', { type: 'button', class: 'link', onclick: () => openAgent(parent.id) }, `subagent of ${label(parent)}`) : null,
       // A failed start says its words in its card.
       a.error && !a.startFailure ? h('span', { class: 'error-text' }, a.error) : null));
+}
+
+/** The header's overflow menu: what is used less often, so the header stays one row. */
+function moreMenu(a) {
+  const menu = h('details', { class: 'more' });
+  const pick = (run) => () => { menu.open = false; run(); };
+  menu.append(h('summary', { class: 'icon', title: 'More', 'aria-label': `More for ${label(a)}` }, '⋯'),
+    h('div', { class: 'more-items', role: 'menu' },
+      h('button', { type: 'button', class: 'schedule-new', role: 'menuitem', title: 'Send this agent a prompt on a timetable', onclick: pick(() => scheduleDialog(a)) }, 'Schedule…'),
+      h('button', { type: 'button', class: 'run-job', role: 'menuitem', title: 'Run a command for this agent in the background (a job)', onclick: pick(() => startJobDialog(a)) }, 'Run a command…')));
+  return menu;
 }
 
 // ---- failed starts and sign-in -----------------------------------------------------------
