@@ -14,6 +14,7 @@
 //! env = { MY_AGENT_TOKEN = "…" }
 //! model = "big"
 //! mode = "default"
+//! on_interrupt = "continue"               # a turn a restart cut off continues (default "notify")
 //!
 //! [runtimes]                              # see `RuntimeSettings`
 //! idle_timeout = "15m"                    # hibernate a runtime idle this long; 0: never
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use drover_core::OnInterrupt;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -49,6 +51,9 @@ pub struct Provider {
     /// whose methods carry no type (gemini-cli 0.61's `gemini-api-key`).
     #[serde(skip)]
     pub auth_env: Vec<(String, Vec<String>)>,
+    /// What happens to a turn a daemon restart cuts off, for its agents created without a
+    /// policy of their own (`on_interrupt`; `None`: `notify`).
+    pub on_interrupt: Option<OnInterrupt>,
 }
 
 fn hide_values<S: serde::Serializer>(
@@ -236,6 +241,7 @@ struct ProviderEntry {
     model: Option<String>,
     mode: Option<String>,
     auth: Option<String>,
+    on_interrupt: Option<OnInterrupt>,
 }
 
 /// Every provider the daemon knows, by name.
@@ -290,6 +296,7 @@ fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
         builtin: true,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
     }
 }
 
@@ -401,6 +408,7 @@ impl Providers {
                     preset.default_model = entry.model.or(preset.default_model);
                     preset.default_mode = entry.mode.or(preset.default_mode);
                     preset.auth = entry.auth.or(preset.auth);
+                    preset.on_interrupt = entry.on_interrupt.or(preset.on_interrupt);
                     preset
                 }
                 None => Provider {
@@ -418,6 +426,7 @@ impl Providers {
                     builtin: false,
                     auth: entry.auth,
                     auth_env: Vec::new(),
+                    on_interrupt: entry.on_interrupt,
                     name: name.clone(),
                 },
             };

@@ -101,6 +101,7 @@ fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
     }
 }
 
@@ -376,6 +377,7 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             builtin: false,
             auth: None,
             auth_env: Vec::new(),
+            on_interrupt: None,
         });
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;

@@ -238,6 +238,7 @@ fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
     });
     providers
 }
@@ -577,6 +578,7 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
     });
     let daemon = Daemon::open(&base.join("home"), providers).await?;
     let t = Instant::now();

@@ -477,6 +477,15 @@ pub enum JobAction {
     },
 }
 
+/// What happens to a turn a daemon restart cuts off (`--on-interrupt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnInterruptArg {
+    /// Wait with attention `interrupted`
+    Notify,
+    /// Ask the agent, once, to continue
+    Continue,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PermitAnswer {
     Allow,
@@ -571,6 +580,10 @@ pub struct RunArgs {
     /// Allow every permission request without asking
     #[arg(long)]
     pub allow_all: bool,
+    /// A turn a restart of the daemon cuts off: wait for you (`notify`) or ask the agent to
+    /// continue it (`continue`) [default: the provider's `on_interrupt`, else notify]
+    #[arg(long, value_name = "POLICY")]
+    pub on_interrupt: Option<OnInterruptArg>,
     /// Print the agent (with -d) or each update as a JSON line
     #[arg(long)]
     pub json: bool,

@@ -178,6 +178,10 @@ fn create_message(
         } else {
             PermissionPolicy::Ask
         },
+        on_interrupt: args.on_interrupt.map(|p| match p {
+            crate::args::OnInterruptArg::Notify => drover_protocol::OnInterrupt::Notify,
+            crate::args::OnInterruptArg::Continue => drover_protocol::OnInterrupt::Continue,
+        }),
         worktree: args.worktree.clone().map(|name| NewWorktree {
             name: Some(name),
             branch: None,

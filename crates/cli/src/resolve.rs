@@ -251,6 +251,7 @@ mod tests {
             attention_timestamp: None,
             auto_archive: false,
             permission_policy: drover_protocol::PermissionPolicy::default(),
+            on_interrupt: None,
             runtime: drover_protocol::RuntimeInfo::default(),
             start_failure: None,
             queued: None,

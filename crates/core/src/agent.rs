@@ -17,7 +17,12 @@ pub struct ProviderConfig {
     pub model: Option<String>,
     pub mode: Option<String>,
     pub permission_policy: PermissionPolicy,
+    /// What happens to a turn a daemon restart cuts off (`None`: the provider's policy).
+    pub on_interrupt: Option<OnInterrupt>,
 }
+
+/// What drover does with a cut turn: the protocol's enum, stored as is.
+pub use drover_protocol::OnInterrupt;
 
 /// How the agent's permission requests are answered: the protocol's enum, stored as is.
 pub use drover_protocol::PermissionPolicy;

@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{
-    Agent, AuthMethod, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure,
+    Agent, AuthMethod, OnInterrupt, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure,
 };
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
@@ -670,6 +670,8 @@ struct ConfigDoc {
     mode_id: Option<String>,
     #[serde(default)]
     permission_policy: PermissionPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    on_interrupt: Option<OnInterrupt>,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
@@ -735,6 +737,7 @@ impl AgentDoc {
                 model: a.config.model.clone(),
                 mode_id: a.config.mode.clone(),
                 permission_policy: a.config.permission_policy,
+                on_interrupt: a.config.on_interrupt,
                 unknown: config_unknown,
             },
             resume_handle: a.resume.as_ref().map(|r| ResumeDoc {
@@ -793,6 +796,7 @@ impl AgentDoc {
                 model: self.config.model,
                 mode: self.config.mode_id,
                 permission_policy: self.config.permission_policy,
+                on_interrupt: self.config.on_interrupt,
             },
             resume,
             start_failure: self.start_failure.map(|f| StartFailure {

@@ -55,6 +55,7 @@ pub(crate) fn agent_info(
         attention_timestamp: agent.attention.map(|a| a.at.to_string()),
         auto_archive: agent.auto_archive,
         permission_policy: agent.config.permission_policy,
+        on_interrupt: agent.config.on_interrupt,
         runtime: RuntimeInfo {
             state: runtime.state.as_str().to_string(),
             pid: runtime.pid,

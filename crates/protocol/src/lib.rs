@@ -138,6 +138,19 @@ pub enum PermissionPolicy {
     Allow,
 }
 
+/// What drover does with a turn that a daemon shutdown or crash cut off (`onInterrupt`; per
+/// provider as `on_interrupt` in `config.toml`, per agent at creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInterrupt {
+    /// The agent waits with attention `interrupted` until someone sends it something.
+    #[default]
+    Notify,
+    /// After the restart the agent gets one followup saying that its turn was interrupted
+    /// (when, and by what) and asking it to continue.
+    Continue,
+}
+
 /// One way to sign in to an agent, as its ACP `initialize` answer offers it (`authMethods`).
 /// The agent record keeps the same shape while the agent waits for a sign-in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -279,6 +292,10 @@ pub enum ClientMessage {
         auto_archive: bool,
         #[serde(default)]
         permission_policy: PermissionPolicy,
+        /// What happens to a turn a daemon restart cuts off. Default: the provider's
+        /// `on_interrupt`, else `notify`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_interrupt: Option<OnInterrupt>,
         /// Run the agent in a new git worktree of the checkout at `cwd` (made first; archived
         /// with the agent when `autoArchive` archives it). Needs `cwd`, not `workspaceId`.
         #[serde(default)]
@@ -758,6 +775,10 @@ pub struct AgentInfo {
     pub attention_timestamp: Option<String>,
     pub auto_archive: bool,
     pub permission_policy: PermissionPolicy,
+    /// What happens to a turn a daemon restart cuts off, as the agent was created with
+    /// (`null`: its provider's `on_interrupt`, else `notify`).
+    #[serde(default)]
+    pub on_interrupt: Option<OnInterrupt>,
     /// The agent's runtime: whether a process runs for it.
     #[serde(default)]
     pub runtime: RuntimeInfo,

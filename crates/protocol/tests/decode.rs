@@ -178,7 +178,11 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             (opt_string(), any::<String>(), opt_string(), opt_string()),
             (opt_string(), opt_string(), opt_string(), opt_string()),
             (labels(), opt_string(), any::<bool>(), policy()),
-            prop::option::of(new_worktree())
+            prop::option::of(new_worktree()),
+            prop::option::of(prop_oneof![
+                Just(drover_protocol::OnInterrupt::Notify),
+                Just(drover_protocol::OnInterrupt::Continue)
+            ])
         )
             .prop_map(
                 |(
@@ -186,6 +190,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
                     worktree,
+                    on_interrupt,
                 )| ClientMessage::CreateAgent {
                     request_id,
                     provider,
@@ -199,6 +204,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     parent_agent_id,
                     auto_archive,
                     permission_policy,
+                    on_interrupt,
                     worktree,
                 }
             ),

@@ -116,6 +116,9 @@
 //! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
 //!   grace and then kills it (a process slow to end).
 //! - `SCRIPTED_AGENT_READ_QUOTES=1`: a line quoted with `> ` is the directive it quotes.
+//! - `SCRIPTED_AGENT_ON_DROVER=<directives>`: a prompt from drover itself (its text starts
+//!   with `[drover]`: a notice, a turn to continue) plays these directives instead of its own
+//!   lines (`\n` between two), so a test can script the turn a notice starts.
 //! - `SCRIPTED_AGENT_HELPER=1`: at start, before any session, spawns `sleep 1000` as a child
 //!   (in its process group, stdio null), as real agents start an engine process or their MCP
 //!   servers: a process of the agent's own, not work it left running.
@@ -201,6 +204,9 @@ pub struct Config {
     pub helper: bool,
     /// Demo mode (`SCRIPTED_AGENT_DEMO=1`, or `drover demo-agent`).
     pub demo: bool,
+    /// What a prompt from drover itself (starting with `[drover]`) plays instead of its lines
+    /// (`SCRIPTED_AGENT_ON_DROVER`, `\n` between directives).
+    pub on_drover: Option<String>,
 }
 
 impl Config {
@@ -231,6 +237,7 @@ impl Config {
             auth: flag("SCRIPTED_AGENT_AUTH"),
             helper: flag("SCRIPTED_AGENT_HELPER"),
             demo: flag("SCRIPTED_AGENT_DEMO"),
+            on_drover: std::env::var("SCRIPTED_AGENT_ON_DROVER").ok(),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -1402,6 +1409,11 @@ impl Agent {
         let mut directives = Directive::parse_all(&turn.text, self.config.read_quotes);
         if self.config.demo {
             directives = demo_directives(&turn.text, directives);
+        }
+        if let Some(script) = &self.config.on_drover
+            && turn.text.starts_with("[drover]")
+        {
+            directives = Directive::parse_all(&script.replace("\\n", "\n"), false);
         }
         if directives.is_empty() {
             directives.push(Directive::Say("ok".to_string()));

@@ -98,6 +98,7 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
     });
     providers
 }

@@ -201,10 +201,15 @@ impl Actor {
             "source": claim.message.source,
         });
         // An object literal: never the default.
-        let data = match data {
+        let mut data = match data {
             Value::Object(data) => data,
             _ => serde_json::Map::new(),
         };
+        // Who hears how the turn goes: a turn a restart cuts off passes it on to the followup
+        // that continues it (see `Registry::open_with`).
+        if let Some(notify) = claim.message.notify {
+            data.insert("notify".to_string(), json!(notify.to_string()));
+        }
         let item = self
             .timeline
             .push_synced(ItemKind::UserMessage.as_str(), data, at)?;

@@ -13,7 +13,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use drover_core::{AgentId, WorktreeOptions};
-use drover_protocol::{Delivery, ScheduleNewAgent, ScheduleWhen};
+use drover_protocol::{Delivery, OnInterrupt, ScheduleNewAgent, ScheduleWhen};
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -88,6 +88,10 @@ struct CreateAgentParams {
     /// permission. Default true.
     #[serde(default)]
     notify_on_finish: Option<bool>,
+    /// A turn a restart of drover cuts off: `continue` (the agent is asked to continue it) or
+    /// `notify` (it waits for you). Default: yours.
+    #[serde(default)]
+    on_interrupt: Option<OnInterrupt>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -464,6 +468,7 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
         auto_archive: params.auto_archive,
         permission_policy: None,
         notify,
+        on_interrupt: params.on_interrupt,
     };
     let created = ops.create_agent(Caller::Agent(caller), request).await?;
     let agent = created.agent;

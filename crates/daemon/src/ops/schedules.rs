@@ -385,6 +385,7 @@ impl Deliver for Ops {
             auto_archive: spec.auto_archive,
             permission_policy: spec.permission_policy,
             notify: None,
+            on_interrupt: None,
         };
         Box::pin(async move {
             let agent = match existing {

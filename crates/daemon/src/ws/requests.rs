@@ -533,6 +533,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         parent_agent_id,
         auto_archive,
         permission_policy,
+        on_interrupt,
         worktree,
     } = message
     else {
@@ -575,6 +576,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         auto_archive,
         permission_policy: Some(permission_policy),
         notify: None,
+        on_interrupt,
     };
     let created = ops.create_agent(CALLER, request).await?;
     send(DaemonMessage::AgentCreated {

@@ -29,5 +29,6 @@ mod signin;
 mod streaming;
 mod terminals;
 mod ui;
+mod unattended;
 mod wiring;
 mod workspaces;

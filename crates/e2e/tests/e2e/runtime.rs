@@ -56,6 +56,7 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
     });
     providers
 }
