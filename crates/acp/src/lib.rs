@@ -17,6 +17,7 @@
 mod actor;
 pub mod auth;
 pub mod jobs;
+mod limits;
 mod listing;
 pub mod process;
 pub mod providers;

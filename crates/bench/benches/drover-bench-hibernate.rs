@@ -102,6 +102,8 @@ fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
         auth: None,
         auth_env: Vec::new(),
         on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     }
 }
 
@@ -378,6 +380,8 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             auth: None,
             auth_env: Vec::new(),
             on_interrupt: None,
+            on_limit: None,
+            limit_backoff: None,
         });
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;

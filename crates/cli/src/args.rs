@@ -486,6 +486,15 @@ pub enum OnInterruptArg {
     Continue,
 }
 
+/// What happens when a turn hits the provider's usage limit (`--on-limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLimitArg {
+    /// Wait for the reset, then send the prompt again
+    Wait,
+    /// Fail the turn
+    Fail,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PermitAnswer {
     Allow,
@@ -584,6 +593,10 @@ pub struct RunArgs {
     /// continue it (`continue`) [default: the provider's `on_interrupt`, else notify]
     #[arg(long, value_name = "POLICY")]
     pub on_interrupt: Option<OnInterruptArg>,
+    /// A turn that hits the provider's usage limit: wait for the reset and send the prompt
+    /// again (`wait`), or fail (`fail`) [default: the provider's `on_limit`, else wait]
+    #[arg(long, value_name = "POLICY")]
+    pub on_limit: Option<OnLimitArg>,
     /// Print the agent (with -d) or each update as a JSON line
     #[arg(long)]
     pub json: bool,

@@ -182,6 +182,10 @@ fn create_message(
             crate::args::OnInterruptArg::Notify => drover_protocol::OnInterrupt::Notify,
             crate::args::OnInterruptArg::Continue => drover_protocol::OnInterrupt::Continue,
         }),
+        on_limit: args.on_limit.map(|p| match p {
+            crate::args::OnLimitArg::Wait => drover_protocol::OnLimit::Wait,
+            crate::args::OnLimitArg::Fail => drover_protocol::OnLimit::Fail,
+        }),
         worktree: args.worktree.clone().map(|name| NewWorktree {
             name: Some(name),
             branch: None,
@@ -614,10 +618,14 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             output::status_paint(&agent.status)
         };
         // Said as people say it: `sign in` is what to do.
-        let attention = match agent.attention_reason.as_deref() {
-            None => "-".to_string(),
-            Some("auth_required") => "sign in".to_string(),
-            Some(reason) => reason.to_string(),
+        let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
+            (None, _) => "-".to_string(),
+            (Some("auth_required"), _) => "sign in".to_string(),
+            // When the prompt goes again.
+            (Some("limited"), Some(limited)) => {
+                format!("limited, {}", output::when_ahead(&limited.retry_at, now))
+            }
+            (Some(reason), _) => reason.to_string(),
         };
         let attention_paint = match attention.as_str() {
             "permission" | "error" | "sign in" => Paint::Yellow,
@@ -844,6 +852,22 @@ fn schedules_summary(schedules: &[drover_protocol::ScheduleInfo]) -> String {
     }
 }
 
+/// An agent waiting for its usage limit: since when, the reset, when its prompt goes again.
+fn limited_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
+    let Some(limited) = &agent.limited else {
+        return "-".to_string();
+    };
+    let reset = limited.reset_at.as_deref().map_or_else(
+        || "the provider named no reset time".to_string(),
+        |r| format!("resets {}", output::when_ahead(r, now)),
+    );
+    format!(
+        "usage limit since {}; {reset}; the prompt goes again {} (`drover retry` sends it now)",
+        output::when(&limited.at, now),
+        output::when_ahead(&limited.retry_at, now),
+    )
+}
+
 fn inspect_rows(
     agent: &AgentInfo,
     workspace: &str,
@@ -870,6 +894,7 @@ fn inspect_rows(
             },
         ),
         ("error", agent.error.clone().unwrap_or_else(dash)),
+        ("limited", limited_line(agent, now)),
         ("cwd", agent.cwd.clone()),
         ("workspace", workspace.to_string()),
         (
@@ -934,6 +959,9 @@ fn inspect_rows(
                 .map_or_else(dash, |at| output::when(at, now)),
         ),
     ];
+    if agent.limited.is_none() {
+        rows.retain(|(k, _)| *k != "limited");
+    }
     if agent.archived_at.is_none() {
         rows.retain(|(k, _)| *k != "archived");
     }

@@ -252,6 +252,8 @@ mod tests {
             auto_archive: false,
             permission_policy: drover_protocol::PermissionPolicy::default(),
             on_interrupt: None,
+            on_limit: None,
+            limited: None,
             runtime: drover_protocol::RuntimeInfo::default(),
             start_failure: None,
             queued: None,

@@ -179,10 +179,16 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             (opt_string(), opt_string(), opt_string(), opt_string()),
             (labels(), opt_string(), any::<bool>(), policy()),
             prop::option::of(new_worktree()),
-            prop::option::of(prop_oneof![
-                Just(drover_protocol::OnInterrupt::Notify),
-                Just(drover_protocol::OnInterrupt::Continue)
-            ])
+            (
+                prop::option::of(prop_oneof![
+                    Just(drover_protocol::OnInterrupt::Notify),
+                    Just(drover_protocol::OnInterrupt::Continue)
+                ]),
+                prop::option::of(prop_oneof![
+                    Just(drover_protocol::OnLimit::Wait),
+                    Just(drover_protocol::OnLimit::Fail)
+                ])
+            )
         )
             .prop_map(
                 |(
@@ -190,7 +196,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
                     worktree,
-                    on_interrupt,
+                    (on_interrupt, on_limit),
                 )| ClientMessage::CreateAgent {
                     request_id,
                     provider,
@@ -205,6 +211,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     auto_archive,
                     permission_policy,
                     on_interrupt,
+                    on_limit,
                     worktree,
                 }
             ),

@@ -65,6 +65,7 @@
 //! | `usage` | a `usage_update` (`used`, `size`, `cost {amount, currency}`) |
 //! | `unknown` | a `session/update` of the unknown kind `scripted_unknown_kind` and an unknown notification `_scripted/status` |
 //! | `fail <message>` | replies to the prompt with JSON-RPC error -32603 `<message>` (ends the turn) |
+//! | `limit <agent> <seconds> [noreset]` | the usage limit of `codex`, `claude` or `gemini`: until `<seconds>` after this prompt's text was first seen (kept in the state dir, across processes), the prompt fails with -32603 `Internal error` and that agent's words in `data` (with the reset time, unless `noreset`: codex's "You've hit your usage limit. Try again at 4:57 PM.", claude's "Claude AI usage limit reached\|<unix seconds>", gemini's "… Please retry in 3s."); then the next directives play |
 //! | `stop <reason>` | ends the turn now with stop reason `<reason>` (`max_tokens`, `refusal`, ...) |
 //! | `env <VAR>` | says the variable's value, or `<unset>` |
 //! | `cwd` | says the process's working directory |
@@ -284,6 +285,12 @@ pub enum Directive {
     Usage,
     Unknown,
     Fail(String),
+    /// `limit <agent> <seconds> [noreset]`.
+    Limit {
+        agent: String,
+        seconds: u64,
+        reset: bool,
+    },
     Stop(String),
     Env(String),
     Cwd,
@@ -378,6 +385,24 @@ impl Directive {
             "usage" if rest.is_empty() => Directive::Usage,
             "unknown" if rest.is_empty() => Directive::Unknown,
             "fail" => Directive::Fail(rest.to_string()),
+            "limit" => {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                match words.as_slice() {
+                    [agent @ ("codex" | "claude" | "gemini"), seconds, more @ ..]
+                        if more.is_empty() || more == ["noreset"] =>
+                    {
+                        match seconds.parse() {
+                            Ok(seconds) => Directive::Limit {
+                                agent: (*agent).to_string(),
+                                seconds,
+                                reset: more.is_empty(),
+                            },
+                            Err(_) => Directive::Other(line.to_string()),
+                        }
+                    }
+                    _ => Directive::Other(line.to_string()),
+                }
+            }
             "stop" if !rest.is_empty() => Directive::Stop(rest.to_string()),
             "env" if !rest.is_empty() => Directive::Env(rest.to_string()),
             "cwd" if rest.is_empty() => Directive::Cwd,
@@ -827,6 +852,9 @@ enum Flow {
     Continue,
     End(String),
     Fail(String),
+    /// -32603 `Internal error` with the agent's words in `data`, as codex-acp,
+    /// claude-agent-acp and gemini-cli fail a prompt.
+    FailWith(String),
     Hang,
 }
 
@@ -1435,6 +1463,14 @@ impl Agent {
                 Flow::Fail(message) => {
                     return self.out.error(id, INTERNAL_ERROR, message).await;
                 }
+                Flow::FailWith(data) => {
+                    return self
+                        .out
+                        .send(json!({"jsonrpc": "2.0", "id": id, "error": {
+                            "code": INTERNAL_ERROR, "message": "Internal error", "data": data,
+                        }}))
+                        .await;
+                }
                 Flow::Hang => std::future::pending::<()>().await,
             }
         }
@@ -1511,6 +1547,61 @@ impl Agent {
                 json!({"sessionUpdate": "agent_message_chunk", "content": text_content(text)}),
             )
             .await;
+    }
+
+    /// `limit`: while the limit lasts (`seconds` after this prompt's text was first seen,
+    /// kept in the state dir so that a new process of the agent knows), the words `agent`
+    /// fails the prompt with; `None` once it is over.
+    fn limited(&self, prompt: &str, agent: &str, seconds: u64, reset: bool) -> Option<String> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        prompt.hash(&mut hasher);
+        let path = self
+            .config
+            .state_dir
+            .join("limits")
+            .join(format!("{:016x}", hasher.finish()));
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let first = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .map(Duration::from_millis);
+        let first = first.unwrap_or_else(|| {
+            let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
+            let _ = std::fs::write(&path, now.as_millis().to_string());
+            now
+        });
+        let end = first + Duration::from_secs(seconds);
+        let left = end.checked_sub(now).filter(|d| !d.is_zero())?;
+        let left_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        let end_s = end.as_secs() + u64::from(end.subsec_nanos() > 0);
+        Some(match (agent, reset) {
+            // codex-acp 0.16: the reset in local time, to the minute.
+            ("codex", true) => {
+                let at = jiff::Timestamp::from_second(i64::try_from(end_s).unwrap_or(0))
+                    .unwrap_or_default()
+                    .to_zoned_datetime(jiff::tz::TimeZone::system());
+                let (hour, minute) = (at.hour(), at.minute());
+                let (h12, half) = match hour {
+                    0 => (12, "AM"),
+                    1..=11 => (hour, "AM"),
+                    12 => (12, "PM"),
+                    _ => (hour - 12, "PM"),
+                };
+                format!("You've hit your usage limit. Try again at {h12}:{minute:02} {half}.")
+            }
+            ("codex", false) => "You've hit your usage limit. Try again later.".to_string(),
+            // claude-agent-acp 0.23: Claude Code's result text.
+            ("claude", true) => format!("Claude AI usage limit reached|{end_s}"),
+            ("claude", false) => r#"API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your account's rate limit. Please try again later."}}"#.to_string(),
+            // gemini-cli 0.61.
+            (_, true) => format!(
+                "You exceeded your current quota, please check your plan and billing details. Please retry in {left_s}s."
+            ),
+            (_, false) => "[API Error: got status: 429 Too Many Requests. RESOURCE_EXHAUSTED: You exceeded your current quota, please check your plan and billing details.]".to_string(),
+        })
     }
 
     // One arm per script directive: the fake's whole repertoire reads best as one match.
@@ -1604,6 +1695,15 @@ impl Agent {
                     .await;
             }
             Directive::Fail(message) => return Flow::Fail(message),
+            Directive::Limit {
+                agent,
+                seconds,
+                reset,
+            } => {
+                if let Some(words) = self.limited(&turn.text, &agent, seconds, reset) {
+                    return Flow::FailWith(words);
+                }
+            }
             Directive::Stop(reason) => return Flow::End(reason),
             Directive::Env(name) => {
                 let value = std::env::var(&name).unwrap_or_else(|_| "<unset>".to_string());

@@ -99,6 +99,8 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         auth: None,
         auth_env: Vec::new(),
         on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     });
     providers
 }

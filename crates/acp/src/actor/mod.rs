@@ -126,7 +126,14 @@ pub(crate) fn spawn(
     } else {
         session::StartRetry::default()
     };
-    let (busy_tx, busy_rx) = watch::channel(inbox.has_wake() && !retry.failing());
+    // An agent that waits for its provider's usage limit goes on waiting, also in a new task.
+    let (limit_wait, limit_count) = shared
+        .registry
+        .get(id)
+        .and_then(|a| a.limited)
+        .map_or((None, 0), |l| (turn::limit_deadline(l.retry_at), l.count));
+    let (busy_tx, busy_rx) =
+        watch::channel(inbox.has_wake() && !retry.failing() && limit_wait.is_none());
     let mut tool_calls = HashMap::new();
     for item in timeline.items() {
         if item.is(ItemKind::ToolCall)
@@ -162,6 +169,8 @@ pub(crate) fn spawn(
         hibernated: false,
         context_lost: false,
         published_queue: None,
+        limit_wait,
+        limit_count,
     };
     let (ended_tx, ended_rx) = watch::channel(());
     tokio::spawn(async move {
@@ -234,6 +243,8 @@ enum Event {
     RetryStart,
     /// Time to look again whether the background processes that keep the runtime live ended.
     LookBackground,
+    /// The wait for a usage limit is over: the prompt is sent again.
+    LimitOver,
 }
 
 struct Actor {
@@ -283,6 +294,11 @@ struct Actor {
     context_lost: bool,
     /// The queue last published for readers (`Shared::queued`): its length, first and last ids.
     published_queue: Option<(usize, Option<String>, Option<String>)>,
+    /// The agent waits for its provider's usage limit until then: no turn starts before (its
+    /// failed prompt waits first in the inbox).
+    limit_wait: Option<tokio::time::Instant>,
+    /// Usage limits hit in a row (the backoff without a reset time grows with it).
+    limit_count: u32,
 }
 
 impl Actor {
@@ -304,7 +320,7 @@ impl Actor {
             // client's wait_idle) then finds the notified agent already woken.
             let busy = self.turn.is_some()
                 || self.notices.is_some()
-                || (self.inbox.has_wake() && !self.start_failed);
+                || (self.inbox.has_wake() && !self.start_failed && self.limit_wait.is_none());
             self.busy
                 .send_if_modified(|b| std::mem::replace(b, busy) != busy);
             match self.next_event().await {
@@ -330,6 +346,10 @@ impl Actor {
                     self.granted = slot;
                 }
                 Event::LookBackground => self.look_background().await,
+                Event::LimitOver => {
+                    tracing::info!(agent = %self.id, "the usage limit's wait is over: the prompt goes again");
+                    self.limit_wait = None;
+                }
                 Event::IdleTimeout => {
                     if self.hibernate("idle timeout", false).await {
                         break;
@@ -339,6 +359,12 @@ impl Actor {
         }
         // What the end discarded (an archive) is what readers find until the next task.
         self.publish_queue();
+        if self.hibernated
+            && let Some(at) = self.limit_wait
+        {
+            // Nothing runs for a hibernated agent: something must wake it at the reset.
+            turn::wake_at(self.shared.clone(), self.id, at);
+        }
         if self.hibernated {
             while let Ok(command) = self.commands.try_recv() {
                 leftover.push(command);
@@ -378,6 +404,7 @@ impl Actor {
         let deadline = self.idle.deadline();
         let retry_due = self.retry.due();
         let look_due = self.background.next_look();
+        let limit_due = self.limit_wait;
         let Actor {
             commands,
             live,
@@ -437,6 +464,12 @@ impl Actor {
                 }
             } => Event::RetryStart,
             () = async {
+                match limit_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => pending().await,
+                }
+            } => Event::LimitOver,
+            () = async {
                 match look_due {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => pending().await,
@@ -465,6 +498,8 @@ impl Actor {
                 }
             }
             Command::Retry => {
+                // Also: the user sends a prompt that waits for a usage limit now.
+                self.limit_wait = None;
                 self.retry.succeeded();
                 self.start_failed = false;
                 self.touch();

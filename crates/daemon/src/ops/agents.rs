@@ -9,7 +9,7 @@ use drover_acp::{PendingPermission, RuntimeMemory, RuntimeView};
 use drover_core::inbox::InboxMessage;
 use drover_core::timeline::{ItemKind, Page, TimelinePage};
 use drover_core::{
-    Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, OnInterrupt,
+    Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, OnInterrupt, OnLimit,
     PermissionPolicy, ProviderConfig, WorkspaceId, WorktreeOptions,
 };
 
@@ -75,6 +75,8 @@ pub(crate) struct CreateAgent {
     pub(crate) notify: Option<AgentId>,
     /// Default: the calling agent's own, else none (its provider's policy).
     pub(crate) on_interrupt: Option<OnInterrupt>,
+    /// Default: the calling agent's own, else none (its provider's policy).
+    pub(crate) on_limit: Option<OnLimit>,
 }
 
 /// A new agent, and the worktree made for it if one was.
@@ -140,6 +142,9 @@ impl Ops {
                 on_interrupt: request
                     .on_interrupt
                     .or_else(|| me.as_ref().and_then(|m| m.config.on_interrupt)),
+                on_limit: request
+                    .on_limit
+                    .or_else(|| me.as_ref().and_then(|m| m.config.on_limit)),
             },
         };
         if let Some(parent) = new.parent {

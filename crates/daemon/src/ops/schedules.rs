@@ -386,6 +386,7 @@ impl Deliver for Ops {
             permission_policy: spec.permission_policy,
             notify: None,
             on_interrupt: None,
+            on_limit: None,
         };
         Box::pin(async move {
             let agent = match existing {

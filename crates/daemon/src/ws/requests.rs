@@ -534,6 +534,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         auto_archive,
         permission_policy,
         on_interrupt,
+        on_limit,
         worktree,
     } = message
     else {
@@ -577,6 +578,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         permission_policy: Some(permission_policy),
         notify: None,
         on_interrupt,
+        on_limit,
     };
     let created = ops.create_agent(CALLER, request).await?;
     send(DaemonMessage::AgentCreated {

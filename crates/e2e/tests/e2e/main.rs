@@ -18,6 +18,7 @@ mod protocol_smoke;
 mod providers_reload;
 mod real_agents;
 mod real_agents_daemon;
+mod real_agents_limits;
 mod real_agents_mcp;
 mod real_agents_orphans;
 mod real_agents_signin;

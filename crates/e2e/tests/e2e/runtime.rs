@@ -57,6 +57,8 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         auth: None,
         auth_env: Vec::new(),
         on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     });
     providers
 }

@@ -197,3 +197,193 @@ async fn unattended_a_cut_turn_continues_once_by_policy() {
     assert_eq!(heard(&messages(&mut client, &parent).await).len(), 1);
     daemon.stop().await;
 }
+
+/// The scripted provider waiting 2 s for a limit without a reset time.
+fn limits_config(state: &Path) -> String {
+    let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
+    let state = state.display().to_string();
+    format!(
+        "[providers.scripted]\ncommand = [{bin:?}]\nlimit_backoff = \"2s\"\n\
+         env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n"
+    )
+}
+
+/// The agent's `turn_ended` events.
+async fn ends(client: &mut Client, agent: &str) -> Vec<String> {
+    client.turn_events(agent).await
+}
+
+// One story: limits as codex, claude and gemini say them, with and without a reset time, a
+// subagent whose parent waits, `on_limit = fail`; the daemon killed while they wait.
+#[allow(clippy::too_many_lines)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), limits_config(state.path())).expect("config");
+    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    let create = async |client: &mut Client, fields: Value| {
+        let mut fields = fields;
+        fields["provider"] = json!("scripted");
+        fields["cwd"] = json!(cwd);
+        client.create_agent(fields).await
+    };
+    // A reset time (gemini's "retry in 4s"; claude's unix time), and none (the 2 s backoff).
+    let gemini = create(
+        &mut client,
+        json!({"prompt": "limit gemini 4\nsay gemini went on"}),
+    )
+    .await;
+    let claude = create(
+        &mut client,
+        json!({"prompt": "limit claude 4\nsay claude went on"}),
+    )
+    .await;
+    let bare = create(
+        &mut client,
+        json!({"prompt": "limit codex 1 noreset\nsay codex went on"}),
+    )
+    .await;
+    // A subagent whose parent hears once, when the turn after the limit ends.
+    let parent = create(
+        &mut client,
+        json!({"prompt": "subagent limit claude 1 noreset\\nsay child went on"}),
+    )
+    .await;
+    let failing = create(
+        &mut client,
+        json!({"prompt": "limit codex 30 noreset\nsay never", "onLimit": "fail"}),
+    )
+    .await;
+    let dropped = create(&mut client, json!({"prompt": "limit gemini 30\nsay never"})).await;
+    let child = eventually("the subagent", WAIT, async || {
+        let text = said(&mut client, &parent).await;
+        let id = text.split("started subagent ").nth(1)?;
+        Some(id.split_whitespace().next()?.to_string())
+    })
+    .await;
+
+    for agent in [&gemini, &claude, &bare, &child] {
+        let info = eventually("the agent to wait for its limit", WAIT, async || {
+            let info = get_agent(&mut client, agent).await;
+            (info["attentionReason"] == "limited").then_some(info)
+        })
+        .await;
+        assert_eq!(info["status"], "idle", "{info}");
+        assert!(info["limited"]["retryAt"].is_string(), "{info}");
+        // The agent's own words.
+        assert!(
+            info["limited"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("-32603")),
+            "{info}"
+        );
+        // Its prompt waits, first in its inbox.
+        assert_eq!(info["queued"].as_array().map(Vec::len), Some(1), "{info}");
+        assert_eq!(ends(&mut client, agent).await, ["turn_limited"]);
+    }
+    let info = get_agent(&mut client, &gemini).await;
+    assert!(info["limited"]["resetAt"].is_string(), "{info}");
+    let info = get_agent(&mut client, &bare).await;
+    assert!(info["limited"]["resetAt"].is_null(), "{info}");
+    // `fail`: an error like any other.
+    let info = eventually("the failing agent's turn to fail", WAIT, async || {
+        let info = get_agent(&mut client, &failing).await;
+        (info["attentionReason"] == "error").then_some(info)
+    })
+    .await;
+    assert!(info["limited"].is_null(), "{info}");
+    assert_eq!(ends(&mut client, &failing).await, ["turn_failed"]);
+    // A cancel that drops the inbox drops the waiting prompt, and the wait.
+    eventually("the agent to wait for its limit", WAIT, async || {
+        get_agent(&mut client, &dropped).await["attentionReason"] == "limited"
+    })
+    .await;
+    let cancelled = client
+        .request(json!({"type": "cancel", "agentId": dropped}))
+        .await;
+    assert_eq!(cancelled["type"], "ok", "{cancelled}");
+    let info = eventually("the wait to end", WAIT, async || {
+        let info = get_agent(&mut client, &dropped).await;
+        info["limited"].is_null().then_some(info)
+    })
+    .await;
+    assert!(info["attentionReason"].is_null(), "{info}");
+    assert_eq!(info["queued"].as_array().map(Vec::len), Some(0), "{info}");
+    // The parent was told why, as context: it did not start a turn for it.
+    client.wait_idle(&parent).await;
+    assert_eq!(ends(&mut client, &parent).await, ["turn_completed"]);
+
+    // A crash while they wait changes nothing.
+    daemon.die_by(Signal::SIGKILL);
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let info = get_agent(&mut client, &gemini).await;
+    assert!(
+        info["attentionReason"] == "limited" || info["status"] == "running",
+        "{info}"
+    );
+
+    for (agent, word) in [
+        (&gemini, "gemini"),
+        (&claude, "claude"),
+        (&bare, "codex"),
+        (&child, "child"),
+    ] {
+        eventually("the prompt sent again after the limit", WAIT, async || {
+            ends(&mut client, agent).await.len() == 2
+        })
+        .await;
+        let timeline = client.timeline(agent).await;
+        assert_eq!(
+            ends(&mut client, agent).await,
+            ["turn_limited", "turn_completed"],
+            "{agent} {word}: {timeline:#?}"
+        );
+        assert!(
+            said(&mut client, agent)
+                .await
+                .contains(&format!("{word} went on")),
+            "{agent}"
+        );
+        // Sent again once: two deliveries of the same prompt.
+        let sent = messages(&mut client, agent).await;
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0].1, sent[1].1);
+        // The turn's end reaches the record just after the timeline.
+        let info = eventually("the record to say the turn finished", WAIT, async || {
+            let info = get_agent(&mut client, agent).await;
+            (info["attentionReason"] == "finished").then_some(info)
+        })
+        .await;
+        assert!(info["limited"].is_null(), "{info}");
+    }
+    // The parent heard once, of the turn that ended, with why it waited as context.
+    eventually("the parent to hear", WAIT, async || {
+        ends(&mut client, &parent).await.len() == 2
+    })
+    .await;
+    let told: Vec<Value> = client
+        .timeline(&parent)
+        .await
+        .into_iter()
+        .filter(|i| i["kind"] == "user_message" && i["data"]["source"] == format!("agent:{child}"))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0]["data"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("finished its turn"),
+        "{told:?}"
+    );
+    let context = told[0]["data"]["context"].to_string();
+    assert!(context.contains("usage limit"), "{context}");
+    // Nothing was sent again for the cancelled one.
+    assert_eq!(messages(&mut client, &dropped).await.len(), 1);
+    daemon.stop().await;
+}
