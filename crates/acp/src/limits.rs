@@ -10,7 +10,8 @@
 //!   429s, once its own retries are spent: "exceeded retry limit, last status: 429 Too Many
 //!   Requests".
 //! - claude-agent-acp 0.23 (Claude Code's result text): `API Error: 429 {…"rate_limit_error"…}`,
-//!   or a subscription's "Claude AI usage limit reached|<unix seconds of the reset>".
+//!   or a subscription's "You've hit your session limit · resets 5am" (no time drover reads:
+//!   the backoff) or, older, "Claude AI usage limit reached|<unix seconds of the reset>".
 //! - gemini-cli 0.61: the API's `RESOURCE_EXHAUSTED` / "exceeded your current quota", with
 //!   "Please retry in 37.5s" or a `retryDelay` where the API gave one.
 //!
@@ -28,6 +29,7 @@ pub(crate) struct LimitHit {
 /// Phrases (lower case) that say a limit was hit.
 const LIMIT_PHRASES: &[&str] = &[
     "hit your usage limit",
+    "you've hit your",
     "usage limit reached",
     "usage_limit_reached",
     "hit your limit",
@@ -175,6 +177,8 @@ mod tests {
         let ts = |s: &str| Some(s.parse::<Timestamp>().expect("ts"));
         let claude = r#"Internal error (API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your account's rate limit."}})"#;
         assert_eq!(recognize(claude, &now), Some(LimitHit { reset_at: None }));
+        let plan = "Internal error (You've hit your weekly limit · resets Dec 8, 5am (UTC))";
+        assert_eq!(recognize(plan, &now), Some(LimitHit { reset_at: None }));
         let sub = "Internal error (Claude AI usage limit reached|1796489400)";
         assert_eq!(
             recognize(sub, &now).and_then(|h| h.reset_at),

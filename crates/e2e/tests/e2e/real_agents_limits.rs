@@ -26,6 +26,77 @@ async fn get_agent(client: &mut Client, agent: &str) -> Value {
     got["payload"]["agent"].clone()
 }
 
+/// `agent` (with `env` added) against the scripted model, whose first answers to the prompt
+/// are 429 for 1 s without a reset time: the agent waits `limited` (its error holds `words`)
+/// and its prompt is answered after the 2 s backoff.
+async fn waits_and_resumes(agent: RealAgent, env: &[(&str, &str)], words: &str) {
+    let name = agent.name();
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let mut command = agent
+        .command(&agents_dir(), &model.url(), scratch.path(), &cwd)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (k, v) in env {
+        command.env.insert((*k).to_string(), (*v).to_string());
+    }
+    let config = format!("{}limit_backoff = \"2s\"\n", provider_toml(name, &command));
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({
+            "provider": name, "cwd": cwd,
+            "prompt": "limit 1 noreset\nreply back after the limit",
+        }))
+        .await;
+    let info = drover_testkit::wait::poll_until(WAIT, async || {
+        let info = get_agent(&mut client, &id).await;
+        (info["attentionReason"] == "limited").then_some(info)
+    })
+    .await;
+    let Some(info) = info else {
+        let timeline = client.timeline(&id).await;
+        panic!("{name} never waited for the limit: {timeline:#?}");
+    };
+    let error = info["limited"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains(words), "{name}: {info}");
+    eventually("the prompt sent again", WAIT, async || {
+        client.turn_events(&id).await.len() == 2
+    })
+    .await;
+    assert_eq!(
+        client.turn_events(&id).await,
+        ["turn_limited", "turn_completed"],
+        "{name}"
+    );
+    let said: String = client.replies(&id).await.concat();
+    assert!(said.contains("back after the limit"), "{name}: {said}");
+    daemon.stop().await;
+    model.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agents_limits_claude_waits_for_its_usage_limit_and_resumes() {
+    // Claude Code retries a 429 itself, ten times with backoff, before it gives up: this
+    // test tells it not to, so that what it then says is quick to see.
+    waits_and_resumes(
+        RealAgent::Claude,
+        &[("CLAUDE_CODE_MAX_RETRIES", "0")],
+        "rate_limit_error",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agents_limits_gemini_waits_for_its_usage_limit_and_resumes() {
+    waits_and_resumes(RealAgent::Gemini, &[], "429").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
     let agent = RealAgent::Codex;
