@@ -1,19 +1,24 @@
 //! Usage limits: whether a failed turn failed on the provider's rate or usage limit, as the
 //! pinned agents say it, and when the limit resets where they say.
 //!
-//! What each agent answers `session/prompt` with (JSON-RPC error -32603 `Internal error`, the
-//! agent's words in `data`), with the HTTP 429 its model API sends:
+//! What each agent answers `session/prompt` with, when its model API sends HTTP 429 (checked
+//! with the pinned agents against the scripted model, `tests/e2e/real_agents_limits.rs`):
 //!
-//! - codex-acp 0.16 (the `OpenAI` API's `usage_limit_reached`): "You've hit your usage limit. Try again
+//! - codex-acp 0.16, -32603 `Internal error` with its words in `data` (the `OpenAI` API's
+//!   `usage_limit_reached`): "You've hit your usage limit. Try again
 //!   at 4:57 PM." (the reset in the agent's local time, to the minute; a later day as
 //!   "Dec 6th, 2026 4:57 PM"), or "… Try again later." when the API gave no reset time; other
 //!   429s, once its own retries are spent: "exceeded retry limit, last status: 429 Too Many
 //!   Requests".
-//! - claude-agent-acp 0.23 (Claude Code's result text): `API Error: 429 {…"rate_limit_error"…}`,
+//! - claude-agent-acp 0.23, -32603 "Internal error: " and Claude Code's result text (it retries
+//!   a 429 ten times first, unless `CLAUDE_CODE_MAX_RETRIES` says otherwise):
+//!   `API Error: 429 {…"rate_limit_error"…}`,
 //!   or a subscription's "You've hit your session limit · resets 5am" (no time drover reads:
 //!   the backoff) or, older, "Claude AI usage limit reached|<unix seconds of the reset>".
-//! - gemini-cli 0.61: the API's `RESOURCE_EXHAUSTED` / "exceeded your current quota", with
-//!   "Please retry in 37.5s" or a `retryDelay` where the API gave one.
+//! - gemini-cli 0.61, the code 429 and its quota error's message: "You have exhausted your
+//!   daily quota on this model." (a daily quota), or the API's "You exceeded your current
+//!   quota … Please retry in 400s." for a delay longer than it waits itself; a shorter limit it
+//!   retries itself (ten times, 5 to 30 s apart) before it says anything.
 //!
 //! Anything else that says "rate limit", "usage limit" or "Too Many Requests" counts too.
 
@@ -42,6 +47,10 @@ const LIMIT_PHRASES: &[&str] = &[
     "api error: 429",
     "resource_exhausted",
     "exceeded your current quota",
+    "exhausted your daily quota",
+    "exhausted your capacity",
+    // How drover words an error whose JSON-RPC code is the HTTP status (gemini-cli).
+    "with error 429:",
 ];
 
 /// Whether `error` (an agent's failed turn, as drover words it) is a usage or rate limit, and

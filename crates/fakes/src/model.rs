@@ -418,7 +418,8 @@ fn limited(shared: &Shared, turn: &Turn, api: Api) -> Option<(&'static str, Valu
 /// - Anthropic: `{"type": "error", "error": {"type": "rate_limit_error", "message"}}` with
 ///   `retry-after` (seconds) and `anthropic-ratelimit-unified-reset` (unix seconds);
 /// - Gemini: `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message", "details":
-///   [{"@type": "…google.rpc.RetryInfo", "retryDelay": "<n>s"}]}}`.
+///   [{"@type": "…google.rpc.QuotaFailure", "violations": [{"quotaId": "…PerDay…"}]},
+///   {"@type": "…google.rpc.RetryInfo", "retryDelay": "<n>s"}]}}` (a daily quota).
 ///
 /// Without `with_reset` none of the reset fields or headers are there.
 fn limit_response(
@@ -458,17 +459,27 @@ fn limit_response(
             },
         ),
         Api::Gemini => {
-            let mut error = json!({
+            // A free tier's daily quota: gemini-cli gives up at once (a shorter limit it
+            // retries itself, ten times, 5 to 30 s apart).
+            let mut details = vec![json!({
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [{
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                    "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                }],
+            })];
+            if with_reset {
+                details.push(json!({
+                    "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                    "retryDelay": format!("{left_s}s"),
+                }));
+            }
+            let error = json!({
                 "code": 429,
                 "status": "RESOURCE_EXHAUSTED",
                 "message": "You exceeded your current quota, please check your plan and billing details.",
+                "details": details,
             });
-            if with_reset {
-                error["details"] = json!([{
-                    "@type": "type.googleapis.com/google.rpc.RetryInfo",
-                    "retryDelay": format!("{left_s}s"),
-                }]);
-            }
             (json!({ "error": error }), Vec::new())
         }
     };

@@ -65,7 +65,7 @@
 //! | `usage` | a `usage_update` (`used`, `size`, `cost {amount, currency}`) |
 //! | `unknown` | a `session/update` of the unknown kind `scripted_unknown_kind` and an unknown notification `_scripted/status` |
 //! | `fail <message>` | replies to the prompt with JSON-RPC error -32603 `<message>` (ends the turn) |
-//! | `limit <agent> <seconds> [noreset]` | the usage limit of `codex`, `claude` or `gemini`: until `<seconds>` after this prompt's text was first seen (kept in the state dir, across processes), the prompt fails with -32603 `Internal error` and that agent's words in `data` (with the reset time, unless `noreset`: codex's "You've hit your usage limit. Try again at 4:57 PM.", claude's "Claude AI usage limit reached\|<unix seconds>", gemini's "… Please retry in 3s."); then the next directives play |
+//! | `limit <agent> <seconds> [noreset]` | the usage limit of `codex`, `claude` or `gemini`: until `<seconds>` after this prompt's text was first seen (kept in the state dir, across processes), the prompt fails as that agent fails it: codex -32603 `Internal error` with "You've hit your usage limit. Try again at 4:57 PM." (`noreset`: "… Try again later.") in `data`; claude -32603 "Internal error: Claude AI usage limit reached\\|<unix seconds>" (`noreset`: `Internal error: API Error: 429 {…rate_limit_error…}`); gemini code 429 "You exceeded your current quota, … Please retry in 3s." (`noreset`: "You have exhausted your daily quota on this model."); then the next directives play |
 //! | `stop <reason>` | ends the turn now with stop reason `<reason>` (`max_tokens`, `refusal`, ...) |
 //! | `env <VAR>` | says the variable's value, or `<unset>` |
 //! | `cwd` | says the process's working directory |
@@ -852,9 +852,8 @@ enum Flow {
     Continue,
     End(String),
     Fail(String),
-    /// -32603 `Internal error` with the agent's words in `data`, as codex-acp,
-    /// claude-agent-acp and gemini-cli fail a prompt.
-    FailWith(String),
+    /// A JSON-RPC error as a real agent fails a prompt: code, message, data.
+    FailWith(i64, String, Option<String>),
     Hang,
 }
 
@@ -1463,12 +1462,14 @@ impl Agent {
                 Flow::Fail(message) => {
                     return self.out.error(id, INTERNAL_ERROR, message).await;
                 }
-                Flow::FailWith(data) => {
+                Flow::FailWith(code, message, data) => {
+                    let mut error = json!({"code": code, "message": message});
+                    if let Some(data) = data {
+                        error["data"] = json!(data);
+                    }
                     return self
                         .out
-                        .send(json!({"jsonrpc": "2.0", "id": id, "error": {
-                            "code": INTERNAL_ERROR, "message": "Internal error", "data": data,
-                        }}))
+                        .send(json!({"jsonrpc": "2.0", "id": id, "error": error}))
                         .await;
                 }
                 Flow::Hang => std::future::pending::<()>().await,
@@ -1550,9 +1551,15 @@ impl Agent {
     }
 
     /// `limit`: while the limit lasts (`seconds` after this prompt's text was first seen,
-    /// kept in the state dir so that a new process of the agent knows), the words `agent`
-    /// fails the prompt with; `None` once it is over.
-    fn limited(&self, prompt: &str, agent: &str, seconds: u64, reset: bool) -> Option<String> {
+    /// kept in the state dir so that a new process of the agent knows), the error `agent`
+    /// fails the prompt with (code, message, data); `None` once it is over.
+    fn limited(
+        &self,
+        prompt: &str,
+        agent: &str,
+        seconds: u64,
+        reset: bool,
+    ) -> Option<(i64, String, Option<String>)> {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         prompt.hash(&mut hasher);
@@ -1577,8 +1584,10 @@ impl Agent {
         let left = end.checked_sub(now).filter(|d| !d.is_zero())?;
         let left_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
         let end_s = end.as_secs() + u64::from(end.subsec_nanos() > 0);
+        let internal = |data: String| (INTERNAL_ERROR, "Internal error".to_string(), Some(data));
         Some(match (agent, reset) {
-            // codex-acp 0.16: the reset in local time, to the minute.
+            // codex-acp 0.16: `Internal error`, its words in `data`, the reset in local time,
+            // to the minute.
             ("codex", true) => {
                 let at = jiff::Timestamp::from_second(i64::try_from(end_s).unwrap_or(0))
                     .unwrap_or_default()
@@ -1590,17 +1599,35 @@ impl Agent {
                     12 => (12, "PM"),
                     _ => (hour - 12, "PM"),
                 };
-                format!("You've hit your usage limit. Try again at {h12}:{minute:02} {half}.")
+                internal(format!(
+                    "You've hit your usage limit. Try again at {h12}:{minute:02} {half}."
+                ))
             }
-            ("codex", false) => "You've hit your usage limit. Try again later.".to_string(),
-            // claude-agent-acp 0.23: Claude Code's result text.
-            ("claude", true) => format!("Claude AI usage limit reached|{end_s}"),
-            ("claude", false) => r#"API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your account's rate limit. Please try again later."}}"#.to_string(),
-            // gemini-cli 0.61.
-            (_, true) => format!(
-                "You exceeded your current quota, please check your plan and billing details. Please retry in {left_s}s."
+            ("codex", false) => internal("You've hit your usage limit. Try again later.".to_string()),
+            // claude-agent-acp 0.23: Claude Code's result text in the message.
+            ("claude", true) => (
+                INTERNAL_ERROR,
+                format!("Internal error: Claude AI usage limit reached|{end_s}"),
+                None,
             ),
-            (_, false) => "[API Error: got status: 429 Too Many Requests. RESOURCE_EXHAUSTED: You exceeded your current quota, please check your plan and billing details.]".to_string(),
+            ("claude", false) => (
+                INTERNAL_ERROR,
+                r#"Internal error: API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your account's rate limit. Please try again later."}}"#.to_string(),
+                None,
+            ),
+            // gemini-cli 0.61: the HTTP status as the code, its quota error's message.
+            (_, true) => (
+                429,
+                format!(
+                    "You exceeded your current quota, please check your plan and billing details. Please retry in {left_s}s."
+                ),
+                None,
+            ),
+            (_, false) => (
+                429,
+                "You have exhausted your daily quota on this model.".to_string(),
+                None,
+            ),
         })
     }
 
@@ -1700,8 +1727,10 @@ impl Agent {
                 seconds,
                 reset,
             } => {
-                if let Some(words) = self.limited(&turn.text, &agent, seconds, reset) {
-                    return Flow::FailWith(words);
+                if let Some((code, message, data)) =
+                    self.limited(&turn.text, &agent, seconds, reset)
+                {
+                    return Flow::FailWith(code, message, data);
                 }
             }
             Directive::Stop(reason) => return Flow::End(reason),

@@ -214,8 +214,8 @@ struct Live {
     /// agent's answers and `config_option_update`s: where one has the category, mode and model
     /// are set through `session/set_config_option`.
     config_options: Option<Value>,
-    /// A `session/cancel` went to this session since its last prompt started (see
-    /// `turn::STALE_CANCEL_WINDOW`).
+    /// A `session/cancel` went to this session since its last prompt started, or that prompt
+    /// hit a usage limit (see `turn::STALE_CANCEL_WINDOW`).
     cancel_sent: bool,
     /// The processes that are the agent itself, read once its session is ready (`None`
     /// before): the rest of its tree is background work (see [`idle::Background`]).

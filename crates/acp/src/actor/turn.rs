@@ -444,6 +444,11 @@ impl Actor {
         }
         tracing::info!(agent = %self.id, %retry_at, "the turn hit the provider's usage limit; its prompt waits");
         self.limit_wait = limit_deadline(retry_at);
+        // claude-agent-acp 0.23 ends the prompt after a failed one at once, empty, as after a
+        // cancel (#551): the prompt sent again is guarded the same way.
+        if let Some(live) = &mut self.live {
+            live.cancel_sent = true;
+        }
         if let Some(target) = turn.notify {
             let text = format!(
                 "[drover] {}: its turn stopped on its provider's usage limit ({error}). It waits and sends its prompt again at {retry_at}; you will hear when that turn ends.",

@@ -1,9 +1,9 @@
-//! A usage limit as the pinned codex-acp really surfaces it (issue 25): codex from its npm
-//! launcher, against the scripted model answering HTTP 429 `usage_limit_reached` as the
-//! `OpenAI` API does, first without a reset time (codex says "Try again later."; drover backs
-//! off, 2 s here) and then with one (codex names the minute; the parsing is unit-tested in
-//! `drover-acp`, and waiting for that minute would make this test slow). The agent shows
-//! `limited` while it waits, and its prompt runs once the model takes requests again. Needs
+//! Usage limits as the pinned agents really surface them (issue 25): codex, claude and gemini
+//! from their npm launchers, against the scripted model answering HTTP 429 as each provider's
+//! API does (see `drover_fakes::model`'s `limit`): each waits `limited` with its own words and
+//! its prompt runs after the backoff (2 s here) once the model takes requests again. codex
+//! also with a reset time, which it names to the minute (the parsing is unit-tested in
+//! `drover-acp`; waiting for that minute would make this test slow). Needs
 //! `scripts/install-agents`.
 
 use std::time::Duration;
@@ -64,6 +64,7 @@ async fn waits_and_resumes(agent: RealAgent, env: &[(&str, &str)], words: &str) 
         panic!("{name} never waited for the limit: {timeline:#?}");
     };
     let error = info["limited"]["error"].as_str().unwrap_or_default();
+    eprintln!("{name} says: {error}");
     assert!(error.contains(words), "{name}: {info}");
     eventually("the prompt sent again", WAIT, async || {
         client.turn_events(&id).await.len() == 2
@@ -75,7 +76,15 @@ async fn waits_and_resumes(agent: RealAgent, env: &[(&str, &str)], words: &str) 
         "{name}"
     );
     let said: String = client.replies(&id).await.concat();
-    assert!(said.contains("back after the limit"), "{name}: {said}");
+    if !said.contains("back after the limit") {
+        let timeline = client.timeline(&id).await;
+        let played: Vec<Value> = model
+            .requests()
+            .into_iter()
+            .map(|r| r["played"].clone())
+            .collect();
+        panic!("{name} said {said:?}: {timeline:#?} {played:?}");
+    }
     daemon.stop().await;
     model.shutdown().await;
 }

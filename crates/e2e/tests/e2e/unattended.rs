@@ -279,7 +279,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
         assert!(
             info["limited"]["error"]
                 .as_str()
-                .is_some_and(|e| e.contains("-32603")),
+                .is_some_and(|e| e.contains("the agent answered `session/prompt` with error")),
             "{info}"
         );
         // Its prompt waits, first in its inbox.
