@@ -1067,10 +1067,15 @@ pub async fn send(
         })
         .await?;
     connection.close().await;
-    if let DaemonMessage::Agent { agent: now, .. } = &now
-        && now.start_failure.is_some()
-    {
-        eprintln!("{}", not_running(now, &name));
+    if let DaemonMessage::Agent { agent: now, .. } = &now {
+        if now.start_failure.is_some() {
+            eprintln!("{}", not_running(now, &name));
+        } else if let Some(limited) = &now.limited {
+            eprintln!(
+                "{name} waits for its provider's usage limit: this message runs after the prompt that waits, which goes again {} (`drover retry {name}` sends it now)",
+                output::when_ahead(&limited.retry_at, jiff::Timestamp::now()),
+            );
+        }
     }
     let delivery = match delivery {
         Delivery::Followup => "followup",

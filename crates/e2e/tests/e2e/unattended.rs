@@ -198,12 +198,14 @@ async fn unattended_a_cut_turn_continues_once_by_policy() {
     daemon.stop().await;
 }
 
-/// The scripted provider waiting 2 s for a limit without a reset time.
+/// The scripted provider waiting 2 s for a limit without a reset time; runtimes idle 1 s
+/// hibernate (so a waiting agent's does, and is woken at its reset).
 fn limits_config(state: &Path) -> String {
     let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
     let state = state.display().to_string();
     format!(
-        "[providers.scripted]\ncommand = [{bin:?}]\nlimit_backoff = \"2s\"\n\
+        "[runtimes]\nidle_timeout = 1\n\
+         [providers.scripted]\ncommand = [{bin:?}]\nlimit_backoff = \"2s\"\n\
          env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n"
     )
 }
@@ -317,6 +319,22 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     // The parent was told why, as context: it did not start a turn for it.
     client.wait_idle(&parent).await;
     assert_eq!(ends(&mut client, &parent).await, ["turn_completed"]);
+
+    // A runtime hibernates while it waits (idle 1 s; claude's limit lasts 4 s).
+    let info = eventually("the waiting runtime to hibernate", WAIT, async || {
+        let info = get_agent(&mut client, &claude).await;
+        (info["runtime"]["state"] == "cold").then_some(info)
+    })
+    .await;
+    assert_eq!(info["attentionReason"], "limited", "{info}");
+    assert!(
+        client
+            .timeline(&claude)
+            .await
+            .iter()
+            .any(|i| i["data"]["hibernated"] == true),
+        "no hibernation notice"
+    );
 
     // A crash while they wait changes nothing.
     daemon.die_by(Signal::SIGKILL);
