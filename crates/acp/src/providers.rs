@@ -583,6 +583,38 @@ mod tests {
     }
 
     #[test]
+    fn unattended_policies_read_and_a_fallback_is_refused() {
+        let text = r#"
+            [providers.codex]
+            on_interrupt = "continue"
+            on_limit = "fail"
+            limit_backoff = "90s"
+
+            [providers.mine]
+            command = ["/bin/sh"]
+            limit_backoff = 30
+        "#;
+        let p = Providers::presets()
+            .with_config(Path::new("/h/config.toml"), text)
+            .expect("valid");
+        let codex = p.get("codex").expect("codex");
+        assert_eq!(codex.on_interrupt, Some(OnInterrupt::Continue));
+        assert_eq!(codex.on_limit, Some(OnLimit::Fail));
+        assert_eq!(codex.limit_backoff, Some(Duration::from_secs(90)));
+        let mine = p.get("mine").expect("mine");
+        assert_eq!(mine.limit_backoff, Some(Duration::from_secs(30)));
+        assert_eq!((mine.on_interrupt, mine.on_limit), (None, None));
+        for bad in [
+            "[providers.codex]\non_limit = { fallback = \"claude\" }\n",
+            "[providers.codex]\non_interrupt = \"retry\"\n",
+            "[providers.codex]\nlimit_backoff = \"0s\"\n",
+        ] {
+            let read = Providers::presets().with_config(Path::new("/h/config.toml"), bad);
+            assert!(read.is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn config_overrides_presets_and_adds_providers() {
         let text = r#"
             [providers.codex]
