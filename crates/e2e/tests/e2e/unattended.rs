@@ -253,7 +253,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     // A subagent whose parent hears once, when the turn after the limit ends.
     let parent = create(
         &mut client,
-        json!({"prompt": "subagent limit claude 1 noreset\\nsay child went on"}),
+        json!({"prompt": "subagent limit gemini 6\\nsay child went on"}),
     )
     .await;
     let failing = create(
@@ -319,6 +319,18 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     // The parent was told why, as context: it did not start a turn for it.
     client.wait_idle(&parent).await;
     assert_eq!(ends(&mut client, &parent).await, ["turn_completed"]);
+    // A parent that asks (MCP `get_agent`) sees why its subagent waits, and until when.
+    let ask = format!("mcp get_agent {{\"agentId\": \"{child}\"}}");
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": parent, "text": ask}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.wait_idle(&parent).await;
+    let answer = said(&mut client, &parent).await;
+    assert!(
+        answer.contains(r#""attention": "limited""#) && answer.contains("retryAt"),
+        "{answer}"
+    );
 
     // A runtime hibernates while it waits (idle 1 s; claude's limit lasts 4 s).
     let info = eventually("the waiting runtime to hibernate", WAIT, async || {
@@ -380,9 +392,10 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
         .await;
         assert!(info["limited"].is_null(), "{info}");
     }
-    // The parent heard once, of the turn that ended, with why it waited as context.
+    // The parent heard once, of the turn that ended; why it waited came as context of its
+    // next prompt (the one that asked).
     eventually("the parent to hear", WAIT, async || {
-        ends(&mut client, &parent).await.len() == 2
+        ends(&mut client, &parent).await.len() == 3
     })
     .await;
     let told: Vec<Value> = client
@@ -399,8 +412,14 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
             .contains("finished its turn"),
         "{told:?}"
     );
-    let context = told[0]["data"]["context"].to_string();
-    assert!(context.contains("usage limit"), "{context}");
+    let contexts: String = client
+        .timeline(&parent)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "user_message")
+        .map(|i| i["data"]["context"].to_string())
+        .collect();
+    assert!(contexts.contains("usage limit"), "{contexts}");
     // Nothing was sent again for the cancelled one.
     assert_eq!(messages(&mut client, &dropped).await.len(), 1);
     daemon.stop().await;
