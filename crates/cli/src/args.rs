@@ -122,7 +122,8 @@ pub enum Command {
         /// The agent (id, unique prefix or suffix, or title)
         id: String,
     },
-    /// Start an agent again whose start failed (its queued messages then run).
+    /// Start an agent again whose start failed (its queued messages then run), or send now
+    /// the prompt of one that waits for its provider's usage limit.
     Retry {
         /// The agent (id, unique prefix or suffix, or title)
         id: String,

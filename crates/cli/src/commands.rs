@@ -623,7 +623,7 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             (Some("auth_required"), _) => "sign in".to_string(),
             // When the prompt goes again.
             (Some("limited"), Some(limited)) => {
-                format!("limited, {}", output::when_ahead(&limited.retry_at, now))
+                format!("limited until {}", output::clock(&limited.retry_at))
             }
             (Some(reason), _) => reason.to_string(),
         };
@@ -859,10 +859,10 @@ fn limited_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
     };
     let reset = limited.reset_at.as_deref().map_or_else(
         || "the provider named no reset time".to_string(),
-        |r| format!("resets {}", output::when_ahead(r, now)),
+        |r| format!("resets at {}", output::when_ahead(r, now)),
     );
     format!(
-        "usage limit since {}; {reset}; the prompt goes again {} (`drover retry` sends it now)",
+        "usage limit since {}; {reset}; the prompt goes again at {} (`drover retry` sends it now)",
         output::when(&limited.at, now),
         output::when_ahead(&limited.retry_at, now),
     )
@@ -1262,7 +1262,13 @@ pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let DaemonMessage::Ok { .. } = answer else {
         return Err(unexpected(&answer));
     };
-    eprintln!("starting {name} again (`drover attach {name}` to watch)");
+    if agent.limited.is_some() {
+        eprintln!(
+            "sending {name}'s prompt now, without waiting for the usage limit's reset (`drover attach {name}` to watch)"
+        );
+    } else {
+        eprintln!("starting {name} again (`drover attach {name}` to watch)");
+    }
     Ok(())
 }
 
