@@ -17,6 +17,7 @@
 mod actor;
 pub mod auth;
 pub mod jobs;
+mod limits;
 mod listing;
 pub mod metrics;
 pub mod process;
@@ -680,10 +681,20 @@ impl RuntimeManager {
         });
         let runtimes: Arc<dyn RuntimeControl> = Arc::new(Runtimes(Arc::downgrade(&actors)));
         let home_buf = home.to_path_buf();
-        let (registry, boot) =
-            tokio::task::spawn_blocking(move || Registry::open(&home_buf, runtimes))
-                .await
-                .map_err(|_| AcpError::ShuttingDown)??;
+        let policies = providers.clone();
+        let (registry, boot) = tokio::task::spawn_blocking(move || {
+            // The agent's own policy, else its provider's, else `notify`.
+            let on_interrupt = |agent: &drover_core::Agent| {
+                agent
+                    .config
+                    .on_interrupt
+                    .or_else(|| policies.get(&agent.provider)?.on_interrupt)
+                    .unwrap_or_default()
+            };
+            Registry::open_with(&home_buf, runtimes, &on_interrupt)
+        })
+        .await
+        .map_err(|_| AcpError::ShuttingDown)??;
         // Before any runtime can start: what a daemon killed by a signal left running goes
         // first, so that an agent never has two.
         let agents: Vec<String> = registry.agents().iter().map(|a| a.id.to_string()).collect();

@@ -15,6 +15,9 @@
 //! model = "big"
 //! mode = "default"
 //! effort = "high"                        # reasoning effort (`thought_level` option)
+//! on_interrupt = "continue"               # a turn a restart cut off continues (default "notify")
+//! on_limit = "wait"                       # a usage limit waits for its reset (or "fail")
+//! limit_backoff = "5m"                    # the first wait when the agent gives no reset time
 //!
 //! [runtimes]                              # see `RuntimeSettings`
 //! idle_timeout = "15m"                    # hibernate a runtime idle this long; 0: never
@@ -28,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use drover_core::{OnInterrupt, OnLimit};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,7 +58,19 @@ pub struct Provider {
     /// whose methods carry no type (gemini-cli 0.61's `gemini-api-key`).
     #[serde(skip)]
     pub auth_env: Vec<(String, Vec<String>)>,
+    /// What happens to a turn a daemon restart cuts off, for its agents created without a
+    /// policy of their own (`on_interrupt`; `None`: `notify`).
+    pub on_interrupt: Option<OnInterrupt>,
+    /// What happens when a turn hits the provider's usage limit (`on_limit`; `None`: `wait`).
+    pub on_limit: Option<OnLimit>,
+    /// How long to wait for a usage limit whose reset time the agent did not say, the first
+    /// time (`limit_backoff`; `None`: [`DEFAULT_LIMIT_BACKOFF`]); it doubles with each limit
+    /// in a row, up to an hour.
+    pub limit_backoff: Option<Duration>,
 }
+
+/// The first wait for a usage limit with no reset time, unless `config.toml` says.
+pub const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(5 * 60);
 
 fn hide_values<S: serde::Serializer>(
     env: &BTreeMap<String, String>,
@@ -245,6 +261,32 @@ struct ProviderEntry {
     mode: Option<String>,
     effort: Option<String>,
     auth: Option<String>,
+    on_interrupt: Option<OnInterrupt>,
+    on_limit: Option<OnLimit>,
+    limit_backoff: Option<DurationEntry>,
+}
+
+/// A `limit_backoff` as written: more than zero.
+fn limit_backoff(
+    name: &str,
+    entry: Option<DurationEntry>,
+    invalid: impl Fn(String) -> ConfigError,
+) -> Result<Option<Duration>, ConfigError> {
+    let parsed = match entry {
+        None => return Ok(None),
+        Some(DurationEntry::Seconds(s)) => u64::try_from(s).ok().map(Duration::from_secs),
+        Some(DurationEntry::Text(text)) => text
+            .trim()
+            .parse::<jiff::SignedDuration>()
+            .ok()
+            .and_then(|d| Duration::try_from(d).ok()),
+    };
+    match parsed {
+        Some(d) if !d.is_zero() => Ok(Some(d)),
+        _ => Err(invalid(format!(
+            "[providers.{name}] `limit_backoff`: a duration such as \"5m\" or seconds, more than 0"
+        ))),
+    }
 }
 
 /// Every provider the daemon knows, by name.
@@ -300,6 +342,9 @@ fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
         builtin: true,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     }
 }
 
@@ -412,6 +457,10 @@ impl Providers {
                     preset.default_mode = entry.mode.or(preset.default_mode);
                     preset.default_effort = entry.effort.or(preset.default_effort);
                     preset.auth = entry.auth.or(preset.auth);
+                    preset.on_interrupt = entry.on_interrupt.or(preset.on_interrupt);
+                    preset.on_limit = entry.on_limit.or(preset.on_limit);
+                    preset.limit_backoff = limit_backoff(&name, entry.limit_backoff, invalid)?
+                        .or(preset.limit_backoff);
                     preset
                 }
                 None => Provider {
@@ -430,6 +479,9 @@ impl Providers {
                     builtin: false,
                     auth: entry.auth,
                     auth_env: Vec::new(),
+                    on_interrupt: entry.on_interrupt,
+                    on_limit: entry.on_limit,
+                    limit_backoff: limit_backoff(&name, entry.limit_backoff, invalid)?,
                     name: name.clone(),
                 },
             };
@@ -540,6 +592,38 @@ mod tests {
             panic!("an unterminated string is edited");
         };
         assert!(!e.to_string().contains("sk-secret"), "{e}");
+    }
+
+    #[test]
+    fn unattended_policies_read_and_a_fallback_is_refused() {
+        let text = r#"
+            [providers.codex]
+            on_interrupt = "continue"
+            on_limit = "fail"
+            limit_backoff = "90s"
+
+            [providers.mine]
+            command = ["/bin/sh"]
+            limit_backoff = 30
+        "#;
+        let p = Providers::presets()
+            .with_config(Path::new("/h/config.toml"), text)
+            .expect("valid");
+        let codex = p.get("codex").expect("codex");
+        assert_eq!(codex.on_interrupt, Some(OnInterrupt::Continue));
+        assert_eq!(codex.on_limit, Some(OnLimit::Fail));
+        assert_eq!(codex.limit_backoff, Some(Duration::from_secs(90)));
+        let mine = p.get("mine").expect("mine");
+        assert_eq!(mine.limit_backoff, Some(Duration::from_secs(30)));
+        assert_eq!((mine.on_interrupt, mine.on_limit), (None, None));
+        for bad in [
+            "[providers.codex]\non_limit = { fallback = \"claude\" }\n",
+            "[providers.codex]\non_interrupt = \"retry\"\n",
+            "[providers.codex]\nlimit_backoff = \"0s\"\n",
+        ] {
+            let read = Providers::presets().with_config(Path::new("/h/config.toml"), bad);
+            assert!(read.is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -102,6 +102,9 @@ fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     }
 }
 
@@ -378,6 +381,9 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             builtin: false,
             auth: None,
             auth_env: Vec::new(),
+            on_interrupt: None,
+            on_limit: None,
+            limit_backoff: None,
         });
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;

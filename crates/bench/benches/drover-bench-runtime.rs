@@ -239,6 +239,9 @@ fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     });
     providers
 }
@@ -579,6 +582,9 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     });
     let daemon = Daemon::open(&base.join("home"), providers).await?;
     let t = Instant::now();

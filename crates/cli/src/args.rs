@@ -132,7 +132,8 @@ pub enum Command {
         /// The agent (id, unique prefix or suffix, or title)
         id: String,
     },
-    /// Start an agent again whose start failed (its queued messages then run).
+    /// Start an agent again whose start failed (its queued messages then run), or send now
+    /// the prompt of one that waits for its provider's usage limit.
     Retry {
         /// The agent (id, unique prefix or suffix, or title)
         id: String,
@@ -515,6 +516,24 @@ pub enum JobAction {
     },
 }
 
+/// What happens to a turn a daemon restart cuts off (`--on-interrupt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnInterruptArg {
+    /// Wait with attention `interrupted`
+    Notify,
+    /// Ask the agent, once, to continue
+    Continue,
+}
+
+/// What happens when a turn hits the provider's usage limit (`--on-limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLimitArg {
+    /// Wait for the reset, then send the prompt again
+    Wait,
+    /// Fail the turn
+    Fail,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PermitAnswer {
     Allow,
@@ -645,6 +664,14 @@ pub struct RunArgs {
     /// Allow every permission request without asking
     #[arg(long)]
     pub allow_all: bool,
+    /// A turn a restart of the daemon cuts off: wait for you (`notify`) or ask the agent to
+    /// continue it (`continue`) [default: the provider's `on_interrupt`, else notify]
+    #[arg(long, value_name = "POLICY")]
+    pub on_interrupt: Option<OnInterruptArg>,
+    /// A turn that hits the provider's usage limit: wait for the reset and send the prompt
+    /// again (`wait`), or fail (`fail`) [default: the provider's `on_limit`, else wait]
+    #[arg(long, value_name = "POLICY")]
+    pub on_limit: Option<OnLimitArg>,
     /// Print the agent (with -d) or each update as a JSON line
     #[arg(long)]
     pub json: bool,

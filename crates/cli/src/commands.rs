@@ -179,6 +179,14 @@ fn create_message(
         } else {
             PermissionPolicy::Ask
         },
+        on_interrupt: args.on_interrupt.map(|p| match p {
+            crate::args::OnInterruptArg::Notify => drover_protocol::OnInterrupt::Notify,
+            crate::args::OnInterruptArg::Continue => drover_protocol::OnInterrupt::Continue,
+        }),
+        on_limit: args.on_limit.map(|p| match p {
+            crate::args::OnLimitArg::Wait => drover_protocol::OnLimit::Wait,
+            crate::args::OnLimitArg::Fail => drover_protocol::OnLimit::Fail,
+        }),
         worktree: args.worktree.clone().map(|name| NewWorktree {
             name: Some(name),
             branch: None,
@@ -618,10 +626,14 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             output::status_paint(&agent.status)
         };
         // Said as people say it: `sign in` is what to do.
-        let attention = match agent.attention_reason.as_deref() {
-            None => "-".to_string(),
-            Some("auth_required") => "sign in".to_string(),
-            Some(reason) => reason.to_string(),
+        let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
+            (None, _) => "-".to_string(),
+            (Some("auth_required"), _) => "sign in".to_string(),
+            // When the prompt goes again.
+            (Some("limited"), Some(limited)) => {
+                format!("limited until {}", output::clock(&limited.retry_at))
+            }
+            (Some(reason), _) => reason.to_string(),
         };
         let attention_paint = match attention.as_str() {
             "permission" | "error" | "sign in" => Paint::Yellow,
@@ -848,6 +860,22 @@ fn schedules_summary(schedules: &[drover_protocol::ScheduleInfo]) -> String {
     }
 }
 
+/// An agent waiting for its usage limit: since when, the reset, when its prompt goes again.
+fn limited_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
+    let Some(limited) = &agent.limited else {
+        return "-".to_string();
+    };
+    let reset = limited.reset_at.as_deref().map_or_else(
+        || "the provider named no reset time".to_string(),
+        |r| format!("resets at {}", output::when_ahead(r, now)),
+    );
+    format!(
+        "usage limit since {}; {reset}; the prompt goes again at {} (`drover retry` sends it now)",
+        output::when(&limited.at, now),
+        output::when_ahead(&limited.retry_at, now),
+    )
+}
+
 fn inspect_rows(
     agent: &AgentInfo,
     workspace: &str,
@@ -874,6 +902,7 @@ fn inspect_rows(
             },
         ),
         ("error", agent.error.clone().unwrap_or_else(dash)),
+        ("limited", limited_line(agent, now)),
         ("cwd", agent.cwd.clone()),
         ("workspace", workspace.to_string()),
         (
@@ -941,6 +970,9 @@ fn inspect_rows(
                 .map_or_else(dash, |at| output::when(at, now)),
         ),
     ];
+    if agent.limited.is_none() {
+        rows.retain(|(k, _)| *k != "limited");
+    }
     if agent.archived_at.is_none() {
         rows.retain(|(k, _)| *k != "archived");
     }
@@ -1083,10 +1115,15 @@ pub async fn send(
         })
         .await?;
     connection.close().await;
-    if let DaemonMessage::Agent { agent: now, .. } = &now
-        && now.start_failure.is_some()
-    {
-        eprintln!("{}", not_running(now, &name));
+    if let DaemonMessage::Agent { agent: now, .. } = &now {
+        if now.start_failure.is_some() {
+            eprintln!("{}", not_running(now, &name));
+        } else if let Some(limited) = &now.limited {
+            eprintln!(
+                "{name} waits for its provider's usage limit: this message runs after the prompt that waits, which goes again {} (`drover retry {name}` sends it now)",
+                output::when_ahead(&limited.retry_at, jiff::Timestamp::now()),
+            );
+        }
     }
     let delivery = match delivery {
         Delivery::Followup => "followup",
@@ -1273,7 +1310,13 @@ pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let DaemonMessage::Ok { .. } = answer else {
         return Err(unexpected(&answer));
     };
-    eprintln!("starting {name} again (`drover attach {name}` to watch)");
+    if agent.limited.is_some() {
+        eprintln!(
+            "sending {name}'s prompt now, without waiting for the usage limit's reset (`drover attach {name}` to watch)"
+        );
+    } else {
+        eprintln!("starting {name} again (`drover attach {name}` to watch)");
+    }
     Ok(())
 }
 

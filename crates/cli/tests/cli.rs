@@ -695,6 +695,57 @@ fn set_changes_an_agents_reasoning_effort_and_inspect_shows_its_settings() {
 }
 
 #[test]
+fn a_usage_limit_shows_in_ls_inspect_and_send_and_retry_sends_the_prompt_now() {
+    let fx = Fixture::start();
+    // gemini's words: "… Please retry in 600s.": the prompt waits ten minutes.
+    let id = fx.spawn_agent(&["--title", "quota"], "limit gemini 600\nsay went on");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fx.info(&id)["attentionReason"] != "limited" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ls = fx.drover(&["ls"]).ok();
+    let row = ls
+        .stdout
+        .lines()
+        .find(|l| l.contains("quota"))
+        .unwrap_or_default();
+    assert!(row.contains("limited until "), "{}", ls.stdout);
+    let inspected = fx.drover(&["inspect", "quota"]).ok();
+    let limited = inspected
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("limited "))
+        .unwrap_or_default();
+    assert!(
+        limited.contains("the prompt goes again at") && limited.contains("drover retry"),
+        "{}",
+        inspected.stdout
+    );
+    let sent = fx.drover(&["send", "quota", "say later"]).ok();
+    assert!(
+        sent.stderr.contains("waits for its provider's usage limit"),
+        "{}",
+        sent.stderr
+    );
+    // `retry` sends it now (the scripted limit is still on: it waits again, a second time).
+    fx.drover(&["retry", "quota"]).ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let sent_twice = loop {
+        let messages = fx
+            .drover(&["logs", &id])
+            .ok()
+            .stdout
+            .matches("limit gemini 600")
+            .count();
+        if messages >= 2 || Instant::now() > deadline {
+            break messages;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(sent_twice, 2);
+}
+
+#[test]
 fn inspect_says_what_keeps_an_idle_runtime_live() {
     let fx = Fixture::start();
     let id = fx.spawn_agent(&["--title", "server"], "say starting\nspawn-tool");

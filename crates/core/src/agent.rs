@@ -21,7 +21,33 @@ pub struct ProviderConfig {
     /// The agent's other config options set by a user, by the agent's own option id.
     pub options: BTreeMap<String, String>,
     pub permission_policy: PermissionPolicy,
+    /// What happens to a turn a daemon restart cuts off (`None`: the provider's policy).
+    pub on_interrupt: Option<OnInterrupt>,
+    /// What happens when a turn hits the provider's usage limit (`None`: the provider's).
+    pub on_limit: Option<OnLimit>,
 }
+
+/// What drover does on a usage limit: the protocol's enum, stored as is.
+pub use drover_protocol::OnLimit;
+
+/// The agent waits for its provider's usage limit to reset: its failed prompt is queued again
+/// and is sent at `retry_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited {
+    /// When the turn hit the limit.
+    pub at: Timestamp,
+    /// When the provider said it resets, if it said.
+    pub reset_at: Option<Timestamp>,
+    /// When the prompt is sent again.
+    pub retry_at: Timestamp,
+    /// The limits hit in a row (the backoff grows with it when no reset time is given).
+    pub count: u32,
+    /// What the agent said.
+    pub error: String,
+}
+
+/// What drover does with a cut turn: the protocol's enum, stored as is.
+pub use drover_protocol::OnInterrupt;
 
 /// How the agent's permission requests are answered: the protocol's enum, stored as is.
 pub use drover_protocol::PermissionPolicy;
@@ -67,6 +93,8 @@ pub struct Agent {
     pub resume: Option<ResumeHandle>,
     /// Set while its last start failed (cleared by a start that succeeds).
     pub start_failure: Option<StartFailure>,
+    /// Set while it waits for its provider's usage limit (cleared when a turn starts).
+    pub limited: Option<Limited>,
     /// Fields of the file that this version does not know, kept so a rewrite loses nothing.
     pub(crate) unknown: serde_json::Map<String, serde_json::Value>,
 }

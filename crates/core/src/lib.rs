@@ -28,7 +28,8 @@ pub mod worktree;
 pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
 pub use agent::{
-    Agent, AuthMethod, PARENT_LABEL, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure,
+    Agent, AuthMethod, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
+    ProviderConfig, ResumeHandle, StartFailure,
 };
 pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};

@@ -113,6 +113,8 @@ pub enum AttentionReason {
     Interrupted,
     /// The agent cannot start until someone signs its provider in (see `StartFailure`).
     AuthRequired,
+    /// The agent waits for its provider's usage limit to reset (see `Limited`).
+    Limited,
 }
 
 impl AttentionReason {
@@ -123,6 +125,7 @@ impl AttentionReason {
             AttentionReason::Permission => "permission",
             AttentionReason::Interrupted => "interrupted",
             AttentionReason::AuthRequired => "auth_required",
+            AttentionReason::Limited => "limited",
         }
     }
 }

@@ -22,7 +22,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{
-    Agent, AuthMethod, PermissionPolicy, ProviderConfig, ResumeHandle, StartFailure,
+    Agent, AuthMethod, Limited, OnInterrupt, OnLimit, PermissionPolicy, ProviderConfig,
+    ResumeHandle, StartFailure,
 };
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
@@ -649,6 +650,8 @@ struct AgentDoc {
     resume_handle: Option<ResumeDoc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     start_failure: Option<StartFailureDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limited: Option<LimitedDoc>,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
@@ -659,6 +662,19 @@ struct StartFailureDoc {
     at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sign_in: Option<Vec<AuthMethod>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LimitedDoc {
+    at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reset_at: Option<Timestamp>,
+    retry_at: Timestamp,
+    #[serde(default)]
+    count: u32,
+    #[serde(default)]
+    error: String,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -674,6 +690,10 @@ struct ConfigDoc {
     options: BTreeMap<String, String>,
     #[serde(default)]
     permission_policy: PermissionPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    on_interrupt: Option<OnInterrupt>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    on_limit: Option<OnLimit>,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
@@ -741,6 +761,8 @@ impl AgentDoc {
                 effort: a.config.effort.clone(),
                 options: a.config.options.clone(),
                 permission_policy: a.config.permission_policy,
+                on_interrupt: a.config.on_interrupt,
+                on_limit: a.config.on_limit,
                 unknown: config_unknown,
             },
             resume_handle: a.resume.as_ref().map(|r| ResumeDoc {
@@ -750,6 +772,13 @@ impl AgentDoc {
             start_failure: a.start_failure.as_ref().map(|f| StartFailureDoc {
                 at: f.at,
                 sign_in: f.sign_in.clone(),
+            }),
+            limited: a.limited.as_ref().map(|l| LimitedDoc {
+                at: l.at,
+                reset_at: l.reset_at,
+                retry_at: l.retry_at,
+                count: l.count,
+                error: l.error.clone(),
             }),
             unknown,
         }
@@ -801,11 +830,20 @@ impl AgentDoc {
                 effort: self.config.effort,
                 options: self.config.options,
                 permission_policy: self.config.permission_policy,
+                on_interrupt: self.config.on_interrupt,
+                on_limit: self.config.on_limit,
             },
             resume,
             start_failure: self.start_failure.map(|f| StartFailure {
                 at: f.at,
                 sign_in: f.sign_in,
+            }),
+            limited: self.limited.map(|l| Limited {
+                at: l.at,
+                reset_at: l.reset_at,
+                retry_at: l.retry_at,
+                count: l.count,
+                error: l.error,
             }),
             unknown,
         }

@@ -56,7 +56,8 @@ impl TimelineItem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemKind {
-    /// A message delivered to the agent (`text`, `context`, `messageId`, `delivery`, `source`).
+    /// A message delivered to the agent (`text`, `context`, `messageId`, `delivery`, `source`,
+    /// and `notify`: the agent told how the turn goes, if any).
     UserMessage,
     /// The agent's reply; streamed chunks append to `text`.
     AgentMessage,

@@ -68,6 +68,17 @@ pub(crate) fn agent_info(
         attention_timestamp: agent.attention.map(|a| a.at.to_string()),
         auto_archive: agent.auto_archive,
         permission_policy: agent.config.permission_policy,
+        on_interrupt: agent.config.on_interrupt,
+        on_limit: agent.config.on_limit,
+        limited: agent
+            .limited
+            .as_ref()
+            .map(|l| drover_protocol::LimitedInfo {
+                at: l.at.to_string(),
+                reset_at: l.reset_at.map(|t| t.to_string()),
+                retry_at: l.retry_at.to_string(),
+                error: l.error.clone(),
+            }),
         runtime: RuntimeInfo {
             state: runtime.state.as_str().to_string(),
             pid: runtime.pid,

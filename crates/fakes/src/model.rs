@@ -23,6 +23,10 @@
 //!                         MCP tool (`call create_agent {...}` finds codex's `create_agent` in
 //!                         its `mcp__drover` namespace, claude's `mcp__drover__create_agent`),
 //!                         with the JSON object <json> as arguments (default `{}`)
+//! limit <s> [noreset]     the provider's usage limit: every request with this message is
+//!                         answered HTTP 429 until <s> seconds after the first one, as each
+//!                         provider answers it (see [`limit_response`]); the reset time is in
+//!                         the answer unless `noreset`. Then the other directives play.
 //! ```
 //!
 //! One directive is played per model request: the number of tool results after the latest
@@ -192,6 +196,8 @@ struct Shared {
     log: Arc<Mutex<Vec<Value>>>,
     ids: AtomicU64,
     started: Instant,
+    /// When a message with a `limit` directive was first asked about, by its text.
+    limits: Mutex<std::collections::HashMap<String, Instant>>,
 }
 
 impl Shared {
@@ -210,6 +216,7 @@ pub fn serve(listener: tokio::net::TcpListener) -> ModelServer {
         log: Arc::default(),
         ids: AtomicU64::new(0),
         started: Instant::now(),
+        limits: Mutex::default(),
     });
     let log = shared.log.clone();
     let addr = listener
@@ -287,6 +294,9 @@ fn route(
     }
     if path.ends_with("/responses") {
         let turn = Turn::openai(body);
+        if let Some(limited) = limited(shared, &turn, Api::OpenAi) {
+            return limited;
+        }
         let step = turn.step();
         let played = describe(&step);
         return ("openai", played, sse(openai_events(shared, &turn, &step)));
@@ -300,6 +310,9 @@ fn route(
     }
     if path.ends_with("/messages") {
         let turn = Turn::anthropic(body);
+        if let Some(limited) = limited(shared, &turn, Api::Anthropic) {
+            return limited;
+        }
         let step = turn.step();
         let played = describe(&step);
         let events = anthropic_events(shared, &turn, &step);
@@ -316,6 +329,9 @@ fn route(
         match call {
             "streamGenerateContent" => {
                 let turn = Turn::gemini(body);
+                if let Some(limited) = limited(shared, &turn, Api::Gemini) {
+                    return limited;
+                }
                 let step = turn.step();
                 let played = describe(&step);
                 return ("gemini", played, sse(gemini_events(&turn, &step)));
@@ -363,6 +379,122 @@ fn route(
         Value::Null,
         StatusCode::NOT_FOUND.into_response(),
     )
+}
+
+/// The `limit <s> [noreset]` line of a message: the seconds, and whether the answer gives the
+/// reset time.
+fn limit_directive(text: &str) -> Option<(u64, bool)> {
+    text.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("limit") {
+            return None;
+        }
+        let seconds = words.next()?.parse().ok()?;
+        Some((seconds, words.next() != Some("noreset")))
+    })
+}
+
+/// The 429 of a limited message, while its limit lasts: (api, played, response).
+fn limited(shared: &Shared, turn: &Turn, api: Api) -> Option<(&'static str, Value, Response)> {
+    let (seconds, with_reset) = limit_directive(&turn.user_text)?;
+    let first = *lock(&shared.limits)
+        .entry(turn.user_text.clone())
+        .or_insert_with(Instant::now);
+    let left = Duration::from_secs(seconds).checked_sub(first.elapsed())?;
+    let reset = std::time::SystemTime::now() + left;
+    let name = match api {
+        Api::OpenAi => "openai",
+        Api::Anthropic => "anthropic",
+        Api::Gemini => "gemini",
+    };
+    let played = json!({"directive": "limit", "leftMs": left.as_millis(), "reset": with_reset});
+    Some((name, played, limit_response(api, left, reset, with_reset)))
+}
+
+/// A usage limit as each provider's API answers it: HTTP 429 and
+/// - `OpenAI` (codex, signed in to ChatGPT): `{"error": {"type": "usage_limit_reached",
+///   "message", "resets_at": <unix seconds>, "resets_in_seconds"}}`, which codex reports as
+///   "You've hit your usage limit. Try again at <local time>.";
+/// - Anthropic: `{"type": "error", "error": {"type": "rate_limit_error", "message"}}` with
+///   `retry-after` (seconds) and `anthropic-ratelimit-unified-reset` (unix seconds);
+/// - Gemini: `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message", "details":
+///   [{"@type": "…google.rpc.QuotaFailure", "violations": [{"quotaId": "…PerDay…"}]},
+///   {"@type": "…google.rpc.RetryInfo", "retryDelay": "<n>s"}]}}` (a daily quota).
+///
+/// Without `with_reset` none of the reset fields or headers are there.
+fn limit_response(
+    api: Api,
+    left: Duration,
+    reset: std::time::SystemTime,
+    with_reset: bool,
+) -> Response {
+    let reset_unix = reset
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+    let left_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    let (body, headers): (Value, Vec<(&str, String)>) = match api {
+        Api::OpenAi => {
+            let mut error = json!({
+                "type": "usage_limit_reached",
+                "message": "The usage limit has been reached",
+            });
+            if with_reset {
+                error["resets_at"] = json!(reset_unix);
+                error["resets_in_seconds"] = json!(left_s);
+            }
+            (json!({ "error": error }), Vec::new())
+        }
+        Api::Anthropic => (
+            json!({"type": "error", "error": {
+                "type": "rate_limit_error",
+                "message": "This request would exceed your account's rate limit. Please try again later.",
+            }}),
+            if with_reset {
+                vec![
+                    ("retry-after", left_s.to_string()),
+                    ("anthropic-ratelimit-unified-reset", reset_unix.to_string()),
+                ]
+            } else {
+                Vec::new()
+            },
+        ),
+        Api::Gemini => {
+            // A free tier's daily quota: gemini-cli gives up at once (a shorter limit it
+            // retries itself, ten times, 5 to 30 s apart).
+            let mut details = vec![json!({
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [{
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                    "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                }],
+            })];
+            if with_reset {
+                details.push(json!({
+                    "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                    "retryDelay": format!("{left_s}s"),
+                }));
+            }
+            let error = json!({
+                "code": 429,
+                "status": "RESOURCE_EXHAUSTED",
+                "message": "You exceeded your current quota, please check your plan and billing details.",
+                "details": details,
+            });
+            (json!({ "error": error }), Vec::new())
+        }
+    };
+    let mut response = (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response();
+    for (name, value) in headers {
+        if let Ok(value) = header::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
 }
 
 fn describe(step: &Step) -> Value {
@@ -1163,6 +1295,7 @@ mod tests {
                 log: Arc::default(),
                 ids: AtomicU64::new(0),
                 started: Instant::now(),
+                limits: Mutex::default(),
             },
             &turn,
             &step,

@@ -138,6 +138,32 @@ pub enum PermissionPolicy {
     Allow,
 }
 
+/// What drover does with a turn that a daemon shutdown or crash cut off (`onInterrupt`; per
+/// provider as `on_interrupt` in `config.toml`, per agent at creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInterrupt {
+    /// The agent waits with attention `interrupted` until someone sends it something.
+    #[default]
+    Notify,
+    /// After the restart the agent gets one followup saying that its turn was interrupted
+    /// (when, and by what) and asking it to continue.
+    Continue,
+}
+
+/// What drover does when a turn fails on the provider's usage or rate limit (`onLimit`; per
+/// provider as `on_limit` in `config.toml`, per agent at creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimit {
+    /// The agent waits (attention `limited`) until the limit resets, then its prompt is sent
+    /// again, once.
+    #[default]
+    Wait,
+    /// The turn fails, as any other error.
+    Fail,
+}
+
 /// One way to sign in to an agent, as its ACP `initialize` answer offers it (`authMethods`).
 /// The agent record keeps the same shape while the agent waits for a sign-in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -283,6 +309,14 @@ pub enum ClientMessage {
         auto_archive: bool,
         #[serde(default)]
         permission_policy: PermissionPolicy,
+        /// What happens to a turn a daemon restart cuts off. Default: the provider's
+        /// `on_interrupt`, else `notify`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_interrupt: Option<OnInterrupt>,
+        /// What happens when a turn hits the provider's usage limit. Default: the provider's
+        /// `on_limit`, else `wait`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_limit: Option<OnLimit>,
         /// Run the agent in a new git worktree of the checkout at `cwd` (made first; archived
         /// with the agent when `autoArchive` archives it). Needs `cwd`, not `workspaceId`.
         #[serde(default)]
@@ -813,6 +847,18 @@ pub struct AgentInfo {
     pub attention_timestamp: Option<String>,
     pub auto_archive: bool,
     pub permission_policy: PermissionPolicy,
+    /// What happens to a turn a daemon restart cuts off, as the agent was created with
+    /// (`null`: its provider's `on_interrupt`, else `notify`).
+    #[serde(default)]
+    pub on_interrupt: Option<OnInterrupt>,
+    /// What happens when a turn hits the provider's usage limit, as the agent was created with
+    /// (`null`: its provider's `on_limit`, else `wait`).
+    #[serde(default)]
+    pub on_limit: Option<OnLimit>,
+    /// Set while the agent waits for its provider's usage limit to reset (attention
+    /// `limited`): its failed prompt is sent again at `retryAt`.
+    #[serde(default)]
+    pub limited: Option<LimitedInfo>,
     /// The agent's runtime: whether a process runs for it.
     #[serde(default)]
     pub runtime: RuntimeInfo,
@@ -872,6 +918,20 @@ pub struct ConfigValueInfo {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// An agent waiting for its provider's usage limit to reset (`AgentInfo.limited`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitedInfo {
+    /// When the turn hit the limit.
+    pub at: String,
+    /// When the provider said the limit resets (`null`: it did not say; drover backs off).
+    pub reset_at: Option<String>,
+    /// When the prompt is sent again.
+    pub retry_at: String,
+    /// What the agent said.
+    pub error: String,
 }
 
 /// Why an agent's last start failed (the words are in `AgentInfo.error`).

@@ -178,14 +178,25 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             (opt_string(), any::<String>(), opt_string(), opt_string()),
             (opt_string(), opt_string(), opt_string(), opt_string()),
             (labels(), opt_string(), any::<bool>(), policy()),
-            (prop::option::of(new_worktree()), opt_string())
+            (
+                prop::option::of(new_worktree()),
+                opt_string(),
+                prop::option::of(prop_oneof![
+                    Just(drover_protocol::OnInterrupt::Notify),
+                    Just(drover_protocol::OnInterrupt::Continue)
+                ]),
+                prop::option::of(prop_oneof![
+                    Just(drover_protocol::OnLimit::Wait),
+                    Just(drover_protocol::OnLimit::Fail)
+                ])
+            )
         )
             .prop_map(
                 |(
                     (request_id, provider, cwd, workspace_id),
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
-                    (worktree, effort),
+                    (worktree, effort, on_interrupt, on_limit),
                 )| ClientMessage::CreateAgent {
                     request_id,
                     provider,
@@ -200,6 +211,8 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     parent_agent_id,
                     auto_archive,
                     permission_policy,
+                    on_interrupt,
+                    on_limit,
                     worktree,
                 }
             ),

@@ -65,6 +65,7 @@
 //! | `usage` | a `usage_update` (`used`, `size`, `cost {amount, currency}`) |
 //! | `unknown` | a `session/update` of the unknown kind `scripted_unknown_kind` and an unknown notification `_scripted/status` |
 //! | `fail <message>` | replies to the prompt with JSON-RPC error -32603 `<message>` (ends the turn) |
+//! | `limit <agent> <seconds> [noreset]` | the usage limit of `codex`, `claude` or `gemini`: until `<seconds>` after this prompt's text was first seen (kept in the state dir, across processes), the prompt fails as that agent fails it: codex -32603 `Internal error` with "You've hit your usage limit. Try again at 4:57 PM." (`noreset`: "… Try again later.") in `data`; claude -32603 "Internal error: Claude AI usage limit reached\\|<unix seconds>" (`noreset`: `Internal error: API Error: 429 {…rate_limit_error…}`); gemini code 429 "You exceeded your current quota, … Please retry in 3s." (`noreset`: "You have exhausted your daily quota on this model."); then the next directives play |
 //! | `stop <reason>` | ends the turn now with stop reason `<reason>` (`max_tokens`, `refusal`, ...) |
 //! | `env <VAR>` | says the variable's value, or `<unset>` |
 //! | `cwd` | says the process's working directory |
@@ -120,6 +121,9 @@
 //! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
 //!   grace and then kills it (a process slow to end).
 //! - `SCRIPTED_AGENT_READ_QUOTES=1`: a line quoted with `> ` is the directive it quotes.
+//! - `SCRIPTED_AGENT_ON_DROVER=<directives>`: a prompt from drover itself (its text starts
+//!   with `[drover]`: a notice, a turn to continue) plays these directives instead of its own
+//!   lines (`\n` between two), so a test can script the turn a notice starts.
 //! - `SCRIPTED_AGENT_HELPER=1`: at start, before any session, spawns `sleep 1000` as a child
 //!   (in its process group, stdio null), as real agents start an engine process or their MCP
 //!   servers: a process of the agent's own, not work it left running.
@@ -205,6 +209,9 @@ pub struct Config {
     pub helper: bool,
     /// Demo mode (`SCRIPTED_AGENT_DEMO=1`, or `drover demo-agent`).
     pub demo: bool,
+    /// What a prompt from drover itself (starting with `[drover]`) plays instead of its lines
+    /// (`SCRIPTED_AGENT_ON_DROVER`, `\n` between directives).
+    pub on_drover: Option<String>,
 }
 
 impl Config {
@@ -235,6 +242,7 @@ impl Config {
             auth: flag("SCRIPTED_AGENT_AUTH"),
             helper: flag("SCRIPTED_AGENT_HELPER"),
             demo: flag("SCRIPTED_AGENT_DEMO"),
+            on_drover: std::env::var("SCRIPTED_AGENT_ON_DROVER").ok(),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
                 || std::env::temp_dir().join("drover-scripted-agent"),
                 PathBuf::from,
@@ -281,6 +289,12 @@ pub enum Directive {
     Usage,
     Unknown,
     Fail(String),
+    /// `limit <agent> <seconds> [noreset]`.
+    Limit {
+        agent: String,
+        seconds: u64,
+        reset: bool,
+    },
     Stop(String),
     Env(String),
     Cwd,
@@ -381,6 +395,24 @@ impl Directive {
             "usage" if rest.is_empty() => Directive::Usage,
             "unknown" if rest.is_empty() => Directive::Unknown,
             "fail" => Directive::Fail(rest.to_string()),
+            "limit" => {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                match words.as_slice() {
+                    [agent @ ("codex" | "claude" | "gemini"), seconds, more @ ..]
+                        if more.is_empty() || more == ["noreset"] =>
+                    {
+                        match seconds.parse() {
+                            Ok(seconds) => Directive::Limit {
+                                agent: (*agent).to_string(),
+                                seconds,
+                                reset: more.is_empty(),
+                            },
+                            Err(_) => Directive::Other(line.to_string()),
+                        }
+                    }
+                    _ => Directive::Other(line.to_string()),
+                }
+            }
             "stop" if !rest.is_empty() => Directive::Stop(rest.to_string()),
             "env" if !rest.is_empty() => Directive::Env(rest.to_string()),
             "cwd" if rest.is_empty() => Directive::Cwd,
@@ -839,6 +871,8 @@ enum Flow {
     Continue,
     End(String),
     Fail(String),
+    /// A JSON-RPC error as a real agent fails a prompt: code, message, data.
+    FailWith(i64, String, Option<String>),
     Hang,
 }
 
@@ -1430,6 +1464,11 @@ impl Agent {
         if self.config.demo {
             directives = demo_directives(&turn.text, directives);
         }
+        if let Some(script) = &self.config.on_drover
+            && turn.text.starts_with("[drover]")
+        {
+            directives = Directive::parse_all(&script.replace("\\n", "\n"), false);
+        }
         if directives.is_empty() {
             directives.push(Directive::Say("ok".to_string()));
         }
@@ -1449,6 +1488,16 @@ impl Agent {
                 }
                 Flow::Fail(message) => {
                     return self.out.error(id, INTERNAL_ERROR, message).await;
+                }
+                Flow::FailWith(code, message, data) => {
+                    let mut error = json!({"code": code, "message": message});
+                    if let Some(data) = data {
+                        error["data"] = json!(data);
+                    }
+                    return self
+                        .out
+                        .send(json!({"jsonrpc": "2.0", "id": id, "error": error}))
+                        .await;
                 }
                 Flow::Hang => std::future::pending::<()>().await,
             }
@@ -1526,6 +1575,87 @@ impl Agent {
                 json!({"sessionUpdate": "agent_message_chunk", "content": text_content(text)}),
             )
             .await;
+    }
+
+    /// `limit`: while the limit lasts (`seconds` after this prompt's text was first seen,
+    /// kept in the state dir so that a new process of the agent knows), the error `agent`
+    /// fails the prompt with (code, message, data); `None` once it is over.
+    fn limited(
+        &self,
+        prompt: &str,
+        agent: &str,
+        seconds: u64,
+        reset: bool,
+    ) -> Option<(i64, String, Option<String>)> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        prompt.hash(&mut hasher);
+        let path = self
+            .config
+            .state_dir
+            .join("limits")
+            .join(format!("{:016x}", hasher.finish()));
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let first = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .map(Duration::from_millis);
+        let first = first.unwrap_or_else(|| {
+            let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
+            let _ = std::fs::write(&path, now.as_millis().to_string());
+            now
+        });
+        let end = first + Duration::from_secs(seconds);
+        let left = end.checked_sub(now).filter(|d| !d.is_zero())?;
+        let left_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        let end_s = end.as_secs() + u64::from(end.subsec_nanos() > 0);
+        let internal = |data: String| (INTERNAL_ERROR, "Internal error".to_string(), Some(data));
+        Some(match (agent, reset) {
+            // codex-acp 0.16: `Internal error`, its words in `data`, the reset in local time,
+            // to the minute.
+            ("codex", true) => {
+                let at = jiff::Timestamp::from_second(i64::try_from(end_s).unwrap_or(0))
+                    .unwrap_or_default()
+                    .to_zoned_datetime(jiff::tz::TimeZone::system());
+                let (hour, minute) = (at.hour(), at.minute());
+                let (h12, half) = match hour {
+                    0 => (12, "AM"),
+                    1..=11 => (hour, "AM"),
+                    12 => (12, "PM"),
+                    _ => (hour - 12, "PM"),
+                };
+                internal(format!(
+                    "You've hit your usage limit. Try again at {h12}:{minute:02} {half}."
+                ))
+            }
+            ("codex", false) => internal("You've hit your usage limit. Try again later.".to_string()),
+            // claude-agent-acp 0.23: Claude Code's result text in the message.
+            ("claude", true) => (
+                INTERNAL_ERROR,
+                format!("Internal error: Claude AI usage limit reached|{end_s}"),
+                None,
+            ),
+            ("claude", false) => (
+                INTERNAL_ERROR,
+                r#"Internal error: API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your account's rate limit. Please try again later."}}"#.to_string(),
+                None,
+            ),
+            // gemini-cli 0.61: the HTTP status as the code, its quota error's message.
+            (_, true) => (
+                429,
+                format!(
+                    "You exceeded your current quota, please check your plan and billing details. Please retry in {left_s}s."
+                ),
+                None,
+            ),
+            (_, false) => (
+                429,
+                "You have exhausted your daily quota on this model.".to_string(),
+                None,
+            ),
+        })
     }
 
     // One arm per script directive: the fake's whole repertoire reads best as one match.
@@ -1619,6 +1749,17 @@ impl Agent {
                     .await;
             }
             Directive::Fail(message) => return Flow::Fail(message),
+            Directive::Limit {
+                agent,
+                seconds,
+                reset,
+            } => {
+                if let Some((code, message, data)) =
+                    self.limited(&turn.text, &agent, seconds, reset)
+                {
+                    return Flow::FailWith(code, message, data);
+                }
+            }
             Directive::Stop(reason) => return Flow::End(reason),
             Directive::Env(name) => {
                 let value = std::env::var(&name).unwrap_or_else(|_| "<unset>".to_string());

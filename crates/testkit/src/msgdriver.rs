@@ -99,6 +99,9 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     });
     providers
 }

@@ -115,7 +115,7 @@ impl Actor {
         self.turn.is_none()
             && self.permissions.is_empty()
             && self.notices.is_none()
-            && (!self.inbox.has_wake() || waits_for_user)
+            && (!self.inbox.has_wake() || waits_for_user || self.limit_wait.is_some())
             && self.retry.due().is_none()
             && self.slot_wait.is_none()
             && !self.want_start
@@ -209,7 +209,8 @@ impl Actor {
     /// a start nothing wants any more stops waiting.
     pub(super) fn settle_slot(&mut self) {
         self.granted = None;
-        let wanted = self.want_start || (self.inbox.has_wake() && !self.start_failed);
+        let wanted = self.want_start
+            || (self.inbox.has_wake() && !self.start_failed && self.limit_wait.is_none());
         if self.slot_wait.is_some() && !wanted {
             self.slot_wait = None;
         }

@@ -133,7 +133,14 @@ pub(crate) fn spawn(
     } else {
         session::StartRetry::default()
     };
-    let (busy_tx, busy_rx) = watch::channel(inbox.has_wake() && !retry.failing());
+    // An agent that waits for its provider's usage limit goes on waiting, also in a new task.
+    let (limit_wait, limit_count) = shared
+        .registry
+        .get(id)
+        .and_then(|a| a.limited)
+        .map_or((None, 0), |l| (turn::limit_deadline(l.retry_at), l.count));
+    let (busy_tx, busy_rx) =
+        watch::channel(inbox.has_wake() && !retry.failing() && limit_wait.is_none());
     let mut tool_calls = HashMap::new();
     for item in timeline.items() {
         if item.is(ItemKind::ToolCall)
@@ -171,6 +178,8 @@ pub(crate) fn spawn(
         context_lost: false,
         published_queue: None,
         turn_clock: None,
+        limit_wait,
+        limit_count,
     };
     let (ended_tx, ended_rx) = watch::channel(());
     // Every line the task logs, at any depth, names its agent (a field of the span); a root
@@ -217,8 +226,8 @@ struct Live {
     /// agent's answers and `config_option_update`s: where one has the category, mode and model
     /// are set through `session/set_config_option`.
     config_options: Option<Value>,
-    /// A `session/cancel` went to this session since its last prompt started (see
-    /// `turn::STALE_CANCEL_WINDOW`).
+    /// A `session/cancel` went to this session since its last prompt started, or that prompt
+    /// hit a usage limit (see `turn::STALE_CANCEL_WINDOW`).
     cancel_sent: bool,
     /// The processes that are the agent itself, read once its session is ready (`None`
     /// before): the rest of its tree is background work (see [`idle::Background`]).
@@ -246,6 +255,8 @@ enum Event {
     RetryStart,
     /// Time to look again whether the background processes that keep the runtime live ended.
     LookBackground,
+    /// The wait for a usage limit is over: the prompt is sent again.
+    LimitOver,
 }
 
 struct Actor {
@@ -300,6 +311,11 @@ struct Actor {
     /// The running turn's `turn_started` seq (`None` if it could not be written) and when it
     /// was: how long it ran, when its `turn_ended` is (metrics and the turn's log line).
     turn_clock: Option<(Option<u64>, std::time::Instant)>,
+    /// The agent waits for its provider's usage limit until then: no turn starts before (its
+    /// failed prompt waits first in the inbox).
+    limit_wait: Option<tokio::time::Instant>,
+    /// Usage limits hit in a row (the backoff without a reset time grows with it).
+    limit_count: u32,
 }
 
 impl Actor {
@@ -321,7 +337,7 @@ impl Actor {
             // client's wait_idle) then finds the notified agent already woken.
             let busy = self.turn.is_some()
                 || self.notices.is_some()
-                || (self.inbox.has_wake() && !self.start_failed);
+                || (self.inbox.has_wake() && !self.start_failed && self.limit_wait.is_none());
             self.busy
                 .send_if_modified(|b| std::mem::replace(b, busy) != busy);
             match self.next_event().await {
@@ -347,6 +363,10 @@ impl Actor {
                     self.granted = slot;
                 }
                 Event::LookBackground => self.look_background().await,
+                Event::LimitOver => {
+                    tracing::info!(agent = %self.id, "the usage limit's wait is over: the prompt goes again");
+                    self.limit_wait = None;
+                }
                 Event::IdleTimeout => {
                     if self.hibernate("idle timeout", false).await {
                         break;
@@ -356,6 +376,12 @@ impl Actor {
         }
         // What the end discarded (an archive) is what readers find until the next task.
         self.publish_queue();
+        if self.hibernated
+            && let Some(at) = self.limit_wait
+        {
+            // Nothing runs for a hibernated agent: something must wake it at the reset.
+            turn::wake_at(self.shared.clone(), self.id, at);
+        }
         if self.hibernated {
             while let Ok(command) = self.commands.try_recv() {
                 leftover.push(command);
@@ -395,6 +421,7 @@ impl Actor {
         let deadline = self.idle.deadline();
         let retry_due = self.retry.due();
         let look_due = self.background.next_look();
+        let limit_due = self.limit_wait;
         let Actor {
             commands,
             live,
@@ -454,6 +481,12 @@ impl Actor {
                 }
             } => Event::RetryStart,
             () = async {
+                match limit_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => pending().await,
+                }
+            } => Event::LimitOver,
+            () = async {
                 match look_due {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => pending().await,
@@ -482,6 +515,8 @@ impl Actor {
                 }
             }
             Command::Retry => {
+                // Also: the user sends a prompt that waits for a usage limit now.
+                self.limit_wait = None;
                 self.retry.succeeded();
                 self.start_failed = false;
                 self.touch();

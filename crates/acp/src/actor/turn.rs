@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover_core::inbox::{Claim, Delivery};
+use drover_core::inbox::{Claim, Delivery, InboxMessage};
 use drover_core::timeline::ItemKind;
 use drover_core::{
     AgentId, AgentStatus, BoxFuture, CancelCause, RegistryError, TurnOutcome, store::StoreError,
@@ -51,12 +51,47 @@ pub(super) struct Turn {
     /// The agent sent a `session/update` during this turn.
     pub(super) updated: bool,
     resent: bool,
+    /// What the prompt carried, queued again if the turn hits a usage limit.
+    claim: Claim,
+}
+
+/// The longest wait for a usage limit without a reset time (the backoff doubles up to it).
+const MAX_LIMIT_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// When a wait for a usage limit that ends at `retry_at` is over, on the runtime's clock
+/// (`None`: it is over).
+pub(super) fn limit_deadline(retry_at: jiff::Timestamp) -> Option<tokio::time::Instant> {
+    let left = retry_at.duration_since(jiff::Timestamp::now());
+    let left = Duration::try_from(left).ok().filter(|d| !d.is_zero())?;
+    Some(tokio::time::Instant::now() + left)
+}
+
+/// Wakes agent `id` at `at` (a hibernated agent that waits for a usage limit): its next task
+/// finds the wait over and sends the prompt.
+pub(super) fn wake_at(shared: Arc<Shared>, id: AgentId, at: tokio::time::Instant) {
+    tokio::spawn(async move {
+        tokio::time::sleep_until(at).await;
+        let manager = RuntimeManager { shared };
+        if manager
+            .shared
+            .registry
+            .get(id)
+            .is_some_and(|a| a.limited.is_some())
+            && let Ok(handle) = manager.handle(id).await
+        {
+            let _ = handle.commands.send(super::Command::Wake).await;
+        }
+    });
 }
 
 impl Actor {
     /// Starts a turn with the next message, if one wakes the agent and the gate lets it.
     pub(super) async fn maybe_start_turn(&mut self) {
-        if self.turn.is_some() || self.start_failed || !self.inbox.has_wake() {
+        if self.turn.is_some()
+            || self.start_failed
+            || self.limit_wait.is_some()
+            || !self.inbox.has_wake()
+        {
             return;
         }
         if self.archived() {
@@ -148,6 +183,7 @@ impl Actor {
             after_cancel: std::mem::take(&mut live.cancel_sent),
             updated: false,
             resent: false,
+            claim,
         });
     }
 
@@ -201,10 +237,15 @@ impl Actor {
             "source": claim.message.source,
         });
         // An object literal: never the default.
-        let data = match data {
+        let mut data = match data {
             Value::Object(data) => data,
             _ => serde_json::Map::new(),
         };
+        // Who hears how the turn goes: a turn a restart cuts off passes it on to the followup
+        // that continues it (see `Registry::open_with`).
+        if let Some(notify) = claim.message.notify {
+            data.insert("notify".to_string(), json!(notify.to_string()));
+        }
         let item = self
             .timeline
             .push_synced(ItemKind::UserMessage.as_str(), data, at)?;
@@ -233,6 +274,12 @@ impl Actor {
                     ItemKind::Notice,
                     json!({"text": format!("{} queued message(s) dropped ({cause})", dropped.len())}),
                 );
+            }
+            // The prompt that waited for a usage limit went with them: nothing waits now.
+            if self.limit_wait.take().is_some()
+                && let Err(e) = self.shared.registry.clear_limited(self.id).await
+            {
+                tracing::warn!(agent = %self.id, error = %e, "cannot record the end of a usage limit's wait");
             }
         }
         let Some(turn) = self.turn.as_mut() else {
@@ -266,6 +313,17 @@ impl Actor {
         }
         let Some(turn) = self.turn.take() else { return };
         self.close_chunk();
+        let turn = match &result {
+            Err(e) if turn.cancel.is_none() => match self.limit_hit(&e.to_string()) {
+                Some(hit) => match self.wait_for_limit(turn, e.to_string(), hit).await {
+                    Ok(()) => return,
+                    Err(turn) => *turn,
+                },
+                None => turn,
+            },
+            _ => turn,
+        };
+        self.limit_count = 0;
         let outcome = match &result {
             Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
                 Some("cancelled") => TurnOutcome::Canceled,
@@ -288,6 +346,118 @@ impl Actor {
             data["cause"] = json!(cause.to_string());
         }
         self.end_turn(turn, outcome, data).await;
+    }
+
+    /// Whether `error` is the provider's usage limit and the agent waits for those (`on_limit`:
+    /// its own, else its provider's, else `wait`).
+    fn limit_hit(&self, error: &str) -> Option<crate::limits::LimitHit> {
+        let agent = self.shared.registry.get(self.id)?;
+        let provider = self.shared.providers.current().ok();
+        let policy = agent
+            .config
+            .on_limit
+            .or_else(|| provider.as_ref()?.get(&agent.provider)?.on_limit)
+            .unwrap_or_default();
+        if policy != drover_core::OnLimit::Wait {
+            return None;
+        }
+        crate::limits::recognize(error, &jiff::ZonedDateTime::now())
+    }
+
+    /// The turn hit the provider's usage limit: its prompt is queued again, first (durably,
+    /// before anything else is recorded: a crash from here on sends it once, at the latest at
+    /// the next boot), the turn ends `turn_limited`, the agent waits (`limited`, attention
+    /// `limited`) until the reset time the agent gave (else the backoff: the provider's
+    /// `limit_backoff`, doubling with each limit in a row up to an hour), and whoever asked to
+    /// hear how the turn goes is told why it waits, as context (it does not wake them), and
+    /// hears once when the turn that follows ends. Gives the turn back when the prompt cannot
+    /// be queued: it fails as any other.
+    async fn wait_for_limit(
+        &mut self,
+        turn: Turn,
+        error: String,
+        hit: crate::limits::LimitHit,
+    ) -> Result<(), Box<Turn>> {
+        let now = jiff::Timestamp::now();
+        let count = self.limit_count.saturating_add(1);
+        let retry_at = if let Some(reset) = hit.reset_at {
+            reset.max(now + jiff::SignedDuration::from_secs(1))
+        } else {
+            let first = self
+                .shared
+                .registry
+                .get(self.id)
+                .and_then(|a| {
+                    self.shared
+                        .providers
+                        .current()
+                        .ok()?
+                        .get(&a.provider)?
+                        .limit_backoff
+                })
+                .unwrap_or(crate::providers::DEFAULT_LIMIT_BACKOFF);
+            let wait = first
+                .saturating_mul(1 << count.saturating_sub(1).min(16))
+                .min(MAX_LIMIT_BACKOFF.max(first));
+            now + jiff::SignedDuration::try_from(wait)
+                .unwrap_or(jiff::SignedDuration::from_hours(1))
+        };
+        // The whole prompt (what was injected included), ahead of everything queued since.
+        let again = InboxMessage::new(
+            Delivery::Steer,
+            turn.claim.prompt_text(),
+            turn.claim.message.source.clone(),
+        )
+        .notifying(turn.notify);
+        if let Err(e) = self.inbox.queue(again) {
+            tracing::error!(agent = %self.id, error = %e, "cannot queue the prompt a usage limit stopped again; the turn fails");
+            return Err(Box::new(turn));
+        }
+        self.limit_count = count;
+        // Readers see it queued by the time they see the agent wait.
+        self.publish_queue();
+        let mut data = json!({
+            "event": "turn_limited",
+            "error": error,
+            "retryAt": retry_at.to_string(),
+        });
+        if let Some(reset) = hit.reset_at {
+            data["resetAt"] = json!(reset.to_string());
+        }
+        self.push(ItemKind::TurnEnded, data);
+        let _ = self.timeline.sync();
+        self.resolve_all_permissions().await;
+        let limited = drover_core::Limited {
+            at: now,
+            reset_at: hit.reset_at,
+            retry_at,
+            count,
+            error: error.clone(),
+        };
+        if let Err(e) = self
+            .shared
+            .registry
+            .record_turn_limited(self.id, limited)
+            .await
+        {
+            tracing::warn!(agent = %self.id, error = %e, "cannot record the usage limit");
+        }
+        tracing::info!(agent = %self.id, %retry_at, "the turn hit the provider's usage limit; its prompt waits");
+        self.limit_wait = limit_deadline(retry_at);
+        // claude-agent-acp 0.23 ends the prompt after a failed one at once, empty, as after a
+        // cancel (#551): the prompt sent again is guarded the same way.
+        if let Some(live) = &mut self.live {
+            live.cancel_sent = true;
+        }
+        if let Some(target) = turn.notify {
+            let text = format!(
+                "[drover] {}: its turn stopped on its provider's usage limit ({error}). It waits and sends its prompt again at {retry_at}; you will hear when that turn ends.",
+                self.name(),
+                retry_at = retry_at.round(jiff::Unit::Second).unwrap_or(retry_at),
+            );
+            self.tell_as(target, text, Delivery::Inject);
+        }
+        Ok(())
     }
 
     /// Sends the running turn's prompt once more if `result` is the empty, instant `end_turn`
@@ -353,6 +523,11 @@ impl Actor {
 
     /// Queues `text` for `target` from a task of its own, after this agent's earlier notices.
     pub(super) fn tell(&mut self, target: AgentId, text: String) {
+        self.tell_as(target, text, Delivery::Followup);
+    }
+
+    /// [`Actor::tell`] as `delivery`.
+    pub(super) fn tell_as(&mut self, target: AgentId, text: String, delivery: Delivery) {
         let earlier = self.notices.take();
         let shared = self.shared.clone();
         let from = self.id;
@@ -360,7 +535,7 @@ impl Actor {
             if let Some(earlier) = earlier {
                 let _ = earlier.await;
             }
-            notify(shared, from, target, text).await;
+            notify(shared, from, target, text, delivery).await;
         }));
     }
 
@@ -401,11 +576,17 @@ impl Actor {
     }
 }
 
-/// Queues `text` for `target` as a followup from agent `from`: it never interrupts the
+/// Queues `text` for `target` as `delivery` from agent `from`: it never interrupts the
 /// target's turn. An archived target gets nothing (the gate).
-async fn notify(shared: Arc<Shared>, from: AgentId, target: AgentId, text: String) {
+async fn notify(
+    shared: Arc<Shared>,
+    from: AgentId,
+    target: AgentId,
+    text: String,
+    delivery: Delivery,
+) {
     let manager = RuntimeManager { shared };
-    let delivery = manager.deliver(target, Delivery::Followup, text, format!("agent:{from}"));
+    let delivery = manager.deliver(target, delivery, text, format!("agent:{from}"));
     match tokio::time::timeout(NOTICE_TIMEOUT, delivery).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {

@@ -257,8 +257,13 @@ pub(super) fn archived_copy(agent: &Agent, at: Timestamp) -> Agent {
     a.archived_at = Some(at);
     a.updated_at = at;
     a.status = AgentStatus::Closed;
-    if a.attention.map(|x| x.reason) == Some(AttentionReason::Permission) {
+    if matches!(
+        a.attention.map(|x| x.reason),
+        Some(AttentionReason::Permission | AttentionReason::Limited)
+    ) {
         a.attention = None;
     }
+    // Its inbox, the prompt it waited to send again included, is discarded.
+    a.limited = None;
     a
 }

@@ -10,14 +10,16 @@ use tokio::sync::broadcast;
 use super::archive::archived_copy;
 use super::workspaces::{is_live_worktree, new_workspace};
 use super::{EVENT_CAPACITY, Inner, Registry, State, write};
+use crate::OnInterrupt;
 use crate::activity::ActivityIndex;
 use crate::admission::{ActivityFamily, Family, SubagentFamily, TurnFamily};
 use crate::agent::Agent;
 use crate::error::RegistryError;
 use crate::ids::{AgentId, WorkspaceId};
+use crate::inbox::{Delivery, Inbox, InboxMessage};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::runtime::RuntimeControl;
-use crate::store::{Quarantined, Store};
+use crate::store::{Quarantined, Store, StoreError};
 use crate::timeline::{ItemKind, Timeline};
 use crate::view::AgentTable;
 use crate::workspace::Workspace;
@@ -32,6 +34,9 @@ pub struct BootReport {
     pub skipped_newer: Vec<PathBuf>,
     /// Agents that were `running`/`initializing` when the daemon stopped.
     pub interrupted: Vec<AgentId>,
+    /// Interrupted agents whose policy is `continue` and that have a followup queued saying
+    /// so (see [`continue_cut_turn`]).
+    pub continued: Vec<AgentId>,
     /// Archive cascades that a crash interrupted and boot finished.
     pub cascades_completed: usize,
     /// Workspace records that were missing and were registered again for their agents.
@@ -44,10 +49,22 @@ pub struct BootReport {
 impl Registry {
     /// Loads every record under `home` (starting no runtime), finishes interrupted archive
     /// cascades, and brings busy agents back `idle` with attention `interrupted`. Blocking: call
-    /// it before serving, or from a blocking thread.
+    /// it before serving, or from a blocking thread. Every cut turn is left to its agent's
+    /// user (`notify`): see [`Registry::open_with`].
     pub fn open(
         home: &Path,
         runtimes: Arc<dyn RuntimeControl>,
+    ) -> Result<(Registry, BootReport), RegistryError> {
+        Self::open_with(home, runtimes, &|_| OnInterrupt::Notify)
+    }
+
+    /// [`Registry::open`], where `on_interrupt` says what each agent whose turn was cut off
+    /// gets: with `continue`, a followup in its inbox (queued before its record leaves
+    /// `running`, so a crash during boot neither loses nor doubles it).
+    pub fn open_with(
+        home: &Path,
+        runtimes: Arc<dyn RuntimeControl>,
+        on_interrupt: &dyn Fn(&Agent) -> OnInterrupt,
     ) -> Result<(Registry, BootReport), RegistryError> {
         let store = Store::open(home)?;
         let mut report = BootReport::default();
@@ -68,8 +85,10 @@ impl Registry {
 
         restore_workspaces(&store, &table, &mut ws_map, &mut report)?;
         finish_cascades(&store, &mut table, &mut report)?;
+        // The timeline and the inbox first, the records last: a crash in between finds the
+        // agents still busy and settles them again, and both steps are idempotent.
+        report.continued = settle_cut_turns(home, &table, on_interrupt);
         interrupt_busy(&store, &mut table, &mut report)?;
-        end_cut_turns(home, &report.interrupted);
         report.missing_worktrees = missing_worktrees(&ws_map);
 
         report.agents = table.len();
@@ -190,32 +209,163 @@ fn interrupt_busy(
     Ok(())
 }
 
-/// A turn the daemon's death cut off gets its end in the timeline (`turn_interrupted`, cause
-/// `crash`), so its history does not stop at "turn started". A daemon that shut down wrote
-/// that end itself (cause `shutdown`). A timeline that cannot be written is logged: the record
-/// is what matters for the agent to run again.
-fn end_cut_turns(home: &Path, interrupted: &[AgentId]) {
-    for &agent in interrupted {
-        let ended = Timeline::open(home, agent).and_then(|mut timeline| {
-            if !timeline.turn_open() {
+/// Every busy agent's cut turn: its end in the timeline (`turn_interrupted`, cause `crash`,
+/// unless a daemon that shut down wrote it with cause `shutdown`), so its history does not
+/// stop at "turn started"; then, for an agent whose policy is `continue`, the followup that
+/// asks it to continue. Returns the agents that have one. A timeline or inbox that cannot be
+/// written is logged: the record is what matters for the agent to run again.
+fn settle_cut_turns(
+    home: &Path,
+    table: &AgentTable,
+    on_interrupt: &dyn Fn(&Agent) -> OnInterrupt,
+) -> Vec<AgentId> {
+    let mut busy: Vec<&Agent> = table.values().filter(|a| a.status.is_busy()).collect();
+    busy.sort_by_key(|a| a.id);
+    let mut continued = Vec::new();
+    for agent in busy {
+        let id = agent.id;
+        let settled = Timeline::open(home, id).and_then(|mut timeline| {
+            if cut_open(&timeline) {
+                let mut data = serde_json::Map::new();
+                data.insert("event".to_string(), "turn_interrupted".into());
+                data.insert("cause".to_string(), "crash".into());
+                timeline.push_synced(ItemKind::TurnEnded.as_str(), data, Timestamp::now())?;
+                tracing::info!(agent = %id, "a turn the daemon's death cut off ended `interrupted`");
+            }
+            if on_interrupt(agent) != OnInterrupt::Continue
+                || super::turn_gate(table, id).is_err()
+            {
                 return Ok(false);
             }
-            let mut data = serde_json::Map::new();
-            data.insert("event".to_string(), "turn_interrupted".into());
-            data.insert("cause".to_string(), "crash".into());
-            timeline.push_synced(ItemKind::TurnEnded.as_str(), data, Timestamp::now())?;
-            Ok(true)
+            continue_cut_turn(home, id, &timeline)
         });
-        match ended {
-            Ok(true) => {
-                tracing::info!(%agent, "a turn the daemon's death cut off ended `interrupted`");
-            }
+        match settled {
+            Ok(true) => continued.push(id),
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(%agent, error = %e, "cannot end the turn a crash cut off in the timeline");
+                tracing::warn!(agent = %id, error = %e, "cannot settle the turn a restart cut off");
             }
         }
     }
+    continued
+}
+
+/// A turn is recorded by its message (`user_message`, fsynced: the message is delivered),
+/// then `turn_started`, ..., `turn_ended`.
+fn turn_item(item: &crate::timeline::TimelineItem) -> bool {
+    item.is(ItemKind::UserMessage) || item.is(ItemKind::TurnStarted) || item.is(ItemKind::TurnEnded)
+}
+
+/// Whether the last turn of a busy agent has no end: it started, or its message was recorded
+/// and the daemon died before its `turn_started`.
+fn cut_open(timeline: &Timeline) -> bool {
+    timeline
+        .items()
+        .iter()
+        .rev()
+        .find(|i| turn_item(i))
+        .is_some_and(|i| !i.is(ItemKind::TurnEnded))
+}
+
+/// The id prefix of the followup that continues a cut turn: its id is this and the id of the
+/// message the cut turn started with, so it is queued once whatever the number of boots.
+const CONTINUE_PREFIX: &str = "continue-";
+
+/// The turn a restart cut off, as the timeline tells it.
+struct CutTurn {
+    /// The id of the message it started with.
+    message_id: String,
+    /// Who asked to hear how it goes.
+    notify: Option<AgentId>,
+    /// `crash` or `shutdown`.
+    cause: String,
+    at: Timestamp,
+}
+
+impl CutTurn {
+    /// The agent's last turn, if it ended `turn_interrupted`.
+    fn find(timeline: &Timeline) -> Option<CutTurn> {
+        let items = timeline.items();
+        let end = items.iter().rposition(turn_item)?;
+        let ended = &items[end];
+        let text = |item: &crate::timeline::TimelineItem, key: &str| {
+            item.data
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        if !ended.is(ItemKind::TurnEnded)
+            || text(ended, "event").as_deref() != Some("turn_interrupted")
+        {
+            return None;
+        }
+        // Its `turn_started`, or its message when the daemon died before that was written.
+        let started = items[..end]
+            .iter()
+            .rev()
+            .find(|i| turn_item(i))
+            .filter(|i| !i.is(ItemKind::TurnEnded))?;
+        let message_id = text(started, "messageId")?;
+        let notify = items[..end]
+            .iter()
+            .rev()
+            .find(|i| {
+                i.is(ItemKind::UserMessage)
+                    && text(i, "messageId").as_deref() == Some(message_id.as_str())
+            })
+            .and_then(|i| text(i, "notify"))
+            .and_then(|n| n.parse().ok());
+        Some(CutTurn {
+            message_id,
+            notify,
+            cause: text(ended, "cause").unwrap_or_else(|| "crash".to_string()),
+            at: ended.at,
+        })
+    }
+
+    /// What the agent reads.
+    fn notice(&self) -> String {
+        let what = match self.cause.as_str() {
+            "shutdown" => "drover (the program that runs you) was shut down and restarted",
+            _ => "drover (the program that runs you) stopped unexpectedly and was restarted",
+        };
+        format!(
+            "[drover] Your previous turn was interrupted at {at} before you finished it: {what}. \
+             Continue that work where you left off. First check what is already done (files, \
+             commands, anything you started), so that nothing is done twice.",
+            at = self.at.round(jiff::Unit::Second).unwrap_or(self.at),
+        )
+    }
+}
+
+/// Queues the followup that asks agent `id` to continue its cut turn, once: not when the cut
+/// turn was itself such a continuation (a second crash is left to the user, so a turn that
+/// brings the daemon down cannot loop), and not when it is already queued or delivered. It
+/// carries the cut turn's `notifyOnFinish`: whoever asked hears once, when the continued turn
+/// ends. Returns whether the agent has it.
+fn continue_cut_turn(home: &Path, id: AgentId, timeline: &Timeline) -> Result<bool, StoreError> {
+    let Some(cut) = CutTurn::find(timeline) else {
+        return Ok(false);
+    };
+    if cut.message_id.starts_with(CONTINUE_PREFIX) {
+        tracing::info!(agent = %id, "a continued turn was cut off again: left to the user");
+        return Ok(false);
+    }
+    let message_id = format!("{CONTINUE_PREFIX}{}", cut.message_id);
+    let delivered = timeline.delivered();
+    if delivered.contains(&message_id) {
+        return Ok(false);
+    }
+    if Inbox::read_queued_ids(home, id)?.contains(&message_id) {
+        return Ok(true);
+    }
+    let mut inbox = Inbox::open_with(home, id, || delivered)?;
+    let mut message =
+        InboxMessage::new(Delivery::Followup, cut.notice(), "system").notifying(cut.notify);
+    message.id = message_id;
+    inbox.queue(message)?;
+    tracing::info!(agent = %id, "the turn a restart cut off continues (on_interrupt = continue)");
+    Ok(true)
 }
 
 /// Unarchived worktrees whose folder vanished outside drover, logged: reported once, not

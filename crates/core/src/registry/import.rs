@@ -116,6 +116,7 @@ impl Inner {
             config: new.config,
             resume: new.resume,
             start_failure: None,
+            limited: None,
             unknown: serde_json::Map::new(),
         };
         self.record_new_agent(registered.then_some(workspace), &agent)?;

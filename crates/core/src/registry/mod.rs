@@ -379,6 +379,57 @@ impl Registry {
         Ok(agent)
     }
 
+    /// A turn ended on the provider's usage limit and the agent waits for it (its runtime
+    /// queued the prompt again): `idle` with attention `limited` and `limited` recorded, in one
+    /// write. Not a terminal turn event: no autoArchive; the turn that follows is its end.
+    pub async fn record_turn_limited(
+        &self,
+        id: AgentId,
+        limited: crate::Limited,
+    ) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| {
+            let _w = lock(&inner.writer);
+            inner.mutate(id, |a| {
+                if a.is_archived() && a.status != AgentStatus::Running {
+                    return Ok(());
+                }
+                if a.status != AgentStatus::Running {
+                    return Err(RegistryError::IllegalTransition {
+                        agent: id,
+                        from: a.status,
+                        to: AgentStatus::Idle,
+                    });
+                }
+                let now = Timestamp::now();
+                a.status = AgentStatus::Idle;
+                a.last_activity_at = now;
+                a.last_error = Some(limited.error.clone());
+                a.attention = Some(Attention {
+                    reason: AttentionReason::Limited,
+                    at: now,
+                });
+                a.limited = Some(limited);
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// The wait for a usage limit ends without a turn (the user's `restart_agent` sends the
+    /// prompt now; an archive): `limited` and its attention go.
+    pub async fn clear_limited(&self, id: AgentId) -> Result<Agent, RegistryError> {
+        self.mutate(id, |a| {
+            if a.limited.take().is_some()
+                && a.attention
+                    .is_some_and(|x| x.reason == AttentionReason::Limited)
+            {
+                a.attention = None;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     pub async fn set_attention(
         &self,
         id: AgentId,
@@ -699,6 +750,7 @@ impl Inner {
             config: new.config,
             resume: None,
             start_failure: None,
+            limited: None,
             unknown: serde_json::Map::new(),
         };
         if let Err(e) = self.record_new_agent(registered.then_some(workspace), &agent) {
@@ -770,6 +822,8 @@ impl Inner {
             match to {
                 AgentStatus::Running => {
                     // The user engaged with the agent: what it asked attention for is seen.
+                    // A usage limit it waited for is over (the turn is its retry, or newer).
+                    a.limited = None;
                     a.attention = None;
                     a.last_error = None;
                     a.last_activity_at = now;

@@ -13,7 +13,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use drover_core::{AgentId, WorktreeOptions};
-use drover_protocol::{Delivery, ScheduleNewAgent, ScheduleWhen};
+use drover_protocol::{Delivery, OnInterrupt, OnLimit, ScheduleNewAgent, ScheduleWhen};
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -91,6 +91,14 @@ struct CreateAgentParams {
     /// permission. Default true.
     #[serde(default)]
     notify_on_finish: Option<bool>,
+    /// A turn a restart of drover cuts off: `continue` (the agent is asked to continue it) or
+    /// `notify` (it waits for you). Default: yours.
+    #[serde(default)]
+    on_interrupt: Option<OnInterrupt>,
+    /// A turn that hits the provider's usage limit: `wait` for the reset and send the prompt
+    /// again, or `fail`. Default: yours.
+    #[serde(default)]
+    on_limit: Option<OnLimit>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -468,6 +476,8 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
         auto_archive: params.auto_archive,
         permission_policy: None,
         notify,
+        on_interrupt: params.on_interrupt,
+        on_limit: params.on_limit,
     };
     let created = ops.create_agent(Caller::Agent(caller), request).await?;
     let agent = created.agent;
@@ -546,6 +556,12 @@ fn describe(summary: &Summary) -> Value {
         // Its last start failed; `signIn`: the ways to sign its provider in (`drover login`).
         "startFailed": agent.start_failure.is_some(),
         "signIn": agent.start_failure.as_ref().and_then(|f| f.sign_in.as_ref()),
+        // It waits for its provider's usage limit: its prompt goes again at `retryAt`.
+        "limited": agent.limited.as_ref().map(|l| json!({
+            "since": l.at.to_string(),
+            "resetAt": l.reset_at.map(|t| t.to_string()),
+            "retryAt": l.retry_at.to_string(),
+        })),
     })
 }
 

@@ -39,8 +39,8 @@ pub(crate) enum EventKind {
     AuthRequired,
     /// The daemon stopped while the agent worked (found at boot).
     Interrupted,
-    // Issue 25's `limited` (rate-limited by its provider) and `budget` (out of budget) states
-    // become events here, beside their attention reasons, once the registry records them.
+    /// The agent waits for its provider's usage limit to reset (attention `limited`).
+    Limited,
     /// What a sink's limit held back, counted (sent after the window).
     Summary,
     /// A sample (`drover notify test`).
@@ -49,12 +49,13 @@ pub(crate) enum EventKind {
 
 impl EventKind {
     /// The events a sink may ask for, which are also its default.
-    pub(crate) const SUBSCRIBABLE: [EventKind; 5] = [
+    pub(crate) const SUBSCRIBABLE: [EventKind; 6] = [
         EventKind::Finished,
         EventKind::Failed,
         EventKind::Permission,
         EventKind::AuthRequired,
         EventKind::Interrupted,
+        EventKind::Limited,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -64,6 +65,7 @@ impl EventKind {
             EventKind::Permission => "permission",
             EventKind::AuthRequired => "auth_required",
             EventKind::Interrupted => "interrupted",
+            EventKind::Limited => "limited",
             EventKind::Summary => "summary",
             EventKind::Test => "test",
         }
@@ -416,7 +418,7 @@ all = true
         };
         assert_eq!(hook.name, "webhook-1");
         assert_eq!(hook.target.describe(), "http://127.0.0.1:9");
-        assert_eq!(hook.events.len(), 5);
+        assert_eq!(hook.events.len(), EventKind::SUBSCRIBABLE.len());
         assert_eq!((hook.limit, hook.window), (DEFAULT_LIMIT, DEFAULT_WINDOW));
         assert_eq!(phone.name, "phone");
         assert_eq!(phone.target.describe(), "http://ntfy.local");

@@ -56,7 +56,11 @@ pub(crate) struct SinkReport {
 }
 
 /// The needs a subagent raises to its root.
-const ROLLED_UP: [EventKind; 2] = [EventKind::Permission, EventKind::AuthRequired];
+const ROLLED_UP: [EventKind; 3] = [
+    EventKind::Permission,
+    EventKind::AuthRequired,
+    EventKind::Limited,
+];
 
 impl Notifier {
     /// Starts the sinks and the task that turns `registry`'s changes into notifications;
@@ -294,6 +298,7 @@ impl Tree {
             AttentionReason::Permission => EventKind::Permission,
             AttentionReason::AuthRequired => EventKind::AuthRequired,
             AttentionReason::Interrupted => EventKind::Interrupted,
+            AttentionReason::Limited => EventKind::Limited,
         };
         self.raise(agent, kind);
     }
@@ -345,6 +350,12 @@ impl Tree {
             }
             (EventKind::Interrupted, _) => {
                 format!("{name} was interrupted: the daemon stopped during its turn")
+            }
+            (EventKind::Limited, Some(_)) => {
+                format!("{name}: a subagent waits for its provider's usage limit")
+            }
+            (EventKind::Limited, None) => {
+                format!("{name} waits for its provider's usage limit")
             }
             (EventKind::Summary | EventKind::Test, _) => name.clone(),
         };

@@ -393,6 +393,7 @@ fn ntfy_message(topic: &str, notice: &Notice) -> serde_json::Value {
         EventKind::AuthRequired => (4, "key"),
         EventKind::Failed => (4, "x"),
         EventKind::Interrupted => (3, "warning"),
+        EventKind::Limited => (3, "hourglass"),
         EventKind::Finished => (3, "white_check_mark"),
         EventKind::Summary => (3, "bell"),
         EventKind::Test => (2, "test_tube"),

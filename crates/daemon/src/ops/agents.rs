@@ -9,8 +9,8 @@ use drover_acp::{PendingPermission, RuntimeMemory, RuntimeView};
 use drover_core::inbox::InboxMessage;
 use drover_core::timeline::{ItemKind, Page, TimelinePage};
 use drover_core::{
-    Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, PermissionPolicy,
-    ProviderConfig, WorkspaceId, WorktreeOptions,
+    Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, OnInterrupt, OnLimit,
+    PermissionPolicy, ProviderConfig, WorkspaceId, WorktreeOptions,
 };
 
 use super::{Caller, OpError, Ops};
@@ -75,6 +75,10 @@ pub(crate) struct CreateAgent {
     /// Tell this agent how the first turn goes (a queued message when it ends, fails, or
     /// waits for a permission).
     pub(crate) notify: Option<AgentId>,
+    /// Default: the calling agent's own, else none (its provider's policy).
+    pub(crate) on_interrupt: Option<OnInterrupt>,
+    /// Default: the calling agent's own, else none (its provider's policy).
+    pub(crate) on_limit: Option<OnLimit>,
 }
 
 /// A new agent, and the worktree made for it if one was.
@@ -139,6 +143,12 @@ impl Ops {
                     .permission_policy
                     .or_else(|| me.as_ref().map(|m| m.config.permission_policy))
                     .unwrap_or_default(),
+                on_interrupt: request
+                    .on_interrupt
+                    .or_else(|| me.as_ref().and_then(|m| m.config.on_interrupt)),
+                on_limit: request
+                    .on_limit
+                    .or_else(|| me.as_ref().and_then(|m| m.config.on_limit)),
             },
         };
         if let Some(parent) = new.parent {

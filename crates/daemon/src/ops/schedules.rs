@@ -386,6 +386,8 @@ impl Deliver for Ops {
             auto_archive: spec.auto_archive,
             permission_policy: spec.permission_policy,
             notify: None,
+            on_interrupt: None,
+            on_limit: None,
         };
         Box::pin(async move {
             let agent = match existing {

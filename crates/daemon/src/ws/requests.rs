@@ -567,6 +567,8 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         parent_agent_id,
         auto_archive,
         permission_policy,
+        on_interrupt,
+        on_limit,
         worktree,
     } = message
     else {
@@ -610,6 +612,8 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         auto_archive,
         permission_policy: Some(permission_policy),
         notify: None,
+        on_interrupt,
+        on_limit,
     };
     let created = ops.create_agent(CALLER, request).await?;
     send(DaemonMessage::AgentCreated {

@@ -57,6 +57,9 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         builtin: false,
         auth: None,
         auth_env: Vec::new(),
+        on_interrupt: None,
+        on_limit: None,
+        limit_backoff: None,
     });
     providers
 }

@@ -228,6 +228,7 @@ const REASON = {
   error: 'failed',
   interrupted: 'was interrupted',
   auth_required: 'needs a sign-in',
+  limited: 'waits for its usage limit',
 };
 
 // ---- helpers ------------------------------------------------------------------------------
@@ -450,7 +451,7 @@ function quickMatch(a) {
 /** A sidebar row: a root, or (`sub`) a subagent a filter found, under its root. */
 function agentRow(a, kids, roll, sub = false) {
   const active = S.layout.active === a.id;
-  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${kids}|${active}|${sub}|${roll ? `${roll.n}|${roll.first.id}|${roll.first.attentionReason}|${label(roll.first)}` : ''}`;
+  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${a.limited ? a.limited.retryAt : ''}|${kids}|${active}|${sub}|${roll ? `${roll.n}|${roll.first.id}|${roll.first.attentionReason}|${label(roll.first)}` : ''}`;
   const hit = rowCache.get(a.id);
   if (hit && hit.key === key) return hit.el;
   const el = h('li', { class: `agent-row${sub ? ' sub' : ''}${active ? ' active' : ''}${a.archivedAt ? ' archived' : ''}`, dataset: { agentId: a.id } },
@@ -475,6 +476,11 @@ function agentRow(a, kids, roll, sub = false) {
 function attentionMark(a) {
   if (!a.requiresAttention) return null;
   if (a.attentionReason === 'auth_required') return h('span', { class: 'badge attention reason-auth_required', title: REASON.auth_required }, 'sign-in needed');
+  if (a.attentionReason === 'limited' && a.limited) {
+    const at = new Date(a.limited.retryAt);
+    const when = at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    return h('span', { class: 'badge attention reason-limited', title: `${REASON.limited}: ${a.limited.error}` }, `limited until ${when}`);
+  }
   return h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason] }, a.attentionReason === 'permission' ? '!' : '●');
 }
 

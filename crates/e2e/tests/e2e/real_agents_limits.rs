@@ -1,0 +1,199 @@
+//! Usage limits as the pinned agents really surface them (issue 25): codex, claude and gemini
+//! from their npm launchers, against the scripted model answering HTTP 429 as each provider's
+//! API does (see `drover_fakes::model`'s `limit`): each waits `limited` with its own words and
+//! its prompt runs after the backoff (2 s here) once the model takes requests again. codex
+//! also with a reset time, which it names to the minute (the parsing is unit-tested in
+//! `drover-acp`; waiting for that minute would make this test slow). Needs
+//! `scripts/install-agents`.
+
+use std::time::Duration;
+
+use drover_fakes::model;
+use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
+use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::wait::eventually;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// Generous: codex's start and turns on 2 loaded cores.
+const WAIT: Duration = Duration::from_secs(90);
+
+async fn get_agent(client: &mut Client, agent: &str) -> Value {
+    let got = client
+        .request(json!({"type": "get_agent", "agentId": agent}))
+        .await;
+    assert_eq!(got["type"], "agent", "{got}");
+    got["payload"]["agent"].clone()
+}
+
+/// `agent` (with `env` added) against the scripted model, whose first answers to the prompt
+/// are 429 for 1 s without a reset time: the agent waits `limited` (its error holds `words`)
+/// and its prompt is answered after the 2 s backoff.
+async fn waits_and_resumes(agent: RealAgent, env: &[(&str, &str)], words: &str) {
+    let name = agent.name();
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let mut command = agent
+        .command(&agents_dir(), &model.url(), scratch.path(), &cwd)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (k, v) in env {
+        command.env.insert((*k).to_string(), (*v).to_string());
+    }
+    let config = format!("{}limit_backoff = \"2s\"\n", provider_toml(name, &command));
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({
+            "provider": name, "cwd": cwd,
+            "prompt": "limit 1 noreset\nreply back after the limit",
+        }))
+        .await;
+    let info = drover_testkit::wait::poll_until(WAIT, async || {
+        let info = get_agent(&mut client, &id).await;
+        (info["attentionReason"] == "limited").then_some(info)
+    })
+    .await;
+    let Some(info) = info else {
+        let timeline = client.timeline(&id).await;
+        panic!("{name} never waited for the limit: {timeline:#?}");
+    };
+    let error = info["limited"]["error"].as_str().unwrap_or_default();
+    eprintln!("{name} says: {error}");
+    assert!(error.contains(words), "{name}: {info}");
+    eventually("the prompt sent again", WAIT, async || {
+        client.turn_events(&id).await.len() == 2
+    })
+    .await;
+    assert_eq!(
+        client.turn_events(&id).await,
+        ["turn_limited", "turn_completed"],
+        "{name}"
+    );
+    let said: String = client.replies(&id).await.concat();
+    if !said.contains("back after the limit") {
+        let timeline = client.timeline(&id).await;
+        let played: Vec<Value> = model
+            .requests()
+            .into_iter()
+            .map(|r| r["played"].clone())
+            .collect();
+        panic!("{name} said {said:?}: {timeline:#?} {played:?}");
+    }
+    daemon.stop().await;
+    model.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agents_limits_claude_waits_for_its_usage_limit_and_resumes() {
+    // Claude Code retries a 429 itself, ten times with backoff, before it gives up: this
+    // test tells it not to, so that what it then says is quick to see.
+    waits_and_resumes(
+        RealAgent::Claude,
+        &[("CLAUDE_CODE_MAX_RETRIES", "0")],
+        "rate_limit_error",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agents_limits_gemini_waits_for_its_usage_limit_and_resumes() {
+    waits_and_resumes(RealAgent::Gemini, &[], "429").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
+    let agent = RealAgent::Codex;
+    let name = agent.name();
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let command = agent
+        .command(&agents_dir(), &model.url(), scratch.path(), &cwd)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let config = format!("{}limit_backoff = \"2s\"\n", provider_toml(name, &command));
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+
+    // The model refuses this message for 1 s.
+    let id = client
+        .create_agent(json!({
+            "provider": name, "cwd": cwd,
+            "prompt": "limit 1 noreset\nreply back after the limit",
+        }))
+        .await;
+    let info = eventually("codex to hit the limit", WAIT, async || {
+        let info = get_agent(&mut client, &id).await;
+        (info["attentionReason"] == "limited").then_some(info)
+    })
+    .await;
+    let error = info["limited"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("You've hit your usage limit. Try again later."),
+        "{info}"
+    );
+    assert!(info["limited"]["resetAt"].is_null(), "{info}");
+    assert_eq!(info["queued"].as_array().map(Vec::len), Some(1), "{info}");
+
+    eventually("the prompt sent again", WAIT, async || {
+        client.turn_events(&id).await.len() == 2
+    })
+    .await;
+    assert_eq!(
+        client.turn_events(&id).await,
+        ["turn_limited", "turn_completed"]
+    );
+    let said: String = client.replies(&id).await.concat();
+    assert!(said.contains("back after the limit"), "{said}");
+    let info = get_agent(&mut client, &id).await;
+    assert!(info["limited"].is_null(), "{info}");
+    // The model saw the 429 and then the prompt it answered.
+    let played: Vec<Value> = model
+        .requests()
+        .into_iter()
+        .filter(|r| r["api"] == "openai")
+        .map(|r| r["played"].clone())
+        .collect();
+    assert_eq!(
+        played.first().map(|p| &p["directive"]),
+        Some(&json!("limit"))
+    );
+    assert!(
+        played.last().is_some_and(|p| p["directive"] == "reply"),
+        "{played:?}"
+    );
+
+    // With a reset time codex names it; drover waits until that minute is over.
+    let id = client
+        .create_agent(json!({
+            "provider": name, "cwd": cwd,
+            "prompt": "limit 600\nreply never",
+        }))
+        .await;
+    let info = eventually("codex to hit the limit", WAIT, async || {
+        let info = get_agent(&mut client, &id).await;
+        (info["attentionReason"] == "limited").then_some(info)
+    })
+    .await;
+    let error = info["limited"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("Try again at "), "{info}");
+    let reset: jiff::Timestamp = info["limited"]["resetAt"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no resetAt: {info}"));
+    let expected = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600);
+    let off = reset.duration_since(expected).as_secs().abs();
+    assert!(off <= 120, "reset {reset}, expected about {expected}");
+    daemon.stop().await;
+    model.shutdown().await;
+}

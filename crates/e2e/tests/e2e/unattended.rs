@@ -1,0 +1,426 @@
+//! Fleets that run unattended (issue 25): a turn a daemon restart cuts off continues by policy
+//! (`on_interrupt`), once. The daemon runs in a process of its own (`drover-daemon-proc`) so
+//! that the test can kill it; the agents are the scripted agent.
+
+use std::path::Path;
+use std::time::Duration;
+
+use drover_testkit::daemon::Client;
+use drover_testkit::wait::eventually;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::processes::{DaemonProcess, said};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The scripted provider (policy `notify` by default), `steady` (the scripted agent with
+/// `on_interrupt = "continue"`), and `relapsing` (the same, whose turn started by a notice
+/// from drover hangs again).
+fn config(state: &Path) -> String {
+    let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
+    let scripted = drover_fakes::scripted_agent::provider_config(Path::new(bin), state);
+    let state = state.display().to_string();
+    format!(
+        "{scripted}\
+         [providers.steady]\ncommand = [{bin:?}]\non_interrupt = \"continue\"\n\
+         env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n\
+         [providers.relapsing]\ncommand = [{bin:?}]\non_interrupt = \"continue\"\n\
+         env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, SCRIPTED_AGENT_ON_DROVER = \"hang\" }}\n"
+    )
+}
+
+async fn get_agent(client: &mut Client, agent: &str) -> Value {
+    let got = client
+        .request(json!({"type": "get_agent", "agentId": agent}))
+        .await;
+    assert_eq!(got["type"], "agent", "{got}");
+    got["payload"]["agent"].clone()
+}
+
+/// The `user_message` items of the agent: (source, text).
+async fn messages(client: &mut Client, agent: &str) -> Vec<(String, String)> {
+    client
+        .timeline(agent)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "user_message")
+        .map(|i| {
+            let text = |k: &str| i["data"][k].as_str().unwrap_or_default().to_string();
+            (text("source"), text("text"))
+        })
+        .collect()
+}
+
+/// The followups drover sent the agent to continue a cut turn.
+async fn continues(client: &mut Client, agent: &str) -> Vec<String> {
+    messages(client, agent)
+        .await
+        .into_iter()
+        .filter(|(source, text)| {
+            source == "system" && text.starts_with("[drover] Your previous turn was interrupted")
+        })
+        .map(|(_, text)| text)
+        .collect()
+}
+
+async fn running(client: &mut Client, agent: &str) {
+    let ran = drover_testkit::wait::poll_until(WAIT, async || {
+        get_agent(client, agent).await["status"] == "running"
+    })
+    .await;
+    if ran.is_none() {
+        let info = get_agent(client, agent).await;
+        let timeline = client.timeline(agent).await;
+        panic!("{agent} does not run a turn: {info}\n{timeline:#?}");
+    }
+}
+
+// One story: a crash cuts four turns (a subagent's whose parent waits to hear, one with the
+// per-agent policy, one left to the user, one whose continuation hangs again); then a
+// shutdown cuts that continuation.
+#[allow(clippy::too_many_lines)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unattended_a_cut_turn_continues_once_by_policy() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // A parent whose subagent (notifyOnFinish: the parent) hangs in its first turn.
+    let parent = client
+        .create_agent(json!({"provider": "steady", "cwd": cwd, "prompt": "subagent hang"}))
+        .await;
+    let child = eventually("the subagent", WAIT, async || {
+        let text = said(&mut client, &parent).await;
+        let id = text.split("started subagent ").nth(1)?;
+        Some(id.split_whitespace().next()?.to_string())
+    })
+    .await;
+    // The per-agent policy, over its provider's `notify`.
+    let own = client
+        .create_agent(
+            json!({"provider": "scripted", "cwd": cwd, "prompt": "hang", "onInterrupt": "continue"}),
+        )
+        .await;
+    assert_eq!(
+        get_agent(&mut client, &own).await["onInterrupt"],
+        "continue"
+    );
+    let left = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "hang"}))
+        .await;
+    let relapsing = client
+        .create_agent(json!({"provider": "relapsing", "cwd": cwd, "prompt": "hang"}))
+        .await;
+    for agent in [&child, &own, &left, &relapsing] {
+        running(&mut client, agent).await;
+    }
+    client.wait_idle(&parent).await;
+
+    daemon.die_by(Signal::SIGKILL);
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // Continued: one followup saying when and why, and the turn it starts ends.
+    for agent in [&child, &own] {
+        client.wait_idle(agent).await;
+        let asked = continues(&mut client, agent).await;
+        assert_eq!(asked.len(), 1, "{agent}: {asked:?}");
+        assert!(
+            asked[0].contains("stopped unexpectedly and was restarted"),
+            "{asked:?}"
+        );
+        assert!(
+            said(&mut client, agent)
+                .await
+                .contains("ok: [drover] Your previous turn was interrupted"),
+            "the agent got the followup as its prompt"
+        );
+        let events = client.turn_events(agent).await;
+        assert_eq!(events, ["turn_interrupted", "turn_completed"], "{agent}");
+        let info = get_agent(&mut client, agent).await;
+        assert_eq!(info["status"], "idle", "{info}");
+        assert_eq!(info["attentionReason"], "finished", "{info}");
+    }
+    // The parent hears once, of the turn that finally ended.
+    client.wait_idle(&parent).await;
+    let heard = |m: &[(String, String)]| {
+        m.iter()
+            .filter(|(source, _)| *source == format!("agent:{child}"))
+            .map(|(_, text)| text.clone())
+            .collect::<Vec<_>>()
+    };
+    let told = heard(&messages(&mut client, &parent).await);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("finished its turn"), "{told:?}");
+
+    // `notify`: the agent waits for its user.
+    client.wait_idle(&left).await;
+    let info = get_agent(&mut client, &left).await;
+    assert_eq!(info["attentionReason"], "interrupted", "{info}");
+    assert!(continues(&mut client, &left).await.is_empty());
+    assert_eq!(client.turn_events(&left).await, ["turn_interrupted"]);
+
+    // The continuation hangs too; this time the daemon shuts down in order.
+    running(&mut client, &relapsing).await;
+    assert_eq!(continues(&mut client, &relapsing).await.len(), 1);
+    daemon.stop().await;
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    client.wait_idle(&relapsing).await;
+    // Not twice: a continued turn cut off again is left to the user.
+    let info = get_agent(&mut client, &relapsing).await;
+    assert_eq!(info["status"], "idle", "{info}");
+    assert_eq!(info["attentionReason"], "interrupted", "{info}");
+    assert_eq!(continues(&mut client, &relapsing).await.len(), 1);
+    let ends: Vec<String> = client
+        .timeline(&relapsing)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "turn_ended")
+        .map(|i| format!("{} {}", i["data"]["event"], i["data"]["cause"]))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            r#""turn_interrupted" "crash""#,
+            r#""turn_interrupted" "shutdown""#
+        ]
+    );
+    // And the parent still heard only once.
+    client.wait_idle(&parent).await;
+    assert_eq!(heard(&messages(&mut client, &parent).await).len(), 1);
+    daemon.stop().await;
+}
+
+/// The scripted provider waiting 2 s for a limit without a reset time; runtimes idle 1 s
+/// hibernate (so a waiting agent's does, and is woken at its reset).
+fn limits_config(state: &Path) -> String {
+    let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
+    let state = state.display().to_string();
+    format!(
+        "[runtimes]\nidle_timeout = 1\n\
+         [providers.scripted]\ncommand = [{bin:?}]\nlimit_backoff = \"2s\"\n\
+         env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n"
+    )
+}
+
+/// The agent's `turn_ended` events.
+async fn ends(client: &mut Client, agent: &str) -> Vec<String> {
+    client.turn_events(agent).await
+}
+
+// One story: limits as codex, claude and gemini say them, with and without a reset time, a
+// subagent whose parent waits, `on_limit = fail`; the daemon killed while they wait.
+#[allow(clippy::too_many_lines)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), limits_config(state.path())).expect("config");
+    let mut daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    let create = async |client: &mut Client, fields: Value| {
+        let mut fields = fields;
+        fields["provider"] = json!("scripted");
+        fields["cwd"] = json!(cwd);
+        client.create_agent(fields).await
+    };
+    // A reset time (gemini's "retry in 4s"; claude's unix time), and none (the 2 s backoff).
+    let gemini = create(
+        &mut client,
+        json!({"prompt": "limit gemini 4\nsay gemini went on"}),
+    )
+    .await;
+    let claude = create(
+        &mut client,
+        json!({"prompt": "limit claude 4\nsay claude went on"}),
+    )
+    .await;
+    let bare = create(
+        &mut client,
+        json!({"prompt": "limit codex 1 noreset\nsay codex went on"}),
+    )
+    .await;
+    // A subagent whose parent hears once, when the turn after the limit ends.
+    let parent = create(
+        &mut client,
+        json!({"prompt": "subagent limit gemini 6\\nsay child went on"}),
+    )
+    .await;
+    let failing = create(
+        &mut client,
+        json!({"prompt": "limit codex 30 noreset\nsay never", "onLimit": "fail"}),
+    )
+    .await;
+    let dropped = create(&mut client, json!({"prompt": "limit gemini 30\nsay never"})).await;
+    let child = eventually("the subagent", WAIT, async || {
+        let text = said(&mut client, &parent).await;
+        let id = text.split("started subagent ").nth(1)?;
+        Some(id.split_whitespace().next()?.to_string())
+    })
+    .await;
+
+    for agent in [&gemini, &claude, &bare, &child] {
+        let info = eventually("the agent to wait for its limit", WAIT, async || {
+            let info = get_agent(&mut client, agent).await;
+            (info["attentionReason"] == "limited").then_some(info)
+        })
+        .await;
+        assert_eq!(info["status"], "idle", "{info}");
+        assert!(info["limited"]["retryAt"].is_string(), "{info}");
+        // The agent's own words.
+        assert!(
+            info["limited"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("the agent answered `session/prompt` with error")),
+            "{info}"
+        );
+        // Its prompt waits, first in its inbox.
+        assert_eq!(info["queued"].as_array().map(Vec::len), Some(1), "{info}");
+        assert_eq!(ends(&mut client, agent).await, ["turn_limited"]);
+    }
+    let info = get_agent(&mut client, &gemini).await;
+    assert!(info["limited"]["resetAt"].is_string(), "{info}");
+    let info = get_agent(&mut client, &bare).await;
+    assert!(info["limited"]["resetAt"].is_null(), "{info}");
+    // `fail`: an error like any other.
+    let info = eventually("the failing agent's turn to fail", WAIT, async || {
+        let info = get_agent(&mut client, &failing).await;
+        (info["attentionReason"] == "error").then_some(info)
+    })
+    .await;
+    assert!(info["limited"].is_null(), "{info}");
+    assert_eq!(ends(&mut client, &failing).await, ["turn_failed"]);
+    // A cancel that drops the inbox drops the waiting prompt, and the wait.
+    eventually("the agent to wait for its limit", WAIT, async || {
+        get_agent(&mut client, &dropped).await["attentionReason"] == "limited"
+    })
+    .await;
+    let cancelled = client
+        .request(json!({"type": "cancel", "agentId": dropped}))
+        .await;
+    assert_eq!(cancelled["type"], "ok", "{cancelled}");
+    let info = eventually("the wait to end", WAIT, async || {
+        let info = get_agent(&mut client, &dropped).await;
+        info["limited"].is_null().then_some(info)
+    })
+    .await;
+    assert!(info["attentionReason"].is_null(), "{info}");
+    assert_eq!(info["queued"].as_array().map(Vec::len), Some(0), "{info}");
+    // The parent was told why, as context: it did not start a turn for it.
+    client.wait_idle(&parent).await;
+    assert_eq!(ends(&mut client, &parent).await, ["turn_completed"]);
+    // A parent that asks (MCP `get_agent`) sees why its subagent waits, and until when.
+    let ask = format!("mcp get_agent {{\"agentId\": \"{child}\"}}");
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": parent, "text": ask}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.wait_idle(&parent).await;
+    let answer = said(&mut client, &parent).await;
+    assert!(
+        answer.contains(r#""attention": "limited""#) && answer.contains("retryAt"),
+        "{answer}"
+    );
+
+    // A runtime hibernates while it waits (idle 1 s; claude's limit lasts 4 s).
+    let info = eventually("the waiting runtime to hibernate", WAIT, async || {
+        let info = get_agent(&mut client, &claude).await;
+        (info["runtime"]["state"] == "cold").then_some(info)
+    })
+    .await;
+    assert_eq!(info["attentionReason"], "limited", "{info}");
+    assert!(
+        client
+            .timeline(&claude)
+            .await
+            .iter()
+            .any(|i| i["data"]["hibernated"] == true),
+        "no hibernation notice"
+    );
+
+    // A crash while they wait changes nothing.
+    daemon.die_by(Signal::SIGKILL);
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let info = get_agent(&mut client, &gemini).await;
+    assert!(
+        info["attentionReason"] == "limited" || info["status"] == "running",
+        "{info}"
+    );
+
+    for (agent, word) in [
+        (&gemini, "gemini"),
+        (&claude, "claude"),
+        (&bare, "codex"),
+        (&child, "child"),
+    ] {
+        eventually("the prompt sent again after the limit", WAIT, async || {
+            ends(&mut client, agent).await.len() == 2
+        })
+        .await;
+        let timeline = client.timeline(agent).await;
+        assert_eq!(
+            ends(&mut client, agent).await,
+            ["turn_limited", "turn_completed"],
+            "{agent} {word}: {timeline:#?}"
+        );
+        assert!(
+            said(&mut client, agent)
+                .await
+                .contains(&format!("{word} went on")),
+            "{agent}"
+        );
+        // Sent again once: two deliveries of the same prompt.
+        let sent = messages(&mut client, agent).await;
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0].1, sent[1].1);
+        // The turn's end reaches the record just after the timeline.
+        let info = eventually("the record to say the turn finished", WAIT, async || {
+            let info = get_agent(&mut client, agent).await;
+            (info["attentionReason"] == "finished").then_some(info)
+        })
+        .await;
+        assert!(info["limited"].is_null(), "{info}");
+    }
+    // The parent heard once, of the turn that ended; why it waited came as context of its
+    // next prompt (the one that asked).
+    eventually("the parent to hear", WAIT, async || {
+        ends(&mut client, &parent).await.len() == 3
+    })
+    .await;
+    let told: Vec<Value> = client
+        .timeline(&parent)
+        .await
+        .into_iter()
+        .filter(|i| i["kind"] == "user_message" && i["data"]["source"] == format!("agent:{child}"))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0]["data"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("finished its turn"),
+        "{told:?}"
+    );
+    let contexts: String = client
+        .timeline(&parent)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "user_message")
+        .map(|i| i["data"]["context"].to_string())
+        .collect();
+    assert!(contexts.contains("usage limit"), "{contexts}");
+    // Nothing was sent again for the cancelled one.
+    assert_eq!(messages(&mut client, &dropped).await.len(), 1);
+    daemon.stop().await;
+}
