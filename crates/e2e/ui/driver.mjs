@@ -386,6 +386,14 @@ const scenarios = {
     if (box && box.x + box.width > 1) fail(`the sidebar is on screen at 390 px: ${JSON.stringify(box)}`);
     const width = await page.evaluate(() => document.documentElement.scrollWidth);
     if (width > 390) fail(`the page scrolls sideways at 390 px (${width} px wide)`);
+    // The first screen lists what needs the user, a finger's height each.
+    const need = page.locator(`.landing li[data-agent-id="${A.agent}"] button`);
+    await need.waitFor();
+    const text = await need.innerText();
+    if (!text.includes('asks for a permission')) fail(`the landing says: ${text}`);
+    const needBox = await need.boundingBox();
+    if (!needBox || needBox.height < 44) fail(`the landing's row is ${JSON.stringify(needBox)}`);
+    await shot(page, 'phone-landing');
     await page.tap('#drawer-toggle');
     await page.waitForFunction(() => document.querySelectorAll('#workspaces li.agent-row').length > 0);
     await page.waitForTimeout(250); // the drawer's slide-in transition, for the screenshot

@@ -630,6 +630,36 @@ function tabKeys(e) {
   requestAnimationFrame(() => document.getElementById(`tab-${next}`)?.focus());
 }
 
+// ---- the landing view ---------------------------------------------------------------------
+
+/**
+ * With no agent in front (a phone's first screen): what needs the user, most urgent first,
+ * each one tap away; subagents too, named with their root.
+ */
+function renderLanding() {
+  const rank = { permission: 0, auth_required: 1, error: 2, limited: 3, interrupted: 4 };
+  const needs = [...S.agents.values()]
+    .filter((a) => !a.archivedAt && a.requiresAttention && a.attentionReason in rank)
+    .sort((x, y) => rank[x.attentionReason] - rank[y.attentionReason] || (y.attentionTimestamp || '').localeCompare(x.attentionTimestamp || ''));
+  const key = JSON.stringify(needs.map((a) => [a.id, a.attentionReason, a.title]));
+  const host = document.getElementById('empty');
+  if (host.dataset.key === key) return;
+  host.dataset.key = key;
+  const rootOf = (a) => { let r = a; for (let i = 0; i < 64 && r.parentAgentId && S.agents.has(r.parentAgentId); i++) r = S.agents.get(r.parentAgentId); return r; };
+  host.replaceChildren(needs.length
+    ? h('section', { class: 'landing', 'aria-label': 'Needs you' },
+      h('h2', null, needs.length === 1 ? '1 agent needs you' : `${needs.length} agents need you`),
+      h('ul', { class: 'needs', role: 'list' }, needs.slice(0, 50).map((a) => {
+        const root = rootOf(a);
+        return h('li', { dataset: { agentId: a.id } },
+          h('button', { type: 'button', class: `need reason-${a.attentionReason}`, onclick: () => openAgent(a.id) },
+            dot(a.status), h('span', { class: 'title' }, label(a)),
+            root.id !== a.id ? h('span', { class: 'muted' }, `under ${label(root)}`) : null,
+            h('span', { class: 'why' }, REASON[a.attentionReason])));
+      })))
+    : h('p', null, 'Nothing needs you. Open an agent from the sidebar, or start a new one.'));
+}
+
 // ---- the agent pane -----------------------------------------------------------------------
 
 function renderPane() {
@@ -638,7 +668,7 @@ function renderPane() {
   const a = id && S.agents.get(id);
   for (const [pid, pane] of S.panes) pane.root.hidden = pid !== id;
   document.getElementById('empty').hidden = Boolean(a);
-  if (!a) return;
+  if (!a) { renderLanding(); return; }
   let pane = S.panes.get(id);
   if (!pane) {
     pane = makePane(a);
