@@ -65,6 +65,15 @@ async function gone(page, selector) {
 
 function fail(message) { throw new Error(message); }
 
+/** Every target a finger can reach on screen is at least 44 px high. */
+async function fingerSized(page, where) {
+  const small = await page.evaluate(() => [...document.querySelectorAll('#app button, #app select, #app summary, #app input:not([type=checkbox]):not([type=radio]), #app label')]
+    .filter((e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 && r.right > 1 && r.left < innerWidth; })
+    .filter((e) => e.getBoundingClientRect().height < 44)
+    .map((e) => `${e.tagName.toLowerCase()}.${e.className}: ${(e.innerText || e.getAttribute('aria-label') || '').slice(0, 20)} ${Math.round(e.getBoundingClientRect().height)}px`));
+  if (small.length) fail(`${where}: targets under 44 px: ${small.join('; ')}`);
+}
+
 async function openAgent(page, id) {
   await page.click(row(id));
   await page.locator(`${pane(id)} .timeline`).waitFor({ state: 'visible' });
@@ -398,11 +407,13 @@ const scenarios = {
     await page.waitForFunction(() => document.querySelectorAll('#workspaces li.agent-row').length > 0);
     await page.waitForTimeout(250); // the drawer's slide-in transition, for the screenshot
     await shot(page, 'phone-drawer');
+    await fingerSized(page, 'the drawer');
     await page.tap(row(A.agent));
     await page.locator(`${pane(A.agent)} .permission.pending button`).first().waitFor();
     // Opening an agent closes the drawer (once its slide-out transition ends).
     await page.waitForFunction(() => document.querySelector('#sidebar').getBoundingClientRect().right <= 1);
     await shot(page, 'phone-permission');
+    await fingerSized(page, 'the permission');
     await page.tap(`${pane(A.agent)} .permission.pending button:has-text("Allow once")`);
     await page.locator(`${pane(A.agent)} .permission.answered`).waitFor();
   },
