@@ -848,6 +848,19 @@ const scenarios = {
     const box = await page.locator(`${tab(A.agent)} .tab-close`).boundingBox();
     if (box.width < 44 || box.height < 44) fail(`the tab's button is ${box.width}×${box.height} px`);
     await shot(page, 'phone-tab');
+    // Dialogs fit the screen: the new-agent dialog, whole, with nothing to scroll sideways.
+    await page.tap('#drawer-toggle');
+    await page.tap('#new-agent');
+    const dialog = page.locator('dialog[open]');
+    await dialog.waitFor();
+    const fit = await dialog.evaluate((d) => {
+      const r = d.getBoundingClientRect();
+      const wide = [...d.querySelectorAll('*')].filter((e) => e.getBoundingClientRect().right > innerWidth + 1).map((e) => e.tagName);
+      return { left: r.left, right: r.right, scroll: d.scrollWidth - d.clientWidth, wide };
+    });
+    if (fit.left < 0 || fit.right > 390 || fit.scroll > 0 || fit.wide.length) fail(`the new-agent dialog does not fit 390 px: ${JSON.stringify(fit)}`);
+    await shot(page, 'phone-new-agent');
+    await page.keyboard.press('Escape');
   },
 
   // The page tells the daemon which agent is in front, and nothing while it is hidden: no

@@ -1356,6 +1356,7 @@ async function newAgentDialog(workspaceId = null) {
     const title = h('input', { name: 'title', 'aria-label': 'Title' });
     const mode = h('input', { name: 'mode', placeholder: 'default', 'aria-label': 'Mode' });
     const model = h('input', { name: 'model', placeholder: 'provider default', 'aria-label': 'Model' });
+    const effort = h('input', { name: 'effort', placeholder: 'provider default', 'aria-label': 'Reasoning effort', title: 'Such as low, medium, high, where the agent offers it' });
     const prompt = h('textarea', { name: 'prompt', rows: '4', 'aria-label': 'First prompt' });
     const autoArchive = h('input', { type: 'checkbox', name: 'autoArchive' });
     const policy = h('select', { name: 'permissionPolicy', 'aria-label': 'Permissions' }, h('option', { value: 'ask' }, 'ask me'), h('option', { value: 'allow' }, 'allow everything'));
@@ -1369,7 +1370,7 @@ async function newAgentDialog(workspaceId = null) {
         msg.worktree = { name: wtName.value.trim() || null, base: wtBase.value.trim() || null };
       } else if (ws) msg.workspaceId = ws.id;
       else msg.cwd = dir.value.trim();
-      for (const [k, el] of [['title', title], ['mode', mode], ['model', model], ['prompt', prompt]]) if (el.value.trim()) msg[k] = el.value.trim();
+      for (const [k, el] of [['title', title], ['mode', mode], ['model', model], ['effort', effort], ['prompt', prompt]]) if (el.value.trim()) msg[k] = el.value.trim();
       msg.autoArchive = autoArchive.checked;
       msg.permissionPolicy = policy.value;
       try {
@@ -1385,7 +1386,7 @@ async function newAgentDialog(workspaceId = null) {
       field('Provider', provider), hint,
       field('Workspace', where), field('Directory (for “another directory”)', dir),
       h('fieldset', null, h('legend', null, h('label', null, worktree, ' in a new git worktree')), wtName, wtBase),
-      field('Title', title), h('div', { class: 'row' }, field('Mode', mode), field('Model', model)),
+      field('Title', title), h('div', { class: 'row' }, field('Mode', mode), field('Model', model), field('Effort', effort)),
       field('First prompt', prompt),
       h('div', { class: 'row' }, h('label', null, autoArchive, ' archive when the first turn ends'), field('Permissions', policy)),
       error,
