@@ -136,6 +136,21 @@ const scenarios = {
     });
     if (top.spread > 4 || top.height > 48) fail(`the header wraps: ${JSON.stringify(top)}`);
     await shot(one, 'agent-settings');
+    // White on the filled buttons reads at WCAG AA (4.5:1) in the dark scheme too.
+    await one.emulateMedia({ colorScheme: 'dark' });
+    const ratios = await one.evaluate(() => {
+      const rgb = (c) => c.match(/[\d.]+/g).slice(0, 3).map(Number);
+      const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }; return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+      return [...document.querySelectorAll('button.primary, button.danger')].filter((b) => b.offsetParent).map((b) => {
+        const s = getComputedStyle(b);
+        const [x, y] = [lum(rgb(s.color)), lum(rgb(s.backgroundColor))];
+        return { text: b.innerText, ratio: (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05) };
+      });
+    });
+    const low = ratios.filter((r) => r.ratio < 4.5);
+    if (!ratios.length || low.length) fail(`contrast in the dark scheme: ${JSON.stringify(ratios)}`);
+    await shot(one, 'agent-settings-dark');
+    await one.emulateMedia({ colorScheme: 'light' });
     await effort(one).selectOption('low');
     await two.waitForFunction((sel) => document.querySelector(sel)?.value === 'low',
       `${pane(A.agent)} select.setting[aria-label="Reasoning effort"]`);
