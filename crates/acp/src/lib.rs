@@ -23,6 +23,7 @@ pub mod providers;
 pub mod records;
 pub mod rpc;
 mod slots;
+pub mod warm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -455,6 +456,8 @@ struct Actors {
     /// The registry holds the actors weakly, so this makes no cycle.
     registry: std::sync::OnceLock<Registry>,
     tasks: Mutex<HashMap<AgentId, ActorHandle>>,
+    /// The providers' warm spares (they end first when the daemon stops).
+    spares: Arc<warm::Spares>,
     shutting_down: AtomicBool,
     generation: AtomicU64,
 }
@@ -562,6 +565,7 @@ impl Actors {
     /// Stops every runtime and takes no new work.
     async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
+        self.spares.shutdown().await;
         let handles: Vec<ActorHandle> = self.tasks().values().cloned().collect();
         let mut closing = tokio::task::JoinSet::new();
         for handle in handles {
@@ -657,6 +661,7 @@ impl RuntimeManager {
             home: home.to_path_buf(),
             registry: std::sync::OnceLock::new(),
             tasks: Mutex::new(HashMap::new()),
+            spares: Arc::new(warm::Spares::new(home)),
             shutting_down: AtomicBool::new(false),
             generation: AtomicU64::new(0),
         });
@@ -701,7 +706,12 @@ impl RuntimeManager {
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
         let (runtime_changes, _) = broadcast::channel(RUNTIME_CHANGE_CAPACITY);
         let weak = Arc::downgrade(&actors);
+        let spares = Arc::downgrade(&actors.spares);
         let slots = Arc::new(slots::Slots::new(Box::new(move |agent| {
+            // A spare is given up before any runtime hibernates.
+            if spares.upgrade().is_some_and(|s| s.give_up(agent)) {
+                return;
+            }
             ask_to_hibernate(&weak, agent);
         })));
         let manager = RuntimeManager {
@@ -725,8 +735,17 @@ impl RuntimeManager {
         };
         jobs.attach(&manager.shared);
         manager.resume_pending().await;
+        warm::keep(
+            Arc::downgrade(&manager.shared),
+            manager.shared.actors.spares.clone(),
+        );
         manager.shared.jobs.notify_lost();
         Ok((manager, registry, boot))
+    }
+
+    /// How many warm spares of `provider` are ready, and how many it wants (`warm`).
+    pub fn warm(&self, provider: &Provider) -> warm::WarmCount {
+        self.shared.actors.spares.count(provider)
     }
 
     /// The providers as `config.toml` says now (it is read again when it changed).

@@ -15,6 +15,7 @@
 //! model = "big"
 //! mode = "default"
 //! effort = "high"                        # reasoning effort (`thought_level` option)
+//! warm = 1                                # keep 1 spare process ready (see `crate::warm`)
 //!
 //! [runtimes]                              # see `RuntimeSettings`
 //! idle_timeout = "15m"                    # hibernate a runtime idle this long; 0: never
@@ -50,6 +51,9 @@ pub struct Provider {
     pub builtin: bool,
     /// The sign-in method to use when the agent asks for one (`auth` in `config.toml`).
     pub auth: Option<String>,
+    /// How many spare processes of it the daemon keeps started and `initialize`d for the next
+    /// start of one of its agents (`warm` in `config.toml`, 0 to [`MAX_WARM`]; see `warm`).
+    pub warm: usize,
     /// Sign-in methods (by id) that the preset knows these variables satisfy, for agents
     /// whose methods carry no type (gemini-cli 0.61's `gemini-api-key`).
     #[serde(skip)]
@@ -245,6 +249,7 @@ struct ProviderEntry {
     mode: Option<String>,
     effort: Option<String>,
     auth: Option<String>,
+    warm: Option<i64>,
 }
 
 /// Every provider the daemon knows, by name.
@@ -256,6 +261,9 @@ pub struct Providers {
     /// The `[runtimes]` section of the same file.
     runtimes: RuntimeSettings,
 }
+
+/// The most spare processes a provider may keep (`warm`): each is a whole agent process.
+pub const MAX_WARM: usize = 4;
 
 /// The provider that runs drover's own scripted agent: always there, with no model and no key.
 pub const DEMO_PROVIDER: &str = "demo";
@@ -299,6 +307,7 @@ fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
         install_hint: hint.to_string(),
         builtin: true,
         auth: None,
+        warm: 0,
         auth_env: Vec::new(),
     }
 }
@@ -401,6 +410,19 @@ impl Providers {
                     "[providers.{name}] `command` must name a program"
                 )));
             }
+            let warm = match entry.warm {
+                None => None,
+                Some(n) => Some(
+                    usize::try_from(n)
+                        .ok()
+                        .filter(|n| *n <= MAX_WARM)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "[providers.{name}] `warm` = {n}: from 0 to {MAX_WARM} spare processes"
+                            ))
+                        })?,
+                ),
+            };
             let provider = match self.by_name.remove(&name) {
                 Some(mut preset) => {
                     if let Some(command) = entry.command {
@@ -412,6 +434,7 @@ impl Providers {
                     preset.default_mode = entry.mode.or(preset.default_mode);
                     preset.default_effort = entry.effort.or(preset.default_effort);
                     preset.auth = entry.auth.or(preset.auth);
+                    preset.warm = warm.unwrap_or(preset.warm);
                     preset
                 }
                 None => Provider {
@@ -429,6 +452,7 @@ impl Providers {
                     ),
                     builtin: false,
                     auth: entry.auth,
+                    warm: warm.unwrap_or(0),
                     auth_env: Vec::new(),
                     name: name.clone(),
                 },
@@ -543,6 +567,17 @@ mod tests {
     }
 
     #[test]
+    fn warm_is_read_per_provider_and_defaults_to_none() {
+        let text = "[providers.codex]\nwarm = 2\n[providers.mine]\ncommand = [\"m\"]\n";
+        let p = Providers::presets()
+            .with_config(Path::new("/h/config.toml"), text)
+            .expect("valid");
+        assert_eq!(p.get("codex").map(|c| c.warm), Some(2));
+        assert_eq!(p.get("mine").map(|c| c.warm), Some(0));
+        assert_eq!(p.get("claude").map(|c| c.warm), Some(0));
+    }
+
+    #[test]
     fn config_overrides_presets_and_adds_providers() {
         let text = r#"
             [providers.codex]
@@ -629,6 +664,11 @@ mod tests {
             ("[runtimes]\nidle_timeout = -5", "`idle_timeout` = -5"),
             ("[runtimes]\nmax_live = 0", "`max_live` = 0"),
             ("[runtimes]\nidle = 1", "idle"),
+            (
+                "[providers.codex]\nwarm = 5",
+                "[providers.codex] `warm` = 5",
+            ),
+            ("[providers.codex]\nwarm = -1", "`warm` = -1"),
         ] {
             let err = Providers::presets()
                 .with_config(Path::new("/h/config.toml"), text)

@@ -93,6 +93,31 @@ impl Slots {
         Acquired::Queued(rx)
     }
 
+    /// A slot for a warm spare (see `crate::warm`), only if one is free now and no start
+    /// waits: a spare never makes a real start wait. It counts as the runtime idle longest,
+    /// so it is the first given up when a start needs room.
+    pub(crate) fn acquire_spare(
+        self: &Arc<Self>,
+        spare: AgentId,
+        max: Option<usize>,
+    ) -> Option<SlotGuard> {
+        let mut state = self.lock();
+        state.max = max;
+        state.purge_gone();
+        let room = max.is_none_or(|m| state.holders.len() < m);
+        if !room || !state.waiting.is_empty() {
+            return None;
+        }
+        state.holders.insert(
+            spare,
+            Holder {
+                idle_since: Some(0),
+                evicting: false,
+            },
+        );
+        Some(self.guard(spare))
+    }
+
     /// `agent`'s runtime became idle (`true`) or busy. An idle one is what a waiting start
     /// makes room with, least recently used first.
     pub(crate) fn set_idle(self: &Arc<Self>, agent: AgentId, idle: bool) {
@@ -290,6 +315,24 @@ mod tests {
         // A message reached a before it hibernated: b is asked instead.
         slots.set_idle(a, false);
         assert_eq!(take(&asked), vec![b]);
+    }
+
+    #[test]
+    fn a_spare_takes_only_a_free_slot_and_is_given_up_first() {
+        let (slots, asked) = recorded();
+        let (a, spare, b, c) = (id(), id(), id(), id());
+        let _ga = now(slots.acquire(a, Some(2)));
+        slots.set_idle(a, true);
+        let spare_slot = slots.acquire_spare(spare, Some(2)).expect("a free slot");
+        assert!(slots.acquire_spare(id(), Some(2)).is_none(), "full");
+        // A start needs room: the spare goes first, although `a` was idle before it came.
+        let mut wait_b = queued(slots.acquire(b, Some(2)));
+        assert_eq!(take(&asked), vec![spare]);
+        drop(spare_slot);
+        let _gb = wait_b.try_recv().expect("the spare's slot");
+        // A start waits: no spare may take a slot before it.
+        let _wait_c = queued(slots.acquire(c, Some(2)));
+        assert!(slots.acquire_spare(id(), Some(3)).is_none());
     }
 
     #[test]

@@ -101,6 +101,7 @@ fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
         install_hint: "built with the workspace (scripts/bench)".to_string(),
         builtin: false,
         auth: None,
+        warm: 0,
         auth_env: Vec::new(),
     }
 }
@@ -377,6 +378,7 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             install_hint: "run scripts/install-agents".to_string(),
             builtin: false,
             auth: None,
+            warm: 0,
             auth_env: Vec::new(),
         });
     }

@@ -238,6 +238,7 @@ fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
         install_hint: "built with the workspace (scripts/bench)".to_string(),
         builtin: false,
         auth: None,
+        warm: 0,
         auth_env: Vec::new(),
     });
     providers
@@ -578,6 +579,7 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
         install_hint: "run scripts/install-agents".to_string(),
         builtin: false,
         auth: None,
+        warm: 0,
         auth_env: Vec::new(),
     });
     let daemon = Daemon::open(&base.join("home"), providers).await?;

@@ -217,10 +217,9 @@ impl Actor {
 
     /// Reads which processes are the agent's own, once its session is ready.
     pub(super) async fn note_own_processes(&mut self) {
-        let Some(pid) = self.live.as_ref().map(|l| l.pid) else {
+        let Some((pid, marker)) = self.live.as_ref().map(|l| (l.pid, l.marker.clone())) else {
             return;
         };
-        let marker = self.id.to_string();
         let own = tokio::task::spawn_blocking(move || process::own_processes(pid, Some(&marker)))
             .await
             .unwrap_or_default();
@@ -235,7 +234,7 @@ impl Actor {
         let found = match self.live.as_ref() {
             Some(live) => match live.own.clone() {
                 Some(own) => {
-                    let (pid, marker) = (live.pid, self.id.to_string());
+                    let (pid, marker) = (live.pid, live.marker.clone());
                     tokio::task::spawn_blocking(move || {
                         process::background_processes(pid, Some(&marker), &own)
                     })

@@ -36,6 +36,7 @@ use crate::slots::SlotGuard;
 use crate::{AcpError, PendingPermission, PermissionAnswer, RuntimeManager, Shared};
 
 pub(crate) use own_subagents::running as own_subagent_running;
+pub(crate) use session::initialize_params;
 pub use session::{LastStderr, LaunchError};
 
 use permissions::Permission;
@@ -197,6 +198,9 @@ pub(crate) fn spawn(
 /// The agent's process and ACP session, while it runs.
 struct Live {
     pid: u32,
+    /// The `DROVER_AGENT_ID` its processes carry: the agent's id, or the id of the warm spare
+    /// it took (see `crate::warm`).
+    marker: String,
     /// Its leaf cgroup, where the daemon has them (see `drover_core::guard`).
     cgroup: Option<std::path::PathBuf>,
     rpc: RpcClient,

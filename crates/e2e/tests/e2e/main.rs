@@ -31,5 +31,6 @@ mod signin;
 mod streaming;
 mod terminals;
 mod ui;
+mod warm;
 mod wiring;
 mod workspaces;
