@@ -1008,11 +1008,14 @@ impl RuntimeManager {
     /// Reads `/proc` on a blocking thread.
     pub async fn runtime_memory(&self, agent: AgentId) -> Option<RuntimeMemory> {
         let pid = self.shared.runtime(agent).pid?;
-        let marker = agent.to_string();
-        let (processes, rss_bytes) =
-            tokio::task::spawn_blocking(move || process::tree_memory(pid, Some(&marker)))
-                .await
-                .ok()?;
+        let (processes, rss_bytes) = tokio::task::spawn_blocking(move || {
+            // The marker its process carries: the agent's id, or the warm spare's it took.
+            let marker =
+                records::environ_var(pid, "DROVER_AGENT_ID").unwrap_or_else(|| agent.to_string());
+            process::tree_memory(pid, Some(&marker))
+        })
+        .await
+        .ok()?;
         Some(RuntimeMemory {
             processes,
             rss_bytes,

@@ -118,6 +118,18 @@ impl Slots {
         Some(self.guard(spare))
     }
 
+    /// Makes a warm spare's slot `agent`'s (the agent took the spare): no other slot is asked
+    /// for, so a full ceiling does not end the spare it is about to use.
+    pub(crate) fn rekey(self: &Arc<Self>, mut guard: SlotGuard, agent: AgentId) -> SlotGuard {
+        let mut state = self.lock();
+        state.holders.remove(&guard.agent);
+        state.holders.insert(agent, Holder::default());
+        guard.agent = agent;
+        // If the spare was asked to make room, another is asked now.
+        self.settle(state);
+        guard
+    }
+
     /// `agent`'s runtime became idle (`true`) or busy. An idle one is what a waiting start
     /// makes room with, least recently used first.
     pub(crate) fn set_idle(self: &Arc<Self>, agent: AgentId, idle: bool) {
@@ -333,6 +345,27 @@ mod tests {
         // A start waits: no spare may take a slot before it.
         let _wait_c = queued(slots.acquire(c, Some(2)));
         assert!(slots.acquire_spare(id(), Some(3)).is_none());
+    }
+
+    #[test]
+    fn a_taken_spares_slot_becomes_the_agents() {
+        let (slots, asked) = recorded();
+        let (spare, agent, other) = (id(), id(), id());
+        let guard = slots.acquire_spare(spare, Some(1)).expect("a free slot");
+        let mut wait = queued(slots.acquire(other, Some(1)));
+        assert_eq!(take(&asked), vec![spare]);
+        // An agent takes the spare before it ended: the slot is the agent's, busy.
+        let mine = slots.rekey(guard, agent);
+        assert!(take(&asked).is_empty(), "nobody idle to ask");
+        assert_eq!(slots.held(), 1);
+        assert!(wait.try_recv().is_err());
+        slots.set_idle(agent, true);
+        assert_eq!(take(&asked), vec![agent]);
+        drop(mine);
+        assert!(
+            wait.try_recv().is_ok(),
+            "the agent's slot went to the waiting start"
+        );
     }
 
     #[test]

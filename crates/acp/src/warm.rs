@@ -41,10 +41,14 @@ use crate::slots::SlotGuard;
 /// How long a spare may take to answer `initialize`.
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the keeper looks at the spares even when nothing told it to.
-const LOOK_EVERY: Duration = Duration::from_secs(1);
+const LOOK_EVERY: Duration = Duration::from_millis(500);
 /// The first wait before a failed or dead spare is replaced, doubled each time in a row, up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// How long after a take its replacement waits: starting a process (a Node launcher's boot)
+/// while the agent that took the spare opens its session and runs its first turn would slow
+/// exactly what the spare is for, on a machine with few cores.
+const REFILL_AFTER_TAKE: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// A process started and `initialize`d, waiting for an agent.
@@ -64,8 +68,9 @@ pub(crate) struct Spare {
     pub(crate) env: BTreeMap<String, String>,
     /// The provider as it was when the spare started.
     provider: Provider,
-    /// Its place under `max_live` (given back when the agent that takes it has its own).
-    pub(crate) slot: SlotGuard,
+    /// Its place under `max_live`: the agent that takes it keeps it (`Slots::rekey`), or
+    /// gives it back when it already has its own.
+    pub(crate) slot: Option<SlotGuard>,
 }
 
 impl Spare {
@@ -74,7 +79,7 @@ impl Spare {
     }
 
     /// Ends its processes and removes its record.
-    async fn end(mut self, home: &Path) {
+    pub(crate) async fn end(mut self, home: &Path) {
         let marker = self.id.to_string();
         process::terminate_group(
             self.pid,
@@ -100,6 +105,8 @@ struct Pool {
     /// Failed or dead spares in a row, and when the next may start.
     failures: u32,
     retry_at: Option<Instant>,
+    /// When a spare was last taken (its replacement waits [`REFILL_AFTER_TAKE`]).
+    taken_at: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -140,24 +147,20 @@ impl Spares {
     }
 
     /// A ready spare of `provider` as it is now, if there is one (the keeper starts its
-    /// replacement).
+    /// replacement [`REFILL_AFTER_TAKE`] later).
     pub(crate) fn take(&self, provider: &Provider) -> Option<Spare> {
         if provider.warm == 0 {
             return None;
         }
-        let taken = {
-            let mut state = self.lock();
-            let pool = state.pools.get_mut(&provider.name)?;
-            if pool.provider.as_ref() == Some(provider) {
-                // A dead one is the keeper's to end and count.
-                let alive = pool.ready.iter().rposition(Spare::alive);
-                alive.map(|i| pool.ready.remove(i))
-            } else {
-                None
-            }
-        };
-        self.wake.notify_one();
-        taken
+        let mut state = self.lock();
+        let pool = state.pools.get_mut(&provider.name)?;
+        if pool.provider.as_ref() != Some(provider) {
+            return None;
+        }
+        // A dead one is the keeper's to end and count.
+        let alive = pool.ready.iter().rposition(Spare::alive)?;
+        pool.taken_at = Some(Instant::now());
+        Some(pool.ready.remove(alive))
     }
 
     /// The evictor's question: if `id` is a spare, it is given up (its slot goes to the start
@@ -286,7 +289,8 @@ fn look(shared: &Arc<Shared>, spares: &Arc<Spares>) {
             }
             // Fewer spares than wanted (a lowered `warm` leaves the extra ones to be taken).
             let have = pool.ready.len() + pool.starting.len();
-            if pool.retry_at.is_some_and(|at| at > now) || have >= provider.warm {
+            let quiet = pool.taken_at.is_some_and(|at| now < at + REFILL_AFTER_TAKE);
+            if pool.retry_at.is_some_and(|at| at > now) || quiet || have >= provider.warm {
                 continue;
             }
             let Availability::Available { path } = providers.availability(provider) else {
@@ -403,7 +407,7 @@ async fn start(
         init: Value::Null,
         env,
         provider,
-        slot,
+        slot: Some(slot),
     };
     match answer {
         Ok(init) => Ok(Spare { init, ..spare }),

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::Actor;
 use crate::process;
-use crate::slots::Acquired;
+use crate::slots::{Acquired, SlotGuard};
 use crate::{RuntimeState, RuntimeView};
 
 /// How often a runtime kept live by background processes looks whether they ended (one read
@@ -190,6 +190,10 @@ impl Actor {
         }
         let slot = if let Some(slot) = self.granted.take() {
             slot
+        } else if let Some(slot) = self.take_spare_slot() {
+            // A warm spare comes with its slot: no other is asked for, even under a full
+            // ceiling.
+            slot
         } else {
             let max = self.shared.settings().max_live;
             match self.shared.slots.acquire(self.id, max) {
@@ -203,6 +207,17 @@ impl Actor {
             }
         };
         self.start_runtime(slot).await.is_ok()
+    }
+
+    /// A ready warm spare of the agent's provider, kept for the start, and its slot made the
+    /// agent's.
+    fn take_spare_slot(&mut self) -> Option<SlotGuard> {
+        let provider = self.shared.registry.get(self.id)?.provider;
+        let providers = self.shared.providers.current().ok()?;
+        let mut spare = self.shared.actors.spares.take(providers.get(&provider)?)?;
+        let slot = self.shared.slots.rekey(spare.slot.take()?, self.id);
+        self.spare = Some(spare);
+        Some(slot)
     }
 
     /// A slot nobody took (the message that wanted it was cancelled or blocked) is freed, and

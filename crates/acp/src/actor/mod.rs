@@ -164,6 +164,7 @@ pub(crate) fn spawn(
         loading_flag: false,
         slot_wait: None,
         granted: None,
+        spare: None,
         want_start: false,
         starting: false,
         idle: idle::IdleClock::default(),
@@ -282,6 +283,8 @@ struct Actor {
     slot_wait: Option<oneshot::Receiver<SlotGuard>>,
     /// A slot handed over, for the start that waited for it.
     granted: Option<SlotGuard>,
+    /// A warm spare taken with its slot, for the start about to run (see `crate::warm`).
+    spare: Option<crate::warm::Spare>,
     /// A start was asked for (`Command::Start`) and has not happened yet.
     want_start: bool,
     /// The process is being spawned or is in its handshake.

@@ -164,6 +164,10 @@ impl Actor {
         self.starting = true;
         self.publish_runtime();
         let started = self.start_in(slot).await;
+        // A spare taken for a start that failed before it could use it.
+        if let Some(spare) = self.spare.take() {
+            spare.end(&self.shared.home).await;
+        }
         self.starting = false;
         self.publish_runtime();
         started
@@ -229,17 +233,20 @@ impl Actor {
     /// in first when the agent asks and a method fits (see [`auth`]).
     async fn launch(&mut self, agent: &Agent, slot: SlotGuard) -> Result<(), LaunchError> {
         let (provider, program) = self.provider_of(agent)?;
-        let (launched, capabilities) =
-            if let Some(spare) = self.shared.actors.spares.take(&provider) {
-                let mut launched = self.take_spare(agent, spare, provider, slot);
-                let init = launched.init.take().unwrap_or_default();
-                let capabilities = self.accept_init(&init)?;
-                (launched, capabilities)
-            } else {
-                let launched = self.spawn_process(agent, provider, program, slot).await?;
-                let capabilities = self.initialize(&launched.rpc).await?;
-                (launched, capabilities)
-            };
+        let (launched, capabilities) = if let Some(spare) = self
+            .spare
+            .take()
+            .or_else(|| self.shared.actors.spares.take(&provider))
+        {
+            let mut launched = self.take_spare(agent, spare, provider, slot);
+            let init = launched.init.take().unwrap_or_default();
+            let capabilities = self.accept_init(&init)?;
+            (launched, capabilities)
+        } else {
+            let launched = self.spawn_process(agent, provider, program, slot).await?;
+            let capabilities = self.initialize(&launched.rpc).await?;
+            (launched, capabilities)
+        };
         let mcp_servers = (self.shared.mcp)(self.id, capabilities.http_mcp);
         let mut signed_in = false;
         let (session_id, result) = loop {
@@ -446,7 +453,8 @@ impl Actor {
             tracing::warn!(agent = %self.id, pid, error = %e, "cannot write the runtime record");
         }
         records::remove_named(&self.shared.home, &marker);
-        // The agent holds its own slot: the spare's is free for its replacement.
+        // The agent holds its own slot: the spare's (if it still has it) is free for its
+        // replacement.
         drop(spare_slot);
         self.live = Some(self.new_live(
             pid,

@@ -20,11 +20,14 @@ use crate::processes::{DaemonProcess, alive, create};
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A provider `warmed` (the scripted agent) keeping `warm` spares, with `MARK` in its
-/// environment; `runtimes` is the `[runtimes]` section's body.
+/// environment, and the same agent as `plain`, without spares; `runtimes` is the `[runtimes]`
+/// section's body.
 fn config(state: &Path, warm: usize, mark: &str, runtimes: &str) -> String {
     let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
     format!(
-        "[runtimes]\n{runtimes}\n[providers.warmed]\ncommand = [{bin:?}]\nwarm = {warm}\n\
+        "[runtimes]\n{runtimes}\n[providers.plain]\ncommand = [{bin:?}]\n\
+         env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?} }}\n\
+         [providers.warmed]\ncommand = [{bin:?}]\nwarm = {warm}\n\
          env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, MARK = {mark:?} }}\n",
         state = state.display().to_string(),
     )
@@ -241,15 +244,15 @@ async fn warm_spares_count_against_max_live_and_are_given_up_first() {
     .expect("config");
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
-    spares_ready(&mut client, &daemon, home.path(), 1).await;
+    let spare = spares_ready(&mut client, &daemon, home.path(), 1).await[0];
     let (_dir, cwd) = canonical_dir();
-    // A takes the spare; its replacement takes the second slot.
-    let a = create(&mut client, "warmed", &cwd, "say a").await;
+    // A (no spares for its provider) takes the second slot, and stays live, idle.
+    let a = create(&mut client, "plain", &cwd, "say a").await;
     client.wait_idle(&a).await;
     let a_pid = pid_of(&mut client, &a).await;
-    let spare = spares_ready(&mut client, &daemon, home.path(), 1).await[0];
-    // B needs a slot: the spare gives up its own, and A (idle, live) stays.
-    let b = create(&mut client, "warmed", &cwd, "say b").await;
+    assert_ne!(a_pid, spare);
+    // B needs a slot: the spare gives up its own, before A (idle longer) hibernates.
+    let b = create(&mut client, "plain", &cwd, "say b").await;
     client.wait_idle(&b).await;
     assert_eq!(client.replies(&b).await, ["b"]);
     assert_eq!(pid_of(&mut client, &a).await, a_pid, "A kept its process");
@@ -260,12 +263,25 @@ async fn warm_spares_count_against_max_live_and_are_given_up_first() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(warm_of(&mut client, "warmed").await, (0, 1));
     assert!(spares(&mut client, &daemon, home.path()).await.is_empty());
-    // A slot frees: the spare comes back.
+    // A slot frees: the spare comes back, and holds it.
     let archived = client
         .request(json!({"type": "archive", "agentId": b, "stopActivity": true}))
         .await;
     assert_eq!(archived["type"], "archived", "{archived}");
-    spares_ready(&mut client, &daemon, home.path(), 1).await;
+    let spare = spares_ready(&mut client, &daemon, home.path(), 1).await[0];
+    // Under the full ceiling an agent of the spare's provider takes the spare with its slot:
+    // nothing hibernates, nothing waits.
+    let c = create(&mut client, "warmed", &cwd, "say c").await;
+    client.wait_idle(&c).await;
+    assert_eq!(client.replies(&c).await, ["c"]);
+    assert_eq!(pid_of(&mut client, &c).await, spare, "C took the spare");
+    assert_eq!(pid_of(&mut client, &a).await, a_pid, "A kept its process");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        warm_of(&mut client, "warmed").await,
+        (0, 1),
+        "no room for another"
+    );
     daemon.stop().await;
 }
 
