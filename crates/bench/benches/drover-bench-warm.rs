@@ -10,8 +10,9 @@
 //! `agent_message` item of that agent on `subscribe()`; before a warm round it waits until the
 //! spare is ready again (as a user's next create after a pause would find it). The agent is
 //! archived after its turn. Medians over the rounds (`DROVER_BENCH_ROUNDS`, default 10).
-//! Targets: a warm create's first chunk at least 2× sooner than a cold one's for codex; for
-//! the scripted agent (whose start is a few milliseconds) sooner, reported.
+//! Target: a warm create's first chunk at least 2× sooner than a cold one's for codex. The
+//! scripted agent's start (spawn and `initialize`) is a few milliseconds, within the noise of
+//! a loaded machine: its figures are reported, not judged.
 
 #![allow(clippy::too_many_lines)]
 
@@ -88,11 +89,11 @@ async fn run() -> Result<()> {
         "scripted: create → first chunk, cold / warm (median)",
         format!("{} / {}", fmt_dur(cold), fmt_dur(warm)),
     ));
-    rows.push(Row::target(
-        "scripted: warm create's first chunk sooner",
-        format!("{:.2}× sooner", ratio(cold, warm)),
-        "> 1×",
-        warm < cold,
+    // Its spawn and `initialize` take a few milliseconds: what a spare saves is within the
+    // noise of a loaded machine, so it is reported, not judged.
+    rows.push(Row::info(
+        "scripted: cold / warm",
+        format!("{:.2}×", ratio(cold, warm)),
     ));
     println!();
 
