@@ -321,7 +321,8 @@ async fn warm_no_spare_outlives_a_sigkilled_daemon() {
 
 /// codex as `npm install -g` installs it (its Node launcher), against the scripted model, with
 /// `warm = 1`: the agent takes the spare, writes a file in its own directory (not the spare's),
-/// and makes a subagent through its own MCP server; a new spare replaces the one taken.
+/// and makes a subagent through its own MCP server; a new spare replaces the one taken; a
+/// SIGKILL of the daemon leaves nothing of either (the launchers and their native children).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_codex_takes_a_spare_and_works_in_its_own_directory_with_its_own_mcp() {
     use drover_fakes::model;
@@ -341,7 +342,7 @@ async fn warm_codex_takes_a_spare_and_works_in_its_own_directory_with_its_own_mc
         format!("{}{codex}warm = 1\n", config(state.path(), 0, "one", "")),
     )
     .expect("config");
-    let daemon = DaemonProcess::start(home.path()).await;
+    let mut daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
     let spare = spares_of("codex", &mut client, &daemon, home.path(), 1, TURN).await[0];
     assert_eq!(
@@ -395,6 +396,25 @@ async fn warm_codex_takes_a_spare_and_works_in_its_own_directory_with_its_own_mc
     assert_eq!(kid["type"], "warmed", "{kid}");
     let replaced = spares_of("codex", &mut client, &daemon, home.path(), 1, TURN).await[0];
     assert_ne!(replaced, spare);
-    daemon.stop().await;
+    // The spare's launcher has started the native codex-acp: neither outlives a SIGKILL.
+    let tree = eventually("the spare's native codex-acp", TURN, async || {
+        let tree: Vec<i32> = procs::tree(replaced).iter().map(|p| p.pid).collect();
+        (tree.len() > 1).then_some(tree)
+    })
+    .await;
+    let mut watched = tree;
+    watched.extend(procs::tree(spare).iter().map(|p| p.pid));
+    for p in procs::of_daemon(daemon.pid()) {
+        if !watched.contains(&p.pid) {
+            watched.push(p.pid);
+        }
+    }
+    assert_all_gone_within(
+        &mut daemon,
+        Signal::SIGKILL,
+        &watched,
+        "codex spare and agent",
+    )
+    .await;
     drop(model);
 }
