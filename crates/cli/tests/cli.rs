@@ -892,13 +892,13 @@ fn providers_asks_the_running_daemon() {
 fn providers_shows_warm_spares() {
     let fx = Fixture::new();
     let config = fx.home().join("config.toml");
-    let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str(&format!(
+    let text = std::fs::read_to_string(&config).expect("config");
+    let warmed = format!(
         "\n[providers.warmed]\ncommand = [{:?}]\nwarm = 1\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {:?} }}\n",
         drover_testkit::scripted_agent_bin().display().to_string(),
         fx.state.path().display().to_string(),
-    ));
-    std::fs::write(&config, text).expect("config");
+    );
+    std::fs::write(&config, text + &warmed).expect("config");
     let fx = fx.serve(Command::new(DROVER), &[]);
     // The spare starts in the background: bounded polling until it is ready.
     let deadline = Instant::now() + WAIT;
