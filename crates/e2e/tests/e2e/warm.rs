@@ -418,3 +418,47 @@ async fn warm_codex_takes_a_spare_and_works_in_its_own_directory_with_its_own_mc
     .await;
     drop(model);
 }
+
+/// Without its guard (killed first) and without cgroups, what an agent on a spare started in a
+/// session of its own outlives the daemon's SIGKILL; the next boot finds it by the spare's
+/// marker, which the agent's runtime record names, and ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_the_next_boot_ends_what_an_agent_on_a_spare_left_by_the_spares_marker() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    std::fs::write(
+        home.path().join("config.toml"),
+        config(state.path(), 1, "one", ""),
+    )
+    .expect("config");
+    let no_cgroups = [("DROVER_NO_CGROUPS", "1")];
+    let mut daemon = DaemonProcess::start_with(home.path(), &no_cgroups).await;
+    let mut client = daemon.client().await;
+    let spare = spares_ready(&mut client, &daemon, home.path(), 1).await[0];
+    let (_dir, cwd) = canonical_dir();
+    let id = create(&mut client, "warmed", &cwd, "spawn-session").await;
+    client.wait_idle(&id).await;
+    assert_eq!(pid_of(&mut client, &id).await, spare);
+    let session = crate::processes::said_pid(&mut client, &id, "session").await;
+    let marker = procs::Process::read(session)
+        .and_then(|p| p.env("DROVER_AGENT_ID"))
+        .expect("the tool's marker");
+    assert_ne!(marker, id, "the spare's own marker");
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(home.path().join(format!("runtimes/{id}.json"))).expect("record"),
+    )
+    .expect("record JSON");
+    assert_eq!(record["marker"], marker.as_str(), "{record}");
+    assert_eq!(record["pid"], spare, "{record}");
+    let tree: Vec<i32> = procs::tree(session).iter().map(|p| p.pid).collect();
+
+    daemon.kill_guard();
+    daemon.die_by(Signal::SIGKILL);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(tree.iter().any(|p| alive(*p)), "nothing was left to find");
+
+    let next = DaemonProcess::start_with(home.path(), &no_cgroups).await;
+    let gone = poll_until(WAIT, async || tree.iter().all(|p| !alive(*p))).await;
+    assert!(gone.is_some(), "left: {tree:?}");
+    next.stop().await;
+}
