@@ -197,8 +197,12 @@ async fn warm_an_agent_takes_a_spare_and_works_as_its_own_and_the_spare_is_repla
     // A spare that dies is replaced.
     let before = spares_ready(&mut client, &daemon, home.path(), 1).await[0];
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(before), Signal::SIGKILL).expect("kill");
-    let after = spares_ready(&mut client, &daemon, home.path(), 1).await[0];
-    assert_ne!(after, before);
+    // (Until its exit is seen, the killed one may still be listed.)
+    let after = eventually("a new spare", WAIT, async || {
+        let now = spares_ready(&mut client, &daemon, home.path(), 1).await[0];
+        (now != before).then_some(now)
+    })
+    .await;
 
     // The provider changes: its spare is replaced by one with the new environment.
     std::fs::write(
