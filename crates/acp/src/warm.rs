@@ -42,6 +42,8 @@ use crate::slots::SlotGuard;
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the keeper looks at the spares even when nothing told it to.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
+/// How often it looks while no provider wants spares (for a `warm` added to `config.toml`).
+const LOOK_IDLE: Duration = Duration::from_secs(2);
 /// The first wait before a failed or dead spare is replaced, doubled each time in a row, up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -226,7 +228,7 @@ impl Spares {
     }
 }
 
-/// Keeps the spares: every [`LOOK_EVERY`], or when woken, ends the dead and outdated ones and
+/// Keeps the spares: every [`LOOK_EVERY`] ([`LOOK_IDLE`] while none is wanted), or when woken, ends the dead and outdated ones and
 /// starts the missing ones. Ends with the manager.
 pub(crate) fn keep(shared: Weak<Shared>, spares: Arc<Spares>) {
     tokio::spawn(async move {
@@ -234,24 +236,27 @@ pub(crate) fn keep(shared: Weak<Shared>, spares: Arc<Spares>) {
             if spares.shutting_down.load(Ordering::SeqCst) {
                 return;
             }
-            {
+            let wanted = {
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                look(&shared, &spares);
-            }
+                look(&shared, &spares)
+            };
+            let every = if wanted { LOOK_EVERY } else { LOOK_IDLE };
             tokio::select! {
                 () = spares.wake.notified() => {}
-                () = tokio::time::sleep(LOOK_EVERY) => {}
+                () = tokio::time::sleep(every) => {}
             }
         }
     });
 }
 
-fn look(shared: &Arc<Shared>, spares: &Arc<Spares>) {
+/// One look; whether any provider wants spares.
+fn look(shared: &Arc<Shared>, spares: &Arc<Spares>) -> bool {
     let Ok(providers) = shared.providers.current() else {
-        return;
+        return true;
     };
+    let wanted = providers.all().any(|p| p.warm > 0);
     let max = shared.settings().max_live;
     let now = Instant::now();
     let mut to_end = Vec::new();
@@ -346,6 +351,7 @@ fn look(shared: &Arc<Shared>, spares: &Arc<Spares>) {
             spares.wake.notify_one();
         });
     }
+    wanted
 }
 
 fn backoff(failures: u32) -> Duration {
