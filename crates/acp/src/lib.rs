@@ -25,6 +25,7 @@ pub mod providers;
 pub mod records;
 pub mod rpc;
 mod slots;
+pub mod warm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -474,6 +475,8 @@ struct Actors {
     /// The registry holds the actors weakly, so this makes no cycle.
     registry: std::sync::OnceLock<Registry>,
     tasks: Mutex<HashMap<AgentId, ActorHandle>>,
+    /// The providers' warm spares (they end first when the daemon stops).
+    spares: Arc<warm::Spares>,
     shutting_down: AtomicBool,
     generation: AtomicU64,
 }
@@ -581,6 +584,7 @@ impl Actors {
     /// Stops every runtime and takes no new work.
     async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
+        self.spares.shutdown().await;
         let handles: Vec<ActorHandle> = self.tasks().values().cloned().collect();
         let mut closing = tokio::task::JoinSet::new();
         for handle in handles {
@@ -676,6 +680,7 @@ impl RuntimeManager {
             home: home.to_path_buf(),
             registry: std::sync::OnceLock::new(),
             tasks: Mutex::new(HashMap::new()),
+            spares: Arc::new(warm::Spares::new(home)),
             shutting_down: AtomicBool::new(false),
             generation: AtomicU64::new(0),
         });
@@ -730,7 +735,12 @@ impl RuntimeManager {
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
         let (runtime_changes, _) = broadcast::channel(RUNTIME_CHANGE_CAPACITY);
         let weak = Arc::downgrade(&actors);
+        let spares = Arc::downgrade(&actors.spares);
         let slots = Arc::new(slots::Slots::new(Box::new(move |agent| {
+            // A spare is given up before any runtime hibernates.
+            if spares.upgrade().is_some_and(|s| s.give_up(agent)) {
+                return;
+            }
             ask_to_hibernate(&weak, agent);
         })));
         let manager = RuntimeManager {
@@ -755,8 +765,17 @@ impl RuntimeManager {
         };
         jobs.attach(&manager.shared);
         manager.resume_pending().await;
+        warm::keep(
+            Arc::downgrade(&manager.shared),
+            manager.shared.actors.spares.clone(),
+        );
         manager.shared.jobs.notify_lost();
         Ok((manager, registry, boot))
+    }
+
+    /// How many warm spares of `provider` are ready, and how many it wants (`warm`).
+    pub fn warm(&self, provider: &Provider) -> warm::WarmCount {
+        self.shared.actors.spares.count(provider)
     }
 
     /// The providers as `config.toml` says now (it is read again when it changed).
@@ -1056,11 +1075,14 @@ impl RuntimeManager {
     /// Reads `/proc` on a blocking thread.
     pub async fn runtime_memory(&self, agent: AgentId) -> Option<RuntimeMemory> {
         let pid = self.shared.runtime(agent).pid?;
-        let marker = agent.to_string();
-        let (processes, rss_bytes) =
-            tokio::task::spawn_blocking(move || process::tree_memory(pid, Some(&marker)))
-                .await
-                .ok()?;
+        let (processes, rss_bytes) = tokio::task::spawn_blocking(move || {
+            // The marker its process carries: the agent's id, or the warm spare's it took.
+            let marker =
+                records::environ_var(pid, "DROVER_AGENT_ID").unwrap_or_else(|| agent.to_string());
+            process::tree_memory(pid, Some(&marker))
+        })
+        .await
+        .ok()?;
         Some(RuntimeMemory {
             processes,
             rss_bytes,

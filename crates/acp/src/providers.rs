@@ -18,6 +18,7 @@
 //! on_interrupt = "continue"               # a turn a restart cut off continues (default "notify")
 //! on_limit = "wait"                       # a usage limit waits for its reset (or "fail")
 //! limit_backoff = "5m"                    # the first wait when the agent gives no reset time
+//! warm = 1                                # keep 1 spare process ready (see `crate::warm`)
 //!
 //! [runtimes]                              # see `RuntimeSettings`
 //! idle_timeout = "15m"                    # hibernate a runtime idle this long; 0: never
@@ -54,6 +55,9 @@ pub struct Provider {
     pub builtin: bool,
     /// The sign-in method to use when the agent asks for one (`auth` in `config.toml`).
     pub auth: Option<String>,
+    /// How many spare processes of it the daemon keeps started and `initialize`d for the next
+    /// start of one of its agents (`warm` in `config.toml`, 0 to [`MAX_WARM`]; see `warm`).
+    pub warm: usize,
     /// Sign-in methods (by id) that the preset knows these variables satisfy, for agents
     /// whose methods carry no type (gemini-cli 0.61's `gemini-api-key`).
     #[serde(skip)]
@@ -264,6 +268,7 @@ struct ProviderEntry {
     on_interrupt: Option<OnInterrupt>,
     on_limit: Option<OnLimit>,
     limit_backoff: Option<DurationEntry>,
+    warm: Option<i64>,
 }
 
 /// A `limit_backoff` as written: more than zero.
@@ -298,6 +303,9 @@ pub struct Providers {
     /// The `[runtimes]` section of the same file.
     runtimes: RuntimeSettings,
 }
+
+/// The most spare processes a provider may keep (`warm`): each is a whole agent process.
+pub const MAX_WARM: usize = 4;
 
 /// The provider that runs drover's own scripted agent: always there, with no model and no key.
 pub const DEMO_PROVIDER: &str = "demo";
@@ -341,6 +349,7 @@ fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
         install_hint: hint.to_string(),
         builtin: true,
         auth: None,
+        warm: 0,
         auth_env: Vec::new(),
         on_interrupt: None,
         on_limit: None,
@@ -446,6 +455,19 @@ impl Providers {
                     "[providers.{name}] `command` must name a program"
                 )));
             }
+            let warm = match entry.warm {
+                None => None,
+                Some(n) => Some(
+                    usize::try_from(n)
+                        .ok()
+                        .filter(|n| *n <= MAX_WARM)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "[providers.{name}] `warm` = {n}: from 0 to {MAX_WARM} spare processes"
+                            ))
+                        })?,
+                ),
+            };
             let provider = match self.by_name.remove(&name) {
                 Some(mut preset) => {
                     if let Some(command) = entry.command {
@@ -461,6 +483,7 @@ impl Providers {
                     preset.on_limit = entry.on_limit.or(preset.on_limit);
                     preset.limit_backoff = limit_backoff(&name, entry.limit_backoff, invalid)?
                         .or(preset.limit_backoff);
+                    preset.warm = warm.unwrap_or(preset.warm);
                     preset
                 }
                 None => Provider {
@@ -478,6 +501,7 @@ impl Providers {
                     ),
                     builtin: false,
                     auth: entry.auth,
+                    warm: warm.unwrap_or(0),
                     auth_env: Vec::new(),
                     on_interrupt: entry.on_interrupt,
                     on_limit: entry.on_limit,
@@ -627,6 +651,17 @@ mod tests {
     }
 
     #[test]
+    fn warm_is_read_per_provider_and_defaults_to_none() {
+        let text = "[providers.codex]\nwarm = 2\n[providers.mine]\ncommand = [\"m\"]\n";
+        let p = Providers::presets()
+            .with_config(Path::new("/h/config.toml"), text)
+            .expect("valid");
+        assert_eq!(p.get("codex").map(|c| c.warm), Some(2));
+        assert_eq!(p.get("mine").map(|c| c.warm), Some(0));
+        assert_eq!(p.get("claude").map(|c| c.warm), Some(0));
+    }
+
+    #[test]
     fn config_overrides_presets_and_adds_providers() {
         let text = r#"
             [providers.codex]
@@ -713,6 +748,11 @@ mod tests {
             ("[runtimes]\nidle_timeout = -5", "`idle_timeout` = -5"),
             ("[runtimes]\nmax_live = 0", "`max_live` = 0"),
             ("[runtimes]\nidle = 1", "idle"),
+            (
+                "[providers.codex]\nwarm = 5",
+                "[providers.codex] `warm` = 5",
+            ),
+            ("[providers.codex]\nwarm = -1", "`warm` = -1"),
         ] {
             let err = Providers::presets()
                 .with_config(Path::new("/h/config.toml"), text)

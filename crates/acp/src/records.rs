@@ -39,6 +39,10 @@ pub struct RuntimeRecord {
     pub start_time: u64,
     /// The daemon that started it.
     pub daemon_pid: u32,
+    /// The `DROVER_AGENT_ID` its processes carry when it is not `agent_id`: a warm spare's own
+    /// (see `crate::warm`), which the agent that took the spare keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
 }
 
 impl RuntimeRecord {
@@ -52,6 +56,7 @@ impl RuntimeRecord {
             pgid: stat.pgid,
             start_time: stat.start_time,
             daemon_pid: std::process::id(),
+            marker: None,
         })
     }
 }
@@ -79,7 +84,12 @@ pub fn write(home: &Path, record: &RuntimeRecord) -> io::Result<()> {
 
 /// Removes the agent's record (its processes have ended).
 pub fn remove(home: &Path, agent: AgentId) {
-    match std::fs::remove_file(path(home, &agent.to_string())) {
+    remove_named(home, &agent.to_string());
+}
+
+/// Removes the record named `name` (an agent's id, or a warm spare's).
+pub(crate) fn remove_named(home: &Path, agent: &str) {
+    match std::fs::remove_file(path(home, agent)) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(%agent, error = %e, "cannot remove the runtime record"),
@@ -194,6 +204,7 @@ pub fn reconcile(home: &Path, agents: &[String]) -> Reconciled {
         .iter()
         .map(String::as_str)
         .chain(records.iter().map(|r| r.agent_id.as_str()))
+        .chain(records.iter().filter_map(|r| r.marker.as_deref()))
         .collect();
     for (pid, stat) in &table {
         let owner = groups

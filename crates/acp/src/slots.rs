@@ -93,6 +93,43 @@ impl Slots {
         Acquired::Queued(rx)
     }
 
+    /// A slot for a warm spare (see `crate::warm`), only if one is free now and no start
+    /// waits: a spare never makes a real start wait. It counts as the runtime idle longest,
+    /// so it is the first given up when a start needs room.
+    pub(crate) fn acquire_spare(
+        self: &Arc<Self>,
+        spare: AgentId,
+        max: Option<usize>,
+    ) -> Option<SlotGuard> {
+        let mut state = self.lock();
+        state.max = max;
+        state.purge_gone();
+        let room = max.is_none_or(|m| state.holders.len() < m);
+        if !room || !state.waiting.is_empty() {
+            return None;
+        }
+        state.holders.insert(
+            spare,
+            Holder {
+                idle_since: Some(0),
+                evicting: false,
+            },
+        );
+        Some(self.guard(spare))
+    }
+
+    /// Makes a warm spare's slot `agent`'s (the agent took the spare): no other slot is asked
+    /// for, so a full ceiling does not end the spare it is about to use.
+    pub(crate) fn rekey(self: &Arc<Self>, mut guard: SlotGuard, agent: AgentId) -> SlotGuard {
+        let mut state = self.lock();
+        state.holders.remove(&guard.agent);
+        state.holders.insert(agent, Holder::default());
+        guard.agent = agent;
+        // If the spare was asked to make room, another is asked now.
+        self.settle(state);
+        guard
+    }
+
     /// `agent`'s runtime became idle (`true`) or busy. An idle one is what a waiting start
     /// makes room with, least recently used first.
     pub(crate) fn set_idle(self: &Arc<Self>, agent: AgentId, idle: bool) {
@@ -290,6 +327,45 @@ mod tests {
         // A message reached a before it hibernated: b is asked instead.
         slots.set_idle(a, false);
         assert_eq!(take(&asked), vec![b]);
+    }
+
+    #[test]
+    fn a_spare_takes_only_a_free_slot_and_is_given_up_first() {
+        let (slots, asked) = recorded();
+        let (a, spare, b, c) = (id(), id(), id(), id());
+        let _ga = now(slots.acquire(a, Some(2)));
+        slots.set_idle(a, true);
+        let spare_slot = slots.acquire_spare(spare, Some(2)).expect("a free slot");
+        assert!(slots.acquire_spare(id(), Some(2)).is_none(), "full");
+        // A start needs room: the spare goes first, although `a` was idle before it came.
+        let mut wait_b = queued(slots.acquire(b, Some(2)));
+        assert_eq!(take(&asked), vec![spare]);
+        drop(spare_slot);
+        let _gb = wait_b.try_recv().expect("the spare's slot");
+        // A start waits: no spare may take a slot before it.
+        let _wait_c = queued(slots.acquire(c, Some(2)));
+        assert!(slots.acquire_spare(id(), Some(3)).is_none());
+    }
+
+    #[test]
+    fn a_taken_spares_slot_becomes_the_agents() {
+        let (slots, asked) = recorded();
+        let (spare, agent, other) = (id(), id(), id());
+        let guard = slots.acquire_spare(spare, Some(1)).expect("a free slot");
+        let mut wait = queued(slots.acquire(other, Some(1)));
+        assert_eq!(take(&asked), vec![spare]);
+        // An agent takes the spare before it ended: the slot is the agent's, busy.
+        let mine = slots.rekey(guard, agent);
+        assert!(take(&asked).is_empty(), "nobody idle to ask");
+        assert_eq!(slots.held(), 1);
+        assert!(wait.try_recv().is_err());
+        slots.set_idle(agent, true);
+        assert_eq!(take(&asked), vec![agent]);
+        drop(mine);
+        assert!(
+            wait.try_recv().is_ok(),
+            "the agent's slot went to the waiting start"
+        );
     }
 
     #[test]

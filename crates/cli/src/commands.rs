@@ -1402,54 +1402,70 @@ pub async fn permit(ctx: &Ctx, id: &str, answer: PermitAnswer, always: bool) -> 
 /// `drover providers`: the running daemon's view, else the config on disk.
 pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
     // Each provider, whether it can run, and (from a daemon) its sign-in.
-    let rows: Vec<(Value, bool, String, Option<ProviderSignIn>)> =
-        match Connection::open(&ctx.endpoint, false).await {
-            Ok((mut connection, _)) => {
-                let answer = connection
-                    .request(|request_id| ClientMessage::ListProviders { request_id })
-                    .await?;
-                connection.close().await;
-                let DaemonMessage::Providers { providers, .. } = answer else {
-                    return Err(unexpected(&answer));
-                };
-                providers
-                    .into_iter()
-                    .map(|p| {
-                        let provider =
-                            json!({"name": p.name, "label": p.label, "command": p.command});
-                        (provider, p.available, p.detail, Some(p.sign_in))
-                    })
-                    .collect()
-            }
-            Err(e) if is_not_running(&e) && ctx.endpoint.url.is_none() => {
-                local_providers(&ctx.endpoint.home)?
-                    .into_iter()
-                    .map(|(p, available, detail)| (p, available, detail, None))
-                    .collect()
-            }
-            Err(e) => return Err(e),
-        };
+    #[expect(clippy::type_complexity, reason = "one row of the listing")]
+    let rows: Vec<(
+        Value,
+        bool,
+        String,
+        Option<ProviderSignIn>,
+        Option<drover_protocol::ProviderWarm>,
+    )> = match Connection::open(&ctx.endpoint, false).await {
+        Ok((mut connection, _)) => {
+            let answer = connection
+                .request(|request_id| ClientMessage::ListProviders { request_id })
+                .await?;
+            connection.close().await;
+            let DaemonMessage::Providers { providers, .. } = answer else {
+                return Err(unexpected(&answer));
+            };
+            providers
+                .into_iter()
+                .map(|p| {
+                    let provider = json!({"name": p.name, "label": p.label, "command": p.command});
+                    (
+                        provider,
+                        p.available,
+                        p.detail,
+                        Some(p.sign_in),
+                        Some(p.warm),
+                    )
+                })
+                .collect()
+        }
+        Err(e) if is_not_running(&e) && ctx.endpoint.url.is_none() => {
+            local_providers(&ctx.endpoint.home)?
+                .into_iter()
+                .map(|(p, available, detail)| (p, available, detail, None, None))
+                .collect()
+        }
+        Err(e) => return Err(e),
+    };
     if json {
         let list: Vec<Value> = rows
             .into_iter()
-            .map(|(provider, available, detail, sign_in)| {
+            .map(|(provider, available, detail, sign_in, warm)| {
                 let availability = if available {
                     json!({"state": "available", "path": detail})
                 } else {
                     json!({"state": "unavailable", "reason": detail})
                 };
-                json!({"provider": provider, "availability": availability, "signIn": sign_in})
+                let mut entry =
+                    json!({"provider": provider, "availability": availability, "signIn": sign_in});
+                if let Some(warm) = warm.filter(|w| w.wanted > 0) {
+                    entry["warm"] = json!(warm);
+                }
+                entry
             })
             .collect();
         return print_json(&list);
     }
     let width = rows
         .iter()
-        .map(|(p, _, _, _)| p["name"].as_str().unwrap_or_default().len())
+        .map(|(p, _, _, _, _)| p["name"].as_str().unwrap_or_default().len())
         .max()
         .unwrap_or(0);
     let mut out = std::io::stdout().lock();
-    for (provider, available, detail, sign_in) in rows {
+    for (provider, available, detail, sign_in, warm) in rows {
         let name = provider["name"].as_str().unwrap_or_default();
         // The demo says what it is rather than where the drover binary is.
         let detail = if name == drover_acp::providers::DEMO_PROVIDER && available {
@@ -1473,6 +1489,9 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
                 writeln!(out, "{:width$}  signed in", "")?;
             }
             _ => {}
+        }
+        if let Some(warm) = warm.filter(|w| w.wanted > 0) {
+            writeln!(out, "{:width$}  warm {}/{}", "", warm.ready, warm.wanted)?;
         }
     }
     Ok(())

@@ -940,6 +940,54 @@ fn providers_asks_the_running_daemon() {
 }
 
 #[test]
+fn providers_shows_warm_spares() {
+    let fx = Fixture::new();
+    let config = fx.home().join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let warmed = format!(
+        "\n[providers.warmed]\ncommand = [{:?}]\nwarm = 1\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {:?} }}\n",
+        drover_testkit::scripted_agent_bin().display().to_string(),
+        fx.state.path().display().to_string(),
+    );
+    std::fs::write(&config, text + &warmed).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    // The spare starts in the background: bounded polling until it is ready.
+    let deadline = Instant::now() + WAIT;
+    let out = loop {
+        let out = fx.drover(&["providers"]).ok();
+        if out.stdout.contains("warm 1/1") || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("warmed "))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(
+        lines[at + 1..]
+            .first()
+            .is_some_and(|l| l.trim() == "warm 1/1"),
+        "{}",
+        out.stdout
+    );
+    let json = fx.drover(&["providers", "--json"]).ok().json();
+    let list = json.as_array().expect("array");
+    let warmed = list
+        .iter()
+        .find(|p| p["provider"]["name"] == "warmed")
+        .expect("warmed");
+    assert_eq!(warmed["warm"], serde_json::json!({"ready": 1, "wanted": 1}));
+    // Providers without spares say nothing of them.
+    let scripted = list
+        .iter()
+        .find(|p| p["provider"]["name"] == "scripted")
+        .expect("scripted");
+    assert!(scripted.get("warm").is_none(), "{scripted}");
+}
+
+#[test]
 fn completions_are_generated() {
     let fx = Fixture::new();
     let out = fx.drover(&["completions", "bash"]).ok();

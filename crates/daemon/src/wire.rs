@@ -255,6 +255,10 @@ pub(crate) fn provider(p: ProviderView) -> ProviderInfo {
             methods: p.methods,
             how: Some(p.how),
         },
+        warm: drover_protocol::ProviderWarm {
+            ready: u32::try_from(p.warm.ready).unwrap_or(u32::MAX),
+            wanted: u32::try_from(p.warm.wanted).unwrap_or(u32::MAX),
+        },
     }
 }
 

@@ -1213,6 +1213,20 @@ pub struct ProviderInfo {
     /// Whether its agents can sign in, as far as the daemon knows.
     #[serde(default)]
     pub sign_in: ProviderSignIn,
+    /// Its warm spares (`warm` in `config.toml`): processes started and initialized, waiting
+    /// for the next start of one of its agents.
+    #[serde(default)]
+    pub warm: ProviderWarm,
+}
+
+/// A provider's warm spares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderWarm {
+    /// Spares ready now.
+    pub ready: u32,
+    /// Spares it keeps (`warm`; 0: none).
+    pub wanted: u32,
 }
 
 /// A provider's sign-in, as the daemon last saw it.

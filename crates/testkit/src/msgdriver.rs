@@ -98,6 +98,7 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         install_hint: "built with the workspace".to_string(),
         builtin: false,
         auth: None,
+        warm: 0,
         auth_env: Vec::new(),
         on_interrupt: None,
         on_limit: None,

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::Actor;
 use crate::process;
-use crate::slots::Acquired;
+use crate::slots::{Acquired, SlotGuard};
 use crate::{RuntimeState, RuntimeView};
 
 /// How often a runtime kept live by background processes looks whether they ended (one read
@@ -190,6 +190,10 @@ impl Actor {
         }
         let slot = if let Some(slot) = self.granted.take() {
             slot
+        } else if let Some(slot) = self.take_spare_slot() {
+            // A warm spare comes with its slot: no other is asked for, even under a full
+            // ceiling.
+            slot
         } else {
             let max = self.shared.settings().max_live;
             match self.shared.slots.acquire(self.id, max) {
@@ -205,6 +209,17 @@ impl Actor {
         self.start_runtime(slot).await.is_ok()
     }
 
+    /// A ready warm spare of the agent's provider, kept for the start, and its slot made the
+    /// agent's.
+    fn take_spare_slot(&mut self) -> Option<SlotGuard> {
+        let provider = self.shared.registry.get(self.id)?.provider;
+        let providers = self.shared.providers.current().ok()?;
+        let mut spare = self.shared.actors.spares.take(providers.get(&provider)?)?;
+        let slot = self.shared.slots.rekey(spare.slot.take()?, self.id);
+        self.spare = Some(spare);
+        Some(slot)
+    }
+
     /// A slot nobody took (the message that wanted it was cancelled or blocked) is freed, and
     /// a start nothing wants any more stops waiting.
     pub(super) fn settle_slot(&mut self) {
@@ -218,10 +233,9 @@ impl Actor {
 
     /// Reads which processes are the agent's own, once its session is ready.
     pub(super) async fn note_own_processes(&mut self) {
-        let Some(pid) = self.live.as_ref().map(|l| l.pid) else {
+        let Some((pid, marker)) = self.live.as_ref().map(|l| (l.pid, l.marker.clone())) else {
             return;
         };
-        let marker = self.id.to_string();
         let own = tokio::task::spawn_blocking(move || process::own_processes(pid, Some(&marker)))
             .await
             .unwrap_or_default();
@@ -236,7 +250,7 @@ impl Actor {
         let found = match self.live.as_ref() {
             Some(live) => match live.own.clone() {
                 Some(own) => {
-                    let (pid, marker) = (live.pid, self.id.to_string());
+                    let (pid, marker) = (live.pid, live.marker.clone());
                     tokio::task::spawn_blocking(move || {
                         process::background_processes(pid, Some(&marker), &own)
                     })

@@ -36,6 +36,7 @@ use crate::slots::SlotGuard;
 use crate::{AcpError, PendingPermission, PermissionAnswer, RuntimeManager, Shared};
 
 pub(crate) use own_subagents::running as own_subagent_running;
+pub(crate) use session::initialize_params;
 pub use session::{LastStderr, LaunchError};
 
 use permissions::Permission;
@@ -170,6 +171,7 @@ pub(crate) fn spawn(
         loading_flag: false,
         slot_wait: None,
         granted: None,
+        spare: None,
         want_start: false,
         starting: false,
         idle: idle::IdleClock::default(),
@@ -210,6 +212,9 @@ pub(crate) fn spawn(
 /// The agent's process and ACP session, while it runs.
 struct Live {
     pid: u32,
+    /// The `DROVER_AGENT_ID` its processes carry: the agent's id, or the id of the warm spare
+    /// it took (see `crate::warm`).
+    marker: String,
     /// Its leaf cgroup, where the daemon has them (see `drover_core::guard`).
     cgroup: Option<std::path::PathBuf>,
     rpc: RpcClient,
@@ -293,6 +298,8 @@ struct Actor {
     slot_wait: Option<oneshot::Receiver<SlotGuard>>,
     /// A slot handed over, for the start that waited for it.
     granted: Option<SlotGuard>,
+    /// A warm spare taken with its slot, for the start about to run (see `crate::warm`).
+    spare: Option<crate::warm::Spare>,
     /// A start was asked for (`Command::Start`) and has not happened yet.
     want_start: bool,
     /// The process is being spawned or is in its handshake.

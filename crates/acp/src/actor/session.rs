@@ -36,6 +36,23 @@ const CLOSE_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 /// The ACP version drover speaks.
 const PROTOCOL_VERSION: u64 = 1;
 
+/// The parameters of drover's `initialize` (an agent's, or a warm spare's: the same).
+pub(crate) fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "clientCapabilities": {
+            "fs": {"readTextFile": false, "writeTextFile": false},
+            // `actor/terminals.rs` answers the terminal methods, on jobs.
+            "terminal": true,
+            // `drover login` runs a terminal sign-in in the user's terminal.
+            "auth": {"terminal": true},
+            // `actor/own_subagents.rs` keeps the child sessions it announces.
+            "subagents": {}
+        },
+        "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
+    })
+}
+
 /// Why an agent's runtime did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -137,6 +154,8 @@ struct Launched {
     rpc: RpcClient,
     provider: Provider,
     env: BTreeMap<String, String>,
+    /// A warm spare's answer to `initialize` (it was asked before the agent took it).
+    init: Option<Value>,
 }
 
 impl Actor {
@@ -145,6 +164,10 @@ impl Actor {
         self.starting = true;
         self.publish_runtime();
         let started = self.start_in(slot).await;
+        // A spare taken for a start that failed before it could use it.
+        if let Some(spare) = self.spare.take() {
+            spare.end(&self.shared.home).await;
+        }
         self.starting = false;
         self.publish_runtime();
         started
@@ -209,8 +232,21 @@ impl Actor {
     /// Spawns the process, runs the ACP handshake, and opens or loads the session, signing
     /// in first when the agent asks and a method fits (see [`auth`]).
     async fn launch(&mut self, agent: &Agent, slot: SlotGuard) -> Result<(), LaunchError> {
-        let launched = self.spawn_process(agent, slot).await?;
-        let capabilities = self.initialize(&launched.rpc).await?;
+        let (provider, program) = self.provider_of(agent)?;
+        let (launched, capabilities) = if let Some(spare) = self
+            .spare
+            .take()
+            .or_else(|| self.shared.actors.spares.take(&provider))
+        {
+            let mut launched = self.take_spare(agent, spare, provider, slot);
+            let init = launched.init.take().unwrap_or_default();
+            let capabilities = self.accept_init(&init)?;
+            (launched, capabilities)
+        } else {
+            let launched = self.spawn_process(agent, provider, program, slot).await?;
+            let capabilities = self.initialize(&launched.rpc).await?;
+            (launched, capabilities)
+        };
         let mcp_servers = (self.shared.mcp)(self.id, capabilities.http_mcp);
         let mut signed_in = false;
         let (session_id, result) = loop {
@@ -366,12 +402,8 @@ impl Actor {
         }
     }
 
-    /// Spawns the provider's program in the agent's directory, with the allowed environment.
-    async fn spawn_process(
-        &mut self,
-        agent: &Agent,
-        slot: SlotGuard,
-    ) -> Result<Launched, LaunchError> {
+    /// The agent's provider as `config.toml` says now, and where its program is.
+    fn provider_of(&self, agent: &Agent) -> Result<(Provider, std::path::PathBuf), LaunchError> {
         let providers = self
             .shared
             .providers
@@ -381,12 +413,78 @@ impl Actor {
             .get(&agent.provider)
             .ok_or_else(|| LaunchError::UnknownProvider(agent.provider.clone()))?
             .clone();
-        let program = match providers.availability(&provider) {
-            Availability::Available { path } => path,
-            Availability::Unavailable { reason } => {
-                return Err(LaunchError::Unavailable { reason });
-            }
-        };
+        match providers.availability(&provider) {
+            Availability::Available { path } => Ok((provider, path)),
+            Availability::Unavailable { reason } => Err(LaunchError::Unavailable { reason }),
+        }
+    }
+
+    /// Makes a warm spare of the provider (started and `initialize`d) this agent's process:
+    /// its session opens next, in the agent's directory with the agent's MCP servers. The
+    /// spare's own `DROVER_AGENT_ID` stays the marker of its processes (see `crate::warm`).
+    fn take_spare(
+        &mut self,
+        agent: &Agent,
+        spare: crate::warm::Spare,
+        provider: Provider,
+        slot: SlotGuard,
+    ) -> Launched {
+        let crate::warm::Spare {
+            id: spare_id,
+            pid,
+            rpc,
+            incoming,
+            exited,
+            stderr,
+            stderr_closed,
+            cgroup,
+            init,
+            env,
+            slot: spare_slot,
+            ..
+        } = spare;
+        let marker = spare_id.to_string();
+        // The agent's record replaces the spare's, naming the marker.
+        let written = records::RuntimeRecord::of(self.id, pid).map(|mut record| {
+            record.marker = Some(marker.clone());
+            records::write(&self.shared.home, &record)
+        });
+        if let Some(Err(e)) = written {
+            tracing::warn!(agent = %self.id, pid, error = %e, "cannot write the runtime record");
+        }
+        records::remove_named(&self.shared.home, &marker);
+        // The agent holds its own slot: the spare's (if it still has it) is free for its
+        // replacement.
+        drop(spare_slot);
+        self.live = Some(self.new_live(
+            pid,
+            marker,
+            cgroup,
+            rpc.clone(),
+            incoming,
+            exited,
+            stderr,
+            stderr_closed,
+            slot,
+        ));
+        self.publish_runtime();
+        tracing::info!(agent = %self.id, pid, spare = %spare_id, provider = %agent.provider, "agent took a warm spare");
+        Launched {
+            rpc,
+            provider,
+            env,
+            init: Some(init),
+        }
+    }
+
+    /// Spawns the provider's program in the agent's directory, with the allowed environment.
+    async fn spawn_process(
+        &mut self,
+        agent: &Agent,
+        provider: Provider,
+        program: std::path::PathBuf,
+        slot: SlotGuard,
+    ) -> Result<Launched, LaunchError> {
         let mut env: BTreeMap<String, String> = process::inherited_env();
         env.extend(provider.env.clone());
         env.insert("DROVER_AGENT_ID".to_string(), self.id.to_string());
@@ -407,10 +505,46 @@ impl Actor {
         } = process::spawn(&spec).await?;
         self.record_runtime(pid);
         let (rpc, incoming) = rpc::connect(stdout, stdin);
-        self.live = Some(Live {
+        let marker = self.id.to_string();
+        self.live = Some(self.new_live(
             pid,
+            marker,
             cgroup,
-            rpc: rpc.clone(),
+            rpc.clone(),
+            incoming,
+            exited,
+            stderr,
+            stderr_closed,
+            slot,
+        ));
+        self.publish_runtime();
+        tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
+        Ok(Launched {
+            rpc,
+            provider,
+            env,
+            init: None,
+        })
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "the parts of one process")]
+    fn new_live(
+        &self,
+        pid: u32,
+        marker: String,
+        cgroup: Option<std::path::PathBuf>,
+        rpc: RpcClient,
+        incoming: tokio::sync::mpsc::Receiver<rpc::Incoming>,
+        exited: watch::Receiver<Option<ExitStatus>>,
+        stderr: process::StderrTail,
+        stderr_closed: watch::Receiver<bool>,
+        slot: SlotGuard,
+    ) -> Live {
+        Live {
+            pid,
+            marker,
+            cgroup,
+            rpc,
             incoming,
             exited,
             stderr,
@@ -424,10 +558,7 @@ impl Actor {
             own: None,
             _counted: crate::LiveCount::new(&self.shared),
             _slot: slot,
-        });
-        self.publish_runtime();
-        tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
-        Ok(Launched { rpc, provider, env })
+        }
     }
 
     /// Records the new process for the next boot (`records`): if the daemon dies now, that
@@ -445,31 +576,21 @@ impl Actor {
         let init = self
             .handshake_step(
                 "initialize",
-                rpc.request(
-                    "initialize",
-                    json!({
-                        "protocolVersion": PROTOCOL_VERSION,
-                        "clientCapabilities": {
-                            "fs": {"readTextFile": false, "writeTextFile": false},
-                            // `actor/terminals.rs` answers the terminal methods, on jobs.
-                            "terminal": true,
-                            // `drover login` runs a terminal sign-in in the user's terminal.
-                            "auth": {"terminal": true},
-                            // `actor/own_subagents.rs` keeps the child sessions it announces.
-                            "subagents": {}
-                        },
-                        "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
-                    }),
-                ),
+                rpc.request("initialize", initialize_params()),
                 INITIALIZE_TIMEOUT,
             )
             .await?;
+        self.accept_init(&init)
+    }
+
+    /// What the agent's answer to `initialize` says it can do (and is kept for clients).
+    fn accept_init(&mut self, init: &Value) -> Result<Capabilities, LaunchError> {
         // The agent answers with the version it chose: ours, or one we cannot speak.
         let version = init
             .get("protocolVersion")
             .and_then(Value::as_u64)
             .unwrap_or(PROTOCOL_VERSION);
-        let advertised = advertised(&init, version);
+        let advertised = advertised(init, version);
         self.shared
             .advertised
             .lock()
@@ -485,7 +606,7 @@ impl Actor {
             resume_session: has("/agentCapabilities/sessionCapabilities/resume"),
             close_session: has("/agentCapabilities/sessionCapabilities/close"),
             http_mcp: flag("/agentCapabilities/mcpCapabilities/http").unwrap_or(false),
-            auth_methods: auth::parse_methods(&init),
+            auth_methods: auth::parse_methods(init),
         })
     }
 
@@ -759,7 +880,7 @@ impl Actor {
             }
             process::terminate_group(
                 live.pid,
-                Some(&self.id.to_string()),
+                Some(&live.marker),
                 live.cgroup.as_deref(),
                 &mut live.exited,
                 CLOSE_GRACE,
@@ -778,7 +899,7 @@ impl Actor {
         };
         let status = wait_exit(&mut live.exited).await;
         // Whatever else is in its group or its cgroup goes too, and the terminals it opened.
-        process::kill_group_now(live.pid, Some(&self.id.to_string()), live.cgroup.as_deref());
+        process::kill_group_now(live.pid, Some(&live.marker), live.cgroup.as_deref());
         self.end_terminals();
         records::remove(&self.shared.home, self.id);
         // The exit can be seen before the reader has passed on what the agent wrote just

@@ -23,6 +23,8 @@ pub(crate) struct ProviderView {
     pub(crate) methods: Vec<AuthMethod>,
     /// How to sign it in, for people.
     pub(crate) how: String,
+    /// Its warm spares: ready, and wanted (`warm`).
+    pub(crate) warm: drover_acp::warm::WarmCount,
 }
 
 impl Ops {
@@ -46,6 +48,7 @@ impl Ops {
                     sign_in,
                     methods,
                     how,
+                    warm: self.runtimes.warm(p),
                 }
             })
             .collect())

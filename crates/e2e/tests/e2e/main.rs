@@ -34,5 +34,6 @@ mod streaming;
 mod terminals;
 mod ui;
 mod unattended;
+mod warm;
 mod wiring;
 mod workspaces;

@@ -27,7 +27,7 @@ const TURN: Duration = Duration::from_secs(90);
 /// The agent's provider as a user installs it: the npm launcher on `PATH` (`codex-acp`, a Node
 /// script that starts the native binary; `claude-agent-acp`), with the scripted model's
 /// settings.
-fn config(agent: RealAgent, model: &ModelServer, scratch: &Path, cwd: &Path) -> String {
+pub(crate) fn config(agent: RealAgent, model: &ModelServer, scratch: &Path, cwd: &Path) -> String {
     let mut command = agent
         .command(&agents_dir(), &model.url(), scratch, cwd)
         .unwrap_or_else(|e| panic!("{e}"));

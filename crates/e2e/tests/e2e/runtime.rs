@@ -56,6 +56,7 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         install_hint: "built with the workspace".to_string(),
         builtin: false,
         auth: None,
+        warm: 0,
         auth_env: Vec::new(),
         on_interrupt: None,
         on_limit: None,
