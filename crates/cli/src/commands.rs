@@ -852,6 +852,36 @@ fn schedules_summary(schedules: &[drover_protocol::ScheduleInfo]) -> String {
     }
 }
 
+/// `12000 tokens, 0.0120 USD`, what is unknown said so (an agent that reports nothing).
+fn spend_line(spend: &drover_protocol::SpendInfo) -> String {
+    let tokens = spend
+        .tokens
+        .map_or_else(|| "tokens unknown".to_string(), |t| format!("{t} tokens"));
+    let cost = spend.cost.map_or_else(
+        || "cost unknown".to_string(),
+        |c| format!("{c:.4} {}", spend.currency.as_deref().unwrap_or("USD")),
+    );
+    format!("{tokens}, {cost}")
+}
+
+/// The agent and its subagents: the sum, over how many, and who reported nothing.
+fn tree_spend_line(agent: &AgentInfo, short: &ShortIds) -> String {
+    let Some(tree) = &agent.tree_spend else {
+        return "-".to_string();
+    };
+    let sum = spend_line(&drover_protocol::SpendInfo {
+        tokens: tree.tokens,
+        cost: tree.cost,
+        currency: tree.currency.clone(),
+    });
+    let mut line = format!("{sum} over {} agent(s)", tree.agents);
+    if !tree.unknown.is_empty() {
+        let unknown: Vec<&str> = tree.unknown.iter().map(|id| short.get(id)).collect();
+        let _ = write!(line, "; nothing reported by {}", unknown.join(", "));
+    }
+    line
+}
+
 /// An agent waiting for its usage limit: since when, the reset, when its prompt goes again.
 fn limited_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
     let Some(limited) = &agent.limited else {
@@ -895,6 +925,8 @@ fn inspect_rows(
         ),
         ("error", agent.error.clone().unwrap_or_else(dash)),
         ("limited", limited_line(agent, now)),
+        ("spend", spend_line(&agent.spend)),
+        ("tree spend", tree_spend_line(agent, short)),
         ("cwd", agent.cwd.clone()),
         ("workspace", workspace.to_string()),
         (
