@@ -860,6 +860,36 @@ fn schedules_summary(schedules: &[drover_protocol::ScheduleInfo]) -> String {
     }
 }
 
+/// `12000 tokens, 0.0120 USD`, what is unknown said so (an agent that reports nothing).
+fn spend_line(spend: &drover_protocol::SpendInfo) -> String {
+    let tokens = spend
+        .tokens
+        .map_or_else(|| "tokens unknown".to_string(), |t| format!("{t} tokens"));
+    let cost = spend.cost.map_or_else(
+        || "cost unknown".to_string(),
+        |c| format!("{c:.4} {}", spend.currency.as_deref().unwrap_or("USD")),
+    );
+    format!("{tokens}, {cost}")
+}
+
+/// The agent and its subagents: the sum, over how many, and who reported nothing.
+fn tree_spend_line(agent: &AgentInfo, short: &ShortIds) -> String {
+    let Some(tree) = &agent.tree_spend else {
+        return "-".to_string();
+    };
+    let sum = spend_line(&drover_protocol::SpendInfo {
+        tokens: tree.tokens,
+        cost: tree.cost,
+        currency: tree.currency.clone(),
+    });
+    let mut line = format!("{sum} over {} agent(s)", tree.agents);
+    if !tree.unknown.is_empty() {
+        let unknown: Vec<&str> = tree.unknown.iter().map(|id| short.get(id)).collect();
+        let _ = write!(line, "; nothing reported by {}", unknown.join(", "));
+    }
+    line
+}
+
 /// An agent waiting for its usage limit: since when, the reset, when its prompt goes again.
 fn limited_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
     let Some(limited) = &agent.limited else {
@@ -903,6 +933,8 @@ fn inspect_rows(
         ),
         ("error", agent.error.clone().unwrap_or_else(dash)),
         ("limited", limited_line(agent, now)),
+        ("spend", spend_line(&agent.spend)),
+        ("tree spend", tree_spend_line(agent, short)),
         ("cwd", agent.cwd.clone()),
         ("workspace", workspace.to_string()),
         (
@@ -912,18 +944,7 @@ fn inspect_rows(
                 .as_deref()
                 .map_or_else(dash, |p| short.get(p).to_string()),
         ),
-        (
-            "children",
-            if children.is_empty() {
-                dash()
-            } else {
-                children
-                    .iter()
-                    .map(|c| short.get(&c.id))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        ),
+        ("children", children_line(children, short)),
         ("own subagents", own_subagents_line(agent)),
         ("model", agent.model.clone().unwrap_or_else(dash)),
         ("mode", agent.current_mode_id.clone().unwrap_or_else(dash)),
@@ -940,19 +961,7 @@ fn inspect_rows(
             "auto-archive",
             if agent.auto_archive { "yes" } else { "no" }.to_string(),
         ),
-        (
-            "labels",
-            if agent.labels.is_empty() {
-                dash()
-            } else {
-                agent
-                    .labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        ),
+        ("labels", labels_line(agent)),
         ("session", agent.session_id.clone().unwrap_or_else(dash)),
         ("agent", advertised_line(&agent.runtime)),
         ("start", start_line(agent, now)),
@@ -970,19 +979,38 @@ fn inspect_rows(
                 .map_or_else(dash, |at| output::when(at, now)),
         ),
     ];
-    if agent.limited.is_none() {
-        rows.retain(|(k, _)| *k != "limited");
-    }
-    if agent.archived_at.is_none() {
-        rows.retain(|(k, _)| *k != "archived");
-    }
-    if agent.start_failure.is_none() {
-        rows.retain(|(k, _)| *k != "start");
-    }
-    if agent.own_subagents.is_empty() {
-        rows.retain(|(k, _)| *k != "own subagents");
-    }
+    // Rows that only say something in some states.
+    let hidden = [
+        ("limited", agent.limited.is_none()),
+        ("archived", agent.archived_at.is_none()),
+        ("start", agent.start_failure.is_none()),
+        ("own subagents", agent.own_subagents.is_empty()),
+    ];
+    rows.retain(|(k, _)| !hidden.iter().any(|(name, hide)| *hide && name == k));
     rows
+}
+
+fn children_line(children: &[&AgentInfo], short: &ShortIds) -> String {
+    if children.is_empty() {
+        return "-".to_string();
+    }
+    children
+        .iter()
+        .map(|c| short.get(&c.id))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn labels_line(agent: &AgentInfo) -> String {
+    if agent.labels.is_empty() {
+        return "-".to_string();
+    }
+    agent
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The subagents the agent's process runs itself: `Look around (running), Reviewer (idle)`.

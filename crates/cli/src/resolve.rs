@@ -257,6 +257,8 @@ mod tests {
             on_interrupt: None,
             on_limit: None,
             limited: None,
+            spend: drover_protocol::SpendInfo::default(),
+            tree_spend: None,
             runtime: drover_protocol::RuntimeInfo::default(),
             start_failure: None,
             queued: None,

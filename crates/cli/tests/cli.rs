@@ -910,8 +910,9 @@ fn run_with_the_demo_provider_needs_no_key() {
     let deadline = Instant::now() + WAIT;
     let logs = loop {
         let logs = fx.drover(&["logs", "showcase"]).ok().stdout;
-        let noted =
-            logs.contains("Noted: [drover] Job job-1 exited") && logs.contains("finished its turn");
+        // The demo agent's own notes, not the notices it got (which come first).
+        let noted = logs.contains("Noted: [drover] Job job-1 exited")
+            && logs.contains("Noted: [drover] Agent");
         if noted || Instant::now() > deadline {
             break logs;
         }

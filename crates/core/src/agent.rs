@@ -70,6 +70,34 @@ pub struct StartFailure {
     pub sign_in: Option<Vec<AuthMethod>>,
 }
 
+/// What an agent spent, as its agent reported it: tokens from the usage its prompt answers
+/// carry, cost from its `usage_update`s. `None`: the agent reported none (unknown, never zero).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Spend {
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+    /// The currency of `cost`, as reported (`USD`).
+    pub currency: Option<String>,
+}
+
+impl Spend {
+    /// Nothing reported.
+    pub fn is_unknown(&self) -> bool {
+        self.tokens.is_none() && self.cost.is_none()
+    }
+}
+
+/// The spend of an agent and its whole subtree (archived subagents included).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TreeSpend {
+    /// The sum of what was reported (`None`: no agent of the tree reported any).
+    pub spend: Spend,
+    /// How many agents the tree holds.
+    pub agents: usize,
+    /// The agents of the tree that reported nothing.
+    pub unknown: Vec<AgentId>,
+}
+
 /// One agent: one provider, one cwd, one timeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agent {
@@ -95,6 +123,8 @@ pub struct Agent {
     pub start_failure: Option<StartFailure>,
     /// Set while it waits for its provider's usage limit (cleared when a turn starts).
     pub limited: Option<Limited>,
+    /// What it spent, durable.
+    pub spend: Spend,
     /// Fields of the file that this version does not know, kept so a rewrite loses nothing.
     pub(crate) unknown: serde_json::Map<String, serde_json::Value>,
 }

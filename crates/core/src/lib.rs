@@ -29,7 +29,7 @@ pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
 pub use agent::{
     Agent, AuthMethod, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
-    ProviderConfig, ResumeHandle, StartFailure,
+    ProviderConfig, ResumeHandle, Spend, StartFailure, TreeSpend,
 };
 pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{
     Agent, AuthMethod, Limited, OnInterrupt, OnLimit, PermissionPolicy, ProviderConfig,
-    ResumeHandle, StartFailure,
+    ResumeHandle, Spend, StartFailure,
 };
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
@@ -652,6 +652,8 @@ struct AgentDoc {
     start_failure: Option<StartFailureDoc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     limited: Option<LimitedDoc>,
+    #[serde(default, skip_serializing_if = "SpendDoc::is_unknown")]
+    spend: SpendDoc,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
@@ -662,6 +664,23 @@ struct StartFailureDoc {
     at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sign_in: Option<Vec<AuthMethod>>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpendDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    currency: Option<String>,
+}
+
+impl SpendDoc {
+    fn is_unknown(&self) -> bool {
+        self.tokens.is_none() && self.cost.is_none()
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -780,6 +799,11 @@ impl AgentDoc {
                 count: l.count,
                 error: l.error.clone(),
             }),
+            spend: SpendDoc {
+                tokens: a.spend.tokens,
+                cost: a.spend.cost,
+                currency: a.spend.currency.clone(),
+            },
             unknown,
         }
     }
@@ -845,6 +869,11 @@ impl AgentDoc {
                 count: l.count,
                 error: l.error,
             }),
+            spend: Spend {
+                tokens: self.spend.tokens,
+                cost: self.spend.cost,
+                currency: self.spend.currency,
+            },
             unknown,
         }
     }

@@ -70,6 +70,8 @@ pub(crate) fn agent_info(
         permission_policy: agent.config.permission_policy,
         on_interrupt: agent.config.on_interrupt,
         on_limit: agent.config.on_limit,
+        spend: spend_info(&agent.spend),
+        tree_spend: None,
         limited: agent
             .limited
             .as_ref()
@@ -97,6 +99,26 @@ pub(crate) fn agent_info(
                 sign_in: f.sign_in.clone(),
             }),
         queued: None,
+    }
+}
+
+/// What an agent spent.
+pub(crate) fn spend_info(spend: &drover_core::Spend) -> drover_protocol::SpendInfo {
+    drover_protocol::SpendInfo {
+        tokens: spend.tokens,
+        cost: spend.cost,
+        currency: spend.currency.clone(),
+    }
+}
+
+/// What an agent and its subtree spent.
+pub(crate) fn tree_spend_info(tree: &drover_core::TreeSpend) -> drover_protocol::TreeSpendInfo {
+    drover_protocol::TreeSpendInfo {
+        tokens: tree.spend.tokens,
+        cost: tree.spend.cost,
+        currency: tree.spend.currency.clone(),
+        agents: tree.agents as u64,
+        unknown: tree.unknown.iter().map(ToString::to_string).collect(),
     }
 }
 

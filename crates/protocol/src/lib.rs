@@ -859,6 +859,13 @@ pub struct AgentInfo {
     /// `limited`): its failed prompt is sent again at `retryAt`.
     #[serde(default)]
     pub limited: Option<LimitedInfo>,
+    /// What the agent spent, as its agent reported it (`null` fields: it reported none,
+    /// unknown rather than zero).
+    #[serde(default)]
+    pub spend: SpendInfo,
+    /// What the agent and every agent below it spent: only in the `agent` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_spend: Option<TreeSpendInfo>,
     /// The agent's runtime: whether a process runs for it.
     #[serde(default)]
     pub runtime: RuntimeInfo,
@@ -918,6 +925,30 @@ pub struct ConfigValueInfo {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// What an agent spent (`AgentInfo.spend`): tokens from the usage its agent's prompt answers
+/// carry, cost from its `usage_update`s; `null` where it reported none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpendInfo {
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+    pub currency: Option<String>,
+}
+
+/// What an agent and its whole subtree spent (`AgentInfo.treeSpend`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TreeSpendInfo {
+    /// The sum of what was reported (`null`: no agent of the tree reported any).
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+    pub currency: Option<String>,
+    /// How many agents the tree holds (itself, its subagents at any depth, archived too).
+    pub agents: u64,
+    /// The agents of the tree that reported nothing (their spend is unknown).
+    pub unknown: Vec<String>,
 }
 
 /// An agent waiting for its provider's usage limit to reset (`AgentInfo.limited`).

@@ -62,7 +62,7 @@
 //! | `crash [<code>]` | flushes stdout, writes `scripted agent crashing` to stderr and exits with `code` (default 3) |
 //! | `garbage` | writes a line that is not JSON to stdout |
 //! | `plan <step>; <step>...` | a `plan` update, entries `pending`, priority `medium` |
-//! | `usage` | a `usage_update` (`used`, `size`, `cost {amount, currency}`) |
+//! | `usage` | a `usage_update` (`used`, `size`, `cost {amount, currency}`): 1000 tokens more each time in this process's session, and the cost their running total at 1 USD per million; from then on the prompt's answer carries `usage` with that running total (`totalTokens`), as claude-agent-acp's does |
 //! | `unknown` | a `session/update` of the unknown kind `scripted_unknown_kind` and an unknown notification `_scripted/status` |
 //! | `fail <message>` | replies to the prompt with JSON-RPC error -32603 `<message>` (ends the turn) |
 //! | `limit <agent> <seconds> [noreset]` | the usage limit of `codex`, `claude` or `gemini`: until `<seconds>` after this prompt's text was first seen (kept in the state dir, across processes), the prompt fails as that agent fails it: codex -32603 `Internal error` with "You've hit your usage limit. Try again at 4:57 PM." (`noreset`: "… Try again later.") in `data`; claude -32603 "Internal error: Claude AI usage limit reached\\|<unix seconds>" (`noreset`: `Internal error: API Error: 429 {…rate_limit_error…}`); gemini code 429 "You exceeded your current quota, … Please retry in 3s." (`noreset`: "You have exhausted your daily quota on this model."); then the next directives play |
@@ -1502,7 +1502,15 @@ impl Agent {
                 Flow::Hang => std::future::pending::<()>().await,
             }
         }
-        self.out.reply(id, json!({"stopReason": stop_reason})).await;
+        let mut answer = json!({"stopReason": stop_reason});
+        // The session's running total, as claude-agent-acp answers, once `usage` reported any.
+        let used = self
+            .with_session(&turn.session_id, |s| s.used_tokens)
+            .unwrap_or_default();
+        if used > 0 {
+            answer["usage"] = json!({"totalTokens": used, "inputTokens": used, "outputTokens": 0});
+        }
+        self.out.reply(id, answer).await;
         if self.config.late_updates {
             self.usage(&turn.session_id).await;
             let title: String = turn

@@ -234,6 +234,10 @@ struct Live {
     /// A `session/cancel` went to this session since its last prompt started, or that prompt
     /// hit a usage limit (see `turn::STALE_CANCEL_WINDOW`).
     cancel_sent: bool,
+    /// The totals this process reported so far (agents report running totals: what they add
+    /// is what was spent; a total that goes down started again from zero).
+    reported_tokens: u64,
+    reported_cost: f64,
     /// The processes that are the agent itself, read once its session is ready (`None`
     /// before): the rest of its tree is background work (see [`idle::Background`]).
     own: Option<Arc<process::OwnProcesses>>,

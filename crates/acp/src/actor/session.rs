@@ -555,6 +555,8 @@ impl Actor {
             models: None,
             config_options: None,
             cancel_sent: false,
+            reported_tokens: 0,
+            reported_cost: 0.0,
             own: None,
             _counted: crate::LiveCount::new(&self.shared),
             _slot: slot,

@@ -324,6 +324,9 @@ impl Actor {
             _ => turn,
         };
         self.limit_count = 0;
+        if let Ok(answer) = &result {
+            self.tokens_reported(answer);
+        }
         let outcome = match &result {
             Ok(value) => match value.get("stopReason").and_then(Value::as_str) {
                 Some("cancelled") => TurnOutcome::Canceled,

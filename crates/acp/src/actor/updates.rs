@@ -45,6 +45,7 @@ impl Actor {
                 self.push(ItemKind::Config, Value::Object(strip_kind(update)));
             }
             "usage_update" => {
+                self.cost_reported(&update);
                 self.push(ItemKind::Usage, Value::Object(strip_kind(update)));
             }
             "available_commands_update" => {
@@ -60,6 +61,66 @@ impl Actor {
                 self.push(ItemKind::Raw, json!({"update": update}));
             }
         }
+    }
+
+    /// A `usage_update`'s `cost` (the session's running total, as the agent keeps it): what
+    /// it adds is spent.
+    fn cost_reported(&mut self, update: &Value) {
+        let Some(amount) = update.pointer("/cost/amount").and_then(Value::as_f64) else {
+            return;
+        };
+        let currency = update
+            .pointer("/cost/currency")
+            .and_then(Value::as_str)
+            .unwrap_or("USD")
+            .to_string();
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let spent = if amount >= live.reported_cost {
+            amount - live.reported_cost
+        } else {
+            amount
+        };
+        live.reported_cost = amount;
+        if spent > 0.0 || !self.spend_known(|s| s.cost.is_some()) {
+            self.record_spend(None, Some((spent.max(0.0), currency)));
+        }
+    }
+
+    /// The running total of tokens a prompt's answer carries (`usage.totalTokens`): what it
+    /// adds is spent.
+    pub(super) fn tokens_reported(&mut self, answer: &Value) {
+        let Some(total) = answer.pointer("/usage/totalTokens").and_then(Value::as_u64) else {
+            return;
+        };
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let spent = total.checked_sub(live.reported_tokens).unwrap_or(total);
+        live.reported_tokens = total;
+        if spent > 0 || !self.spend_known(|s| s.tokens.is_some()) {
+            self.record_spend(Some(spent), None);
+        }
+    }
+
+    /// Whether the record already knows this kind of spend (a first report of zero is
+    /// recorded: the agent reports it, and spent nothing yet).
+    fn spend_known(&self, known: impl Fn(&drover_core::Spend) -> bool) -> bool {
+        self.shared
+            .registry
+            .get(self.id)
+            .is_some_and(|a| known(&a.spend))
+    }
+
+    fn record_spend(&self, tokens: Option<u64>, cost: Option<(f64, String)>) {
+        let registry = self.shared.registry.clone();
+        let id = self.id;
+        tokio::spawn(async move {
+            if let Err(e) = registry.add_spend(id, tokens, cost).await {
+                tracing::warn!(agent = %id, error = %e, "cannot record what the agent spent");
+            }
+        });
     }
 
     fn mode_changed(&mut self, update: &Value) {

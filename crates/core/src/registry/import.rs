@@ -117,6 +117,7 @@ impl Inner {
             resume: new.resume,
             start_failure: None,
             limited: None,
+            spend: crate::Spend::default(),
             unknown: serde_json::Map::new(),
         };
         self.record_new_agent(registered.then_some(workspace), &agent)?;

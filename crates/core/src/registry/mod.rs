@@ -415,6 +415,57 @@ impl Registry {
         .await
     }
 
+    /// Adds what the agent's runtime says it spent: `tokens`, and `cost` in `currency` (a
+    /// cost in another currency than the one recorded is added all the same: agents report
+    /// one). Recorded for an archived agent too: it was spent.
+    pub async fn add_spend(
+        &self,
+        id: AgentId,
+        tokens: Option<u64>,
+        cost: Option<(f64, String)>,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            if let Some(tokens) = tokens {
+                a.spend.tokens = Some(a.spend.tokens.unwrap_or(0).saturating_add(tokens));
+            }
+            if let Some((cost, currency)) = cost
+                && cost.is_finite()
+                && cost >= 0.0
+            {
+                a.spend.cost = Some(a.spend.cost.unwrap_or(0.0) + cost);
+                a.spend.currency.get_or_insert(currency);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// What `id` and every agent below it spent (`None`: no such agent).
+    pub fn tree_spend(&self, id: AgentId) -> Option<crate::TreeSpend> {
+        let state = read(&self.inner.state);
+        let root = state.agents.get(id)?;
+        let mut tree = crate::TreeSpend::default();
+        let below = crate::view::descendants(&state.agents, id);
+        for agent in std::iter::once(root).chain(below.iter().filter_map(|d| state.agents.get(*d)))
+        {
+            tree.agents += 1;
+            let spend = &agent.spend;
+            if spend.is_unknown() {
+                tree.unknown.push(agent.id);
+            }
+            if let Some(tokens) = spend.tokens {
+                tree.spend.tokens = Some(tree.spend.tokens.unwrap_or(0).saturating_add(tokens));
+            }
+            if let Some(cost) = spend.cost {
+                tree.spend.cost = Some(tree.spend.cost.unwrap_or(0.0) + cost);
+                if tree.spend.currency.is_none() {
+                    tree.spend.currency.clone_from(&spend.currency);
+                }
+            }
+        }
+        Some(tree)
+    }
+
     /// The wait for a usage limit ends without a turn (the user's `restart_agent` sends the
     /// prompt now; an archive): `limited` and its attention go.
     pub async fn clear_limited(&self, id: AgentId) -> Result<Agent, RegistryError> {
@@ -751,6 +802,7 @@ impl Inner {
             resume: None,
             start_failure: None,
             limited: None,
+            spend: crate::Spend::default(),
             unknown: serde_json::Map::new(),
         };
         if let Err(e) = self.record_new_agent(registered.then_some(workspace), &agent) {

@@ -536,6 +536,16 @@ async fn get_agent(ops: &Ops, _caller: AgentId, params: AgentParams) -> ToolResu
     // What waits for it: kept while it cannot start, run once it does.
     let queued: Vec<String> = ops.queued(id).await?.into_iter().map(|m| m.text).collect();
     report["queued"] = json!(queued);
+    // What it and its subagents spent (`unknown`: those whose agent reported nothing).
+    if let Some(tree) = ops.tree_spend(id) {
+        report["treeSpend"] = json!({
+            "tokens": tree.spend.tokens,
+            "cost": tree.spend.cost,
+            "currency": tree.spend.currency,
+            "agents": tree.agents,
+            "unknown": tree.unknown.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        });
+    }
     Ok(report)
 }
 
@@ -556,6 +566,8 @@ fn describe(summary: &Summary) -> Value {
         // Its last start failed; `signIn`: the ways to sign its provider in (`drover login`).
         "startFailed": agent.start_failure.is_some(),
         "signIn": agent.start_failure.as_ref().and_then(|f| f.sign_in.as_ref()),
+        // What it spent (`null`: its agent reported none).
+        "spend": {"tokens": agent.spend.tokens, "cost": agent.spend.cost, "currency": agent.spend.currency},
         // It waits for its provider's usage limit: its prompt goes again at `retryAt`.
         "limited": agent.limited.as_ref().map(|l| json!({
             "since": l.at.to_string(),

@@ -215,6 +215,7 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             let (agent, runtime, memory) = ops.get_agent(id).await?;
             let mut info = wire::agent_info(&agent, ops.live_session(id), &runtime, memory);
             info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
+            info.tree_spend = ops.tree_spend(id).as_ref().map(wire::tree_spend_info);
             info.runtime.agent = ops.advertised(id).map(wire::advertised);
             send(DaemonMessage::Agent {
                 request_id,

@@ -424,3 +424,78 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     assert_eq!(messages(&mut client, &dropped).await.len(), 1);
     daemon.stop().await;
 }
+
+/// `(tokens, cost)` of an `AgentInfo.spend` or `treeSpend`.
+fn spent(spend: &Value) -> (Option<u64>, Option<f64>) {
+    (spend["tokens"].as_u64(), spend["cost"].as_f64())
+}
+
+// What agents spend, as they report it: per agent and per tree, unknown where an agent reports
+// nothing, kept across a restart (whose new process counts from zero again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unattended_spend_is_recorded_per_agent_and_per_tree() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // 2000 tokens for the parent, 1000 for one subagent, nothing reported by the other.
+    let parent = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "prompt": "usage\nusage\nsubagent usage\nsubagent say quiet"}))
+        .await;
+    client.wait_idle(&parent).await;
+    let children: Vec<String> = said(&mut client, &parent)
+        .await
+        .split("started subagent ")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert_eq!(children.len(), 2, "{children:?}");
+    for child in &children {
+        client.wait_idle(child).await;
+    }
+    client.wait_idle(&parent).await;
+    // Recorded as reported, just after the turn's end.
+    let info = eventually("the spend recorded", WAIT, async || {
+        let info = get_agent(&mut client, &parent).await;
+        (spent(&info["treeSpend"]).0 == Some(3000)).then_some(info)
+    })
+    .await;
+    assert_eq!(spent(&info["spend"]), (Some(2000), Some(0.002)), "{info}");
+    assert_eq!(info["spend"]["currency"], "USD", "{info}");
+    let quiet = get_agent(&mut client, &children[1]).await;
+    assert_eq!(
+        spent(&quiet["spend"]),
+        (None, None),
+        "unknown, never zero: {quiet}"
+    );
+    let tree = &info["treeSpend"];
+    assert_eq!(spent(tree), (Some(3000), Some(0.003)), "{info}");
+    assert_eq!(tree["agents"], 3, "{info}");
+    assert_eq!(tree["unknown"], json!([children[1]]), "{info}");
+
+    // Kept across a restart; the new process's running total starts at zero and adds.
+    daemon.stop().await;
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let info = get_agent(&mut client, &children[0]).await;
+    assert_eq!(spent(&info["spend"]), (Some(1000), Some(0.001)), "{info}");
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": children[0], "text": "usage"}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.wait_idle(&children[0]).await;
+    let info = eventually("the spend recorded", WAIT, async || {
+        let info = get_agent(&mut client, &children[0]).await;
+        (spent(&info["spend"]).0 == Some(2000)).then_some(info)
+    })
+    .await;
+    assert_eq!(spent(&info["spend"]), (Some(2000), Some(0.002)), "{info}");
+    let tree = get_agent(&mut client, &parent).await["treeSpend"].clone();
+    assert_eq!(spent(&tree), (Some(4000), Some(0.004)), "{tree}");
+    daemon.stop().await;
+}
