@@ -149,7 +149,7 @@ pub async fn run_locked_then(
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ws = ws::Context {
-        hub: ws::Hub::start(&ops, config.stream_window),
+        hub: ws::Hub::start(&ops, config.stream_window, config.stream_join),
         ops,
         token: token.clone(),
     };
@@ -212,15 +212,26 @@ fn client_token(config: &DaemonConfig, addr: SocketAddr) -> Result<Option<Arc<st
     Ok(None)
 }
 
+/// What the kernel may hold of a connection's unsent bytes (`SO_SNDBUF`; Linux doubles it).
+/// Past it a session's writes wait, so the events for a client that reads slowly wait in the
+/// daemon, where they are joined into fewer messages (see `ws::join`), rather than in a
+/// kernel buffer that autotuning grows to megabytes, one stale message at a time.
+const SEND_BUFFER: usize = 64 * 1024;
+
 /// The listener with `TCP_NODELAY` on every accepted socket (WebSocket, MCP, health):
 /// Nagle's algorithm would hold a small answer written after another small write until the
-/// client's delayed ACK (~40 ms).
+/// client's delayed ACK (~40 ms); and a send buffer of [`SEND_BUFFER`].
 fn nodelay(
     listener: TcpListener,
 ) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
     axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+        if let Err(e) =
+            nix::sys::socket::setsockopt(&*tcp, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER)
+        {
+            tracing::debug!(error = %e, "cannot set SO_SNDBUF on a connection");
         }
     })
 }
