@@ -28,14 +28,18 @@
 //!    from that moment, the time to the first byte of `welcome`, to the first and the last
 //!    byte of `session_state`, and its size. Best and median of 20 connections; targets: the
 //!    last byte's median ≤ 30 ms, and `VmRSS` after the 20th no more than 4 MB above the first. The
-//!    daemon's `VmRSS` is shown.
+//!    daemon's `VmRSS` is shown. Then `list_agents` on 10 connections that read their
+//!    `session_state`: from the request's write to the last byte of the answer, median ≤ 30 ms
+//!    for the same agents as `session_state` (it is answered from the same cached encodings);
+//!    with the archived ones too, shown.
 //! 3. `drover ls` with those 10,000 agents: the real CLI (`--json`, and the default table)
 //!    against that daemon (`DROVER_HOME`), output to a pipe, wall clock, best of 5. Target
 //!    < 150 ms. SKIP, saying why, while the CLI has no `ls`.
 //!
-//! 4. Fleets and creates (`protocol/fleet.rs`): 10 agents × {1, 10, 50} clients and 50 × 50,
-//!    each agent streaming a chunk every 40 ms, clients that parse every message; create →
-//!    `agent_created` and create → ready.
+//! 4. Fleets and creates (`protocol/fleet.rs`): 10 agents × {1, 10, 50} clients that parse
+//!    every message, and 50 × 50 light clients (one message in 8 parsed) with joining on and
+//!    off, each agent streaming a chunk every 40 ms for 20 s; create → `agent_created` and
+//!    create → ready.
 //!
 //! Binaries: `drover` is `$DROVER_BIN`, else the one of this build; the scripted
 //! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` of this build
@@ -89,6 +93,8 @@ const STATE_ROUNDS: usize = 20;
 const STATE_TARGET: Duration = Duration::from_millis(30);
 /// `VmRSS` may grow this much from the first snapshot to the last (allocator slack).
 const STATE_RSS_SLACK_KB: u64 = 4096;
+/// `list_agents` answers timed (each on a connection that read its `session_state`).
+const LIST_ROUNDS: usize = 10;
 
 const LS_ROUNDS: usize = 5;
 const LS_TARGET: Duration = Duration::from_millis(150);
@@ -961,6 +967,27 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         fmt_kb(rss),
         fmt_kb(hwm)
     );
+    // The same agents as `session_state` (the target), and with archived ones too.
+    let (mut listed, mut listed_all) = (Vec::new(), Vec::new());
+    let (mut listed_bytes, mut all_bytes) = (0, 0);
+    for _ in 0..LIST_ROUNDS {
+        let (took, bytes) = list_agents_round(daemon.addr, false)?;
+        listed.push(took);
+        listed_bytes = bytes;
+        let (took, bytes) = list_agents_round(daemon.addr, true)?;
+        listed_all.push(took);
+        all_bytes = bytes;
+    }
+    println!(
+        "  list_agents of {live} agents ({}): to the last byte best {}, median {}; with the \
+         archived ones ({STATE_AGENTS}, {}): best {}, median {} ({LIST_ROUNDS} connections each)",
+        fmt_bytes(listed_bytes as u64),
+        fmt_dur(listed.iter().copied().min().unwrap_or_default()),
+        fmt_dur(median(&listed)),
+        fmt_bytes(all_bytes as u64),
+        fmt_dur(listed_all.iter().copied().min().unwrap_or_default()),
+        fmt_dur(median(&listed_all))
+    );
     let first: Vec<Duration> = rounds.iter().map(|r| r.first_byte).collect();
     let last: Vec<Duration> = rounds.iter().map(|r| r.last_byte).collect();
     let bytes = rounds.first().map_or(0, |r| r.bytes);
@@ -995,6 +1022,26 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
             fmt_dur(median(&last))
         ),
     ));
+    rows.push(Row::target(
+        format!(
+            "list_agents, {}k agents (as session_state's): last byte (median)",
+            STATE_AGENTS / 1000
+        ),
+        fmt_dur(median(&listed)),
+        format!("≤ {}", fmt_dur(STATE_TARGET)),
+        median(&listed) <= STATE_TARGET,
+    ));
+    rows.push(Row::info(
+        format!(
+            "list_agents, {}k agents with archived: last byte (median)",
+            STATE_AGENTS / 1000
+        ),
+        format!(
+            "{} ({})",
+            fmt_dur(median(&listed_all)),
+            fmt_bytes(all_bytes as u64)
+        ),
+    ));
     rows.push(Row::info(
         format!("session_state, {}k agents: size", STATE_AGENTS / 1000),
         format!(
@@ -1018,6 +1065,49 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
 /// One connection: upgrade, `hello`, and the frames up to the end of `session_state`, over a
 /// plain socket so that the first byte can be timed. Returns the figures and the payload.
 fn session_state_round(addr: SocketAddr) -> Result<(StateRound, Vec<u8>)> {
+    let (round, payload, _, _) = session_state_connection(addr)?;
+    Ok((round, payload))
+}
+
+/// On a connection that has read its `session_state`, `list_agents` (with archived agents if
+/// asked): the time from the request's write to the last byte
+/// of the answer, and its size.
+fn list_agents_round(addr: SocketAddr, include_archived: bool) -> Result<(Duration, usize)> {
+    let (_, _, mut socket, mut buf) = session_state_connection(addr)?;
+    let request = if include_archived {
+        &br#"{"type":"list_agents","requestId":"l","includeArchived":true}"#[..]
+    } else {
+        &br#"{"type":"list_agents","requestId":"l","includeArchived":false}"#[..]
+    };
+    let mask = [0x9au8, 0xbc, 0xde, 0xf0];
+    #[allow(clippy::cast_possible_truncation)] // under 126 bytes: the one length byte
+    let mut frame = vec![0x81, 0x80 | request.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(request.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let start = Instant::now();
+    socket.write_all(&frame)?;
+    let mut chunk = vec![0u8; 1 << 18];
+    let mut pos = 0;
+    loop {
+        while let Some((header, len, _)) = frame_at(&buf[pos..]) {
+            if buf.len() < pos + header + len {
+                break;
+            }
+            let payload = &buf[pos + header..pos + header + len];
+            if payload.starts_with(b"{\"type\":\"agents\"") {
+                return Ok((start.elapsed(), len));
+            }
+            pos += header + len;
+        }
+        let n = socket.read(&mut chunk)?;
+        ensure!(n > 0, "the daemon closed the connection before `agents`");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// As [`session_state_round`], also handing back the socket and what was read after the
+/// `session_state` frame.
+fn session_state_connection(addr: SocketAddr) -> Result<(StateRound, Vec<u8>, TcpStream, Vec<u8>)> {
     let mut socket = TcpStream::connect(addr)?;
     socket.set_nodelay(true)?;
     socket.set_read_timeout(Some(WAIT))?;
@@ -1080,7 +1170,9 @@ fn session_state_round(addr: SocketAddr) -> Result<(StateRound, Vec<u8>)> {
                     last_byte: arrived(pos + header + len - 1),
                     bytes: len,
                 };
-                return Ok((round, payload.to_vec()));
+                let payload = payload.to_vec();
+                let rest = buf[pos + header + len..].to_vec();
+                return Ok((round, payload, socket, rest));
             } else if payload.starts_with(b"{\"type\":\"request_error\"") {
                 bail!("hello refused: {}", String::from_utf8_lossy(payload));
             }

@@ -320,6 +320,18 @@ impl DaemonProc {
         agents: Option<usize>,
         timeout: Duration,
     ) -> Result<DaemonProc> {
+        Self::spawn_env(drover, home, log, agents, timeout, &[])
+    }
+
+    /// As [`DaemonProc::spawn`], with these variables in the daemon's environment.
+    pub fn spawn_env(
+        drover: &Path,
+        home: &Path,
+        log: &Path,
+        agents: Option<usize>,
+        timeout: Duration,
+        env: &[(&str, &str)],
+    ) -> Result<DaemonProc> {
         let info_path = home.join("daemon.json");
         match fs::remove_file(&info_path) {
             Ok(()) => {}
@@ -337,6 +349,7 @@ impl DaemonProc {
             // token check is one comparison per connection, nothing a figure would show.
             .arg("--no-token")
             .env_remove("DROVER_LOG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -30,6 +30,10 @@ pub struct DaemonConfig {
     /// Streamed text appended to one item within this window goes to clients as one `append`
     /// (the first chunk never waits). Zero: no joining.
     pub stream_window: Duration,
+    /// A session that is behind (events waiting for its socket) joins what waits for it:
+    /// consecutive `append`s to one item into one, an agent's `agent_status`es into the last.
+    /// `DROVER_STREAM_JOIN=0` turns it off (every event its own message, for comparison).
+    pub stream_join: bool,
 }
 
 impl DaemonConfig {
@@ -47,6 +51,7 @@ impl DaemonConfig {
             allowed_hosts: Vec::new(),
             home_narrowed,
             stream_window: stream_window_from_env()?,
+            stream_join: stream_join_from_env()?,
         })
     }
 
@@ -65,6 +70,20 @@ impl DaemonConfig {
                 "neither DROVER_HOME nor HOME is set: pass --home".to_string(),
             )),
         }
+    }
+}
+
+/// `DROVER_STREAM_JOIN`: `1` (the default) or `0`.
+fn stream_join_from_env() -> Result<bool, DaemonError> {
+    let Some(raw) = std::env::var_os("DROVER_STREAM_JOIN").filter(|v| !v.is_empty()) else {
+        return Ok(true);
+    };
+    match raw.to_string_lossy().trim() {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        other => Err(DaemonError::Config(format!(
+            "DROVER_STREAM_JOIN must be 1 (join what waits for a slow client) or 0, not `{other}`"
+        ))),
     }
 }
 

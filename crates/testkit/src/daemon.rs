@@ -64,12 +64,34 @@ impl TestDaemon {
         let state = TempDir::new().expect("agent state");
         let config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
         let hosts = allowed_hosts.iter().map(ToString::to_string).collect();
-        Self::start_configured(path, Some(home), false, state, config, addr, None, hosts).await
+        Self::start_configured(
+            path,
+            Some(home),
+            false,
+            state,
+            config,
+            addr,
+            None,
+            true,
+            hosts,
+        )
+        .await
     }
 
-    /// A daemon on a fresh home that sends every streamed chunk as its own `append` (no
-    /// joining window), for tests that need many updates.
+    /// A daemon on a fresh home that sends every streamed chunk as its own `append`, to every
+    /// session (no joining window, and a session that is behind joins nothing), for tests
+    /// that need many updates.
     pub async fn start_unjoined() -> TestDaemon {
+        Self::start_unwindowed(false).await
+    }
+
+    /// A daemon on a fresh home with no joining window: a client that keeps up gets every
+    /// streamed chunk as its own `append`; one that is behind gets what waits for it joined.
+    pub async fn start_windowless() -> TestDaemon {
+        Self::start_unwindowed(true).await
+    }
+
+    async fn start_unwindowed(join: bool) -> TestDaemon {
         let home = TempDir::new().expect("home");
         let path = home.path().to_path_buf();
         let state = TempDir::new().expect("agent state");
@@ -82,6 +104,7 @@ impl TestDaemon {
             config,
             "127.0.0.1:0",
             Some(Duration::ZERO),
+            join,
         )
         .await
     }
@@ -104,9 +127,10 @@ impl TestDaemon {
         config: String,
         addr: &str,
     ) -> TestDaemon {
-        Self::start_windowed(home, keep, no_token, state, config, addr, None).await
+        Self::start_windowed(home, keep, no_token, state, config, addr, None, true).await
     }
 
+    #[allow(clippy::too_many_arguments)] // as `start_configured`
     async fn start_windowed(
         home: PathBuf,
         keep: Option<TempDir>,
@@ -115,6 +139,7 @@ impl TestDaemon {
         config: String,
         addr: &str,
         stream_window: Option<Duration>,
+        join: bool,
     ) -> TestDaemon {
         Self::start_configured(
             home,
@@ -124,6 +149,7 @@ impl TestDaemon {
             config,
             addr,
             stream_window,
+            join,
             Vec::new(),
         )
         .await
@@ -138,6 +164,7 @@ impl TestDaemon {
         config: String,
         addr: &str,
         stream_window: Option<Duration>,
+        join: bool,
         allowed_hosts: Vec<String>,
     ) -> TestDaemon {
         crate::hermetic::in_process();
@@ -152,6 +179,8 @@ impl TestDaemon {
         // says in DROVER_STREAM_WINDOW_MS.
         config.stream_window =
             stream_window.unwrap_or(drover_daemon::config::DEFAULT_STREAM_WINDOW);
+        // Whatever DROVER_STREAM_JOIN says.
+        config.stream_join = join;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let shutdown = async move {

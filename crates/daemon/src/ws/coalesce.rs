@@ -37,23 +37,51 @@ impl Joined {
         self.first_revision + self.ends.len() as u64 - 1
     }
 
-    /// The event of the text after revision `seen` (`first_revision <= seen < last`).
-    pub(crate) fn after(&self, seen: u64) -> TimelineEvent {
-        let skip = usize::try_from(seen + 1 - self.first_revision).unwrap_or(usize::MAX);
-        let start = self.ends.get(skip.saturating_sub(1)).copied().unwrap_or(0);
-        self.event(self.text.get(start..).unwrap_or_default().to_string())
+    /// One `append` event as it came.
+    pub(crate) fn single(event: &TimelineEvent) -> Option<Joined> {
+        let TimelineUpdate::Append { seq, field, text } = &event.update else {
+            return None;
+        };
+        Some(Joined {
+            agent_id: event.agent_id,
+            seq: *seq,
+            field: field.clone(),
+            text: text.clone(),
+            first_revision: event.revision,
+            ends: vec![text.len()],
+        })
     }
 
-    fn event(&self, text: String) -> TimelineEvent {
+    /// The text of the chunks from revision `from` on (`first_revision <= from <= last`).
+    pub(crate) fn text_from(&self, from: u64) -> &str {
+        let skip = usize::try_from(from.saturating_sub(self.first_revision)).unwrap_or(usize::MAX);
+        let start = match skip {
+            0 => 0,
+            n => self.ends.get(n - 1).copied().unwrap_or(self.text.len()),
+        };
+        self.text.get(start..).unwrap_or_default()
+    }
+
+    /// The event of the text after revision `seen` (`first_revision <= seen < last`).
+    pub(crate) fn after(&self, seen: u64) -> TimelineEvent {
+        self.event(self.text_from(seen + 1).to_string())
+    }
+
+    /// The `append` of `text` to this item, at revision `revision`.
+    pub(crate) fn event_at(&self, revision: u64, text: String) -> TimelineEvent {
         TimelineEvent {
             agent_id: self.agent_id,
-            revision: self.last_revision(),
+            revision,
             update: TimelineUpdate::Append {
                 seq: self.seq,
                 field: self.field.clone(),
                 text,
             },
         }
+    }
+
+    fn event(&self, text: String) -> TimelineEvent {
+        self.event_at(self.last_revision(), text)
     }
 }
 

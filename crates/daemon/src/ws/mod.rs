@@ -9,6 +9,7 @@
 
 mod coalesce;
 mod jobs;
+mod join;
 mod requests;
 mod snapshot;
 mod subscriptions;
@@ -56,8 +57,10 @@ pub(crate) struct Outgoing {
     agent: Option<AgentId>,
     revision: u64,
     text: Utf8Bytes,
-    /// Set for an `append` that joined several chunks (see `coalesce`).
+    /// Set for every `append`: its chunks (several if the hub joined them, see `coalesce`).
     joined: Option<Arc<Joined>>,
+    /// Set for an `agent_status`: the agent it announces.
+    status_of: Option<AgentId>,
 }
 
 impl Outgoing {
@@ -85,16 +88,20 @@ pub(crate) struct Hub {
     agents: AgentCache,
     /// Clients, bytes, drops and resyncs, for `/metrics`.
     pub(crate) metrics: ClientMetrics,
+    /// Sessions that are behind join what waits for them (see `join`).
+    join: bool,
 }
 
 impl Hub {
     /// `window`: how long an agent's streamed text is joined before it goes out (zero: never).
-    pub(crate) fn start(ops: &Ops, window: Duration, metrics: ClientMetrics) -> Hub {
+    /// `join`: whether a session that is behind joins what waits for it.
+    pub(crate) fn start(ops: &Ops, window: Duration, join: bool, metrics: ClientMetrics) -> Hub {
         let (tx, _) = broadcast::channel(HUB_CAPACITY);
         let hub = Hub {
             tx,
             agents: AgentCache::default(),
             metrics,
+            join,
         };
         let mut changes = ops.subscribe_changes();
         let mut timelines = ops.subscribe_timelines();
@@ -214,6 +221,7 @@ impl Hub {
                             job: wire::job_info(&event.record),
                         }),
                         joined: None,
+                        status_of: None,
                     },
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         dropped.inc_by(n);
@@ -238,6 +246,7 @@ fn resync(reason: String) -> Outgoing {
         revision: 0,
         text: encode(&DaemonMessage::ResyncRequired { reason }),
         joined: None,
+        status_of: None,
     }
 }
 
@@ -253,6 +262,7 @@ fn agent_status(agent: &drover_core::Agent, ops: &Ops, cache: &AgentCache) -> Ou
             r#"{{"type":"agent_status","payload":{{"agent":{info}}}}}"#
         )),
         joined: None,
+        status_of: Some(agent.id),
     }
 }
 
@@ -265,6 +275,7 @@ fn schedule_message(event: &crate::schedules::ScheduleEvent) -> Outgoing {
             schedule: event.schedule.as_ref().map(wire::schedule),
         }),
         joined: None,
+        status_of: None,
     }
 }
 
@@ -292,6 +303,7 @@ fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgo
         revision: 0,
         text: encode(&message),
         joined: None,
+        status_of: None,
     }
 }
 
@@ -301,14 +313,18 @@ fn update_message(event: &TimelineEvent) -> Outgoing {
         revision: event.revision,
         text: encode(&DaemonMessage::AgentUpdate(wire::update(event))),
         joined: None,
+        status_of: None,
     }
 }
 
 fn ready_message(ready: Ready) -> Outgoing {
-    let mut outgoing = update_message(&ready.event());
-    if let Ready::Joined(joined) = ready {
-        outgoing.joined = Some(joined);
-    }
+    let event = ready.event();
+    let mut outgoing = update_message(&event);
+    outgoing.joined = match ready {
+        Ready::Joined(joined) => Some(joined),
+        // A session that is behind may join it with the next ones (see `join`).
+        Ready::One(_) => Joined::single(&event).map(Arc::new),
+    };
     outgoing
 }
 
@@ -524,7 +540,7 @@ impl Session {
             return send(socket, self.sent(), encode(&error)).await;
         }
         if let Some(answer) = self.answer_here(&message) {
-            return send(socket, self.sent(), encode(&answer)).await;
+            return send(socket, self.sent(), answer).await;
         }
         let held = match &message {
             ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
@@ -551,17 +567,26 @@ impl Session {
     }
 
     /// Answers the requests the session answers itself, in order with its pushes
-    /// (`follow_job`, `unfollow_job`: see `jobs::Follows`) or about itself (`watching`);
-    /// `None` for any other.
-    fn answer_here(&mut self, message: &ClientMessage) -> Option<DaemonMessage> {
+    /// (`follow_job`, `unfollow_job`: see `jobs::Follows`), about itself (`watching`) or from
+    /// the hub's cache (`list_agents`); `None` for any other.
+    fn answer_here(&mut self, message: &ClientMessage) -> Option<Utf8Bytes> {
         match message {
             ClientMessage::Watching {
                 request_id,
                 agent_id,
-            } => Some(self.watching(request_id.clone(), agent_id.clone())),
-            ClientMessage::FollowJob { .. } | ClientMessage::UnfollowJob { .. } => {
-                Some(self.follows.request(message.clone(), &self.context.ops))
-            }
+            } => Some(encode(&self.watching(request_id.clone(), agent_id.clone()))),
+            ClientMessage::FollowJob { .. } | ClientMessage::UnfollowJob { .. } => Some(encode(
+                &self.follows.request(message.clone(), &self.context.ops),
+            )),
+            // The encodings `session_state` is made of: no agent is encoded again.
+            ClientMessage::ListAgents {
+                request_id,
+                include_archived,
+            } => Some(self.context.hub.agents.agents_message(
+                &self.context.ops,
+                request_id.clone(),
+                *include_archived,
+            )),
             _ => None,
         }
     }
@@ -680,28 +705,34 @@ impl Session {
         send_all(socket, self.sent(), texts).await
     }
 
-    /// Writes this event and every other one already waiting (up to `WRITE_BATCH`), then
-    /// flushes once.
+    /// Writes this event and every other one already waiting (up to `WRITE_BATCH`), joined
+    /// when there are several (see `join`), then flushes once.
     async fn on_event(
         &mut self,
         socket: &mut WebSocket,
         event: Result<Arc<Outgoing>, broadcast::error::RecvError>,
     ) -> Next {
-        let mut texts = Vec::new();
+        let mut queued = Vec::new();
         let mut next = Some(event);
         let mut taken = 0;
         while let Some(event) = next.take() {
             match event {
                 Ok(event) => match self.subscriptions.route(&event) {
-                    Route::Send(text) => texts.push(text),
+                    Route::Send(text) => {
+                        let kind = self.join_kind(&event);
+                        queued.push(join::Queued { text, kind });
+                    }
                     Route::Skip => {}
                     Route::Overflow => {
                         self.context.hub.metrics.resyncs.inc();
                         self.subscriptions.reset();
-                        texts.push(encode(&DaemonMessage::ResyncRequired {
-                            reason: "this session fell behind while initializing an agent"
-                                .to_string(),
-                        }));
+                        queued.push(join::Queued {
+                            text: encode(&DaemonMessage::ResyncRequired {
+                                reason: "this session fell behind while initializing an agent"
+                                    .to_string(),
+                            }),
+                            kind: join::Kind::Barrier,
+                        });
                     }
                 },
                 Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -709,9 +740,12 @@ impl Session {
                     self.context.hub.metrics.dropped_events.inc_by(n);
                     self.context.hub.metrics.resyncs.inc();
                     self.subscriptions.reset();
-                    texts.push(encode(&DaemonMessage::ResyncRequired {
-                        reason: format!("this session fell {n} events behind"),
-                    }));
+                    queued.push(join::Queued {
+                        text: encode(&DaemonMessage::ResyncRequired {
+                            reason: format!("this session fell {n} events behind"),
+                        }),
+                        kind: join::Kind::Barrier,
+                    });
                 }
                 Err(broadcast::error::RecvError::Closed) => return Next::Close,
             }
@@ -730,10 +764,34 @@ impl Session {
                 }
             };
         }
-        if texts.is_empty() {
+        if queued.is_empty() {
             return Next::Continue;
         }
+        let texts = if self.context.hub.join {
+            join::join(queued)
+        } else {
+            queued.into_iter().map(|q| q.text).collect()
+        };
         send_all(socket, self.sent(), texts).await
+    }
+
+    /// What joining needs to know of an event this session is sent.
+    fn join_kind(&self, event: &Outgoing) -> join::Kind {
+        match (event.agent, &event.joined, event.status_of) {
+            (Some(agent), Some(joined), _) => join::Kind::Append {
+                joined: joined.clone(),
+                // The session is sent the chunks after what its snapshot holds.
+                from: self
+                    .subscriptions
+                    .seen(agent)
+                    .map_or(joined.first_revision, |seen| {
+                        joined.first_revision.max(seen + 1)
+                    }),
+            },
+            (Some(agent), None, _) => join::Kind::Update(agent),
+            (None, _, Some(agent)) => join::Kind::Status(agent),
+            (None, _, None) => join::Kind::Other,
+        }
     }
 }
 

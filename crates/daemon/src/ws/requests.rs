@@ -196,6 +196,8 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
                 .map(wire::provider)
                 .collect(),
         }),
+        // A session answers it from the hub's cache (`Session::answer_here`); this is the
+        // same answer encoded afresh.
         M::ListAgents {
             request_id,
             include_archived,

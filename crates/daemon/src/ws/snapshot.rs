@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::extract::ws::Utf8Bytes;
 use drover_acp::LiveSession;
 use drover_core::{Agent, AgentId};
+use drover_protocol::DaemonMessage;
 
 use crate::ops::Ops;
 use crate::ops::agents::AgentScope;
@@ -63,6 +64,43 @@ impl AgentCache {
         // `list_workspaces` existed).
         let workspaces =
             serde_json::to_string(&super::requests::workspace_infos(ops, true)).unwrap_or_default();
+        let mut out = String::new();
+        out.push_str(r#"{"type":"session_state","payload":{"agents":"#);
+        self.push_agents(ops, include_archived, &mut out, workspaces.len() + 64);
+        out.push_str(r#","workspaces":"#);
+        out.push_str(&workspaces);
+        out.push_str("}}");
+        Utf8Bytes::from(out)
+    }
+
+    /// The answer to `list_agents`: the same encodings as `session_state`'s.
+    pub(crate) fn agents_message(
+        &self,
+        ops: &Ops,
+        request_id: Option<String>,
+        include_archived: bool,
+    ) -> Utf8Bytes {
+        // The message with no agents, then the agents in its place: whatever else it says
+        // (the request id) is encoded by its own type.
+        let empty = serde_json::to_string(&DaemonMessage::Agents {
+            request_id,
+            agents: Vec::new(),
+        })
+        .unwrap_or_default();
+        let Some(at) = empty.find(r#""agents":[]"#) else {
+            return Utf8Bytes::from(empty);
+        };
+        let at = at + r#""agents":"#.len();
+        let mut out = String::new();
+        out.push_str(&empty[..at]);
+        self.push_agents(ops, include_archived, &mut out, empty.len());
+        out.push_str(&empty[at + 2..]);
+        Utf8Bytes::from(out)
+    }
+
+    /// Appends the JSON array of every agent (archived ones if asked) to `out`, reserving
+    /// `more` bytes beyond it.
+    fn push_agents(&self, ops: &Ops, include_archived: bool, out: &mut String, more: usize) {
         let stale: Vec<AgentId> = self
             .lock()
             .iter()
@@ -76,8 +114,10 @@ impl AgentCache {
         }
         let entries = self.lock();
         let agents: usize = entries.values().map(|c| c.json.len() + 1).sum();
-        let mut out = String::with_capacity(agents + workspaces.len() + 64);
-        out.push_str(r#"{"type":"session_state","payload":{"agents":["#);
+        // One allocation of the final size: a growing buffer would leave freed copies of
+        // every size it passed through.
+        out.reserve_exact(agents + more + 2);
+        out.push('[');
         let mut first = true;
         for cached in entries.values().filter(|c| include_archived || !c.archived) {
             if !first {
@@ -87,10 +127,7 @@ impl AgentCache {
             out.push_str(&cached.json);
         }
         drop(entries);
-        out.push_str(r#"],"workspaces":"#);
-        out.push_str(&workspaces);
-        out.push_str("}}");
-        Utf8Bytes::from(out)
+        out.push(']');
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<AgentId, Cached>> {

@@ -95,6 +95,11 @@ impl Subscriptions {
             .collect()
     }
 
+    /// The revision `agent`'s last `agent_initialized` covered, if this session has one.
+    pub(super) fn seen(&self, agent: AgentId) -> Option<u64> {
+        self.initialized.get(&agent).copied()
+    }
+
     /// The session fell behind: every subscription ends; the client re-initializes.
     pub(super) fn reset(&mut self) {
         self.initialized.clear();
@@ -114,6 +119,7 @@ mod tests {
             revision,
             text: Utf8Bytes::from(format!("r{revision}")),
             joined: None,
+            status_of: None,
         })
     }
 
@@ -152,6 +158,7 @@ mod tests {
             revision: 0,
             text: Utf8Bytes::from_static("s"),
             joined: None,
+            status_of: None,
         });
         assert!(matches!(subs.route(&status), Route::Send(_)));
     }
@@ -173,6 +180,7 @@ mod tests {
             revision: 7,
             text: Utf8Bytes::from_static("all of it"),
             joined: Some(joined),
+            status_of: None,
         });
         let mut subs = Subscriptions::default();
         assert!(subs.begin(agent));

@@ -257,3 +257,141 @@ async fn session_state_from_cached_encodings_is_what_list_agents_says() {
     }
     daemon.stop().await;
 }
+
+/// A client reading over a small receive buffer (so the daemon's writes to it block soon):
+/// says `hello`, initializes `id`, then reads nothing until `go`, then one message per
+/// millisecond until the turn ends. Returns the turn's `agent_message` text as it rebuilt it,
+/// how many `agent_update`s of the agent it read, and how many `resync_required`.
+async fn slow_reader(
+    url: String,
+    token: Option<String>,
+    id: String,
+    ready: tokio::sync::oneshot::Sender<()>,
+    go: tokio::sync::oneshot::Receiver<()>,
+) -> (String, usize, usize) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let addr = url
+        .trim_start_matches("ws://")
+        .trim_end_matches("/ws")
+        .parse()
+        .expect("addr");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let stream = socket.connect(addr).await.expect("connect");
+    let (mut ws, _) = tokio_tungstenite::client_async(url.as_str(), stream)
+        .await
+        .expect("WebSocket handshake");
+    let send = async |ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+                      v: Value| {
+        ws.send(Message::Text(v.to_string().into()))
+            .await
+            .expect("send");
+    };
+    let recv = async |ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>| {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(30), ws.next())
+            .await
+            .expect("a message within 30 s")
+            .expect("the connection open")
+            .expect("a frame");
+        match frame {
+            Message::Text(text) => serde_json::from_str::<Value>(&text).expect("JSON"),
+            _ => Value::Null,
+        }
+    };
+    send(
+        &mut ws,
+        json!({"type": "hello", "client": "slow", "protocolVersion": 1, "token": token}),
+    )
+    .await;
+    send(
+        &mut ws,
+        json!({"type": "initialize_agent_request", "agentId": id, "requestId": "init"}),
+    )
+    .await;
+    while recv(&mut ws).await["type"] != "agent_initialized" {}
+    ready.send(()).expect("the test waits");
+    go.await.expect("the test says when");
+    let (mut text, mut updates, mut resyncs) = (String::new(), 0, 0);
+    let mut message_seq = None;
+    loop {
+        let m = recv(&mut ws).await;
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        if m["type"] == "resync_required" {
+            resyncs += 1;
+            continue;
+        }
+        if m["type"] != "agent_update" || m["payload"]["agentId"] != id.as_str() {
+            continue;
+        }
+        updates += 1;
+        let n = &m["payload"]["notification"];
+        match n["op"].as_str() {
+            Some("item") if n["item"]["kind"] == "agent_message" => {
+                message_seq = n["item"]["seq"].as_u64();
+                text.push_str(n["item"]["data"]["text"].as_str().expect("text"));
+            }
+            Some("item") if n["item"]["kind"] == "turn_ended" => break,
+            Some("append") if n["seq"].as_u64() == message_seq && message_seq.is_some() => {
+                assert_eq!(n["field"], "text", "{n}");
+                text.push_str(n["text"].as_str().expect("text"));
+            }
+            _ => {}
+        }
+    }
+    (text, updates, resyncs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_gets_all_the_text_in_order_in_fewer_messages() {
+    // Fewer than the 4096 events a session may fall behind, more than the kernel buffers of
+    // its socket hold (64 KiB asked for the send buffer, 4 KiB the receive one).
+    const CHUNKS: usize = 3500;
+    // No window: every chunk is its own `append` for a client that keeps up.
+    let daemon = TestDaemon::start_windowless().await;
+    let (mut client, _) = daemon.client().await;
+    let id = initialized_agent(&daemon, &mut client).await;
+    let (ready, slow_ready) = tokio::sync::oneshot::channel();
+    let (go, slow_go) = tokio::sync::oneshot::channel();
+    // It reads nothing while the agent streams, then one message a millisecond: what waits
+    // for it in the daemon meanwhile is joined.
+    let slow = tokio::spawn(slow_reader(
+        daemon.ws_url.clone(),
+        daemon.token(),
+        id.clone(),
+        ready,
+        slow_go,
+    ));
+    slow_ready
+        .await
+        .expect("the slow client initialized the agent");
+    let (first, appends) = follow_message(&mut client, &id, &format!("stream {CHUNKS} 1")).await;
+    let fast = first + &appends.iter().map(|(t, _)| t.as_str()).collect::<String>();
+    assert_eq!(fast, stream_text(CHUNKS), "the fast client's text");
+    go.send(()).expect("the slow client waits");
+    let (slow_text, slow_updates, resyncs) = slow.await.expect("the slow client");
+    eprintln!(
+        "{CHUNKS} chunks: {} appends to the fast client, {slow_updates} updates to the slow one",
+        appends.len()
+    );
+    assert_eq!(resyncs, 0, "the slow client was told to resync");
+    assert_eq!(
+        slow_text,
+        stream_text(CHUNKS),
+        "the slow client rebuilt the text exactly, in order"
+    );
+    // The fast client got about one `append` per chunk.
+    assert!(
+        appends.len() * 2 >= CHUNKS,
+        "{} appends for {CHUNKS} chunks to a client that keeps up",
+        appends.len()
+    );
+    // What the kernel buffered reaches it as it was written (at most 128 KiB, some 800
+    // updates); what waited in the daemon, joined.
+    assert!(
+        slow_updates * 2 <= appends.len(),
+        "the slow client read {slow_updates} updates, the fast one {}: nothing was joined",
+        appends.len()
+    );
+    daemon.stop().await;
+}
