@@ -10,9 +10,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use hmac::{Hmac, KeyInit, Mac};
 use jiff::Timestamp;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -417,23 +418,12 @@ fn ntfy_message(topic: &str, notice: &Notice) -> serde_json::Value {
 
 /// HMAC-SHA256 (RFC 2104) of `message` under `key`.
 pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut padded = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        padded[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        padded[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(padded.map(|b| b ^ 0x36));
-    inner.update(message);
-    let inner = inner.finalize();
-    let mut outer = Sha256::new();
-    outer.update(padded.map(|b| b ^ 0x5c));
-    outer.update(inner);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&outer.finalize());
-    out
+    // Any key length is valid for HMAC: `new_from_slice` cannot fail here.
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+        return [0; 32];
+    };
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
