@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -242,7 +243,8 @@ impl AgentCommand {
     fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
         command.args(&self.args).env_clear().envs(&self.env);
-        if let Some(home) = self.env.get("HOME") {
+        // In the user's home where there is one (else where the CLI runs).
+        if let Some(home) = self.env.get("HOME").filter(|h| Path::new(h).is_dir()) {
             command.current_dir(home);
         }
         command
@@ -269,8 +271,10 @@ impl AgentCommand {
 
     /// Starts the agent speaking ACP on pipes (stderr is the user's).
     fn start(&self) -> anyhow::Result<Acp> {
-        let mut child = self
-            .command()
+        let mut command = self.command();
+        // A group of its own, so what an npm launcher starts ends with it (see `Drop`).
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -375,7 +379,10 @@ impl Acp {
 }
 
 impl Drop for Acp {
+    /// Ends the agent's whole process group: a launcher's native agent too, not only the
+    /// launcher.
     fn drop(&mut self) {
+        drover_core::child::signal_group(self.child.id(), Some(nix::sys::signal::Signal::SIGKILL));
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

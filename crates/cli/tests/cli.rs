@@ -746,6 +746,41 @@ fn a_usage_limit_shows_in_ls_inspect_and_send_and_retry_sends_the_prompt_now() {
 }
 
 #[test]
+fn login_with_the_agents_own_method_runs_it_here_and_leaves_no_process() {
+    let fx = Fixture::new();
+    // The scripted agent asking for a sign-in, as codex-acp does; its own method signs in.
+    let config = fx.home().join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let locked = text
+        .split("\n[providers.broken]")
+        .next()
+        .unwrap_or_default()
+        .replace("[providers.scripted]", "[providers.locked]")
+        .replace(
+            " }",
+            ", SCRIPTED_AGENT_AUTH = \"1\", DROVER_LOGIN_PROBE = \"cli-login\" }",
+        );
+    std::fs::write(&config, format!("{text}\n{locked}")).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let out = fx.drover(&["login", "locked", "--method", "scripted-login"]);
+    assert_eq!(out.code, 0, "{}", out.transcript());
+    // The agent it ran here is gone, with its process group.
+    let deadline = Instant::now() + WAIT;
+    let left = loop {
+        let left: Vec<i32> = drover_testkit::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_LOGIN_PROBE", "cli-login"))
+            .map(|p| p.pid)
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[test]
 fn inspect_says_what_keeps_an_idle_runtime_live() {
     let fx = Fixture::start();
     let id = fx.spawn_agent(&["--title", "server"], "say starting\nspawn-tool");

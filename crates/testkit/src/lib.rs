@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use drover_fakes::procs;
+pub use drover_fakes::procs;
 
 use drover_core::{
     ActivityFamily, ActivityItem, Agent, AgentId, BoxFuture, CancelCause, RuntimeControl,
