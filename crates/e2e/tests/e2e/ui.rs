@@ -317,6 +317,40 @@ async fn the_page_and_its_files_are_served_with_strict_headers() {
 
 // ---- the new requests ---------------------------------------------------------------------
 
+/// The page's JavaScript (and the tests' driver) passes eslint with the rules in
+/// scripts/ui-tests/eslint.config.js.
+#[test]
+fn the_pages_javascript_passes_eslint() {
+    let tools = node_modules();
+    let config = tools
+        .parent()
+        .expect("the tools' directory")
+        .join("eslint.config.js");
+    let assets = repo().join("crates/daemon/src/ui/assets");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&assets)
+        .expect("the assets")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "js"))
+        .collect();
+    assert!(files.len() >= 5, "{files:?}");
+    files.push(repo().join("crates/e2e/ui/driver.mjs"));
+    let out = std::process::Command::new("node")
+        .arg(tools.join("eslint/bin/eslint.js"))
+        .arg("--max-warnings=0")
+        .arg("-c")
+        .arg(&config)
+        .args(&files)
+        .current_dir(repo())
+        .output()
+        .expect("node runs (Node.js is installed by scripts/test)");
+    assert!(
+        out.status.success(),
+        "eslint:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test]
 async fn set_title_renames_an_agent_for_every_client() {
     let daemon = TestDaemon::start().await;
