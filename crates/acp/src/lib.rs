@@ -993,10 +993,18 @@ impl RuntimeManager {
             })
             .map(|a| a.id)
             .collect();
-        for agent in &waiting {
-            self.restart(*agent).await?;
+        // The sign-in is kept: one agent that cannot start again (archived meanwhile, say)
+        // keeps none of the others waiting.
+        let mut started = Vec::with_capacity(waiting.len());
+        for agent in waiting {
+            match self.restart(agent).await {
+                Ok(()) => started.push(agent),
+                Err(e) => {
+                    tracing::warn!(%agent, error = %e, "not started again after the sign-in");
+                }
+            }
         }
-        Ok(waiting)
+        Ok(started)
     }
 
     /// How many agents have a task (a live or starting runtime, or queued work).
