@@ -16,6 +16,7 @@
 
 mod actor;
 pub mod auth;
+pub mod handshake;
 pub mod jobs;
 mod limits;
 mod listing;

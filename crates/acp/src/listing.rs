@@ -9,11 +9,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::auth;
 use crate::process::{self, AgentProcess, StderrTail};
 use crate::providers::{Availability, Provider};
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
 use crate::{AcpError, CLOSE_GRACE, RuntimeManager};
+use crate::{auth, handshake};
 
 /// How long one answer (`initialize`, `authenticate`, a page) may take.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -22,7 +22,6 @@ const MAX_PAGES: usize = 100;
 /// Sessions kept at most: the list goes whole into one answer.
 const MAX_SESSIONS: usize = 10_000;
 /// The ACP version drover speaks.
-const PROTOCOL_VERSION: u64 = 1;
 /// JSON-RPC: method not found, what the agent's own requests get.
 const METHOD_NOT_FOUND: i64 = -32601;
 
@@ -123,22 +122,16 @@ async fn list(
     let init = ask(
         rpc,
         "initialize",
-        json!({
-            "protocolVersion": PROTOCOL_VERSION,
-            "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
-            "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
-        }),
+        // A listing answers no client method.
+        handshake::initialize_params(
+            &json!({"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false}),
+        ),
     )
     .await
     .map_err(|e| Failure::Agent(e.to_string()))?;
-    let version = init
-        .get("protocolVersion")
-        .and_then(Value::as_u64)
-        .unwrap_or(PROTOCOL_VERSION);
-    if version != PROTOCOL_VERSION {
-        return Err(Failure::Agent(format!(
-            "the agent speaks ACP version {version} and drover speaks version 1"
-        )));
+    let version = handshake::answered_version(&init);
+    if version != handshake::PROTOCOL_VERSION {
+        return Err(Failure::Agent(handshake::version_mismatch(version)));
     }
     if init
         .pointer("/agentCapabilities/sessionCapabilities/list")

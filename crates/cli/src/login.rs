@@ -300,8 +300,8 @@ impl AgentCommand {
         };
         acp.request(
             "initialize",
-            &json!({"protocolVersion": 1, "clientCapabilities": {"auth": {"terminal": true}},
-                   "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}}),
+            // Here only a terminal sign-in is served (it runs in this terminal).
+            &drover_acp::handshake::initialize_params(&json!({"auth": {"terminal": true}})),
             INITIALIZE_TIMEOUT,
         )?;
         Ok(acp)

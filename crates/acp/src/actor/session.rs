@@ -23,7 +23,7 @@ use crate::providers::{Availability, Provider};
 use crate::records;
 use crate::rpc::{self, Incoming, RpcClient, RpcError};
 use crate::slots::SlotGuard;
-use crate::{AcpError, Advertised, CLOSE_GRACE, LiveSession};
+use crate::{AcpError, Advertised, CLOSE_GRACE, LiveSession, handshake};
 use drover_protocol::{ConfigOptionInfo, ConfigValueInfo};
 
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -33,24 +33,9 @@ const SETTING_TIMEOUT: Duration = Duration::from_secs(30);
 const AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a stopping runtime waits for its `session/close` answer before it ends the process.
 const CLOSE_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
-/// The ACP version drover speaks.
-const PROTOCOL_VERSION: u64 = 1;
-
 /// The parameters of drover's `initialize` (an agent's, or a warm spare's: the same).
 pub(crate) fn initialize_params() -> Value {
-    json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "clientCapabilities": {
-            "fs": {"readTextFile": false, "writeTextFile": false},
-            // `actor/terminals.rs` answers the terminal methods, on jobs.
-            "terminal": true,
-            // `drover login` runs a terminal sign-in in the user's terminal.
-            "auth": {"terminal": true},
-            // `actor/own_subagents.rs` keeps the child sessions it announces.
-            "subagents": {}
-        },
-        "clientInfo": {"name": "drover", "version": env!("CARGO_PKG_VERSION")}
-    })
+    handshake::initialize_params(&handshake::runtime_capabilities())
 }
 
 /// Why an agent's runtime did not start.
@@ -588,17 +573,14 @@ impl Actor {
     /// What the agent's answer to `initialize` says it can do (and is kept for clients).
     fn accept_init(&mut self, init: &Value) -> Result<Capabilities, LaunchError> {
         // The agent answers with the version it chose: ours, or one we cannot speak.
-        let version = init
-            .get("protocolVersion")
-            .and_then(Value::as_u64)
-            .unwrap_or(PROTOCOL_VERSION);
+        let version = handshake::answered_version(init);
         let advertised = advertised(init, version);
         self.shared
             .advertised
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(self.id, advertised);
-        if version != PROTOCOL_VERSION {
+        if version != handshake::PROTOCOL_VERSION {
             return Err(LaunchError::UnsupportedVersion(version));
         }
         let flag = |pointer: &str| init.pointer(pointer).and_then(Value::as_bool);
