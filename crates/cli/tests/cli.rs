@@ -2269,3 +2269,36 @@ fn notify_attach_counts_as_watching_and_notify_status_and_test_report_the_sinks(
         unknown.transcript()
     );
 }
+
+#[test]
+fn a_spent_budget_refuses_send_until_drover_budget_raises_it() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--budget-tokens", "1500"], "usage\nusage");
+    fx.drover(&["wait", &id]).ok();
+    let deadline = Instant::now() + WAIT;
+    while fx.info(&id)["treeSpend"]["tokens"] != 2000 {
+        assert!(Instant::now() < deadline, "{}", fx.info(&id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let inspect = fx.drover(&["inspect", &id]).ok().stdout;
+    assert!(
+        inspect.contains("budget        1500 tokens (for it and its subagents)"),
+        "{inspect}"
+    );
+    let out = fx.drover(&["send", &id, "say more"]);
+    assert_eq!(out.code, 5, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("budget") && out.stderr.contains("2000 of 1500 tokens"),
+        "{}",
+        out.transcript()
+    );
+    let out = fx.drover(&["budget", &id, "--tokens", "10000"]).ok();
+    assert!(
+        out.stdout.ends_with(": budget 10000 tokens\n"),
+        "{}",
+        out.transcript()
+    );
+    fx.drover(&["send", &id, "say more"]).ok();
+    fx.drover(&["wait", &id]).ok();
+    assert_eq!(fx.info(&id)["budget"]["tokens"], 10000);
+}

@@ -440,6 +440,32 @@ impl Registry {
         .await
     }
 
+    /// Sets (or, with `None`, clears) the budget of `id` and its subtree.
+    pub async fn set_budget(
+        &self,
+        id: AgentId,
+        budget: Option<crate::Budget>,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            a.budget = budget;
+            Ok(())
+        })
+        .await
+    }
+
+    /// What each agent of `id`'s tree (itself first) spent.
+    pub fn spend_by_agent(&self, id: AgentId) -> Vec<(AgentId, crate::Spend)> {
+        let state = read(&self.inner.state);
+        let Some(root) = state.agents.get(id) else {
+            return Vec::new();
+        };
+        let below = crate::view::descendants(&state.agents, id);
+        std::iter::once(root)
+            .chain(below.iter().filter_map(|d| state.agents.get(*d)))
+            .map(|a| (a.id, a.spend.clone()))
+            .collect()
+    }
+
     /// What `id` and every agent below it spent (`None`: no such agent).
     pub fn tree_spend(&self, id: AgentId) -> Option<crate::TreeSpend> {
         let state = read(&self.inner.state);
@@ -803,6 +829,7 @@ impl Inner {
             start_failure: None,
             limited: None,
             spend: crate::Spend::default(),
+            budget: None,
             unknown: serde_json::Map::new(),
         };
         if let Err(e) = self.record_new_agent(registered.then_some(workspace), &agent) {

@@ -79,6 +79,8 @@ pub(crate) struct CreateAgent {
     pub(crate) on_interrupt: Option<OnInterrupt>,
     /// Default: the calling agent's own, else none (its provider's policy).
     pub(crate) on_limit: Option<OnLimit>,
+    /// A budget for the new agent and its subtree.
+    pub(crate) budget: Option<drover_core::Budget>,
 }
 
 /// A new agent, and the worktree made for it if one was.
@@ -120,6 +122,10 @@ impl Ops {
             Caller::Agent(id) => Some(self.agent(id)?),
             Caller::User => None,
         };
+        // An agent whose tree spent its budget makes no new agent, subagent or not.
+        if let Some(me) = &me {
+            self.check_budget(me.id)?;
+        }
         let provider = request
             .provider
             .or_else(|| me.as_ref().map(|m| m.provider.clone()))
@@ -153,7 +159,12 @@ impl Ops {
         };
         if let Some(parent) = new.parent {
             self.controlled(caller, parent)?;
+            self.check_budget(parent)?;
         }
+        let budget = request
+            .budget
+            .map(super::budgets::valid_budget)
+            .transpose()?;
         self.runtimes.prepare(&mut new)?;
         let my_cwd = me.as_ref().map(|m| m.cwd.clone());
         let (agent, worktree) = match request.placement {
@@ -190,6 +201,10 @@ impl Ops {
                 new.workspace_id = workspace;
                 (self.registry.create_agent(new).await?, None)
             }
+        };
+        let agent = match budget {
+            Some(budget) => self.registry.set_budget(agent.id, Some(budget)).await?,
+            None => agent,
         };
         self.runtimes
             .start_new(&agent, request.prompt, caller.source(), request.notify)
