@@ -2271,24 +2271,40 @@ fn notify_attach_counts_as_watching_and_notify_status_and_test_report_the_sinks(
 }
 
 #[test]
-fn a_spent_budget_refuses_send_until_drover_budget_raises_it() {
+fn a_spent_budget_warns_then_refuses_send_until_drover_budget_raises_it() {
     let fx = Fixture::start();
-    let id = fx.spawn_agent(&["--budget-tokens", "1500"], "usage\nusage");
+    let until = |what: &str, done: &dyn Fn(&Value) -> bool| {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let info = fx.info("frugal");
+            if done(&info) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {info}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // 2000 tokens of 2400: past 80 %, a warning.
+    let id = fx.spawn_agent(
+        &["--title", "frugal", "--budget-tokens", "2400"],
+        "usage\nusage",
+    );
     fx.drover(&["wait", &id]).ok();
-    let deadline = Instant::now() + WAIT;
-    while fx.info(&id)["treeSpend"]["tokens"] != 2000 {
-        assert!(Instant::now() < deadline, "{}", fx.info(&id));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until("2000 spent", &|i| i["treeSpend"]["tokens"] == 2000);
+    until("warned", &|i| i["attentionReason"] == "budget_warning");
     let inspect = fx.drover(&["inspect", &id]).ok().stdout;
     assert!(
-        inspect.contains("budget        1500 tokens (for it and its subagents)"),
+        inspect.contains("budget        2400 tokens (for it and its subagents)"),
         "{inspect}"
     );
+    // Under the budget a send is accepted; its turn takes the tree past it.
+    fx.drover(&["send", &id, "usage"]).ok();
+    fx.drover(&["wait", &id]).ok();
+    until("3000 spent", &|i| i["treeSpend"]["tokens"] == 3000);
     let out = fx.drover(&["send", &id, "say more"]);
     assert_eq!(out.code, 5, "{}", out.transcript());
     assert!(
-        out.stderr.contains("budget") && out.stderr.contains("2000 of 1500 tokens"),
+        out.stderr.contains("3000 of 2400 tokens"),
         "{}",
         out.transcript()
     );

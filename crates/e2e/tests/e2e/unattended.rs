@@ -552,6 +552,10 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
     for agent in [&grandchild, &child, &root] {
         client.wait_idle(agent).await;
     }
+    // The budgeted root was warned when the tree went past 80 %, and its later turns' ends
+    // keep the warning.
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(info["attentionReason"], "budget_warning", "{info}");
 
     // A send to the root is refused, with what each agent spent.
     let answer = client
