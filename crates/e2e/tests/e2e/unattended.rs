@@ -618,3 +618,56 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
     assert_eq!(info["budget"], json!({"tokens": 5000}), "{info}");
     daemon.stop().await;
 }
+
+// Over MCP: an agent gives the subagent it creates a budget, and once the subagent spent it,
+// the agent's `send_prompt` to it is refused with `budget_exhausted` and the spend by agent.
+#[tokio::test]
+async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    let lead = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "prompt": r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current"}, "prompt": "usage", "budget": {"tokens": 500}}"#}))
+        .await;
+    client.wait_idle(&lead).await;
+    let said_lead = said(&mut client, &lead).await;
+    let sub = said_lead
+        .split("\"agentId\": \"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("the subagent's id: {said_lead}"));
+    client.wait_idle(&sub).await;
+    let info = eventually("the subagent's spend", WAIT, async || {
+        let info = get_agent(&mut client, &sub).await;
+        (spent(&info["spend"]).0 == Some(1000)).then_some(info)
+    })
+    .await;
+    assert_eq!(info["budget"], json!({"tokens": 500}), "{info}");
+    client.wait_idle(&lead).await;
+
+    let call = format!(r#"mcp send_prompt {{"agentId": "{sub}", "prompt": "say hi"}}"#);
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": lead, "text": call}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.wait_idle(&lead).await;
+    let said_lead = said(&mut client, &lead).await;
+    let error = said_lead
+        .split("mcp send_prompt error")
+        .nth(1)
+        .unwrap_or_else(|| panic!("refused: {said_lead}"));
+    assert!(error.contains("code: budget_exhausted"), "{error}");
+    assert!(
+        error.contains(&format!("\"agentId\":\"{sub}\"")) && error.contains("\"tokens\":1000"),
+        "the spend by agent: {error}"
+    );
+    assert!(!said(&mut client, &sub).await.contains("hi"));
+    daemon.stop().await;
+}
