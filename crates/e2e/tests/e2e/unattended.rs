@@ -641,8 +641,7 @@ async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
         .split("\"agentId\": \"")
         .nth(1)
         .and_then(|s| s.split('"').next())
-        .map(str::to_string)
-        .unwrap_or_else(|| panic!("the subagent's id: {said_lead}"));
+        .map_or_else(|| panic!("the subagent's id: {said_lead}"), str::to_string);
     client.wait_idle(&sub).await;
     let info = eventually("the subagent's spend", WAIT, async || {
         let info = get_agent(&mut client, &sub).await;
