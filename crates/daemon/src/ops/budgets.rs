@@ -20,7 +20,7 @@ impl Ops {
             let Some(tree) = self.registry.tree_spend(at) else {
                 continue;
             };
-            if reached(&budget, tree.spend.tokens, tree.spend.cost, 1.0) {
+            if reached(&budget, tree.spend.tokens, tree.spend.cost) {
                 return Err(OpError::BudgetExhausted(Box::new(
                     self.exhausted(at, budget),
                 )));
@@ -86,17 +86,16 @@ pub(crate) fn valid_budget(budget: Budget) -> Result<Budget, OpError> {
     Ok(budget)
 }
 
-/// Whether `tokens`/`cost` reached `share` of the budget's limits (either one is enough; an
-/// unknown spend reaches nothing).
-pub(crate) fn reached(budget: &Budget, tokens: Option<u64>, cost: Option<f64>, share: f64) -> bool {
+/// Whether `tokens` or `cost` reached its limit (an unknown spend reaches nothing).
+fn reached(budget: &Budget, tokens: Option<u64>, cost: Option<f64>) -> bool {
     let by_tokens = budget
         .tokens
         .zip(tokens)
-        .is_some_and(|(limit, spent)| spent as f64 >= limit as f64 * share);
+        .is_some_and(|(limit, spent)| spent >= limit);
     let by_cost = budget
         .cost
         .zip(cost)
-        .is_some_and(|(limit, spent)| spent >= limit * share);
+        .is_some_and(|(limit, spent)| spent >= limit);
     by_tokens || by_cost
 }
 
