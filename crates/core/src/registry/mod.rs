@@ -86,6 +86,8 @@ pub struct NewAgent {
     pub parent: Option<AgentId>,
     pub auto_archive: bool,
     pub config: ProviderConfig,
+    /// A budget for it and its subtree, recorded with it.
+    pub budget: Option<crate::Budget>,
 }
 
 /// Where a new agent's workspace comes from.
@@ -871,7 +873,7 @@ impl Inner {
             start_failure: None,
             limited: None,
             spend: crate::Spend::default(),
-            budget: None,
+            budget: new.budget,
             unknown: serde_json::Map::new(),
         };
         if let Err(e) = self.record_new_agent(registered.then_some(workspace), &agent) {

@@ -130,8 +130,13 @@ impl Ops {
             .provider
             .or_else(|| me.as_ref().map(|m| m.provider.clone()))
             .ok_or_else(|| OpError::invalid("provider", "name a provider"))?;
+        let budget = request
+            .budget
+            .map(super::budgets::valid_budget)
+            .transpose()?;
         let mut new = NewAgent {
             provider,
+            budget,
             cwd: PathBuf::new(),
             workspace_id: None,
             title: request.title,
@@ -161,10 +166,6 @@ impl Ops {
             self.controlled(caller, parent)?;
             self.check_budget(parent)?;
         }
-        let budget = request
-            .budget
-            .map(super::budgets::valid_budget)
-            .transpose()?;
         self.runtimes.prepare(&mut new)?;
         let my_cwd = me.as_ref().map(|m| m.cwd.clone());
         let (agent, worktree) = match request.placement {
@@ -201,10 +202,6 @@ impl Ops {
                 new.workspace_id = workspace;
                 (self.registry.create_agent(new).await?, None)
             }
-        };
-        let agent = match budget {
-            Some(budget) => self.registry.set_budget(agent.id, Some(budget)).await?,
-            None => agent,
         };
         self.runtimes
             .start_new(&agent, request.prompt, caller.source(), request.notify)
