@@ -122,6 +122,21 @@ pub enum Command {
         /// Its new value
         value: String,
     },
+    /// Set, raise or clear the budget of an agent and its whole subtree (at 100 % no new turn
+    /// starts in the tree).
+    Budget {
+        /// The agent (id, unique prefix or suffix, or title)
+        id: String,
+        /// The most tokens the tree may spend
+        #[arg(long, value_name = "N")]
+        tokens: Option<u64>,
+        /// The most the tree may cost (in the currency its agents report)
+        #[arg(long, value_name = "X")]
+        cost: Option<f64>,
+        /// Remove the budget
+        #[arg(long, conflicts_with_all = ["tokens", "cost"])]
+        clear: bool,
+    },
     /// Bring an archived agent back.
     Unarchive {
         /// The agent (id, unique prefix or suffix, or title; archived ones win a tie)
@@ -672,6 +687,12 @@ pub struct RunArgs {
     /// again (`wait`), or fail (`fail`) [default: the provider's `on_limit`, else wait]
     #[arg(long, value_name = "POLICY")]
     pub on_limit: Option<OnLimitArg>,
+    /// A budget in tokens for the agent and its subagents: at 100 % no new turn starts
+    #[arg(long, value_name = "N")]
+    pub budget_tokens: Option<u64>,
+    /// A budget in cost (the currency the agent reports) for the agent and its subagents
+    #[arg(long, value_name = "X")]
+    pub budget_cost: Option<f64>,
     /// Print the agent (with -d) or each update as a JSON line
     #[arg(long)]
     pub json: bool,

@@ -187,6 +187,13 @@ fn create_message(
             crate::args::OnLimitArg::Wait => drover_protocol::OnLimit::Wait,
             crate::args::OnLimitArg::Fail => drover_protocol::OnLimit::Fail,
         }),
+        budget: (args.budget_tokens.is_some() || args.budget_cost.is_some()).then_some(
+            drover_protocol::Budget {
+                tokens: args.budget_tokens,
+                cost: args.budget_cost,
+                hard: false,
+            },
+        ),
         worktree: args.worktree.clone().map(|name| NewWorktree {
             name: Some(name),
             branch: None,
@@ -935,6 +942,12 @@ fn inspect_rows(
         ("limited", limited_line(agent, now)),
         ("spend", spend_line(&agent.spend)),
         ("tree spend", tree_spend_line(agent, short)),
+        (
+            "budget",
+            agent.budget.as_ref().map_or_else(dash, |b| {
+                format!("{} (for it and its subagents)", budget_line(b))
+            }),
+        ),
         ("cwd", agent.cwd.clone()),
         ("workspace", workspace.to_string()),
         (
@@ -982,6 +995,7 @@ fn inspect_rows(
     // Rows that only say something in some states.
     let hidden = [
         ("limited", agent.limited.is_none()),
+        ("budget", agent.budget.is_none()),
         ("archived", agent.archived_at.is_none()),
         ("start", agent.start_failure.is_none()),
         ("own subagents", agent.own_subagents.is_empty()),
@@ -1366,6 +1380,54 @@ pub async fn set(ctx: &Ctx, id: &str, setting: &str, value: &str) -> anyhow::Res
     };
     outln!("{name}: {setting} = {value}");
     Ok(())
+}
+
+/// `drover budget AGENT --tokens N --cost X` (or `--clear`).
+pub async fn budget(
+    ctx: &Ctx,
+    id: &str,
+    tokens: Option<u64>,
+    cost: Option<f64>,
+    clear: bool,
+) -> anyhow::Result<()> {
+    if !clear && tokens.is_none() && cost.is_none() {
+        anyhow::bail!("give --tokens and/or --cost, or --clear");
+    }
+    let budget = (!clear).then_some(drover_protocol::Budget {
+        tokens,
+        cost,
+        hard: false,
+    });
+    let (mut connection, agent, name) = ctx.agent(id).await?;
+    let answer = connection
+        .request(|request_id| ClientMessage::SetBudget {
+            request_id,
+            agent_id: agent.id.clone(),
+            budget: budget.clone(),
+        })
+        .await?;
+    connection.close().await;
+    let DaemonMessage::Ok { .. } = answer else {
+        return Err(unexpected(&answer));
+    };
+    if let Some(b) = &budget {
+        outln!("{name}: budget {}", budget_line(b));
+    } else {
+        outln!("{name}: no budget");
+    }
+    Ok(())
+}
+
+/// "1000 tokens, 2.5000 cost".
+fn budget_line(budget: &drover_protocol::Budget) -> String {
+    let mut parts = Vec::new();
+    if let Some(tokens) = budget.tokens {
+        parts.push(format!("{tokens} tokens"));
+    }
+    if let Some(cost) = budget.cost {
+        parts.push(format!("{cost:.4} cost"));
+    }
+    parts.join(", ")
 }
 
 pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {

@@ -116,7 +116,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::NotAWorktree
         | ErrorCode::NotAGitRepository
         | ErrorCode::WorktreeDirty
-        | ErrorCode::WorktreeBusy => exit::REFUSED,
+        | ErrorCode::WorktreeBusy
+        | ErrorCode::BudgetExhausted => exit::REFUSED,
         ErrorCode::InvalidMessage
         | ErrorCode::UnknownType
         | ErrorCode::HelloRequired

@@ -154,6 +154,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Command::Inspect { id, json } => commands::inspect(&ctx, &id, json).await,
             Command::Retry { id } => commands::retry(&ctx, &id).await,
             Command::Set { id, setting, value } => commands::set(&ctx, &id, &setting, &value).await,
+            Command::Budget {
+                id,
+                tokens,
+                cost,
+                clear,
+            } => commands::budget(&ctx, &id, tokens, cost, clear).await,
             Command::Login { provider, method } => {
                 login::login(&ctx, &provider, method.as_deref()).await
             }

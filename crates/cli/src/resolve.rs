@@ -258,6 +258,7 @@ mod tests {
             on_limit: None,
             limited: None,
             spend: drover_protocol::SpendInfo::default(),
+            budget: None,
             tree_spend: None,
             runtime: drover_protocol::RuntimeInfo::default(),
             start_failure: None,

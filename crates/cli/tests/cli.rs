@@ -2304,3 +2304,52 @@ fn notify_attach_counts_as_watching_and_notify_status_and_test_report_the_sinks(
         unknown.transcript()
     );
 }
+
+#[test]
+fn a_spent_budget_warns_then_refuses_send_until_drover_budget_raises_it() {
+    let fx = Fixture::start();
+    let until = |what: &str, done: &dyn Fn(&Value) -> bool| {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let info = fx.info("frugal");
+            if done(&info) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {info}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // 2000 tokens of 2400: past 80 %, a warning.
+    let id = fx.spawn_agent(
+        &["--title", "frugal", "--budget-tokens", "2400"],
+        "usage\nusage",
+    );
+    fx.drover(&["wait", &id]).ok();
+    until("2000 spent", &|i| i["treeSpend"]["tokens"] == 2000);
+    until("warned", &|i| i["attentionReason"] == "budget_warning");
+    let inspect = fx.drover(&["inspect", &id]).ok().stdout;
+    assert!(
+        inspect.contains("budget        2400 tokens (for it and its subagents)"),
+        "{inspect}"
+    );
+    // Under the budget a send is accepted; its turn takes the tree past it.
+    fx.drover(&["send", &id, "usage"]).ok();
+    fx.drover(&["wait", &id]).ok();
+    until("3000 spent", &|i| i["treeSpend"]["tokens"] == 3000);
+    let out = fx.drover(&["send", &id, "say more"]);
+    assert_eq!(out.code, 5, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("3000 of 2400 tokens"),
+        "{}",
+        out.transcript()
+    );
+    let out = fx.drover(&["budget", &id, "--tokens", "10000"]).ok();
+    assert!(
+        out.stdout.ends_with(": budget 10000 tokens\n"),
+        "{}",
+        out.transcript()
+    );
+    fx.drover(&["send", &id, "say more"]).ok();
+    fx.drover(&["wait", &id]).ok();
+    assert_eq!(fx.info(&id)["budget"]["tokens"], 10000);
+}

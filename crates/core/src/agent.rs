@@ -58,6 +58,9 @@ pub struct ResumeHandle {
     pub acp_session_id: String,
 }
 
+/// A budget for an agent and its subtree: the protocol's type, stored as is.
+pub use drover_protocol::Budget;
+
 /// A sign-in method as the agent offered it: the protocol's type, stored as is.
 pub use drover_protocol::AuthMethod;
 
@@ -125,6 +128,8 @@ pub struct Agent {
     pub limited: Option<Limited>,
     /// What it spent, durable.
     pub spend: Spend,
+    /// The budget for it and its subtree, if one was set on it.
+    pub budget: Option<Budget>,
     /// Fields of the file that this version does not know, kept so a rewrite loses nothing.
     pub(crate) unknown: serde_json::Map<String, serde_json::Value>,
 }

@@ -28,7 +28,7 @@ pub mod worktree;
 pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
 pub use agent::{
-    Agent, AuthMethod, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
+    Agent, AuthMethod, Budget, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
     ProviderConfig, ResumeHandle, Spend, StartFailure, TreeSpend,
 };
 pub use error::RegistryError;

@@ -115,6 +115,8 @@ pub enum AttentionReason {
     AuthRequired,
     /// The agent waits for its provider's usage limit to reset (see `Limited`).
     Limited,
+    /// The tree under the agent's budget spent 80 % of it.
+    BudgetWarning,
 }
 
 impl AttentionReason {
@@ -126,6 +128,7 @@ impl AttentionReason {
             AttentionReason::Interrupted => "interrupted",
             AttentionReason::AuthRequired => "auth_required",
             AttentionReason::Limited => "limited",
+            AttentionReason::BudgetWarning => "budget_warning",
         }
     }
 }

@@ -654,6 +654,8 @@ struct AgentDoc {
     limited: Option<LimitedDoc>,
     #[serde(default, skip_serializing_if = "SpendDoc::is_unknown")]
     spend: SpendDoc,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    budget: Option<crate::Budget>,
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
@@ -804,6 +806,7 @@ impl AgentDoc {
                 cost: a.spend.cost,
                 currency: a.spend.currency.clone(),
             },
+            budget: a.budget.clone(),
             unknown,
         }
     }
@@ -874,6 +877,7 @@ impl AgentDoc {
                 cost: self.spend.cost,
                 currency: self.spend.currency,
             },
+            budget: self.budget,
             unknown,
         }
     }

@@ -71,6 +71,7 @@ pub(crate) fn agent_info(
         on_interrupt: agent.config.on_interrupt,
         on_limit: agent.config.on_limit,
         spend: spend_info(&agent.spend),
+        budget: agent.budget.clone(),
         tree_spend: None,
         limited: agent
             .limited

@@ -83,6 +83,7 @@ error_codes! {
     UnknownSchedule => "unknown_schedule",
     UnknownJob => "unknown_job",
     JobStartFailed => "job_start_failed",
+    BudgetExhausted => "budget_exhausted",
 }
 
 impl ErrorCode {
@@ -317,6 +318,10 @@ pub enum ClientMessage {
         /// `on_limit`, else `wait`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         on_limit: Option<OnLimit>,
+        /// A budget for the agent and its whole subtree: at 100 % no new turn starts in the
+        /// tree (`budget_exhausted`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<Budget>,
         /// Run the agent in a new git worktree of the checkout at `cwd` (made first; archived
         /// with the agent when `autoArchive` archives it). Needs `cwd`, not `workspaceId`.
         #[serde(default)]
@@ -406,6 +411,15 @@ pub enum ClientMessage {
         agent_id: String,
         #[serde(default)]
         title: Option<String>,
+    },
+    /// Sets the budget of the agent and its subtree (`null` clears it). Raising it past the
+    /// tree's spend lets sends and subagent creations in the tree be accepted again.
+    SetBudget {
+        #[serde(default)]
+        request_id: Option<String>,
+        agent_id: String,
+        #[serde(default)]
+        budget: Option<Budget>,
     },
     /// Marks what the agent asked attention for as seen (`finished`, `error`,
     /// `interrupted`); a pending permission keeps its attention until it is answered.
@@ -766,6 +780,7 @@ impl ClientMessage {
             | ClientMessage::SetModel { request_id, .. }
             | ClientMessage::SetConfigOption { request_id, .. }
             | ClientMessage::SetTitle { request_id, .. }
+            | ClientMessage::SetBudget { request_id, .. }
             | ClientMessage::ClearAttention { request_id, .. }
             | ClientMessage::WorkspaceChanges { request_id, .. }
             | ClientMessage::ListProviders { request_id }
@@ -863,6 +878,10 @@ pub struct AgentInfo {
     /// unknown rather than zero).
     #[serde(default)]
     pub spend: SpendInfo,
+    /// The budget set on this agent, for it and its subtree (`null`: none here; an
+    /// ancestor's may apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// What the agent and every agent below it spent: only in the `agent` answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree_spend: Option<TreeSpendInfo>,
@@ -932,6 +951,52 @@ pub struct ConfigValueInfo {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SpendInfo {
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+    pub currency: Option<String>,
+}
+
+/// A budget for an agent and its whole subtree: limits in tokens and/or cost (in the
+/// currency the agents report). At 100 % of either, no new turn starts in the tree.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// Cancel running turns at 100 % too. Recorded; not enforced yet (running turns finish).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hard: bool,
+}
+
+/// The `details` of a `budget_exhausted` refusal: the budgeted agent, its budget, and what
+/// each agent of its tree spent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetExhaustedInfo {
+    /// The agent whose budget is spent (the nearest ancestor-or-self with a budget).
+    pub agent_id: String,
+    pub budget: Budget,
+    pub spend: BudgetSpendInfo,
+}
+
+/// What a budgeted tree spent, in total and by agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetSpendInfo {
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+    pub currency: Option<String>,
+    /// Each agent of the tree and what it spent.
+    pub agents: Vec<AgentSpendInfo>,
+}
+
+/// One agent's spend in a `budget_exhausted` refusal.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpendInfo {
+    pub agent_id: String,
     pub tokens: Option<u64>,
     pub cost: Option<f64>,
     pub currency: Option<String>,
@@ -1722,6 +1787,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "set_model",
     "set_config_option",
     "set_title",
+    "set_budget",
     "clear_attention",
     "workspace_changes",
     "list_providers",

@@ -188,7 +188,8 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 prop::option::of(prop_oneof![
                     Just(drover_protocol::OnLimit::Wait),
                     Just(drover_protocol::OnLimit::Fail)
-                ])
+                ]),
+                prop::option::of(budget())
             )
         )
             .prop_map(
@@ -196,7 +197,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     (request_id, provider, cwd, workspace_id),
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
-                    (worktree, effort, on_interrupt, on_limit),
+                    (worktree, effort, on_interrupt, on_limit, budget),
                 )| ClientMessage::CreateAgent {
                     request_id,
                     provider,
@@ -213,6 +214,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     permission_policy,
                     on_interrupt,
                     on_limit,
+                    budget,
                     worktree,
                 }
             ),
@@ -309,6 +311,13 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                 title,
             }
         }),
+        (opt_string(), any::<String>(), prop::option::of(budget())).prop_map(
+            |(request_id, agent_id, budget)| ClientMessage::SetBudget {
+                request_id,
+                agent_id,
+                budget,
+            }
+        ),
         (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
             ClientMessage::ClearAttention {
                 request_id,
@@ -589,6 +598,20 @@ fn schedule_new_agent() -> impl Strategy<Value = ScheduleNewAgent> {
                 }
             },
         )
+}
+
+/// A budget; costs in cents, which JSON carries exactly.
+fn budget() -> impl Strategy<Value = drover_protocol::Budget> {
+    (
+        any::<Option<u64>>(),
+        prop::option::of(0u32..10_000_000),
+        any::<bool>(),
+    )
+        .prop_map(|(tokens, cents, hard)| drover_protocol::Budget {
+            tokens,
+            cost: cents.map(|c| f64::from(c) / 100.0),
+            hard,
+        })
 }
 
 fn new_worktree() -> impl Strategy<Value = NewWorktree> {

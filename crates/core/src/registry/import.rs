@@ -118,6 +118,7 @@ impl Inner {
             start_failure: None,
             limited: None,
             spend: crate::Spend::default(),
+            budget: None,
             unknown: serde_json::Map::new(),
         };
         self.record_new_agent(registered.then_some(workspace), &agent)?;

@@ -48,6 +48,8 @@ use workspaces::{new_workspace, worktree_workspace};
 /// How many events a subscriber may fall behind before it is told it lagged
 /// (`broadcast::error::RecvError::Lagged`) and must re-read the state.
 const EVENT_CAPACITY: usize = 4096;
+/// The share of a budget past which its agent gets attention `budget_warning`.
+const BUDGET_WARNING: f64 = 0.8;
 
 /// Something changed. `seq` increases by one per event, in the order of the changes.
 #[derive(Debug, Clone)]
@@ -84,6 +86,8 @@ pub struct NewAgent {
     pub parent: Option<AgentId>,
     pub auto_archive: bool,
     pub config: ProviderConfig,
+    /// A budget for it and its subtree, recorded with it.
+    pub budget: Option<crate::Budget>,
 }
 
 /// Where a new agent's workspace comes from.
@@ -424,20 +428,86 @@ impl Registry {
         tokens: Option<u64>,
         cost: Option<(f64, String)>,
     ) -> Result<Agent, RegistryError> {
-        self.mutate(id, move |a| {
-            if let Some(tokens) = tokens {
-                a.spend.tokens = Some(a.spend.tokens.unwrap_or(0).saturating_add(tokens));
-            }
-            if let Some((cost, currency)) = cost
-                && cost.is_finite()
-                && cost >= 0.0
+        let added_cost = cost.as_ref().map_or(0.0, |(c, _)| *c);
+        let agent = self
+            .mutate(id, move |a| {
+                if let Some(tokens) = tokens {
+                    a.spend.tokens = Some(a.spend.tokens.unwrap_or(0).saturating_add(tokens));
+                }
+                if let Some((cost, currency)) = cost
+                    && cost.is_finite()
+                    && cost >= 0.0
+                {
+                    a.spend.cost = Some(a.spend.cost.unwrap_or(0.0) + cost);
+                    a.spend.currency.get_or_insert(currency);
+                }
+                Ok(())
+            })
+            .await?;
+        self.warn_budgets(id, tokens.unwrap_or(0), added_cost).await;
+        Ok(agent)
+    }
+
+    /// After `id` spent `tokens` and `cost` more: each budgeted agent of its lineage whose
+    /// tree this spend took past 80 % of its budget gets attention `budget_warning` (unless
+    /// it needs its user for something else: a permission, an error...).
+    async fn warn_budgets(&self, id: AgentId, tokens: u64, cost: f64) {
+        let lineage = std::iter::once(id).chain(self.ancestors(id));
+        for at in lineage.collect::<Vec<_>>() {
+            let Some(agent) = self.get(at) else { continue };
+            let Some(budget) = &agent.budget else {
+                continue;
+            };
+            let Some(tree) = self.tree_spend(at) else {
+                continue;
+            };
+            let share = |limit: Option<f64>, spent: Option<f64>, added: f64| {
+                limit.zip(spent).is_some_and(|(limit, spent)| {
+                    spent >= limit * BUDGET_WARNING && spent - added < limit * BUDGET_WARNING
+                })
+            };
+            #[allow(clippy::cast_precision_loss)]
+            let crossed = share(
+                budget.tokens.map(|t| t as f64),
+                tree.spend.tokens.map(|t| t as f64),
+                tokens as f64,
+            ) || share(budget.cost, tree.spend.cost, cost);
+            let quiet = agent
+                .attention
+                .is_none_or(|a| a.reason == AttentionReason::Finished);
+            if crossed
+                && quiet
+                && let Err(e) = self.set_attention(at, AttentionReason::BudgetWarning).await
             {
-                a.spend.cost = Some(a.spend.cost.unwrap_or(0.0) + cost);
-                a.spend.currency.get_or_insert(currency);
+                tracing::warn!(agent = %at, error = %e, "could not record the budget warning");
             }
+        }
+    }
+
+    /// Sets (or, with `None`, clears) the budget of `id` and its subtree.
+    pub async fn set_budget(
+        &self,
+        id: AgentId,
+        budget: Option<crate::Budget>,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            a.budget = budget;
             Ok(())
         })
         .await
+    }
+
+    /// What each agent of `id`'s tree (itself first) spent.
+    pub fn spend_by_agent(&self, id: AgentId) -> Vec<(AgentId, crate::Spend)> {
+        let state = read(&self.inner.state);
+        let Some(root) = state.agents.get(id) else {
+            return Vec::new();
+        };
+        let below = crate::view::descendants(&state.agents, id);
+        std::iter::once(root)
+            .chain(below.iter().filter_map(|d| state.agents.get(*d)))
+            .map(|a| (a.id, a.spend.clone()))
+            .collect()
     }
 
     /// What `id` and every agent below it spent (`None`: no such agent).
@@ -803,6 +873,7 @@ impl Inner {
             start_failure: None,
             limited: None,
             spend: crate::Spend::default(),
+            budget: new.budget,
             unknown: serde_json::Map::new(),
         };
         if let Err(e) = self.record_new_agent(registered.then_some(workspace), &agent) {
@@ -915,6 +986,10 @@ impl Inner {
             a.status = to;
             a.last_activity_at = now;
             match outcome {
+                // A budget warning outlasts the turn's end: it says more.
+                TurnOutcome::Completed
+                    if a.attention
+                        .is_some_and(|x| x.reason == AttentionReason::BudgetWarning) => {}
                 TurnOutcome::Completed => {
                     a.attention = Some(Attention {
                         reason: AttentionReason::Finished,

@@ -99,6 +99,10 @@ struct CreateAgentParams {
     /// again, or `fail`. Default: yours.
     #[serde(default)]
     on_limit: Option<OnLimit>,
+    /// A budget for the new agent and its subtree: `{"tokens": N, "cost": X}` (either). Your
+    /// own tree's budget applies to a subagent as well.
+    #[serde(default)]
+    budget: Option<drover_protocol::Budget>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -478,6 +482,7 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
         notify,
         on_interrupt: params.on_interrupt,
         on_limit: params.on_limit,
+        budget: params.budget,
     };
     let created = ops.create_agent(Caller::Agent(caller), request).await?;
     let agent = created.agent;

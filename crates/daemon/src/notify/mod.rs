@@ -299,6 +299,8 @@ impl Tree {
             AttentionReason::AuthRequired => EventKind::AuthRequired,
             AttentionReason::Interrupted => EventKind::Interrupted,
             AttentionReason::Limited => EventKind::Limited,
+            // Shown on the agent (`drover ls`, the UI); no notification is sent for it.
+            AttentionReason::BudgetWarning => return,
         };
         self.raise(agent, kind);
     }

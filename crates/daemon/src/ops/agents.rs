@@ -79,6 +79,8 @@ pub(crate) struct CreateAgent {
     pub(crate) on_interrupt: Option<OnInterrupt>,
     /// Default: the calling agent's own, else none (its provider's policy).
     pub(crate) on_limit: Option<OnLimit>,
+    /// A budget for the new agent and its subtree.
+    pub(crate) budget: Option<drover_core::Budget>,
 }
 
 /// A new agent, and the worktree made for it if one was.
@@ -120,12 +122,21 @@ impl Ops {
             Caller::Agent(id) => Some(self.agent(id)?),
             Caller::User => None,
         };
+        // An agent whose tree spent its budget makes no new agent, subagent or not.
+        if let Some(me) = &me {
+            self.check_budget(me.id)?;
+        }
         let provider = request
             .provider
             .or_else(|| me.as_ref().map(|m| m.provider.clone()))
             .ok_or_else(|| OpError::invalid("provider", "name a provider"))?;
+        let budget = request
+            .budget
+            .map(super::budgets::valid_budget)
+            .transpose()?;
         let mut new = NewAgent {
             provider,
+            budget,
             cwd: PathBuf::new(),
             workspace_id: None,
             title: request.title,
@@ -153,6 +164,7 @@ impl Ops {
         };
         if let Some(parent) = new.parent {
             self.controlled(caller, parent)?;
+            self.check_budget(parent)?;
         }
         self.runtimes.prepare(&mut new)?;
         let my_cwd = me.as_ref().map(|m| m.cwd.clone());

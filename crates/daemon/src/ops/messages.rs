@@ -42,6 +42,9 @@ impl Ops {
         message: InboxMessage,
     ) -> Result<String, OpError> {
         let target = self.controlled(caller, id)?;
+        if message.delivery.wakes() {
+            self.check_budget(target.id)?;
+        }
         let delivery = match message.delivery {
             Delivery::Followup => "followup",
             Delivery::Steer => "steer",

@@ -9,6 +9,7 @@
 //!
 //! - [`agents`]: create, initialize, read, wait for, and configure agents.
 //! - [`messages`]: send messages and cancel turns.
+//! - [`budgets`]: budgets per agent tree, and the refusal when one is spent.
 //! - [`archive`]: archive, unarchive, detach, archive idle children.
 //! - [`permissions`]: answer permission requests.
 //! - [`workspaces`]: workspaces and the git worktrees drover makes.
@@ -21,6 +22,7 @@
 
 pub(crate) mod agents;
 pub(crate) mod archive;
+pub(crate) mod budgets;
 pub(crate) mod changes;
 pub(crate) mod import;
 pub(crate) mod jobs;
@@ -109,6 +111,9 @@ pub(crate) enum OpError {
     Schedule(#[from] ScheduleError),
     #[error(transparent)]
     Job(drover_acp::jobs::JobError),
+    /// A budget of the agent's tree is spent: no new turn starts in it.
+    #[error("the budget of agent `{}` is spent ({}); raise it with set_budget", .0.agent_id, budgets::summary(.0))]
+    BudgetExhausted(Box<drover_protocol::BudgetExhaustedInfo>),
 }
 
 impl From<AcpError> for OpError {
@@ -143,6 +148,7 @@ impl OpError {
                 ScheduleError::ShuttingDown => ErrorCode::ShuttingDown,
             },
             OpError::Job(e) => e.code(),
+            OpError::BudgetExhausted(_) => ErrorCode::BudgetExhausted,
         }
     }
 
@@ -153,6 +159,7 @@ impl OpError {
             OpError::Registry(RegistryError::AgentActive(report)) => {
                 serde_json::to_value(report).ok()
             }
+            OpError::BudgetExhausted(info) => serde_json::to_value(info).ok(),
             OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(
                 status,
             ))) => serde_json::to_value(crate::wire::worktree_status(status)).ok(),

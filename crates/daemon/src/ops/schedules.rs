@@ -388,6 +388,7 @@ impl Deliver for Ops {
             notify: None,
             on_interrupt: None,
             on_limit: None,
+            budget: None,
         };
         Box::pin(async move {
             let agent = match existing {

@@ -168,6 +168,15 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             ops.set_title(CALLER, id, title).await?;
             ok(request_id, id)
         }
+        M::SetBudget {
+            request_id,
+            agent_id,
+            budget,
+        } => {
+            let id = parse_agent(&agent_id)?;
+            ops.set_budget(CALLER, id, budget).await?;
+            ok(request_id, id)
+        }
         M::ClearAttention {
             request_id,
             agent_id,
@@ -572,6 +581,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         permission_policy,
         on_interrupt,
         on_limit,
+        budget,
         worktree,
     } = message
     else {
@@ -617,6 +627,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         notify: None,
         on_interrupt,
         on_limit,
+        budget,
     };
     let created = ops.create_agent(CALLER, request).await?;
     send(DaemonMessage::AgentCreated {

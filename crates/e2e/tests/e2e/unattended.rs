@@ -499,3 +499,174 @@ async fn unattended_spend_is_recorded_per_agent_and_per_tree() {
     assert_eq!(spent(&tree), (Some(4000), Some(0.004)), "{tree}");
     daemon.stop().await;
 }
+
+/// A `request_error` with `code`: its payload.
+fn refused(answer: &Value, code: &str) -> Value {
+    assert_eq!(answer["type"], "request_error", "{answer}");
+    assert_eq!(answer["payload"]["code"], code, "{answer}");
+    answer["payload"].clone()
+}
+
+// A budget covers the agent's whole tree: once a subagent two levels down spends what is left,
+// no new turn starts in the tree (a send to the root, a subagent's creation), the refusal lists
+// the spend by agent, and raising the budget lets the send through.
+#[tokio::test]
+async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // The root spends 1000 tokens, then its subagent makes a subagent that spends 1000 more:
+    // past the root's 1500.
+    let root = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "budget": {"tokens": 1500},
+            "prompt": "usage\nsubagent subagent usage"}))
+        .await;
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(info["budget"], json!({"tokens": 1500}), "{info}");
+    client.wait_idle(&root).await;
+    let child = said(&mut client, &root)
+        .await
+        .split("started subagent ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .expect("the subagent's id");
+    client.wait_idle(&child).await;
+    let grandchild = said(&mut client, &child)
+        .await
+        .split("started subagent ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .expect("the sub-subagent's id");
+    client.wait_idle(&grandchild).await;
+    eventually("the tree's spend recorded", WAIT, async || {
+        let info = get_agent(&mut client, &root).await;
+        (spent(&info["treeSpend"]).0 == Some(2000)).then_some(())
+    })
+    .await;
+    for agent in [&grandchild, &child, &root] {
+        client.wait_idle(agent).await;
+    }
+    // The budgeted root was warned when the tree went past 80 %, and its later turns' ends
+    // keep the warning.
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(info["attentionReason"], "budget_warning", "{info}");
+
+    // A send to the root is refused, with what each agent spent.
+    let answer = client
+        .request(json!({"type": "send_message", "agentId": root, "text": "say again"}))
+        .await;
+    let refusal = refused(&answer, "budget_exhausted");
+    let details = &refusal["details"];
+    assert_eq!(details["agentId"], root.as_str(), "{refusal}");
+    assert_eq!(details["budget"]["tokens"], 1500, "{refusal}");
+    assert_eq!(details["spend"]["tokens"], 2000, "{refusal}");
+    let by_agent: Vec<(String, Option<u64>)> = details["spend"]["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .map(|a| {
+            (
+                a["agentId"].as_str().unwrap_or_default().to_string(),
+                a["tokens"].as_u64(),
+            )
+        })
+        .collect();
+    assert!(by_agent.contains(&(root.clone(), Some(1000))), "{refusal}");
+    assert!(by_agent.contains(&(child.clone(), None)), "{refusal}");
+    assert!(
+        by_agent.contains(&(grandchild.clone(), Some(1000))),
+        "{refusal}"
+    );
+    // So is a send to the agent that spent it, and a new subagent anywhere in the tree.
+    let answer = client
+        .request(json!({"type": "send_message", "agentId": grandchild, "text": "usage"}))
+        .await;
+    refused(&answer, "budget_exhausted");
+    let answer = client
+        .request(
+            json!({"type": "create_agent", "provider": "scripted", "cwd": cwd,
+            "parentAgentId": child, "prompt": "say hello"}),
+        )
+        .await;
+    refused(&answer, "budget_exhausted");
+    // Nothing ran: the root said nothing more.
+    assert!(!said(&mut client, &root).await.contains("again"));
+
+    // Raised, the send is accepted and its turn runs.
+    let raised = client
+        .request(json!({"type": "set_budget", "agentId": root, "budget": {"tokens": 5000}}))
+        .await;
+    assert_eq!(raised["type"], "ok", "{raised}");
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": root, "text": "say again"}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.wait_idle(&root).await;
+    assert!(said(&mut client, &root).await.contains("again"));
+
+    // The budget is durable.
+    daemon.stop().await;
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(info["budget"], json!({"tokens": 5000}), "{info}");
+    daemon.stop().await;
+}
+
+// Over MCP: an agent gives the subagent it creates a budget, and once the subagent spent it,
+// the agent's `send_prompt` to it is refused with `budget_exhausted` and the spend by agent.
+#[tokio::test]
+async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    let lead = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "prompt": r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current"}, "prompt": "usage", "budget": {"tokens": 500}}"#}))
+        .await;
+    client.wait_idle(&lead).await;
+    let said_lead = said(&mut client, &lead).await;
+    let sub = said_lead
+        .split("\"agentId\": \"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .map_or_else(|| panic!("the subagent's id: {said_lead}"), str::to_string);
+    client.wait_idle(&sub).await;
+    let info = eventually("the subagent's spend", WAIT, async || {
+        let info = get_agent(&mut client, &sub).await;
+        (spent(&info["spend"]).0 == Some(1000)).then_some(info)
+    })
+    .await;
+    assert_eq!(info["budget"], json!({"tokens": 500}), "{info}");
+    client.wait_idle(&lead).await;
+
+    let call = format!(r#"mcp send_prompt {{"agentId": "{sub}", "prompt": "say hi"}}"#);
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": lead, "text": call}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.wait_idle(&lead).await;
+    let said_lead = said(&mut client, &lead).await;
+    let error = said_lead
+        .split("mcp send_prompt error")
+        .nth(1)
+        .unwrap_or_else(|| panic!("refused: {said_lead}"));
+    assert!(error.contains("code: budget_exhausted"), "{error}");
+    assert!(
+        error.contains(&format!("\"agentId\":\"{sub}\"")) && error.contains("\"tokens\":1000"),
+        "the spend by agent: {error}"
+    );
+    assert!(!said(&mut client, &sub).await.contains("hi"));
+    daemon.stop().await;
+}

@@ -229,6 +229,7 @@ const REASON = {
   interrupted: 'was interrupted',
   auth_required: 'needs a sign-in',
   limited: 'waits for its usage limit',
+  budget_warning: 'spent 80 % of its budget',
 };
 
 // ---- helpers ------------------------------------------------------------------------------
@@ -637,7 +638,7 @@ function tabKeys(e) {
  * each one tap away; subagents too, named with their root.
  */
 function renderLanding() {
-  const rank = { permission: 0, auth_required: 1, error: 2, limited: 3, interrupted: 4 };
+  const rank = { permission: 0, auth_required: 1, error: 2, limited: 3, interrupted: 4, budget_warning: 5 };
   const needs = [...S.agents.values()]
     .filter((a) => !a.archivedAt && a.requiresAttention && a.attentionReason in rank)
     .sort((x, y) => rank[x.attentionReason] - rank[y.attentionReason] || (y.attentionTimestamp || '').localeCompare(x.attentionTimestamp || ''));

@@ -1,0 +1,118 @@
+//! Budgets per agent tree: a budget set on an agent (tokens and/or cost) covers it and its
+//! whole subtree. When a tree has spent its budget, no new turn starts in it: a message that
+//! would wake an agent of the tree, and a subagent's creation under it, are refused with
+//! `budget_exhausted`, listing what each agent of the tree spent. Running turns finish.
+
+use drover_core::{AgentId, Budget};
+use drover_protocol::{AgentSpendInfo, BudgetExhaustedInfo, BudgetSpendInfo};
+
+use super::{Caller, OpError, Ops};
+
+impl Ops {
+    /// Refuses with `budget_exhausted` when the budget of `id` or of any of its ancestors is
+    /// spent (every budget on the lineage applies: a subagent's own budget does not lift its
+    /// root's).
+    pub(crate) fn check_budget(&self, id: AgentId) -> Result<(), OpError> {
+        for at in std::iter::once(id).chain(self.registry.ancestors(id)) {
+            let Some(budget) = self.registry.get(at).and_then(|a| a.budget) else {
+                continue;
+            };
+            let Some(tree) = self.registry.tree_spend(at) else {
+                continue;
+            };
+            if reached(&budget, tree.spend.tokens, tree.spend.cost) {
+                return Err(OpError::BudgetExhausted(Box::new(
+                    self.exhausted(at, budget),
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn exhausted(&self, id: AgentId, budget: Budget) -> BudgetExhaustedInfo {
+        let mut spend = BudgetSpendInfo::default();
+        for (agent, s) in self.registry.spend_by_agent(id) {
+            if let Some(tokens) = s.tokens {
+                spend.tokens = Some(spend.tokens.unwrap_or(0).saturating_add(tokens));
+            }
+            if let Some(cost) = s.cost {
+                spend.cost = Some(spend.cost.unwrap_or(0.0) + cost);
+                if spend.currency.is_none() {
+                    spend.currency.clone_from(&s.currency);
+                }
+            }
+            spend.agents.push(AgentSpendInfo {
+                agent_id: agent.to_string(),
+                tokens: s.tokens,
+                cost: s.cost,
+                currency: s.currency,
+            });
+        }
+        BudgetExhaustedInfo {
+            agent_id: id.to_string(),
+            budget,
+            spend,
+        }
+    }
+
+    /// Sets or clears the budget of `id`'s tree. A user's request only: an agent may not
+    /// raise the budget it runs under.
+    pub(crate) async fn set_budget(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        budget: Option<Budget>,
+    ) -> Result<(), OpError> {
+        if caller != Caller::User {
+            return Err(OpError::NotPermitted(
+                "only a user may set a budget".to_string(),
+            ));
+        }
+        let budget = budget.map(valid_budget).transpose()?;
+        self.agent(id)?;
+        self.registry.set_budget(id, budget).await?;
+        Ok(())
+    }
+}
+
+/// A budget with at least one limit, each a sensible number (`None` fields: no limit).
+pub(crate) fn valid_budget(budget: Budget) -> Result<Budget, OpError> {
+    if budget.tokens.is_none() && budget.cost.is_none() {
+        return Err(OpError::invalid("budget", "give `tokens` and/or `cost`"));
+    }
+    if budget.cost.is_some_and(|c| !c.is_finite() || c < 0.0) {
+        return Err(OpError::invalid("budget.cost", "must be a number ≥ 0"));
+    }
+    Ok(budget)
+}
+
+/// Whether `tokens` or `cost` reached its limit (an unknown spend reaches nothing).
+fn reached(budget: &Budget, tokens: Option<u64>, cost: Option<f64>) -> bool {
+    let by_tokens = budget
+        .tokens
+        .zip(tokens)
+        .is_some_and(|(limit, spent)| spent >= limit);
+    let by_cost = budget
+        .cost
+        .zip(cost)
+        .is_some_and(|(limit, spent)| spent >= limit);
+    by_tokens || by_cost
+}
+
+/// "120 of 100 tokens": for the refusal's message.
+pub(crate) fn summary(info: &BudgetExhaustedInfo) -> String {
+    let mut parts = Vec::new();
+    if let Some(limit) = info.budget.tokens {
+        parts.push(format!(
+            "{} of {limit} tokens",
+            info.spend.tokens.unwrap_or(0)
+        ));
+    }
+    if let Some(limit) = info.budget.cost {
+        parts.push(format!(
+            "{:.4} of {limit:.4} cost",
+            info.spend.cost.unwrap_or(0.0)
+        ));
+    }
+    parts.join(", ")
+}
