@@ -139,12 +139,26 @@ struct AgentCounts {
     attention: [u64; ATTENTION.len()],
     /// The earliest `attention.at` per reason.
     oldest: [Option<Timestamp>; ATTENTION.len()],
+    /// What the agents (archived too) reported spending: tokens, and cost by currency.
+    tokens: u64,
+    cost: std::collections::BTreeMap<String, f64>,
+    /// Agents that reported no spend at all (theirs is unknown, not zero).
+    spend_unknown: u64,
 }
 
 impl AgentCounts {
     fn of(registry: &drover_core::Registry) -> AgentCounts {
         let mut counts = AgentCounts::default();
         registry.for_each_agent(|agent| {
+            let spend = &agent.spend;
+            counts.tokens += spend.tokens.unwrap_or(0);
+            if let Some(cost) = spend.cost {
+                let currency = spend.currency.clone().unwrap_or_default();
+                *counts.cost.entry(currency).or_default() += cost;
+            }
+            if spend.is_unknown() {
+                counts.spend_unknown += 1;
+            }
             if agent.is_archived() {
                 counts.archived += 1;
                 return;
@@ -205,6 +219,30 @@ fn encode_agents(
             .encode_gauge(&n)?;
     }
     gauge(encoder, "agents_archived", "Archived agents", None)?.encode_gauge(&agents.archived)?;
+    gauge(
+        encoder,
+        "spend_tokens",
+        "Tokens the agents reported spending (archived ones too; unknown spend counts nothing)",
+        None,
+    )?
+    .encode_gauge(&agents.tokens)?;
+    let mut m = gauge(
+        encoder,
+        "spend_cost",
+        "Cost the agents reported spending, by currency (archived ones too)",
+        None,
+    )?;
+    for (currency, cost) in &agents.cost {
+        m.encode_family(&[("currency", currency.as_str())])?
+            .encode_gauge(cost)?;
+    }
+    gauge(
+        encoder,
+        "agents_spend_unknown",
+        "Agents that reported no spend (theirs is unknown, not zero)",
+        None,
+    )?
+    .encode_gauge(&agents.spend_unknown)?;
 
     let mut m = gauge(
         encoder,

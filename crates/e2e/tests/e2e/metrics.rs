@@ -119,7 +119,7 @@ async fn metrics_need_the_token_and_count_agents_turns_jobs_and_schedules() {
 
     // A real turn, to its end; a job and a schedule of the agent.
     let done = client
-        .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "say hello"}))
+        .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "say hello\nusage"}))
         .await;
     client.wait_idle(&done).await;
     let job = client
@@ -188,6 +188,13 @@ async fn metrics_need_the_token_and_count_agents_turns_jobs_and_schedules() {
         value(&s, "drover_agent_resident_memory_bytes") > 0.0,
         "{text}"
     );
+    // What the agent reported spending: 1,000 tokens at 1 USD per million.
+    assert_eq!(value(&s, "drover_spend_tokens"), 1000.0, "{text}");
+    assert!(
+        value(&s, "drover_spend_cost{currency=\"USD\"}") > 0.0,
+        "{text}"
+    );
+    assert_eq!(value(&s, "drover_agents_spend_unknown"), 0.0, "{text}");
     // The daemon's own process.
     assert!(value(&s, "process_resident_memory_bytes") > 0.0, "{text}");
     assert!(value(&s, "process_open_fds") > 0.0, "{text}");
