@@ -88,6 +88,20 @@ impl Spend {
     pub fn is_unknown(&self) -> bool {
         self.tokens.is_none() && self.cost.is_none()
     }
+
+    /// Adds what `other` reported (what it did not report adds nothing; the first currency
+    /// named is kept).
+    pub fn add(&mut self, other: &Spend) {
+        if let Some(tokens) = other.tokens {
+            self.tokens = Some(self.tokens.unwrap_or(0).saturating_add(tokens));
+        }
+        if let Some(cost) = other.cost {
+            self.cost = Some(self.cost.unwrap_or(0.0) + cost);
+            if self.currency.is_none() {
+                self.currency.clone_from(&other.currency);
+            }
+        }
+    }
 }
 
 /// The spend of an agent and its whole subtree (archived subagents included).

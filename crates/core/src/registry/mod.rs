@@ -428,19 +428,18 @@ impl Registry {
         tokens: Option<u64>,
         cost: Option<(f64, String)>,
     ) -> Result<Agent, RegistryError> {
-        let added_cost = cost.as_ref().map_or(0.0, |(c, _)| *c);
+        let (cost, currency) = cost
+            .filter(|(c, _)| c.is_finite() && *c >= 0.0)
+            .map_or((None, None), |(c, currency)| (Some(c), Some(currency)));
+        let added_cost = cost.unwrap_or(0.0);
+        let added = crate::Spend {
+            tokens,
+            cost,
+            currency,
+        };
         let agent = self
             .mutate(id, move |a| {
-                if let Some(tokens) = tokens {
-                    a.spend.tokens = Some(a.spend.tokens.unwrap_or(0).saturating_add(tokens));
-                }
-                if let Some((cost, currency)) = cost
-                    && cost.is_finite()
-                    && cost >= 0.0
-                {
-                    a.spend.cost = Some(a.spend.cost.unwrap_or(0.0) + cost);
-                    a.spend.currency.get_or_insert(currency);
-                }
+                a.spend.add(&added);
                 Ok(())
             })
             .await?;
@@ -523,15 +522,7 @@ impl Registry {
             if spend.is_unknown() {
                 tree.unknown.push(agent.id);
             }
-            if let Some(tokens) = spend.tokens {
-                tree.spend.tokens = Some(tree.spend.tokens.unwrap_or(0).saturating_add(tokens));
-            }
-            if let Some(cost) = spend.cost {
-                tree.spend.cost = Some(tree.spend.cost.unwrap_or(0.0) + cost);
-                if tree.spend.currency.is_none() {
-                    tree.spend.currency.clone_from(&spend.currency);
-                }
-            }
+            tree.spend.add(spend);
         }
         Some(tree)
     }

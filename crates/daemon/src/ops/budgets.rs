@@ -3,7 +3,7 @@
 //! would wake an agent of the tree, and a subagent's creation under it, are refused with
 //! `budget_exhausted`, listing what each agent of the tree spent. Running turns finish.
 
-use drover_core::{AgentId, Budget};
+use drover_core::{AgentId, Budget, Spend};
 use drover_protocol::{AgentSpendInfo, BudgetExhaustedInfo, BudgetSpendInfo};
 
 use super::{Caller, OpError, Ops};
@@ -22,36 +22,35 @@ impl Ops {
             };
             if reached(&budget, tree.spend.tokens, tree.spend.cost) {
                 return Err(OpError::BudgetExhausted(Box::new(
-                    self.exhausted(at, budget),
+                    self.exhausted(at, budget, tree.spend),
                 )));
             }
         }
         Ok(())
     }
 
-    fn exhausted(&self, id: AgentId, budget: Budget) -> BudgetExhaustedInfo {
-        let mut spend = BudgetSpendInfo::default();
-        for (agent, s) in self.registry.spend_by_agent(id) {
-            if let Some(tokens) = s.tokens {
-                spend.tokens = Some(spend.tokens.unwrap_or(0).saturating_add(tokens));
-            }
-            if let Some(cost) = s.cost {
-                spend.cost = Some(spend.cost.unwrap_or(0.0) + cost);
-                if spend.currency.is_none() {
-                    spend.currency.clone_from(&s.currency);
-                }
-            }
-            spend.agents.push(AgentSpendInfo {
+    /// The refusal: the tree's `total`, and what each of its agents spent.
+    fn exhausted(&self, id: AgentId, budget: Budget, total: Spend) -> BudgetExhaustedInfo {
+        let agents = self
+            .registry
+            .spend_by_agent(id)
+            .into_iter()
+            .map(|(agent, s)| AgentSpendInfo {
                 agent_id: agent.to_string(),
                 tokens: s.tokens,
                 cost: s.cost,
                 currency: s.currency,
-            });
-        }
+            })
+            .collect();
         BudgetExhaustedInfo {
             agent_id: id.to_string(),
             budget,
-            spend,
+            spend: BudgetSpendInfo {
+                tokens: total.tokens,
+                cost: total.cost,
+                currency: total.currency,
+                agents,
+            },
         }
     }
 
