@@ -10,7 +10,7 @@
 //! Claude Code runs, so its runtime is busy anyway.)
 //! Needs `scripts/install-agents`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use drover_fakes::model::{self, ModelServer};
 use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
@@ -27,6 +27,38 @@ fn config(agent: RealAgent, model: &ModelServer, scratch: &Path, cwd: &Path) -> 
         .command(&agents_dir(), &model.url(), scratch, cwd)
         .unwrap_or_else(|e| panic!("{e}"));
     provider_toml(agent.name(), &command)
+}
+
+/// What a test of a real agent through the daemon runs on: its own folders, the scripted model
+/// it asks, and a daemon whose `config.toml` is the agent's provider then `extra`.
+struct RealSetup {
+    cwd: PathBuf,
+    model: ModelServer,
+    config: String,
+    daemon: TestDaemon,
+    /// The daemon's home, the agent's cwd and its scratch folder: they go with the test.
+    dirs: [TempDir; 3],
+}
+
+async fn real_setup(agent: RealAgent, extra: &str) -> RealSetup {
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let config = format!("{}{extra}", config(agent, &model, scratch.path(), &cwd));
+    let daemon =
+        TestDaemon::start_with_config(home.path().to_path_buf(), None, config.clone()).await;
+    RealSetup {
+        cwd,
+        model,
+        config,
+        daemon,
+        dirs: [home, cwd_dir, scratch],
+    }
 }
 
 async fn last_reply(client: &mut Client, id: &str) -> String {
@@ -80,17 +112,13 @@ async fn answer_permission(client: &mut Client, name: &str, id: &str, kind: &str
 #[allow(clippy::too_many_lines)]
 async fn run_everything(agent: RealAgent) {
     let name = agent.name();
-    let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let config = config(agent, &model, scratch.path(), &cwd);
-    let daemon =
-        TestDaemon::start_with_config(home.path().to_path_buf(), None, config.clone()).await;
+    let RealSetup {
+        cwd,
+        model,
+        config,
+        daemon,
+        dirs: _dirs,
+    } = real_setup(agent, "").await;
     let (mut client, _) = daemon.client().await;
 
     // 1. A plain turn.
@@ -291,19 +319,13 @@ async fn gemini_through_the_daemon() {
 /// session, `session/load`).
 async fn resume_after_hibernation(agent: RealAgent) {
     let name = agent.name();
-    let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let config = format!(
-        "{}\n[runtimes]\nidle_timeout = \"2s\"\n",
-        config(agent, &model, scratch.path(), &cwd)
-    );
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let RealSetup {
+        cwd,
+        model,
+        daemon,
+        dirs: _dirs,
+        ..
+    } = real_setup(agent, "\n[runtimes]\nidle_timeout = \"2s\"\n").await;
     let (mut client, _) = daemon.client().await;
     let created = client
         .request(json!({
@@ -372,19 +394,14 @@ async fn codex_resumes_its_conversation_after_hibernation() {
 /// start it and to write its pid to `server.pid` in the agent's directory.
 async fn background_shell_keeps_the_runtime_live(agent: RealAgent, prompt: &str) {
     let name = agent.name();
-    let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let config = format!(
-        "{}\n[runtimes]\nidle_timeout = \"2s\"\n",
-        config(agent, &model, scratch.path(), &cwd)
-    );
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    // The model must answer for the whole test: `_model` keeps it.
+    let RealSetup {
+        cwd,
+        model: _model,
+        daemon,
+        dirs: _dirs,
+        ..
+    } = real_setup(agent, "\n[runtimes]\nidle_timeout = \"2s\"\n").await;
     let (mut client, _) = daemon.client().await;
     let created = client
         .request(json!({
@@ -461,16 +478,13 @@ async fn codex_background_shell_keeps_the_runtime_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claudes_task_tool_is_shown_as_its_own_subagent() {
     let agent = RealAgent::Claude;
-    let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let config = config(agent, &model, scratch.path(), &cwd);
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let RealSetup {
+        cwd,
+        model,
+        daemon,
+        dirs: _dirs,
+        ..
+    } = real_setup(agent, "").await;
     let (mut client, _) = daemon.client().await;
     let task = json!({
         "description": "Look around", "prompt": "reply found it",
