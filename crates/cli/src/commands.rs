@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use drover_acp::ItemKind;
 use drover_protocol::{
     AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
     ProviderSignIn,
 };
+use drover_protocol::{AttentionReason, ItemKind, RuntimeState};
 use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -625,19 +625,19 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
         let status = if agent.archived_at.is_some() {
             format!("{} (archived)", agent.status)
         } else {
-            agent.status.clone()
+            agent.status.to_string()
         };
         let paint = if agent.archived_at.is_some() {
             Paint::Dim
         } else {
-            output::status_paint(&agent.status)
+            output::status_paint(agent.status)
         };
         // Said as people say it: `sign in` is what to do.
-        let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
+        let attention = match (agent.attention_reason, &agent.limited) {
             (None, _) => "-".to_string(),
-            (Some("auth_required"), _) => "sign in".to_string(),
+            (Some(AttentionReason::AuthRequired), _) => "sign in".to_string(),
             // When the prompt goes again.
-            (Some("limited"), Some(limited)) => {
+            (Some(AttentionReason::Limited), Some(limited)) => {
                 format!("limited until {}", output::clock(&limited.retry_at))
             }
             (Some(reason), _) => reason.to_string(),
@@ -655,8 +655,8 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             (agent.provider.clone(), Paint::Plain),
             (status, paint),
             (
-                agent.runtime.state.clone(),
-                if agent.runtime.state == "cold" {
+                agent.runtime.state.to_string(),
+                if agent.runtime.state == RuntimeState::Cold {
                     Paint::Dim
                 } else {
                     Paint::Plain
@@ -928,13 +928,13 @@ fn inspect_rows(
         ("provider", agent.provider.clone()),
         (
             "status",
-            style.paint(output::status_paint(&agent.status), &agent.status),
+            style.paint(output::status_paint(agent.status), agent.status.as_str()),
         ),
         (
             "attention",
             match (&agent.attention_reason, &agent.attention_timestamp) {
                 (Some(reason), Some(at)) => format!("{reason} since {}", output::when(at, now)),
-                (Some(reason), None) => reason.clone(),
+                (Some(reason), None) => reason.to_string(),
                 _ => dash(),
             },
         ),

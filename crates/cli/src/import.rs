@@ -127,7 +127,7 @@ fn line(agent: &ImportedAgentInfo, style: Style) -> String {
         || agent.source_id.clone(),
         |id| id[id.len().saturating_sub(8)..].to_string(),
     );
-    let mut status = agent.status.clone();
+    let mut status = agent.status.to_string();
     if agent.archived {
         status.push_str(" (archived)");
     }

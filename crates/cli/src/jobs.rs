@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use drover_protocol::{ClientMessage, DaemonMessage, JobInfo};
+use drover_protocol::{ClientMessage, DaemonMessage, JobInfo, JobStatus};
 use jiff::Timestamp;
 
 use crate::args::JobAction;
@@ -136,7 +136,7 @@ async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> 
         table.row(vec![
             (job.id.clone(), Paint::Plain),
             (short.get(&job.agent_id).to_string(), Paint::Plain),
-            (job.status.clone(), status_paint(job)),
+            (job.status.to_string(), status_paint(job)),
             (exit_text(job), Paint::Plain),
             (output::when(&job.started_at, now), Paint::Dim),
             (duration(job, now), Paint::Plain),
@@ -291,10 +291,10 @@ async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
 }
 
 fn status_paint(job: &JobInfo) -> Paint {
-    match job.status.as_str() {
-        "running" => Paint::Green,
-        "lost" => Paint::Red,
-        "exited" if job.exit_code == Some(0) => Paint::Plain,
+    match job.status {
+        JobStatus::Running => Paint::Green,
+        JobStatus::Lost => Paint::Red,
+        JobStatus::Exited if job.exit_code == Some(0) => Paint::Plain,
         _ => Paint::Yellow,
     }
 }

@@ -57,7 +57,7 @@ async fn status(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
         };
         table.row(vec![
             (sink.name.clone(), Paint::Bold),
-            (sink.kind.clone(), Paint::Plain),
+            (sink.kind.to_string(), Paint::Plain),
             (sink.target.clone(), Paint::Dim),
             (sink.sent.to_string(), Paint::Plain),
             (when(&sink.last_sent_at), Paint::Dim),

@@ -2,7 +2,8 @@
 //! times and durations become the protocol's `when`, and schedules show with their next run.
 
 use drover_protocol::{
-    AgentInfo, ClientMessage, DaemonMessage, ScheduleInfo, ScheduleNewAgent, ScheduleWhen,
+    AgentInfo, ClientMessage, DaemonMessage, ScheduleInfo, ScheduleNewAgent, ScheduleState,
+    ScheduleWhen,
 };
 use jiff::Timestamp;
 use jiff::civil::DateTime;
@@ -181,10 +182,10 @@ fn table(schedules: &[ScheduleInfo], agents: &[AgentInfo]) -> Table {
         "ID", "STATE", "WHEN", "NEXT", "TARGET", "LAST", "PROMPT",
     ]);
     for s in schedules {
-        let state = match s.state.as_str() {
-            "active" => (s.state.clone(), Paint::Green),
-            "paused" => (s.state.clone(), Paint::Yellow),
-            _ => (s.state.clone(), Paint::Dim),
+        let state = match s.state {
+            ScheduleState::Active => (s.state.to_string(), Paint::Green),
+            ScheduleState::Paused => (s.state.to_string(), Paint::Yellow),
+            ScheduleState::Finished => (s.state.to_string(), Paint::Dim),
         };
         let target = match (&s.agent_id, &s.new_agent) {
             (Some(agent), _) => short.get(agent).to_string(),

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use drover_protocol::{
-    AgentInfo, ClientMessage, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceInfo,
-    WorktreeStatusInfo,
+    AgentInfo, ClientMessage, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceActivity,
+    WorkspaceInfo, WorktreeStatusInfo,
 };
 use serde_json::json;
 
@@ -71,18 +71,6 @@ pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::
         }
         return Ok(());
     }
-    let activity = |w: &WorkspaceInfo| -> (String, Paint) {
-        if w.archived_at.is_some() {
-            return ("archived".to_string(), Paint::Dim);
-        }
-        match w.activity.as_deref() {
-            Some(a @ ("permission" | "attention")) => (a.to_string(), Paint::Yellow),
-            Some(a @ "error") => (a.to_string(), Paint::Red),
-            Some(a @ "running") => (a.to_string(), Paint::Green),
-            Some(a) => (a.to_string(), Paint::Plain),
-            None => ("-".to_string(), Paint::Plain),
-        }
-    };
     let branch = |w: &WorkspaceInfo| {
         w.worktree
             .as_ref()
@@ -118,13 +106,29 @@ pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::
                 path,
             ]);
         } else {
-            let kind = (w.kind.clone(), Paint::Plain);
+            let kind = (w.kind.to_string(), Paint::Plain);
             table.row(vec![id, kind, name, activity(w), agents, branch, path]);
         }
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
+}
+
+/// A workspace's activity cell: archived, what it shows, or `-`.
+fn activity(w: &WorkspaceInfo) -> (String, Paint) {
+    if w.archived_at.is_some() {
+        return ("archived".to_string(), Paint::Dim);
+    }
+    match w.activity {
+        Some(a @ (WorkspaceActivity::Permission | WorkspaceActivity::Attention)) => {
+            (a.to_string(), Paint::Yellow)
+        }
+        Some(a @ WorkspaceActivity::Error) => (a.to_string(), Paint::Red),
+        Some(a @ WorkspaceActivity::Running) => (a.to_string(), Paint::Green),
+        Some(a @ WorkspaceActivity::Idle) => (a.to_string(), Paint::Plain),
+        None => ("-".to_string(), Paint::Plain),
+    }
 }
 
 /// `drover worktree new`: prints the new worktree's path on stdout; what was made, and the

@@ -20,91 +20,13 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame a client may send; a larger one closes the connection with 1009.
 pub const MAX_CLIENT_FRAME: usize = 1024 * 1024;
 
-/// Defines [`ErrorCode`] from one list, so that the enum, [`ErrorCode::ALL`] and the wire
-/// strings cannot disagree.
-macro_rules! error_codes {
-    ($($variant:ident => $code:literal,)*) => {
-        /// Why a request failed: the stable `code` of a `request_error` (and of an MCP tool
-        /// error). Clients match on it; the message beside it is for people.
-        /// `docs/protocol.md` explains each one (a test keeps the two in step).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum ErrorCode {
-            $($variant,)*
-        }
+mod values;
 
-        impl ErrorCode {
-            /// Every code, in the order `docs/protocol.md` lists them.
-            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant,)*];
-
-            /// The code as it goes on the wire.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(ErrorCode::$variant => $code,)*
-                }
-            }
-        }
-    };
-}
-
-error_codes! {
-    InvalidMessage => "invalid_message",
-    UnknownType => "unknown_type",
-    HelloRequired => "hello_required",
-    UnsupportedVersion => "unsupported_version",
-    Unauthorized => "unauthorized",
-    UnknownAgent => "unknown_agent",
-    UnknownWorkspace => "unknown_workspace",
-    UnknownProvider => "unknown_provider",
-    InvalidConfig => "invalid_config",
-    ProviderUnavailable => "provider_unavailable",
-    InvalidInput => "invalid_input",
-    InvalidId => "invalid_id",
-    NotPermitted => "not_permitted",
-    AgentActive => "agent_active",
-    AgentArchived => "agent_archived",
-    TurnBlocked => "turn_blocked",
-    IllegalTransition => "illegal_transition",
-    NoSuchPermission => "no_such_permission",
-    AgentStartFailed => "agent_start_failed",
-    AgentError => "agent_error",
-    RuntimeStopped => "runtime_stopped",
-    StoreFailed => "store_failed",
-    ShuttingDown => "shutting_down",
-    NotAWorktree => "not_a_worktree",
-    NotAGitRepository => "not_a_git_repository",
-    GitFailed => "git_failed",
-    InvalidProjectFile => "invalid_project_file",
-    WorktreeSetupFailed => "worktree_setup_failed",
-    WorktreeTeardownFailed => "worktree_teardown_failed",
-    WorktreeDirty => "worktree_dirty",
-    WorktreeBusy => "worktree_busy",
-    WorktreeIoFailed => "worktree_io_failed",
-    TooManyRequests => "too_many_requests",
-    UnknownSchedule => "unknown_schedule",
-    UnknownJob => "unknown_job",
-    JobStartFailed => "job_start_failed",
-    BudgetExhausted => "budget_exhausted",
-}
-
-impl ErrorCode {
-    /// The code a `request_error` carries, if this drover knows it (a newer daemon may send
-    /// codes an older client does not).
-    pub fn parse(code: &str) -> Option<ErrorCode> {
-        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
-    }
-}
-
-impl PartialEq<&str> for ErrorCode {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use values::{
+    AgentStatus, AttentionReason, CancelCause, ChangeStatus, ErrorCode, InterruptCause, ItemKind,
+    JobStatus, KillCause, NotifyEvent, RuntimeState, ScheduleState, SignInState, SinkKind,
+    SubagentVia, TurnEnd, WireEnum, WorkspaceActivity, WorkspaceKind,
+};
 
 // ---- client → daemon ----------------------------------------------------------------------
 
@@ -821,8 +743,7 @@ impl ClientMessage {
 #[serde(rename_all = "camelCase")]
 pub struct AgentInfo {
     pub id: String,
-    /// `initializing`, `idle`, `running`, `error`, `closed`.
-    pub status: String,
+    pub status: AgentStatus,
     pub created_at: String,
     pub updated_at: String,
     pub last_activity_at: String,
@@ -857,8 +778,7 @@ pub struct AgentInfo {
     pub labels: BTreeMap<String, String>,
     pub archived_at: Option<String>,
     pub requires_attention: bool,
-    /// `finished`, `error`, `permission`, `interrupted`.
-    pub attention_reason: Option<String>,
+    pub attention_reason: Option<AttentionReason>,
     pub attention_timestamp: Option<String>,
     pub auto_archive: bool,
     pub permission_policy: PermissionPolicy,
@@ -910,8 +830,8 @@ pub struct OwnSubagentInfo {
     /// `running`, `completed`, `failed`, `interrupted` (its turn ended first), or the state
     /// an ACP child session reports (`idle`, ...).
     pub state: String,
-    /// How the agent reported it: `tool_call` (claude's Task tool) or `subagent_update`.
-    pub via: String,
+    /// How the agent reported it.
+    pub via: SubagentVia,
     pub started_at: String,
     #[serde(default)]
     pub ended_at: Option<String>,
@@ -1054,9 +974,7 @@ pub struct QueuedMessageInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeInfo {
-    /// `cold` (no process: never started, hibernated, stopped), `queued` (its start waits
-    /// for a slot under `[runtimes] max_live`), `starting`, `live`.
-    pub state: String,
+    pub state: RuntimeState,
     /// The agent process (its process group leader), while there is one.
     pub pid: Option<u32>,
     /// When the idle runtime hibernates; `null` while busy or cold, or when it never does.
@@ -1099,7 +1017,7 @@ pub struct AgentAdvertised {
 impl Default for RuntimeInfo {
     fn default() -> RuntimeInfo {
         RuntimeInfo {
-            state: "cold".to_string(),
+            state: RuntimeState::Cold,
             pid: None,
             hibernate_at: None,
             processes: None,
@@ -1115,14 +1033,13 @@ impl Default for RuntimeInfo {
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceInfo {
     pub id: String,
-    /// `directory`, `local_checkout`, `worktree`.
-    pub kind: String,
+    pub kind: WorkspaceKind,
     pub path: String,
     pub name: String,
     pub created_at: String,
     pub archived_at: Option<String>,
-    /// `permission`, `error`, `running`, `attention`, `idle`, or `null` (no agents).
-    pub activity: Option<String>,
+    /// `null`: no agents.
+    pub activity: Option<WorkspaceActivity>,
     /// For a worktree drover made: where it comes from.
     pub worktree: Option<WorktreeInfo>,
 }
@@ -1195,8 +1112,7 @@ pub struct JobInfo {
     pub agent_id: String,
     pub command: String,
     pub cwd: String,
-    /// `running`, `exited`, `killed`, `lost` (the daemon died while it ran).
-    pub status: String,
+    pub status: JobStatus,
     /// `user`, `agent:<id>`, `terminal`.
     pub started_by: String,
     pub started_at: String,
@@ -1205,8 +1121,8 @@ pub struct JobInfo {
     pub signal: Option<i32>,
     /// How it ended, for people (`exit status 1`, `signal 15 (SIGTERM)`).
     pub exit: Option<String>,
-    /// Why drover killed it: `request`, `timeout`, `archive`, `shutdown`, `runtime_ended`.
-    pub killed_by: Option<String>,
+    /// Why drover killed it.
+    pub killed_by: Option<KillCause>,
     pub duration_ms: Option<u64>,
     /// Bytes of output so far.
     pub output_bytes: u64,
@@ -1240,7 +1156,7 @@ pub struct ImportedAgentInfo {
     pub provider: String,
     pub cwd: String,
     pub title: Option<String>,
-    pub status: String,
+    pub status: AgentStatus,
     pub archived: bool,
     /// The source id of its parent, when it comes in as a subagent.
     pub parent_source_id: Option<String>,
@@ -1266,13 +1182,12 @@ pub struct ImportSkip {
 #[serde(rename_all = "camelCase")]
 pub struct NotifySinkInfo {
     pub name: String,
-    /// `webhook`, `ntfy`, `command`.
-    pub kind: String,
+    pub kind: SinkKind,
     /// Where it goes, without what could be a secret: a URL's scheme and host, a command's
     /// program.
     pub target: String,
     /// The events it wants.
-    pub events: Vec<String>,
+    pub events: Vec<NotifyEvent>,
     /// Also watched agents and every subagent's own events.
     pub all: bool,
     /// Notifications delivered (summaries and samples included).
@@ -1329,9 +1244,7 @@ pub struct ProviderWarm {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderSignIn {
-    /// `signed_in` (its last session opened), `needs_sign_in` (it refused a session and no
-    /// method could be used without the user), `unknown` (no agent of it started yet).
-    pub state: String,
+    pub state: SignInState,
     /// The ways it offers (from its last `initialize`).
     #[serde(default)]
     pub methods: Vec<AuthMethod>,
@@ -1380,7 +1293,7 @@ pub enum DaemonMessage {
     WorkspaceUpdate {
         workspace: Option<WorkspaceInfo>,
         workspace_id: String,
-        activity: Option<String>,
+        activity: Option<WorkspaceActivity>,
     },
     TimelinePage {
         request_id: Option<String>,
@@ -1560,7 +1473,9 @@ pub enum DaemonMessage {
     RequestError {
         request_id: Option<String>,
         /// Stable: one of [`ErrorCode`] (`invalid_message`, `unknown_agent`, `agent_active`,
-        /// ...). A string on the wire so that an older client reads a newer daemon's codes.
+        /// ...). Decoded as a string, so that an older client reads a newer daemon's codes;
+        /// the schema lists the codes this version sends.
+        #[schemars(with = "ErrorCode")]
         code: String,
         message: String,
         details: Option<Value>,
@@ -1611,8 +1526,7 @@ pub struct ScheduleInfo {
     pub cadence: Value,
     /// One line for people: `every 30m`, `cron 0 9 * * 1-5 (Europe/Paris)`.
     pub description: String,
-    /// `active`, `paused`, `finished` (a `once` schedule that ran).
-    pub state: String,
+    pub state: ScheduleState,
     pub next_run_at: Option<String>,
     /// The last runs, oldest first (at most 20).
     pub runs: Vec<ScheduleRunInfo>,
@@ -1699,8 +1613,7 @@ pub struct WorkspaceChangesInfo {
 #[serde(rename_all = "camelCase")]
 pub struct ChangedFileInfo {
     pub path: String,
-    /// `added`, `modified`, `deleted`, `renamed`, `copied`, `type_changed`, `untracked`.
-    pub status: String,
+    pub status: ChangeStatus,
     /// Lines added and removed; `null` for binary and untracked files.
     pub added: Option<u64>,
     pub removed: Option<u64>,
@@ -1708,7 +1621,8 @@ pub struct ChangedFileInfo {
     pub diff: String,
 }
 
-/// The JSON Schema of both directions, as committed in `schema/protocol.json`.
+/// The JSON Schema of both directions (and of the timeline's fixed values), as committed in
+/// `schema/protocol.json`.
 pub fn schema() -> Value {
     let client = schemars::schema_for!(ClientMessage);
     let daemon = schemars::schema_for!(DaemonMessage);
@@ -1718,6 +1632,14 @@ pub fn schema() -> Value {
         "version": PROTOCOL_VERSION,
         "client": client,
         "daemon": daemon,
+        // Timeline items travel as JSON (`AgentUpdate.notification`); their vocabulary is
+        // still fixed, and listed here.
+        "timeline": {
+            "itemKind": schemars::schema_for!(ItemKind),
+            "turnEnd": schemars::schema_for!(TurnEnd),
+            "cancelCause": schemars::schema_for!(CancelCause),
+            "interruptCause": schemars::schema_for!(InterruptCause),
+        },
     })
 }
 
