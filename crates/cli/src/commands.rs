@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use drover_protocol::requests as rq;
 use drover_protocol::{
     AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
     ProviderSignIn,
@@ -112,7 +113,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let answer = connection
-        .request(|request_id| create_message(&args, request_id, provider, &cwd, parent))
+        .request(create_message(&args, provider, &cwd, parent))
         .await
         .map_err(demo_hint)?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {
@@ -156,13 +157,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
 /// The `create_agent` request of `drover run`.
 fn create_message(
     args: &RunArgs,
-    request_id: Option<String>,
     provider: String,
     cwd: &Path,
     parent: Option<String>,
 ) -> ClientMessage {
-    ClientMessage::CreateAgent {
-        request_id,
+    ClientMessage::CreateAgent(rq::CreateAgent {
         provider,
         cwd: Some(cwd.display().to_string()),
         workspace_id: None,
@@ -199,7 +198,7 @@ fn create_message(
             branch: None,
             base: args.base.clone(),
         }),
-    }
+    })
 }
 
 /// How the turn `drover run` followed ended: a line on stderr, and the exit it means.
@@ -253,8 +252,7 @@ pub async fn attach(ctx: &Ctx, id: &str, tail: usize, json: bool) -> anyhow::Res
     let (mut connection, agent, name) = ctx.agent(id).await?;
     // While attached, nothing is sent to notification sinks about this agent.
     connection
-        .request(|request_id| ClientMessage::Watching {
-            request_id,
+        .request(rq::Watching {
             agent_id: Some(agent.id.clone()),
         })
         .await?;
@@ -339,9 +337,8 @@ async fn fetch_tail(
             break;
         }
         let answer = connection
-            .request(|request_id| ClientMessage::FetchTimeline {
+            .request(rq::FetchTimeline {
                 agent_id: agent.to_string(),
-                request_id,
                 before,
                 after: None,
                 limit: Some(limit),
@@ -569,9 +566,8 @@ async fn initialize(
     tail: Option<usize>,
 ) -> anyhow::Result<(AgentInfo, Vec<Value>)> {
     let answer = connection
-        .request(|request_id| ClientMessage::InitializeAgentRequest {
+        .request(rq::InitializeAgentRequest {
             agent_id: agent.to_string(),
-            request_id,
             limit: tail.map(|t| t.min(PAGE)),
         })
         .await?;
@@ -727,21 +723,18 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
     let listed = resolve(&agents, id, Prefer::Live)?;
     // The agent again, with what its process tree holds now.
     let answer = connection
-        .request(|request_id| ClientMessage::GetAgent {
-            request_id,
+        .request(rq::GetAgent {
             agent_id: listed.id.clone(),
         })
         .await?;
     // Its work beside its turn: its jobs and the schedules that reach it.
     let jobs = connection
-        .request(|request_id| ClientMessage::ListJobs {
-            request_id,
+        .request(rq::ListJobs {
             agent_id: Some(listed.id.clone()),
         })
         .await?;
     let schedules = connection
-        .request(|request_id| ClientMessage::ListSchedules {
-            request_id,
+        .request(rq::ListSchedules {
             agent_id: Some(listed.id.clone()),
         })
         .await?;
@@ -1139,8 +1132,7 @@ pub async fn send(
 ) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::SendMessage {
-            request_id,
+        .request(rq::SendMessage {
             agent_id: agent.id.clone(),
             text: message,
             delivery,
@@ -1151,8 +1143,7 @@ pub async fn send(
     };
     // The message is kept either way; say so when it cannot run now.
     let now = connection
-        .request(|request_id| ClientMessage::GetAgent {
-            request_id,
+        .request(rq::GetAgent {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -1210,8 +1201,7 @@ pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<(
     };
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::WaitIdle {
-            request_id,
+        .request(rq::WaitIdle {
             agent_id: agent.id.clone(),
             timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         })
@@ -1234,8 +1224,7 @@ pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<(
 pub async fn stop(ctx: &Ctx, id: &str, drop_queue: bool) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     connection
-        .request(|request_id| ClientMessage::Cancel {
-            request_id,
+        .request(rq::Cancel {
             agent_id: agent.id.clone(),
             keep_inbox: !drop_queue,
         })
@@ -1255,8 +1244,7 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
     let short = ShortIds::new(&agents);
     let name = short.get(&agent.id).to_string();
     let answer = connection
-        .request(|request_id| ClientMessage::Archive {
-            request_id,
+        .request(rq::Archive {
             agent_id: agent.id.clone(),
             stop_activity: stop,
         })
@@ -1343,8 +1331,7 @@ fn activity_lines(report: &Value, short: &ShortIds) -> Vec<String> {
 pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::RestartAgent {
-            request_id,
+        .request(rq::RestartAgent {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -1367,8 +1354,7 @@ pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
 pub async fn set(ctx: &Ctx, id: &str, setting: &str, value: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::SetConfigOption {
-            request_id,
+        .request(rq::SetConfigOption {
             agent_id: agent.id.clone(),
             config_id: setting.to_string(),
             value: value.to_string(),
@@ -1400,8 +1386,7 @@ pub async fn budget(
     });
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::SetBudget {
-            request_id,
+        .request(rq::SetBudget {
             agent_id: agent.id.clone(),
             budget: budget.clone(),
         })
@@ -1433,8 +1418,7 @@ fn budget_line(budget: &drover_protocol::Budget) -> String {
 pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent_preferring(id, Prefer::Archived).await?;
     connection
-        .request(|request_id| ClientMessage::Unarchive {
-            request_id,
+        .request(rq::Unarchive {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -1446,8 +1430,7 @@ pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
 pub async fn detach(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     connection
-        .request(|request_id| ClientMessage::Detach {
-            request_id,
+        .request(rq::Detach {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -1469,8 +1452,7 @@ pub async fn permit(ctx: &Ctx, id: &str, answer: PermitAnswer, always: bool) -> 
     };
     let (mut connection, agent, name) = ctx.agent(id).await?;
     connection
-        .request(|request_id| ClientMessage::AnswerPermission {
-            request_id,
+        .request(rq::AnswerPermission {
             agent_id: agent.id.clone(),
             seq: None,
             kind: Some(kind.to_string()),
@@ -1501,9 +1483,7 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
         Option<drover_protocol::ProviderWarm>,
     )> = match Connection::open(&ctx.endpoint, false).await {
         Ok((mut connection, _)) => {
-            let answer = connection
-                .request(|request_id| ClientMessage::ListProviders { request_id })
-                .await?;
+            let answer = connection.request(rq::ListProviders {}).await?;
             connection.close().await;
             let DaemonMessage::Providers { providers, .. } = answer else {
                 return Err(unexpected(&answer));

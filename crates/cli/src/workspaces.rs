@@ -6,9 +6,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceActivity,
-    WorkspaceInfo, WorktreeStatusInfo,
+    AgentInfo, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceActivity, WorkspaceInfo,
+    WorktreeStatusInfo,
 };
 use serde_json::json;
 
@@ -29,8 +30,7 @@ fn handles(workspaces: &[WorkspaceInfo]) -> ShortIds {
 pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::Result<()> {
     let (mut connection, SessionState { agents, workspaces }) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::ListWorkspaces {
-            request_id,
+        .request(rq::ListWorkspaces {
             include_archived: all,
         })
         .await?;
@@ -148,8 +148,7 @@ pub async fn new(
     let repo = working_directory(&repo)?;
     let (mut connection, SessionState { mut workspaces, .. }) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::CreateWorktree {
-            request_id,
+        .request(rq::CreateWorktree {
             repository: repo.display().to_string(),
             name,
             branch,
@@ -240,8 +239,7 @@ pub async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
     let workspace = resolve_workspace(&workspaces, query, Prefer::Live)?;
     let handle = handles(&workspaces).get(&workspace.id).to_string();
     let answer = connection
-        .request(|request_id| ClientMessage::GetWorktreeStatus {
-            request_id,
+        .request(rq::GetWorktreeStatus {
             workspace_id: workspace.id.clone(),
         })
         .await?;
@@ -293,8 +291,7 @@ pub async fn remove(ctx: &Ctx, query: &str, force: bool, json: bool) -> anyhow::
         .into());
     }
     let answer = connection
-        .request(|request_id| ClientMessage::ArchiveWorkspace {
-            request_id,
+        .request(rq::ArchiveWorkspace {
             workspace_id: workspace.id.clone(),
             force,
         })

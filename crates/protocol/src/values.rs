@@ -15,6 +15,8 @@ pub trait WireEnum: Copy + 'static {
     const NAME: &'static str;
     /// Every value, in declaration order.
     const ALL: &'static [Self];
+    /// Each value's Rust name, in the same order (the generated JavaScript's keys).
+    const NAMES: &'static [&'static str];
     /// The value as it goes on the wire.
     fn as_str(self) -> &'static str;
 }
@@ -57,6 +59,7 @@ macro_rules! wire_enum {
         impl WireEnum for $name {
             const NAME: &'static str = stringify!($name);
             const ALL: &'static [$name] = $name::ALL;
+            const NAMES: &'static [&'static str] = &[$(stringify!($variant),)*];
             fn as_str(self) -> &'static str {
                 $name::as_str(self)
             }
