@@ -670,3 +670,81 @@ async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
     assert!(!said(&mut client, &sub).await.contains("hi"));
     daemon.stop().await;
 }
+
+/// The `turn_ended` items of the agent: (event, cause).
+async fn turn_ends(client: &mut Client, agent: &str) -> Vec<(String, String)> {
+    client
+        .timeline(agent)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "turn_ended")
+        .map(|i| {
+            let text = |k: &str| i["data"][k].as_str().unwrap_or_default().to_string();
+            (text("event"), text("cause"))
+        })
+        .collect()
+}
+
+/// The id after `started subagent ` in what `agent` said.
+async fn started_subagent(client: &mut Client, agent: &str) -> String {
+    let text = said(client, agent).await;
+    text.split("started subagent ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| panic!("no subagent started: {text:?}"))
+}
+
+// A hard budget: when the tree's spend crosses it, the turns running in the tree are cancelled
+// (a subagent's long turn, and the turn that spent it), not only new ones refused.
+#[tokio::test]
+async fn unattended_a_hard_budget_cancels_the_turns_running_in_the_tree() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // The root starts a subagent whose turn runs a minute.
+    let root = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "budget": {"cost": 0.0015, "hard": true},
+            "prompt": "subagent sleep 60000\\nsay never"}))
+        .await;
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(
+        info["budget"],
+        json!({"cost": 0.0015, "hard": true}),
+        "{info}"
+    );
+    client.wait_idle(&root).await;
+    let child = started_subagent(&mut client, &root).await;
+    running(&mut client, &child).await;
+
+    // The root spends 0.001, then 0.002 in all: past the budget, in the middle of its turn.
+    let started = std::time::Instant::now();
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": root,
+            "text": "usage\nusage\nsleep 60000\nsay never"}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    for agent in [&child, &root] {
+        eventually("the turn cancelled by the budget", WAIT, async || {
+            let ends = turn_ends(&mut client, agent).await;
+            ends.contains(&("turn_canceled".to_string(), "budget".to_string()))
+                .then_some(())
+        })
+        .await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "cancelled, not finished"
+    );
+    for agent in [&child, &root] {
+        assert!(!said(&mut client, agent).await.contains("never"), "{agent}");
+    }
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(spent(&info["treeSpend"]).1, Some(0.002), "{info}");
+    daemon.stop().await;
+}
