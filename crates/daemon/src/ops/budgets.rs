@@ -64,6 +64,9 @@ impl Ops {
         let budget = budget.map(valid_budget).transpose()?;
         self.agent(id)?;
         self.registry.set_budget(id, budget).await?;
+        // What the spent budget held (drover's own notices, schedule runs) goes now, where no
+        // other budget still holds it.
+        self.runtimes.wake_queued(&self.registry.tree(id)).await;
         Ok(())
     }
 }
