@@ -586,9 +586,15 @@ async fn initialize(
 pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<()> {
     // Without --all the archived agents are neither fetched nor counted for short ids: an id
     // prefix that is also an archived agent's names the live one (see `resolve`).
+    // The tree's spend counts its archived agents too: --tree fetches them to sum it.
     let (connection, SessionState { mut agents, .. }) =
-        Connection::open(&ctx.endpoint, all).await?;
+        Connection::open(&ctx.endpoint, all || tree).await?;
     connection.close().await;
+    let tree_spend = if tree && !json {
+        tree_spends(&agents)
+    } else {
+        HashMap::new()
+    };
     agents.retain(|a| all || a.archived_at.is_none());
     let short = ShortIds::new(&agents);
     agents.sort_by(|a, b| a.id.cmp(&b.id));
@@ -611,16 +617,16 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             .collect()
     };
     let now = jiff::Timestamp::now();
-    let mut table = Table::new(vec![
-        "ID",
-        "TITLE",
-        "PROVIDER",
-        "STATUS",
-        "RUNTIME",
-        "ATTENTION",
-        "AGE",
-        "CWD",
-    ]);
+    let mut headers = vec!["ID", "TITLE", "PROVIDER", "STATUS", "RUNTIME", "ATTENTION"];
+    if tree {
+        headers.extend(["SPEND", "TREE SPEND / BUDGET"]);
+    }
+    headers.extend(["AGE", "CWD"]);
+    let mut table = Table::new(headers);
+    let has_children: std::collections::HashSet<&str> = agents
+        .iter()
+        .filter_map(|a| a.parent_agent_id.as_deref())
+        .collect();
     for (id, agent) in rows {
         let status = if agent.archived_at.is_some() {
             format!("{} (archived)", agent.status)
@@ -646,7 +652,7 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             "permission" | "error" | "sign in" => Paint::Yellow,
             _ => Paint::Plain,
         };
-        table.row(vec![
+        let mut cells = vec![
             (id, Paint::Plain),
             (
                 output::truncate(agent.title.as_deref().unwrap_or("-"), 40),
@@ -663,13 +669,122 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
                 },
             ),
             (attention, attention_paint),
-            (output::age(&agent.created_at, now), Paint::Plain),
-            (output::tilde(&agent.cwd), Paint::Dim),
-        ]);
+        ];
+        if tree {
+            let spent = tree_spend.get(agent.id.as_str());
+            let parent = has_children.contains(agent.id.as_str());
+            cells.extend(spend_cells(agent, spent, parent));
+        }
+        cells.push((output::age(&agent.created_at, now), Paint::Plain));
+        cells.push((output::tilde(&agent.cwd), Paint::Dim));
+        table.row(cells);
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
+}
+
+/// What each agent and every agent below it spent (archived ones included), by agent id.
+fn tree_spends(agents: &[AgentInfo]) -> HashMap<String, drover_protocol::SpendInfo> {
+    fn add(to: &mut drover_protocol::SpendInfo, spend: &drover_protocol::SpendInfo) {
+        if let Some(tokens) = spend.tokens {
+            to.tokens = Some(to.tokens.unwrap_or(0).saturating_add(tokens));
+        }
+        if let Some(cost) = spend.cost {
+            to.cost = Some(to.cost.unwrap_or(0.0) + cost);
+            if to.currency.is_none() {
+                to.currency.clone_from(&spend.currency);
+            }
+        }
+    }
+    let parents: HashMap<&str, Option<&str>> = agents
+        .iter()
+        .map(|a| (a.id.as_str(), a.parent_agent_id.as_deref()))
+        .collect();
+    let mut sums: HashMap<String, drover_protocol::SpendInfo> = HashMap::new();
+    for agent in agents {
+        // Each agent adds to itself and to every ancestor (bounded: a parent cycle cannot
+        // happen in the registry, the bound keeps a bad answer from looping).
+        let mut at = Some(agent.id.as_str());
+        for _ in 0..64 {
+            let Some((id, parent)) = at.and_then(|id| parents.get(id).map(|p| (id, *p))) else {
+                break;
+            };
+            add(sums.entry(id.to_string()).or_default(), &agent.spend);
+            at = parent;
+        }
+    }
+    sums
+}
+
+/// `ls --tree`'s SPEND (the agent's own) and TREE SPEND / BUDGET (its tree's, against its
+/// budget; shown for an agent with a budget or subagents).
+fn spend_cells(
+    agent: &AgentInfo,
+    tree: Option<&drover_protocol::SpendInfo>,
+    parent: bool,
+) -> [(String, Paint); 2] {
+    let tree = match (&agent.budget, tree) {
+        (Some(budget), Some(spent)) => budget_cell(budget, spent),
+        (None, Some(spent)) if parent => (short_spend(spent), Paint::Plain),
+        _ => ("-".to_string(), Paint::Dim),
+    };
+    [(short_spend(&agent.spend), Paint::Plain), tree]
+}
+
+/// `1000 tok, 0.0010 USD`; `unknown` when the agent reported nothing (never zero).
+fn short_spend(spend: &drover_protocol::SpendInfo) -> String {
+    let mut parts = Vec::new();
+    if let Some(tokens) = spend.tokens {
+        parts.push(format!("{tokens} tok"));
+    }
+    if let Some(cost) = spend.cost {
+        parts.push(format!(
+            "{cost:.4} {}",
+            spend.currency.as_deref().unwrap_or("USD")
+        ));
+    }
+    if parts.is_empty() {
+        "unknown".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `2000/1500 tok (133 %)`: the tree's spend against each limit, the larger share, yellow
+/// past 80 %, red at 100 %.
+fn budget_cell(
+    budget: &drover_protocol::Budget,
+    spent: &drover_protocol::SpendInfo,
+) -> (String, Paint) {
+    let mut parts = Vec::new();
+    let mut share: f64 = 0.0;
+    if let Some(limit) = budget.tokens {
+        let tokens = spent.tokens.unwrap_or(0);
+        parts.push(format!("{tokens}/{limit} tok"));
+        #[allow(clippy::cast_precision_loss)]
+        if limit > 0 {
+            share = share.max(tokens as f64 / limit as f64);
+        } else {
+            share = share.max(1.0);
+        }
+    }
+    if let Some(limit) = budget.cost {
+        let cost = spent.cost.unwrap_or(0.0);
+        let currency = spent.currency.as_deref().unwrap_or("USD");
+        parts.push(format!("{cost:.4}/{limit:.4} {currency}"));
+        share = share.max(if limit > 0.0 { cost / limit } else { 1.0 });
+    }
+    let hard = if budget.hard { ", hard" } else { "" };
+    let text = format!("{} ({:.0} %{hard})", parts.join(", "), share * 100.0);
+    let paint = if share >= 1.0 {
+        Paint::Red
+    } else if share >= 0.8 {
+        Paint::Yellow
+    } else {
+        Paint::Plain
+    };
+    (text, paint)
 }
 
 /// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their
