@@ -166,8 +166,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 id,
                 tokens,
                 cost,
+                hard,
                 clear,
-            } => commands::budget(&ctx, &id, tokens, cost, clear).await,
+            } => commands::budget(&ctx, &id, tokens, cost, hard, clear).await,
             Command::Login { provider, method } => {
                 login::login(&ctx, &provider, method.as_deref()).await
             }

@@ -132,12 +132,7 @@ impl Fleet {
         .expect("sshd");
         let started = hub.drover(&["daemon", "start"]);
         assert!(started.status.success(), "hub start: {}", text(&started));
-        Fleet {
-            hub,
-            b,
-            ssh,
-            dir,
-        }
+        Fleet { hub, b, ssh, dir }
     }
 
     /// `drover host add b ssh://root@10.77.1.2 --identity KEY` with the test's ssh options.
