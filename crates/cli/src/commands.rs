@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
-    ProviderSignIn,
+    AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, HostInfo, NewWorktree,
+    PermissionPolicy, ProviderSignIn,
 };
 use drover_protocol::{AttentionReason, ItemKind, RuntimeState};
 use serde_json::{Value, json};
@@ -102,11 +102,20 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
                 .filter(|p| !p.is_empty())
         })
         .unwrap_or_else(|| "codex".to_string());
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
+    let cwd = match (&args.host, &args.cwd) {
+        // Another host's directory: that host's daemon checks it.
+        (Some(host), None) if host != "local" => {
+            return Err(CliError::BadArgument(format!(
+                "--host {host}: give --cwd, the directory on that host to work in"
+            ))
+            .into());
+        }
+        (Some(host), Some(dir)) if host != "local" => dir.clone(),
+        (_, Some(dir)) => working_directory(dir)?,
+        (_, None) => working_directory(
+            &std::env::current_dir().context("cannot read the current directory")?,
+        )?,
     };
-    let cwd = working_directory(&cwd)?;
     let (mut connection, SessionState { mut agents, .. }) = ctx.connect().await?;
     let parent = match &args.parent {
         Some(query) => Some(resolve(&agents, query, Prefer::Live)?.id.clone()),
@@ -190,7 +199,7 @@ fn create_message(
             drover_protocol::Budget {
                 tokens: args.budget_tokens,
                 cost: args.budget_cost,
-                hard: false,
+                hard: args.budget_hard,
             },
         ),
         worktree: args.worktree.clone().map(|name| NewWorktree {
@@ -198,6 +207,7 @@ fn create_message(
             branch: None,
             base: args.base.clone(),
         }),
+        host: args.host.clone(),
     })
 }
 
@@ -579,13 +589,30 @@ async fn initialize(
 
 // ---- the list and one agent -------------------------------------------------------------------
 
-pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<()> {
+pub async fn ls(
+    ctx: &Ctx,
+    all: bool,
+    tree: bool,
+    json: bool,
+    host: Option<&str>,
+) -> anyhow::Result<()> {
     // Without --all the archived agents are neither fetched nor counted for short ids: an id
     // prefix that is also an archived agent's names the live one (see `resolve`).
-    let (connection, SessionState { mut agents, .. }) =
-        Connection::open(&ctx.endpoint, all).await?;
+    // The tree's spend counts its archived agents too: --tree fetches them to sum it.
+    let (connection, state) = Connection::open(&ctx.endpoint, all || tree).await?;
+    let SessionState {
+        mut agents, hosts, ..
+    } = state;
     connection.close().await;
+    let tree_spend = if tree && !json {
+        tree_spends(&agents)
+    } else {
+        HashMap::new()
+    };
     agents.retain(|a| all || a.archived_at.is_none());
+    if let Some(host) = host {
+        only_on(&mut agents, &hosts, host)?;
+    }
     let short = ShortIds::new(&agents);
     agents.sort_by(|a, b| a.id.cmp(&b.id));
     if json {
@@ -607,16 +634,21 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             .collect()
     };
     let now = jiff::Timestamp::now();
-    let mut table = Table::new(vec![
-        "ID",
-        "TITLE",
-        "PROVIDER",
-        "STATUS",
-        "RUNTIME",
-        "ATTENTION",
-        "AGE",
-        "CWD",
-    ]);
+    let mut headers = vec!["ID", "TITLE", "PROVIDER", "STATUS", "RUNTIME", "ATTENTION"];
+    if tree {
+        headers.extend(["SPEND", "TREE SPEND / BUDGET"]);
+    }
+    headers.push("AGE");
+    // The HOST column only in a fleet of several machines.
+    if !hosts.is_empty() {
+        headers.push("HOST");
+    }
+    headers.push("CWD");
+    let mut table = Table::new(headers);
+    let has_children: std::collections::HashSet<&str> = agents
+        .iter()
+        .filter_map(|a| a.parent_agent_id.as_deref())
+        .collect();
     for (id, agent) in rows {
         let status = if agent.archived_at.is_some() {
             format!("{} (archived)", agent.status)
@@ -628,21 +660,7 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
         } else {
             output::status_paint(agent.status)
         };
-        // Said as people say it: `sign in` is what to do.
-        let attention = match (agent.attention_reason, &agent.limited) {
-            (None, _) => "-".to_string(),
-            (Some(AttentionReason::AuthRequired), _) => "sign in".to_string(),
-            // When the prompt goes again.
-            (Some(AttentionReason::Limited), Some(limited)) => {
-                format!("limited until {}", output::clock(&limited.retry_at))
-            }
-            (Some(reason), _) => reason.to_string(),
-        };
-        let attention_paint = match attention.as_str() {
-            "permission" | "error" | "sign in" => Paint::Yellow,
-            _ => Paint::Plain,
-        };
-        table.row(vec![
+        let mut cells = vec![
             (id, Paint::Plain),
             (
                 output::truncate(agent.title.as_deref().unwrap_or("-"), 40),
@@ -658,14 +676,174 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
                     Paint::Plain
                 },
             ),
-            (attention, attention_paint),
-            (output::age(&agent.created_at, now), Paint::Plain),
-            (output::tilde(&agent.cwd), Paint::Dim),
-        ]);
+            attention_cell(agent),
+        ];
+        if tree {
+            let spent = tree_spend.get(agent.id.as_str());
+            let parent = has_children.contains(agent.id.as_str());
+            cells.extend(spend_cells(agent, spent, parent));
+        }
+        cells.push((output::age(&agent.created_at, now), Paint::Plain));
+        if !hosts.is_empty() {
+            cells.push(host_cell(agent, &hosts, now));
+        }
+        cells.push((output::tilde(&agent.cwd), Paint::Dim));
+        table.row(cells);
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
+}
+
+/// The ATTENTION cell, said as people say it: `sign in` is what to do, `limited until` when
+/// the prompt goes again.
+fn attention_cell(agent: &AgentInfo) -> (String, Paint) {
+    let attention = match (agent.attention_reason, &agent.limited) {
+        (None, _) => "-".to_string(),
+        (Some(AttentionReason::AuthRequired), _) => "sign in".to_string(),
+        (Some(AttentionReason::Limited), Some(limited)) => {
+            format!("limited until {}", output::clock(&limited.retry_at))
+        }
+        (Some(reason), _) => reason.to_string(),
+    };
+    let paint = match attention.as_str() {
+        "permission" | "error" | "sign in" => Paint::Yellow,
+        _ => Paint::Plain,
+    };
+    (attention, paint)
+}
+
+/// Keeps the agents on `host` (`local`: this machine's), a host the daemon links to.
+fn only_on(agents: &mut Vec<AgentInfo>, hosts: &[HostInfo], host: &str) -> Result<(), CliError> {
+    if host != "local" && !hosts.iter().any(|h| h.name == host) {
+        return Err(CliError::BadArgument(format!(
+            "--host {host}: no such host (`drover host ls` lists them)"
+        )));
+    }
+    agents.retain(|a| a.host.as_deref().unwrap_or("local") == host);
+    Ok(())
+}
+
+/// The HOST cell: the agent's host, and whether it can be reached now.
+fn host_cell(agent: &AgentInfo, hosts: &[HostInfo], now: jiff::Timestamp) -> (String, Paint) {
+    let Some(host) = agent
+        .host
+        .as_deref()
+        .and_then(|name| hosts.iter().find(|h| h.name == name))
+    else {
+        return ("local".to_string(), Paint::Dim);
+    };
+    if host.state == "reachable" {
+        return (host.name.clone(), Paint::Plain);
+    }
+    let since = output::age(&host.since, now);
+    (
+        format!("{} ({} {since})", host.name, host.state),
+        Paint::Yellow,
+    )
+}
+
+/// What each agent and every agent below it spent (archived ones included), by agent id.
+fn tree_spends(agents: &[AgentInfo]) -> HashMap<String, drover_protocol::SpendInfo> {
+    fn add(to: &mut drover_protocol::SpendInfo, spend: &drover_protocol::SpendInfo) {
+        if let Some(tokens) = spend.tokens {
+            to.tokens = Some(to.tokens.unwrap_or(0).saturating_add(tokens));
+        }
+        if let Some(cost) = spend.cost {
+            to.cost = Some(to.cost.unwrap_or(0.0) + cost);
+            if to.currency.is_none() {
+                to.currency.clone_from(&spend.currency);
+            }
+        }
+    }
+    let parents: HashMap<&str, Option<&str>> = agents
+        .iter()
+        .map(|a| (a.id.as_str(), a.parent_agent_id.as_deref()))
+        .collect();
+    let mut sums: HashMap<String, drover_protocol::SpendInfo> = HashMap::new();
+    for agent in agents {
+        // Each agent adds to itself and to every ancestor (bounded: a parent cycle cannot
+        // happen in the registry, the bound keeps a bad answer from looping).
+        let mut at = Some(agent.id.as_str());
+        for _ in 0..64 {
+            let Some((id, parent)) = at.and_then(|id| parents.get(id).map(|p| (id, *p))) else {
+                break;
+            };
+            add(sums.entry(id.to_string()).or_default(), &agent.spend);
+            at = parent;
+        }
+    }
+    sums
+}
+
+/// `ls --tree`'s SPEND (the agent's own) and TREE SPEND / BUDGET (its tree's, against its
+/// budget; shown for an agent with a budget or subagents).
+fn spend_cells(
+    agent: &AgentInfo,
+    tree: Option<&drover_protocol::SpendInfo>,
+    parent: bool,
+) -> [(String, Paint); 2] {
+    let tree = match (&agent.budget, tree) {
+        (Some(budget), Some(spent)) => budget_cell(budget, spent),
+        (None, Some(spent)) if parent => (short_spend(spent), Paint::Plain),
+        _ => ("-".to_string(), Paint::Dim),
+    };
+    [(short_spend(&agent.spend), Paint::Plain), tree]
+}
+
+/// `1000 tok, 0.0010 USD`; `unknown` when the agent reported nothing (never zero).
+fn short_spend(spend: &drover_protocol::SpendInfo) -> String {
+    let mut parts = Vec::new();
+    if let Some(tokens) = spend.tokens {
+        parts.push(format!("{tokens} tok"));
+    }
+    if let Some(cost) = spend.cost {
+        parts.push(format!(
+            "{cost:.4} {}",
+            spend.currency.as_deref().unwrap_or("USD")
+        ));
+    }
+    if parts.is_empty() {
+        "unknown".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `2000/1500 tok (133 %)`: the tree's spend against each limit, the larger share, yellow
+/// past 80 %, red at 100 %.
+fn budget_cell(
+    budget: &drover_protocol::Budget,
+    spent: &drover_protocol::SpendInfo,
+) -> (String, Paint) {
+    let mut parts = Vec::new();
+    let mut share: f64 = 0.0;
+    if let Some(limit) = budget.tokens {
+        let tokens = spent.tokens.unwrap_or(0);
+        parts.push(format!("{tokens}/{limit} tok"));
+        #[allow(clippy::cast_precision_loss)]
+        if limit > 0 {
+            share = share.max(tokens as f64 / limit as f64);
+        } else {
+            share = share.max(1.0);
+        }
+    }
+    if let Some(limit) = budget.cost {
+        let cost = spent.cost.unwrap_or(0.0);
+        let currency = spent.currency.as_deref().unwrap_or("USD");
+        parts.push(format!("{cost:.4}/{limit:.4} {currency}"));
+        share = share.max(if limit > 0.0 { cost / limit } else { 1.0 });
+    }
+    let hard = if budget.hard { ", hard" } else { "" };
+    let text = format!("{} ({:.0} %{hard})", parts.join(", "), share * 100.0);
+    let paint = if share >= 1.0 {
+        Paint::Red
+    } else if share >= 0.8 {
+        Paint::Yellow
+    } else {
+        Paint::Plain
+    };
+    (text, paint)
 }
 
 /// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their
@@ -719,7 +897,12 @@ fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
 }
 
 pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
-    let (mut connection, SessionState { agents, workspaces }) = ctx.connect().await?;
+    let (
+        mut connection,
+        SessionState {
+            agents, workspaces, ..
+        },
+    ) = ctx.connect().await?;
     let listed = resolve(&agents, id, Prefer::Live)?;
     // The agent again, with what its process tree holds now.
     let answer = connection
@@ -1374,16 +1557,13 @@ pub async fn budget(
     id: &str,
     tokens: Option<u64>,
     cost: Option<f64>,
+    hard: bool,
     clear: bool,
 ) -> anyhow::Result<()> {
     if !clear && tokens.is_none() && cost.is_none() {
         anyhow::bail!("give --tokens and/or --cost, or --clear");
     }
-    let budget = (!clear).then_some(drover_protocol::Budget {
-        tokens,
-        cost,
-        hard: false,
-    });
+    let budget = (!clear).then_some(drover_protocol::Budget { tokens, cost, hard });
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
         .request(rq::SetBudget {
@@ -1412,7 +1592,11 @@ fn budget_line(budget: &drover_protocol::Budget) -> String {
     if let Some(cost) = budget.cost {
         parts.push(format!("{cost:.4} cost"));
     }
-    parts.join(", ")
+    let mut line = parts.join(", ");
+    if budget.hard {
+        line.push_str(", hard (running turns are cancelled at 100 %)");
+    }
+    line
 }
 
 pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {

@@ -305,6 +305,9 @@ pub struct AgentInfo {
     /// answer (read then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Vec<QueuedMessageInfo>>,
+    /// The host it runs on (`drover host ls`); absent for this daemon's own machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// A subagent an agent runs itself, as its provider reports it.
@@ -374,7 +377,8 @@ pub struct Budget {
     pub tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
-    /// Cancel running turns at 100 % too. Recorded; not enforced yet (running turns finish).
+    /// Cancel the turns running in the tree at 100 % too (cause `budget`), not only refuse new
+    /// ones.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hard: bool,
 }
@@ -531,6 +535,9 @@ pub struct WorkspaceInfo {
     pub activity: Option<WorkspaceActivity>,
     /// For a worktree drover made: where it comes from.
     pub worktree: Option<WorktreeInfo>,
+    /// The host it is on; absent for this daemon's own machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Where a worktree workspace comes from.
@@ -629,6 +636,11 @@ pub struct AgentUpdate {
     pub agent_id: String,
     pub timestamp: String,
     pub notification: Value,
+    /// The agent's timeline revision after this update (absent on the items of an
+    /// `agent_initialized` snapshot): an update whose revision is not above the snapshot's is
+    /// already in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
 }
 
 /// A record an import brought in (or, in a dry run, would).
@@ -755,11 +767,18 @@ pub enum DaemonMessage {
         daemon_version: String,
         protocol_version: u32,
         session_id: String,
+        /// The daemon's `[runtimes] max_live` (absent: no ceiling): a hub places `--host auto`
+        /// agents by it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_live: Option<u32>,
     },
     /// Every agent (no history, no runtime started) and every workspace with its activity.
     SessionState {
         agents: Vec<AgentInfo>,
         workspaces: Vec<WorkspaceInfo>,
+        /// The hosts this daemon links to (absent when there are none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hosts: Vec<HostInfo>,
     },
     AgentInitialized {
         agent_id: String,
@@ -771,6 +790,9 @@ pub enum DaemonMessage {
         cursor: Option<u64>,
         /// Permission requests waiting for an answer.
         pending_permissions: Vec<Value>,
+        /// The timeline's revision this snapshot holds: `agent_update`s after it follow.
+        #[serde(default)]
+        revision: u64,
         request_id: Option<String>,
     },
     /// An agent changed (status, title, labels, archive, detach, attention, config). To every
@@ -851,6 +873,17 @@ pub enum DaemonMessage {
     Agents {
         request_id: Option<String>,
         agents: Vec<AgentInfo>,
+    },
+    /// The answer to `list_hosts`, `add_host` and `remove_host`.
+    Hosts {
+        request_id: Option<String>,
+        hosts: Vec<HostInfo>,
+    },
+    /// A host's link changed (reachable, unreachable since, version, counts), or it was
+    /// removed (`host: null`). To every session.
+    HostUpdate {
+        name: String,
+        host: Option<HostInfo>,
     },
     /// The answer to `get_agent`: its `runtime` says what its process tree holds now.
     Agent {
@@ -1054,6 +1087,7 @@ impl DaemonMessage {
             | DaemonMessage::SignedIn { request_id, .. }
             | DaemonMessage::Imported { request_id, .. }
             | DaemonMessage::Agents { request_id, .. }
+            | DaemonMessage::Hosts { request_id, .. }
             | DaemonMessage::Agent { request_id, .. }
             | DaemonMessage::Idle { request_id, .. }
             | DaemonMessage::Workspaces { request_id, .. }
@@ -1078,6 +1112,7 @@ impl DaemonMessage {
             | DaemonMessage::AgentStatus { .. }
             | DaemonMessage::AgentUpdate(_)
             | DaemonMessage::WorkspaceUpdate { .. }
+            | DaemonMessage::HostUpdate { .. }
             | DaemonMessage::ScheduleUpdate { .. }
             | DaemonMessage::JobUpdate { .. }
             | DaemonMessage::JobOutputUpdate { .. }
@@ -1204,6 +1239,10 @@ pub const CLIENT_TYPES: &[&str] = &[
     "list_providers",
     "get_agent",
     "list_agents",
+    "list_hosts",
+    "add_host",
+    "remove_host",
+    "ping",
     "wait_idle",
     "list_workspaces",
     "create_worktree",
@@ -1271,4 +1310,52 @@ mod tests {
             );
         }
     }
+}
+
+/// How to reach a host: an `ssh://[user@]host[:port]` target, or a command of its own that
+/// ends in `drover connect --stdio` (`kubectl exec -i POD -- drover connect --stdio`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostConfig {
+    /// Its name in this fleet: lower-case letters, digits and `-`.
+    pub name: String,
+    /// `ssh://[user@]host[:port]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
+    /// The private key `ssh -i` uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// More `ssh -o` options, as `Key=value`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_options: Vec<String>,
+    /// Instead of `ssh`: the command (program and arguments) whose stdin and stdout are the
+    /// link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+}
+
+/// A host of the fleet as the hub sees it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostInfo {
+    pub name: String,
+    /// `ssh://...` or the link command, for people.
+    pub target: String,
+    /// `connecting`, `reachable`, `unreachable`, or `incompatible` (another protocol version:
+    /// see `error`).
+    pub state: String,
+    /// Since when it is in that state.
+    pub since: String,
+    /// Why it is not reachable.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The remote daemon's version, once reached.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Its agents (archived ones not counted) and how many run a process now.
+    pub agents: u32,
+    pub live: u32,
+    /// Its daemon's `[runtimes] max_live` (`null`: no ceiling, or not reached yet).
+    #[serde(default)]
+    pub max_live: Option<u32>,
 }

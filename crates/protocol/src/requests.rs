@@ -8,8 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Budget, Delivery, NewWorktree, OnInterrupt, OnLimit, PermissionPolicy, ScheduleNewAgent,
-    ScheduleWhen,
+    Budget, Delivery, HostConfig, NewWorktree, OnInterrupt, OnLimit, PermissionPolicy,
+    ScheduleNewAgent, ScheduleWhen,
 };
 
 /// One client frame: a request and the correlation id its answer echoes.
@@ -73,6 +73,10 @@ pub enum ClientMessage {
     WorkspaceChanges(WorkspaceChanges),
     ListProviders(ListProviders),
     GetAgent(GetAgent),
+    ListHosts(ListHosts),
+    AddHost(AddHost),
+    RemoveHost(RemoveHost),
+    Ping(Ping),
     ListAgents(ListAgents),
     WaitIdle(WaitIdle),
     ListWorkspaces(ListWorkspaces),
@@ -131,6 +135,10 @@ into_message! {
     WorkspaceChanges,
     ListProviders,
     GetAgent,
+    ListHosts,
+    AddHost,
+    RemoveHost,
+    Ping,
     ListAgents,
     WaitIdle,
     ListWorkspaces,
@@ -248,6 +256,11 @@ pub struct CreateAgent {
     /// with the agent when `autoArchive` archives it). Needs `cwd`, not `workspaceId`.
     #[serde(default)]
     pub worktree: Option<NewWorktree>,
+    /// Create it on this host (`drover host add`; `cwd` and the checkout are that host's),
+    /// or `auto`: the reachable host with the most free `max_live` slots. Default: this
+    /// daemon's machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// The `send_message` request.
@@ -390,6 +403,32 @@ pub struct ListProviders {}
 pub struct GetAgent {
     pub agent_id: String,
 }
+
+/// The hosts this daemon links to (`drover host ls`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListHosts {}
+
+/// Adds a host (kept in `$DROVER_HOME/hosts.json`) and links to it at once. Answers
+/// `hosts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AddHost {
+    pub host: HostConfig,
+}
+
+/// Forgets a host and closes its link (its agents keep running on their own daemon).
+/// Answers `hosts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoveHost {
+    pub name: String,
+}
+
+/// Answers `ok`: the connection (a host link's keep-alive) works.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ping {}
 
 /// Every agent, archived ones too if asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

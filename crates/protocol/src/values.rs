@@ -121,6 +121,8 @@ wire_enum! {
         UnknownJob => "unknown_job",
         JobStartFailed => "job_start_failed",
         BudgetExhausted => "budget_exhausted",
+        UnknownHost => "unknown_host",
+        HostUnreachable => "host_unreachable",
     }
 }
 
@@ -379,6 +381,8 @@ wire_enum! {
         Archive => "archive",
         /// The daemon is shutting down.
         Shutdown => "shutdown",
+        /// The agent's tree spent a budget set with `hard = true`.
+        Budget => "budget",
     }
 }
 

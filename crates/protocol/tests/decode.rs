@@ -14,6 +14,8 @@ use serde_json::{Map, Number, Value};
 /// Field names the messages use, so that random objects often look almost right.
 const FIELDS: &[&str] = &[
     "type",
+    "host",
+    "name",
     "when",
     "newAgent",
     "scheduleId",
@@ -196,7 +198,8 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                     Just(drover_protocol::OnLimit::Wait),
                     Just(drover_protocol::OnLimit::Fail)
                 ]),
-                prop::option::of(budget())
+                prop::option::of(budget()),
+                opt_string()
             )
         )
             .prop_map(
@@ -204,7 +207,7 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                     (request_id, provider, cwd, workspace_id),
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
-                    (worktree, effort, on_interrupt, on_limit, budget),
+                    (worktree, effort, on_interrupt, on_limit, budget, host),
                 )| ClientRequest {
                     request_id,
                     message: ClientMessage::CreateAgent(requests::CreateAgent {
@@ -224,6 +227,7 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                         on_limit,
                         budget,
                         worktree,
+                        host,
                     })
                 }
             ),
@@ -588,6 +592,40 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
             request_id,
             message: ClientMessage::NotifyTest(requests::NotifyTest { sink })
         }),
+        opt_string().prop_map(|request_id| ClientRequest {
+            request_id,
+            message: ClientMessage::ListHosts(requests::ListHosts {})
+        }),
+        opt_string().prop_map(|request_id| ClientRequest {
+            request_id,
+            message: ClientMessage::Ping(requests::Ping {})
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, name)| ClientRequest {
+            request_id,
+            message: ClientMessage::RemoveHost(requests::RemoveHost { name })
+        }),
+        (
+            opt_string(),
+            any::<String>(),
+            opt_string(),
+            opt_string(),
+            prop::collection::vec(any::<String>(), 0..3),
+            prop::option::of(prop::collection::vec(any::<String>(), 0..3)),
+        )
+            .prop_map(|(request_id, name, ssh, identity, ssh_options, command)| {
+                ClientRequest {
+                    request_id,
+                    message: ClientMessage::AddHost(requests::AddHost {
+                        host: drover_protocol::HostConfig {
+                            name,
+                            ssh,
+                            identity,
+                            ssh_options,
+                            command,
+                        },
+                    }),
+                }
+            }),
     ]
 }
 

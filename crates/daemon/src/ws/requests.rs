@@ -83,6 +83,10 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::ImportSessions(r) => import_sessions(ops, id, r).await,
         M::WaitIdle(r) => wait_idle(ops, id, r).await,
         M::ListWorkspaces(r) => list_workspaces(ops, id, &r),
+        M::ListHosts(_) => list_hosts(ops, id),
+        M::AddHost(r) => add_host(ops, id, r),
+        M::RemoveHost(r) => remove_host(ops, id, &r),
+        M::Ping(_) => ping(id),
         M::CreateWorktree(r) => create_worktree(ops, id, r).await,
         M::GetWorktreeStatus(r) => get_worktree_status(ops, id, r).await,
         M::ArchiveWorkspace(r) => archive_workspace(ops, id, r).await,
@@ -296,7 +300,50 @@ async fn wait_idle(ops: &Ops, request_id: Id, r: rq::WaitIdle) -> Answered {
 fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answered {
     send(DaemonMessage::Workspaces {
         request_id,
-        workspaces: workspace_infos(ops, r.include_archived),
+        workspaces: workspace_infos(ops, r.include_archived)
+            .into_iter()
+            .chain(
+                ops.hosts
+                    .workspaces()
+                    .into_iter()
+                    .filter_map(|w| serde_json::from_value(w).ok()),
+            )
+            .filter(|w: &drover_protocol::WorkspaceInfo| {
+                r.include_archived || w.archived_at.is_none()
+            })
+            .collect(),
+    })
+}
+
+// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
+#[allow(clippy::unnecessary_wraps)]
+fn list_hosts(ops: &Ops, request_id: Id) -> Answered {
+    send(DaemonMessage::Hosts {
+        request_id,
+        hosts: ops.hosts.list(),
+    })
+}
+
+fn add_host(ops: &Ops, request_id: Id, r: rq::AddHost) -> Answered {
+    send(DaemonMessage::Hosts {
+        request_id,
+        hosts: ops.hosts.add(r.host)?,
+    })
+}
+
+fn remove_host(ops: &Ops, request_id: Id, r: &rq::RemoveHost) -> Answered {
+    send(DaemonMessage::Hosts {
+        request_id,
+        hosts: ops.hosts.remove(&r.name)?,
+    })
+}
+
+// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
+#[allow(clippy::unnecessary_wraps)]
+fn ping(request_id: Id) -> Answered {
+    send(DaemonMessage::Ok {
+        request_id,
+        agent_id: None,
     })
 }
 
@@ -500,6 +547,7 @@ async fn initialize_agent(ops: &Ops, request_id: Id, r: rq::InitializeAgentReque
             .iter()
             .filter_map(|p| serde_json::to_value(p).ok())
             .collect(),
+        revision: opened.page.revision,
         request_id,
     };
     Ok(Reply::Initialized {
@@ -527,6 +575,8 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         on_limit,
         budget,
         worktree,
+        // Another host's is forwarded before it gets here (`crate::hosts`).
+        host: _,
     } = r;
     let workspace = workspace_id.as_deref().map(parse_workspace).transpose()?;
     let placement = match (worktree, cwd) {

@@ -44,6 +44,8 @@ export const ErrorCode = Object.freeze({
   UnknownJob: /** @type {'unknown_job'} */ ('unknown_job'),
   JobStartFailed: /** @type {'job_start_failed'} */ ('job_start_failed'),
   BudgetExhausted: /** @type {'budget_exhausted'} */ ('budget_exhausted'),
+  UnknownHost: /** @type {'unknown_host'} */ ('unknown_host'),
+  HostUnreachable: /** @type {'host_unreachable'} */ ('host_unreachable'),
 });
 
 /** Every `AgentStatus` value, by its Rust name. */
@@ -192,6 +194,7 @@ export const CancelCause = Object.freeze({
   Parent: /** @type {'parent'} */ ('parent'),
   Archive: /** @type {'archive'} */ ('archive'),
   Shutdown: /** @type {'shutdown'} */ ('shutdown'),
+  Budget: /** @type {'budget'} */ ('budget'),
 });
 
 /** Every `InterruptCause` value, by its Rust name. */
@@ -235,6 +238,10 @@ export const ClientType = Object.freeze({
   WorkspaceChanges: /** @type {'workspace_changes'} */ ('workspace_changes'),
   ListProviders: /** @type {'list_providers'} */ ('list_providers'),
   GetAgent: /** @type {'get_agent'} */ ('get_agent'),
+  ListHosts: /** @type {'list_hosts'} */ ('list_hosts'),
+  AddHost: /** @type {'add_host'} */ ('add_host'),
+  RemoveHost: /** @type {'remove_host'} */ ('remove_host'),
+  Ping: /** @type {'ping'} */ ('ping'),
   ListAgents: /** @type {'list_agents'} */ ('list_agents'),
   WaitIdle: /** @type {'wait_idle'} */ ('wait_idle'),
   ListWorkspaces: /** @type {'list_workspaces'} */ ('list_workspaces'),
@@ -282,6 +289,8 @@ export const DaemonType = Object.freeze({
   SignedIn: /** @type {'signed_in'} */ ('signed_in'),
   Imported: /** @type {'imported'} */ ('imported'),
   Agents: /** @type {'agents'} */ ('agents'),
+  Hosts: /** @type {'hosts'} */ ('hosts'),
+  HostUpdate: /** @type {'host_update'} */ ('host_update'),
   Agent: /** @type {'agent'} */ ('agent'),
   Idle: /** @type {'idle'} */ ('idle'),
   Workspaces: /** @type {'workspaces'} */ ('workspaces'),
@@ -352,6 +361,7 @@ export const DaemonType = Object.freeze({
  * @property {RuntimeInfo} [runtime] - The agent's runtime: whether a process runs for it.
  * @property {StartFailureInfo | null} [startFailure] - Set while the agent's last start failed: it does not start again on its own (but for the retries `runtime.retryAt` announces) until `restart_agent` or a `sign_in`.
  * @property {Array<QueuedMessageInfo> | null} [queued] - The messages queued for it and not delivered yet, oldest first: only in the `agent` answer (read then).
+ * @property {string | null} [host] - The host it runs on (`drover host ls`); absent for this daemon's own machine.
  */
 
 /**
@@ -366,6 +376,7 @@ export const DaemonType = Object.freeze({
  * @property {string} agentId
  * @property {string} timestamp
  * @property {any} notification
+ * @property {number | null} [revision] - The agent's timeline revision after this update (absent on the items of an `agent_initialized` snapshot): an update whose revision is not above the snapshot's is already in it.
  */
 
 /**
@@ -407,7 +418,7 @@ export const DaemonType = Object.freeze({
  * @typedef {Object} Budget
  * @property {number | null} [tokens]
  * @property {number | null} [cost]
- * @property {boolean} [hard] - Cancel running turns at 100 % too. Recorded; not enforced yet (running turns finish).
+ * @property {boolean} [hard] - Cancel the turns running in the tree at 100 % too (cause `budget`), not only refuse new ones.
  */
 
 /**
@@ -465,7 +476,32 @@ export const DaemonType = Object.freeze({
  * Why a request failed: the stable `code` of a `request_error` (and of an MCP tool
  * error). Clients match on it; the message beside it is for people.
  * `docs/protocol.md` explains each one (a test keeps the two in step).
- * @typedef {'invalid_message' | 'unknown_type' | 'hello_required' | 'unsupported_version' | 'unauthorized' | 'unknown_agent' | 'unknown_workspace' | 'unknown_provider' | 'invalid_config' | 'provider_unavailable' | 'invalid_input' | 'invalid_id' | 'not_permitted' | 'agent_active' | 'agent_archived' | 'turn_blocked' | 'illegal_transition' | 'no_such_permission' | 'agent_start_failed' | 'agent_error' | 'runtime_stopped' | 'store_failed' | 'shutting_down' | 'not_a_worktree' | 'not_a_git_repository' | 'git_failed' | 'invalid_project_file' | 'worktree_setup_failed' | 'worktree_teardown_failed' | 'worktree_dirty' | 'worktree_busy' | 'worktree_io_failed' | 'too_many_requests' | 'unknown_schedule' | 'unknown_job' | 'job_start_failed' | 'budget_exhausted'} ErrorCode
+ * @typedef {'invalid_message' | 'unknown_type' | 'hello_required' | 'unsupported_version' | 'unauthorized' | 'unknown_agent' | 'unknown_workspace' | 'unknown_provider' | 'invalid_config' | 'provider_unavailable' | 'invalid_input' | 'invalid_id' | 'not_permitted' | 'agent_active' | 'agent_archived' | 'turn_blocked' | 'illegal_transition' | 'no_such_permission' | 'agent_start_failed' | 'agent_error' | 'runtime_stopped' | 'store_failed' | 'shutting_down' | 'not_a_worktree' | 'not_a_git_repository' | 'git_failed' | 'invalid_project_file' | 'worktree_setup_failed' | 'worktree_teardown_failed' | 'worktree_dirty' | 'worktree_busy' | 'worktree_io_failed' | 'too_many_requests' | 'unknown_schedule' | 'unknown_job' | 'job_start_failed' | 'budget_exhausted' | 'unknown_host' | 'host_unreachable'} ErrorCode
+ */
+
+/**
+ * How to reach a host: an `ssh://[user@]host[:port]` target, or a command of its own that
+ * ends in `drover connect --stdio` (`kubectl exec -i POD -- drover connect --stdio`).
+ * @typedef {Object} HostConfig
+ * @property {string} name - Its name in this fleet: lower-case letters, digits and `-`.
+ * @property {string | null} [ssh] - `ssh://[user@]host[:port]`.
+ * @property {string | null} [identity] - The private key `ssh -i` uses.
+ * @property {Array<string>} [sshOptions] - More `ssh -o` options, as `Key=value`.
+ * @property {Array<string> | null} [command] - Instead of `ssh`: the command (program and arguments) whose stdin and stdout are the link.
+ */
+
+/**
+ * A host of the fleet as the hub sees it now.
+ * @typedef {Object} HostInfo
+ * @property {string} name
+ * @property {string} target - `ssh://...` or the link command, for people.
+ * @property {string} state - `connecting`, `reachable`, `unreachable`, or `incompatible` (another protocol version: see `error`).
+ * @property {string} since - Since when it is in that state.
+ * @property {string | null} [error] - Why it is not reachable.
+ * @property {string | null} [version] - The remote daemon's version, once reached.
+ * @property {number} agents - Its agents (archived ones not counted) and how many run a process now.
+ * @property {number} live
+ * @property {number | null} [maxLive] - Its daemon's `[runtimes] max_live` (`null`: no ceiling, or not reached yet).
  */
 
 /**
@@ -778,6 +814,7 @@ export const DaemonType = Object.freeze({
  * @property {string | null} [archivedAt]
  * @property {WorkspaceActivity | null} [activity] - `null`: no agents.
  * @property {WorktreeInfo | null} [worktree] - For a worktree drover made: where it comes from.
+ * @property {string | null} [host] - The host it is on; absent for this daemon's own machine.
  */
 
 /**
@@ -830,7 +867,7 @@ export const DaemonType = Object.freeze({
 
 /**
  * Why a turn was cancelled (the `cause` of a `turn_canceled`).
- * @typedef {'user' | 'parent' | 'archive' | 'shutdown'} CancelCause
+ * @typedef {'user' | 'parent' | 'archive' | 'shutdown' | 'budget'} CancelCause
  */
 
 /**
@@ -878,6 +915,7 @@ export const DaemonType = Object.freeze({
  *  onLimit?: OnLimit | null,
  *  budget?: Budget | null,
  *  worktree?: NewWorktree | null,
+ *  host?: string | null,
  *} | {
  *  type: 'send_message',
  *  agentId: string,
@@ -939,6 +977,16 @@ export const DaemonType = Object.freeze({
  *} | {
  *  type: 'get_agent',
  *  agentId: string,
+ *} | {
+ *  type: 'list_hosts',
+ *} | {
+ *  type: 'add_host',
+ *  host: HostConfig,
+ *} | {
+ *  type: 'remove_host',
+ *  name: string,
+ *} | {
+ *  type: 'ping',
  *} | {
  *  type: 'list_agents',
  *  includeArchived?: boolean,
@@ -1050,12 +1098,14 @@ export const DaemonType = Object.freeze({
  *    daemonVersion: string,
  *    protocolVersion: number,
  *    sessionId: string,
+ *    maxLive?: number | null,
  *  },
  *} | {
  *  type: 'session_state',
  *  payload: {
  *    agents: Array<AgentInfo>,
  *    workspaces: Array<WorkspaceInfo>,
+ *    hosts?: Array<HostInfo>,
  *  },
  *} | {
  *  type: 'agent_initialized',
@@ -1066,6 +1116,7 @@ export const DaemonType = Object.freeze({
  *    hasOlder: boolean,
  *    cursor?: number | null,
  *    pendingPermissions: Array<any>,
+ *    revision?: number,
  *    requestId?: string | null,
  *  },
  *} | {
@@ -1166,6 +1217,18 @@ export const DaemonType = Object.freeze({
  *  payload: {
  *    requestId?: string | null,
  *    agents: Array<AgentInfo>,
+ *  },
+ *} | {
+ *  type: 'hosts',
+ *  payload: {
+ *    requestId?: string | null,
+ *    hosts: Array<HostInfo>,
+ *  },
+ *} | {
+ *  type: 'host_update',
+ *  payload: {
+ *    name: string,
+ *    host?: HostInfo | null,
  *  },
  *} | {
  *  type: 'agent',
@@ -1355,6 +1418,7 @@ export const DaemonType = Object.freeze({
  *  onLimit?: OnLimit | null,
  *  budget?: Budget | null,
  *  worktree?: NewWorktree | null,
+ *  host?: string | null,
  *} | {
  *  type: 'send_message',
  *  agentId: string,
@@ -1416,6 +1480,16 @@ export const DaemonType = Object.freeze({
  *} | {
  *  type: 'get_agent',
  *  agentId: string,
+ *} | {
+ *  type: 'list_hosts',
+ *} | {
+ *  type: 'add_host',
+ *  host: HostConfig,
+ *} | {
+ *  type: 'remove_host',
+ *  name: string,
+ *} | {
+ *  type: 'ping',
  *} | {
  *  type: 'list_agents',
  *  includeArchived?: boolean,

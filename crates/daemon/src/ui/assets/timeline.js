@@ -19,6 +19,7 @@ const CAUSE = {
   [CancelCause.Archive]: 'by its archive',
   [CancelCause.Shutdown]: 'the daemon shut down',
   [InterruptCause.Crash]: 'the daemon stopped',
+  [CancelCause.Budget]: 'its tree spent a hard budget',
 };
 
 export class TimelineView {
