@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use git::read_bounded;
 use git::{branch_exists, delete_branch, git, git_serial, make_branch, repo_lock, repo_lock_of};
 use project::run_commands;
 pub use project::{DEFAULT_COMMAND_TIMEOUT, PROJECT_FILE, ProjectConfig, WorktreeConfig};
