@@ -266,8 +266,8 @@ impl RuntimeManager {
         let pid = self.shared.runtime(agent).pid?;
         let (processes, rss_bytes) = tokio::task::spawn_blocking(move || {
             // The marker its process carries: the agent's id, or the warm spare's it took.
-            let marker =
-                records::environ_var(pid, "DROVER_AGENT_ID").unwrap_or_else(|| agent.to_string());
+            let marker = drover_core::procfs::environ_var(pid, "DROVER_AGENT_ID")
+                .unwrap_or_else(|| agent.to_string());
             process::tree_memory(pid, Some(&marker))
         })
         .await
