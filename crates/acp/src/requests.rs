@@ -70,31 +70,6 @@ impl RuntimeManager {
         rx.await.map_err(|_| AcpError::Stopped(agent))
     }
 
-    /// Checks the provider, creates the agent, starts its runtime, and queues `prompt` as its
-    /// first message.
-    pub async fn create_agent(
-        &self,
-        new: NewAgent,
-        prompt: Option<String>,
-    ) -> Result<Agent, AcpError> {
-        self.create_agent_notifying(new, prompt, None).await
-    }
-
-    /// [`RuntimeManager::create_agent`], telling `notify` how the first turn goes.
-    pub async fn create_agent_notifying(
-        &self,
-        mut new: NewAgent,
-        prompt: Option<String>,
-        notify: Option<AgentId>,
-    ) -> Result<Agent, AcpError> {
-        self.prepare(&mut new)?;
-        let agent = self.registry().create_agent(new).await?;
-        // Told of the first turn: the agent that asked for it sent it.
-        let source = notify.map_or_else(|| "user".to_string(), |a| format!("agent:{a}"));
-        self.start_new(&agent, prompt, source, notify).await?;
-        Ok(agent)
-    }
-
     /// Checks that the agent's provider is known and available, and fills in the provider's
     /// default model, mode and effort: what must hold before an agent is recorded.
     pub fn prepare(&self, new: &mut NewAgent) -> Result<(), AcpError> {
