@@ -30,8 +30,8 @@ use git::{branch_exists, delete_branch, git, git_serial, make_branch, repo_lock,
 use project::run_commands;
 pub use project::{DEFAULT_COMMAND_TIMEOUT, PROJECT_FILE, ProjectConfig, WorktreeConfig};
 
-use crate::error::ErrorCode;
 use crate::ids::AgentId;
+use drover_protocol::ErrorCode;
 
 /// How many status entries and commits a status lists (the counts are exact).
 const LIST_LIMIT: usize = 200;
