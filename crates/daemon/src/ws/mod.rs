@@ -624,7 +624,7 @@ impl Session {
                     let answers = ops.hosts.ask_all(&out).await;
                     let reply = match requests::handle(message, &ops).await {
                         Reply::Send(local) => Reply::Send(join_lists(local, answers)),
-                        other => other,
+                        other @ Reply::Initialized { .. } => other,
                     };
                     let _ = replies.send(Answer { held: None, reply }).await;
                 });
