@@ -257,11 +257,33 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
         "{}",
         text(&logs)
     );
-    // A job on b: its id names its host (each daemon numbers its own jobs).
+    a_job_runs_on_b(&fleet, &id);
+
+    let archived = fleet.hub.drover(&["archive", &id]);
+    assert!(archived.status.success(), "{}", text(&archived));
+    let on_b = fleet.b.json(&["ls", "--json", "--all"]);
+    assert!(
+        agent(&on_b, &id).is_some_and(|a| !a["archivedAt"].is_null()),
+        "archived on b: {on_b}"
+    );
+    let seen = poll_until_blocking(Duration::from_secs(5), || {
+        let all = fleet.hub.json(&["ls", "--json", "--all"]);
+        agent(&all, &id)
+            .is_some_and(|a| !a["archivedAt"].is_null())
+            .then_some(())
+    });
+    assert!(seen.is_some(), "the hub did not hear of the archive");
+
+    mistakes_are_named(&fleet);
+}
+
+/// A job started on b's agent from the hub: its id names its host (each daemon numbers its
+/// own jobs), its output and listing reach the hub.
+fn a_job_runs_on_b(fleet: &Fleet, id: &str) {
     let job = fleet.hub.json(&[
         "job",
         "start",
-        &id,
+        id,
         "--no-notify",
         "--json",
         "--",
@@ -291,23 +313,9 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
             .is_some_and(|j| j.iter().any(|j| j["id"] == plain)),
         "{on_b}"
     );
+}
 
-    let archived = fleet.hub.drover(&["archive", &id]);
-    assert!(archived.status.success(), "{}", text(&archived));
-    let on_b = fleet.b.json(&["ls", "--json", "--all"]);
-    assert!(
-        agent(&on_b, &id).is_some_and(|a| !a["archivedAt"].is_null()),
-        "archived on b: {on_b}"
-    );
-    let seen = poll_until_blocking(Duration::from_secs(5), || {
-        let all = fleet.hub.json(&["ls", "--json", "--all"]);
-        agent(&all, &id)
-            .is_some_and(|a| !a["archivedAt"].is_null())
-            .then_some(())
-    });
-    assert!(seen.is_some(), "the hub did not hear of the archive");
-
-    // Mistakes are named.
+fn mistakes_are_named(fleet: &Fleet) {
     let no_cwd = fleet
         .hub
         .drover(&["run", "--host", "b", "--provider", "demo", "hi"]);

@@ -241,7 +241,10 @@ impl Hosts {
                 }
             };
         }
-        let kind = payload.get("type").and_then(Value::as_str).unwrap_or_default();
+        let kind = payload
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if matches!(kind, "list_jobs" | "list_schedules")
             && payload.get("agentId").is_none_or(Value::is_null)
         {
