@@ -5,22 +5,36 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
-use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, PermissionPolicy};
+use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, HostInfo, PermissionPolicy};
 use serde_json::json;
 
 use crate::agents::budget_line;
 use crate::client::{Connection, SessionState};
 use crate::commands::{Ctx, print_json, unexpected};
+use crate::error::CliError;
 use crate::output::{self, Paint, Style, Table};
 use crate::resolve::{Prefer, ShortIds, resolve};
 
-pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<()> {
+pub async fn ls(
+    ctx: &Ctx,
+    all: bool,
+    tree: bool,
+    json: bool,
+    host: Option<&str>,
+) -> anyhow::Result<()> {
     // Without --all the archived agents are neither fetched nor counted for short ids: an id
     // prefix that is also an archived agent's names the live one (see `resolve`).
-    let (connection, SessionState { mut agents, .. }) =
-        Connection::open(&ctx.endpoint, all).await?;
+    let (
+        connection,
+        SessionState {
+            mut agents, hosts, ..
+        },
+    ) = Connection::open(&ctx.endpoint, all).await?;
     connection.close().await;
     agents.retain(|a| all || a.archived_at.is_none());
+    if let Some(host) = host {
+        only_on(&mut agents, &hosts, host)?;
+    }
     let short = ShortIds::new(&agents);
     agents.sort_by(|a, b| a.id.cmp(&b.id));
     if json {
@@ -42,7 +56,8 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             .collect()
     };
     let now = jiff::Timestamp::now();
-    let mut table = Table::new(vec![
+    // The HOST column only in a fleet of several machines.
+    let mut headers = vec![
         "ID",
         "TITLE",
         "PROVIDER",
@@ -50,8 +65,12 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
         "RUNTIME",
         "ATTENTION",
         "AGE",
-        "CWD",
-    ]);
+    ];
+    if !hosts.is_empty() {
+        headers.push("HOST");
+    }
+    headers.push("CWD");
+    let mut table = Table::new(headers);
     for (id, agent) in rows {
         let status = if agent.archived_at.is_some() {
             format!("{} (archived)", agent.status)
@@ -95,12 +114,45 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             ),
             (attention, attention_paint),
             (output::age(&agent.created_at, now), Paint::Plain),
-            (output::tilde(&agent.cwd), Paint::Dim),
         ]);
+        if !hosts.is_empty() {
+            table.push_cell(host_cell(agent, &hosts, now));
+        }
+        table.push_cell((output::tilde(&agent.cwd), Paint::Dim));
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
+}
+
+/// Keeps the agents on `host` (`local`: this machine's), a host the daemon links to.
+fn only_on(agents: &mut Vec<AgentInfo>, hosts: &[HostInfo], host: &str) -> Result<(), CliError> {
+    if host != "local" && !hosts.iter().any(|h| h.name == host) {
+        return Err(CliError::BadArgument(format!(
+            "--host {host}: no such host (`drover host ls` lists them)"
+        )));
+    }
+    agents.retain(|a| a.host.as_deref().unwrap_or("local") == host);
+    Ok(())
+}
+
+/// The HOST cell: the agent's host, and whether it can be reached now.
+fn host_cell(agent: &AgentInfo, hosts: &[HostInfo], now: jiff::Timestamp) -> (String, Paint) {
+    let Some(host) = agent
+        .host
+        .as_deref()
+        .and_then(|name| hosts.iter().find(|h| h.name == name))
+    else {
+        return ("local".to_string(), Paint::Dim);
+    };
+    if host.state == "reachable" {
+        return (host.name.clone(), Paint::Plain);
+    }
+    let since = output::age(&host.since, now);
+    (
+        format!("{} ({} {since})", host.name, host.state),
+        Paint::Yellow,
+    )
 }
 
 /// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their
@@ -154,7 +206,12 @@ fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
 }
 
 pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
-    let (mut connection, SessionState { agents, workspaces }) = ctx.connect().await?;
+    let (
+        mut connection,
+        SessionState {
+            agents, workspaces, ..
+        },
+    ) = ctx.connect().await?;
     let listed = resolve(&agents, id, Prefer::Live)?;
     // The agent again, with what its process tree holds now.
     let answer = connection

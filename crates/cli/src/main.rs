@@ -17,6 +17,7 @@ mod client;
 mod commands;
 mod daemon_cmd;
 mod error;
+mod hosts;
 mod import;
 mod inspect;
 mod jobs;
@@ -116,6 +117,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::McpProxy { url } => return mcp_proxy::run(&url),
+        Command::Connect { .. } => return hosts::connect_stdio(&home),
         Command::Ui { print } => return ui::run(&home, cli.global.url.as_deref(), print),
         other => other,
     };
@@ -133,7 +135,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async move {
         match command {
             Command::Run(args) => run::run(&ctx, args).await,
-            Command::Ls { all, tree, json } => inspect::ls(&ctx, all, tree, json).await,
+            Command::Ls {
+                all,
+                tree,
+                json,
+                host,
+            } => inspect::ls(&ctx, all, tree, json, host.as_deref()).await,
+            Command::Host(host) => hosts::run(&ctx, host.action).await,
             Command::Attach { id, tail, json } => run::attach(&ctx, &id, tail, json).await,
             Command::Send {
                 id,
@@ -223,6 +231,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Command::Daemon(_)
             | Command::Completions { .. }
             | Command::McpProxy { .. }
+            | Command::Connect { .. }
             | Command::DemoAgent
             | Command::Ui { .. } => Ok(()),
         }

@@ -50,11 +50,20 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
                 .filter(|p| !p.is_empty())
         })
         .unwrap_or_else(|| "codex".to_string());
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
+    let cwd = match (&args.host, &args.cwd) {
+        // Another host's directory: that host's daemon checks it.
+        (Some(host), None) if host != "local" => {
+            return Err(CliError::BadArgument(format!(
+                "--host {host}: give --cwd, the directory on that host to work in"
+            ))
+            .into());
+        }
+        (Some(host), Some(dir)) if host != "local" => dir.clone(),
+        (_, Some(dir)) => working_directory(dir)?,
+        (_, None) => working_directory(
+            &std::env::current_dir().context("cannot read the current directory")?,
+        )?,
     };
-    let cwd = working_directory(&cwd)?;
     let (mut connection, SessionState { mut agents, .. }) = ctx.connect().await?;
     let parent = match &args.parent {
         Some(query) => Some(resolve(&agents, query, Prefer::Live)?.id.clone()),
@@ -148,6 +157,7 @@ fn create_message(
             branch: None,
             base: args.base.clone(),
         }),
+        host: args.host.clone(),
     }
 }
 
