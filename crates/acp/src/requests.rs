@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use drover_core::inbox::{Delivery, InboxMessage};
+use drover_core::inbox::{Delivery, Inbox, InboxMessage};
 use drover_core::timeline::{Page, Timeline, TimelinePage};
 use drover_core::{Agent, AgentId, CancelCause, NewAgent, RegistryError};
 use tokio::sync::oneshot;
@@ -24,6 +24,26 @@ impl RuntimeManager {
             .send(Command::Start)
             .await
             .map_err(|_| AcpError::Stopped(agent))
+    }
+
+    /// Looks again at what waits in the inbox of each of `agents` (a budget that held it was
+    /// raised): an agent with queued messages gets its task, which delivers them if nothing
+    /// holds them any more. Archived agents are left alone.
+    pub async fn wake_queued(&self, agents: &[AgentId]) {
+        for &agent in agents {
+            if self.registry().get(agent).is_none_or(|a| a.is_archived()) {
+                continue;
+            }
+            // A task (live or closing) owns the inbox: it is told; a cold agent's inbox is
+            // read here, as at boot.
+            let has_task = self.shared.actors.tasks().contains_key(&agent);
+            if !has_task && !Inbox::open(&self.shared.home, agent).is_ok_and(|i| i.has_wake()) {
+                continue;
+            }
+            if let Ok(handle) = self.handle(agent).await {
+                let _ = handle.commands.send(Command::Wake).await;
+            }
+        }
     }
 
     /// Starts the agent's runtime again after a failed start, now (the user's retry): its

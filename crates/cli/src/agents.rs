@@ -272,16 +272,13 @@ pub async fn budget(
     id: &str,
     tokens: Option<u64>,
     cost: Option<f64>,
+    hard: bool,
     clear: bool,
 ) -> anyhow::Result<()> {
     if !clear && tokens.is_none() && cost.is_none() {
         anyhow::bail!("give --tokens and/or --cost, or --clear");
     }
-    let budget = (!clear).then_some(drover_protocol::Budget {
-        tokens,
-        cost,
-        hard: false,
-    });
+    let budget = (!clear).then_some(drover_protocol::Budget { tokens, cost, hard });
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
         .request(|request_id| ClientMessage::SetBudget {
@@ -311,7 +308,11 @@ pub(crate) fn budget_line(budget: &drover_protocol::Budget) -> String {
     if let Some(cost) = budget.cost {
         parts.push(format!("{cost:.4} cost"));
     }
-    parts.join(", ")
+    let mut line = parts.join(", ");
+    if budget.hard {
+        line.push_str(", hard (running turns are cancelled at 100 %)");
+    }
+    line
 }
 
 pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {

@@ -145,6 +145,9 @@ pub enum Command {
         /// The most the tree may cost (in the currency its agents report)
         #[arg(long, value_name = "X")]
         cost: Option<f64>,
+        /// At 100 % cancel the turns running in the tree too (not only refuse new ones)
+        #[arg(long, conflicts_with = "clear")]
+        hard: bool,
         /// Remove the budget
         #[arg(long, conflicts_with_all = ["tokens", "cost"])]
         clear: bool,
@@ -709,6 +712,9 @@ pub struct RunArgs {
     /// A budget in cost (the currency the agent reports) for the agent and its subagents
     #[arg(long, value_name = "X")]
     pub budget_cost: Option<f64>,
+    /// With a budget: at 100 % cancel the turns running in the tree too
+    #[arg(long)]
+    pub budget_hard: bool,
     /// Print the agent (with -d) or each update as a JSON line
     #[arg(long)]
     pub json: bool,

@@ -24,13 +24,17 @@ pub async fn ls(
 ) -> anyhow::Result<()> {
     // Without --all the archived agents are neither fetched nor counted for short ids: an id
     // prefix that is also an archived agent's names the live one (see `resolve`).
-    let (
-        connection,
-        SessionState {
-            mut agents, hosts, ..
-        },
-    ) = Connection::open(&ctx.endpoint, all).await?;
+    // The tree's spend counts its archived agents too: --tree fetches them to sum it.
+    let (connection, state) = Connection::open(&ctx.endpoint, all || tree).await?;
+    let SessionState {
+        mut agents, hosts, ..
+    } = state;
     connection.close().await;
+    let tree_spend = if tree && !json {
+        tree_spends(&agents)
+    } else {
+        HashMap::new()
+    };
     agents.retain(|a| all || a.archived_at.is_none());
     if let Some(host) = host {
         only_on(&mut agents, &hosts, host)?;
@@ -56,21 +60,21 @@ pub async fn ls(
             .collect()
     };
     let now = jiff::Timestamp::now();
+    let mut headers = vec!["ID", "TITLE", "PROVIDER", "STATUS", "RUNTIME", "ATTENTION"];
+    if tree {
+        headers.extend(["SPEND", "TREE SPEND / BUDGET"]);
+    }
+    headers.push("AGE");
     // The HOST column only in a fleet of several machines.
-    let mut headers = vec![
-        "ID",
-        "TITLE",
-        "PROVIDER",
-        "STATUS",
-        "RUNTIME",
-        "ATTENTION",
-        "AGE",
-    ];
     if !hosts.is_empty() {
         headers.push("HOST");
     }
     headers.push("CWD");
     let mut table = Table::new(headers);
+    let has_children: std::collections::HashSet<&str> = agents
+        .iter()
+        .filter_map(|a| a.parent_agent_id.as_deref())
+        .collect();
     for (id, agent) in rows {
         let status = if agent.archived_at.is_some() {
             format!("{} (archived)", agent.status)
@@ -82,21 +86,7 @@ pub async fn ls(
         } else {
             output::status_paint(&agent.status)
         };
-        // Said as people say it: `sign in` is what to do.
-        let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
-            (None, _) => "-".to_string(),
-            (Some("auth_required"), _) => "sign in".to_string(),
-            // When the prompt goes again.
-            (Some("limited"), Some(limited)) => {
-                format!("limited until {}", output::clock(&limited.retry_at))
-            }
-            (Some(reason), _) => reason.to_string(),
-        };
-        let attention_paint = match attention.as_str() {
-            "permission" | "error" | "sign in" => Paint::Yellow,
-            _ => Paint::Plain,
-        };
-        table.row(vec![
+        let mut cells = vec![
             (id, Paint::Plain),
             (
                 output::truncate(agent.title.as_deref().unwrap_or("-"), 40),
@@ -112,17 +102,41 @@ pub async fn ls(
                     Paint::Plain
                 },
             ),
-            (attention, attention_paint),
-            (output::age(&agent.created_at, now), Paint::Plain),
-        ]);
-        if !hosts.is_empty() {
-            table.push_cell(host_cell(agent, &hosts, now));
+            attention_cell(agent),
+        ];
+        if tree {
+            let spent = tree_spend.get(agent.id.as_str());
+            let parent = has_children.contains(agent.id.as_str());
+            cells.extend(spend_cells(agent, spent, parent));
         }
-        table.push_cell((output::tilde(&agent.cwd), Paint::Dim));
+        cells.push((output::age(&agent.created_at, now), Paint::Plain));
+        if !hosts.is_empty() {
+            cells.push(host_cell(agent, &hosts, now));
+        }
+        cells.push((output::tilde(&agent.cwd), Paint::Dim));
+        table.row(cells);
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
+}
+
+/// The ATTENTION cell, said as people say it: `sign in` is what to do, `limited until` when
+/// the prompt goes again.
+fn attention_cell(agent: &AgentInfo) -> (String, Paint) {
+    let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
+        (None, _) => "-".to_string(),
+        (Some("auth_required"), _) => "sign in".to_string(),
+        (Some("limited"), Some(limited)) => {
+            format!("limited until {}", output::clock(&limited.retry_at))
+        }
+        (Some(reason), _) => reason.to_string(),
+    };
+    let paint = match attention.as_str() {
+        "permission" | "error" | "sign in" => Paint::Yellow,
+        _ => Paint::Plain,
+    };
+    (attention, paint)
 }
 
 /// Keeps the agents on `host` (`local`: this machine's), a host the daemon links to.
@@ -153,6 +167,108 @@ fn host_cell(agent: &AgentInfo, hosts: &[HostInfo], now: jiff::Timestamp) -> (St
         format!("{} ({} {since})", host.name, host.state),
         Paint::Yellow,
     )
+}
+
+/// What each agent and every agent below it spent (archived ones included), by agent id.
+fn tree_spends(agents: &[AgentInfo]) -> HashMap<String, drover_protocol::SpendInfo> {
+    fn add(to: &mut drover_protocol::SpendInfo, spend: &drover_protocol::SpendInfo) {
+        if let Some(tokens) = spend.tokens {
+            to.tokens = Some(to.tokens.unwrap_or(0).saturating_add(tokens));
+        }
+        if let Some(cost) = spend.cost {
+            to.cost = Some(to.cost.unwrap_or(0.0) + cost);
+            if to.currency.is_none() {
+                to.currency.clone_from(&spend.currency);
+            }
+        }
+    }
+    let parents: HashMap<&str, Option<&str>> = agents
+        .iter()
+        .map(|a| (a.id.as_str(), a.parent_agent_id.as_deref()))
+        .collect();
+    let mut sums: HashMap<String, drover_protocol::SpendInfo> = HashMap::new();
+    for agent in agents {
+        // Each agent adds to itself and to every ancestor (bounded: a parent cycle cannot
+        // happen in the registry, the bound keeps a bad answer from looping).
+        let mut at = Some(agent.id.as_str());
+        for _ in 0..64 {
+            let Some((id, parent)) = at.and_then(|id| parents.get(id).map(|p| (id, *p))) else {
+                break;
+            };
+            add(sums.entry(id.to_string()).or_default(), &agent.spend);
+            at = parent;
+        }
+    }
+    sums
+}
+
+/// `ls --tree`'s SPEND (the agent's own) and TREE SPEND / BUDGET (its tree's, against its
+/// budget; shown for an agent with a budget or subagents).
+fn spend_cells(
+    agent: &AgentInfo,
+    tree: Option<&drover_protocol::SpendInfo>,
+    parent: bool,
+) -> [(String, Paint); 2] {
+    let tree = match (&agent.budget, tree) {
+        (Some(budget), Some(spent)) => budget_cell(budget, spent),
+        (None, Some(spent)) if parent => (short_spend(spent), Paint::Plain),
+        _ => ("-".to_string(), Paint::Dim),
+    };
+    [(short_spend(&agent.spend), Paint::Plain), tree]
+}
+
+/// `1000 tok, 0.0010 USD`; `unknown` when the agent reported nothing (never zero).
+fn short_spend(spend: &drover_protocol::SpendInfo) -> String {
+    let mut parts = Vec::new();
+    if let Some(tokens) = spend.tokens {
+        parts.push(format!("{tokens} tok"));
+    }
+    if let Some(cost) = spend.cost {
+        parts.push(format!(
+            "{cost:.4} {}",
+            spend.currency.as_deref().unwrap_or("USD")
+        ));
+    }
+    if parts.is_empty() {
+        "unknown".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `2000/1500 tok (133 %)`: the tree's spend against each limit, the larger share, yellow
+/// past 80 %, red at 100 %.
+fn budget_cell(
+    budget: &drover_protocol::Budget,
+    spent: &drover_protocol::SpendInfo,
+) -> (String, Paint) {
+    let mut parts = Vec::new();
+    let mut share: f64 = 0.0;
+    if let Some(limit) = budget.tokens {
+        let tokens = spent.tokens.unwrap_or(0);
+        parts.push(format!("{tokens}/{limit} tok"));
+        if limit > 0 {
+            share = share.max(tokens as f64 / limit as f64);
+        } else {
+            share = share.max(1.0);
+        }
+    }
+    if let Some(limit) = budget.cost {
+        let cost = spent.cost.unwrap_or(0.0);
+        let currency = spent.currency.as_deref().unwrap_or("USD");
+        parts.push(format!("{cost:.4}/{limit:.4} {currency}"));
+        share = share.max(if limit > 0.0 { cost / limit } else { 1.0 });
+    }
+    let hard = if budget.hard { ", hard" } else { "" };
+    let text = format!("{} ({:.0} %{hard})", parts.join(", "), share * 100.0);
+    let paint = if share >= 1.0 {
+        Paint::Red
+    } else if share >= 0.8 {
+        Paint::Yellow
+    } else {
+        Paint::Plain
+    };
+    (text, paint)
 }
 
 /// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their
@@ -206,12 +322,10 @@ fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
 }
 
 pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
-    let (
-        mut connection,
-        SessionState {
-            agents, workspaces, ..
-        },
-    ) = ctx.connect().await?;
+    let (mut connection, state) = ctx.connect().await?;
+    let SessionState {
+        agents, workspaces, ..
+    } = state;
     let listed = resolve(&agents, id, Prefer::Live)?;
     // The agent again, with what its process tree holds now.
     let answer = connection

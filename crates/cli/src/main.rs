@@ -171,8 +171,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 id,
                 tokens,
                 cost,
+                hard,
                 clear,
-            } => agents::budget(&ctx, &id, tokens, cost, clear).await,
+            } => agents::budget(&ctx, &id, tokens, cost, hard, clear).await,
             Command::Login { provider, method } => {
                 login::login(&ctx, &provider, method.as_deref()).await
             }

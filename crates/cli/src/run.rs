@@ -149,7 +149,7 @@ fn create_message(
             drover_protocol::Budget {
                 tokens: args.budget_tokens,
                 cost: args.budget_cost,
-                hard: false,
+                hard: args.budget_hard,
             },
         ),
         worktree: args.worktree.clone().map(|name| NewWorktree {

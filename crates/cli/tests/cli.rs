@@ -2353,3 +2353,32 @@ fn a_spent_budget_warns_then_refuses_send_until_drover_budget_raises_it() {
     fx.drover(&["wait", &id]).ok();
     assert_eq!(fx.info(&id)["budget"]["tokens"], 10000);
 }
+
+#[test]
+fn ls_tree_shows_spend_per_agent_and_per_tree_against_its_budget() {
+    let fx = Fixture::start();
+    let until = |id: &str, tokens: u64| {
+        let deadline = Instant::now() + WAIT;
+        while fx.info(id)["treeSpend"]["tokens"] != tokens {
+            assert!(Instant::now() < deadline, "{tokens} spent: {}", fx.info(id));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // A root spends 1000 of its 1500 tokens, one subagent 1000 more, the other reports
+    // nothing; a second root has no budget.
+    let root = fx.spawn_agent(&["--title", "frugal", "--budget-tokens", "1500"], "usage");
+    fx.drover(&["wait", &root]).ok();
+    let quiet = fx.spawn_agent(&["--title", "quiet", "--parent", &root], "say nothing");
+    fx.drover(&["wait", &quiet]).ok();
+    let spender = fx.spawn_agent(&["--title", "spender", "--parent", &root], "usage");
+    fx.drover(&["wait", &spender]).ok();
+    until(&root, 2000);
+    let other = fx.spawn_agent(&["--title", "free"], "usage");
+    fx.drover(&["wait", &other]).ok();
+    until(&other, 1000);
+    let tree = fx.drover(&["ls", "--tree"]).ok();
+    snapshot!("ls_tree_budget", fx.redact(&tree.transcript()));
+    // The plain list has no spend columns.
+    let table = fx.drover(&["ls"]).ok();
+    assert!(!table.stdout.contains("SPEND"), "{}", table.stdout);
+}

@@ -104,6 +104,29 @@ impl Spend {
     }
 }
 
+/// Whether `spend` reached either limit of `budget` (an unknown spend reaches nothing).
+pub fn budget_reached(budget: &Budget, spend: &Spend) -> bool {
+    let by_tokens = budget
+        .tokens
+        .zip(spend.tokens)
+        .is_some_and(|(limit, spent)| spent >= limit);
+    let by_cost = budget
+        .cost
+        .zip(spend.cost)
+        .is_some_and(|(limit, spent)| spent >= limit);
+    by_tokens || by_cost
+}
+
+/// A budget on an agent's lineage that its tree has spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpentBudget {
+    /// The agent the budget is set on.
+    pub agent: AgentId,
+    pub budget: Budget,
+    /// What its tree spent.
+    pub tree: TreeSpend,
+}
+
 /// The spend of an agent and its whole subtree (archived subagents included).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TreeSpend {

@@ -30,7 +30,7 @@ pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
 pub use agent::{
     Agent, AuthMethod, Budget, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
-    ProviderConfig, ResumeHandle, Spend, StartFailure, TreeSpend,
+    ProviderConfig, ResumeHandle, Spend, SpentBudget, StartFailure, TreeSpend, budget_reached,
 };
 pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};

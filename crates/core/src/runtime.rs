@@ -23,6 +23,8 @@ pub enum CancelCause {
     Archive,
     /// The daemon is shutting down.
     Shutdown,
+    /// The agent's tree spent a budget set with `hard = true`.
+    Budget,
 }
 
 impl fmt::Display for CancelCause {
@@ -32,6 +34,7 @@ impl fmt::Display for CancelCause {
             CancelCause::Parent => "parent",
             CancelCause::Archive => "archive",
             CancelCause::Shutdown => "shutdown",
+            CancelCause::Budget => "budget",
         })
     }
 }

@@ -919,6 +919,43 @@ const scenarios = {
     await page.click(`${pane(A.child)} .permission.pending button:has-text("Allow once")`);
     await gone(page, `#workspaces li.agent-row[data-agent-id="${A.parent}"] button.sub-attention`);
   },
+
+  // An agent with a budget shows what it spent and its tree's spend against the budget in its
+  // header: in the warning colour past 80 %, the danger one once spent, as its subagent spends.
+  async budget() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.root);
+    const badge = page.locator(`${pane(A.root)} .spend .budget`);
+    const colour = (name) => page.evaluate((n) => {
+      const probe = document.createElement('span');
+      probe.style.color = `var(${n})`;
+      document.body.append(probe);
+      const c = getComputedStyle(probe).color;
+      probe.remove();
+      return c;
+    }, name);
+    const shows = async (text, level, name) => {
+      await page.waitForFunction(([sel, t]) => document.querySelector(sel)?.textContent.includes(t), [`${pane(A.root)} .spend .budget`, text]);
+      if (!(await badge.getAttribute('class')).includes(`budget-${level}`)) fail(`not ${level}: ${await badge.getAttribute('class')}`);
+      const [is, want] = [await badge.evaluate((e) => getComputedStyle(e).color), await colour(name)];
+      if (is !== want) fail(`the badge is ${is}, not ${name} (${want})`);
+    };
+    const own = await page.locator(`${pane(A.root)} .spend`).first().innerText();
+    if (!own.includes('spent 1000 tok · 0.0010 USD')) fail(`the header says ${own}`);
+    await shows('tree 2000/2400 tok (83 %)', 'warn', '--warn');
+    await shot(page, 'budget-warning');
+    await step('warned');
+    await shows('tree 3000/2400 tok (125 %)', 'over', '--danger');
+    await shot(page, 'budget-spent');
+    // A subagent shows its own spend; the budget is its root's.
+    const track = page.locator(`${pane(A.root)} .track-toggle`);
+    if (await page.locator(`${trackRow(A.root, A.child)} button.open`).count() === 0) await track.click();
+    await page.click(`${trackRow(A.root, A.child)} button.open`);
+    await page.locator(`${pane(A.child)} .timeline`).waitFor({ state: 'visible' });
+    const child = await page.locator(`${pane(A.child)} .spend`).first().innerText();
+    if (!child.includes('spent 2000 tok · 0.0020 USD') || child.includes('tree')) fail(`the subagent's header says ${child}`);
+  },
 };
 
 const name = process.argv[2];

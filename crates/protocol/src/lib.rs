@@ -1003,7 +1003,8 @@ pub struct Budget {
     pub tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
-    /// Cancel running turns at 100 % too. Recorded; not enforced yet (running turns finish).
+    /// Cancel the turns running in the tree at 100 % too (cause `budget`), not only refuse new
+    /// ones.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hard: bool,
 }

@@ -115,7 +115,10 @@ impl Actor {
         self.turn.is_none()
             && self.permissions.is_empty()
             && self.notices.is_none()
-            && (!self.inbox.has_wake() || waits_for_user || self.limit_wait.is_some())
+            && (!self.inbox.has_wake()
+                || waits_for_user
+                || self.limit_wait.is_some()
+                || self.budget_held)
             && self.retry.due().is_none()
             && self.slot_wait.is_none()
             && !self.want_start
@@ -224,8 +227,7 @@ impl Actor {
     /// a start nothing wants any more stops waiting.
     pub(super) fn settle_slot(&mut self) {
         self.granted = None;
-        let wanted = self.want_start
-            || (self.inbox.has_wake() && !self.start_failed && self.limit_wait.is_none());
+        let wanted = self.want_start || self.wake_pending();
         if self.slot_wait.is_some() && !wanted {
             self.slot_wait = None;
         }

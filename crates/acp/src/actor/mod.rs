@@ -180,6 +180,7 @@ pub(crate) fn spawn(
         published_queue: None,
         turn_clock: None,
         limit_wait,
+        budget_held: false,
         limit_count,
     };
     let (ended_tx, ended_rx) = watch::channel(());
@@ -326,6 +327,9 @@ struct Actor {
     limit_wait: Option<tokio::time::Instant>,
     /// Usage limits hit in a row (the backoff without a reset time grows with it).
     limit_count: u32,
+    /// A budget of the agent's lineage is spent: what is queued waits for it to be raised
+    /// (a `Wake` looks again).
+    budget_held: bool,
 }
 
 impl Actor {
@@ -345,9 +349,7 @@ impl Actor {
             self.track_idle().await;
             // A notice on its way counts: whoever waits for this agent to settle (a test, a
             // client's wait_idle) then finds the notified agent already woken.
-            let busy = self.turn.is_some()
-                || self.notices.is_some()
-                || (self.inbox.has_wake() && !self.start_failed && self.limit_wait.is_none());
+            let busy = self.turn.is_some() || self.notices.is_some() || self.wake_pending();
             self.busy
                 .send_if_modified(|b| std::mem::replace(b, busy) != busy);
             match self.next_event().await {
@@ -545,6 +547,8 @@ impl Actor {
                 if !self.retry.failing() {
                     self.start_failed = false;
                 }
+                // A budget raised: look at it again.
+                self.budget_held = false;
             }
             Command::Cancel {
                 cause,

@@ -87,11 +87,7 @@ pub(super) fn wake_at(shared: Arc<Shared>, id: AgentId, at: tokio::time::Instant
 impl Actor {
     /// Starts a turn with the next message, if one wakes the agent and the gate lets it.
     pub(super) async fn maybe_start_turn(&mut self) {
-        if self.turn.is_some()
-            || self.start_failed
-            || self.limit_wait.is_some()
-            || !self.inbox.has_wake()
-        {
+        if self.turn.is_some() || !self.wake_pending() {
             return;
         }
         if self.archived() {
@@ -102,6 +98,10 @@ impl Actor {
         let registry = self.shared.registry.clone();
         if let Err(e) = registry.check_turn_gate(self.id) {
             self.block_next(&e);
+            return;
+        }
+        if let Some(spent) = registry.spent_budget(self.id) {
+            self.hold_for_budget(&spent);
             return;
         }
         if !self.ensure_live().await {
@@ -185,6 +185,32 @@ impl Actor {
             resent: false,
             claim,
         });
+    }
+
+    /// Something queued would wake the agent: no turn runs or waits, its start did not
+    /// fail, no usage limit and no spent budget holds it.
+    pub(super) fn wake_pending(&self) -> bool {
+        self.inbox.has_wake()
+            && !self.start_failed
+            && self.limit_wait.is_none()
+            && !self.budget_held
+    }
+
+    /// A budget of the lineage is spent: what is queued stays queued (durably, in the inbox)
+    /// until the budget is raised, and the timeline says so once.
+    fn hold_for_budget(&mut self, spent: &drover_core::SpentBudget) {
+        self.budget_held = true;
+        let waiting = self.inbox.pending().filter(|m| m.delivery.wakes()).count();
+        let whose = if spent.agent == self.id {
+            "its".to_string()
+        } else {
+            format!("agent `{}`'s", spent.agent)
+        };
+        tracing::info!(agent = %self.id, budgeted = %spent.agent, waiting, "a spent budget holds the queued messages");
+        self.push(
+            ItemKind::Notice,
+            json!({"text": format!("{waiting} queued message(s) wait: {whose} budget is spent; raising it delivers them")}),
+        );
     }
 
     /// The gate refused: the message that would have started the turn is taken, the turn ends

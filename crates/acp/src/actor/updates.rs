@@ -3,10 +3,11 @@
 //! `toolCallId`, and every change is written, then announced to live clients.
 
 use drover_core::timeline::ItemKind;
+use drover_core::{AgentId, AgentStatus, CancelCause};
 use serde_json::{Map, Value, json};
 
 use super::Actor;
-use crate::TimelineUpdate;
+use crate::{RuntimeManager, TimelineUpdate};
 
 impl Actor {
     pub(super) fn on_update(&mut self, update: Value) {
@@ -113,12 +114,39 @@ impl Actor {
             .is_some_and(|a| known(&a.spend))
     }
 
+    /// Records what the agent spent; when that spends a hard budget of its lineage, every
+    /// turn running in the budgeted tree is cancelled (cause `budget`, queued messages kept).
     fn record_spend(&self, tokens: Option<u64>, cost: Option<(f64, String)>) {
-        let registry = self.shared.registry.clone();
+        let shared = self.shared.clone();
         let id = self.id;
         tokio::spawn(async move {
-            if let Err(e) = registry.add_spend(id, tokens, cost).await {
+            if let Err(e) = shared.registry.add_spend(id, tokens, cost).await {
                 tracing::warn!(agent = %id, error = %e, "cannot record what the agent spent");
+                return;
+            }
+            let registry = &shared.registry;
+            let hard: Vec<AgentId> = registry
+                .spent_budgets(id)
+                .into_iter()
+                .filter(|s| s.budget.hard)
+                .map(|s| s.agent)
+                .collect();
+            let manager = RuntimeManager {
+                shared: shared.clone(),
+            };
+            for budgeted in hard {
+                for agent in registry.tree(budgeted) {
+                    let running = registry
+                        .get(agent)
+                        .is_some_and(|a| a.status == AgentStatus::Running && !a.is_archived());
+                    if !running {
+                        continue;
+                    }
+                    tracing::info!(agent = %agent, budgeted = %budgeted, "a hard budget is spent: cancelling the turn");
+                    if let Err(e) = manager.cancel_turn(agent, CancelCause::Budget, true).await {
+                        tracing::warn!(agent = %agent, error = %e, "cannot cancel a turn past a hard budget");
+                    }
+                }
             }
         });
     }

@@ -509,6 +509,39 @@ impl Registry {
             .collect()
     }
 
+    /// `id` and every agent below it (archived ones too), `id` first.
+    pub fn tree(&self, id: AgentId) -> Vec<AgentId> {
+        let state = read(&self.inner.state);
+        if state.agents.get(id).is_none() {
+            return Vec::new();
+        }
+        let mut tree = vec![id];
+        tree.extend(crate::view::descendants(&state.agents, id));
+        tree
+    }
+
+    /// The nearest budget on `id`'s lineage (its own, then each ancestor's) whose tree has
+    /// spent it, if any: no new turn starts for `id` while there is one.
+    pub fn spent_budget(&self, id: AgentId) -> Option<crate::SpentBudget> {
+        self.spent_budgets(id).into_iter().next()
+    }
+
+    /// Every budget on `id`'s lineage whose tree has spent it, nearest first.
+    pub fn spent_budgets(&self, id: AgentId) -> Vec<crate::SpentBudget> {
+        std::iter::once(id)
+            .chain(self.ancestors(id))
+            .filter_map(|at| {
+                let budget = self.get(at)?.budget?;
+                let tree = self.tree_spend(at)?;
+                crate::budget_reached(&budget, &tree.spend).then_some(crate::SpentBudget {
+                    agent: at,
+                    budget,
+                    tree,
+                })
+            })
+            .collect()
+    }
+
     /// What `id` and every agent below it spent (`None`: no such agent).
     pub fn tree_spend(&self, id: AgentId) -> Option<crate::TreeSpend> {
         let state = read(&self.inner.state);

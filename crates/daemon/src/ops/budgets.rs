@@ -13,20 +13,14 @@ impl Ops {
     /// spent (every budget on the lineage applies: a subagent's own budget does not lift its
     /// root's).
     pub(crate) fn check_budget(&self, id: AgentId) -> Result<(), OpError> {
-        for at in std::iter::once(id).chain(self.registry.ancestors(id)) {
-            let Some(budget) = self.registry.get(at).and_then(|a| a.budget) else {
-                continue;
-            };
-            let Some(tree) = self.registry.tree_spend(at) else {
-                continue;
-            };
-            if reached(&budget, tree.spend.tokens, tree.spend.cost) {
-                return Err(OpError::BudgetExhausted(Box::new(
-                    self.exhausted(at, budget, tree.spend),
-                )));
-            }
+        match self.registry.spent_budget(id) {
+            Some(spent) => Err(OpError::BudgetExhausted(Box::new(self.exhausted(
+                spent.agent,
+                spent.budget,
+                spent.tree.spend,
+            )))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The refusal: the tree's `total`, and what each of its agents spent.
@@ -70,6 +64,9 @@ impl Ops {
         let budget = budget.map(valid_budget).transpose()?;
         self.agent(id)?;
         self.registry.set_budget(id, budget).await?;
+        // What the spent budget held (drover's own notices, schedule runs) goes now, where no
+        // other budget still holds it.
+        self.runtimes.wake_queued(&self.registry.tree(id)).await;
         Ok(())
     }
 }
@@ -83,19 +80,6 @@ pub(crate) fn valid_budget(budget: Budget) -> Result<Budget, OpError> {
         return Err(OpError::invalid("budget.cost", "must be a number ≥ 0"));
     }
     Ok(budget)
-}
-
-/// Whether `tokens` or `cost` reached its limit (an unknown spend reaches nothing).
-fn reached(budget: &Budget, tokens: Option<u64>, cost: Option<f64>) -> bool {
-    let by_tokens = budget
-        .tokens
-        .zip(tokens)
-        .is_some_and(|(limit, spent)| spent >= limit);
-    let by_cost = budget
-        .cost
-        .zip(cost)
-        .is_some_and(|(limit, spent)| spent >= limit);
-    by_tokens || by_cost
 }
 
 /// "120 of 100 tokens": for the refusal's message.

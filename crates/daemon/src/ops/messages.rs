@@ -45,6 +45,19 @@ impl Ops {
         if message.delivery.wakes() {
             self.check_budget(target.id)?;
         }
+        self.enqueue(caller, target.id, message).await
+    }
+
+    /// Queues a message for `id` (whom `caller` controls) without the budget's check: what
+    /// drover queues itself for a spent tree (a schedule's run) waits in the inbox, held,
+    /// until the budget is raised.
+    pub(crate) async fn enqueue(
+        &self,
+        caller: Caller,
+        id: AgentId,
+        message: InboxMessage,
+    ) -> Result<String, OpError> {
+        let target = self.controlled(caller, id)?;
         let delivery = match message.delivery {
             Delivery::Followup => "followup",
             Delivery::Steer => "steer",

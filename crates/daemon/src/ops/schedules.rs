@@ -350,7 +350,21 @@ impl Deliver for Ops {
         let ops = self.clone();
         let caller = creator(schedule);
         Box::pin(async move {
-            ops.queue_message(caller, agent, message)
+            // A spent budget holds the run in the agent's inbox until it is raised; one run at
+            // a time: while an earlier one of this schedule waits, the next is refused.
+            if let Err(spent) = ops.check_budget(agent) {
+                let queued = ops
+                    .runtimes
+                    .queued(agent)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if queued.iter().any(|m| m.source == message.source) {
+                    return Err(format!(
+                        "{spent}; an earlier run of this schedule waits for it"
+                    ));
+                }
+            }
+            ops.enqueue(caller, agent, message)
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())

@@ -1394,3 +1394,42 @@ async fn the_page_says_which_agent_is_in_front_and_nothing_is_notified_about_it(
     s.done().await;
     assert_eq!(hook.events().len(), 3, "{:#?}", hook.events());
 }
+
+#[tokio::test]
+async fn an_agents_header_shows_its_spend_and_its_trees_against_the_budget() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let root = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "frugal", "prompt": "usage",
+            "budget": {"tokens": 2400}}),
+    )
+    .await;
+    wait_idle(&mut client, &root).await;
+    let child = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "spender", "prompt": "usage",
+            "parentAgentId": root}),
+    )
+    .await;
+    wait_idle(&mut client, &child).await;
+    let tree_tokens = async |client: &mut Client| {
+        let got = client
+            .request(json!({"type": "get_agent", "agentId": root}))
+            .await;
+        got["payload"]["agent"]["treeSpend"]["tokens"].as_u64()
+    };
+    eventually("2000 tokens spent", WAIT, async || {
+        tree_tokens(&mut client).await == Some(2000)
+    })
+    .await;
+    let mut s = Scenario::start("budget", &daemon, json!({"root": root, "child": child})).await;
+    s.step("warned").await;
+    // The subagent spends past the budget.
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": child, "text": "usage"}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    s.go().await;
+    s.done().await;
+}

@@ -669,3 +669,217 @@ async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
     assert!(!said(&mut client, &sub).await.contains("hi"));
     daemon.stop().await;
 }
+
+/// The `turn_ended` items of the agent: (event, cause).
+async fn turn_ends(client: &mut Client, agent: &str) -> Vec<(String, String)> {
+    client
+        .timeline(agent)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "turn_ended")
+        .map(|i| {
+            let text = |k: &str| i["data"][k].as_str().unwrap_or_default().to_string();
+            (text("event"), text("cause"))
+        })
+        .collect()
+}
+
+/// The id after `started subagent ` in what `agent` said.
+async fn started_subagent(client: &mut Client, agent: &str) -> String {
+    let text = said(client, agent).await;
+    text.split("started subagent ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| panic!("no subagent started: {text:?}"))
+}
+
+// A hard budget: when the tree's spend crosses it, the turns running in the tree are cancelled
+// (a subagent's long turn, and the turn that spent it), not only new ones refused.
+#[tokio::test]
+async fn unattended_a_hard_budget_cancels_the_turns_running_in_the_tree() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // The root starts a subagent whose turn runs a minute.
+    let root = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "budget": {"cost": 0.0015, "hard": true},
+            "prompt": "subagent sleep 60000\\nsay never"}))
+        .await;
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(
+        info["budget"],
+        json!({"cost": 0.0015, "hard": true}),
+        "{info}"
+    );
+    client.wait_idle(&root).await;
+    let child = started_subagent(&mut client, &root).await;
+    running(&mut client, &child).await;
+
+    // The root spends 0.001, then 0.002 in all: past the budget, in the middle of its turn.
+    let started = std::time::Instant::now();
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": root,
+            "text": "usage\nusage\nsleep 60000\nsay never"}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    for agent in [&child, &root] {
+        eventually("the turn cancelled by the budget", WAIT, async || {
+            let ends = turn_ends(&mut client, agent).await;
+            ends.contains(&("turn_canceled".to_string(), "budget".to_string()))
+                .then_some(())
+        })
+        .await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "cancelled, not finished"
+    );
+    for agent in [&child, &root] {
+        assert!(!said(&mut client, agent).await.contains("never"), "{agent}");
+    }
+    let info = get_agent(&mut client, &root).await;
+    assert_eq!(spent(&info["treeSpend"]).1, Some(0.002), "{info}");
+    daemon.stop().await;
+}
+
+/// The texts of the messages queued for `agent` and not delivered yet.
+async fn queued_texts(client: &mut Client, agent: &str) -> Vec<String> {
+    get_agent(client, agent).await["queued"]
+        .as_array()
+        .map(|q| {
+            q.iter()
+                .filter_map(|m| m["text"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn schedule_errors(client: &mut Client, id: &str) -> Vec<String> {
+    let answer = client.request(json!({"type": "list_schedules"})).await;
+    assert_eq!(answer["type"], "schedules", "{answer}");
+    answer["payload"]["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .filter(|s| s["id"] == id)
+        .flat_map(|s| s["runs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["error"].as_str().map(str::to_string))
+        .collect()
+}
+
+// What drover queues itself into a spent tree waits: a subagent's finish notice to its parent
+// and a schedule's run stay queued (one run of a schedule at a time), start no turn, and are
+// kept across a restart; raising the budget delivers each, once. A send refused meanwhile is
+// not replayed: its client was told.
+#[tokio::test]
+async fn unattended_a_spent_budget_holds_what_drover_queues_until_raised() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // The subagent spends past the root's budget after the root's turn ended: the notice of
+    // its end finds the tree spent.
+    let root = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "budget": {"cost": 0.0015},
+            "prompt": "subagent sleep 1000\\nusage\\nusage"}))
+        .await;
+    client.wait_idle(&root).await;
+    let child = started_subagent(&mut client, &root).await;
+    client.wait_idle(&child).await;
+    let notice = eventually("the finish notice held", WAIT, async || {
+        let queued = queued_texts(&mut client, &root).await;
+        queued.into_iter().find(|t| t.contains("finished its turn"))
+    })
+    .await;
+    // Every second a schedule runs into the root: one run waits, the next ones are refused.
+    let answer = client
+        .request(json!({"type": "create_schedule", "agentId": root,
+            "prompt": "say scheduled", "when": {"everySeconds": 1}}))
+        .await;
+    assert_eq!(answer["type"], "schedule", "{answer}");
+    let schedule = answer["payload"]["schedule"]["id"]
+        .as_str()
+        .expect("schedule id")
+        .to_string();
+    let errors = eventually("a run refused behind the waiting one", WAIT, async || {
+        let errors = schedule_errors(&mut client, &schedule).await;
+        (!errors.is_empty()).then_some(errors)
+    })
+    .await;
+    assert!(
+        errors[0].contains("budget") && errors[0].contains("an earlier run of this schedule waits"),
+        "{errors:?}"
+    );
+    let answer = client
+        .request(json!({"type": "send_message", "agentId": root, "text": "say refused"}))
+        .await;
+    refused(&answer, "budget_exhausted");
+    client.wait_idle(&root).await;
+
+    let queued = queued_texts(&mut client, &root).await;
+    assert_eq!(queued, vec![notice.clone(), "say scheduled".to_string()]);
+    let texts: Vec<String> = messages(&mut client, &root)
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(texts.len(), 1, "only the first prompt ran: {texts:?}");
+    let timeline = client.timeline(&root).await;
+    assert!(
+        timeline.iter().any(|i| i["kind"] == "notice"
+            && i["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("its budget is spent"))),
+        "the timeline says why: {timeline:#?}"
+    );
+
+    // Kept across a restart, still held.
+    daemon.stop().await;
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let queued = queued_texts(&mut client, &root).await;
+    assert_eq!(queued, vec![notice.clone(), "say scheduled".to_string()]);
+    assert_eq!(messages(&mut client, &root).await.len(), 1);
+    let deleted = client
+        .request(json!({"type": "delete_schedule", "scheduleId": schedule}))
+        .await;
+    assert_eq!(deleted["type"], "schedule_deleted", "{deleted}");
+
+    // Raised: each held message runs once.
+    let raised = client
+        .request(json!({"type": "set_budget", "agentId": root, "budget": {"cost": 1.0}}))
+        .await;
+    assert_eq!(raised["type"], "ok", "{raised}");
+    eventually("the held messages delivered", WAIT, async || {
+        (messages(&mut client, &root).await.len() == 3).then_some(())
+    })
+    .await;
+    client.wait_idle(&root).await;
+    let texts: Vec<String> = messages(&mut client, &root)
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(
+        texts[1..],
+        [notice, "say scheduled".to_string()],
+        "{texts:?}"
+    );
+    let said_root = said(&mut client, &root).await;
+    assert!(said_root.contains("scheduled"), "{said_root}");
+    assert!(!said_root.contains("refused"), "{said_root}");
+    assert!(queued_texts(&mut client, &root).await.is_empty());
+    daemon.stop().await;
+}

@@ -808,7 +808,8 @@ async function loadOlder(pane) {
 
 function renderHeader(pane, a) {
   const w = S.workspaces.get(a.workspaceId);
-  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.configOptions, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error, Boolean(a.startFailure)]);
+  const tree = a.budget ? treeSpend(pane, a) : null;
+  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.configOptions, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error, Boolean(a.startFailure), a.spend, a.budget, tree]);
   if (pane.headerKey === key) return;
   pane.headerKey = key;
   const title = h('h1', { class: 'agent-title' },
@@ -846,8 +847,73 @@ function renderHeader(pane, a) {
       h('span', { class: 'cwd', title: a.cwd }, a.cwd),
       w?.worktree ? h('span', { class: 'branch' }, `⎇ ${w.worktree.branch}`) : null,
       parent ? h('button', { type: 'button', class: 'link', onclick: () => openAgent(parent.id) }, `subagent of ${label(parent)}`) : null,
+      spendBadge(a, tree),
       // A failed start says its words in its card.
       a.error && !a.startFailure ? h('span', { class: 'error-text' }, a.error) : null));
+}
+
+// ---- spend and budget --------------------------------------------------------------------
+
+/** `1000 tok · 0.0010 USD`; `unknown` when the agent reported nothing (never zero). */
+function spendText(s) {
+  const parts = [];
+  if (s && s.tokens !== null && s.tokens !== undefined) parts.push(`${s.tokens} tok`);
+  if (s && s.cost !== null && s.cost !== undefined) parts.push(`${s.cost.toFixed(4)} ${s.currency || 'USD'}`);
+  return parts.length ? parts.join(' · ') : 'unknown';
+}
+
+/**
+ * What the agent's tree spent, as `get_agent` says (archived subagents included). Asked again
+ * when a spend in its tree as this browser sees it changes; until the answer, this browser's sum.
+ */
+function treeSpend(pane, a) {
+  const sum = { tokens: null, cost: null, currency: null };
+  const add = (x) => {
+    if (x.spend?.tokens !== null && x.spend?.tokens !== undefined) sum.tokens = (sum.tokens || 0) + x.spend.tokens;
+    if (x.spend?.cost !== null && x.spend?.cost !== undefined) { sum.cost = (sum.cost || 0) + x.spend.cost; sum.currency ||= x.spend.currency; }
+  };
+  const inTree = (x) => {
+    for (let at = x, depth = 0; at && depth < 64; at = S.agents.get(at.parentAgentId), depth++) {
+      if (at.id === a.id) return true;
+    }
+    return false;
+  };
+  for (const x of S.agents.values()) if (inTree(x)) add(x);
+  const key = JSON.stringify(sum);
+  if (pane.treeKey !== key && S.state === 'online') {
+    pane.treeKey = key;
+    conn.request({ type: 'get_agent', agentId: a.id }).then((m) => {
+      pane.tree = m.payload.agent.treeSpend || null;
+      render({ sidebar: false });
+    }, () => { pane.treeKey = null; });
+  }
+  return pane.tree || sum;
+}
+
+/**
+ * The header's spend: the agent's own, and for an agent with a budget its tree's against it
+ * (the larger share of its limits), in the warning colour past 80 % and the danger one at 100 %.
+ */
+function spendBadge(a, tree) {
+  const own = h('span', { class: 'spend', title: 'what this agent reported spending' }, `spent ${spendText(a.spend)}`);
+  if (!a.budget || !tree) return own;
+  const b = a.budget;
+  const limits = [];
+  const shares = [];
+  if (b.tokens !== null && b.tokens !== undefined) {
+    limits.push(`${tree.tokens || 0}/${b.tokens} tok`);
+    shares.push(b.tokens > 0 ? (tree.tokens || 0) / b.tokens : 1);
+  }
+  if (b.cost !== null && b.cost !== undefined) {
+    limits.push(`${(tree.cost || 0).toFixed(4)}/${b.cost.toFixed(4)} ${tree.currency || 'USD'}`);
+    shares.push(b.cost > 0 ? (tree.cost || 0) / b.cost : 1);
+  }
+  const share = Math.max(0, ...shares);
+  const level = share >= 1 ? 'over' : share >= 0.8 ? 'warn' : 'ok';
+  const why = { over: 'spent: no new turn starts in its tree until the budget is raised', warn: 'past 80 % of its budget', ok: 'its tree’s spend against its budget' }[level];
+  return h('span', { class: 'spend' }, own,
+    h('span', { class: `budget budget-${level}`, title: `${why}${b.hard ? '; hard: running turns are cancelled at 100 %' : ''}` },
+      `tree ${limits.join(', ')} (${Math.round(share * 100)} %${b.hard ? ', hard' : ''})`));
 }
 
 /** The header's overflow menu: what is used less often, so the header stays one row. */

@@ -18,6 +18,7 @@ const CAUSE = {
   archive: 'by its archive',
   shutdown: 'the daemon shut down',
   crash: 'the daemon stopped',
+  budget: 'its tree spent a hard budget',
 };
 
 export class TimelineView {
