@@ -25,7 +25,7 @@
 //! is non-zero only when the bench could not run.
 
 // A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -848,7 +848,7 @@ fn reset_hwm() -> bool {
 }
 
 /// User + system CPU time of this process, every thread (children not included).
-#[allow(unsafe_code)]
+#[expect(unsafe_code)]
 fn cpu_time() -> Result<Duration> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: getrusage writes one `rusage` into the pointer it is given, which points at

@@ -14,7 +14,7 @@
 //! scripted agent's start (spawn and `initialize`) is a few milliseconds, within the noise of
 //! a loaded machine: its figures are reported, not judged.
 
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

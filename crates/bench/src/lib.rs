@@ -621,7 +621,7 @@ pub fn now_ns() -> u64 {
 
 /// The `q` quantile of sorted nanoseconds.
 // `q` is in 0..=1, so the index is a non-negative number at most `len`: it fits a usize.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn quantile(sorted: &[u64], q: f64) -> Duration {
     let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
     Duration::from_nanos(sorted.get(i).copied().unwrap_or(0))

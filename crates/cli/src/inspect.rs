@@ -247,7 +247,6 @@ fn budget_cell(
     if let Some(limit) = budget.tokens {
         let tokens = spent.tokens.unwrap_or(0);
         parts.push(format!("{tokens}/{limit} tok"));
-        #[allow(clippy::cast_precision_loss)]
         if limit > 0 {
             share = share.max(tokens as f64 / limit as f64);
         } else {

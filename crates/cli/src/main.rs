@@ -85,7 +85,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 // One arm per command: splitting the match would only move it.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let home = match cli.global.home.clone() {
         Some(home) => home,

@@ -292,7 +292,7 @@ pub fn serve_if_asked() {
 }
 
 /// The guard: waits for its stdin's end, then ends the tree.
-#[allow(unsafe_code)] // `signal` is unsafe: it may install a handler; here it only ignores.
+#[expect(unsafe_code)] // `signal` is unsafe: it may install a handler; here it only ignores.
 fn watch(token: &str, cgroup: Option<&Path>) {
     // Signals meant for the daemon (a terminal's ^C or hang-up, a `kill` of every drover
     // process) must not end the guard before it did its work; its stdin's end is its signal.

@@ -345,7 +345,7 @@ pub enum Directive {
 impl Directive {
     /// Parses one trimmed, non-empty line; a line that fits no directive is `Other`.
     // One arm per directive word: the table reads best as one match.
-    #[allow(clippy::too_many_lines)]
+    #[expect(clippy::too_many_lines)]
     pub fn parse(line: &str) -> Directive {
         let (word, rest) = match line.split_once(char::is_whitespace) {
             Some((word, rest)) => (word, rest.trim()),
@@ -626,7 +626,7 @@ pub async fn run(config: Config) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-#[allow(unsafe_code)]
+#[expect(unsafe_code)]
 fn ignore_sigterm() {
     // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
     unsafe {
@@ -1667,7 +1667,7 @@ impl Agent {
     }
 
     // One arm per script directive: the fake's whole repertoire reads best as one match.
-    #[allow(clippy::too_many_lines)]
+    #[expect(clippy::too_many_lines)]
     async fn play(&self, turn: &mut Turn, directive: Directive) -> Flow {
         let session_id = turn.session_id.clone();
         match directive {

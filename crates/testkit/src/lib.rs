@@ -13,7 +13,7 @@
 //! setup) are in drover-fakes; the end-to-end tests are in drover-e2e.
 
 // A test harness: its helpers panic on purpose, to fail the test that called them.
-#![allow(clippy::missing_panics_doc)]
+#![expect(clippy::missing_panics_doc)]
 
 pub mod crash;
 pub mod crashdriver;

@@ -465,7 +465,7 @@ impl Registry {
                     spent >= limit * BUDGET_WARNING && spent - added < limit * BUDGET_WARNING
                 })
             };
-            #[allow(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss)]
             let crossed = share(
                 budget.tokens.map(|t| t as f64),
                 tree.spend.tokens.map(|t| t as f64),

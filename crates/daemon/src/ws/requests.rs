@@ -47,7 +47,7 @@ type Answered = Result<Reply, OpError>;
 
 // The protocol's dispatch table, one arm per client message: each arm takes the message's
 // fields and calls one operation or one handler below.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
     use ClientMessage as M;
     match message {
@@ -545,7 +545,7 @@ async fn archive_workspace(
 }
 
 // Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
+#[expect(clippy::unnecessary_wraps)]
 fn send(message: DaemonMessage) -> Answered {
     Ok(Reply::Send(message))
 }

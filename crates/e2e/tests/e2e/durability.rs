@@ -369,7 +369,7 @@ async fn a_connections_requests_are_bounded_and_end_with_it() {
 /// was refused or stays queued, no log is torn or glued, and once space returns (and after a
 /// restart) every acknowledged message has run exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // one story, told in the order it happens
+#[expect(clippy::too_many_lines)] // one story, told in the order it happens
 async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() {
     use drover_acp::{RuntimeManager, no_mcp_servers};
     use drover_core::inbox::Delivery;

@@ -80,7 +80,6 @@ async fn running(client: &mut Client, agent: &str) {
 // One story: a crash cuts four turns (a subagent's whose parent waits to hear, one with the
 // per-agent policy, one left to the user, one whose continuation hangs again); then a
 // shutdown cuts that continuation.
-#[allow(clippy::too_many_lines)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unattended_a_cut_turn_continues_once_by_policy() {
     let home = TempDir::new().expect("home");
@@ -217,7 +216,7 @@ async fn ends(client: &mut Client, agent: &str) -> Vec<String> {
 
 // One story: limits as codex, claude and gemini say them, with and without a reset time, a
 // subagent whose parent waits, `on_limit = fail`; the daemon killed while they wait.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     let home = TempDir::new().expect("home");
