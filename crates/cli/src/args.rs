@@ -44,6 +44,15 @@ pub enum Command {
     Daemon(DaemonArgs),
     /// Create an agent and stream its reply until the turn ends.
     Run(RunArgs),
+    /// Link other machines' daemons into this one's fleet (over SSH, or a command of your own).
+    Host(HostArgs),
+    /// Bridge stdin and stdout to this machine's daemon (what a hub's link runs over SSH);
+    /// starts the daemon when none runs.
+    Connect {
+        /// One JSON message per line on stdin and stdout (the only mode)
+        #[arg(long, required = true)]
+        stdio: bool,
+    },
     /// List agents.
     #[command(visible_alias = "list")]
     Ls {
@@ -56,6 +65,9 @@ pub enum Command {
         /// Print JSON (the agents as the protocol describes them)
         #[arg(long)]
         json: bool,
+        /// Only the agents on this host (`local`: this machine's)
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
     },
     /// Follow an agent live; Ctrl-C detaches and leaves it running.
     Attach {
@@ -666,6 +678,10 @@ pub struct RunArgs {
     /// Make it a subagent of this agent
     #[arg(long, value_name = "ID")]
     pub parent: Option<String>,
+    /// Run it on this host (see `drover host`; `auto`: the reachable one with the most free
+    /// slots). --cwd is then a directory on that host, and must be given
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
     /// Run it in a new git worktree of the checkout at --cwd, named NAME (see `drover
     /// worktree`)
     #[arg(long, value_name = "NAME")]
@@ -744,4 +760,46 @@ mod tests {
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
     }
+}
+
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    #[command(subcommand)]
+    pub action: HostAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostAction {
+    /// Add a host: `drover host add box ssh://me@box` (or `--command …`)
+    Add {
+        /// Its name in the fleet (lower-case letters, digits, `-`)
+        name: String,
+        /// ssh://[user@]host[:port]
+        #[arg(required_unless_present = "command", conflicts_with = "command")]
+        address: Option<String>,
+        /// The private key ssh uses
+        #[arg(long, value_name = "FILE")]
+        identity: Option<PathBuf>,
+        /// An ssh option, `Key=value` (repeat for more)
+        #[arg(long = "ssh-option", value_name = "KEY=VALUE")]
+        ssh_options: Vec<String>,
+        /// Instead of ssh: the command whose stdin and stdout reach the host's `drover
+        /// connect --stdio`, e.g. "kubectl exec -i pod/drover -- drover connect --stdio"
+        #[arg(long, value_name = "COMMAND")]
+        command: Option<String>,
+        /// Do not wait for the host to be reachable
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// List the hosts: reachable or not, since when, agents, live runtimes, version
+    Ls {
+        /// Print JSON (the hosts as the protocol describes them)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a host (its agents go on running on its own daemon)
+    Rm {
+        /// The host's name
+        name: String,
+    },
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use drover_daemon::{DAEMON_INFO_FILE, DaemonInfo};
-use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, PROTOCOL_VERSION, WorkspaceInfo};
+use drover_protocol::{
+    AgentInfo, ClientMessage, DaemonMessage, HostInfo, PROTOCOL_VERSION, WorkspaceInfo,
+};
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -87,7 +89,7 @@ pub fn not_published(home: &Path) -> CliError {
 }
 
 /// `http://h:p` → `ws://h:p/ws`; a `ws://` url is taken as given.
-fn ws_url(base: &str) -> String {
+pub fn ws_url(base: &str) -> String {
     let base = base.trim_end_matches('/');
     if base.starts_with("ws://") || base.starts_with("wss://") {
         return base.to_string();
@@ -109,6 +111,7 @@ fn ws_url(base: &str) -> String {
 pub struct SessionState {
     pub agents: Vec<AgentInfo>,
     pub workspaces: Vec<WorkspaceInfo>,
+    pub hosts: Vec<HostInfo>,
 }
 
 /// One session with the daemon.
@@ -175,8 +178,16 @@ impl Connection {
     async fn handshake(&mut self) -> anyhow::Result<SessionState> {
         loop {
             match self.recv().await? {
-                DaemonMessage::SessionState { agents, workspaces } => {
-                    return Ok(SessionState { agents, workspaces });
+                DaemonMessage::SessionState {
+                    agents,
+                    workspaces,
+                    hosts,
+                } => {
+                    return Ok(SessionState {
+                        agents,
+                        workspaces,
+                        hosts,
+                    });
                 }
                 DaemonMessage::RequestError {
                     code,

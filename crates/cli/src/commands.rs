@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use drover_acp::ItemKind;
 use drover_protocol::{
-    AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, NewWorktree, PermissionPolicy,
-    ProviderSignIn,
+    AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode, HostInfo, NewWorktree,
+    PermissionPolicy, ProviderSignIn,
 };
 use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -101,11 +101,20 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
                 .filter(|p| !p.is_empty())
         })
         .unwrap_or_else(|| "codex".to_string());
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
+    let cwd = match (&args.host, &args.cwd) {
+        // Another host's directory: that host's daemon checks it.
+        (Some(host), None) if host != "local" => {
+            return Err(CliError::BadArgument(format!(
+                "--host {host}: give --cwd, the directory on that host to work in"
+            ))
+            .into());
+        }
+        (Some(host), Some(dir)) if host != "local" => dir.clone(),
+        (_, Some(dir)) => working_directory(dir)?,
+        (_, None) => working_directory(
+            &std::env::current_dir().context("cannot read the current directory")?,
+        )?,
     };
-    let cwd = working_directory(&cwd)?;
     let (mut connection, SessionState { mut agents, .. }) = ctx.connect().await?;
     let parent = match &args.parent {
         Some(query) => Some(resolve(&agents, query, Prefer::Live)?.id.clone()),
@@ -199,6 +208,7 @@ fn create_message(
             branch: None,
             base: args.base.clone(),
         }),
+        host: args.host.clone(),
     }
 }
 
@@ -583,12 +593,22 @@ async fn initialize(
 
 // ---- the list and one agent -------------------------------------------------------------------
 
-pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<()> {
+pub async fn ls(
+    ctx: &Ctx,
+    all: bool,
+    tree: bool,
+    json: bool,
+    host: Option<&str>,
+) -> anyhow::Result<()> {
     // Without --all the archived agents are neither fetched nor counted for short ids: an id
     // prefix that is also an archived agent's names the live one (see `resolve`).
     // The tree's spend counts its archived agents too: --tree fetches them to sum it.
-    let (connection, SessionState { mut agents, .. }) =
-        Connection::open(&ctx.endpoint, all || tree).await?;
+    let (
+        connection,
+        SessionState {
+            mut agents, hosts, ..
+        },
+    ) = Connection::open(&ctx.endpoint, all || tree).await?;
     connection.close().await;
     let tree_spend = if tree && !json {
         tree_spends(&agents)
@@ -596,6 +616,9 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
         HashMap::new()
     };
     agents.retain(|a| all || a.archived_at.is_none());
+    if let Some(host) = host {
+        only_on(&mut agents, &hosts, host)?;
+    }
     let short = ShortIds::new(&agents);
     agents.sort_by(|a, b| a.id.cmp(&b.id));
     if json {
@@ -617,11 +640,16 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             .collect()
     };
     let now = jiff::Timestamp::now();
+    // The spend columns with --tree; the HOST column only in a fleet of several machines.
     let mut headers = vec!["ID", "TITLE", "PROVIDER", "STATUS", "RUNTIME", "ATTENTION"];
     if tree {
         headers.extend(["SPEND", "TREE SPEND / BUDGET"]);
     }
-    headers.extend(["AGE", "CWD"]);
+    headers.push("AGE");
+    if !hosts.is_empty() {
+        headers.push("HOST");
+    }
+    headers.push("CWD");
     let mut table = Table::new(headers);
     let has_children: std::collections::HashSet<&str> = agents
         .iter()
@@ -637,20 +665,6 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             Paint::Dim
         } else {
             output::status_paint(&agent.status)
-        };
-        // Said as people say it: `sign in` is what to do.
-        let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
-            (None, _) => "-".to_string(),
-            (Some("auth_required"), _) => "sign in".to_string(),
-            // When the prompt goes again.
-            (Some("limited"), Some(limited)) => {
-                format!("limited until {}", output::clock(&limited.retry_at))
-            }
-            (Some(reason), _) => reason.to_string(),
-        };
-        let attention_paint = match attention.as_str() {
-            "permission" | "error" | "sign in" => Paint::Yellow,
-            _ => Paint::Plain,
         };
         let mut cells = vec![
             (id, Paint::Plain),
@@ -668,7 +682,7 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
                     Paint::Plain
                 },
             ),
-            (attention, attention_paint),
+            attention_cell(agent),
         ];
         if tree {
             let spent = tree_spend.get(agent.id.as_str());
@@ -676,12 +690,33 @@ pub async fn ls(ctx: &Ctx, all: bool, tree: bool, json: bool) -> anyhow::Result<
             cells.extend(spend_cells(agent, spent, parent));
         }
         cells.push((output::age(&agent.created_at, now), Paint::Plain));
-        cells.push((output::tilde(&agent.cwd), Paint::Dim));
         table.row(cells);
+        if !hosts.is_empty() {
+            table.push_cell(host_cell(agent, &hosts, now));
+        }
+        table.push_cell((output::tilde(&agent.cwd), Paint::Dim));
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
+}
+
+/// The ATTENTION cell, said as people say it: `sign in` is what to do, a usage limit when the
+/// prompt goes again.
+fn attention_cell(agent: &AgentInfo) -> (String, Paint) {
+    let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
+        (None, _) => "-".to_string(),
+        (Some("auth_required"), _) => "sign in".to_string(),
+        (Some("limited"), Some(limited)) => {
+            format!("limited until {}", output::clock(&limited.retry_at))
+        }
+        (Some(reason), _) => reason.to_string(),
+    };
+    let paint = match attention.as_str() {
+        "permission" | "error" | "sign in" => Paint::Yellow,
+        _ => Paint::Plain,
+    };
+    (attention, paint)
 }
 
 /// What each agent and every agent below it spent (archived ones included), by agent id.
@@ -787,6 +822,36 @@ fn budget_cell(
     (text, paint)
 }
 
+/// Keeps the agents on `host` (`local`: this machine's), a host the daemon links to.
+fn only_on(agents: &mut Vec<AgentInfo>, hosts: &[HostInfo], host: &str) -> Result<(), CliError> {
+    if host != "local" && !hosts.iter().any(|h| h.name == host) {
+        return Err(CliError::BadArgument(format!(
+            "--host {host}: no such host (`drover host ls` lists them)"
+        )));
+    }
+    agents.retain(|a| a.host.as_deref().unwrap_or("local") == host);
+    Ok(())
+}
+
+/// The HOST cell: the agent's host, and whether it can be reached now.
+fn host_cell(agent: &AgentInfo, hosts: &[HostInfo], now: jiff::Timestamp) -> (String, Paint) {
+    let Some(host) = agent
+        .host
+        .as_deref()
+        .and_then(|name| hosts.iter().find(|h| h.name == name))
+    else {
+        return ("local".to_string(), Paint::Dim);
+    };
+    if host.state == "reachable" {
+        return (host.name.clone(), Paint::Plain);
+    }
+    let since = output::age(&host.since, now);
+    (
+        format!("{} ({} {since})", host.name, host.state),
+        Paint::Yellow,
+    )
+}
+
 /// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their
 /// subagents under them.
 fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
@@ -838,7 +903,12 @@ fn tree_order(agents: &[AgentInfo]) -> Vec<(String, &AgentInfo)> {
 }
 
 pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
-    let (mut connection, SessionState { agents, workspaces }) = ctx.connect().await?;
+    let (
+        mut connection,
+        SessionState {
+            agents, workspaces, ..
+        },
+    ) = ctx.connect().await?;
     let listed = resolve(&agents, id, Prefer::Live)?;
     // The agent again, with what its process tree holds now.
     let answer = connection

@@ -79,6 +79,23 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
         outln!("{}  pid {}", info.url, info.pid);
         return Ok(());
     }
+    let info = launch(home, serve, timeout)?;
+    outln!("{}  pid {}", info.url, info.pid);
+    eprintln!(
+        "drover: daemon started for {} (output in {})",
+        home.display(),
+        home.join("daemon.out").display()
+    );
+    eprintln!(
+        "drover: web UI at {} (`drover ui` opens it)",
+        crate::ui::address(&info.url, home)
+    );
+    Ok(())
+}
+
+/// Spawns `drover daemon` for `home` in its own process group, detached from this terminal,
+/// and waits until it answers; says nothing on stdout (`drover connect --stdio` owns it).
+pub fn launch(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Result<DaemonInfo> {
     drover_core::private::create_dir_all(home)
         .with_context(|| format!("cannot create the data directory `{}`", home.display()))?;
     let out_path = home.join("daemon.out");
@@ -126,17 +143,7 @@ pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resul
         if let Some((info, _)) = running(home)
             && info.pid == pid
         {
-            outln!("{}  pid {}", info.url, info.pid);
-            eprintln!(
-                "drover: daemon started for {} (output in {})",
-                home.display(),
-                out_path.display()
-            );
-            eprintln!(
-                "drover: web UI at {} (`drover ui` opens it)",
-                crate::ui::address(&info.url, home)
-            );
-            return Ok(());
+            return Ok(info);
         }
         if Instant::now() >= deadline {
             return Err(CliError::Timeout(format!(

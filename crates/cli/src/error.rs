@@ -104,7 +104,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::UnknownProvider
         | ErrorCode::InvalidId
         | ErrorCode::UnknownSchedule
-        | ErrorCode::UnknownJob => exit::NOT_FOUND,
+        | ErrorCode::UnknownJob
+        | ErrorCode::UnknownHost => exit::NOT_FOUND,
         ErrorCode::AgentActive
         | ErrorCode::IllegalTransition
         | ErrorCode::AgentArchived
@@ -135,7 +136,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::WorktreeSetupFailed
         | ErrorCode::WorktreeTeardownFailed
         | ErrorCode::WorktreeIoFailed
-        | ErrorCode::JobStartFailed => exit::ERROR,
+        | ErrorCode::JobStartFailed
+        | ErrorCode::HostUnreachable => exit::ERROR,
     }
 }
 

@@ -15,6 +15,7 @@ mod client;
 mod commands;
 mod daemon_cmd;
 mod error;
+mod hosts;
 mod import;
 mod jobs;
 mod login;
@@ -111,6 +112,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::McpProxy { url } => return mcp_proxy::run(&url),
+        Command::Connect { .. } => return hosts::connect_stdio(&home),
         Command::Ui { print } => return ui::run(&home, cli.global.url.as_deref(), print),
         other => other,
     };
@@ -128,7 +130,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async move {
         match command {
             Command::Run(args) => commands::run(&ctx, args).await,
-            Command::Ls { all, tree, json } => commands::ls(&ctx, all, tree, json).await,
+            Command::Ls {
+                all,
+                tree,
+                json,
+                host,
+            } => commands::ls(&ctx, all, tree, json, host.as_deref()).await,
+            Command::Host(host) => hosts::run(&ctx, host.action).await,
             Command::Attach { id, tail, json } => commands::attach(&ctx, &id, tail, json).await,
             Command::Send {
                 id,
@@ -219,6 +227,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Command::Daemon(_)
             | Command::Completions { .. }
             | Command::McpProxy { .. }
+            | Command::Connect { .. }
             | Command::DemoAgent
             | Command::Ui { .. } => Ok(()),
         }

@@ -263,6 +263,7 @@ mod tests {
             runtime: drover_protocol::RuntimeInfo::default(),
             start_failure: None,
             queued: None,
+            host: None,
         }
     }
 
@@ -375,6 +376,7 @@ mod tests {
             archived_at: archived.then(|| "2025-01-01T00:00:00Z".to_string()),
             activity: None,
             worktree: None,
+            host: None,
         }
     }
 

@@ -27,7 +27,7 @@ fn handles(workspaces: &[WorkspaceInfo]) -> ShortIds {
 
 /// `drover workspaces` (every kind) and `drover worktree ls` (`worktrees`: worktrees only).
 pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::Result<()> {
-    let (mut connection, SessionState { agents, workspaces }) = ctx.connect().await?;
+    let (mut connection, state) = ctx.connect().await?;
     let answer = connection
         .request(|request_id| ClientMessage::ListWorkspaces {
             request_id,
@@ -42,14 +42,15 @@ pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::
     else {
         return Err(unexpected(&answer));
     };
-    let short = handles(&workspaces);
+    let short = handles(&state.workspaces);
     if worktrees {
         listed.retain(|w| w.worktree.is_some());
     }
     listed.sort_by(|a, b| a.id.cmp(&b.id));
     // The agents `drover ls` (with `--all`, `drover ls --all`) shows.
     let count = |w: &WorkspaceInfo| {
-        agents
+        state
+            .agents
             .iter()
             .filter(|a: &&AgentInfo| a.workspace_id == w.id && (all || a.archived_at.is_none()))
             .count()

@@ -6,6 +6,7 @@
 
 mod agent_tokens;
 pub mod config;
+mod hosts;
 pub mod http_client;
 pub mod lock;
 pub mod logging;
@@ -116,6 +117,8 @@ pub async fn run_locked_then(
     // Read before anything starts: a mistake in `[notify]` stops the daemon, naming it.
     let notify_config = notify::NotifyConfig::load(&config.home).map_err(DaemonError::Config)?;
     let (runtimes, registry, interrupted) = open_runtimes(&config.home, addr, &tokens).await?;
+    // A link's child dies with the daemon, as every child does (`drover_core::child`).
+    let hosts = hosts::Hosts::open(&config.home, &runtimes).map_err(DaemonError::Config)?;
 
     let info = DaemonInfo {
         version: 1,
@@ -146,6 +149,7 @@ pub async fn run_locked_then(
         schedules: schedules.clone(),
         imports: Arc::default(),
         notifier: notifier.clone(),
+        hosts,
     };
     let timer = schedules.start(ops.schedule_sink());
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });

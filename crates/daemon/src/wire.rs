@@ -100,6 +100,7 @@ pub(crate) fn agent_info(
                 sign_in: f.sign_in.clone(),
             }),
         queued: None,
+        host: None,
     }
 }
 
@@ -169,6 +170,7 @@ pub(crate) fn workspace_info(ws: &Workspace, activity: Option<ActivityBucket>) -
             base_commit: w.base_commit.clone(),
             created_by: w.created_by.map(|a| a.to_string()),
         }),
+        host: None,
     }
 }
 
@@ -181,6 +183,7 @@ pub(crate) fn update(event: &TimelineEvent) -> AgentUpdate {
         agent_id: event.agent_id.to_string(),
         timestamp,
         notification: serde_json::to_value(&event.update).unwrap_or(Value::Null),
+        revision: Some(event.revision),
     }
 }
 
@@ -193,6 +196,7 @@ pub(crate) fn item_update(
         agent_id: agent.id.to_string(),
         timestamp: item.at.to_string(),
         notification: json!({"op": "item", "item": item}),
+        revision: None,
     }
 }
 

@@ -84,6 +84,8 @@ error_codes! {
     UnknownJob => "unknown_job",
     JobStartFailed => "job_start_failed",
     BudgetExhausted => "budget_exhausted",
+    UnknownHost => "unknown_host",
+    HostUnreachable => "host_unreachable",
 }
 
 impl ErrorCode {
@@ -326,6 +328,11 @@ pub enum ClientMessage {
         /// with the agent when `autoArchive` archives it). Needs `cwd`, not `workspaceId`.
         #[serde(default)]
         worktree: Option<NewWorktree>,
+        /// Create it on this host (`drover host add`; `cwd` and the checkout are that host's),
+        /// or `auto`: the reachable host with the most free `max_live` slots. Default: this
+        /// daemon's machine.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
     },
     SendMessage {
         #[serde(default)]
@@ -444,6 +451,30 @@ pub enum ClientMessage {
         #[serde(default)]
         request_id: Option<String>,
         agent_id: String,
+    },
+    /// The hosts this daemon links to (`drover host ls`).
+    ListHosts {
+        #[serde(default)]
+        request_id: Option<String>,
+    },
+    /// Adds a host (kept in `$DROVER_HOME/hosts.json`) and links to it at once. Answers
+    /// `hosts`.
+    AddHost {
+        #[serde(default)]
+        request_id: Option<String>,
+        host: HostConfig,
+    },
+    /// Forgets a host and closes its link (its agents keep running on their own daemon).
+    /// Answers `hosts`.
+    RemoveHost {
+        #[serde(default)]
+        request_id: Option<String>,
+        name: String,
+    },
+    /// Answers `ok`: the connection (a host link's keep-alive) works.
+    Ping {
+        #[serde(default)]
+        request_id: Option<String>,
     },
     /// Every agent, archived ones too if asked.
     ListAgents {
@@ -786,6 +817,10 @@ impl ClientMessage {
             | ClientMessage::ListProviders { request_id }
             | ClientMessage::GetAgent { request_id, .. }
             | ClientMessage::ListAgents { request_id, .. }
+            | ClientMessage::ListHosts { request_id }
+            | ClientMessage::AddHost { request_id, .. }
+            | ClientMessage::RemoveHost { request_id, .. }
+            | ClientMessage::Ping { request_id }
             | ClientMessage::WaitIdle { request_id, .. }
             | ClientMessage::ListWorkspaces { request_id, .. }
             | ClientMessage::CreateWorktree { request_id, .. }
@@ -896,6 +931,9 @@ pub struct AgentInfo {
     /// answer (read then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Vec<QueuedMessageInfo>>,
+    /// The host it runs on (`drover host ls`); absent for this daemon's own machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// A subagent an agent runs itself, as its provider reports it.
@@ -1126,6 +1164,9 @@ pub struct WorkspaceInfo {
     pub activity: Option<String>,
     /// For a worktree drover made: where it comes from.
     pub worktree: Option<WorktreeInfo>,
+    /// The host it is on; absent for this daemon's own machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Where a worktree workspace comes from.
@@ -1225,6 +1266,11 @@ pub struct AgentUpdate {
     pub agent_id: String,
     pub timestamp: String,
     pub notification: Value,
+    /// The agent's timeline revision after this update (absent on the items of an
+    /// `agent_initialized` snapshot): an update whose revision is not above the snapshot's is
+    /// already in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
 }
 
 /// A record an import brought in (or, in a dry run, would).
@@ -1354,11 +1400,18 @@ pub enum DaemonMessage {
         daemon_version: String,
         protocol_version: u32,
         session_id: String,
+        /// The daemon's `[runtimes] max_live` (absent: no ceiling): a hub places `--host auto`
+        /// agents by it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_live: Option<u32>,
     },
     /// Every agent (no history, no runtime started) and every workspace with its activity.
     SessionState {
         agents: Vec<AgentInfo>,
         workspaces: Vec<WorkspaceInfo>,
+        /// The hosts this daemon links to (absent when there are none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hosts: Vec<HostInfo>,
     },
     AgentInitialized {
         agent_id: String,
@@ -1370,6 +1423,9 @@ pub enum DaemonMessage {
         cursor: Option<u64>,
         /// Permission requests waiting for an answer.
         pending_permissions: Vec<Value>,
+        /// The timeline's revision this snapshot holds: `agent_update`s after it follow.
+        #[serde(default)]
+        revision: u64,
         request_id: Option<String>,
     },
     /// An agent changed (status, title, labels, archive, detach, attention, config). To every
@@ -1450,6 +1506,17 @@ pub enum DaemonMessage {
     Agents {
         request_id: Option<String>,
         agents: Vec<AgentInfo>,
+    },
+    /// The answer to `list_hosts`, `add_host` and `remove_host`.
+    Hosts {
+        request_id: Option<String>,
+        hosts: Vec<HostInfo>,
+    },
+    /// A host's link changed (reachable, unreachable since, version, counts), or it was
+    /// removed (`host: null`). To every session.
+    HostUpdate {
+        name: String,
+        host: Option<HostInfo>,
     },
     /// The answer to `get_agent`: its `runtime` says what its process tree holds now.
     Agent {
@@ -1652,6 +1719,7 @@ impl DaemonMessage {
             | DaemonMessage::SignedIn { request_id, .. }
             | DaemonMessage::Imported { request_id, .. }
             | DaemonMessage::Agents { request_id, .. }
+            | DaemonMessage::Hosts { request_id, .. }
             | DaemonMessage::Agent { request_id, .. }
             | DaemonMessage::Idle { request_id, .. }
             | DaemonMessage::Workspaces { request_id, .. }
@@ -1676,6 +1744,7 @@ impl DaemonMessage {
             | DaemonMessage::AgentStatus { .. }
             | DaemonMessage::AgentUpdate(_)
             | DaemonMessage::WorkspaceUpdate { .. }
+            | DaemonMessage::HostUpdate { .. }
             | DaemonMessage::ScheduleUpdate { .. }
             | DaemonMessage::JobUpdate { .. }
             | DaemonMessage::JobOutputUpdate { .. }
@@ -1794,6 +1863,10 @@ pub const CLIENT_TYPES: &[&str] = &[
     "list_providers",
     "get_agent",
     "list_agents",
+    "list_hosts",
+    "add_host",
+    "remove_host",
+    "ping",
     "wait_idle",
     "list_workspaces",
     "create_worktree",
@@ -1861,4 +1934,52 @@ mod tests {
             );
         }
     }
+}
+
+/// How to reach a host: an `ssh://[user@]host[:port]` target, or a command of its own that
+/// ends in `drover connect --stdio` (`kubectl exec -i POD -- drover connect --stdio`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostConfig {
+    /// Its name in this fleet: lower-case letters, digits and `-`.
+    pub name: String,
+    /// `ssh://[user@]host[:port]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
+    /// The private key `ssh -i` uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// More `ssh -o` options, as `Key=value`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_options: Vec<String>,
+    /// Instead of `ssh`: the command (program and arguments) whose stdin and stdout are the
+    /// link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+}
+
+/// A host of the fleet as the hub sees it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostInfo {
+    pub name: String,
+    /// `ssh://...` or the link command, for people.
+    pub target: String,
+    /// `connecting`, `reachable`, `unreachable`, or `incompatible` (another protocol version:
+    /// see `error`).
+    pub state: String,
+    /// Since when it is in that state.
+    pub since: String,
+    /// Why it is not reachable.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The remote daemon's version, once reached.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Its agents (archived ones not counted) and how many run a process now.
+    pub agents: u32,
+    pub live: u32,
+    /// Its daemon's `[runtimes] max_live` (`null`: no ceiling, or not reached yet).
+    #[serde(default)]
+    pub max_live: Option<u32>,
 }

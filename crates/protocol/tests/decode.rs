@@ -14,6 +14,8 @@ use serde_json::{Map, Number, Value};
 /// Field names the messages use, so that random objects often look almost right.
 const FIELDS: &[&str] = &[
     "type",
+    "host",
+    "name",
     "when",
     "newAgent",
     "scheduleId",
@@ -189,7 +191,8 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     Just(drover_protocol::OnLimit::Wait),
                     Just(drover_protocol::OnLimit::Fail)
                 ]),
-                prop::option::of(budget())
+                prop::option::of(budget()),
+                opt_string()
             )
         )
             .prop_map(
@@ -197,7 +200,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     (request_id, provider, cwd, workspace_id),
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
-                    (worktree, effort, on_interrupt, on_limit, budget),
+                    (worktree, effort, on_interrupt, on_limit, budget, host),
                 )| ClientMessage::CreateAgent {
                     request_id,
                     provider,
@@ -216,6 +219,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     on_limit,
                     budget,
                     worktree,
+                    host,
                 }
             ),
         (opt_string(), any::<String>(), any::<String>(), delivery()).prop_map(
@@ -542,6 +546,30 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         opt_string().prop_map(|request_id| ClientMessage::NotifyStatus { request_id }),
         (opt_string(), opt_string())
             .prop_map(|(request_id, sink)| ClientMessage::NotifyTest { request_id, sink }),
+        opt_string().prop_map(|request_id| ClientMessage::ListHosts { request_id }),
+        opt_string().prop_map(|request_id| ClientMessage::Ping { request_id }),
+        (opt_string(), any::<String>())
+            .prop_map(|(request_id, name)| ClientMessage::RemoveHost { request_id, name }),
+        (
+            opt_string(),
+            any::<String>(),
+            opt_string(),
+            opt_string(),
+            prop::collection::vec(any::<String>(), 0..3),
+            prop::option::of(prop::collection::vec(any::<String>(), 0..3)),
+        )
+            .prop_map(|(request_id, name, ssh, identity, ssh_options, command)| {
+                ClientMessage::AddHost {
+                    request_id,
+                    host: drover_protocol::HostConfig {
+                        name,
+                        ssh,
+                        identity,
+                        ssh_options,
+                        command,
+                    },
+                }
+            }),
     ]
 }
 

@@ -22,6 +22,7 @@ pub mod daemonproc;
 pub mod disk;
 pub mod hermetic;
 pub mod msgdriver;
+pub mod netns;
 pub mod wait;
 
 use std::collections::{HashMap, HashSet};

@@ -59,6 +59,8 @@ pub(crate) struct Ops {
     pub(crate) imports: Arc<tokio::sync::Mutex<()>>,
     /// Notifications (`[notify]`), and what each session watches.
     pub(crate) notifier: crate::notify::Notifier,
+    /// The other machines' daemons this one links to (`drover host`).
+    pub(crate) hosts: crate::hosts::Hosts,
 }
 
 /// Who asks. A user (any client of the protocol) may do anything; an agent (over MCP) may
@@ -114,6 +116,8 @@ pub(crate) enum OpError {
     /// A budget of the agent's tree is spent: no new turn starts in it.
     #[error("the budget of agent `{}` is spent ({}); raise it with set_budget", .0.agent_id, budgets::summary(.0))]
     BudgetExhausted(Box<drover_protocol::BudgetExhaustedInfo>),
+    #[error(transparent)]
+    Host(#[from] crate::hosts::HostError),
 }
 
 impl From<AcpError> for OpError {
@@ -149,6 +153,7 @@ impl OpError {
             },
             OpError::Job(e) => e.code(),
             OpError::BudgetExhausted(_) => ErrorCode::BudgetExhausted,
+            OpError::Host(e) => e.code(),
         }
     }
 

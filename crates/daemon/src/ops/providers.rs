@@ -28,6 +28,14 @@ pub(crate) struct ProviderView {
 }
 
 impl Ops {
+    /// The `[runtimes] max_live` ceiling (`None`: none), as `welcome` tells clients.
+    pub(crate) fn max_live(&self) -> Option<u32> {
+        self.runtimes
+            .runtime_settings()
+            .max_live
+            .and_then(|n| u32::try_from(n).ok())
+    }
+
     /// Every provider as `config.toml` says now (an edit takes effect without a restart).
     pub(crate) fn list_providers(&self) -> Result<Vec<ProviderView>, OpError> {
         let providers = self.runtimes.providers()?;

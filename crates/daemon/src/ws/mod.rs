@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{Duration, Instant};
 
+use crate::hosts::{self, RemoteEvent};
 use crate::metrics::ClientMetrics;
 use crate::ops::Ops;
 use crate::wire;
@@ -206,8 +207,42 @@ impl Hub {
         hub
     }
 
-    /// Every job start and end goes to every session as `job_update`.
+    /// What other hosts' daemons say goes to every session as it came (marked with its host);
+    /// a remote agent's updates only to sessions that opened it.
+    fn forward_hosts(&self, ops: &Ops) {
+        let mut remote = ops.hosts.subscribe();
+        let out = self.tx.clone();
+        let dropped = self.metrics.hub_dropped_events.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = match remote.recv().await {
+                    Ok(RemoteEvent::Message {
+                        text,
+                        agent,
+                        revision,
+                        status_of,
+                    }) => Outgoing {
+                        agent,
+                        revision,
+                        text: Utf8Bytes::from(text.as_ref()),
+                        joined: None,
+                        status_of,
+                    },
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        dropped.inc_by(n);
+                        resync(format!("the daemon dropped {n} events from other hosts"))
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                let _ = out.send(Arc::new(message));
+            }
+        });
+    }
+
+    /// Every job start and end goes to every session as `job_update`; so does what other
+    /// hosts' daemons say (see `forward_hosts`).
     fn forward_jobs(&self, ops: &Ops) {
+        self.forward_hosts(ops);
         let mut jobs = ops.subscribe_jobs();
         let out = self.tx.clone();
         let dropped = self.metrics.hub_dropped_events.clone();
@@ -539,6 +574,9 @@ impl Session {
             );
             return send(socket, self.sent(), encode(&error)).await;
         }
+        if let Some(next) = self.route(socket, &text, &message, replies, requests).await {
+            return next;
+        }
         if let Some(answer) = self.answer_here(&message) {
             return send(socket, self.sent(), answer).await;
         }
@@ -564,6 +602,64 @@ impl Session {
             span,
         ));
         Next::Continue
+    }
+
+    /// Sends a request that names another host's agent, workspace, job or schedule there
+    /// (see `crate::hosts`); `None` for one this daemon answers.
+    async fn route(
+        &mut self,
+        socket: &mut WebSocket,
+        text: &str,
+        message: &ClientMessage,
+        replies: &mpsc::Sender<Answer>,
+        requests: &mut tokio::task::JoinSet<()>,
+    ) -> Option<Next> {
+        match self.context.ops.hosts.route(text) {
+            Ok(hosts::Route::Local) => None,
+            Ok(hosts::Route::Remote { host, message: out }) => {
+                self.forward(host, out, message, replies, requests);
+                Some(Next::Continue)
+            }
+            Err(e) => {
+                let error = request_error(
+                    message.request_id().map(str::to_string),
+                    e.code(),
+                    e.to_string(),
+                    None,
+                );
+                Some(send(socket, self.sent(), encode(&error)).await)
+            }
+        }
+    }
+
+    /// Sends a request to the host that holds what it names (see `crate::hosts`) and relays
+    /// the answer: an opened remote agent's updates are held until its snapshot is sent, as a
+    /// local one's are.
+    fn forward(
+        &mut self,
+        host: String,
+        out: Value,
+        message: &ClientMessage,
+        replies: &mpsc::Sender<Answer>,
+        requests: &mut tokio::task::JoinSet<()>,
+    ) {
+        let held = match message {
+            ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
+                .parse::<AgentId>()
+                .ok()
+                .filter(|agent| self.subscriptions.begin(*agent)),
+            _ => None,
+        };
+        let request_id = message.request_id().map(str::to_string);
+        let hosts = self.context.ops.hosts.clone();
+        let replies = replies.clone();
+        requests.spawn(async move {
+            let reply = match hosts.forward(&host, out).await {
+                Ok(answer) => remote_reply(answer, request_id, &host),
+                Err(e) => Reply::Send(request_error(request_id, e.code(), e.to_string(), None)),
+            };
+            let _ = replies.send(Answer { held, reply }).await;
+        });
     }
 
     /// Answers the requests the session answers itself, in order with its pushes
@@ -647,6 +743,7 @@ impl Session {
             daemon_version: env!("CARGO_PKG_VERSION").to_string(),
             protocol_version: PROTOCOL_VERSION,
             session_id: self.id.clone(),
+            max_live: self.context.ops.max_live(),
         };
         let state = self
             .context
@@ -792,6 +889,36 @@ impl Session {
             (None, _, Some(agent)) => join::Kind::Status(agent),
             (None, _, None) => join::Kind::Other,
         }
+    }
+}
+
+/// A host's answer as this daemon's own: an `agent_initialized` lets through the updates
+/// after its snapshot.
+fn remote_reply(answer: Value, request_id: Option<String>, host: &str) -> Reply {
+    match serde_json::from_value::<DaemonMessage>(answer) {
+        Ok(message @ DaemonMessage::AgentInitialized { .. }) => {
+            let DaemonMessage::AgentInitialized {
+                agent_id, revision, ..
+            } = &message
+            else {
+                return Reply::Send(message);
+            };
+            match agent_id.parse::<AgentId>() {
+                Ok(agent) => Reply::Initialized {
+                    agent,
+                    revision: *revision,
+                    message,
+                },
+                Err(_) => Reply::Send(message),
+            }
+        }
+        Ok(message) => Reply::Send(message),
+        Err(e) => Reply::Send(request_error(
+            request_id,
+            ErrorCode::InvalidMessage,
+            format!("host `{host}` answered something this daemon cannot read: {e}"),
+            None,
+        )),
     }
 }
 

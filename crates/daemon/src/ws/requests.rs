@@ -295,7 +295,34 @@ async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
             include_archived,
         } => send(DaemonMessage::Workspaces {
             request_id,
-            workspaces: workspace_infos(ops, include_archived),
+            workspaces: workspace_infos(ops, include_archived)
+                .into_iter()
+                .chain(
+                    ops.hosts
+                        .workspaces()
+                        .into_iter()
+                        .filter_map(|w| serde_json::from_value(w).ok()),
+                )
+                .filter(|w: &drover_protocol::WorkspaceInfo| {
+                    include_archived || w.archived_at.is_none()
+                })
+                .collect(),
+        }),
+        M::ListHosts { request_id } => send(DaemonMessage::Hosts {
+            request_id,
+            hosts: ops.hosts.list(),
+        }),
+        M::AddHost { request_id, host } => send(DaemonMessage::Hosts {
+            request_id,
+            hosts: ops.hosts.add(host)?,
+        }),
+        M::RemoveHost { request_id, name } => send(DaemonMessage::Hosts {
+            request_id,
+            hosts: ops.hosts.remove(&name)?,
+        }),
+        M::Ping { request_id } => send(DaemonMessage::Ok {
+            request_id,
+            agent_id: None,
         }),
         M::CreateWorktree {
             request_id,
@@ -555,6 +582,7 @@ async fn initialize_agent(
             .iter()
             .filter_map(|p| serde_json::to_value(p).ok())
             .collect(),
+        revision: opened.page.revision,
         request_id,
     };
     Ok(Reply::Initialized {
@@ -583,6 +611,8 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         on_limit,
         budget,
         worktree,
+        // Another host's is forwarded before it gets here (`crate::hosts`).
+        host: _,
     } = message
     else {
         return Err(OpError::invalid("type", "expected `create_agent`"));

@@ -62,13 +62,27 @@ impl AgentCache {
     pub(crate) fn session_state(&self, ops: &Ops, include_archived: bool) -> Utf8Bytes {
         // Workspaces are few; they are encoded afresh (archived ones too, as before
         // `list_workspaces` existed).
-        let workspaces =
+        let mut workspaces =
             serde_json::to_string(&super::requests::workspace_infos(ops, true)).unwrap_or_default();
+        // Other hosts' workspaces after this machine's.
+        for remote in ops.hosts.workspaces() {
+            workspaces.pop();
+            if workspaces.len() > 1 {
+                workspaces.push(',');
+            }
+            workspaces.push_str(&remote.to_string());
+            workspaces.push(']');
+        }
         let mut out = String::new();
         out.push_str(r#"{"type":"session_state","payload":{"agents":"#);
         self.push_agents(ops, include_archived, &mut out, workspaces.len() + 64);
         out.push_str(r#","workspaces":"#);
         out.push_str(&workspaces);
+        let hosts = ops.hosts.list();
+        if !hosts.is_empty() {
+            out.push_str(r#","hosts":"#);
+            out.push_str(&serde_json::to_string(&hosts).unwrap_or_default());
+        }
         out.push_str("}}");
         Utf8Bytes::from(out)
     }
@@ -127,6 +141,7 @@ impl AgentCache {
             out.push_str(&cached.json);
         }
         drop(entries);
+        ops.hosts.push_agents(out, include_archived, first);
         out.push(']');
     }
 

@@ -1,0 +1,445 @@
+//! Hosts: a hub daemon and other machines' daemons, each in a network namespace of its own
+//! joined by veth pairs, the hosts reached over Debian's OpenSSH with keys the test made, as a
+//! user sets them up (`drover host add NAME ssh://root@ADDRESS --identity KEY`). Everything the
+//! user does goes through the `drover` binary run inside the hub's namespace; the agents are the
+//! demo provider's (the scripted agent the binary ships).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use drover_testkit::hermetic;
+use drover_testkit::netns::{Netns, SshServer, link};
+use drover_testkit::wait::poll_until_blocking;
+use serde_json::Value;
+
+const DROVER: &str = env!("CARGO_BIN_EXE_drover");
+
+/// One machine of the fleet: its namespace, its home, its data directory.
+struct Machine {
+    ns: Netns,
+    home: PathBuf,
+    drover_home: PathBuf,
+    /// A directory for its agents to work in.
+    work: PathBuf,
+}
+
+impl Machine {
+    fn new(root: &Path, name: &str) -> Machine {
+        let dir = root.join(name);
+        let machine = Machine {
+            ns: Netns::new().expect("a network namespace"),
+            home: dir.join("home"),
+            drover_home: dir.join("drover"),
+            work: dir.join("work"),
+        };
+        for path in [&machine.home, &machine.work] {
+            std::fs::create_dir_all(path).expect("machine dirs");
+        }
+        machine
+    }
+
+    /// `drover ARGS` on this machine, as its user.
+    fn drover(&self, args: &[&str]) -> Output {
+        let mut command = self.ns.command(DROVER);
+        hermetic::apply(&mut command, &self.home)
+            .env("DROVER_HOME", &self.drover_home)
+            .env("DROVER_LISTEN", "127.0.0.1:7717")
+            .args(args);
+        command.output().expect("run drover")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.drover(args);
+        assert!(out.status.success(), "drover {args:?}: {}", text(&out));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    }
+
+    /// Ends this machine's daemon, if one runs (a test's end, or its SIGKILL).
+    fn kill_daemon(&self) {
+        if let Some(pid) = daemon_pid(&self.drover_home) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let gone = poll_until_blocking(Duration::from_secs(5), || {
+                (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+            });
+            assert!(gone.is_some(), "daemon {pid} still alive");
+        }
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        self.kill_daemon();
+    }
+}
+
+fn daemon_pid(home: &Path) -> Option<u32> {
+    let info: Value =
+        serde_json::from_slice(&std::fs::read(home.join("daemon.json")).ok()?).ok()?;
+    let pid = u32::try_from(info.get("pid")?.as_u64()?).ok()?;
+    Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A hub and one host `b` behind its own sshd, linked at 10.77.1.1 ↔ 10.77.1.2; `b`'s user
+/// finds `drover` on its `PATH` (this build's).
+struct Fleet {
+    hub: Machine,
+    b: Machine,
+    ssh: SshServer,
+    dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    fn new() -> Fleet {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hub = Machine::new(dir.path(), "hub");
+        let b = Machine::new(dir.path(), "b");
+        link(
+            &hub.ns,
+            "to-b",
+            "10.77.1.1/24",
+            &b.ns,
+            "to-hub",
+            "10.77.1.2/24",
+        )
+        .expect("veth");
+        let bin_dir = Path::new(DROVER)
+            .parent()
+            .expect("bin dir")
+            .display()
+            .to_string();
+        let path = format!("{bin_dir}:{}", hermetic::SYSTEM_PATH);
+        let ssh = SshServer::start(
+            &b.ns,
+            "10.77.1.2",
+            &dir.path().join("sshd"),
+            &[
+                ("PATH", &path),
+                ("HOME", &b.home.display().to_string()),
+                ("DROVER_HOME", &b.drover_home.display().to_string()),
+                ("DROVER_LISTEN", "127.0.0.1:7717"),
+            ],
+        )
+        .expect("sshd");
+        let started = hub.drover(&["daemon", "start"]);
+        assert!(started.status.success(), "hub start: {}", text(&started));
+        Fleet { hub, b, ssh, dir }
+    }
+
+    /// `drover host add b ssh://root@10.77.1.2 --identity KEY` with the test's ssh options.
+    fn add_b(&self, key: &Path) -> Output {
+        let mut args = vec![
+            "host".to_string(),
+            "add".to_string(),
+            "b".to_string(),
+            format!("ssh://root@{}", self.ssh.address),
+            "--identity".to_string(),
+            key.display().to_string(),
+        ];
+        for option in self.ssh.ssh_options() {
+            args.extend(["--ssh-option".to_string(), option]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.hub.drover(&args)
+    }
+
+    fn host_b(&self) -> Value {
+        let hosts = self.hub.json(&["host", "ls", "--json"]);
+        hosts
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h["name"] == "b"))
+            .cloned()
+            .expect("host b listed")
+    }
+
+    fn wait_host_state(&self, state: &str, within: Duration) -> Value {
+        poll_until_blocking(within, || {
+            let host = self.host_b();
+            (host["state"] == state).then_some(host)
+        })
+        .unwrap_or_else(|| panic!("host b not {state} within {within:?}: {}", self.host_b()))
+    }
+
+    /// Runs a demo agent on `b` (detached); its id.
+    fn run_on_b(&self, prompt: &str) -> String {
+        let work = self.b.work.display().to_string();
+        let out = self.hub.drover(&[
+            "run",
+            "--host",
+            "b",
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "--detach",
+            prompt,
+        ]);
+        assert!(out.status.success(), "run --host b: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+fn agent<'a>(agents: &'a Value, id: &str) -> Option<&'a Value> {
+    agents.as_array()?.iter().find(|a| a["id"] == id)
+}
+
+#[test]
+fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    assert!(
+        text(&added).contains("host `b` is reachable"),
+        "{}",
+        text(&added)
+    );
+    let host = fleet.host_b();
+    assert_eq!(host["version"], env!("CARGO_PKG_VERSION"), "{host}");
+    assert_eq!(host["target"], "ssh://root@10.77.1.2", "{host}");
+
+    // Streamed from b through the hub, as `drover run` shows it.
+    let work = fleet.b.work.display().to_string();
+    let run = fleet.hub.drover(&[
+        "run",
+        "--host",
+        "b",
+        "--cwd",
+        &work,
+        "--provider",
+        "demo",
+        "say streamed from b",
+    ]);
+    assert!(run.status.success(), "{}", text(&run));
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("streamed from b"),
+        "{}",
+        text(&run)
+    );
+
+    // One fleet: the hub lists it with its host; b's own daemon holds it.
+    let on_hub = fleet.hub.json(&["ls", "--json"]);
+    let remote = on_hub.as_array().expect("agents")[0].clone();
+    let id = remote["id"].as_str().expect("id").to_string();
+    assert_eq!(remote["host"], "b", "{remote}");
+    assert_eq!(remote["cwd"], work, "{remote}");
+    let on_b = fleet.b.json(&["ls", "--json"]);
+    assert!(
+        agent(&on_b, &id).is_some(),
+        "b's daemon does not hold {id}: {on_b}"
+    );
+    assert!(agent(&on_b, &id).is_some_and(|a| a.get("host").is_none()));
+    let table = fleet.hub.drover(&["ls"]);
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(table.contains("HOST") && table.contains(" b "), "{table}");
+    assert_eq!(
+        fleet.hub.json(&["ls", "--json", "--host", "local"]),
+        Value::Array(Vec::new())
+    );
+    assert!(agent(&fleet.hub.json(&["ls", "--json", "--host", "b"]), &id).is_some());
+
+    // Every other command works on it: send, wait, logs, archive, unarchive.
+    let sent = fleet.hub.drover(&["send", &id, "say second words"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
+    assert!(waited.status.success(), "{}", text(&waited));
+    let logs = fleet.hub.drover(&["logs", &id]);
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("second words"),
+        "{}",
+        text(&logs)
+    );
+    let archived = fleet.hub.drover(&["archive", &id]);
+    assert!(archived.status.success(), "{}", text(&archived));
+    let on_b = fleet.b.json(&["ls", "--json", "--all"]);
+    assert!(
+        agent(&on_b, &id).is_some_and(|a| !a["archivedAt"].is_null()),
+        "archived on b: {on_b}"
+    );
+    let seen = poll_until_blocking(Duration::from_secs(5), || {
+        let all = fleet.hub.json(&["ls", "--json", "--all"]);
+        agent(&all, &id)
+            .is_some_and(|a| !a["archivedAt"].is_null())
+            .then_some(())
+    });
+    assert!(seen.is_some(), "the hub did not hear of the archive");
+
+    // Mistakes are named.
+    let no_cwd = fleet
+        .hub
+        .drover(&["run", "--host", "b", "--provider", "demo", "hi"]);
+    assert!(!no_cwd.status.success());
+    assert!(text(&no_cwd).contains("give --cwd"), "{}", text(&no_cwd));
+    let unknown = fleet.hub.drover(&[
+        "run",
+        "--host",
+        "nope",
+        "--cwd",
+        "/",
+        "--provider",
+        "demo",
+        "hi",
+    ]);
+    assert!(!unknown.status.success());
+    assert!(
+        text(&unknown).contains("no host named `nope`"),
+        "{}",
+        text(&unknown)
+    );
+}
+
+#[test]
+fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    // A turn that outlasts the cut.
+    let id = fleet.run_on_b("sleep 9000\nsay finished on b");
+
+    fleet
+        .b
+        .ns
+        .exec(&["ip", "link", "set", "to-hub", "down"])
+        .expect("cut");
+    let cut_at = Instant::now();
+    let host = fleet.wait_host_state("unreachable", Duration::from_secs(20));
+    assert!(
+        !host["since"].as_str().unwrap_or_default().is_empty(),
+        "{host}"
+    );
+    assert!(!host["error"].is_null(), "{host}");
+    let table = String::from_utf8_lossy(&fleet.hub.drover(&["ls"]).stdout).to_string();
+    assert!(table.contains("b (unreachable"), "{table}");
+
+    // A request for it fails at once, naming the host.
+    let asked = Instant::now();
+    let sent = fleet.hub.drover(&["send", &id, "say are you there"]);
+    assert!(!sent.status.success());
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        text(&sent).contains("host `b` is unreachable"),
+        "{}",
+        text(&sent)
+    );
+
+    // The agent goes on over there.
+    fleet
+        .b
+        .ns
+        .exec(&["ip", "link", "set", "to-hub", "up"])
+        .expect("heal");
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    let done = poll_until_blocking(Duration::from_secs(30), || {
+        let agents = fleet.hub.json(&["ls", "--json"]);
+        agent(&agents, &id)
+            .is_some_and(|a| a["status"] == "idle")
+            .then_some(())
+    });
+    assert!(
+        done.is_some(),
+        "the turn did not end on b (cut {:?} ago)",
+        cut_at.elapsed()
+    );
+    let logs = fleet.hub.drover(&["logs", &id]);
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("finished on b"),
+        "{}",
+        text(&logs)
+    );
+}
+
+#[test]
+fn daemons_killed_on_either_side_come_back_linked() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let id = fleet.run_on_b("say before the kills");
+    let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
+    assert!(waited.status.success(), "{}", text(&waited));
+
+    // The hub dies by SIGKILL and starts again: the host is linked again from hosts.json.
+    fleet.hub.kill_daemon();
+    let started = fleet.hub.drover(&["daemon", "start"]);
+    assert!(started.status.success(), "{}", text(&started));
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    assert!(agent(&fleet.hub.json(&["ls", "--json"]), &id).is_some());
+
+    // b's daemon dies by SIGKILL: the link ends, and the next one starts it again
+    // (`drover connect --stdio`); its agent is there, its process gone.
+    fleet.b.kill_daemon();
+    let back = poll_until_blocking(Duration::from_secs(30), || {
+        let host = fleet.host_b();
+        let b_pid = daemon_pid(&fleet.b.drover_home)?;
+        (host["state"] == "reachable").then_some(b_pid)
+    });
+    assert!(
+        back.is_some(),
+        "b's daemon was not started again: {}",
+        fleet.host_b()
+    );
+    let remote = poll_until_blocking(Duration::from_secs(10), || {
+        let agents = fleet.hub.json(&["ls", "--json"]);
+        agent(&agents, &id)
+            .filter(|a| a["runtime"]["state"] == "cold")
+            .cloned()
+    })
+    .expect("the hub shows b's agent with no process after b's daemon died");
+    assert_eq!(remote["host"], "b");
+    let sent = fleet.hub.drover(&["send", &id, "say after the kills"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
+    assert!(waited.status.success(), "{}", text(&waited));
+    let logs = fleet.hub.drover(&["logs", &id]);
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("after the kills"),
+        "{}",
+        text(&logs)
+    );
+}
+
+#[test]
+fn a_refused_login_is_a_clear_error() {
+    let fleet = Fleet::new();
+    let wrong = fleet.dir.path().join("wrong_key");
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&wrong)
+        .status()
+        .expect("ssh-keygen");
+    assert!(made.success());
+    let added = fleet.add_b(&wrong);
+    assert!(!added.status.success(), "{}", text(&added));
+    let said = text(&added);
+    assert!(
+        said.contains("host `b` was added but is unreachable"),
+        "{said}"
+    );
+    assert!(said.contains("Permission denied"), "{said}");
+    let host = fleet.host_b();
+    assert_eq!(host["state"], "unreachable");
+    assert!(
+        host["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Permission denied"),
+        "{host}"
+    );
+    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    assert!(removed.status.success(), "{}", text(&removed));
+    assert_eq!(
+        fleet.hub.json(&["host", "ls", "--json"]),
+        Value::Array(Vec::new())
+    );
+}

@@ -1,0 +1,742 @@
+//! One host's link: the child process whose stdin and stdout carry the client protocol to the
+//! host's daemon (one JSON message per line), kept up with backoff, and the hub's view of
+//! what that daemon holds.
+//!
+//! The child is started like every child of the daemon (its own process group, killed by the
+//! kernel if the daemon dies, its tree ended by the guard), so a link never outlives the hub;
+//! the remote `drover connect --stdio` ends on the EOF, and the remote daemon goes on.
+//! A keep-alive `ping` every [`PING_EVERY`] finds a link that stopped carrying anything (a
+//! network cut TCP would wait minutes on) within [`SILENCE`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use drover_core::AgentId;
+use drover_core::child::{self, OutputTail};
+use drover_protocol::{HostConfig, HostInfo, PROTOCOL_VERSION};
+use jiff::Timestamp;
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::{HostError, RemoteEvent, config, mark};
+
+/// How often an idle link is asked whether it still carries messages.
+const PING_EVERY: Duration = Duration::from_secs(2);
+/// A link that carried nothing for this long is down (and its child ended).
+const SILENCE: Duration = Duration::from_secs(6);
+/// How long the remote side may take to answer `hello` (an ssh login, a daemon start).
+const HANDSHAKE: Duration = Duration::from_secs(30);
+/// How long a request waits for a link being made before it is refused.
+const CONNECTING_WAIT: Duration = Duration::from_secs(15);
+/// The first and the longest wait before linking again.
+const BACKOFF_FIRST: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// A host that speaks another protocol is tried again this rarely.
+const INCOMPATIBLE_RETRY: Duration = Duration::from_secs(60);
+/// What the link keeps of its child's stderr, for the reason it gives when it fails.
+const STDERR_TAIL: usize = 4096;
+
+pub(super) struct Link {
+    pub(super) config: HostConfig,
+    shared: Arc<Shared>,
+    task: tokio::task::AbortHandle,
+}
+
+struct Shared {
+    name: String,
+    target: String,
+    events: broadcast::Sender<RemoteEvent>,
+    state: Mutex<State>,
+    /// Woken whenever the host's state changes (a request waits out a link being made).
+    changed: Notify,
+}
+
+/// The host's agent as the hub last heard of it.
+struct Remote {
+    /// Its `AgentInfo`, with `host` set.
+    json: Box<str>,
+    archived: bool,
+    live: bool,
+}
+
+struct State {
+    phase: Phase,
+    since: Timestamp,
+    error: Option<String>,
+    version: Option<String>,
+    max_live: Option<u32>,
+    agents: BTreeMap<AgentId, Remote>,
+    /// Workspace id → its `WorkspaceInfo`, with `host` set.
+    workspaces: BTreeMap<String, Value>,
+    jobs: HashSet<String>,
+    schedules: HashSet<String>,
+    /// Set while the link is up.
+    conn: Option<Conn>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Connecting,
+    Reachable,
+    Unreachable,
+    Incompatible,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Connecting => "connecting",
+            Phase::Reachable => "reachable",
+            Phase::Unreachable => "unreachable",
+            Phase::Incompatible => "incompatible",
+        }
+    }
+}
+
+/// The open link's writer and the requests waiting for their answers.
+struct Conn {
+    lines: mpsc::UnboundedSender<String>,
+    pending: HashMap<String, oneshot::Sender<Value>>,
+    next: u64,
+}
+
+/// How one connection ended.
+struct Ended {
+    why: String,
+    incompatible: bool,
+    /// It had been reachable (the backoff starts over).
+    was_up: bool,
+}
+
+impl Link {
+    /// Starts linking to `config`'s host, and again whenever the link ends.
+    pub(super) fn start(config: HostConfig, events: broadcast::Sender<RemoteEvent>) -> Arc<Link> {
+        let shared = Arc::new(Shared {
+            name: config.name.clone(),
+            target: config::target(&config),
+            events,
+            changed: Notify::new(),
+            state: Mutex::new(State {
+                phase: Phase::Connecting,
+                since: Timestamp::now(),
+                error: None,
+                version: None,
+                max_live: None,
+                agents: BTreeMap::new(),
+                workspaces: BTreeMap::new(),
+                jobs: HashSet::new(),
+                schedules: HashSet::new(),
+                conn: None,
+            }),
+        });
+        let argv = config::link_command(&config);
+        let task = tokio::spawn(keep_linked(shared.clone(), argv)).abort_handle();
+        shared.announce();
+        Arc::new(Link {
+            config,
+            shared,
+            task,
+        })
+    }
+
+    /// Ends the link (the host was removed, or the daemon stops).
+    pub(super) fn close(&self) {
+        self.task.abort();
+        let mut state = self.shared.lock();
+        state.conn = None;
+        drop(state);
+        let _ = self.shared.events.send(RemoteEvent::Message {
+            text: Arc::from(
+                json!({"type": "host_update", "payload": {"name": self.shared.name, "host": null}})
+                    .to_string(),
+            ),
+            agent: None,
+            revision: 0,
+            status_of: None,
+        });
+    }
+
+    pub(super) fn info(&self) -> HostInfo {
+        self.shared.info()
+    }
+
+    /// Whether a request's fields name something of this host's: an agent (`agentId`, or a
+    /// new agent's `parentAgentId`), a workspace, a job or a schedule.
+    pub(super) fn holds(&self, payload: &Map<String, Value>) -> bool {
+        let state = self.shared.lock();
+        let field = |key: &str| payload.get(key).and_then(Value::as_str);
+        let agent = |key: &str| {
+            field(key)
+                .and_then(|id| id.parse::<AgentId>().ok())
+                .is_some_and(|id| state.agents.contains_key(&id))
+        };
+        agent("agentId")
+            || agent("parentAgentId")
+            || field("workspaceId").is_some_and(|id| state.workspaces.contains_key(id))
+            || field("jobId").is_some_and(|id| state.jobs.contains(id))
+            || field("scheduleId").is_some_and(|id| state.schedules.contains(id))
+    }
+
+    /// Sends a request over the link and waits for its answer (with the client's own
+    /// `requestId` and this host marked).
+    pub(super) async fn request(&self, mut message: Value) -> Result<Value, HostError> {
+        self.linked().await;
+        let client_id = message.get("requestId").cloned().unwrap_or(Value::Null);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.shared.lock();
+            let unreachable = self.shared.unreachable(&state);
+            let Some(conn) = state.conn.as_mut() else {
+                return Err(unreachable);
+            };
+            conn.next += 1;
+            let id = format!("hub-{}", conn.next);
+            if let Some(object) = message.as_object_mut() {
+                object.insert("requestId".into(), Value::String(id.clone()));
+            }
+            conn.pending.insert(id, tx);
+            if conn.lines.send(message.to_string()).is_err() {
+                return Err(unreachable);
+            }
+        }
+        let mut answer = rx.await.map_err(|_| {
+            let state = self.shared.lock();
+            let mut error = self.shared.unreachable(&state);
+            if let HostError::Unreachable { why, .. } = &mut error {
+                *why = format!("the link closed before the answer came ({why})");
+            }
+            error
+        })?;
+        if let Some(payload) = answer.get_mut("payload").and_then(Value::as_object_mut)
+            && payload.contains_key("requestId")
+        {
+            payload.insert("requestId".into(), client_id);
+        }
+        mark(&mut answer, &self.shared.name);
+        Ok(answer)
+    }
+
+    /// Waits (bounded) while the link is being made: a request sent just after the daemon
+    /// started, or after a link broke, goes out once it is up rather than failing.
+    async fn linked(&self) {
+        let deadline = Instant::now() + CONNECTING_WAIT;
+        loop {
+            let changed = self.shared.changed.notified();
+            if self.shared.lock().phase != Phase::Connecting {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Appends this host's agents to a JSON array being written; whether it is still empty.
+    pub(super) fn push_agents(
+        &self,
+        out: &mut String,
+        include_archived: bool,
+        first: bool,
+    ) -> bool {
+        let mut first = first;
+        for remote in self.shared.lock().agents.values() {
+            if remote.archived && !include_archived {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(&remote.json);
+        }
+        first
+    }
+
+    pub(super) fn workspaces(&self) -> Vec<Value> {
+        self.shared.lock().workspaces.values().cloned().collect()
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn info(&self) -> HostInfo {
+        let state = self.lock();
+        let agents = state.agents.values().filter(|a| !a.archived);
+        HostInfo {
+            name: self.name.clone(),
+            target: self.target.clone(),
+            state: state.phase.as_str().to_string(),
+            since: state.since.to_string(),
+            error: state.error.clone(),
+            version: state.version.clone(),
+            agents: u32::try_from(agents.clone().count()).unwrap_or(u32::MAX),
+            live: u32::try_from(agents.filter(|a| a.live).count()).unwrap_or(u32::MAX),
+            max_live: state.max_live,
+        }
+    }
+
+    fn unreachable(&self, state: &State) -> HostError {
+        HostError::Unreachable {
+            name: self.name.clone(),
+            since: state.since.to_string(),
+            why: match (state.phase, &state.error) {
+                (Phase::Connecting, _) => "the link is still being made".to_string(),
+                (_, Some(error)) => error.clone(),
+                (_, None) => "the link is down".to_string(),
+            },
+        }
+    }
+
+    /// Tells the hub's clients what the host is now.
+    fn announce(&self) {
+        self.changed.notify_waiters();
+        let info = self.info();
+        let message = json!({"type": "host_update", "payload": {"name": self.name, "host": info}});
+        self.relay(message.to_string(), None, 0, None);
+    }
+
+    fn relay(
+        &self,
+        text: String,
+        agent: Option<AgentId>,
+        revision: u64,
+        status_of: Option<AgentId>,
+    ) {
+        let _ = self.events.send(RemoteEvent::Message {
+            text: Arc::from(text),
+            agent,
+            revision,
+            status_of,
+        });
+    }
+
+    /// The link went down: pending requests fail (their senders are dropped), the host shows
+    /// why and since when.
+    fn down(&self, ended: &Ended) {
+        let mut state = self.lock();
+        state.conn = None;
+        state.phase = if ended.incompatible {
+            Phase::Incompatible
+        } else {
+            Phase::Unreachable
+        };
+        state.since = Timestamp::now();
+        state.error = Some(ended.why.clone());
+        drop(state);
+        tracing::warn!(host = %self.name, why = %ended.why, "host link down");
+        self.announce();
+    }
+
+    /// Takes in one message the host's daemon sent.
+    fn receive(&self, mut message: Value) -> Result<(), String> {
+        let kind = message
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let request_id = message
+            .pointer("/payload/requestId")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(id) = request_id {
+            let waiting = self
+                .lock()
+                .conn
+                .as_mut()
+                .and_then(|conn| conn.pending.remove(&id));
+            if let Some(waiting) = waiting {
+                let _ = waiting.send(message);
+            }
+            return Ok(());
+        }
+        match kind.as_str() {
+            "agent_status" => {
+                mark(&mut message, &self.name);
+                let id = self.remember_agent(message.pointer("/payload/agent"));
+                self.relay(message.to_string(), None, 0, id);
+            }
+            "agent_update" => {
+                let agent = message
+                    .pointer("/payload/agentId")
+                    .and_then(Value::as_str)
+                    .and_then(|id| id.parse::<AgentId>().ok());
+                let revision = message
+                    .pointer("/payload/revision")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(u64::MAX);
+                if agent.is_some() {
+                    self.relay(message.to_string(), agent, revision, None);
+                }
+            }
+            "workspace_update" => {
+                mark(&mut message, &self.name);
+                self.remember_workspace(&message);
+                self.relay(message.to_string(), None, 0, None);
+            }
+            "job_update" => {
+                if let Some(id) = message.pointer("/payload/job/id").and_then(Value::as_str) {
+                    self.lock().jobs.insert(id.to_string());
+                }
+                self.relay(message.to_string(), None, 0, None);
+            }
+            "schedule_update" => {
+                if let Some(id) = message
+                    .pointer("/payload/scheduleId")
+                    .and_then(Value::as_str)
+                {
+                    let mut state = self.lock();
+                    if message
+                        .pointer("/payload/schedule")
+                        .is_some_and(Value::is_null)
+                    {
+                        state.schedules.remove(id);
+                    } else {
+                        state.schedules.insert(id.to_string());
+                    }
+                }
+                self.relay(message.to_string(), None, 0, None);
+            }
+            "resync_required" => {
+                return Err("the host's daemon asked the link to start over".to_string());
+            }
+            // A host's own hosts are its own; pushes for follows the link never makes.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Keeps an agent's `AgentInfo` (marked); its id.
+    fn remember_agent(&self, agent: Option<&Value>) -> Option<AgentId> {
+        let agent = agent?;
+        let id = agent.get("id")?.as_str()?.parse::<AgentId>().ok()?;
+        let remote = Remote {
+            json: agent.to_string().into_boxed_str(),
+            archived: agent.get("archivedAt").is_some_and(|a| !a.is_null()),
+            live: agent.pointer("/runtime/state").and_then(Value::as_str) == Some("live"),
+        };
+        self.lock().agents.insert(id, remote);
+        Some(id)
+    }
+
+    fn remember_workspace(&self, message: &Value) {
+        let Some(id) = message
+            .pointer("/payload/workspaceId")
+            .and_then(Value::as_str)
+        else {
+            return;
+        };
+        let mut state = self.lock();
+        match message.pointer("/payload/workspace") {
+            Some(workspace) if workspace.is_object() => {
+                state.workspaces.insert(id.to_string(), workspace.clone());
+            }
+            _ => {
+                let activity = message.pointer("/payload/activity").cloned();
+                if let (Some(workspace), Some(activity)) = (state.workspaces.get_mut(id), activity)
+                    && let Some(object) = workspace.as_object_mut()
+                {
+                    object.insert("activity".into(), activity);
+                }
+            }
+        }
+    }
+
+    /// Replaces the view with a `session_state`, then announces every agent and workspace in
+    /// it (so clients that knew the host before learn what changed while it was away).
+    fn take_state(&self, mut state_message: Value) {
+        mark(&mut state_message, &self.name);
+        let agents = state_message
+            .pointer("/payload/agents")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let workspaces = state_message
+            .pointer("/payload/workspaces")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        {
+            let mut state = self.lock();
+            state.agents.clear();
+            state.workspaces.clear();
+        }
+        for agent in &agents {
+            if let Some(id) = self.remember_agent(Some(agent)) {
+                let text = json!({"type": "agent_status", "payload": {"agent": agent}});
+                self.relay(text.to_string(), None, 0, Some(id));
+            }
+        }
+        for workspace in workspaces {
+            let Some(id) = workspace
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            let activity = workspace.get("activity").cloned().unwrap_or(Value::Null);
+            let message = json!({"type": "workspace_update",
+                "payload": {"workspace": workspace, "workspaceId": id, "activity": activity}});
+            self.remember_workspace(&message);
+            self.relay(message.to_string(), None, 0, None);
+        }
+    }
+}
+
+/// Links, and links again when the link ends, until the link is closed (the task aborted).
+async fn keep_linked(shared: Arc<Shared>, argv: Vec<String>) {
+    let mut backoff = BACKOFF_FIRST;
+    loop {
+        let ended = link_once(&shared, &argv).await;
+        shared.down(&ended);
+        if ended.was_up {
+            backoff = BACKOFF_FIRST;
+        }
+        let wait = if ended.incompatible {
+            INCOMPATIBLE_RETRY
+        } else {
+            backoff
+        };
+        tokio::time::sleep(wait).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One connection: starts the link command, says `hello`, takes the host's state, then
+/// relays until the link ends; why it ended.
+async fn link_once(shared: &Arc<Shared>, argv: &[String]) -> Ended {
+    let failed = |why: String| Ended {
+        why,
+        incompatible: false,
+        was_up: false,
+    };
+    let mut child = match LinkChild::spawn(argv).await {
+        Ok(child) => child,
+        Err(why) => return failed(why),
+    };
+    if let Err(ended) = handshake(shared, &mut child).await {
+        return ended;
+    }
+    {
+        let mut state = shared.lock();
+        state.conn = Some(Conn {
+            lines: child.lines.clone(),
+            pending: HashMap::new(),
+            next: 0,
+        });
+        state.phase = Phase::Reachable;
+        state.since = Timestamp::now();
+        state.error = None;
+    }
+    tracing::info!(host = %shared.name, "host linked");
+    shared.announce();
+    let why = relay(shared, &mut child).await;
+    child.end().await;
+    Ended {
+        why,
+        incompatible: false,
+        was_up: true,
+    }
+}
+
+/// The running link command: its stdin (a channel of lines), its stdout, its stderr's tail.
+struct LinkChild {
+    process: tokio::process::Child,
+    lines: mpsc::UnboundedSender<String>,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    stderr: OutputTail,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl LinkChild {
+    /// Starts `argv` like every child of the daemon: its own process group, killed by the
+    /// kernel when the daemon dies, ended by the guard with its tree.
+    async fn spawn(argv: &[String]) -> Result<LinkChild, String> {
+        let Some((program, args)) = argv.split_first() else {
+            return Err("the host has no link command".to_string());
+        };
+        let mut command = std::process::Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        child::die_with_daemon(&mut command);
+        let mut command = tokio::process::Command::from(command);
+        command.kill_on_drop(true);
+        let runtime = tokio::runtime::Handle::current();
+        let mut process = child::on_spawner(move || {
+            let _entered = runtime.enter();
+            command.spawn()
+        })
+        .await
+        .and_then(|r| r)
+        .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+        let (Some(mut stdin), Some(stdout), Some(stderr)) = (
+            process.stdin.take(),
+            process.stdout.take(),
+            process.stderr.take(),
+        ) else {
+            return Err("the link command's pipes are missing".to_string());
+        };
+        let tail = OutputTail::new(STDERR_TAIL);
+        let stderr_tail = tail.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                stderr_tail.push_line(&line, 512);
+            }
+        });
+        let (lines, mut to_write) = mpsc::unbounded_channel::<String>();
+        let writer = tokio::spawn(async move {
+            while let Some(mut line) = to_write.recv().await {
+                line.push('\n');
+                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(LinkChild {
+            process,
+            lines,
+            stdout: BufReader::new(stdout).lines(),
+            stderr: tail,
+            writer,
+        })
+    }
+
+    /// `fallback`, with what the command last said on stderr (a refused login, no drover).
+    async fn why(&self, fallback: &str) -> String {
+        // Give stderr a moment to be read: it says why.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let said = self.stderr.last_lines(3).join(" / ");
+        if said.trim().is_empty() {
+            fallback.to_string()
+        } else {
+            format!("{fallback}: {said}")
+        }
+    }
+
+    async fn end(mut self) {
+        self.writer.abort();
+        if let Some(pid) = self.process.id() {
+            child::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+        }
+        let _ = self.process.kill().await;
+    }
+}
+
+/// `hello`, then `welcome` and `session_state` (or a refusal), within [`HANDSHAKE`].
+async fn handshake(shared: &Shared, child: &mut LinkChild) -> Result<(), Ended> {
+    let failed = |why: String| Ended {
+        why,
+        incompatible: false,
+        was_up: false,
+    };
+    let hello = json!({"type": "hello", "client": "drover-hub", "version": env!("CARGO_PKG_VERSION"),
+        "protocolVersion": PROTOCOL_VERSION, "includeArchived": true});
+    let _ = child.lines.send(hello.to_string());
+    let deadline = Instant::now() + HANDSHAKE;
+    let mut welcomed = false;
+    loop {
+        let line = match tokio::time::timeout_at(deadline, child.stdout.next_line()).await {
+            Err(_) => return Err(failed(child.why("no answer to `hello` in 30 s").await)),
+            Ok(Ok(Some(line))) => line,
+            Ok(_) => return Err(failed(child.why("the link command ended").await)),
+        };
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            return Err(failed(format!(
+                "the host answered something that is not the protocol: {}",
+                line.chars().take(200).collect::<String>()
+            )));
+        };
+        match message.get("type").and_then(Value::as_str) {
+            Some("welcome") => {
+                let mut state = shared.lock();
+                state.version = message
+                    .pointer("/payload/daemonVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                state.max_live = message
+                    .pointer("/payload/maxLive")
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok());
+                welcomed = true;
+            }
+            Some("session_state") if welcomed => {
+                shared.take_state(message);
+                return Ok(());
+            }
+            Some("request_error") => return Err(refused(&message)),
+            _ => {}
+        }
+    }
+}
+
+/// The host's daemon refused the `hello`.
+fn refused(message: &Value) -> Ended {
+    let code = message
+        .pointer("/payload/code")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let said = message
+        .pointer("/payload/message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let incompatible = code == "unsupported_version";
+    Ended {
+        why: if incompatible {
+            format!(
+                "its daemon does not speak this daemon's protocol {PROTOCOL_VERSION} ({said}); install the same drover there (`drover host add --install`)"
+            )
+        } else {
+            format!("its daemon refused the link ({code}): {said}")
+        },
+        incompatible,
+        was_up: false,
+    }
+}
+
+/// Relays what the host says, and pings it, until the link ends; why it ended.
+async fn relay(shared: &Shared, child: &mut LinkChild) -> String {
+    let mut heard = Instant::now();
+    let mut ping = tokio::time::interval(PING_EVERY);
+    let mut pings = 0u64;
+    loop {
+        tokio::select! {
+            line = child.stdout.next_line() => {
+                let Ok(Some(line)) = line else {
+                    return child.why("the link ended").await;
+                };
+                heard = Instant::now();
+                let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
+                if let Err(why) = shared.receive(message) {
+                    return why;
+                }
+            },
+            _ = ping.tick() => {
+                if heard.elapsed() > SILENCE {
+                    return format!("nothing came over the link for {} s", SILENCE.as_secs());
+                }
+                pings += 1;
+                let ping = json!({"type": "ping", "requestId": format!("ping-{pings}")});
+                let _ = child.lines.send(ping.to_string());
+            }
+        }
+    }
+}

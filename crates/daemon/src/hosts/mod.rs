@@ -1,0 +1,320 @@
+//! Other machines' daemons, one fleet: the hub side of `drover host`.
+//!
+//! Every machine that runs agents runs its own daemon, which alone owns its agents, files and
+//! worktrees. This daemon (the hub the user talks to) keeps one link per configured host: a
+//! child process (`ssh … drover connect --stdio`, or the host's own command) whose stdin and
+//! stdout carry the client protocol, one JSON message per line, to that host's daemon (see
+//! `link`). Over it the hub is an ordinary client: it says `hello`, keeps the host's
+//! `session_state` (its agents, workspaces, jobs and schedules: the view), and relays the
+//! host's events to its own clients with `host` set. A client's request that names a remote
+//! agent, workspace, job or schedule, or a `create_agent` with `host`, is forwarded over the
+//! link and its answer relayed back (`route`, `forward`); nothing about a remote agent is
+//! decided here. An agent's history and stream cross the link only once a client opens it
+//! (its `initialize_agent_request` is forwarded, and the link stays subscribed).
+//!
+//! When a link is down its host and agents show `unreachable` (since when, and why), and a
+//! request to them fails at once with `host_unreachable`; nothing is queued to be sent later,
+//! so no answer is given from stale data.
+
+mod config;
+mod link;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use drover_core::AgentId;
+use drover_protocol::{ErrorCode, HostConfig, HostInfo};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use link::Link;
+
+/// Events relayed to the hub's clients; a lagging subscriber resyncs.
+const EVENTS_CAPACITY: usize = 4096;
+
+/// Why a request about a host failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostError {
+    #[error("no host named `{0}`; `drover host ls` lists the hosts, `drover host add` adds one")]
+    Unknown(String),
+    #[error("host `{name}` is unreachable (since {since}): {why}")]
+    Unreachable {
+        name: String,
+        since: String,
+        why: String,
+    },
+    #[error("a host named `{0}` exists already; remove it first with `drover host rm {0}`")]
+    Exists(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot save the hosts: {0}")]
+    Store(String),
+}
+
+impl HostError {
+    pub(crate) fn code(&self) -> ErrorCode {
+        match self {
+            HostError::Unknown(_) => ErrorCode::UnknownHost,
+            HostError::Unreachable { .. } => ErrorCode::HostUnreachable,
+            HostError::Exists(_) | HostError::Invalid(_) => ErrorCode::InvalidInput,
+            HostError::Store(_) => ErrorCode::StoreFailed,
+        }
+    }
+}
+
+/// Something a host's daemon said that the hub's clients are told.
+#[derive(Debug, Clone)]
+pub(crate) enum RemoteEvent {
+    /// A message to relay as it is (already marked with its host).
+    Message {
+        text: Arc<str>,
+        /// Set for an `agent_update`: only sessions that opened the agent get it, past
+        /// their snapshot's revision.
+        agent: Option<AgentId>,
+        revision: u64,
+        /// Set for an `agent_status`.
+        status_of: Option<AgentId>,
+    },
+}
+
+/// The hosts this daemon links to.
+#[derive(Clone)]
+pub(crate) struct Hosts {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Hosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.links().keys()).finish()
+    }
+}
+
+struct Inner {
+    home: PathBuf,
+    links: Mutex<BTreeMap<String, Arc<Link>>>,
+    events: broadcast::Sender<RemoteEvent>,
+    /// This daemon's own `max_live`, for `--host auto`.
+    local_max_live: Option<u32>,
+}
+
+/// Where a request goes.
+#[derive(Debug)]
+pub(crate) enum Route {
+    /// To this host's daemon, as `message` says (a `create_agent`'s `host` taken out).
+    Remote { host: String, message: Value },
+    /// Answered here.
+    Local,
+}
+
+impl Hosts {
+    /// Reads `hosts.json` and starts a link to each host in it; a broken file stops the
+    /// daemon, naming it.
+    pub(crate) fn open(
+        home: &Path,
+        runtimes: &drover_acp::RuntimeManager,
+    ) -> Result<Hosts, String> {
+        let local_max_live = runtimes
+            .runtime_settings()
+            .max_live
+            .and_then(|n| u32::try_from(n).ok());
+        let configs = config::load(home)?;
+        let (events, _) = broadcast::channel(EVENTS_CAPACITY);
+        let hosts = Hosts {
+            inner: Arc::new(Inner {
+                home: home.to_path_buf(),
+                links: Mutex::default(),
+                events,
+                local_max_live,
+            }),
+        };
+        for host in configs {
+            let link = Link::start(host.clone(), hosts.inner.events.clone());
+            hosts.links().insert(host.name, link);
+        }
+        Ok(hosts)
+    }
+
+    fn links(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Link>>> {
+        self.inner
+            .links
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether any host is configured (when none, no request is looked at twice).
+    pub(crate) fn any(&self) -> bool {
+        !self.links().is_empty()
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<RemoteEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Every host, as `list_hosts` answers.
+    pub(crate) fn list(&self) -> Vec<HostInfo> {
+        self.links().values().map(|link| link.info()).collect()
+    }
+
+    /// Adds a host, keeps it in `hosts.json`, and starts its link.
+    pub(crate) fn add(&self, mut host: HostConfig) -> Result<Vec<HostInfo>, HostError> {
+        config::validate(&host).map_err(HostError::Invalid)?;
+        if let Some(identity) = &host.identity
+            && !Path::new(identity).is_absolute()
+        {
+            return Err(HostError::Invalid(format!(
+                "identity `{identity}`: give an absolute path"
+            )));
+        }
+        host.ssh_options.retain(|o| !o.trim().is_empty());
+        let mut links = self.links();
+        if links.contains_key(&host.name) {
+            return Err(HostError::Exists(host.name));
+        }
+        let mut configs: Vec<HostConfig> = links.values().map(|l| l.config.clone()).collect();
+        configs.push(host.clone());
+        config::save(&self.inner.home, &configs).map_err(HostError::Store)?;
+        let link = Link::start(host.clone(), self.inner.events.clone());
+        links.insert(host.name, link);
+        drop(links);
+        Ok(self.list())
+    }
+
+    /// Forgets a host and closes its link; its agents go on running on their own daemon.
+    pub(crate) fn remove(&self, name: &str) -> Result<Vec<HostInfo>, HostError> {
+        let mut links = self.links();
+        if !links.contains_key(name) {
+            return Err(HostError::Unknown(name.to_string()));
+        }
+        let configs: Vec<HostConfig> = links
+            .values()
+            .filter(|l| l.config.name != name)
+            .map(|l| l.config.clone())
+            .collect();
+        config::save(&self.inner.home, &configs).map_err(HostError::Store)?;
+        if let Some(link) = links.remove(name) {
+            link.close();
+        }
+        drop(links);
+        Ok(self.list())
+    }
+
+    /// Where the request `text` goes: to the host that holds the agent, workspace, job or
+    /// schedule it names, or the one a `create_agent` asks for. `text` is only parsed when a
+    /// host is configured.
+    pub(crate) fn route(&self, text: &str) -> Result<Route, HostError> {
+        if !self.any() {
+            return Ok(Route::Local);
+        }
+        let Ok(mut message) = serde_json::from_str::<Value>(text) else {
+            return Ok(Route::Local);
+        };
+        // A client message is one flat object: its type and its fields.
+        let Some(payload) = message.as_object_mut() else {
+            return Ok(Route::Local);
+        };
+        if let Some(host) = payload.remove("host") {
+            let Some(name) = host.as_str() else {
+                return Ok(Route::Local);
+            };
+            return match name {
+                "local" => Ok(Route::Local),
+                "auto" => match self.place() {
+                    Some(host) => Ok(Route::Remote { host, message }),
+                    None => Ok(Route::Local),
+                },
+                name => {
+                    self.link(name)?;
+                    Ok(Route::Remote {
+                        host: name.to_string(),
+                        message,
+                    })
+                }
+            };
+        }
+        let links = self.links();
+        for link in links.values() {
+            if link.holds(payload) {
+                let host = link.config.name.clone();
+                drop(links);
+                return Ok(Route::Remote { host, message });
+            }
+        }
+        Ok(Route::Local)
+    }
+
+    /// `--host auto`: the reachable host with the most free `max_live` slots, this machine
+    /// included (`None`); a host with no ceiling counts as having as many free as it has
+    /// agents fewer than this one has.
+    fn place(&self) -> Option<String> {
+        let free = |max: Option<u32>, live: u32| -> i64 {
+            max.map_or(i64::from(u32::MAX), |m| i64::from(m) - i64::from(live))
+        };
+        let mut best: Option<(i64, Option<String>)> = None;
+        for info in self.list() {
+            if info.state != "reachable" {
+                continue;
+            }
+            let slots = free(info.max_live, info.live);
+            if best.as_ref().is_none_or(|(b, _)| slots > *b) {
+                best = Some((slots, Some(info.name)));
+            }
+        }
+        let local = free(self.inner.local_max_live, 0);
+        match best {
+            Some((slots, name)) if slots > local => name,
+            _ => None,
+        }
+    }
+
+    fn link(&self, name: &str) -> Result<Arc<Link>, HostError> {
+        self.links()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| HostError::Unknown(name.to_string()))
+    }
+
+    /// Sends `message` to `host`'s daemon and waits for its answer, which is marked with the
+    /// host and carries the client's own `requestId`.
+    pub(crate) async fn forward(&self, host: &str, message: Value) -> Result<Value, HostError> {
+        self.link(host)?.request(message).await
+    }
+
+    /// Appends the remote agents (archived ones if asked) to a JSON array being written,
+    /// `first` saying whether it has none yet.
+    pub(crate) fn push_agents(&self, out: &mut String, include_archived: bool, mut first: bool) {
+        for link in self.links().values() {
+            first = link.push_agents(out, include_archived, first);
+        }
+    }
+
+    /// The remote workspaces, encoded.
+    pub(crate) fn workspaces(&self) -> Vec<Value> {
+        self.links()
+            .values()
+            .flat_map(|link| link.workspaces())
+            .collect()
+    }
+}
+
+/// Sets `host` on every agent and workspace a message carries (its `payload`'s `agent`,
+/// `info`, `workspace`, `agents` and `workspaces`).
+pub(crate) fn mark(message: &mut Value, host: &str) {
+    let Some(payload) = message.get_mut("payload").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for key in ["agent", "info", "workspace"] {
+        if let Some(Value::Object(object)) = payload.get_mut(key) {
+            object.insert("host".into(), Value::String(host.to_string()));
+        }
+    }
+    for key in ["agents", "workspaces"] {
+        if let Some(Value::Array(items)) = payload.get_mut(key) {
+            for item in items {
+                if let Value::Object(object) = item {
+                    object.insert("host".into(), Value::String(host.to_string()));
+                }
+            }
+        }
+    }
+}
