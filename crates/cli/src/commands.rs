@@ -603,12 +603,10 @@ pub async fn ls(
     // Without --all the archived agents are neither fetched nor counted for short ids: an id
     // prefix that is also an archived agent's names the live one (see `resolve`).
     // The tree's spend counts its archived agents too: --tree fetches them to sum it.
-    let (
-        connection,
-        SessionState {
-            mut agents, hosts, ..
-        },
-    ) = Connection::open(&ctx.endpoint, all || tree).await?;
+    let (connection, state) = Connection::open(&ctx.endpoint, all || tree).await?;
+    let SessionState {
+        mut agents, hosts, ..
+    } = state;
     connection.close().await;
     let tree_spend = if tree && !json {
         tree_spends(&agents)
@@ -640,12 +638,12 @@ pub async fn ls(
             .collect()
     };
     let now = jiff::Timestamp::now();
-    // The spend columns with --tree; the HOST column only in a fleet of several machines.
     let mut headers = vec!["ID", "TITLE", "PROVIDER", "STATUS", "RUNTIME", "ATTENTION"];
     if tree {
         headers.extend(["SPEND", "TREE SPEND / BUDGET"]);
     }
     headers.push("AGE");
+    // The HOST column only in a fleet of several machines.
     if !hosts.is_empty() {
         headers.push("HOST");
     }
@@ -690,19 +688,19 @@ pub async fn ls(
             cells.extend(spend_cells(agent, spent, parent));
         }
         cells.push((output::age(&agent.created_at, now), Paint::Plain));
-        table.row(cells);
         if !hosts.is_empty() {
-            table.push_cell(host_cell(agent, &hosts, now));
+            cells.push(host_cell(agent, &hosts, now));
         }
-        table.push_cell((output::tilde(&agent.cwd), Paint::Dim));
+        cells.push((output::tilde(&agent.cwd), Paint::Dim));
+        table.row(cells);
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
 }
 
-/// The ATTENTION cell, said as people say it: `sign in` is what to do, a usage limit when the
-/// prompt goes again.
+/// The ATTENTION cell, said as people say it: `sign in` is what to do, `limited until` when
+/// the prompt goes again.
 fn attention_cell(agent: &AgentInfo) -> (String, Paint) {
     let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
         (None, _) => "-".to_string(),
@@ -717,6 +715,36 @@ fn attention_cell(agent: &AgentInfo) -> (String, Paint) {
         _ => Paint::Plain,
     };
     (attention, paint)
+}
+
+/// Keeps the agents on `host` (`local`: this machine's), a host the daemon links to.
+fn only_on(agents: &mut Vec<AgentInfo>, hosts: &[HostInfo], host: &str) -> Result<(), CliError> {
+    if host != "local" && !hosts.iter().any(|h| h.name == host) {
+        return Err(CliError::BadArgument(format!(
+            "--host {host}: no such host (`drover host ls` lists them)"
+        )));
+    }
+    agents.retain(|a| a.host.as_deref().unwrap_or("local") == host);
+    Ok(())
+}
+
+/// The HOST cell: the agent's host, and whether it can be reached now.
+fn host_cell(agent: &AgentInfo, hosts: &[HostInfo], now: jiff::Timestamp) -> (String, Paint) {
+    let Some(host) = agent
+        .host
+        .as_deref()
+        .and_then(|name| hosts.iter().find(|h| h.name == name))
+    else {
+        return ("local".to_string(), Paint::Dim);
+    };
+    if host.state == "reachable" {
+        return (host.name.clone(), Paint::Plain);
+    }
+    let since = output::age(&host.since, now);
+    (
+        format!("{} ({} {since})", host.name, host.state),
+        Paint::Yellow,
+    )
 }
 
 /// What each agent and every agent below it spent (archived ones included), by agent id.
@@ -820,36 +848,6 @@ fn budget_cell(
         Paint::Plain
     };
     (text, paint)
-}
-
-/// Keeps the agents on `host` (`local`: this machine's), a host the daemon links to.
-fn only_on(agents: &mut Vec<AgentInfo>, hosts: &[HostInfo], host: &str) -> Result<(), CliError> {
-    if host != "local" && !hosts.iter().any(|h| h.name == host) {
-        return Err(CliError::BadArgument(format!(
-            "--host {host}: no such host (`drover host ls` lists them)"
-        )));
-    }
-    agents.retain(|a| a.host.as_deref().unwrap_or("local") == host);
-    Ok(())
-}
-
-/// The HOST cell: the agent's host, and whether it can be reached now.
-fn host_cell(agent: &AgentInfo, hosts: &[HostInfo], now: jiff::Timestamp) -> (String, Paint) {
-    let Some(host) = agent
-        .host
-        .as_deref()
-        .and_then(|name| hosts.iter().find(|h| h.name == name))
-    else {
-        return ("local".to_string(), Paint::Dim);
-    };
-    if host.state == "reachable" {
-        return (host.name.clone(), Paint::Plain);
-    }
-    let since = output::age(&host.since, now);
-    (
-        format!("{} ({} {since})", host.name, host.state),
-        Paint::Yellow,
-    )
 }
 
 /// Agents in tree order, each with its branch drawing: roots (no parent shown) first, their

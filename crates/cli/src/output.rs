@@ -83,13 +83,6 @@ impl Table {
         self.rows.push(cells);
     }
 
-    /// Adds a cell to the last row.
-    pub fn push_cell(&mut self, cell: (String, Paint)) {
-        if let Some(row) = self.rows.last_mut() {
-            row.push(cell);
-        }
-    }
-
     pub fn write(&self, out: &mut impl Write, style: Style) -> std::io::Result<()> {
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
