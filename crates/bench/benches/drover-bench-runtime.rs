@@ -138,18 +138,19 @@ impl Daemon {
 }
 
 async fn start_agent(manager: &RuntimeManager, provider: &str, cwd: &Path) -> Result<AgentId> {
-    let agent = manager
-        .create_agent(
-            NewAgent {
-                provider: provider.to_string(),
-                cwd: cwd.to_path_buf(),
-                title: Some(format!("bench {provider}")),
-                ..NewAgent::default()
-            },
-            None,
-        )
-        .await
-        .map_err(|e| anyhow!("create_agent ({provider}): {e}"))?;
+    let agent = drover_bench::create_agent(
+        manager,
+        NewAgent {
+            provider: provider.to_string(),
+            cwd: cwd.to_path_buf(),
+            title: Some(format!("bench {provider}")),
+            ..NewAgent::default()
+        },
+        None,
+        None,
+    )
+    .await
+    .map_err(|e| anyhow!("create_agent ({provider}): {e}"))?;
     // The start command is handled before wait_idle's ping is answered.
     ensure!(
         manager

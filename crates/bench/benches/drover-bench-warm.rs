@@ -223,18 +223,18 @@ impl Daemon {
     async fn first_chunk(&mut self, cwd: &Path) -> Result<Duration> {
         while self.updates.try_recv().is_ok() {}
         let t = Instant::now();
-        let agent = self
-            .manager
-            .create_agent(
-                NewAgent {
-                    provider: self.provider.name.clone(),
-                    cwd: cwd.to_path_buf(),
-                    ..NewAgent::default()
-                },
-                Some("stream 5 20".to_string()),
-            )
-            .await
-            .map_err(|e| anyhow!("create_agent: {e}"))?;
+        let agent = drover_bench::create_agent(
+            &self.manager,
+            NewAgent {
+                provider: self.provider.name.clone(),
+                cwd: cwd.to_path_buf(),
+                ..NewAgent::default()
+            },
+            Some("stream 5 20".to_string()),
+            None,
+        )
+        .await
+        .map_err(|e| anyhow!("create_agent: {e}"))?;
         let deadline = tokio::time::Instant::now() + WAIT;
         let took = loop {
             match tokio::time::timeout_at(deadline, self.updates.recv()).await {

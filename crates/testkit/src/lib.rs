@@ -37,6 +37,24 @@ use drover_core::{
     RuntimeError, view::AgentsView,
 };
 
+/// Creates an agent on `manager` with the steps of the daemon's `create_agent` operation for
+/// an existing workspace, in its order: the provider checked and its defaults filled in
+/// (`prepare`), the record written, then the runtime started with `prompt` queued, from the
+/// user, or from agent `notify`, which is told how that first turn goes. For tests of the
+/// runtimes without a daemon; a daemon's tests create agents through its protocol or MCP.
+pub async fn create_agent(
+    manager: &drover_acp::RuntimeManager,
+    mut new: drover_core::NewAgent,
+    prompt: Option<String>,
+    notify: Option<AgentId>,
+) -> Result<Agent, drover_acp::AcpError> {
+    manager.prepare(&mut new)?;
+    let agent = manager.registry().create_agent(new).await?;
+    let source = notify.map_or_else(|| "user".to_string(), |a| format!("agent:{a}"));
+    manager.start_new(&agent, prompt, source, notify).await?;
+    Ok(agent)
+}
+
 /// What the registry asked a runtime to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeCall {

@@ -429,7 +429,7 @@ fn tool_error(e: &OpError) -> CallToolResult {
         } => format!("invalid arguments: {message}"),
         e => e.to_string(),
     };
-    let details = e.details();
+    let details = crate::wire::error_details(e);
     let mut text = format!("{message}\ncode: {}", e.code());
     if let Some(details) = &details {
         // Writing to a `String` cannot fail.

@@ -41,7 +41,6 @@ use drover_core::{
     ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
 };
 use drover_protocol::ErrorCode;
-use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::agent_tokens::AgentTokens;
@@ -154,21 +153,6 @@ impl OpError {
             OpError::Job(e) => e.code(),
             OpError::BudgetExhausted(_) => ErrorCode::BudgetExhausted,
             OpError::Host(e) => e.code(),
-        }
-    }
-
-    /// What a client needs beyond the message: the running work of an `agent_active`
-    /// refusal, what a `worktree_dirty` worktree holds.
-    pub(crate) fn details(&self) -> Option<Value> {
-        match self {
-            OpError::Registry(RegistryError::AgentActive(report)) => {
-                serde_json::to_value(report).ok()
-            }
-            OpError::BudgetExhausted(info) => serde_json::to_value(info).ok(),
-            OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(
-                status,
-            ))) => serde_json::to_value(crate::wire::worktree_status(status)).ok(),
-            _ => None,
         }
     }
 }

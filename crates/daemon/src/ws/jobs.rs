@@ -173,7 +173,14 @@ impl Follows {
             }
             _ => Err(OpError::invalid("type", "not a follow request")),
         };
-        answer.unwrap_or_else(|e| request_error(request_id, e.code(), e.to_string(), e.details()))
+        answer.unwrap_or_else(|e| {
+            request_error(
+                request_id,
+                e.code(),
+                e.to_string(),
+                crate::wire::error_details(&e),
+            )
+        })
     }
 
     fn follow(

@@ -38,7 +38,7 @@ pub(super) async fn handle(message: ClientMessage, ops: &Ops) -> Reply {
             request_id,
             e.code(),
             e.to_string(),
-            e.details(),
+            crate::wire::error_details(&e),
         )),
     }
 }

@@ -390,19 +390,20 @@ async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() 
             .expect("open the runtimes")
     };
     let (manager, registry, _) = open().await;
-    let agent = manager
-        .create_agent(
-            NewAgent {
-                provider: "scripted".to_string(),
-                cwd: cwd.path().to_path_buf(),
-                title: Some("disk".to_string()),
-                ..NewAgent::default()
-            },
-            Some("stream 20".to_string()),
-        )
-        .await
-        .expect("create")
-        .id;
+    let agent = drover_testkit::create_agent(
+        &manager,
+        NewAgent {
+            provider: "scripted".to_string(),
+            cwd: cwd.path().to_path_buf(),
+            title: Some("disk".to_string()),
+            ..NewAgent::default()
+        },
+        Some("stream 20".to_string()),
+        None,
+    )
+    .await
+    .expect("create")
+    .id;
     assert!(
         manager.wait_idle(agent, WAIT).await.expect("wait"),
         "the first turn did not end"
@@ -623,19 +624,20 @@ async fn an_unarchive_during_the_archives_close_finds_the_queue_discarded() {
     let (manager, registry, _) = RuntimeManager::open(home.path(), providers, no_mcp_servers())
         .await
         .expect("open the runtimes");
-    let agent = manager
-        .create_agent(
-            NewAgent {
-                provider: "scripted".to_string(),
-                cwd: cwd.path().to_path_buf(),
-                title: Some("slow to end".to_string()),
-                ..NewAgent::default()
-            },
-            Some("say hello".to_string()),
-        )
-        .await
-        .expect("an agent")
-        .id;
+    let agent = drover_testkit::create_agent(
+        &manager,
+        NewAgent {
+            provider: "scripted".to_string(),
+            cwd: cwd.path().to_path_buf(),
+            title: Some("slow to end".to_string()),
+            ..NewAgent::default()
+        },
+        Some("say hello".to_string()),
+        None,
+    )
+    .await
+    .expect("an agent")
+    .id;
     assert!(manager.wait_idle(agent, WAIT).await.expect("wait"));
     let pid = manager.runtime_pid(agent).await.expect("a live runtime");
     // Context for the next prompt: it waits in the inbox.
