@@ -103,6 +103,7 @@ fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     }
 }
 
@@ -383,6 +384,7 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             on_interrupt: None,
             on_limit: None,
             limit_backoff: None,
+            limit_fallback: None,
         });
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;

@@ -244,6 +244,7 @@ fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     providers
 }
@@ -588,6 +589,7 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     let daemon = Daemon::open(&base.join("home"), providers).await?;
     let t = Instant::now();

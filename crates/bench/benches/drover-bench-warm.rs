@@ -76,6 +76,7 @@ async fn run() -> Result<()> {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
         auth_env: Vec::new(),
     };
     let cwd = root.join("scripted-cwd");
@@ -145,6 +146,7 @@ async fn run() -> Result<()> {
             on_interrupt: None,
             on_limit: None,
             limit_backoff: None,
+            limit_fallback: None,
             auth_env: Vec::new(),
         };
         let (cold, warm) = compare(

@@ -103,6 +103,7 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     providers
 }

@@ -61,6 +61,7 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     providers
 }
