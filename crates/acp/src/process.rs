@@ -17,8 +17,6 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
-use crate::records;
-
 pub use drover_core::child::describe_exit;
 
 /// How many stderr lines are kept, and how long each may be.
@@ -295,9 +293,11 @@ pub struct TreeProcess {
 /// environment, `leader` included. Reads `/proc`.
 fn agent_processes(leader: u32, marker: Option<&str>) -> Vec<TreeProcess> {
     let marker_matches = |pid: u32| {
-        marker.is_some_and(|m| records::environ_var(pid, "DROVER_AGENT_ID").as_deref() == Some(m))
+        marker.is_some_and(|m| {
+            drover_core::procfs::environ_var(pid, "DROVER_AGENT_ID").as_deref() == Some(m)
+        })
     };
-    let table = records::processes();
+    let table = drover_core::procfs::processes();
     let mut found: Vec<u32> = vec![leader];
     let mut i = 0;
     while i < found.len() {
@@ -344,7 +344,7 @@ pub fn own_processes(leader: u32, marker: Option<&str>) -> OwnProcesses {
 
 fn stdio_links(pid: u32) -> Vec<PathBuf> {
     (0..2)
-        .filter_map(|fd| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok())
+        .filter_map(|fd| drover_core::procfs::fd_link(pid, fd))
         .filter(|link| link.to_string_lossy().starts_with("pipe:"))
         .collect()
 }
@@ -370,7 +370,10 @@ pub fn background_processes(leader: u32, marker: Option<&str>, own: &OwnProcesse
 /// sum of each one's `VmRSS`; pages they share are counted once per process). Reads `/proc`.
 pub fn tree_memory(pid: u32, marker: Option<&str>) -> (usize, u64) {
     let processes = agent_processes(pid, marker);
-    let rss = processes.iter().filter_map(|p| vm_rss(p.pid)).sum();
+    let rss = processes
+        .iter()
+        .filter_map(|p| drover_core::procfs::vm_rss(p.pid))
+        .sum();
     (processes.len(), rss)
 }
 
@@ -383,7 +386,7 @@ pub fn fleet_memory(leaders: &[u32]) -> (usize, u64) {
     if leaders.is_empty() {
         return (0, 0);
     }
-    let table = records::processes();
+    let table = drover_core::procfs::processes();
     let mut found: std::collections::HashSet<u32> = leaders.iter().copied().collect();
     let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
     for (pid, stat) in &table {
@@ -400,17 +403,12 @@ pub fn fleet_memory(leaders: &[u32]) -> (usize, u64) {
             }
         }
     }
-    let rss = found.iter().filter_map(|pid| vm_rss(*pid)).sum();
+    let rss = found
+        .iter()
+        .filter_map(|pid| drover_core::procfs::vm_rss(*pid))
+        .sum();
     let alive = table.iter().filter(|(pid, _)| found.contains(pid)).count();
     (alive, rss)
-}
-
-/// A process's resident memory (`VmRSS` of `/proc/<pid>/status`) in bytes.
-fn vm_rss(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// Whether any process of the group led by `pid` is still alive.

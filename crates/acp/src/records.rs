@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use drover_core::AgentId;
+use drover_core::procfs::{self, Stat};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -96,58 +97,9 @@ pub(crate) fn remove_named(home: &Path, agent: &str) {
     }
 }
 
-/// What one process's `/proc/<pid>/stat` says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
-    pub ppid: u32,
-    pub pgid: u32,
-    pub start_time: u64,
-    pub zombie: bool,
-}
-
-impl Stat {
-    pub fn read(pid: u32) -> Option<Stat> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name may hold spaces and parentheses: the fields start after the last `)`.
-        let (_, rest) = stat.rsplit_once(')')?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // rest[0] is field 3 (state); field n is rest[n - 3].
-        Some(Stat {
-            zombie: *fields.first()? == "Z",
-            ppid: fields.get(1)?.parse().ok()?,
-            pgid: fields.get(2)?.parse().ok()?,
-            start_time: fields.get(19)?.parse().ok()?,
-        })
-    }
-}
-
 /// The value of `DROVER_AGENT_ID` in the process's environment, if it has one we can read.
 fn marker(pid: u32) -> Option<String> {
-    environ_var(pid, "DROVER_AGENT_ID")
-}
-
-/// The value of the variable `name` in the process's environment, if we can read it.
-pub(crate) fn environ_var(pid: u32, name: &str) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let prefix = format!("{name}=");
-    env.split(|b| *b == 0).find_map(|var| {
-        var.strip_prefix(prefix.as_bytes())
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    })
-}
-
-/// Every live process but this one: (pid, stat).
-pub(crate) fn processes() -> Vec<(u32, Stat)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let own = std::process::id();
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != own)
-        .filter_map(|pid| Some((pid, Stat::read(pid)?)))
-        .filter(|(_, stat)| !stat.zombie)
-        .collect()
+    procfs::environ_var(pid, "DROVER_AGENT_ID")
 }
 
 /// What the boot reconcile found and ended.
@@ -183,7 +135,7 @@ pub fn reconcile(home: &Path, agents: &[String]) -> Reconciled {
         }
     }
     report.records = records.len();
-    let table = processes();
+    let table = procfs::processes();
     let mut groups: Vec<(u32, String)> = Vec::new();
     for record in &records {
         match table.iter().find(|(pid, _)| *pid == record.pid) {

@@ -32,6 +32,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::Shared;
+use crate::handshake;
 use crate::process::{self, AgentProcess, SpawnSpec, StderrTail};
 use crate::providers::{Availability, Provider};
 use crate::records;
@@ -395,7 +396,10 @@ async fn start(
         tracing::warn!(spare = %id, pid, error = %e, "cannot write the spare's runtime record");
     }
     let (rpc, incoming) = rpc::connect(stdout, stdin);
-    let request = rpc.request("initialize", crate::actor::initialize_params());
+    let request = rpc.request(
+        "initialize",
+        handshake::initialize_params(&handshake::runtime_capabilities()),
+    );
     let answer = tokio::select! {
         answer = request => answer.map_err(|e| e.to_string()),
         _ = exited.wait_for(Option::is_some) => Err("the process exited".to_string()),

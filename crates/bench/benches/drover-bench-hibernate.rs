@@ -19,9 +19,6 @@
 //!
 //! Binaries, scratch and `DROVER_BENCH_KEEP` as in the other benches (`scripts/bench`).
 
-// A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -106,6 +103,7 @@ fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     }
 }
 
@@ -386,6 +384,7 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
             on_interrupt: None,
             on_limit: None,
             limit_backoff: None,
+            limit_fallback: None,
         });
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;

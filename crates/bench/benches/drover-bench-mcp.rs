@@ -32,7 +32,7 @@
 //! error: the exit status is non-zero only when the bench could not run.
 
 // A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -14,7 +14,7 @@
 //! `DROVER_BENCH_ROUNDS` changes the number of scrapes.
 
 // A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -48,7 +48,7 @@
 //! an error: the exit status is non-zero only when the bench could not run.
 
 // A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 #[path = "protocol/fleet.rs"]
 mod fleet;
@@ -1080,7 +1080,7 @@ fn list_agents_round(addr: SocketAddr, include_archived: bool) -> Result<(Durati
         &br#"{"type":"list_agents","requestId":"l","includeArchived":false}"#[..]
     };
     let mask = [0x9au8, 0xbc, 0xde, 0xf0];
-    #[allow(clippy::cast_possible_truncation)] // under 126 bytes: the one length byte
+    #[expect(clippy::cast_possible_truncation)] // under 126 bytes: the one length byte
     let mut frame = vec![0x81, 0x80 | request.len() as u8];
     frame.extend_from_slice(&mask);
     frame.extend(request.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
@@ -1136,7 +1136,7 @@ fn session_state_connection(addr: SocketAddr) -> Result<(StateRound, Vec<u8>, Tc
     let hello = br#"{"type":"hello","client":"drover-bench-protocol","protocolVersion":1}"#;
     let mask = [0x12u8, 0x34, 0x56, 0x78];
     // The hello is under 126 bytes, so its length is the one length byte.
-    #[allow(clippy::cast_possible_truncation)]
+    #[expect(clippy::cast_possible_truncation)]
     let mut frame = vec![0x81, 0x80 | hello.len() as u8];
     frame.extend_from_slice(&mask);
     frame.extend(hello.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
@@ -1209,7 +1209,7 @@ fn frame_at(buf: &[u8]) -> Option<(usize, usize, u8)> {
 // ---- 3. drover ls ---------------------------------------------------------------------------
 
 // Counting the newlines of a few KB of output needs no bytecount dependency.
-#[allow(clippy::naive_bytecount)]
+#[expect(clippy::naive_bytecount)]
 fn ls_bench(drover: &Path, home: &Path, rows: &mut Vec<Row>) -> Result<()> {
     println!(
         "== 3. `drover ls` with {STATE_AGENTS} agents (best of {LS_ROUNDS}, output to a pipe) =="

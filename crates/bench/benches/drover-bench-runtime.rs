@@ -25,7 +25,7 @@
 //! is non-zero only when the bench could not run.
 
 // A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -138,18 +138,19 @@ impl Daemon {
 }
 
 async fn start_agent(manager: &RuntimeManager, provider: &str, cwd: &Path) -> Result<AgentId> {
-    let agent = manager
-        .create_agent(
-            NewAgent {
-                provider: provider.to_string(),
-                cwd: cwd.to_path_buf(),
-                title: Some(format!("bench {provider}")),
-                ..NewAgent::default()
-            },
-            None,
-        )
-        .await
-        .map_err(|e| anyhow!("create_agent ({provider}): {e}"))?;
+    let agent = drover_bench::create_agent(
+        manager,
+        NewAgent {
+            provider: provider.to_string(),
+            cwd: cwd.to_path_buf(),
+            title: Some(format!("bench {provider}")),
+            ..NewAgent::default()
+        },
+        None,
+        None,
+    )
+    .await
+    .map_err(|e| anyhow!("create_agent ({provider}): {e}"))?;
     // The start command is handled before wait_idle's ping is answered.
     ensure!(
         manager
@@ -243,6 +244,7 @@ fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     providers
 }
@@ -587,6 +589,7 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     let daemon = Daemon::open(&base.join("home"), providers).await?;
     let t = Instant::now();
@@ -847,7 +850,7 @@ fn reset_hwm() -> bool {
 }
 
 /// User + system CPU time of this process, every thread (children not included).
-#[allow(unsafe_code)]
+#[expect(unsafe_code)]
 fn cpu_time() -> Result<Duration> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: getrusage writes one `rusage` into the pointer it is given, which points at

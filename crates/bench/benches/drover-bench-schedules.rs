@@ -13,7 +13,7 @@
 //! Binaries, scratch and `DROVER_BENCH_KEEP` as in the other benches (`scripts/bench`).
 
 // A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::HashMap;
 use std::process::ExitCode;

@@ -147,7 +147,7 @@ fn rows(figures: &Value, agents: usize, memory_secs: u64) -> Vec<Row> {
     let flat = last <= first * 1.2 + 2e6;
     let fmt_heap = |b: f64| {
         // Byte counts of a browser heap fit u64 and are never negative.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         fmt_bytes(b as u64)
     };
     vec![

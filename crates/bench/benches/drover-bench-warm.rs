@@ -14,7 +14,7 @@
 //! scripted agent's start (spawn and `initialize`) is a few milliseconds, within the noise of
 //! a loaded machine: its figures are reported, not judged.
 
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -76,6 +76,7 @@ async fn run() -> Result<()> {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
         auth_env: Vec::new(),
     };
     let cwd = root.join("scripted-cwd");
@@ -145,6 +146,7 @@ async fn run() -> Result<()> {
             on_interrupt: None,
             on_limit: None,
             limit_backoff: None,
+            limit_fallback: None,
             auth_env: Vec::new(),
         };
         let (cold, warm) = compare(
@@ -221,18 +223,18 @@ impl Daemon {
     async fn first_chunk(&mut self, cwd: &Path) -> Result<Duration> {
         while self.updates.try_recv().is_ok() {}
         let t = Instant::now();
-        let agent = self
-            .manager
-            .create_agent(
-                NewAgent {
-                    provider: self.provider.name.clone(),
-                    cwd: cwd.to_path_buf(),
-                    ..NewAgent::default()
-                },
-                Some("stream 5 20".to_string()),
-            )
-            .await
-            .map_err(|e| anyhow!("create_agent: {e}"))?;
+        let agent = drover_bench::create_agent(
+            &self.manager,
+            NewAgent {
+                provider: self.provider.name.clone(),
+                cwd: cwd.to_path_buf(),
+                ..NewAgent::default()
+            },
+            Some("stream 5 20".to_string()),
+            None,
+        )
+        .await
+        .map_err(|e| anyhow!("create_agent: {e}"))?;
         let deadline = tokio::time::Instant::now() + WAIT;
         let took = loop {
             match tokio::time::timeout_at(deadline, self.updates.recv()).await {

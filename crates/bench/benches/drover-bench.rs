@@ -20,7 +20,7 @@
 //! run.
 
 // A benchmark reads as one measurement, set up, run and reported in order.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -522,7 +522,7 @@ fn activity_bench(home: &Path, rows: &mut Vec<Row>) -> Result<()> {
     );
     println!();
     // The figures are counts (means of whole numbers), compared exactly on purpose.
-    #[allow(clippy::float_cmp)]
+    #[expect(clippy::float_cmp)]
     let flat = evals_per_change
         .iter()
         .all(|(_, r, s)| *r == evals_per_change[0].1 && *s == evals_per_change[0].2)

@@ -103,7 +103,7 @@ const TASKS: [&str; 8] = [
 /// subtrees, attention, errors, resume handles), as the store would have written them.
 // One record after another, as the store lays them out; the indices and offsets cast to i64
 // are far below its range.
-#[allow(clippy::too_many_lines, clippy::cast_possible_wrap)]
+#[expect(clippy::too_many_lines, clippy::cast_possible_wrap)]
 pub fn generate_fleet(
     home: &Path,
     workspaces: usize,
@@ -269,7 +269,7 @@ impl Rng {
 
     /// Uniform in `0..n` (`n > 0`).
     // The remainder is below `n`, a `usize`.
-    #[allow(clippy::cast_possible_truncation)]
+    #[expect(clippy::cast_possible_truncation)]
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }

@@ -33,6 +33,22 @@ pub fn exit(name: &str, result: Result<()>) -> ExitCode {
     }
 }
 
+/// Creates an agent on `manager` with the steps of the daemon's `create_agent` operation (the
+/// provider checked and its defaults filled in, the record written, the runtime started with
+/// `prompt` queued from the user).
+pub async fn create_agent(
+    manager: &drover_acp::RuntimeManager,
+    mut new: drover_core::NewAgent,
+    prompt: Option<String>,
+    notify: Option<drover_core::AgentId>,
+) -> Result<drover_core::Agent, drover_acp::AcpError> {
+    manager.prepare(&mut new)?;
+    let agent = manager.registry().create_agent(new).await?;
+    let source = notify.map_or_else(|| "user".to_string(), |a| format!("agent:{a}"));
+    manager.start_new(&agent, prompt, source, notify).await?;
+    Ok(agent)
+}
+
 /// Runs `run` on a multi-threaded tokio runtime (`workers` threads, else tokio's default).
 pub fn block_on(
     name: &str,
@@ -605,7 +621,7 @@ pub fn now_ns() -> u64 {
 
 /// The `q` quantile of sorted nanoseconds.
 // `q` is in 0..=1, so the index is a non-negative number at most `len`: it fits a usize.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn quantile(sorted: &[u64], q: f64) -> Duration {
     let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
     Duration::from_nanos(sorted.get(i).copied().unwrap_or(0))

@@ -1,7 +1,7 @@
 //! The command line: every command, option and its help text.
 
 // These doc comments are clap's --help text, printed as written: backticks would show.
-#![allow(clippy::doc_markdown)]
+#![expect(clippy::doc_markdown)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

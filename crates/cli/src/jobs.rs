@@ -36,7 +36,7 @@ pub async fn run(ctx: &Ctx, action: JobAction) -> anyhow::Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)] // the command line's own flags
+#[expect(clippy::too_many_arguments)] // the command line's own flags
 async fn start(
     ctx: &Ctx,
     agent: &str,

@@ -1,5 +1,6 @@
 //! `drover`: runs the daemon (`drover daemon`) and talks to it over the client protocol
-//! (every other command). Parsing is in `args`, the commands in `commands` and `daemon_cmd`.
+//! (every other command). Parsing is in `args`, the commands in their own modules (what
+//! they share in `commands`), the daemon's in `daemon_cmd`.
 
 /// `println!` that hands a closed stdout (`drover ls | head`) back as an error instead of
 /// panicking.
@@ -10,6 +11,7 @@ macro_rules! outln {
     }};
 }
 
+mod agents;
 mod args;
 mod client;
 mod commands;
@@ -17,12 +19,15 @@ mod daemon_cmd;
 mod error;
 mod hosts;
 mod import;
+mod inspect;
 mod jobs;
 mod login;
 mod mcp_proxy;
 mod notify;
 mod output;
+mod providers;
 mod resolve;
+mod run;
 mod schedules;
 mod ui;
 mod workspaces;
@@ -80,7 +85,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 // One arm per command: splitting the match would only move it.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let home = match cli.global.home.clone() {
         Some(home) => home,
@@ -129,15 +134,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match command {
-            Command::Run(args) => commands::run(&ctx, args).await,
+            Command::Run(args) => run::run(&ctx, args).await,
             Command::Ls {
                 all,
                 tree,
                 json,
                 host,
-            } => commands::ls(&ctx, all, tree, json, host.as_deref()).await,
+            } => inspect::ls(&ctx, all, tree, json, host.as_deref()).await,
             Command::Host(host) => hosts::run(&ctx, host.action).await,
-            Command::Attach { id, tail, json } => commands::attach(&ctx, &id, tail, json).await,
+            Command::Attach { id, tail, json } => run::attach(&ctx, &id, tail, json).await,
             Command::Send {
                 id,
                 message,
@@ -152,23 +157,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 } else {
                     Delivery::Followup
                 };
-                commands::send(&ctx, &id, message, delivery, json).await
+                agents::send(&ctx, &id, message, delivery, json).await
             }
-            Command::Wait { id, timeout } => commands::wait(&ctx, &id, timeout).await,
-            Command::Stop { id, drop_queue } => commands::stop(&ctx, &id, drop_queue).await,
-            Command::Archive { id, stop, json } => commands::archive(&ctx, &id, stop, json).await,
-            Command::Unarchive { id } => commands::unarchive(&ctx, &id).await,
-            Command::Detach { id } => commands::detach(&ctx, &id).await,
-            Command::Inspect { id, json } => commands::inspect(&ctx, &id, json).await,
-            Command::Retry { id } => commands::retry(&ctx, &id).await,
-            Command::Set { id, setting, value } => commands::set(&ctx, &id, &setting, &value).await,
+            Command::Wait { id, timeout } => agents::wait(&ctx, &id, timeout).await,
+            Command::Stop { id, drop_queue } => agents::stop(&ctx, &id, drop_queue).await,
+            Command::Archive { id, stop, json } => agents::archive(&ctx, &id, stop, json).await,
+            Command::Unarchive { id } => agents::unarchive(&ctx, &id).await,
+            Command::Detach { id } => agents::detach(&ctx, &id).await,
+            Command::Inspect { id, json } => inspect::inspect(&ctx, &id, json).await,
+            Command::Retry { id } => agents::retry(&ctx, &id).await,
+            Command::Set { id, setting, value } => agents::set(&ctx, &id, &setting, &value).await,
             Command::Budget {
                 id,
                 tokens,
                 cost,
                 hard,
                 clear,
-            } => commands::budget(&ctx, &id, tokens, cost, hard, clear).await,
+            } => agents::budget(&ctx, &id, tokens, cost, hard, clear).await,
             Command::Login { provider, method } => {
                 login::login(&ctx, &provider, method.as_deref()).await
             }
@@ -177,11 +182,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 tail,
                 follow,
                 json,
-            } => commands::logs(&ctx, &id, tail, follow, json).await,
+            } => run::logs(&ctx, &id, tail, follow, json).await,
             Command::Permit { id, answer, always } => {
-                commands::permit(&ctx, &id, answer, always).await
+                agents::permit(&ctx, &id, answer, always).await
             }
-            Command::Providers { json } => commands::providers(&ctx, json).await,
+            Command::Providers { json } => providers::providers(&ctx, json).await,
             Command::Workspaces { all, json } => workspaces::list(&ctx, all, false, json).await,
             Command::Worktree(worktree) => match worktree.action {
                 WorktreeAction::Ls { all, json } => workspaces::list(&ctx, all, true, json).await,

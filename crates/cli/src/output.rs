@@ -177,7 +177,7 @@ pub fn when_ahead(at: &str, now: Timestamp) -> String {
 }
 
 /// `41.3 MB` (decimal megabytes, one decimal).
-#[allow(clippy::cast_precision_loss)] // a display, to one decimal
+#[expect(clippy::cast_precision_loss)] // a display, to one decimal
 pub fn megabytes(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1_000_000.0)
 }

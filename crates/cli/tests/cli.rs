@@ -197,7 +197,7 @@ impl Drop for Fixture {
         if let Some(mut child) = self.daemon.take() {
             if let Ok(pid) = i32::try_from(child.id()) {
                 // SAFETY: signalling our own child.
-                #[allow(unsafe_code)]
+                #[expect(unsafe_code)]
                 unsafe {
                     libc::kill(pid, libc::SIGTERM);
                 }
@@ -305,7 +305,7 @@ impl Live {
     fn interrupt(&self) {
         let pid = i32::try_from(self.child.id()).expect("pid");
         // SAFETY: signalling our own child.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code)]
         unsafe {
             libc::kill(pid, libc::SIGINT);
         }

@@ -72,7 +72,7 @@ impl Daemon {
     fn signal(&self, signal: libc::c_int) {
         let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits");
         // SAFETY: sending a signal to our own child process.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code)]
         let rc = unsafe { libc::kill(pid, signal) };
         assert_eq!(rc, 0, "kill({pid}, {signal})");
     }

@@ -45,7 +45,7 @@ pub fn command(program: impl AsRef<OsStr>, cwd: &Path) -> Command {
 /// environment and, where cgroups can be used, writes itself into a cgroup of its own before
 /// it execs. Call it after the command's environment is set (`env_clear` would drop the
 /// marker).
-#[allow(unsafe_code)] // `pre_exec` is unsafe: the closure runs between fork and exec.
+#[expect(unsafe_code)] // `pre_exec` is unsafe: the closure runs between fork and exec.
 pub fn die_with_daemon(command: &mut Command) {
     let daemon = std::process::id();
     command.env(crate::guard::RUN_VAR, crate::guard::token());

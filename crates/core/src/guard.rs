@@ -292,7 +292,7 @@ pub fn serve_if_asked() {
 }
 
 /// The guard: waits for its stdin's end, then ends the tree.
-#[allow(unsafe_code)] // `signal` is unsafe: it may install a handler; here it only ignores.
+#[expect(unsafe_code)] // `signal` is unsafe: it may install a handler; here it only ignores.
 fn watch(token: &str, cgroup: Option<&Path>) {
     // Signals meant for the daemon (a terminal's ^C or hang-up, a `kill` of every drover
     // process) must not end the guard before it did its work; its stdin's end is its signal.
@@ -361,26 +361,12 @@ fn populated(cgroup: &Path) -> bool {
 
 /// (pid, pgid) of every live process but this one whose environment holds `needle`.
 fn marked_processes(needle: &[u8]) -> Vec<(i32, i32)> {
-    let own = i32::try_from(std::process::id()).unwrap_or_default();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| *pid != own && *pid > 1)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle))
+    crate::procfs::processes()
+        .into_iter()
+        .filter(|(pid, _)| {
+            crate::procfs::environ(*pid).is_some_and(|env| env.iter().any(|var| var == needle))
         })
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let (_, rest) = stat.rsplit_once(')')?;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            if *fields.first()? == "Z" {
-                return None;
-            }
-            Some((pid, fields.get(2)?.parse().ok()?))
-        })
+        .filter_map(|(pid, stat)| Some((i32::try_from(pid).ok()?, i32::try_from(stat.pgid).ok()?)))
         .collect()
 }
 

@@ -17,6 +17,7 @@ pub mod inbox;
 mod jsonl;
 pub mod lifecycle;
 pub mod private;
+pub mod procfs;
 pub mod registry;
 pub mod runtime;
 pub mod store;

@@ -3,7 +3,7 @@
 //! through the registry (real files on a temp home), so the case counts stay modest.
 
 // Each property drives its operations and checks every invariant in one place, as one story.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 mod common;
 

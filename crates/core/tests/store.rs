@@ -5,7 +5,7 @@
 //! crash, a newer drover or a user would, and opens the registry again.
 
 // Each test is one story about the store, told start to finish; cutting it would scatter it.
-#![allow(clippy::too_many_lines)]
+#![expect(clippy::too_many_lines)]
 
 use std::collections::BTreeMap;
 use std::fs;

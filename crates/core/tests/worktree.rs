@@ -863,3 +863,32 @@ async fn a_failing_git_hook_fails_the_creation_and_leaves_nothing() {
     assert!(err.to_string().contains("hook says no"), "{err}");
     assert_nothing_left(&fx, &repo);
 }
+
+#[test]
+fn a_bounded_git_read_cuts_its_output_at_the_limit_and_names_a_failure() {
+    let repo = Repo::new();
+    for i in 0..200 {
+        write(&repo.root, &format!("file-{i:03}.txt"), "x\n");
+    }
+    let args = ["ls-files", "--others", "--exclude-standard"];
+    let (whole, cut) =
+        drover_core::worktree::read_bounded(&repo.root, &args, 1 << 20, Duration::from_secs(30))
+            .expect("read");
+    assert!(!cut);
+    assert_eq!(whole.lines().count(), 200, "{whole}");
+    let (part, cut) =
+        drover_core::worktree::read_bounded(&repo.root, &args, 100, Duration::from_secs(30))
+            .expect("read");
+    assert!(cut);
+    assert_eq!(part, whole[..100]);
+
+    let elsewhere = tempfile::tempdir().expect("dir");
+    let err = drover_core::worktree::read_bounded(
+        elsewhere.path(),
+        &["rev-parse", "--is-inside-work-tree"],
+        64,
+        Duration::from_secs(30),
+    )
+    .expect_err("not a checkout");
+    assert!(err.to_string().contains("not a git repository"), "{err}");
+}

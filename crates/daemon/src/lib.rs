@@ -243,7 +243,7 @@ const MMAP_THRESHOLD: i32 = 1 << 20;
 /// section 2; what is left is not these buffers, and is not yet explained).
 fn return_big_blocks() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)] // `mallopt` only sets an allocator parameter.
+    #[expect(unsafe_code)] // `mallopt` only sets an allocator parameter.
     // SAFETY: M_MMAP_THRESHOLD takes any size; glibc applies it under its own lock.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);

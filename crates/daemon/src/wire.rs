@@ -2,17 +2,33 @@
 
 use drover_acp::jobs::JobRecord;
 use drover_acp::{LiveSession, RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
-use drover_core::{ActivityBucket, Agent, CommandRun, Workspace, WorktreeRemoval, WorktreeStatus};
+use drover_core::{
+    ActivityBucket, Agent, CommandRun, RegistryError, Workspace, WorktreeRemoval, WorktreeStatus,
+};
 use drover_protocol::{
     AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ImportSkip, ImportedAgentInfo, JobInfo,
     ProviderInfo, RuntimeInfo, SignInState, WorkspaceActivity, WorkspaceInfo, WorktreeRemovalInfo,
     WorktreeStatusInfo,
 };
 
-use crate::ops::Ops;
 use crate::ops::import::ImportReport;
 use crate::ops::providers::ProviderView;
+use crate::ops::{OpError, Ops};
 use serde_json::{Value, json};
+
+/// What a client needs of a refusal beyond its message: the running work of an
+/// `agent_active` refusal, the spend of a `budget_exhausted` one, what a `worktree_dirty`
+/// worktree holds.
+pub(crate) fn error_details(error: &OpError) -> Option<Value> {
+    match error {
+        OpError::Registry(RegistryError::AgentActive(report)) => serde_json::to_value(report).ok(),
+        OpError::BudgetExhausted(info) => serde_json::to_value(info).ok(),
+        OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(status))) => {
+            serde_json::to_value(worktree_status(status)).ok()
+        }
+        _ => None,
+    }
+}
 
 /// The agent as clients see it now: its record, its live runtime's modes and its runtime
 /// view (without the memory of its process tree, which only `get_agent` measures).

@@ -82,6 +82,26 @@ async function openAgent(page, id) {
 const scheduleRow = (agent, id) => `${pane(agent)} .schedule-row[data-schedule-id="${id}"]`;
 
 const scenarios = {
+  // Another host's agent is listed under its project, marked with its host; it opens and
+  // shows its history like a local one; a lost host says so where its agents are.
+  async hosts() {
+    const page = await open();
+    await ready(page);
+    const project = page.locator('#workspaces li.project', { has: page.locator(`li.agent-row[data-agent-id="${A.remote}"]`) });
+    await project.locator('.host-badge', { hasText: '@b' }).waitFor();
+    await openAgent(page, A.remote);
+    await page.waitForFunction(([sel, t]) => document.querySelector(sel)?.innerText.includes(t), [`${pane(A.remote)} .timeline`, 'hello from b']);
+    await shot(page, 'hosts-reachable');
+    await step('cut');
+    const down = project.locator('.host-badge.down');
+    await down.waitFor();
+    const said = await down.innerText();
+    if (!said.includes('@b · unreachable')) fail(`the host badge says ${said}`);
+    if (!(await down.getAttribute('title')).includes('Connection refused')) fail(`the badge's title says ${await down.getAttribute('title')}`);
+    // Its agents stay listed.
+    await page.locator(row(A.remote)).waitFor();
+    await shot(page, 'hosts-unreachable');
+  },
   // Schedules in an agent's pane: made from the header, listed with their next run, paused
   // and resumed, deleted after a confirm, on a second browser too.
   async schedules() {
@@ -574,10 +594,16 @@ const scenarios = {
     await dialog.locator('select[name=provider]').selectOption('scripted');
     await dialog.locator('input[name=title]').fill('from the browser');
     await dialog.locator('textarea[name=prompt]').fill('say **made** in the browser');
+    await dialog.locator('details.budget-fields > summary').click();
+    await dialog.locator('input[name=budgetTokens]').fill('5000');
+    await dialog.locator('input[name=budgetHard]').check();
     await shot(page, 'new-agent');
     await dialog.locator('button[type=submit]').click();
     await gone(page, 'dialog');
     await page.locator('.agent-pane:not([hidden]) .kind-agent_message strong:has-text("made")').waitFor();
+    // Its budget shows in its header (its agent reports no spend: nothing counted yet).
+    const budget = await page.locator('.agent-pane:not([hidden]) .spend .budget').innerText();
+    if (budget !== 'tree 0/5000 tok (0 %, hard)') fail(`the header's budget says ${budget}`);
     // Rename from the header.
     await page.click('.agent-pane:not([hidden]) .title-edit');
     await page.fill('.agent-pane:not([hidden]) .title-input', 'renamed in the browser');

@@ -474,7 +474,7 @@ impl Drop for AcpClient {
 }
 
 /// Sends `signal` to every process of group `pgid`.
-#[allow(unsafe_code)]
+#[expect(unsafe_code)]
 fn signal_group(pgid: i32, signal: libc::c_int) {
     if pgid > 1 {
         // SAFETY: kill(2) takes two integers and touches no memory of this process.

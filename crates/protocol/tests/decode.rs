@@ -130,7 +130,7 @@ fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
 
 /// Every client message, with every field varied.
 // One arm per message type: the list reads best whole, next to the enum it mirrors.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 fn client_message() -> impl Strategy<Value = ClientRequest> {
     prop_oneof![
         (

@@ -118,6 +118,7 @@
 //! - `SCRIPTED_AGENT_LATE_UPDATES=1`: after each prompt reply, send a `usage_update` and a
 //!   `session_info_update` (real agents do).
 //! - `SCRIPTED_AGENT_IGNORE_EOF=1`: keep running after stdin closes (as codex-acp does).
+//! - `SCRIPTED_AGENT_UNLIMITED=1`: `limit` does nothing (a provider whose limit was not hit).
 //! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
 //!   grace and then kills it (a process slow to end).
 //! - `SCRIPTED_AGENT_READ_QUOTES=1`: a line quoted with `> ` is the directive it quotes.
@@ -345,7 +346,7 @@ pub enum Directive {
 impl Directive {
     /// Parses one trimmed, non-empty line; a line that fits no directive is `Other`.
     // One arm per directive word: the table reads best as one match.
-    #[allow(clippy::too_many_lines)]
+    #[expect(clippy::too_many_lines)]
     pub fn parse(line: &str) -> Directive {
         let (word, rest) = match line.split_once(char::is_whitespace) {
             Some((word, rest)) => (word, rest.trim()),
@@ -626,7 +627,7 @@ pub async fn run(config: Config) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-#[allow(unsafe_code)]
+#[expect(unsafe_code)]
 fn ignore_sigterm() {
     // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
     unsafe {
@@ -1596,6 +1597,10 @@ impl Agent {
         reset: bool,
     ) -> Option<(i64, String, Option<String>)> {
         use std::hash::{Hash, Hasher};
+        if std::env::var_os("SCRIPTED_AGENT_UNLIMITED").is_some() {
+            // A provider whose limit was not hit (another provider an agent falls back to).
+            return None;
+        }
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         prompt.hash(&mut hasher);
         let path = self
@@ -1667,7 +1672,7 @@ impl Agent {
     }
 
     // One arm per script directive: the fake's whole repertoire reads best as one match.
-    #[allow(clippy::too_many_lines)]
+    #[expect(clippy::too_many_lines)]
     async fn play(&self, turn: &mut Turn, directive: Directive) -> Flow {
         let session_id = turn.session_id.clone();
         match directive {

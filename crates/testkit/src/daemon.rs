@@ -130,7 +130,7 @@ impl TestDaemon {
         Self::start_windowed(home, keep, no_token, state, config, addr, None, true).await
     }
 
-    #[allow(clippy::too_many_arguments)] // as `start_configured`
+    #[expect(clippy::too_many_arguments)] // as `start_configured`
     async fn start_windowed(
         home: PathBuf,
         keep: Option<TempDir>,
@@ -155,7 +155,7 @@ impl TestDaemon {
         .await
     }
 
-    #[allow(clippy::too_many_arguments)] // the private constructor every public one calls
+    #[expect(clippy::too_many_arguments)] // the private constructor every public one calls
     async fn start_configured(
         home: PathBuf,
         keep: Option<TempDir>,

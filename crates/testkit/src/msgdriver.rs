@@ -103,6 +103,7 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     providers
 }
@@ -139,18 +140,19 @@ async fn run(
         return Ok(());
     }
     while agents.len() < AGENTS {
-        let agent = manager
-            .create_agent(
-                NewAgent {
-                    provider: "scripted".to_string(),
-                    cwd: cwd.clone(),
-                    title: Some(format!("msg {}", agents.len())),
-                    ..NewAgent::default()
-                },
-                None,
-            )
-            .await
-            .context("create an agent")?;
+        let agent = crate::create_agent(
+            &manager,
+            NewAgent {
+                provider: "scripted".to_string(),
+                cwd: cwd.clone(),
+                title: Some(format!("msg {}", agents.len())),
+                ..NewAgent::default()
+            },
+            None,
+            None,
+        )
+        .await
+        .context("create an agent")?;
         crate::crashdriver::emit("agent", &serde_json::json!({"id": agent.id}));
         agents.push(agent.id);
     }

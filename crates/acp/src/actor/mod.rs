@@ -37,7 +37,6 @@ use crate::slots::SlotGuard;
 use crate::{AcpError, PendingPermission, PermissionAnswer, RuntimeManager, Shared};
 
 pub(crate) use own_subagents::running as own_subagent_running;
-pub(crate) use session::initialize_params;
 pub use session::{LastStderr, LaunchError};
 
 use permissions::Permission;

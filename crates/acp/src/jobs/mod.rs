@@ -427,7 +427,7 @@ impl Jobs {
             source,
         })?;
         let pid = child.id();
-        let start_time = crate::records::Stat::read(pid).map_or(0, |s| s.start_time);
+        let start_time = drover_core::procfs::Stat::read(pid).map_or(0, |s| s.start_time);
         let record = JobRecord {
             version: record::VERSION,
             id: id.clone(),

@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
 use super::output::{Segments, older_path};
-use crate::records::{self, Stat};
+use drover_core::procfs::Stat;
 
 /// The folder of the jobs under `$DROVER_HOME`.
 pub const DIR: &str = "jobs";
@@ -250,7 +250,7 @@ pub fn reconcile(home: &Path, records: &mut [JobRecord]) -> usize {
     if unfinished.is_empty() {
         return 0;
     }
-    let table = records::processes();
+    let table = drover_core::procfs::processes();
     let own_group = nix::unistd::getpgrp().as_raw().cast_unsigned();
     let mut killed: Vec<u32> = Vec::new();
     for &i in &unfinished {
@@ -265,7 +265,9 @@ pub fn reconcile(home: &Path, records: &mut [JobRecord]) -> usize {
         let marker = format!("{}/{}", record.owner, record.id);
         for (pid, stat) in &table {
             let in_group = ours && stat.pgid == record.pgid;
-            if in_group || records::environ_var(*pid, MARKER_VAR).as_deref() == Some(&marker) {
+            if in_group
+                || drover_core::procfs::environ_var(*pid, MARKER_VAR).as_deref() == Some(&marker)
+            {
                 tracing::warn!(pid, job = %record.id, "ending a job process a previous daemon left running");
                 if let Ok(raw) = i32::try_from(*pid)
                     && raw > 1

@@ -181,7 +181,7 @@ pub(crate) async fn fleet_bench(
 }
 
 /// Runs one case on a fresh daemon with `env`; its figures and the daemon's `VmRSS` at the end.
-#[allow(clippy::too_many_arguments)] // one case, all of whose settings are printed
+#[expect(clippy::too_many_arguments)] // one case, all of whose settings are printed
 async fn run_case(
     drover: &Path,
     scripted: &Path,

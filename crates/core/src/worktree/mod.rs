@@ -25,12 +25,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use git::read_bounded;
 use git::{branch_exists, delete_branch, git, git_serial, make_branch, repo_lock, repo_lock_of};
 use project::run_commands;
 pub use project::{DEFAULT_COMMAND_TIMEOUT, PROJECT_FILE, ProjectConfig, WorktreeConfig};
 
-use crate::error::ErrorCode;
 use crate::ids::AgentId;
+use drover_protocol::ErrorCode;
 
 /// How many status entries and commits a status lists (the counts are exact).
 const LIST_LIMIT: usize = 200;

@@ -2,7 +2,7 @@
 //! few lifecycle shortcuts, file access to agent records, and an independent model of the
 //! seed's workspace-activity rule to check the registry against.
 
-#![allow(dead_code)] // each test crate uses its own subset
+#![expect(dead_code)] // each test crate uses its own subset
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -429,7 +429,7 @@ fn tool_error(e: &OpError) -> CallToolResult {
         } => format!("invalid arguments: {message}"),
         e => e.to_string(),
     };
-    let details = e.details();
+    let details = crate::wire::error_details(e);
     let mut text = format!("{message}\ncode: {}", e.code());
     if let Some(details) = &details {
         // Writing to a `String` cannot fail.
@@ -583,7 +583,7 @@ fn describe(summary: &Summary) -> Value {
 }
 
 // Async like every handler in the `tools!` table, which awaits them all alike.
-#[allow(clippy::unused_async)]
+#[expect(clippy::unused_async)]
 async fn list_agents(ops: &Ops, caller: AgentId, params: ListParams) -> ToolResult {
     let scope = match params.scope.unwrap_or(Scope::Subagents) {
         Scope::Subagents => AgentScope::SubagentsOf(caller),
@@ -646,7 +646,7 @@ async fn answer_permission(ops: &Ops, caller: AgentId, params: PermissionParams)
 }
 
 // Async like every handler in the `tools!` table, which awaits them all alike.
-#[allow(clippy::unused_async)]
+#[expect(clippy::unused_async)]
 async fn list_providers(ops: &Ops, _caller: AgentId, _params: NoParams) -> ToolResult {
     let list: Vec<Value> = ops
         .list_providers()?
@@ -670,7 +670,7 @@ async fn create_worktree(ops: &Ops, caller: AgentId, params: WorktreeParams) -> 
 }
 
 // Async like every handler in the `tools!` table, which awaits them all alike.
-#[allow(clippy::unused_async)]
+#[expect(clippy::unused_async)]
 async fn list_worktrees(ops: &Ops, _caller: AgentId, _params: NoParams) -> ToolResult {
     let list: Vec<Value> = ops
         .list_workspaces(false)
@@ -778,7 +778,7 @@ async fn start_job(ops: &Ops, caller: AgentId, params: StartJobParams) -> ToolRe
 }
 
 // Async like every handler in the `tools!` table, which awaits them all alike.
-#[allow(clippy::unused_async)]
+#[expect(clippy::unused_async)]
 async fn list_schedules(ops: &Ops, caller: AgentId, _params: NoParams) -> ToolResult {
     let list: Vec<Value> = ops
         .list_schedules(Caller::Agent(caller), None)?
@@ -810,7 +810,7 @@ async fn delete_schedule(ops: &Ops, caller: AgentId, params: ScheduleParams) -> 
 }
 
 // Async like every handler in the `tools!` table, which awaits them all alike.
-#[allow(clippy::unused_async)]
+#[expect(clippy::unused_async)]
 async fn list_jobs(ops: &Ops, caller: AgentId, params: ListJobsParams) -> ToolResult {
     let owner = params.agent_id.as_deref().map(parse_agent).transpose()?;
     let jobs: Vec<Value> = ops

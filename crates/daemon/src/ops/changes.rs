@@ -3,13 +3,11 @@
 //! daemon, bounded in time and size. Read-only: it changes nothing.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use drover_core::WorkspaceId;
 use drover_protocol::{ChangeStatus, ErrorCode};
 use serde::Serialize;
-use tokio::io::AsyncReadExt;
 
 use super::{OpError, Ops};
 
@@ -187,67 +185,27 @@ fn split_patch(patch: &str) -> Vec<(String, String)> {
     out
 }
 
-/// Runs `git -C dir args…` (never prompting, the caller's `GIT_DIR` and friends removed)
-/// within [`GIT_TIMEOUT`]; returns at most `limit` bytes of its stdout and whether it was cut.
+/// Reads `git -C dir args…` through the one git runner
+/// ([`drover_core::worktree::read_bounded`]) within [`GIT_TIMEOUT`], on a blocking thread: at
+/// most `limit` bytes of its stdout and whether it was cut.
 async fn git(dir: &Path, args: &[&str], limit: usize) -> Result<(String, bool), ChangesError> {
+    let owned_dir = dir.to_path_buf();
+    let owned: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+    let read = tokio::task::spawn_blocking(move || {
+        drover_core::worktree::read_bounded(&owned_dir, &owned, limit, GIT_TIMEOUT)
+    })
+    .await;
     let failed = |message: String| ChangesError::Git {
         dir: dir.display().to_string(),
         args: args.join(" "),
         message,
     };
-    let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-C")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .kill_on_drop(true);
-    for var in [
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_COMMON_DIR",
-        "GIT_OBJECT_DIRECTORY",
-    ] {
-        cmd.env_remove(var);
+    match read {
+        Ok(Ok(read)) => Ok(read),
+        Ok(Err(drover_core::worktree::WorktreeError::Git { message, .. })) => Err(failed(message)),
+        Ok(Err(e)) => Err(failed(e.to_string())),
+        Err(e) => Err(failed(format!("the git reader ended: {e}"))),
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| failed(format!("cannot run git: {e}")))?;
-    let mut stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| failed("no stdout".to_string()))?;
-    let mut stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| failed("no stderr".to_string()))?;
-    let run = async {
-        let mut out = Vec::new();
-        let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-        (&mut stdout).take(cap).read_to_end(&mut out).await?;
-        let mut err = Vec::new();
-        // Past the limit the rest is not wanted: stop git instead of draining it.
-        let cut = out.len() > limit;
-        if cut {
-            out.truncate(limit);
-            let _ = child.start_kill();
-        } else {
-            (&mut stderr).take(64 * 1024).read_to_end(&mut err).await?;
-        }
-        let status = child.wait().await?;
-        Ok::<_, std::io::Error>((out, err, status, cut))
-    };
-    let (out, err, status, cut) = tokio::time::timeout(GIT_TIMEOUT, run)
-        .await
-        .map_err(|_| failed(format!("took longer than {GIT_TIMEOUT:?}")))?
-        .map_err(|e| failed(e.to_string()))?;
-    if !cut && !status.success() {
-        return Err(failed(String::from_utf8_lossy(&err).trim().to_string()));
-    }
-    Ok((String::from_utf8_lossy(&out).into_owned(), cut))
 }
 
 #[cfg(test)]

@@ -41,7 +41,6 @@ use drover_core::{
     ActivityBucket, Agent, AgentId, Registry, RegistryError, RegistryEvent, Workspace, WorkspaceId,
 };
 use drover_protocol::ErrorCode;
-use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::agent_tokens::AgentTokens;
@@ -156,21 +155,6 @@ impl OpError {
             OpError::Host(e) => e.code(),
         }
     }
-
-    /// What a client needs beyond the message: the running work of an `agent_active`
-    /// refusal, what a `worktree_dirty` worktree holds.
-    pub(crate) fn details(&self) -> Option<Value> {
-        match self {
-            OpError::Registry(RegistryError::AgentActive(report)) => {
-                serde_json::to_value(report).ok()
-            }
-            OpError::BudgetExhausted(info) => serde_json::to_value(info).ok(),
-            OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(
-                status,
-            ))) => serde_json::to_value(crate::wire::worktree_status(status)).ok(),
-            _ => None,
-        }
-    }
 }
 
 /// An agent id as a client wrote it: one that is not a UUID names no agent.
@@ -241,6 +225,17 @@ impl Ops {
         self.registry
             .get(id)
             .ok_or_else(|| RegistryError::UnknownAgent(id.to_string()).into())
+    }
+
+    /// Whether this daemon holds the agent (`agentId`, `parentAgentId`) or workspace
+    /// (`workspaceId`) a request names: such a request is never sent to another host.
+    pub(crate) fn holds(&self, key: &str, id: &str) -> bool {
+        match key {
+            "workspaceId" => id
+                .parse::<WorkspaceId>()
+                .is_ok_and(|id| self.workspace(id).is_ok()),
+            _ => id.parse::<AgentId>().is_ok_and(|id| self.agent(id).is_ok()),
+        }
     }
 
     pub(crate) fn workspace(&self, id: WorkspaceId) -> Result<Workspace, OpError> {

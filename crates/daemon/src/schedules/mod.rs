@@ -87,7 +87,7 @@ pub(crate) struct ScheduleEvent {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Clock {
     System,
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(not(test), expect(dead_code))]
     Tokio {
         base: Timestamp,
         at: tokio::time::Instant,
@@ -260,7 +260,7 @@ impl Schedules {
     }
 
     /// How many schedules the timer waits for.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(not(test), expect(dead_code))]
     pub(crate) fn armed_count(&self) -> usize {
         lock(&self.inner.state).due.len()
     }

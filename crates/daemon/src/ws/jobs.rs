@@ -156,7 +156,14 @@ impl Follows {
         ops: &Ops,
     ) -> DaemonMessage {
         self.follow(request_id.clone(), &r.job_id, r.offset, ops)
-            .unwrap_or_else(|e| request_error(request_id, e.code(), e.to_string(), e.details()))
+            .unwrap_or_else(|e| {
+                request_error(
+                    request_id,
+                    e.code(),
+                    e.to_string(),
+                    crate::wire::error_details(&e),
+                )
+            })
     }
 
     /// Answers `unfollow_job`: no chunk of the job is pushed after its `job_unfollowed`.

@@ -42,7 +42,7 @@ pub(super) async fn handle(request: ClientRequest, ops: &Ops) -> Reply {
             request_id,
             e.code(),
             e.to_string(),
-            e.details(),
+            crate::wire::error_details(&e),
         )),
     }
 }
@@ -110,7 +110,7 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
 }
 
 // Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
+#[expect(clippy::unnecessary_wraps)]
 fn hello_again() -> Answered {
     Ok(Reply::Send(request_error(
         None,
@@ -121,7 +121,7 @@ fn hello_again() -> Answered {
 }
 
 // Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
+#[expect(clippy::unnecessary_wraps)]
 fn answered_by_the_session(id: Id, kind: &str) -> Answered {
     Ok(Reply::Send(request_error(
         id,
@@ -228,8 +228,6 @@ fn list_providers(ops: &Ops, request_id: Id) -> Answered {
 
 /// A session answers it from the hub's cache (`Session::answer_here`); this is the same
 /// answer encoded afresh.
-// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
 fn list_agents(ops: &Ops, request_id: Id, r: &rq::ListAgents) -> Answered {
     send(DaemonMessage::Agents {
         request_id,
@@ -295,8 +293,6 @@ async fn wait_idle(ops: &Ops, request_id: Id, r: rq::WaitIdle) -> Answered {
     })
 }
 
-// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
 fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answered {
     send(DaemonMessage::Workspaces {
         request_id,
@@ -315,8 +311,6 @@ fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answere
     })
 }
 
-// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
 fn list_hosts(ops: &Ops, request_id: Id) -> Answered {
     send(DaemonMessage::Hosts {
         request_id,
@@ -338,8 +332,6 @@ fn remove_host(ops: &Ops, request_id: Id, r: &rq::RemoveHost) -> Answered {
     })
 }
 
-// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
 fn ping(request_id: Id) -> Answered {
     send(DaemonMessage::Ok {
         request_id,
@@ -406,8 +398,6 @@ async fn delete_schedule(ops: &Ops, request_id: Id, r: rq::DeleteSchedule) -> An
     })
 }
 
-// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
 fn notify_status(ops: &Ops, request_id: Id) -> Answered {
     send(DaemonMessage::NotifyStatus {
         request_id,
@@ -515,7 +505,7 @@ async fn archive_workspace(ops: &Ops, request_id: Id, r: rq::ArchiveWorkspace) -
 }
 
 // Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
-#[allow(clippy::unnecessary_wraps)]
+#[expect(clippy::unnecessary_wraps)]
 fn send(message: DaemonMessage) -> Answered {
     Ok(Reply::Send(message))
 }

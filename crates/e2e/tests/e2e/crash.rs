@@ -57,12 +57,12 @@ struct Summary {
 }
 
 // One story: rounds of run, kill and reboot, each checked against what was acknowledged.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 #[test]
 fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
     let started = Instant::now();
     // Any 64 bits of the clock make a seed, so the cast may drop the high ones.
-    #[allow(clippy::cast_possible_truncation)]
+    #[expect(clippy::cast_possible_truncation)]
     let seed = std::env::var("DROVER_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -369,7 +369,7 @@ async fn a_connections_requests_are_bounded_and_end_with_it() {
 /// was refused or stays queued, no log is torn or glued, and once space returns (and after a
 /// restart) every acknowledged message has run exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // one story, told in the order it happens
+#[expect(clippy::too_many_lines)] // one story, told in the order it happens
 async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() {
     use drover_acp::{RuntimeManager, no_mcp_servers};
     use drover_core::inbox::Delivery;
@@ -390,19 +390,20 @@ async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() 
             .expect("open the runtimes")
     };
     let (manager, registry, _) = open().await;
-    let agent = manager
-        .create_agent(
-            NewAgent {
-                provider: "scripted".to_string(),
-                cwd: cwd.path().to_path_buf(),
-                title: Some("disk".to_string()),
-                ..NewAgent::default()
-            },
-            Some("stream 20".to_string()),
-        )
-        .await
-        .expect("create")
-        .id;
+    let agent = drover_testkit::create_agent(
+        &manager,
+        NewAgent {
+            provider: "scripted".to_string(),
+            cwd: cwd.path().to_path_buf(),
+            title: Some("disk".to_string()),
+            ..NewAgent::default()
+        },
+        Some("stream 20".to_string()),
+        None,
+    )
+    .await
+    .expect("create")
+    .id;
     assert!(
         manager.wait_idle(agent, WAIT).await.expect("wait"),
         "the first turn did not end"
@@ -623,19 +624,20 @@ async fn an_unarchive_during_the_archives_close_finds_the_queue_discarded() {
     let (manager, registry, _) = RuntimeManager::open(home.path(), providers, no_mcp_servers())
         .await
         .expect("open the runtimes");
-    let agent = manager
-        .create_agent(
-            NewAgent {
-                provider: "scripted".to_string(),
-                cwd: cwd.path().to_path_buf(),
-                title: Some("slow to end".to_string()),
-                ..NewAgent::default()
-            },
-            Some("say hello".to_string()),
-        )
-        .await
-        .expect("an agent")
-        .id;
+    let agent = drover_testkit::create_agent(
+        &manager,
+        NewAgent {
+            provider: "scripted".to_string(),
+            cwd: cwd.path().to_path_buf(),
+            title: Some("slow to end".to_string()),
+            ..NewAgent::default()
+        },
+        Some("say hello".to_string()),
+        None,
+    )
+    .await
+    .expect("an agent")
+    .id;
     assert!(manager.wait_idle(agent, WAIT).await.expect("wait"));
     let pid = manager.runtime_pid(agent).await.expect("a live runtime");
     // Context for the next prompt: it waits in the inbox.

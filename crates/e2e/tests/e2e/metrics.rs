@@ -5,7 +5,7 @@
 //! credentials file) and answers a query for a drover metric.
 
 // The values compared exactly are counts, small integers that f64 holds exactly.
-#![allow(clippy::float_cmp)]
+#![expect(clippy::float_cmp)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -103,7 +103,7 @@ pub(crate) async fn assert_all_gone_within(
 }
 
 // One story: every kind of process started, then one death.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 async fn nothing_outlives_the_daemon(cgroups: bool, signal: Signal) {
     let cgroups = cgroups && cgroups_here();
     let home = TempDir::new().expect("home");

@@ -103,7 +103,7 @@ impl DaemonProcess {
     pub(crate) async fn stop(mut self) {
         let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits");
         // SAFETY: sending a signal to our own child process.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code)]
         let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
         assert_eq!(rc, 0, "SIGTERM the daemon");
         let exited = poll_until(WAIT, async || self.child.try_wait().ok().flatten()).await;

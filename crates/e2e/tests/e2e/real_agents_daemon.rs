@@ -109,7 +109,7 @@ async fn answer_permission(client: &mut Client, name: &str, id: &str, kind: &str
 }
 
 // One story per agent: every feature driven through the daemon in turn, as a user would.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 async fn run_everything(agent: RealAgent) {
     let name = agent.name();
     let RealSetup {

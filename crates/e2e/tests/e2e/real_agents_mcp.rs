@@ -75,7 +75,7 @@ async fn agent(client: &mut Client, id: &str) -> Value {
 }
 
 // One story: codex drives drover's MCP tools end to end, checked at every step.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_creates_a_subagent_in_a_worktree() {
     let home = TempDir::new().expect("home");

@@ -61,6 +61,7 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         on_interrupt: None,
         on_limit: None,
         limit_backoff: None,
+        limit_fallback: None,
     });
     providers
 }
@@ -116,11 +117,14 @@ impl Fleet {
     }
 
     async fn run(&self, prompt: &str) -> AgentId {
-        let agent = self
-            .manager
-            .create_agent(self.new_agent(), Some(prompt.to_string()))
-            .await
-            .expect("create");
+        let agent = drover_testkit::create_agent(
+            &self.manager,
+            self.new_agent(),
+            Some(prompt.to_string()),
+            None,
+        )
+        .await
+        .expect("create");
         agent.id
     }
 
@@ -319,12 +323,15 @@ async fn the_allow_policy_answers_by_itself() {
         permission_policy: PermissionPolicy::Allow,
         ..ProviderConfig::default()
     };
-    let id = fleet
-        .manager
-        .create_agent(new, Some("permission-first deploy".to_string()))
-        .await
-        .expect("create")
-        .id;
+    let id = drover_testkit::create_agent(
+        &fleet.manager,
+        new,
+        Some("permission-first deploy".to_string()),
+        None,
+    )
+    .await
+    .expect("create")
+    .id;
     fleet.idle(id).await;
     assert!(
         fleet
@@ -645,9 +652,7 @@ async fn the_gate_blocks_turns_under_an_archived_parent_without_prompting() {
     fleet.idle(parent).await;
     let mut new = fleet.new_agent();
     new.parent = Some(parent);
-    let child = fleet
-        .manager
-        .create_agent(new, None)
+    let child = drover_testkit::create_agent(&fleet.manager, new, None, None)
         .await
         .expect("child")
         .id;
@@ -674,17 +679,13 @@ async fn unknown_and_unavailable_providers_are_refused_with_a_hint() {
     let fleet = Fleet::new().await;
     let mut new = fleet.new_agent();
     new.provider = "nope".to_string();
-    let err = fleet
-        .manager
-        .create_agent(new, None)
+    let err = drover_testkit::create_agent(&fleet.manager, new, None, None)
         .await
         .expect_err("unknown");
     assert_eq!(err.code(), "unknown_provider");
     let mut new = fleet.new_agent();
     new.provider = "copilot".to_string();
-    let err = fleet
-        .manager
-        .create_agent(new, None)
+    let err = drover_testkit::create_agent(&fleet.manager, new, None, None)
         .await
         .expect_err("copilot is not on the system's PATH");
     assert_eq!(err.code(), "provider_unavailable");
@@ -849,9 +850,7 @@ async fn mode_and_model_reach_a_live_agent_and_the_record() {
     let fleet = Fleet::new().await;
     let mut new = fleet.new_agent();
     new.config.mode = Some("plan".to_string());
-    let id = fleet
-        .manager
-        .create_agent(new, Some("say hi".to_string()))
+    let id = drover_testkit::create_agent(&fleet.manager, new, Some("say hi".to_string()), None)
         .await
         .expect("create")
         .id;
@@ -906,12 +905,15 @@ async fn a_subagent_notifies_its_parent_with_a_queued_followup() {
     let mut new = fleet.new_agent();
     new.parent = Some(parent);
     new.title = Some("child".to_string());
-    let child = fleet
-        .manager
-        .create_agent_notifying(new, Some("say the tests pass".to_string()), Some(parent))
-        .await
-        .expect("child")
-        .id;
+    let child = drover_testkit::create_agent(
+        &fleet.manager,
+        new,
+        Some("say the tests pass".to_string()),
+        Some(parent),
+    )
+    .await
+    .expect("child")
+    .id;
     fleet.idle(child).await;
     fleet.idle(parent).await;
     // The parent's own turn was not interrupted, and the notice ran as its next turn.

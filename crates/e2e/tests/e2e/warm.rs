@@ -121,7 +121,6 @@ const SCRIPT: &str = "session-cwd\nsay |\nenv MARK\nsay |\nmcp-servers\nsay |\n\
     mcp create_agent {\"relationship\": {\"kind\": \"subagent\"}, \"workspace\": {\"kind\": \"current\"}, \"prompt\": \"say kid\"}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)]
 async fn warm_an_agent_takes_a_spare_and_works_as_its_own_and_the_spare_is_replaced() {
     let home = TempDir::new().expect("home");
     let state = TempDir::new().expect("agent state");

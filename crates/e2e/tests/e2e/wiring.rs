@@ -109,21 +109,25 @@ async fn a_parent_told_that_its_childs_turn_ended_finds_the_child_idle() {
         title: Some(title.to_string()),
         ..NewAgent::default()
     };
-    let parent = manager
-        .create_agent(new_agent("parent"), Some("say ready".to_string()))
-        .await
-        .expect("parent");
+    let parent = drover_testkit::create_agent(
+        &manager,
+        new_agent("parent"),
+        Some("say ready".to_string()),
+        None,
+    )
+    .await
+    .expect("parent");
     assert!(manager.wait_idle(parent.id, WAIT).await.expect("wait"));
 
     let mut updates = manager.subscribe();
-    let child = manager
-        .create_agent_notifying(
-            new_agent("child"),
-            Some("say done".to_string()),
-            Some(parent.id),
-        )
-        .await
-        .expect("child");
+    let child = drover_testkit::create_agent(
+        &manager,
+        new_agent("child"),
+        Some("say done".to_string()),
+        Some(parent.id),
+    )
+    .await
+    .expect("child");
     // The first the parent hears of it: the notice, as it becomes the parent's turn.
     let source = format!("agent:{}", child.id);
     let notice = tokio::time::timeout(WAIT, async {

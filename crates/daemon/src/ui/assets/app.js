@@ -20,6 +20,8 @@ const store = {
 
 const S = {
   agents: new Map(),
+  // The hosts this daemon links to, by name (`session_state`, then `host_update`).
+  hosts: new Map(),
   // Every schedule by id (`list_schedules`, then `schedule_update`).
   schedules: new Map(),
   workspaces: new Map(),
@@ -92,6 +94,7 @@ function onMessage(msg) {
       if (!timing.stateAt) timing.stateAt = performance.now();
       S.agents = new Map(p.agents.map((a) => [a.id, a]));
       S.workspaces = new Map(p.workspaces.map((w) => [w.id, w]));
+      S.hosts = new Map((p.hosts || []).map((x) => [x.name, x]));
       S.synced = true;
       // Every subscription is gone after a reconnect or a resync: panes load again.
       for (const pane of S.panes.values()) pane.loaded = false;
@@ -126,6 +129,11 @@ function onMessage(msg) {
       render({ sidebar: sidebarKey(before) !== sidebarKey(a) });
       break;
     }
+    case DaemonType.HostUpdate:
+      if (p.host) S.hosts.set(p.name, p.host);
+      else S.hosts.delete(p.name);
+      render();
+      break;
     case DaemonType.WorkspaceUpdate:
       if (p.workspace) S.workspaces.set(p.workspace.id, p.workspace);
       else if (S.workspaces.has(p.workspaceId)) S.workspaces.get(p.workspaceId).activity = p.activity;
@@ -411,7 +419,8 @@ function renderSidebar() {
     if (w.archivedAt && !S.showArchived) continue;
     const agents = roots.get(w.id) || [];
     if (narrowed && !agents.length && (S.quick || !w.name.toLowerCase().includes(filter))) continue;
-    const project = w.worktree?.source || w.path;
+    // Another host's checkout is another project, even at the same path.
+    const project = `${w.host ? `${w.host}:` : ''}${w.worktree?.source || w.path}`;
     if (!projects.has(project)) projects.set(project, []);
     projects.get(project).push(w);
   }
@@ -432,7 +441,7 @@ function renderSidebar() {
         collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.flatMap((a) => [agentRow(a, childCount.get(a.id) || 0, rollup.get(a.id)),
           ...(hits.get(a.id) || []).map((d) => agentRow(d, 0, null, true))]))));
     }
-    groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project)), h('ul', { role: 'list' }, items)));
+    groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project), hostBadge(wss[0].host)), h('ul', { role: 'list' }, items)));
   }
   if (!groups.length) {
     groups.push(h('li', { class: 'empty' }, S.synced ? (narrowed ? 'Nothing matches the filter.' : 'No agents yet. Start one with “New agent”.') : ''));
@@ -448,6 +457,16 @@ function quickMatch(a) {
     case 'errors': return a.status === 'error' || a.attentionReason === 'error' || Boolean(a.startFailure);
     default: return true;
   }
+}
+
+/** The host a project is on, and whether it can be reached now (nothing for this machine). */
+function hostBadge(name) {
+  if (!name) return null;
+  const host = S.hosts.get(name);
+  const up = host?.state === 'reachable';
+  const since = host ? new Date(host.since).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '';
+  const title = up ? `on host ${name}` : `host ${name} is ${host?.state ?? 'gone'} since ${since}${host?.error ? `: ${host.error}` : ''}; its agents go on running there`;
+  return h('span', { class: `host-badge${up ? '' : ' down'}`, title }, up ? `@${name}` : `@${name} · ${host?.state ?? 'gone'}`);
 }
 
 /** A sidebar row: a root, or (`sub`) a subagent a filter found, under its root. */
@@ -1416,8 +1435,11 @@ async function newAgentDialog(workspaceId = null) {
         unavailable.map((p) => h('div', null, `${p.label}: ${p.detail}`))) : '');
     };
     showHint();
-    const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === workspaceId }, `${w.name} — ${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));
+    const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === workspaceId }, `${w.name} — ${w.host ? `${w.host}:` : ''}${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));
     const dir = h('input', { name: 'cwd', placeholder: '/absolute/path', 'aria-label': 'Directory' });
+    // Where “another directory” is: this machine, or a host (`--host` on the command line).
+    const host = h('select', { name: 'host', 'aria-label': 'Machine' }, h('option', { value: '' }, 'this machine'),
+      [...S.hosts.values()].map((x) => h('option', { value: x.name, disabled: x.state !== 'reachable' }, x.state === 'reachable' ? x.name : `${x.name} (${x.state})`)));
     const worktree = h('input', { type: 'checkbox', name: 'worktree' });
     const wtName = h('input', { name: 'wtName', placeholder: 'name (optional)', 'aria-label': 'Worktree name' });
     const wtBase = h('input', { name: 'wtBase', placeholder: 'base (default HEAD)', 'aria-label': 'Worktree base' });
@@ -1428,6 +1450,9 @@ async function newAgentDialog(workspaceId = null) {
     const prompt = h('textarea', { name: 'prompt', rows: '4', 'aria-label': 'First prompt' });
     const autoArchive = h('input', { type: 'checkbox', name: 'autoArchive' });
     const policy = h('select', { name: 'permissionPolicy', 'aria-label': 'Permissions' }, h('option', { value: 'ask' }, 'ask me'), h('option', { value: 'allow' }, 'allow everything'));
+    const budgetTokens = h('input', { name: 'budgetTokens', type: 'number', min: '1', step: '1', placeholder: 'no limit', 'aria-label': 'Budget in tokens' });
+    const budgetCost = h('input', { name: 'budgetCost', type: 'number', min: '0', step: 'any', placeholder: 'no limit', 'aria-label': 'Budget in cost' });
+    const budgetHard = h('input', { type: 'checkbox', name: 'budgetHard' });
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
@@ -1438,9 +1463,18 @@ async function newAgentDialog(workspaceId = null) {
         msg.worktree = { name: wtName.value.trim() || null, base: wtBase.value.trim() || null };
       } else if (ws) msg.workspaceId = ws.id;
       else msg.cwd = dir.value.trim();
+      // A workspace's agent goes to the workspace's host by itself; a directory names one.
+      if (ws?.host) msg.host = ws.host;
+      else if (!ws && host.value) msg.host = host.value;
       for (const [k, el] of [['title', title], ['mode', mode], ['model', model], ['effort', effort], ['prompt', prompt]]) if (el.value.trim()) msg[k] = el.value.trim();
       msg.autoArchive = autoArchive.checked;
       msg.permissionPolicy = policy.value;
+      // A budget for the agent and its subagents: at 100 % no new turn starts in its tree.
+      if (budgetTokens.value || budgetCost.value) {
+        msg.budget = { hard: budgetHard.checked };
+        if (budgetTokens.value) msg.budget.tokens = Number(budgetTokens.value);
+        if (budgetCost.value) msg.budget.cost = Number(budgetCost.value);
+      }
       try {
         const m = await conn.request(msg);
         close();
@@ -1453,10 +1487,15 @@ async function newAgentDialog(workspaceId = null) {
       h('h2', null, 'New agent'),
       field('Provider', provider), hint,
       field('Workspace', where), field('Directory (for “another directory”)', dir),
+      S.hosts.size ? field('On (for “another directory”)', host) : null,
       h('fieldset', null, h('legend', null, h('label', null, worktree, ' in a new git worktree')), wtName, wtBase),
       field('Title', title), h('div', { class: 'row' }, field('Mode', mode), field('Model', model), field('Effort', effort)),
       field('First prompt', prompt),
       h('div', { class: 'row' }, h('label', null, autoArchive, ' archive when the first turn ends'), field('Permissions', policy)),
+      // Folded: most agents have none, and the dialog fits a laptop's screen.
+      h('details', { class: 'budget-fields' }, h('summary', null, 'Budget for it and its subagents'),
+        h('div', { class: 'row' }, field('Tokens', budgetTokens), field('Cost', budgetCost),
+          h('label', { title: 'At 100 % the turns running in its tree are cancelled too' }, budgetHard, ' hard'))),
       error,
       h('div', { class: 'dialog-actions' }, h('button', { type: 'button', onclick: () => close() }, 'Cancel'), h('button', { type: 'submit', class: 'primary' }, 'Create')));
   }, { className: 'wide' });

@@ -1,0 +1,148 @@
+//! A provider's sign-in as the daemon knows it, and signing it in: the chosen method kept in
+//! `config.toml`, then every agent waiting for it started again.
+
+use std::collections::BTreeMap;
+
+use crate::providers::{self, Provider};
+use crate::{AcpError, RuntimeManager, auth};
+use drover_core::AgentId;
+
+impl RuntimeManager {
+    /// A provider's sign-in as the daemon knows it: the state its agents' last starts saw
+    /// (`None`: none started since the daemon did), the methods it offered, and what to tell
+    /// people.
+    pub fn sign_in_status(
+        &self,
+        provider: &Provider,
+    ) -> (
+        Option<auth::SignInState>,
+        Vec<drover_core::AuthMethod>,
+        String,
+    ) {
+        let (state, methods) = match self.shared.sign_ins.get(&provider.name) {
+            Some((state, methods)) => (Some(state), methods),
+            None => (
+                None,
+                self.recorded_methods(&provider.name).unwrap_or_default(),
+            ),
+        };
+        let state = state.or_else(|| {
+            self.recorded_methods(&provider.name)
+                .map(|_| auth::SignInState::NeedsSignIn)
+        });
+        let how = auth::how_to_sign_in(provider, &methods);
+        (state, methods, how)
+    }
+
+    /// The methods recorded with an agent of `provider` that waits for a sign-in.
+    fn recorded_methods(&self, provider: &str) -> Option<Vec<drover_core::AuthMethod>> {
+        self.registry().agents().iter().find_map(|a| {
+            (a.provider == provider && !a.is_archived())
+                .then(|| a.start_failure.as_ref()?.sign_in.clone())
+                .flatten()
+        })
+    }
+
+    /// Signs `provider` in with `method_id` (see `ClientMessage::SignIn`): an `env_var`
+    /// method's `vars` go into the provider's `env` in `config.toml`, an `agent` method
+    /// becomes its `auth`, a `terminal` one (run by the user) needs nothing kept. Then every
+    /// agent of the provider waiting for a sign-in starts again; their ids are returned.
+    pub async fn sign_in(
+        &self,
+        provider_name: &str,
+        method_id: &str,
+        vars: BTreeMap<String, String>,
+    ) -> Result<Vec<AgentId>, AcpError> {
+        let providers = self.providers()?;
+        let provider = providers
+            .get(provider_name)
+            .ok_or_else(|| AcpError::UnknownProvider {
+                name: provider_name.to_string(),
+                known: providers.all().map(|p| p.name.clone()).collect(),
+            })?;
+        let (_, methods, _) = self.sign_in_status(provider);
+        let method = methods.iter().find(|m| m.id == method_id);
+        if method.is_none() && !methods.is_empty() {
+            let ids: Vec<&str> = methods.iter().map(|m| m.id.as_str()).collect();
+            return Err(AcpError::InvalidSignIn {
+                message: format!(
+                    "{provider_name} offers no sign-in method `{method_id}`; its methods are {}",
+                    ids.join(", ")
+                ),
+            });
+        }
+        let unlisted = if vars.is_empty() {
+            drover_protocol::AuthKind::Agent
+        } else {
+            drover_protocol::AuthKind::EnvVar
+        };
+        let kind = method.map_or(unlisted, |m| m.kind);
+        let entry = match kind {
+            drover_protocol::AuthKind::EnvVar => {
+                if let Some(method) = method {
+                    let missing: Vec<&str> = method
+                        .vars
+                        .iter()
+                        .filter(|v| !v.optional && vars.get(&v.name).is_none_or(String::is_empty))
+                        .map(|v| v.name.as_str())
+                        .collect();
+                    if !missing.is_empty() {
+                        return Err(AcpError::InvalidSignIn {
+                            message: format!(
+                                "sign-in `{method_id}` of {provider_name} needs {}",
+                                missing.join(", ")
+                            ),
+                        });
+                    }
+                    if let Some(extra) = vars
+                        .keys()
+                        .find(|k| !method.vars.iter().any(|v| &v.name == *k))
+                    {
+                        return Err(AcpError::InvalidSignIn {
+                            message: format!(
+                                "sign-in `{method_id}` of {provider_name} takes no variable `{extra}`"
+                            ),
+                        });
+                    }
+                }
+                Some(providers::SignInEntry::Env(vars))
+            }
+            drover_protocol::AuthKind::Agent => {
+                Some(providers::SignInEntry::Auth(method_id.to_string()))
+            }
+            drover_protocol::AuthKind::Terminal => None,
+        };
+        if let Some(entry) = entry {
+            let home = self.shared.home.clone();
+            let name = provider_name.to_string();
+            tokio::task::spawn_blocking(move || providers::store_sign_in(&home, &name, &entry))
+                .await
+                .map_err(|_| AcpError::ShuttingDown)??;
+        }
+        let waiting: Vec<AgentId> = self
+            .registry()
+            .agents()
+            .iter()
+            .filter(|a| {
+                a.provider == provider_name
+                    && !a.is_archived()
+                    && a.start_failure
+                        .as_ref()
+                        .is_some_and(|f| f.sign_in.is_some())
+            })
+            .map(|a| a.id)
+            .collect();
+        // The sign-in is kept: one agent that cannot start again (archived meanwhile, say)
+        // keeps none of the others waiting.
+        let mut started = Vec::with_capacity(waiting.len());
+        for agent in waiting {
+            match self.restart(agent).await {
+                Ok(()) => started.push(agent),
+                Err(e) => {
+                    tracing::warn!(%agent, error = %e, "not started again after the sign-in");
+                }
+            }
+        }
+        Ok(started)
+    }
+}
