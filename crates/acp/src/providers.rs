@@ -73,6 +73,31 @@ pub struct Provider {
     pub limit_backoff: Option<Duration>,
 }
 
+impl Provider {
+    /// A provider that runs `command` with `env` and nothing else set: labelled by its name,
+    /// not built in, no defaults, no sign-in, no warm spares (as a `config.toml` entry that
+    /// gives only a command). Set more with struct update syntax.
+    pub fn command(name: &str, command: Vec<String>, env: BTreeMap<String, String>) -> Provider {
+        Provider {
+            name: name.to_string(),
+            label: name.to_string(),
+            command,
+            env,
+            default_model: None,
+            default_mode: None,
+            default_effort: None,
+            install_hint: format!("check `command` under [providers.{name}] in config.toml"),
+            builtin: false,
+            auth: None,
+            warm: 0,
+            auth_env: Vec::new(),
+            on_interrupt: None,
+            on_limit: None,
+            limit_backoff: None,
+        }
+    }
+}
+
 /// The first wait for a usage limit with no reset time, unless `config.toml` says.
 pub const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(5 * 60);
 
@@ -339,21 +364,14 @@ fn demo() -> Provider {
 
 fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
     Provider {
-        name: name.to_string(),
         label: label.to_string(),
-        command: command.iter().map(ToString::to_string).collect(),
-        env: BTreeMap::new(),
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: hint.to_string(),
         builtin: true,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
+        ..Provider::command(
+            name,
+            command.iter().map(ToString::to_string).collect(),
+            BTreeMap::new(),
+        )
     }
 }
 

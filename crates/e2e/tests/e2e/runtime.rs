@@ -46,21 +46,13 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         "from-provider".to_string(),
     );
     providers.insert(Provider {
-        name: "scripted".to_string(),
         label: "Scripted".to_string(),
-        command: vec![env!("CARGO_BIN_EXE_drover-scripted-agent").to_string()],
-        env,
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: "built with the workspace".to_string(),
-        builtin: false,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
+        ..Provider::command(
+            "scripted",
+            vec![env!("CARGO_BIN_EXE_drover-scripted-agent").to_string()],
+            env,
+        )
     });
     providers
 }
