@@ -16,7 +16,8 @@
 //! mode = "default"
 //! effort = "high"                        # reasoning effort (`thought_level` option)
 //! on_interrupt = "continue"               # a turn a restart cut off continues (default "notify")
-//! on_limit = "wait"                       # a usage limit waits for its reset (or "fail")
+//! on_limit = "wait"                       # a usage limit waits for its reset (or "fail", or
+//!                                         # { fallback = "other" }: the work goes on there)
 //! limit_backoff = "5m"                    # the first wait when the agent gives no reset time
 //! warm = 1                                # keep 1 spare process ready (see `crate::warm`)
 //!
@@ -71,12 +72,15 @@ pub struct Provider {
     /// time (`limit_backoff`; `None`: [`DEFAULT_LIMIT_BACKOFF`]); it doubles with each limit
     /// in a row, up to an hour.
     pub limit_backoff: Option<Duration>,
+    /// The provider its agents' work goes to when a turn hits this provider's usage limit
+    /// (`on_limit = { fallback = "other" }`), for agents created without a policy of their own.
+    pub limit_fallback: Option<String>,
 }
 
 impl Provider {
     /// A provider that runs `command` with `env` and nothing else set: labelled by its name,
-    /// not built in, no defaults, no sign-in, no warm spares (as a `config.toml` entry that
-    /// gives only a command). Set more with struct update syntax.
+    /// not built in, no defaults, no sign-in, no warm spares, no fallback (as a `config.toml`
+    /// entry that gives only a command). Set more with struct update syntax.
     pub fn command(name: &str, command: Vec<String>, env: BTreeMap<String, String>) -> Provider {
         Provider {
             name: name.to_string(),
@@ -94,6 +98,7 @@ impl Provider {
             on_interrupt: None,
             on_limit: None,
             limit_backoff: None,
+            limit_fallback: None,
         }
     }
 }
@@ -291,9 +296,27 @@ struct ProviderEntry {
     effort: Option<String>,
     auth: Option<String>,
     on_interrupt: Option<OnInterrupt>,
-    on_limit: Option<OnLimit>,
+    on_limit: Option<OnLimitEntry>,
     limit_backoff: Option<DurationEntry>,
     warm: Option<i64>,
+}
+
+/// `on_limit` as written: a policy, or the provider the work falls back to.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OnLimitEntry {
+    Policy(OnLimit),
+    Fallback { fallback: String },
+}
+
+impl OnLimitEntry {
+    /// The policy and the fallback provider, as `Provider` keeps them.
+    fn split(self) -> (Option<OnLimit>, Option<String>) {
+        match self {
+            OnLimitEntry::Policy(policy) => (Some(policy), None),
+            OnLimitEntry::Fallback { fallback } => (None, Some(fallback)),
+        }
+    }
 }
 
 /// A `limit_backoff` as written: more than zero.
@@ -486,25 +509,28 @@ impl Providers {
                         })?,
                 ),
             };
-            let provider = match self.by_name.remove(&name) {
-                Some(mut preset) => {
-                    if let Some(command) = entry.command {
-                        preset.command = command;
-                    }
-                    preset.env.extend(entry.env);
-                    preset.label = entry.label.unwrap_or(preset.label);
-                    preset.default_model = entry.model.or(preset.default_model);
-                    preset.default_mode = entry.mode.or(preset.default_mode);
-                    preset.default_effort = entry.effort.or(preset.default_effort);
-                    preset.auth = entry.auth.or(preset.auth);
-                    preset.on_interrupt = entry.on_interrupt.or(preset.on_interrupt);
-                    preset.on_limit = entry.on_limit.or(preset.on_limit);
-                    preset.limit_backoff = limit_backoff(&name, entry.limit_backoff, invalid)?
-                        .or(preset.limit_backoff);
-                    preset.warm = warm.unwrap_or(preset.warm);
-                    preset
+            let provider = if let Some(mut preset) = self.by_name.remove(&name) {
+                if let Some(command) = entry.command {
+                    preset.command = command;
                 }
-                None => Provider {
+                preset.env.extend(entry.env);
+                preset.label = entry.label.unwrap_or(preset.label);
+                preset.default_model = entry.model.or(preset.default_model);
+                preset.default_mode = entry.mode.or(preset.default_mode);
+                preset.default_effort = entry.effort.or(preset.default_effort);
+                preset.auth = entry.auth.or(preset.auth);
+                preset.on_interrupt = entry.on_interrupt.or(preset.on_interrupt);
+                if let Some(on_limit) = entry.on_limit {
+                    (preset.on_limit, preset.limit_fallback) = on_limit.split();
+                }
+                preset.limit_backoff =
+                    limit_backoff(&name, entry.limit_backoff, invalid)?.or(preset.limit_backoff);
+                preset.warm = warm.unwrap_or(preset.warm);
+                preset
+            } else {
+                let (on_limit, limit_fallback) =
+                    entry.on_limit.map(OnLimitEntry::split).unwrap_or_default();
+                Provider {
                     label: entry.label.unwrap_or_else(|| name.clone()),
                     command: entry
                         .command
@@ -522,12 +548,23 @@ impl Providers {
                     warm: warm.unwrap_or(0),
                     auth_env: Vec::new(),
                     on_interrupt: entry.on_interrupt,
-                    on_limit: entry.on_limit,
+                    on_limit,
                     limit_backoff: limit_backoff(&name, entry.limit_backoff, invalid)?,
+                    limit_fallback,
                     name: name.clone(),
-                },
+                }
             };
             self.by_name.insert(name, provider);
+        }
+        for provider in self.by_name.values() {
+            if let Some(fallback) = &provider.limit_fallback
+                && (fallback == &provider.name || !self.by_name.contains_key(fallback))
+            {
+                return Err(invalid(format!(
+                    "[providers.{}] `on_limit = {{ fallback = \"{fallback}\" }}`: name another provider",
+                    provider.name
+                )));
+            }
         }
         Ok(self)
     }
@@ -637,7 +674,7 @@ mod tests {
     }
 
     #[test]
-    fn unattended_policies_read_and_a_fallback_is_refused() {
+    fn unattended_policies_read_and_a_fallback_names_another_provider() {
         let text = r#"
             [providers.codex]
             on_interrupt = "continue"
@@ -658,8 +695,21 @@ mod tests {
         let mine = p.get("mine").expect("mine");
         assert_eq!(mine.limit_backoff, Some(Duration::from_secs(30)));
         assert_eq!((mine.on_interrupt, mine.on_limit), (None, None));
+        let p = Providers::presets()
+            .with_config(
+                Path::new("/h/config.toml"),
+                "[providers.codex]\non_limit = { fallback = \"claude\" }\n",
+            )
+            .expect("a fallback to another provider");
+        let codex = p.get("codex").expect("codex");
+        assert_eq!(
+            (codex.on_limit, codex.limit_fallback.as_deref()),
+            (None, Some("claude"))
+        );
         for bad in [
-            "[providers.codex]\non_limit = { fallback = \"claude\" }\n",
+            "[providers.codex]\non_limit = { fallback = \"codex\" }\n",
+            "[providers.codex]\non_limit = { fallback = \"nobody\" }\n",
+            "[providers.codex]\non_limit = { wait = \"claude\" }\n",
             "[providers.codex]\non_interrupt = \"retry\"\n",
             "[providers.codex]\nlimit_backoff = \"0s\"\n",
         ] {

@@ -257,6 +257,8 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
         "{}",
         text(&logs)
     );
+    a_job_runs_on_b(&fleet, &id);
+
     let archived = fleet.hub.drover(&["archive", &id]);
     assert!(archived.status.success(), "{}", text(&archived));
     let on_b = fleet.b.json(&["ls", "--json", "--all"]);
@@ -272,7 +274,48 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
     });
     assert!(seen.is_some(), "the hub did not hear of the archive");
 
-    // Mistakes are named.
+    mistakes_are_named(&fleet);
+}
+
+/// A job started on b's agent from the hub: its id names its host (each daemon numbers its
+/// own jobs), its output and listing reach the hub.
+fn a_job_runs_on_b(fleet: &Fleet, id: &str) {
+    let job = fleet.hub.json(&[
+        "job",
+        "start",
+        id,
+        "--no-notify",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo job ran on b",
+    ]);
+    let job_id = job["id"].as_str().expect("job id").to_string();
+    assert!(job_id.ends_with("@b"), "{job}");
+    let ran = poll_until_blocking(Duration::from_secs(20), || {
+        let out = fleet.hub.drover(&["job", "logs", &job_id]);
+        String::from_utf8_lossy(&out.stdout)
+            .contains("job ran on b")
+            .then_some(())
+    });
+    assert!(ran.is_some(), "the job's output never reached the hub");
+    let jobs = fleet.hub.json(&["job", "ls", "--json"]);
+    assert!(
+        jobs.as_array()
+            .is_some_and(|j| j.iter().any(|j| j["id"] == job_id)),
+        "{jobs}"
+    );
+    let on_b = fleet.b.json(&["job", "ls", "--json"]);
+    let plain = job_id.trim_end_matches("@b");
+    assert!(
+        on_b.as_array()
+            .is_some_and(|j| j.iter().any(|j| j["id"] == plain)),
+        "{on_b}"
+    );
+}
+
+fn mistakes_are_named(fleet: &Fleet) {
     let no_cwd = fleet
         .hub
         .drover(&["run", "--host", "b", "--provider", "demo", "hi"]);

@@ -1329,3 +1329,57 @@ async fn a_starting_runtime_is_no_turn_and_archives_plainly() {
     );
     assert!(fx.runtime.cancels().is_empty(), "nothing to stop");
 }
+
+// ---- budgets --------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_is_found_on_the_lineage_nearest_first() {
+    let fx = Fixture::new();
+    let reg = &fx.registry;
+    let root = fx.create(0, None).await;
+    let child = fx.create(0, Some(root.id)).await;
+    let grandchild = fx.create(0, Some(child.id)).await;
+    let budget = |tokens| drover_core::Budget {
+        tokens: Some(tokens),
+        cost: None,
+        hard: false,
+    };
+    reg.set_budget(root.id, Some(budget(1000)))
+        .await
+        .expect("root's budget");
+    reg.set_budget(child.id, Some(budget(500)))
+        .await
+        .expect("child's budget");
+    // Nothing reported: unknown spend reaches no budget.
+    assert!(reg.spent_budgets(grandchild.id).is_empty());
+    reg.add_spend(grandchild.id, Some(600), None)
+        .await
+        .expect("spend");
+    // The child's tree spent its 500; the root's 1000 is not spent.
+    let spent: Vec<AgentId> = reg
+        .spent_budgets(grandchild.id)
+        .iter()
+        .map(|s| s.agent)
+        .collect();
+    assert_eq!(spent, [child.id]);
+    assert!(reg.spent_budget(root.id).is_none());
+    reg.add_spend(root.id, Some(400), None)
+        .await
+        .expect("spend");
+    // Both now, the nearest first; the root's tree counts the grandchild's spend.
+    let spent = reg.spent_budgets(grandchild.id);
+    let agents: Vec<AgentId> = spent.iter().map(|s| s.agent).collect();
+    assert_eq!(agents, [child.id, root.id]);
+    assert_eq!(spent[1].tree.spend.tokens, Some(1000));
+    assert_eq!(reg.tree(root.id), [root.id, child.id, grandchild.id]);
+    // Raised: the child's tree is free again, the root's still holds it.
+    reg.set_budget(child.id, Some(budget(5000)))
+        .await
+        .expect("raised");
+    let agents: Vec<AgentId> = reg
+        .spent_budgets(grandchild.id)
+        .iter()
+        .map(|s| s.agent)
+        .collect();
+    assert_eq!(agents, [root.id]);
+}

@@ -574,10 +574,16 @@ const scenarios = {
     await dialog.locator('select[name=provider]').selectOption('scripted');
     await dialog.locator('input[name=title]').fill('from the browser');
     await dialog.locator('textarea[name=prompt]').fill('say **made** in the browser');
+    await dialog.locator('details.budget-fields > summary').click();
+    await dialog.locator('input[name=budgetTokens]').fill('5000');
+    await dialog.locator('input[name=budgetHard]').check();
     await shot(page, 'new-agent');
     await dialog.locator('button[type=submit]').click();
     await gone(page, 'dialog');
     await page.locator('.agent-pane:not([hidden]) .kind-agent_message strong:has-text("made")').waitFor();
+    // Its budget shows in its header (its agent reports no spend: nothing counted yet).
+    const budget = await page.locator('.agent-pane:not([hidden]) .spend .budget').innerText();
+    if (budget !== 'tree 0/5000 tok (0 %, hard)') fail(`the header's budget says ${budget}`);
     // Rename from the header.
     await page.click('.agent-pane:not([hidden]) .title-edit');
     await page.fill('.agent-pane:not([hidden]) .title-input', 'renamed in the browser');

@@ -118,6 +118,7 @@
 //! - `SCRIPTED_AGENT_LATE_UPDATES=1`: after each prompt reply, send a `usage_update` and a
 //!   `session_info_update` (real agents do).
 //! - `SCRIPTED_AGENT_IGNORE_EOF=1`: keep running after stdin closes (as codex-acp does).
+//! - `SCRIPTED_AGENT_UNLIMITED=1`: `limit` does nothing (a provider whose limit was not hit).
 //! - `SCRIPTED_AGENT_IGNORE_TERM=1`: ignore SIGTERM, so a client that ends it waits for its
 //!   grace and then kills it (a process slow to end).
 //! - `SCRIPTED_AGENT_READ_QUOTES=1`: a line quoted with `> ` is the directive it quotes.
@@ -1596,6 +1597,10 @@ impl Agent {
         reset: bool,
     ) -> Option<(i64, String, Option<String>)> {
         use std::hash::{Hash, Hasher};
+        if std::env::var_os("SCRIPTED_AGENT_UNLIMITED").is_some() {
+            // A provider whose limit was not hit (another provider an agent falls back to).
+            return None;
+        }
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         prompt.hash(&mut hasher);
         let path = self

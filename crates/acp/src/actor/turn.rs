@@ -5,6 +5,7 @@
 //! notice finds this one idle; the notice itself is delivered by a task of its own, so a busy
 //! target never holds up this agent's loop.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,15 @@ pub(super) struct Turn {
     /// What the prompt carried, queued again if the turn hits a usage limit.
     claim: Claim,
 }
+
+/// Labels an agent that took over another's work on a usage limit: the agent it took over from.
+pub const FALLBACK_LABEL: &str = "drover.fallback-of";
+
+/// How much of the conversation a fallback agent's first prompt quotes, in characters.
+const FALLBACK_HISTORY_CHARS: usize = 12_000;
+
+/// The longest single message it quotes (its end), in characters.
+const FALLBACK_MESSAGE_CHARS: usize = 3_000;
 
 /// The longest wait for a usage limit without a reset time (the backoff doubles up to it).
 const MAX_LIMIT_BACKOFF: Duration = Duration::from_secs(3600);
@@ -341,10 +351,20 @@ impl Actor {
         self.close_chunk();
         let turn = match &result {
             Err(e) if turn.cancel.is_none() => match self.limit_hit(&e.to_string()) {
-                Some(hit) => match self.wait_for_limit(turn, e.to_string(), hit).await {
-                    Ok(()) => return,
-                    Err(turn) => *turn,
-                },
+                Some((hit, fallback)) => {
+                    // A fallback that cannot be made waits for the limit instead.
+                    let turn = match fallback {
+                        Some(to) => match self.fall_back(turn, e.to_string(), &to).await {
+                            Ok(()) => return,
+                            Err(turn) => *turn,
+                        },
+                        None => turn,
+                    };
+                    match self.wait_for_limit(turn, e.to_string(), hit).await {
+                        Ok(()) => return,
+                        Err(turn) => *turn,
+                    }
+                }
                 None => turn,
             },
             _ => turn,
@@ -377,20 +397,183 @@ impl Actor {
         self.end_turn(turn, outcome, data).await;
     }
 
-    /// Whether `error` is the provider's usage limit and the agent waits for those (`on_limit`:
-    /// its own, else its provider's, else `wait`).
-    fn limit_hit(&self, error: &str) -> Option<crate::limits::LimitHit> {
+    /// Whether `error` is the provider's usage limit and the agent waits for those or falls
+    /// back to another provider (`on_limit`: its own, else its provider's, else `wait`), and
+    /// the provider it falls back to.
+    fn limit_hit(&self, error: &str) -> Option<(crate::limits::LimitHit, Option<String>)> {
         let agent = self.shared.registry.get(self.id)?;
-        let provider = self.shared.providers.current().ok();
-        let policy = agent
-            .config
-            .on_limit
-            .or_else(|| provider.as_ref()?.get(&agent.provider)?.on_limit)
-            .unwrap_or_default();
-        if policy != drover_core::OnLimit::Wait {
+        let providers = self.shared.providers.current().ok();
+        let provider = providers.as_ref().and_then(|p| p.get(&agent.provider));
+        let (policy, fallback) = match agent.config.on_limit {
+            Some(own) => (own, None),
+            None => (
+                provider.and_then(|p| p.on_limit).unwrap_or_default(),
+                provider.and_then(|p| p.limit_fallback.clone()),
+            ),
+        };
+        if fallback.is_none() && policy != drover_core::OnLimit::Wait {
             return None;
         }
-        crate::limits::recognize(error, &jiff::ZonedDateTime::now())
+        let hit = crate::limits::recognize(error, &jiff::ZonedDateTime::now())?;
+        Some((hit, fallback))
+    }
+
+    /// The turn hit the provider's usage limit and its provider falls back to `to`: the same
+    /// work starts there as a new agent, a subagent of this one (in its track, under its budget
+    /// and its archive), whose first prompt is what this agent's timeline holds of its
+    /// conversation and the prompt that failed. The new agent never falls back again (its
+    /// `on_limit` is `wait`). This turn ends `turn_limited` with `fallbackAgentId`, nothing
+    /// waits here, and whoever asked to hear how the turn goes is told where the work went
+    /// and hears when the new agent's turn ends. Gives the turn back (it then waits for the
+    /// limit) when the new agent cannot be made: a spent budget, an unavailable provider.
+    async fn fall_back(&mut self, turn: Turn, error: String, to: &str) -> Result<(), Box<Turn>> {
+        let registry = self.shared.registry.clone();
+        let Some(agent) = registry.get(self.id) else {
+            return Err(Box::new(turn));
+        };
+        if let Some(spent) = registry.spent_budget(self.id) {
+            tracing::info!(agent = %self.id, budgeted = %spent.agent, "a spent budget makes no fallback agent; the prompt waits for the limit");
+            return Err(Box::new(turn));
+        }
+        let prompt = self.fallback_prompt(&agent, &turn, &error);
+        let name = agent
+            .title
+            .clone()
+            .unwrap_or_else(|| format!("agent {}", self.id));
+        let mut new = drover_core::NewAgent {
+            provider: to.to_string(),
+            cwd: agent.cwd.clone(),
+            workspace_id: Some(agent.workspace_id),
+            title: Some(format!("{name} (on {to})")),
+            labels: std::collections::BTreeMap::from([(
+                FALLBACK_LABEL.to_string(),
+                self.id.to_string(),
+            )]),
+            parent: Some(self.id),
+            auto_archive: false,
+            config: drover_core::ProviderConfig {
+                permission_policy: agent.config.permission_policy,
+                on_interrupt: agent.config.on_interrupt,
+                on_limit: Some(drover_core::OnLimit::Wait),
+                ..Default::default()
+            },
+            budget: None,
+        };
+        let manager = RuntimeManager {
+            shared: self.shared.clone(),
+        };
+        let created = match manager.prepare(&mut new) {
+            Ok(()) => registry.create_agent(new).await.map_err(AcpError::from),
+            Err(e) => Err(e),
+        };
+        let created = match created {
+            Ok(created) => created,
+            Err(e) => {
+                tracing::warn!(agent = %self.id, provider = to, error = %e, "cannot fall back to another provider; the prompt waits for the limit");
+                return Err(Box::new(turn));
+            }
+        };
+        if let Err(e) = manager
+            .start_new(&created, Some(prompt), "system".to_string(), turn.notify)
+            .await
+        {
+            // The new agent stays, idle, in the track; this one waits for the limit.
+            tracing::warn!(agent = %self.id, fallback = %created.id, error = %e, "cannot queue the fallback agent's prompt; the prompt waits for the limit");
+            return Err(Box::new(turn));
+        }
+        tracing::info!(agent = %self.id, fallback = %created.id, provider = to, "the turn hit the provider's usage limit; the work goes on another provider");
+        self.limit_count = 0;
+        self.push(
+            ItemKind::TurnEnded,
+            json!({"event": "turn_limited", "error": error, "fallbackAgentId": created.id.to_string(), "fallbackProvider": to}),
+        );
+        let _ = self.timeline.sync();
+        self.resolve_all_permissions().await;
+        if let Err(e) = registry.record_turn_handed_off(self.id).await {
+            tracing::warn!(agent = %self.id, error = %e, "cannot record the end of a turn handed to another provider");
+        }
+        if let Some(target) = turn.notify {
+            let text = format!(
+                "[drover] {}: its turn stopped on its provider's usage limit ({error}). The work goes on on `{to}` as agent \"{name} (on {to})\" ({}); you will hear when its turn ends.",
+                self.name(),
+                created.id,
+            );
+            self.tell_as(target, text, Delivery::Inject);
+        }
+        Ok(())
+    }
+
+    /// The first prompt of the agent that takes the work over: what this agent's timeline
+    /// holds of its conversation (the latest messages, up to [`FALLBACK_HISTORY_CHARS`],
+    /// quoted), and the prompt that hit the limit, as it was sent.
+    fn fallback_prompt(&self, agent: &drover_core::Agent, turn: &Turn, error: &str) -> String {
+        let mut said = Vec::new();
+        for item in self.timeline.items() {
+            let who = if item.is(ItemKind::UserMessage) {
+                if item.data.get("messageId").and_then(Value::as_str)
+                    == Some(turn.claim.message.id.as_str())
+                {
+                    continue;
+                }
+                "User"
+            } else if item.is(ItemKind::AgentMessage) {
+                "Agent"
+            } else {
+                continue;
+            };
+            let text = item
+                .data
+                .get("text")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .trim();
+            if text.is_empty() {
+                continue;
+            }
+            // The end of a long message: what it came to.
+            let skip = text.chars().count().saturating_sub(FALLBACK_MESSAGE_CHARS);
+            let text: String = text.chars().skip(skip).collect();
+            let quoted: Vec<String> = text.lines().map(|l| format!("> {l}")).collect();
+            let cut = if skip > 0 { "> …\n" } else { "" };
+            said.push(format!("{who}:\n{cut}{}", quoted.join("\n")));
+        }
+        let mut kept = Vec::new();
+        let mut size = 0;
+        for message in said.iter().rev() {
+            size += message.len();
+            if size > FALLBACK_HISTORY_CHARS {
+                break;
+            }
+            kept.push(message.as_str());
+        }
+        kept.reverse();
+        let name = agent.title.as_ref().map_or_else(
+            || format!("agent {}", self.id),
+            |t| format!("agent \"{t}\" ({})", self.id),
+        );
+        let mut text = format!(
+            "[drover] You take over the work of {name}, which runs on `{}`: its turn stopped on that provider's usage limit ({error}). You work in the same directory.",
+            agent.provider
+        );
+        if !kept.is_empty() {
+            let left = said.len() - kept.len();
+            let earlier = if left > 0 {
+                format!(" ({left} earlier message(s) left out)")
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                text,
+                "\n\nIts conversation so far{earlier}, most recent last:\n\n{}",
+                kept.join("\n\n")
+            );
+        }
+        let _ = write!(
+            text,
+            "\n\nThe request it was working on, now yours:\n\n{}",
+            turn.claim.prompt_text()
+        );
+        text
     }
 
     /// The turn hit the provider's usage limit: its prompt is queued again, first (durably,

@@ -386,6 +386,36 @@ impl Registry {
     /// A turn ended on the provider's usage limit and the agent waits for it (its runtime
     /// queued the prompt again): `idle` with attention `limited` and `limited` recorded, in one
     /// write. Not a terminal turn event: no autoArchive; the turn that follows is its end.
+    /// A turn that hit its provider's usage limit whose work went on another provider (a
+    /// new agent): the agent is idle, waits for nothing (no `limited`), and its turn counts as
+    /// finished. No autoArchive: that would archive the agent that took the work over.
+    pub async fn record_turn_handed_off(&self, id: AgentId) -> Result<Agent, RegistryError> {
+        self.blocking(move |inner| {
+            let _w = lock(&inner.writer);
+            inner.mutate(id, |a| {
+                if a.is_archived() && a.status != AgentStatus::Running {
+                    return Ok(());
+                }
+                if a.status != AgentStatus::Running {
+                    return Err(RegistryError::IllegalTransition {
+                        agent: id,
+                        from: a.status,
+                        to: AgentStatus::Idle,
+                    });
+                }
+                let now = Timestamp::now();
+                a.status = AgentStatus::Idle;
+                a.last_activity_at = now;
+                a.attention = Some(Attention {
+                    reason: AttentionReason::Finished,
+                    at: now,
+                });
+                Ok(())
+            })
+        })
+        .await
+    }
+
     pub async fn record_turn_limited(
         &self,
         id: AgentId,

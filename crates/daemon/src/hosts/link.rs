@@ -8,7 +8,7 @@
 //! A keep-alive `ping` every [`PING_EVERY`] finds a link that stopped carrying anything (a
 //! network cut TCP would wait minutes on) within [`SILENCE`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -18,7 +18,7 @@ use drover_core::AgentId;
 use drover_core::child::{self, OutputTail};
 use drover_protocol::{HostConfig, HostInfo, PROTOCOL_VERSION};
 use jiff::Timestamp;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio::time::Instant;
@@ -73,8 +73,6 @@ struct State {
     agents: BTreeMap<AgentId, Remote>,
     /// Workspace id → its `WorkspaceInfo`, with `host` set.
     workspaces: BTreeMap<String, Value>,
-    jobs: HashSet<String>,
-    schedules: HashSet<String>,
     /// Set while the link is up.
     conn: Option<Conn>,
 }
@@ -129,8 +127,6 @@ impl Link {
                 max_live: None,
                 agents: BTreeMap::new(),
                 workspaces: BTreeMap::new(),
-                jobs: HashSet::new(),
-                schedules: HashSet::new(),
                 conn: None,
             }),
         });
@@ -165,21 +161,16 @@ impl Link {
         self.shared.info()
     }
 
-    /// Whether a request's fields name something of this host's: an agent (`agentId`, or a
-    /// new agent's `parentAgentId`), a workspace, a job or a schedule.
-    pub(super) fn holds(&self, payload: &Map<String, Value>) -> bool {
+    /// Whether the request field `key` (`agentId`, a new agent's `parentAgentId`,
+    /// `workspaceId`) names one of this host's agents or workspaces.
+    pub(super) fn holds(&self, key: &str, id: &str) -> bool {
         let state = self.shared.lock();
-        let field = |key: &str| payload.get(key).and_then(Value::as_str);
-        let agent = |key: &str| {
-            field(key)
-                .and_then(|id| id.parse::<AgentId>().ok())
-                .is_some_and(|id| state.agents.contains_key(&id))
-        };
-        agent("agentId")
-            || agent("parentAgentId")
-            || field("workspaceId").is_some_and(|id| state.workspaces.contains_key(id))
-            || field("jobId").is_some_and(|id| state.jobs.contains(id))
-            || field("scheduleId").is_some_and(|id| state.schedules.contains(id))
+        match key {
+            "workspaceId" => state.workspaces.contains_key(id),
+            _ => id
+                .parse::<AgentId>()
+                .is_ok_and(|id| state.agents.contains_key(&id)),
+        }
     }
 
     /// Sends a request over the link and waits for its answer (with the client's own
@@ -387,27 +378,8 @@ impl Shared {
                 self.remember_workspace(&message);
                 self.relay(message.to_string(), None, 0, None);
             }
-            "job_update" => {
-                if let Some(id) = message.pointer("/payload/job/id").and_then(Value::as_str) {
-                    self.lock().jobs.insert(id.to_string());
-                }
-                self.relay(message.to_string(), None, 0, None);
-            }
-            "schedule_update" => {
-                if let Some(id) = message
-                    .pointer("/payload/scheduleId")
-                    .and_then(Value::as_str)
-                {
-                    let mut state = self.lock();
-                    if message
-                        .pointer("/payload/schedule")
-                        .is_some_and(Value::is_null)
-                    {
-                        state.schedules.remove(id);
-                    } else {
-                        state.schedules.insert(id.to_string());
-                    }
-                }
+            "job_update" | "schedule_update" => {
+                mark(&mut message, &self.name);
                 self.relay(message.to_string(), None, 0, None);
             }
             "resync_required" => {

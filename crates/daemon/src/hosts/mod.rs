@@ -105,6 +105,9 @@ pub(crate) enum Route {
     Remote { host: String, message: Value },
     /// Answered here.
     Local,
+    /// A list of the whole fleet's (`list_jobs`, `list_schedules` naming no agent): answered
+    /// here, and by every reachable host, the answers' lists joined.
+    Everywhere { message: Value },
 }
 
 impl Hosts {
@@ -201,8 +204,14 @@ impl Hosts {
 
     /// Where the request `text` goes: to the host that holds the agent, workspace, job or
     /// schedule it names, or the one a `create_agent` asks for. `text` is only parsed when a
-    /// host is configured.
-    pub(crate) fn route(&self, text: &str) -> Result<Route, HostError> {
+    /// host is configured. An id `local` says this daemon holds is never sent away (a host
+    /// that reported the same id gets nothing meant for this machine); a remote job's or
+    /// schedule's id carries its host (`job-3@box`, see [`mark`]).
+    pub(crate) fn route(
+        &self,
+        text: &str,
+        local: impl Fn(&str, &str) -> bool,
+    ) -> Result<Route, HostError> {
         if !self.any() {
             return Ok(Route::Local);
         }
@@ -232,9 +241,37 @@ impl Hosts {
                 }
             };
         }
-        let links = self.links();
-        for link in links.values() {
-            if link.holds(payload) {
+        let kind = payload
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if matches!(kind, "list_jobs" | "list_schedules")
+            && payload.get("agentId").is_none_or(Value::is_null)
+        {
+            return Ok(Route::Everywhere { message });
+        }
+        for key in ["jobId", "scheduleId"] {
+            let Some((id, host)) = payload
+                .get(key)
+                .and_then(Value::as_str)
+                .and_then(|id| id.rsplit_once('@'))
+                .map(|(id, host)| (id.to_string(), host.to_string()))
+            else {
+                continue;
+            };
+            self.link(&host)?;
+            payload.insert(key.into(), Value::String(id));
+            return Ok(Route::Remote { host, message });
+        }
+        for key in ["agentId", "parentAgentId", "workspaceId"] {
+            let Some(id) = payload.get(key).and_then(Value::as_str) else {
+                continue;
+            };
+            if local(key, id) {
+                return Ok(Route::Local);
+            }
+            let links = self.links();
+            if let Some(link) = links.values().find(|link| link.holds(key, id)) {
                 let host = link.config.name.clone();
                 drop(links);
                 return Ok(Route::Remote { host, message });
@@ -280,6 +317,23 @@ impl Hosts {
         self.link(host)?.request(message).await
     }
 
+    /// `message` asked of every reachable host (each answer marked with its host); the
+    /// hosts that did not answer are left out.
+    pub(crate) async fn ask_all(&self, message: &Value) -> Vec<Value> {
+        let links: Vec<Arc<Link>> = self
+            .links()
+            .values()
+            .filter(|link| link.info().state == "reachable")
+            .cloned()
+            .collect();
+        let asked = links.iter().map(|link| link.request(message.clone()));
+        futures_util::future::join_all(asked)
+            .await
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect()
+    }
+
     /// Appends the remote agents (archived ones if asked) to a JSON array being written,
     /// `first` saying whether it has none yet.
     pub(crate) fn push_agents(&self, out: &mut String, include_archived: bool, mut first: bool) {
@@ -298,11 +352,39 @@ impl Hosts {
 }
 
 /// Sets `host` on every agent and workspace a message carries (its `payload`'s `agent`,
-/// `info`, `workspace`, `agents` and `workspaces`).
+/// `info`, `workspace`, `agents` and `workspaces`), and makes its job and schedule ids the
+/// hub's (`job-3` of host `box` is `job-3@box`: each daemon numbers its own).
 pub(crate) fn mark(message: &mut Value, host: &str) {
     let Some(payload) = message.get_mut("payload").and_then(Value::as_object_mut) else {
         return;
     };
+    let suffix = |id: &mut Value| {
+        if let Value::String(id) = id
+            && !id.contains('@')
+        {
+            id.push('@');
+            id.push_str(host);
+        }
+    };
+    for key in ["jobId", "scheduleId"] {
+        if let Some(id) = payload.get_mut(key) {
+            suffix(id);
+        }
+    }
+    for key in ["job", "schedule"] {
+        if let Some(id) = payload.get_mut(key).and_then(|o| o.get_mut("id")) {
+            suffix(id);
+        }
+    }
+    for key in ["jobs", "schedules"] {
+        if let Some(Value::Array(items)) = payload.get_mut(key) {
+            for item in items {
+                if let Some(id) = item.get_mut("id") {
+                    suffix(id);
+                }
+            }
+        }
+    }
     for key in ["agent", "info", "workspace"] {
         if let Some(Value::Object(object)) = payload.get_mut(key) {
             object.insert("host".into(), Value::String(host.to_string()));

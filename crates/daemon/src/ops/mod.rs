@@ -227,6 +227,17 @@ impl Ops {
             .ok_or_else(|| RegistryError::UnknownAgent(id.to_string()).into())
     }
 
+    /// Whether this daemon holds the agent (`agentId`, `parentAgentId`) or workspace
+    /// (`workspaceId`) a request names: such a request is never sent to another host.
+    pub(crate) fn holds(&self, key: &str, id: &str) -> bool {
+        match key {
+            "workspaceId" => id
+                .parse::<WorkspaceId>()
+                .is_ok_and(|id| self.workspace(id).is_ok()),
+            _ => id.parse::<AgentId>().is_ok_and(|id| self.agent(id).is_ok()),
+        }
+    }
+
     pub(crate) fn workspace(&self, id: WorkspaceId) -> Result<Workspace, OpError> {
         self.registry
             .workspace(id)

@@ -614,8 +614,22 @@ impl Session {
         replies: &mpsc::Sender<Answer>,
         requests: &mut tokio::task::JoinSet<()>,
     ) -> Option<Next> {
-        match self.context.ops.hosts.route(text) {
+        let ops = &self.context.ops;
+        match ops.hosts.route(text, |key, id| ops.holds(key, id)) {
             Ok(hosts::Route::Local) => None,
+            Ok(hosts::Route::Everywhere { message: out }) => {
+                let (ops, replies) = (self.context.ops.clone(), replies.clone());
+                let message = message.clone();
+                requests.spawn(async move {
+                    let answers = ops.hosts.ask_all(&out).await;
+                    let reply = match requests::handle(message, &ops).await {
+                        Reply::Send(local) => Reply::Send(join_lists(local, answers)),
+                        other @ Reply::Initialized { .. } => other,
+                    };
+                    let _ = replies.send(Answer { held: None, reply }).await;
+                });
+                Some(Next::Continue)
+            }
             Ok(hosts::Route::Remote { host, message: out }) => {
                 self.forward(host, out, message, replies, requests);
                 Some(Next::Continue)
@@ -890,6 +904,25 @@ impl Session {
             (None, _, None) => join::Kind::Other,
         }
     }
+}
+
+/// This daemon's answer to a list request with the lists of other hosts' answers appended
+/// (`jobs`, `schedules`).
+fn join_lists(local: DaemonMessage, remote: Vec<Value>) -> DaemonMessage {
+    let Ok(mut joined) = serde_json::to_value(&local) else {
+        return local;
+    };
+    for answer in remote {
+        for key in ["jobs", "schedules"] {
+            if let (Some(Value::Array(into)), Some(Value::Array(more))) = (
+                joined.pointer_mut(&format!("/payload/{key}")),
+                answer.pointer(&format!("/payload/{key}")),
+            ) {
+                into.extend(more.iter().cloned());
+            }
+        }
+    }
+    serde_json::from_value(joined).unwrap_or(local)
 }
 
 /// A host's answer as this daemon's own: an `agent_initialized` lets through the updates

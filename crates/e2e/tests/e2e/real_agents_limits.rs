@@ -3,7 +3,8 @@
 //! API does (see `drover_fakes::model`'s `limit`): each waits `limited` with its own words and
 //! its prompt runs after the backoff (2 s here) once the model takes requests again. codex
 //! also with a reset time, which it names to the minute (the parsing is unit-tested in
-//! `drover-acp`; waiting for that minute would make this test slow). Needs
+//! `drover-acp`; waiting for that minute would make this test slow). codex also with
+//! `on_limit = { fallback = … }`: the work goes on on the scripted provider. Needs
 //! `scripts/install-agents`.
 
 use std::time::Duration;
@@ -194,6 +195,90 @@ async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
     let expected = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600);
     let off = reset.duration_since(expected).as_secs().abs();
     assert!(off <= 120, "reset {reset}, expected about {expected}");
+    daemon.stop().await;
+    model.shutdown().await;
+}
+
+// codex with `on_limit = { fallback = "scripted" }`: its real usage-limit error hands the work
+// to a subagent on the scripted provider, whose first prompt quotes codex's conversation (its
+// first reply, as the model wrote it) and the prompt that failed; codex waits for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agents_limits_codex_falls_back_to_another_provider() {
+    let agent = RealAgent::Codex;
+    let name = agent.name();
+    let home = TempDir::new().expect("home");
+    let cwd_dir = TempDir::new().expect("cwd");
+    let scratch = TempDir::new().expect("scratch");
+    let state = TempDir::new().expect("scripted state");
+    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = model::serve(listener);
+    let command = agent
+        .command(&agents_dir(), &model.url(), scratch.path(), &cwd)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let scripted =
+        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path())
+            .replace(" }", ", SCRIPTED_AGENT_UNLIMITED = \"1\" }");
+    let config = format!(
+        "{}on_limit = {{ fallback = \"scripted\" }}\n{scripted}",
+        provider_toml(name, &command)
+    );
+    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({"provider": name, "cwd": cwd, "title": "coder",
+            "prompt": "reply the first answer"}))
+        .await;
+    eventually("codex's first turn", WAIT, async || {
+        client.turn_events(&id).await == ["turn_completed"]
+    })
+    .await;
+    let first: String = client.replies(&id).await.concat();
+    assert!(first.contains("the first answer"), "{first}");
+
+    // The model refuses the next prompt for ten minutes, without a reset time.
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": id,
+            "text": "limit 600 noreset\nreply never from codex"}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    let ended = eventually("codex's turn handed over", WAIT, async || {
+        client
+            .timeline(&id)
+            .await
+            .into_iter()
+            .find(|i| i["kind"] == "turn_ended" && i["data"]["event"] == "turn_limited")
+    })
+    .await;
+    let spare = ended["data"]["fallbackAgentId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no fallback: {ended}"))
+        .to_string();
+    client.wait_idle(&spare).await;
+    let info = get_agent(&mut client, &spare).await;
+    assert_eq!(info["type"], "scripted", "{info}");
+    assert_eq!(info["parentAgentId"], id.as_str(), "{info}");
+    let prompt = client
+        .timeline(&spare)
+        .await
+        .into_iter()
+        .find(|i| i["kind"] == "user_message")
+        .and_then(|i| i["data"]["text"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    assert!(
+        prompt.starts_with("[drover] You take over the work of agent \"coder\"")
+            && prompt.contains("You've hit your usage limit. Try again later.")
+            && prompt.contains("User:\n> reply the first answer")
+            && prompt.contains("Agent:\n> the first answer")
+            && prompt.ends_with("limit 600 noreset\nreply never from codex"),
+        "{prompt}"
+    );
+    let info = get_agent(&mut client, &id).await;
+    assert_eq!(info["status"], "idle", "{info}");
+    assert!(info["limited"].is_null(), "{info}");
+    assert_eq!(info["queued"].as_array().map(Vec::len), Some(0), "{info}");
     daemon.stop().await;
     model.shutdown().await;
 }

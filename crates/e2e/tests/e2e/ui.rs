@@ -872,11 +872,14 @@ async fn a_new_agent_made_in_the_browser_runs_and_can_be_renamed() {
     idle_agent(&mut client, &daemon, "already here").await;
     Scenario::run("newAgent", &daemon, json!({})).await;
     let agents = client.agents(false).await;
-    assert!(
-        agents
-            .iter()
-            .any(|a| a["title"] == "renamed in the browser"),
-        "{agents:?}"
+    let made = agents
+        .iter()
+        .find(|a| a["title"] == "renamed in the browser")
+        .unwrap_or_else(|| panic!("{agents:?}"));
+    assert_eq!(
+        made["budget"],
+        json!({"tokens": 5000, "hard": true}),
+        "{made}"
     );
 }
 

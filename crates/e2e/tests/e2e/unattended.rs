@@ -883,3 +883,138 @@ async fn unattended_a_spent_budget_holds_what_drover_queues_until_raised() {
     assert!(queued_texts(&mut client, &root).await.is_empty());
     daemon.stop().await;
 }
+
+/// [`config`], with `capped` (the scripted agent, falling back to `spare` on a usage limit)
+/// and `spare` (the scripted agent, whose limit was not hit).
+fn fallback_config(state: &Path) -> String {
+    let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
+    let dir = state.display().to_string();
+    format!(
+        "{}[providers.capped]\ncommand = [{bin:?}]\non_limit = {{ fallback = \"spare\" }}\n\
+         env = {{ SCRIPTED_AGENT_STATE_DIR = {dir:?} }}\n\
+         [providers.spare]\ncommand = [{bin:?}]\n\
+         env = {{ SCRIPTED_AGENT_STATE_DIR = {dir:?}, SCRIPTED_AGENT_UNLIMITED = \"1\" }}\n",
+        config(state)
+    )
+}
+
+/// The lead was told where its subagent's work went (as context), then heard once how the
+/// agent that took it over ended its turn.
+async fn lead_heard_of_the_fallback(client: &mut Client, lead: &str, spare: &str) {
+    let done = |t: &String| t.contains("finished its turn") && t.contains("the work is done");
+    let heard = eventually("the lead told of the new agent's end", WAIT, async || {
+        let texts: Vec<String> = messages(client, lead)
+            .await
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        texts.iter().any(done).then_some(texts)
+    })
+    .await;
+    assert_eq!(heard.iter().filter(|t| done(t)).count(), 1, "{heard:?}");
+    // Why, as context of the lead's next prompt (it does not wake the lead).
+    let context: Vec<String> = client
+        .timeline(lead)
+        .await
+        .iter()
+        .filter(|i| i["kind"] == "user_message")
+        .flat_map(|i| i["data"]["context"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c.as_str().map(str::to_string))
+        .collect();
+    assert!(
+        context
+            .iter()
+            .any(|c| c.contains("The work goes on on `spare`") && c.contains(spare)),
+        "{context:?}"
+    );
+}
+
+// `on_limit = { fallback = "spare" }`: a turn of `capped` that hits its usage limit goes on as
+// a new agent of `spare` (a subagent of the limited one), whose first prompt quotes the
+// conversation from the timeline and the prompt that failed; the limited agent waits for
+// nothing, and the agent that sent the prompt hears why, then how the new agent's turn ends.
+#[tokio::test]
+async fn unattended_a_usage_limit_falls_back_to_another_provider() {
+    let home = TempDir::new().expect("home");
+    let state = TempDir::new().expect("agent state");
+    let cwd = TempDir::new().expect("cwd");
+    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
+    std::fs::write(
+        home.path().join("config.toml"),
+        fallback_config(state.path()),
+    )
+    .expect("config");
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+
+    // A lead makes a worker on `capped`, which answers a first prompt.
+    let lead = client
+        .create_agent(json!({"provider": "scripted", "cwd": cwd,
+            "prompt": r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current"}, "provider": "capped", "title": "worker", "prompt": "say first answer"}"#}))
+        .await;
+    client.wait_idle(&lead).await;
+    let said_lead = said(&mut client, &lead).await;
+    let worker = said_lead
+        .split("\"agentId\": \"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .map_or_else(|| panic!("the worker's id: {said_lead}"), str::to_string);
+    client.wait_idle(&worker).await;
+    client.wait_idle(&lead).await;
+
+    // The lead's next prompt to it hits codex's usage limit.
+    let call = format!(
+        r#"mcp send_prompt {{"agentId": "{worker}", "prompt": "limit codex 600\nsay the work is done"}}"#
+    );
+    let queued = client
+        .request(json!({"type": "send_message", "agentId": lead, "text": call}))
+        .await;
+    assert_eq!(queued["type"], "message_queued", "{queued}");
+    let ended = eventually("the worker's turn handed over", WAIT, async || {
+        let timeline = client.timeline(&worker).await;
+        timeline
+            .into_iter()
+            .find(|i| i["kind"] == "turn_ended" && i["data"]["event"] == "turn_limited")
+    })
+    .await;
+    let spare = ended["data"]["fallbackAgentId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no fallback: {ended}"))
+        .to_string();
+    assert_eq!(ended["data"]["fallbackProvider"], "spare", "{ended}");
+    assert!(ended["data"]["retryAt"].is_null(), "{ended}");
+
+    // The new agent: on `spare`, under the worker, its prompt the conversation and the work.
+    client.wait_idle(&spare).await;
+    let info = get_agent(&mut client, &spare).await;
+    assert_eq!(info["type"], "spare", "{info}");
+    assert_eq!(info["parentAgentId"], worker.as_str(), "{info}");
+    assert_eq!(
+        info["labels"]["drover.fallback-of"],
+        worker.as_str(),
+        "{info}"
+    );
+    let first = messages(&mut client, &spare).await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (source, prompt) = &first[0];
+    assert_eq!(source, "system");
+    assert!(
+        prompt.starts_with("[drover] You take over the work of agent \"worker\"")
+            && prompt.contains("which runs on `capped`")
+            && prompt.contains("usage limit")
+            && prompt.contains("User:\n> say first answer")
+            && prompt.contains("Agent:\n> first answer")
+            && prompt.ends_with("now yours:\n\nlimit codex 600\nsay the work is done"),
+        "{prompt}"
+    );
+    assert!(said(&mut client, &spare).await.contains("the work is done"));
+
+    // The worker waits for nothing and sends nothing again.
+    let info = get_agent(&mut client, &worker).await;
+    assert_eq!(info["status"], "idle", "{info}");
+    assert!(info["limited"].is_null(), "{info}");
+    assert!(queued_texts(&mut client, &worker).await.is_empty());
+
+    lead_heard_of_the_fallback(&mut client, &lead, &spare).await;
+    daemon.stop().await;
+}

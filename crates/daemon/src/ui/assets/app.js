@@ -1427,6 +1427,9 @@ async function newAgentDialog(workspaceId = null) {
     const prompt = h('textarea', { name: 'prompt', rows: '4', 'aria-label': 'First prompt' });
     const autoArchive = h('input', { type: 'checkbox', name: 'autoArchive' });
     const policy = h('select', { name: 'permissionPolicy', 'aria-label': 'Permissions' }, h('option', { value: 'ask' }, 'ask me'), h('option', { value: 'allow' }, 'allow everything'));
+    const budgetTokens = h('input', { name: 'budgetTokens', type: 'number', min: '1', step: '1', placeholder: 'no limit', 'aria-label': 'Budget in tokens' });
+    const budgetCost = h('input', { name: 'budgetCost', type: 'number', min: '0', step: 'any', placeholder: 'no limit', 'aria-label': 'Budget in cost' });
+    const budgetHard = h('input', { type: 'checkbox', name: 'budgetHard' });
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
@@ -1440,6 +1443,12 @@ async function newAgentDialog(workspaceId = null) {
       for (const [k, el] of [['title', title], ['mode', mode], ['model', model], ['effort', effort], ['prompt', prompt]]) if (el.value.trim()) msg[k] = el.value.trim();
       msg.autoArchive = autoArchive.checked;
       msg.permissionPolicy = policy.value;
+      // A budget for the agent and its subagents: at 100 % no new turn starts in its tree.
+      if (budgetTokens.value || budgetCost.value) {
+        msg.budget = { hard: budgetHard.checked };
+        if (budgetTokens.value) msg.budget.tokens = Number(budgetTokens.value);
+        if (budgetCost.value) msg.budget.cost = Number(budgetCost.value);
+      }
       try {
         const m = await conn.request(msg);
         close();
@@ -1456,6 +1465,10 @@ async function newAgentDialog(workspaceId = null) {
       field('Title', title), h('div', { class: 'row' }, field('Mode', mode), field('Model', model), field('Effort', effort)),
       field('First prompt', prompt),
       h('div', { class: 'row' }, h('label', null, autoArchive, ' archive when the first turn ends'), field('Permissions', policy)),
+      // Folded: most agents have none, and the dialog fits a laptop's screen.
+      h('details', { class: 'budget-fields' }, h('summary', null, 'Budget for it and its subagents'),
+        h('div', { class: 'row' }, field('Tokens', budgetTokens), field('Cost', budgetCost),
+          h('label', { title: 'At 100 % the turns running in its tree are cancelled too' }, budgetHard, ' hard'))),
       error,
       h('div', { class: 'dialog-actions' }, h('button', { type: 'button', onclick: () => close() }, 'Cancel'), h('button', { type: 'submit', class: 'primary' }, 'Create')));
   }, { className: 'wide' });
