@@ -530,12 +530,11 @@ impl Providers {
             } else {
                 let (on_limit, limit_fallback) =
                     entry.on_limit.map(OnLimitEntry::split).unwrap_or_default();
+                let command = entry
+                    .command
+                    .ok_or_else(|| invalid(format!("[providers.{name}] needs a `command`")))?;
                 Provider {
                     label: entry.label.unwrap_or_else(|| name.clone()),
-                    command: entry
-                        .command
-                        .ok_or_else(|| invalid(format!("[providers.{name}] needs a `command`")))?,
-                    env: entry.env,
                     default_model: entry.model,
                     default_mode: entry.mode,
                     default_effort: entry.effort,
@@ -543,15 +542,13 @@ impl Providers {
                         "check `command` under [providers.{name}] in {}",
                         path.display()
                     ),
-                    builtin: false,
                     auth: entry.auth,
                     warm: warm.unwrap_or(0),
-                    auth_env: Vec::new(),
                     on_interrupt: entry.on_interrupt,
                     on_limit,
                     limit_backoff: limit_backoff(&name, entry.limit_backoff, invalid)?,
                     limit_fallback,
-                    name: name.clone(),
+                    ..Provider::command(&name, command, entry.env)
                 }
             };
             self.by_name.insert(name, provider);
