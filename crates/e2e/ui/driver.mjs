@@ -82,6 +82,26 @@ async function openAgent(page, id) {
 const scheduleRow = (agent, id) => `${pane(agent)} .schedule-row[data-schedule-id="${id}"]`;
 
 const scenarios = {
+  // Another host's agent is listed under its project, marked with its host; it opens and
+  // shows its history like a local one; a lost host says so where its agents are.
+  async hosts() {
+    const page = await open();
+    await ready(page);
+    const project = page.locator('#workspaces li.project', { has: page.locator(`li.agent-row[data-agent-id="${A.remote}"]`) });
+    await project.locator('.host-badge', { hasText: '@b' }).waitFor();
+    await openAgent(page, A.remote);
+    await page.waitForFunction(([sel, t]) => document.querySelector(sel)?.innerText.includes(t), [`${pane(A.remote)} .timeline`, 'hello from b']);
+    await shot(page, 'hosts-reachable');
+    await step('cut');
+    const down = project.locator('.host-badge.down');
+    await down.waitFor();
+    const said = await down.innerText();
+    if (!said.includes('@b · unreachable')) fail(`the host badge says ${said}`);
+    if (!(await down.getAttribute('title')).includes('Connection refused')) fail(`the badge's title says ${await down.getAttribute('title')}`);
+    // Its agents stay listed.
+    await page.locator(row(A.remote)).waitFor();
+    await shot(page, 'hosts-unreachable');
+  },
   // Schedules in an agent's pane: made from the header, listed with their next run, paused
   // and resumed, deleted after a confirm, on a second browser too.
   async schedules() {

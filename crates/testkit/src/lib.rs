@@ -346,31 +346,38 @@ pub fn scripted_agent_bin() -> PathBuf {
     BIN.get_or_init(|| e2e_bin("drover-scripted-agent")).clone()
 }
 
+/// The `drover` binary of this build (the CLI, for tests outside its own crate: a host's
+/// `drover connect --stdio`), built once per test process with `cargo build -p drover` so
+/// that a stale one is never used.
+pub fn drover_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| package_bin("drover", "drover", true))
+        .clone()
+}
+
 /// The binary `name` of drover-e2e in this build's target folder (`target/<profile>`, the
 /// parent of the `deps/` a test runs from), built with `cargo build -p drover-e2e` if missing.
 fn e2e_bin(name: &str) -> PathBuf {
+    package_bin("drover-e2e", name, false)
+}
+
+/// The binary `name` of `package` in this build's target folder, built with `cargo build` if
+/// missing (or always, with `fresh`).
+fn package_bin(package: &str, name: &str, fresh: bool) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     if dir.file_name().is_some_and(|n| n == "deps") {
         dir.pop();
     }
     let bin = dir.join(name);
-    if !bin.is_file() {
+    if fresh || !bin.is_file() {
         // `target/debug` is the `dev` profile; any other folder is named after its profile.
         let profile = match dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") | None => "dev".to_string(),
             Some(other) => other.to_string(),
         };
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let args = [
-            "build",
-            "-p",
-            "drover-e2e",
-            "--profile",
-            &profile,
-            "--bin",
-            name,
-        ];
+        let args = ["build", "-p", package, "--profile", &profile, "--bin", name];
         let status = std::process::Command::new(&cargo)
             .args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -1432,3 +1432,78 @@ async fn an_agents_header_shows_its_spend_and_its_trees_against_the_budget() {
     s.go().await;
     s.done().await;
 }
+
+/// Ends a host daemon the test's link started, whatever the test's outcome.
+struct HostDaemon(PathBuf);
+
+impl Drop for HostDaemon {
+    fn drop(&mut self) {
+        let pid = std::fs::read(self.0.join("daemon.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v["pid"].as_i64());
+        if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hosts_agents_are_under_their_host_and_a_lost_host_says_so() {
+    let daemon = TestDaemon::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b_home = dir.path().join("b");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).expect("work dir");
+    let down = dir.path().join("down");
+    // The link: b's `drover connect --stdio`, or, once `down` exists, what ssh says of a host
+    // that refuses connections.
+    let link = dir.path().join("link.sh");
+    std::fs::write(
+        &link,
+        format!(
+            "if [ -e {down} ]; then echo 'ssh: connect to host b port 22: Connection refused' >&2; exit 255; fi\n\
+             exec env HOME={home} DROVER_HOME={b} DROVER_LISTEN=127.0.0.1:0 {drover} connect --stdio\n",
+            down = down.display(),
+            home = dir.path().display(),
+            b = b_home.display(),
+            drover = drover_testkit::drover_bin().display(),
+        ),
+    )
+    .expect("link script");
+    let b_daemon = HostDaemon(b_home.clone());
+    let (mut client, _) = daemon.client().await;
+    let added = client
+        .request(json!({"type": "add_host", "host": {"name": "b", "command": ["sh", link]}}))
+        .await;
+    assert_eq!(added["type"], "hosts", "{added}");
+    client
+        .recv_where(|m| m["type"] == "host_update" && m["payload"]["host"]["state"] == "reachable")
+        .await;
+    let made = client
+        .request(
+            json!({"type": "create_agent", "host": "b", "provider": "demo",
+            "cwd": work, "prompt": "say hello from b"}),
+        )
+        .await;
+    assert_eq!(made["type"], "agent_created", "{made}");
+    assert_eq!(made["payload"]["agent"]["host"], "b", "{made}");
+    let remote = made["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let idle = client
+        .request(json!({"type": "wait_idle", "agentId": remote, "timeoutMs": 20000}))
+        .await;
+    assert_eq!(idle["type"], "idle", "{idle}");
+
+    let mut s = Scenario::start("hosts", &daemon, json!({"remote": remote})).await;
+    s.step("cut").await;
+    std::fs::write(&down, "").expect("down");
+    drop(b_daemon);
+    s.go().await;
+    s.done().await;
+}

@@ -19,6 +19,8 @@ const store = {
 
 const S = {
   agents: new Map(),
+  // The hosts this daemon links to, by name (`session_state`, then `host_update`).
+  hosts: new Map(),
   // Every schedule by id (`list_schedules`, then `schedule_update`).
   schedules: new Map(),
   workspaces: new Map(),
@@ -91,6 +93,7 @@ function onMessage(msg) {
       if (!timing.stateAt) timing.stateAt = performance.now();
       S.agents = new Map(p.agents.map((a) => [a.id, a]));
       S.workspaces = new Map(p.workspaces.map((w) => [w.id, w]));
+      S.hosts = new Map((p.hosts || []).map((x) => [x.name, x]));
       S.synced = true;
       // Every subscription is gone after a reconnect or a resync: panes load again.
       for (const pane of S.panes.values()) pane.loaded = false;
@@ -125,6 +128,11 @@ function onMessage(msg) {
       render({ sidebar: sidebarKey(before) !== sidebarKey(a) });
       break;
     }
+    case 'host_update':
+      if (p.host) S.hosts.set(p.name, p.host);
+      else S.hosts.delete(p.name);
+      render();
+      break;
     case 'workspace_update':
       if (p.workspace) S.workspaces.set(p.workspace.id, p.workspace);
       else if (S.workspaces.has(p.workspaceId)) S.workspaces.get(p.workspaceId).activity = p.activity;
@@ -410,7 +418,8 @@ function renderSidebar() {
     if (w.archivedAt && !S.showArchived) continue;
     const agents = roots.get(w.id) || [];
     if (narrowed && !agents.length && (S.quick || !w.name.toLowerCase().includes(filter))) continue;
-    const project = w.worktree?.source || w.path;
+    // Another host's checkout is another project, even at the same path.
+    const project = `${w.host ? `${w.host}:` : ''}${w.worktree?.source || w.path}`;
     if (!projects.has(project)) projects.set(project, []);
     projects.get(project).push(w);
   }
@@ -431,7 +440,7 @@ function renderSidebar() {
         collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.flatMap((a) => [agentRow(a, childCount.get(a.id) || 0, rollup.get(a.id)),
           ...(hits.get(a.id) || []).map((d) => agentRow(d, 0, null, true))]))));
     }
-    groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project)), h('ul', { role: 'list' }, items)));
+    groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project), hostBadge(wss[0].host)), h('ul', { role: 'list' }, items)));
   }
   if (!groups.length) {
     groups.push(h('li', { class: 'empty' }, S.synced ? (narrowed ? 'Nothing matches the filter.' : 'No agents yet. Start one with “New agent”.') : ''));
@@ -447,6 +456,16 @@ function quickMatch(a) {
     case 'errors': return a.status === 'error' || a.attentionReason === 'error' || Boolean(a.startFailure);
     default: return true;
   }
+}
+
+/** The host a project is on, and whether it can be reached now (nothing for this machine). */
+function hostBadge(name) {
+  if (!name) return null;
+  const host = S.hosts.get(name);
+  const up = host?.state === 'reachable';
+  const since = host ? new Date(host.since).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '';
+  const title = up ? `on host ${name}` : `host ${name} is ${host?.state ?? 'gone'} since ${since}${host?.error ? `: ${host.error}` : ''}; its agents go on running there`;
+  return h('span', { class: `host-badge${up ? '' : ' down'}`, title }, up ? `@${name}` : `@${name} · ${host?.state ?? 'gone'}`);
 }
 
 /** A sidebar row: a root, or (`sub`) a subagent a filter found, under its root. */
@@ -1415,8 +1434,11 @@ async function newAgentDialog(workspaceId = null) {
         unavailable.map((p) => h('div', null, `${p.label}: ${p.detail}`))) : '');
     };
     showHint();
-    const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === workspaceId }, `${w.name} — ${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));
+    const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === workspaceId }, `${w.name} — ${w.host ? `${w.host}:` : ''}${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));
     const dir = h('input', { name: 'cwd', placeholder: '/absolute/path', 'aria-label': 'Directory' });
+    // Where “another directory” is: this machine, or a host (`--host` on the command line).
+    const host = h('select', { name: 'host', 'aria-label': 'Machine' }, h('option', { value: '' }, 'this machine'),
+      [...S.hosts.values()].map((x) => h('option', { value: x.name, disabled: x.state !== 'reachable' }, x.state === 'reachable' ? x.name : `${x.name} (${x.state})`)));
     const worktree = h('input', { type: 'checkbox', name: 'worktree' });
     const wtName = h('input', { name: 'wtName', placeholder: 'name (optional)', 'aria-label': 'Worktree name' });
     const wtBase = h('input', { name: 'wtBase', placeholder: 'base (default HEAD)', 'aria-label': 'Worktree base' });
@@ -1440,6 +1462,9 @@ async function newAgentDialog(workspaceId = null) {
         msg.worktree = { name: wtName.value.trim() || null, base: wtBase.value.trim() || null };
       } else if (ws) msg.workspaceId = ws.id;
       else msg.cwd = dir.value.trim();
+      // A workspace's agent goes to the workspace's host by itself; a directory names one.
+      if (ws?.host) msg.host = ws.host;
+      else if (!ws && host.value) msg.host = host.value;
       for (const [k, el] of [['title', title], ['mode', mode], ['model', model], ['effort', effort], ['prompt', prompt]]) if (el.value.trim()) msg[k] = el.value.trim();
       msg.autoArchive = autoArchive.checked;
       msg.permissionPolicy = policy.value;
@@ -1461,6 +1486,7 @@ async function newAgentDialog(workspaceId = null) {
       h('h2', null, 'New agent'),
       field('Provider', provider), hint,
       field('Workspace', where), field('Directory (for “another directory”)', dir),
+      S.hosts.size ? field('On (for “another directory”)', host) : null,
       h('fieldset', null, h('legend', null, h('label', null, worktree, ' in a new git worktree')), wtName, wtBase),
       field('Title', title), h('div', { class: 'row' }, field('Mode', mode), field('Model', model), field('Effort', effort)),
       field('First prompt', prompt),
