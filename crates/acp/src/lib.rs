@@ -50,7 +50,6 @@ pub use actor::{LastStderr, LaunchError};
 /// A change to one agent's timeline: the timeline log's own entry, as live clients get it.
 pub use drover_core::timeline::Entry as TimelineUpdate;
 /// The kinds of timeline item the runtimes write, for readers of timelines.
-pub use drover_core::timeline::ItemKind;
 pub use listing::ProviderSession;
 pub use providers::{
     Availability, ConfigError, DEFAULT_IDLE_TIMEOUT, LiveProviders, Provider, Providers,
@@ -60,30 +59,8 @@ pub use providers::{
 /// How long a closing agent gets between TERM and KILL.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
-/// Where an agent's runtime is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RuntimeState {
-    /// No process: never started, hibernated, stopped, or failed.
-    Cold,
-    /// A start waits for a slot under `[runtimes] max_live`.
-    Queued,
-    /// Its process is starting (spawn and ACP handshake).
-    Starting,
-    /// Its process runs with an open session.
-    Live,
-}
-
-impl RuntimeState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuntimeState::Cold => "cold",
-            RuntimeState::Queued => "queued",
-            RuntimeState::Starting => "starting",
-            RuntimeState::Live => "live",
-        }
-    }
-}
+/// Where an agent's runtime is: the protocol's `RuntimeInfo.state`.
+pub use drover_protocol::RuntimeState;
 
 /// An agent's runtime as clients see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

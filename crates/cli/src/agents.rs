@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, Delivery, ErrorCode};
+use drover_protocol::requests as rq;
+use drover_protocol::{AgentInfo, DaemonMessage, Delivery, ErrorCode};
 use serde_json::{Value, json};
 
 use crate::args::PermitAnswer;
@@ -23,8 +24,7 @@ pub async fn send(
 ) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::SendMessage {
-            request_id,
+        .request(rq::SendMessage {
             agent_id: agent.id.clone(),
             text: message,
             delivery,
@@ -35,8 +35,7 @@ pub async fn send(
     };
     // The message is kept either way; say so when it cannot run now.
     let now = connection
-        .request(|request_id| ClientMessage::GetAgent {
-            request_id,
+        .request(rq::GetAgent {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -94,8 +93,7 @@ pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<(
     };
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::WaitIdle {
-            request_id,
+        .request(rq::WaitIdle {
             agent_id: agent.id.clone(),
             timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         })
@@ -118,8 +116,7 @@ pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<(
 pub async fn stop(ctx: &Ctx, id: &str, drop_queue: bool) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     connection
-        .request(|request_id| ClientMessage::Cancel {
-            request_id,
+        .request(rq::Cancel {
             agent_id: agent.id.clone(),
             keep_inbox: !drop_queue,
         })
@@ -139,8 +136,7 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
     let short = ShortIds::new(&agents);
     let name = short.get(&agent.id).to_string();
     let answer = connection
-        .request(|request_id| ClientMessage::Archive {
-            request_id,
+        .request(rq::Archive {
             agent_id: agent.id.clone(),
             stop_activity: stop,
         })
@@ -227,8 +223,7 @@ fn activity_lines(report: &Value, short: &ShortIds) -> Vec<String> {
 pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::RestartAgent {
-            request_id,
+        .request(rq::RestartAgent {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -251,8 +246,7 @@ pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
 pub async fn set(ctx: &Ctx, id: &str, setting: &str, value: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::SetConfigOption {
-            request_id,
+        .request(rq::SetConfigOption {
             agent_id: agent.id.clone(),
             config_id: setting.to_string(),
             value: value.to_string(),
@@ -281,8 +275,7 @@ pub async fn budget(
     let budget = (!clear).then_some(drover_protocol::Budget { tokens, cost, hard });
     let (mut connection, agent, name) = ctx.agent(id).await?;
     let answer = connection
-        .request(|request_id| ClientMessage::SetBudget {
-            request_id,
+        .request(rq::SetBudget {
             agent_id: agent.id.clone(),
             budget: budget.clone(),
         })
@@ -318,8 +311,7 @@ pub(crate) fn budget_line(budget: &drover_protocol::Budget) -> String {
 pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent_preferring(id, Prefer::Archived).await?;
     connection
-        .request(|request_id| ClientMessage::Unarchive {
-            request_id,
+        .request(rq::Unarchive {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -331,8 +323,7 @@ pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
 pub async fn detach(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
     connection
-        .request(|request_id| ClientMessage::Detach {
-            request_id,
+        .request(rq::Detach {
             agent_id: agent.id.clone(),
         })
         .await?;
@@ -354,8 +345,7 @@ pub async fn permit(ctx: &Ctx, id: &str, answer: PermitAnswer, always: bool) -> 
     };
     let (mut connection, agent, name) = ctx.agent(id).await?;
     connection
-        .request(|request_id| ClientMessage::AnswerPermission {
-            request_id,
+        .request(rq::AnswerPermission {
             agent_id: agent.id.clone(),
             seq: None,
             kind: Some(kind.to_string()),

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use drover_daemon::{DAEMON_INFO_FILE, DaemonInfo};
+use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, DaemonMessage, HostInfo, PROTOCOL_VERSION, WorkspaceInfo,
+    AgentInfo, ClientMessage, ClientRequest, DaemonMessage, HostInfo, PROTOCOL_VERSION,
+    WorkspaceInfo,
 };
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
@@ -160,14 +162,14 @@ impl Connection {
             backlog: VecDeque::new(),
         };
         connection
-            .send(&ClientMessage::Hello {
+            .send(&ClientRequest::new(rq::Hello {
                 client: "drover-cli".to_string(),
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),
                 protocol_version: PROTOCOL_VERSION,
                 capabilities: Vec::new(),
                 token: endpoint.token(),
                 include_archived,
-            })
+            }))
             .await?;
         let state = tokio::time::timeout(CONNECT_TIMEOUT, connection.handshake())
             .await
@@ -208,7 +210,7 @@ impl Connection {
         }
     }
 
-    async fn send(&mut self, message: &ClientMessage) -> anyhow::Result<()> {
+    async fn send(&mut self, message: &ClientRequest) -> anyhow::Result<()> {
         let text = serde_json::to_string(message).context("cannot encode a request")?;
         self.socket
             .send(Message::Text(text.into()))
@@ -216,15 +218,16 @@ impl Connection {
             .context("cannot send to the daemon")
     }
 
-    /// Sends the request `make` builds around a fresh `requestId` and returns its answer; a
-    /// `request_error` becomes [`CliError::Daemon`]. Other messages wait in the backlog.
+    /// Sends `message` with a fresh `requestId` and returns its answer; a `request_error`
+    /// becomes [`CliError::Daemon`]. Other messages wait in the backlog.
     pub async fn request(
         &mut self,
-        make: impl FnOnce(Option<String>) -> ClientMessage,
+        message: impl Into<ClientMessage>,
     ) -> anyhow::Result<DaemonMessage> {
         self.next_request += 1;
         let id = format!("cli-{}", self.next_request);
-        self.send(&make(Some(id.clone()))).await?;
+        self.send(&ClientRequest::with_id(id.clone(), message))
+            .await?;
         loop {
             let message = self.read().await?;
             if message.request_id() != Some(id.as_str()) {

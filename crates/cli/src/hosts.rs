@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use drover_protocol::{ClientMessage, DaemonMessage, HostConfig, HostInfo};
+use drover_protocol::requests as rq;
+use drover_protocol::{DaemonMessage, HostConfig, HostInfo};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -70,9 +71,7 @@ fn split_command(line: &str) -> Result<Vec<String>, CliError> {
 async fn add(ctx: &Ctx, host: HostConfig, no_wait: bool) -> anyhow::Result<()> {
     let name = host.name.clone();
     let (mut connection, _) = ctx.connect().await?;
-    let answer = connection
-        .request(|request_id| ClientMessage::AddHost { request_id, host })
-        .await?;
+    let answer = connection.request(rq::AddHost { host }).await?;
     let DaemonMessage::Hosts { .. } = answer else {
         return Err(unexpected(&answer));
     };
@@ -155,8 +154,7 @@ async fn ls(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
 async fn rm(ctx: &Ctx, name: &str) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::RemoveHost {
-            request_id,
+        .request(rq::RemoveHost {
             name: name.to_string(),
         })
         .await?;

@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use drover_protocol::{ClientMessage, DaemonMessage, ImportedAgentInfo};
+use drover_protocol::requests as rq;
+use drover_protocol::{DaemonMessage, ImportedAgentInfo};
 
 use crate::commands::{Ctx, print_json, unexpected};
 use crate::error::CliError;
@@ -26,8 +27,7 @@ pub async fn paseo(
         .with_context(|| format!("cannot make `{}` absolute", path.display()))?;
     let (mut connection, _) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::ImportPaseo {
-            request_id,
+        .request(rq::ImportPaseo {
             path: path.display().to_string(),
             apply,
         })
@@ -53,8 +53,7 @@ pub async fn sessions(
         .transpose()?;
     let (mut connection, _) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::ImportSessions {
-            request_id,
+        .request(rq::ImportSessions {
             provider: provider.to_string(),
             cwd: cwd.as_ref().map(|c| c.display().to_string()),
             sessions,
@@ -127,7 +126,7 @@ fn line(agent: &ImportedAgentInfo, style: Style) -> String {
         || agent.source_id.clone(),
         |id| id[id.len().saturating_sub(8)..].to_string(),
     );
-    let mut status = agent.status.clone();
+    let mut status = agent.status.to_string();
     if agent.archived {
         status.push_str(" (archived)");
     }

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
-use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, HostInfo, PermissionPolicy};
+use drover_protocol::requests as rq;
+use drover_protocol::{
+    AgentInfo, AttentionReason, DaemonMessage, HostInfo, PermissionPolicy, RuntimeState,
+};
 use serde_json::json;
 
 use crate::agents::budget_line;
@@ -79,12 +82,12 @@ pub async fn ls(
         let status = if agent.archived_at.is_some() {
             format!("{} (archived)", agent.status)
         } else {
-            agent.status.clone()
+            agent.status.to_string()
         };
         let paint = if agent.archived_at.is_some() {
             Paint::Dim
         } else {
-            output::status_paint(&agent.status)
+            output::status_paint(agent.status)
         };
         let mut cells = vec![
             (id, Paint::Plain),
@@ -95,8 +98,8 @@ pub async fn ls(
             (agent.provider.clone(), Paint::Plain),
             (status, paint),
             (
-                agent.runtime.state.clone(),
-                if agent.runtime.state == "cold" {
+                agent.runtime.state.to_string(),
+                if agent.runtime.state == RuntimeState::Cold {
                     Paint::Dim
                 } else {
                     Paint::Plain
@@ -124,10 +127,10 @@ pub async fn ls(
 /// The ATTENTION cell, said as people say it: `sign in` is what to do, `limited until` when
 /// the prompt goes again.
 fn attention_cell(agent: &AgentInfo) -> (String, Paint) {
-    let attention = match (agent.attention_reason.as_deref(), &agent.limited) {
+    let attention = match (agent.attention_reason, &agent.limited) {
         (None, _) => "-".to_string(),
-        (Some("auth_required"), _) => "sign in".to_string(),
-        (Some("limited"), Some(limited)) => {
+        (Some(AttentionReason::AuthRequired), _) => "sign in".to_string(),
+        (Some(AttentionReason::Limited), Some(limited)) => {
             format!("limited until {}", output::clock(&limited.retry_at))
         }
         (Some(reason), _) => reason.to_string(),
@@ -329,21 +332,18 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
     let listed = resolve(&agents, id, Prefer::Live)?;
     // The agent again, with what its process tree holds now.
     let answer = connection
-        .request(|request_id| ClientMessage::GetAgent {
-            request_id,
+        .request(rq::GetAgent {
             agent_id: listed.id.clone(),
         })
         .await?;
     // Its work beside its turn: its jobs and the schedules that reach it.
     let jobs = connection
-        .request(|request_id| ClientMessage::ListJobs {
-            request_id,
+        .request(rq::ListJobs {
             agent_id: Some(listed.id.clone()),
         })
         .await?;
     let schedules = connection
-        .request(|request_id| ClientMessage::ListSchedules {
-            request_id,
+        .request(rq::ListSchedules {
             agent_id: Some(listed.id.clone()),
         })
         .await?;
@@ -528,13 +528,13 @@ fn inspect_rows(
         ("provider", agent.provider.clone()),
         (
             "status",
-            style.paint(output::status_paint(&agent.status), &agent.status),
+            style.paint(output::status_paint(agent.status), agent.status.as_str()),
         ),
         (
             "attention",
             match (&agent.attention_reason, &agent.attention_timestamp) {
                 (Some(reason), Some(at)) => format!("{reason} since {}", output::when(at, now)),
-                (Some(reason), None) => reason.clone(),
+                (Some(reason), None) => reason.to_string(),
                 _ => dash(),
             },
         ),

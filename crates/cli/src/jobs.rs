@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use drover_protocol::{ClientMessage, DaemonMessage, JobInfo};
+use drover_protocol::requests as rq;
+use drover_protocol::{DaemonMessage, JobInfo, JobStatus};
 use jiff::Timestamp;
 
 use crate::args::JobAction;
@@ -75,8 +76,7 @@ async fn start(
     let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
     let owner = resolve(&agents, agent, Prefer::Live)?.clone();
     let answer = connection
-        .request(|request_id| ClientMessage::StartJob {
-            request_id,
+        .request(rq::StartJob {
             agent_id: owner.id.clone(),
             command,
             cwd: cwd.map(|c| c.display().to_string()),
@@ -109,12 +109,7 @@ async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> 
     let owner = agent
         .map(|a| resolve(&agents, a, Prefer::Live).map(|a| a.id.clone()))
         .transpose()?;
-    let answer = connection
-        .request(|request_id| ClientMessage::ListJobs {
-            request_id,
-            agent_id: owner,
-        })
-        .await;
+    let answer = connection.request(rq::ListJobs { agent_id: owner }).await;
     connection.close().await;
     let answer = answer?;
     let DaemonMessage::Jobs { jobs, .. } = answer else {
@@ -136,7 +131,7 @@ async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> 
         table.row(vec![
             (job.id.clone(), Paint::Plain),
             (short.get(&job.agent_id).to_string(), Paint::Plain),
-            (job.status.clone(), status_paint(job)),
+            (job.status.to_string(), status_paint(job)),
             (exit_text(job), Paint::Plain),
             (output::when(&job.started_at, now), Paint::Dim),
             (duration(job, now), Paint::Plain),
@@ -157,8 +152,7 @@ async fn logs(ctx: &Ctx, id: &str, follow: bool, tail: Option<usize>) -> anyhow:
     let mut offset = None;
     if let Some(tail) = tail {
         let answer = connection
-            .request(|request_id| ClientMessage::JobOutput {
-                request_id,
+            .request(rq::JobOutput {
                 job_id: id.to_string(),
                 offset: None,
                 tail: Some(tail),
@@ -181,8 +175,7 @@ async fn logs(ctx: &Ctx, id: &str, follow: bool, tail: Option<usize>) -> anyhow:
     }
     loop {
         let answer = connection
-            .request(|request_id| ClientMessage::JobOutput {
-                request_id,
+            .request(rq::JobOutput {
                 job_id: id.to_string(),
                 offset: Some(offset),
                 tail: None,
@@ -210,8 +203,7 @@ async fn follow_output(
     offset: u64,
 ) -> anyhow::Result<()> {
     let answer = connection
-        .request(|request_id| ClientMessage::FollowJob {
-            request_id,
+        .request(rq::FollowJob {
             job_id: id.to_string(),
             offset: Some(offset),
         })
@@ -273,8 +265,7 @@ fn write_text(text: &str, skipped: u64) -> anyhow::Result<()> {
 async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::KillJob {
-            request_id,
+        .request(rq::KillJob {
             job_id: id.to_string(),
         })
         .await;
@@ -291,10 +282,10 @@ async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
 }
 
 fn status_paint(job: &JobInfo) -> Paint {
-    match job.status.as_str() {
-        "running" => Paint::Green,
-        "lost" => Paint::Red,
-        "exited" if job.exit_code == Some(0) => Paint::Plain,
+    match job.status {
+        JobStatus::Running => Paint::Green,
+        JobStatus::Lost => Paint::Red,
+        JobStatus::Exited if job.exit_code == Some(0) => Paint::Plain,
         _ => Paint::Yellow,
     }
 }

@@ -20,7 +20,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use drover_protocol::{AuthKind, AuthMethod, ClientMessage, DaemonMessage};
+use drover_protocol::requests as rq;
+use drover_protocol::{AuthKind, AuthMethod, DaemonMessage};
 use serde_json::{Value, json};
 
 use crate::commands::{Ctx, unexpected};
@@ -34,9 +35,7 @@ const AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
-    let answer = connection
-        .request(|request_id| ClientMessage::ListProviders { request_id })
-        .await?;
+    let answer = connection.request(rq::ListProviders {}).await?;
     let DaemonMessage::Providers { providers, .. } = answer else {
         return Err(unexpected(&answer));
     };
@@ -108,8 +107,7 @@ pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::R
         }
     }
     let answer = connection
-        .request(|request_id| ClientMessage::SignIn {
-            request_id,
+        .request(rq::SignIn {
             provider: provider.to_string(),
             method_id: method.id.clone(),
             vars,

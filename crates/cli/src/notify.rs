@@ -1,7 +1,8 @@
 //! `drover notify status` and `drover notify test [SINK]`: the daemon's notification sinks
 //! (`[notify]` in `config.toml`), over the client protocol.
 
-use drover_protocol::{ClientMessage, DaemonMessage};
+use drover_protocol::DaemonMessage;
+use drover_protocol::requests as rq;
 use jiff::Timestamp;
 
 use crate::args::NotifyAction;
@@ -19,9 +20,7 @@ pub async fn run(ctx: &Ctx, action: NotifyAction) -> anyhow::Result<()> {
 /// One line per sink: what it sends to, what it wants, and how its deliveries went.
 async fn status(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
-    let answer = connection
-        .request(|request_id| ClientMessage::NotifyStatus { request_id })
-        .await;
+    let answer = connection.request(rq::NotifyStatus {}).await;
     connection.close().await;
     let answer = answer?;
     let DaemonMessage::NotifyStatus { sinks, .. } = answer else {
@@ -57,7 +56,7 @@ async fn status(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
         };
         table.row(vec![
             (sink.name.clone(), Paint::Bold),
-            (sink.kind.clone(), Paint::Plain),
+            (sink.kind.to_string(), Paint::Plain),
             (sink.target.clone(), Paint::Dim),
             (sink.sent.to_string(), Paint::Plain),
             (when(&sink.last_sent_at), Paint::Dim),
@@ -75,9 +74,7 @@ async fn status(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
 /// Sends a sample to SINK (or every sink) and says how each went; fails if one failed.
 async fn test(ctx: &Ctx, sink: Option<String>, json: bool) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
-    let answer = connection
-        .request(|request_id| ClientMessage::NotifyTest { request_id, sink })
-        .await;
+    let answer = connection.request(rq::NotifyTest { sink }).await;
     connection.close().await;
     let answer = answer?;
     let DaemonMessage::NotifyTested { results, .. } = answer else {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 
-use drover_acp::ItemKind;
+use drover_protocol::{AgentStatus, InterruptCause, ItemKind, TurnEnd as End};
 use jiff::{Timestamp, tz::TimeZone};
 use serde_json::Value;
 
@@ -54,12 +54,12 @@ impl Style {
 }
 
 /// The colour of an agent status.
-pub fn status_paint(status: &str) -> Paint {
+pub fn status_paint(status: AgentStatus) -> Paint {
     match status {
-        "running" | "initializing" => Paint::Green,
-        "error" => Paint::Red,
-        "closed" => Paint::Dim,
-        _ => Paint::Plain,
+        AgentStatus::Running | AgentStatus::Initializing => Paint::Green,
+        AgentStatus::Error => Paint::Red,
+        AgentStatus::Closed => Paint::Dim,
+        AgentStatus::Idle => Paint::Plain,
     }
 }
 
@@ -211,7 +211,7 @@ pub fn truncate(text: &str, max: usize) -> String {
 /// How a turn ended (a `turn_ended` item).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnEnd {
-    /// `turn_completed`, `turn_failed`, `turn_canceled`, `turn_blocked`, `turn_interrupted`.
+    /// The item's `event` (a [`End`]'s name, or one a newer daemon wrote).
     pub event: String,
     pub detail: Option<String>,
 }
@@ -220,23 +220,25 @@ impl TurnEnd {
     pub fn from_data(data: &Value) -> TurnEnd {
         let text = |k: &str| data.get(k).and_then(Value::as_str).map(str::to_string);
         let event = text("event").unwrap_or_else(|| ItemKind::TurnEnded.to_string());
-        let detail = match event.as_str() {
-            "turn_completed" => text("stopReason"),
-            "turn_failed" => text("error"),
-            "turn_canceled" => text("cause"),
-            "turn_interrupted" => text("cause").map(|cause| match cause.as_str() {
-                "shutdown" => "the daemon shut down".to_string(),
-                "crash" => "the daemon stopped".to_string(),
-                _ => cause,
-            }),
-            "turn_blocked" => text("reason"),
-            _ => None,
+        let detail = match End::parse(&event) {
+            Some(End::Completed) => text("stopReason"),
+            Some(End::Failed) => text("error"),
+            Some(End::Canceled) => text("cause"),
+            Some(End::Interrupted) => {
+                text("cause").map(|cause| match InterruptCause::parse(&cause) {
+                    Some(InterruptCause::Shutdown) => "the daemon shut down".to_string(),
+                    Some(InterruptCause::Crash) => "the daemon stopped".to_string(),
+                    None => cause,
+                })
+            }
+            Some(End::Blocked) => text("reason"),
+            Some(End::Limited) | None => None,
         };
         TurnEnd { event, detail }
     }
 
     pub fn succeeded(&self) -> bool {
-        self.event == "turn_completed"
+        End::parse(&self.event).is_some_and(End::succeeded)
     }
 
     /// `completed (end_turn)`, `failed: …`, `canceled (user)`, `interrupted: the daemon stopped`.
@@ -250,9 +252,9 @@ impl TurnEnd {
     }
 
     fn paint(&self) -> Paint {
-        match self.event.as_str() {
-            "turn_completed" => Paint::Green,
-            "turn_canceled" => Paint::Yellow,
+        match End::parse(&self.event) {
+            Some(End::Completed) => Paint::Green,
+            Some(End::Canceled) => Paint::Yellow,
             _ => Paint::Red,
         }
     }

@@ -3,7 +3,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use drover_protocol::{ClientMessage, DaemonMessage, ProviderSignIn};
+use drover_protocol::requests as rq;
+use drover_protocol::{DaemonMessage, ProviderSignIn};
 use serde_json::{Value, json};
 
 use crate::client::Connection;
@@ -23,9 +24,7 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
         Option<drover_protocol::ProviderWarm>,
     )> = match Connection::open(&ctx.endpoint, false).await {
         Ok((mut connection, _)) => {
-            let answer = connection
-                .request(|request_id| ClientMessage::ListProviders { request_id })
-                .await?;
+            let answer = connection.request(rq::ListProviders {}).await?;
             connection.close().await;
             let DaemonMessage::Providers { providers, .. } = answer else {
                 return Err(unexpected(&answer));

@@ -230,7 +230,7 @@ mod tests {
     fn agent(id: &str, title: Option<&str>) -> AgentInfo {
         AgentInfo {
             id: id.to_string(),
-            status: "idle".to_string(),
+            status: drover_protocol::AgentStatus::Idle,
             created_at: String::new(),
             updated_at: String::new(),
             last_activity_at: String::new(),
@@ -369,7 +369,7 @@ mod tests {
     fn workspace(id: &str, name: &str, path: &str, archived: bool) -> WorkspaceInfo {
         WorkspaceInfo {
             id: id.to_string(),
-            kind: "worktree".to_string(),
+            kind: drover_protocol::WorkspaceKind::Worktree,
             path: path.to_string(),
             name: name.to_string(),
             created_at: String::new(),

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
-use drover_acp::ItemKind;
+use drover_protocol::ItemKind;
+use drover_protocol::requests as rq;
 use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, NewWorktree, PermissionPolicy};
 use serde_json::{Value, json};
 use tokio::signal::unix::Signal;
@@ -70,7 +71,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let answer = connection
-        .request(|request_id| create_message(&args, request_id, provider, &cwd, parent))
+        .request(create_message(&args, provider, &cwd, parent))
         .await
         .map_err(demo_hint)?;
     let DaemonMessage::AgentCreated { agent, .. } = answer else {
@@ -114,13 +115,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
 /// The `create_agent` request of `drover run`.
 fn create_message(
     args: &RunArgs,
-    request_id: Option<String>,
     provider: String,
     cwd: &Path,
     parent: Option<String>,
 ) -> ClientMessage {
-    ClientMessage::CreateAgent {
-        request_id,
+    ClientMessage::CreateAgent(rq::CreateAgent {
         provider,
         cwd: Some(cwd.display().to_string()),
         workspace_id: None,
@@ -158,7 +157,7 @@ fn create_message(
             base: args.base.clone(),
         }),
         host: args.host.clone(),
-    }
+    })
 }
 
 /// How the turn `drover run` followed ended: a line on stderr, and the exit it means.
@@ -199,8 +198,7 @@ pub async fn attach(ctx: &Ctx, id: &str, tail: usize, json: bool) -> anyhow::Res
     let (mut connection, agent, name) = ctx.agent(id).await?;
     // While attached, nothing is sent to notification sinks about this agent.
     connection
-        .request(|request_id| ClientMessage::Watching {
-            request_id,
+        .request(rq::Watching {
             agent_id: Some(agent.id.clone()),
         })
         .await?;
@@ -285,9 +283,8 @@ async fn fetch_tail(
             break;
         }
         let answer = connection
-            .request(|request_id| ClientMessage::FetchTimeline {
+            .request(rq::FetchTimeline {
                 agent_id: agent.to_string(),
-                request_id,
                 before,
                 after: None,
                 limit: Some(limit),
@@ -515,9 +512,8 @@ async fn initialize(
     tail: Option<usize>,
 ) -> anyhow::Result<(AgentInfo, Vec<Value>)> {
     let answer = connection
-        .request(|request_id| ClientMessage::InitializeAgentRequest {
+        .request(rq::InitializeAgentRequest {
             agent_id: agent.to_string(),
-            request_id,
             limit: tail.map(|t| t.min(PAGE)),
         })
         .await?;

@@ -1,8 +1,10 @@
 //! `drover schedule add|ls|rm|pause|resume`, over the client protocol: the command line's
 //! times and durations become the protocol's `when`, and schedules show with their next run.
 
+use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, DaemonMessage, ScheduleInfo, ScheduleNewAgent, ScheduleWhen,
+    AgentInfo, ClientMessage, DaemonMessage, ScheduleInfo, ScheduleNewAgent, ScheduleState,
+    ScheduleWhen,
 };
 use jiff::Timestamp;
 use jiff::civil::DateTime;
@@ -121,8 +123,7 @@ pub async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
         }
     };
     let answer = connection
-        .request(|request_id| ClientMessage::CreateSchedule {
-            request_id,
+        .request(rq::CreateSchedule {
             prompt: add.prompt.clone(),
             when,
             agent_id,
@@ -152,12 +153,7 @@ pub async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<
     let agent_id = agent
         .map(|q| resolve(&agents, q, Prefer::Live).map(|a| a.id.clone()))
         .transpose()?;
-    let answer = connection
-        .request(|request_id| ClientMessage::ListSchedules {
-            request_id,
-            agent_id,
-        })
-        .await?;
+    let answer = connection.request(rq::ListSchedules { agent_id }).await?;
     connection.close().await;
     let DaemonMessage::Schedules { schedules, .. } = answer else {
         return Err(unexpected(&answer));
@@ -181,10 +177,10 @@ fn table(schedules: &[ScheduleInfo], agents: &[AgentInfo]) -> Table {
         "ID", "STATE", "WHEN", "NEXT", "TARGET", "LAST", "PROMPT",
     ]);
     for s in schedules {
-        let state = match s.state.as_str() {
-            "active" => (s.state.clone(), Paint::Green),
-            "paused" => (s.state.clone(), Paint::Yellow),
-            _ => (s.state.clone(), Paint::Dim),
+        let state = match s.state {
+            ScheduleState::Active => (s.state.to_string(), Paint::Green),
+            ScheduleState::Paused => (s.state.to_string(), Paint::Yellow),
+            ScheduleState::Finished => (s.state.to_string(), Paint::Dim),
         };
         let target = match (&s.agent_id, &s.new_agent) {
             (Some(agent), _) => short.get(agent).to_string(),
@@ -220,10 +216,7 @@ pub async fn remove(ctx: &Ctx, schedule: &str) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
     let schedule_id = schedule_id(schedule);
     let answer = connection
-        .request(|request_id| ClientMessage::DeleteSchedule {
-            request_id,
-            schedule_id,
-        })
+        .request(rq::DeleteSchedule { schedule_id })
         .await?;
     connection.close().await;
     let DaemonMessage::ScheduleDeleted { schedule_id, .. } = answer else {
@@ -237,18 +230,10 @@ pub async fn set_paused(ctx: &Ctx, schedule: &str, paused: bool) -> anyhow::Resu
     let (mut connection, _) = ctx.connect().await?;
     let schedule_id = schedule_id(schedule);
     let answer = connection
-        .request(|request_id| {
-            if paused {
-                ClientMessage::PauseSchedule {
-                    request_id,
-                    schedule_id,
-                }
-            } else {
-                ClientMessage::ResumeSchedule {
-                    request_id,
-                    schedule_id,
-                }
-            }
+        .request(if paused {
+            ClientMessage::PauseSchedule(rq::PauseSchedule { schedule_id })
+        } else {
+            ClientMessage::ResumeSchedule(rq::ResumeSchedule { schedule_id })
         })
         .await?;
     connection.close().await;

@@ -6,8 +6,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceInfo,
+    AgentInfo, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceActivity, WorkspaceInfo,
     WorktreeStatusInfo,
 };
 use serde_json::json;
@@ -29,8 +30,7 @@ fn handles(workspaces: &[WorkspaceInfo]) -> ShortIds {
 pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::Result<()> {
     let (mut connection, state) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::ListWorkspaces {
-            request_id,
+        .request(rq::ListWorkspaces {
             include_archived: all,
         })
         .await?;
@@ -72,18 +72,6 @@ pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::
         }
         return Ok(());
     }
-    let activity = |w: &WorkspaceInfo| -> (String, Paint) {
-        if w.archived_at.is_some() {
-            return ("archived".to_string(), Paint::Dim);
-        }
-        match w.activity.as_deref() {
-            Some(a @ ("permission" | "attention")) => (a.to_string(), Paint::Yellow),
-            Some(a @ "error") => (a.to_string(), Paint::Red),
-            Some(a @ "running") => (a.to_string(), Paint::Green),
-            Some(a) => (a.to_string(), Paint::Plain),
-            None => ("-".to_string(), Paint::Plain),
-        }
-    };
     let branch = |w: &WorkspaceInfo| {
         w.worktree
             .as_ref()
@@ -119,13 +107,29 @@ pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::
                 path,
             ]);
         } else {
-            let kind = (w.kind.clone(), Paint::Plain);
+            let kind = (w.kind.to_string(), Paint::Plain);
             table.row(vec![id, kind, name, activity(w), agents, branch, path]);
         }
     }
     let mut out = std::io::stdout().lock();
     table.write(&mut out, ctx.style)?;
     Ok(())
+}
+
+/// A workspace's activity cell: archived, what it shows, or `-`.
+fn activity(w: &WorkspaceInfo) -> (String, Paint) {
+    if w.archived_at.is_some() {
+        return ("archived".to_string(), Paint::Dim);
+    }
+    match w.activity {
+        Some(a @ (WorkspaceActivity::Permission | WorkspaceActivity::Attention)) => {
+            (a.to_string(), Paint::Yellow)
+        }
+        Some(a @ WorkspaceActivity::Error) => (a.to_string(), Paint::Red),
+        Some(a @ WorkspaceActivity::Running) => (a.to_string(), Paint::Green),
+        Some(a @ WorkspaceActivity::Idle) => (a.to_string(), Paint::Plain),
+        None => ("-".to_string(), Paint::Plain),
+    }
 }
 
 /// `drover worktree new`: prints the new worktree's path on stdout; what was made, and the
@@ -145,8 +149,7 @@ pub async fn new(
     let repo = working_directory(&repo)?;
     let (mut connection, SessionState { mut workspaces, .. }) = ctx.connect().await?;
     let answer = connection
-        .request(|request_id| ClientMessage::CreateWorktree {
-            request_id,
+        .request(rq::CreateWorktree {
             repository: repo.display().to_string(),
             name,
             branch,
@@ -237,8 +240,7 @@ pub async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
     let workspace = resolve_workspace(&workspaces, query, Prefer::Live)?;
     let handle = handles(&workspaces).get(&workspace.id).to_string();
     let answer = connection
-        .request(|request_id| ClientMessage::GetWorktreeStatus {
-            request_id,
+        .request(rq::GetWorktreeStatus {
             workspace_id: workspace.id.clone(),
         })
         .await?;
@@ -290,8 +292,7 @@ pub async fn remove(ctx: &Ctx, query: &str, force: bool, json: bool) -> anyhow::
         .into());
     }
     let answer = connection
-        .request(|request_id| ClientMessage::ArchiveWorkspace {
-            request_id,
+        .request(rq::ArchiveWorkspace {
             workspace_id: workspace.id.clone(),
             force,
         })

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use drover_protocol::TurnEnd;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -89,49 +90,18 @@ pub enum TurnOutcome {
 }
 
 impl TurnOutcome {
-    /// The event name the seeds use.
-    pub fn event_name(&self) -> &'static str {
+    /// The `event` of its `turn_ended` item.
+    pub fn event_name(&self) -> TurnEnd {
         match self {
-            TurnOutcome::Completed => "turn_completed",
-            TurnOutcome::Failed { .. } => "turn_failed",
-            TurnOutcome::Canceled => "turn_canceled",
+            TurnOutcome::Completed => TurnEnd::Completed,
+            TurnOutcome::Failed { .. } => TurnEnd::Failed,
+            TurnOutcome::Canceled => TurnEnd::Canceled,
         }
     }
 }
 
-/// Why an agent asks for its user.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AttentionReason {
-    /// A turn ended and nobody has looked yet.
-    Finished,
-    /// The runtime or a turn failed.
-    Error,
-    /// The agent waits on a permission answer.
-    Permission,
-    /// The daemon stopped (crash or restart) while the agent was working.
-    Interrupted,
-    /// The agent cannot start until someone signs its provider in (see `StartFailure`).
-    AuthRequired,
-    /// The agent waits for its provider's usage limit to reset (see `Limited`).
-    Limited,
-    /// The tree under the agent's budget spent 80 % of it.
-    BudgetWarning,
-}
-
-impl AttentionReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttentionReason::Finished => "finished",
-            AttentionReason::Error => "error",
-            AttentionReason::Permission => "permission",
-            AttentionReason::Interrupted => "interrupted",
-            AttentionReason::AuthRequired => "auth_required",
-            AttentionReason::Limited => "limited",
-            AttentionReason::BudgetWarning => "budget_warning",
-        }
-    }
-}
+/// Why an agent asks for its user: the protocol's `attentionReason`.
+pub use drover_protocol::AttentionReason;
 
 /// An agent that requires attention, why, and since when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

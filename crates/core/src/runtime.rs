@@ -3,7 +3,6 @@
 //! The registry decides; runtimes carry it out. The registry never waits on a runtime while it
 //! holds its own state, and never learns how a runtime is implemented.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -12,32 +11,9 @@ use crate::ids::AgentId;
 /// A boxed future, so runtimes and families can be trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Who cancels a turn. Recorded with the cancellation so timelines can say why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CancelCause {
-    /// The user pressed stop.
-    User,
-    /// The agent's parent stopped it (including through the parent's archive).
-    Parent,
-    /// The agent itself was archived.
-    Archive,
-    /// The daemon is shutting down.
-    Shutdown,
-    /// The agent's tree spent a budget set with `hard = true`.
-    Budget,
-}
-
-impl fmt::Display for CancelCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CancelCause::User => "user",
-            CancelCause::Parent => "parent",
-            CancelCause::Archive => "archive",
-            CancelCause::Shutdown => "shutdown",
-            CancelCause::Budget => "budget",
-        })
-    }
-}
+/// Who cancels a turn: the protocol's `cause` of a `turn_canceled`, recorded with the
+/// cancellation so timelines can say why.
+pub use drover_protocol::CancelCause;
 
 /// A runtime operation that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -18,7 +18,6 @@
 //! the kinds they write (see `docs/storage.md`).
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
@@ -52,88 +51,8 @@ impl TimelineItem {
     }
 }
 
-/// The kinds of item drover writes, stored and sent as their `snake_case` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ItemKind {
-    /// A message delivered to the agent (`text`, `context`, `messageId`, `delivery`, `source`,
-    /// and `notify`: the agent told how the turn goes, if any).
-    UserMessage,
-    /// The agent's reply; streamed chunks append to `text`.
-    AgentMessage,
-    /// The agent's reasoning; streamed chunks append to `text`.
-    AgentThought,
-    /// One tool call, its updates patched in (`toolCallId`, `title`, `status`, ...).
-    ToolCall,
-    /// A permission request (`status` `pending`, then `answered` with the `outcome`).
-    Permission,
-    Plan,
-    Mode,
-    Config,
-    Usage,
-    AvailableCommands,
-    SessionInfo,
-    TurnStarted,
-    /// How a turn ended (`event`: `turn_completed`, `turn_failed`, `turn_canceled`,
-    /// `turn_blocked`).
-    TurnEnded,
-    /// Something drover says about the agent (`text`).
-    Notice,
-    /// An update drover does not map, kept whole (`update`).
-    Raw,
-}
-
-impl ItemKind {
-    pub const ALL: [ItemKind; 15] = [
-        ItemKind::UserMessage,
-        ItemKind::AgentMessage,
-        ItemKind::AgentThought,
-        ItemKind::ToolCall,
-        ItemKind::Permission,
-        ItemKind::Plan,
-        ItemKind::Mode,
-        ItemKind::Config,
-        ItemKind::Usage,
-        ItemKind::AvailableCommands,
-        ItemKind::SessionInfo,
-        ItemKind::TurnStarted,
-        ItemKind::TurnEnded,
-        ItemKind::Notice,
-        ItemKind::Raw,
-    ];
-
-    /// The name items carry in their `kind` field (the same as serde's).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ItemKind::UserMessage => "user_message",
-            ItemKind::AgentMessage => "agent_message",
-            ItemKind::AgentThought => "agent_thought",
-            ItemKind::ToolCall => "tool_call",
-            ItemKind::Permission => "permission",
-            ItemKind::Plan => "plan",
-            ItemKind::Mode => "mode",
-            ItemKind::Config => "config",
-            ItemKind::Usage => "usage",
-            ItemKind::AvailableCommands => "available_commands",
-            ItemKind::SessionInfo => "session_info",
-            ItemKind::TurnStarted => "turn_started",
-            ItemKind::TurnEnded => "turn_ended",
-            ItemKind::Notice => "notice",
-            ItemKind::Raw => "raw",
-        }
-    }
-
-    /// The kind named `name`; `None` for a kind this drover does not know.
-    pub fn parse(name: &str) -> Option<ItemKind> {
-        ItemKind::ALL.into_iter().find(|k| k.as_str() == name)
-    }
-}
-
-impl fmt::Display for ItemKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The kinds of item drover writes: the protocol's, stored and sent as their names.
+pub(crate) use drover_protocol::ItemKind;
 
 /// One line of the log, and the change live clients are sent (the same JSON:
 /// `{"op":"item"|"append"|"patch",...}`).

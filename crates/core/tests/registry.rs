@@ -7,11 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, WAIT, drain, eventually, idle, ids, running, set};
-use drover_core::timeline::{ItemKind, Page, Timeline};
+use drover_core::timeline::{Page, Timeline};
 use drover_core::{
     ActivityBucket, AgentId, AgentStatus, ArchiveOptions, AttentionReason, CancelCause, Change,
     NewAgent, PARENT_LABEL, RegistryError, TurnOutcome,
 };
+use drover_protocol::ItemKind;
 use drover_testkit::{RuntimeCall, StopBehaviour, TestFamily};
 
 const PLAIN: ArchiveOptions = ArchiveOptions {
@@ -1126,7 +1127,7 @@ async fn auto_archive_follows_the_first_terminal_turn_event() {
     ];
     let mut archived = Vec::new();
     for outcome in outcomes {
-        let name = outcome.event_name();
+        let name = outcome.event_name().as_str();
         let agent = reg
             .create_agent(NewAgent {
                 auto_archive: true,

@@ -1,13 +1,14 @@
 //! Domain records to wire types: the one place the protocol's shapes are filled in.
 
-use drover_acp::jobs::{JobRecord, KillCause};
+use drover_acp::jobs::JobRecord;
 use drover_acp::{LiveSession, RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
 use drover_core::{
     ActivityBucket, Agent, CommandRun, RegistryError, Workspace, WorktreeRemoval, WorktreeStatus,
 };
 use drover_protocol::{
     AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ImportSkip, ImportedAgentInfo, JobInfo,
-    ProviderInfo, RuntimeInfo, WorkspaceInfo, WorktreeRemovalInfo, WorktreeStatusInfo,
+    ProviderInfo, RuntimeInfo, SignInState, WorkspaceActivity, WorkspaceInfo, WorktreeRemovalInfo,
+    WorktreeStatusInfo,
 };
 
 use crate::ops::import::ImportReport;
@@ -56,7 +57,7 @@ pub(crate) fn agent_info(
     let modes = modes.as_ref();
     AgentInfo {
         id: agent.id.to_string(),
-        status: agent.status.as_str().to_string(),
+        status: agent_status(agent.status),
         created_at: agent.created_at.to_string(),
         updated_at: agent.updated_at.to_string(),
         last_activity_at: agent.last_activity_at.to_string(),
@@ -80,7 +81,7 @@ pub(crate) fn agent_info(
         labels: agent.labels.clone(),
         archived_at: agent.archived_at.map(|t| t.to_string()),
         requires_attention: agent.attention.is_some(),
-        attention_reason: agent.attention.map(|a| a.reason.as_str().to_string()),
+        attention_reason: agent.attention.map(|a| a.reason),
         attention_timestamp: agent.attention.map(|a| a.at.to_string()),
         auto_archive: agent.auto_archive,
         permission_policy: agent.config.permission_policy,
@@ -99,7 +100,7 @@ pub(crate) fn agent_info(
                 error: l.error.clone(),
             }),
         runtime: RuntimeInfo {
-            state: runtime.state.as_str().to_string(),
+            state: runtime.state,
             pid: runtime.pid,
             hibernate_at: runtime.hibernate_at.map(|t| t.to_string()),
             processes: memory.map(|m| m.processes as u64),
@@ -161,19 +162,44 @@ pub(crate) fn queued(m: &drover_core::inbox::InboxMessage) -> drover_protocol::Q
     }
 }
 
-pub(crate) fn bucket(b: Option<ActivityBucket>) -> Option<String> {
-    b.map(|b| {
-        serde_json::to_value(b)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default()
+/// A workspace's activity as the protocol names it.
+pub(crate) fn bucket(b: Option<ActivityBucket>) -> Option<WorkspaceActivity> {
+    b.map(|b| match b {
+        ActivityBucket::Idle => WorkspaceActivity::Idle,
+        ActivityBucket::Attention => WorkspaceActivity::Attention,
+        ActivityBucket::Running => WorkspaceActivity::Running,
+        ActivityBucket::Error => WorkspaceActivity::Error,
+        ActivityBucket::Permission => WorkspaceActivity::Permission,
     })
+}
+
+/// An agent's status as the protocol names it.
+pub(crate) fn agent_status(s: drover_core::AgentStatus) -> drover_protocol::AgentStatus {
+    use drover_core::AgentStatus as S;
+    use drover_protocol::AgentStatus as W;
+    match s {
+        S::Initializing => W::Initializing,
+        S::Idle => W::Idle,
+        S::Running => W::Running,
+        S::Error => W::Error,
+        S::Closed => W::Closed,
+    }
+}
+
+fn workspace_kind(k: drover_core::WorkspaceKind) -> drover_protocol::WorkspaceKind {
+    use drover_core::WorkspaceKind as K;
+    use drover_protocol::WorkspaceKind as W;
+    match k {
+        K::Directory => W::Directory,
+        K::LocalCheckout => W::LocalCheckout,
+        K::Worktree => W::Worktree,
+    }
 }
 
 pub(crate) fn workspace_info(ws: &Workspace, activity: Option<ActivityBucket>) -> WorkspaceInfo {
     WorkspaceInfo {
         id: ws.id.to_string(),
-        kind: ws.kind.as_str().to_string(),
+        kind: workspace_kind(ws.kind),
         path: ws.path.display().to_string(),
         name: ws.name.clone(),
         created_at: ws.created_at.to_string(),
@@ -262,7 +288,7 @@ pub(crate) fn imported(request_id: Option<String>, report: ImportReport) -> Daem
                 provider: i.provider,
                 cwd: i.cwd.display().to_string(),
                 title: i.title,
-                status: i.status.to_string(),
+                status: agent_status(i.status),
                 archived: i.archived,
                 parent_source_id: i.parent,
                 resumes: i.resumes,
@@ -290,11 +316,10 @@ pub(crate) fn provider(p: ProviderView) -> ProviderInfo {
         detail: p.detail,
         sign_in: drover_protocol::ProviderSignIn {
             state: match p.sign_in {
-                Some(drover_acp::auth::SignInState::SignedIn) => "signed_in",
-                Some(drover_acp::auth::SignInState::NeedsSignIn) => "needs_sign_in",
-                None => "unknown",
-            }
-            .to_string(),
+                Some(drover_acp::auth::SignInState::SignedIn) => SignInState::SignedIn,
+                Some(drover_acp::auth::SignInState::NeedsSignIn) => SignInState::NeedsSignIn,
+                None => SignInState::Unknown,
+            },
             methods: p.methods,
             how: Some(p.how),
         },
@@ -344,7 +369,7 @@ pub(crate) fn schedule(s: &crate::schedules::Schedule) -> drover_protocol::Sched
         prompt: s.prompt.clone(),
         cadence: serde_json::to_value(&s.cadence).unwrap_or(Value::Null),
         description: s.cadence.describe(),
-        state: s.state().as_str().to_string(),
+        state: s.state(),
         next_run_at: match s.state() {
             crate::schedules::State::Active => s.next_run_at.map(|t| t.to_string()),
             _ => None,
@@ -371,23 +396,14 @@ pub(crate) fn job_info(job: &JobRecord) -> JobInfo {
         agent_id: job.owner.to_string(),
         command: job.command.clone(),
         cwd: job.cwd.display().to_string(),
-        status: job.status.as_str().to_string(),
+        status: job.status,
         started_by: job.started_by.clone(),
         started_at: job.started_at.to_string(),
         ended_at: job.ended_at.map(|t| t.to_string()),
         exit_code: job.exit_code,
         signal: job.signal,
         exit: job.exit.clone(),
-        killed_by: job.killed_by.map(|c| {
-            match c {
-                KillCause::Request => "request",
-                KillCause::Timeout => "timeout",
-                KillCause::Archive => "archive",
-                KillCause::Shutdown => "shutdown",
-                KillCause::RuntimeEnded => "runtime_ended",
-            }
-            .to_string()
-        }),
+        killed_by: job.killed_by,
         duration_ms: job.duration_ms,
         output_bytes: job.output_bytes,
         pid: job.pid,
@@ -402,9 +418,9 @@ pub(crate) fn notify_sink(report: &crate::notify::SinkReport) -> drover_protocol
     let status = &report.status;
     drover_protocol::NotifySinkInfo {
         name: report.name.clone(),
-        kind: report.kind.to_string(),
+        kind: report.kind,
         target: report.target.clone(),
-        events: report.events.iter().map(ToString::to_string).collect(),
+        events: report.events.clone(),
         all: report.all,
         sent: status.sent,
         last_sent_at: status.last_sent_at.map(|t| t.to_string()),

@@ -1,8 +1,9 @@
 //! The wire types of drover's client protocol: JSON messages over a WebSocket at `/ws`.
 //!
-//! Every message is one JSON object with a `type`. Client messages carry their fields beside
-//! `type` (and an optional `requestId`, echoed in the answer); daemon messages carry theirs in
-//! `payload`. `docs/protocol.md` describes each with an example; `schema/protocol.json` is the
+//! Every message is one JSON object with a `type`. Client messages ([`requests`]: one struct
+//! each, in a [`ClientRequest`] envelope) carry their fields beside `type` (and an optional
+//! `requestId`, echoed in the answer); daemon messages carry theirs in `payload`.
+//! `docs/protocol.md` describes each with an example; `schema/protocol.json` is the
 //! JSON Schema generated from these types (a test keeps them in step).
 //!
 //! Nothing here does I/O or knows the daemon's internals: ids and timestamps are strings,
@@ -20,93 +21,17 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame a client may send; a larger one closes the connection with 1009.
 pub const MAX_CLIENT_FRAME: usize = 1024 * 1024;
 
-/// Defines [`ErrorCode`] from one list, so that the enum, [`ErrorCode::ALL`] and the wire
-/// strings cannot disagree.
-macro_rules! error_codes {
-    ($($variant:ident => $code:literal,)*) => {
-        /// Why a request failed: the stable `code` of a `request_error` (and of an MCP tool
-        /// error). Clients match on it; the message beside it is for people.
-        /// `docs/protocol.md` explains each one (a test keeps the two in step).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum ErrorCode {
-            $($variant,)*
-        }
+pub mod js;
+pub mod requests;
+mod values;
 
-        impl ErrorCode {
-            /// Every code, in the order `docs/protocol.md` lists them.
-            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant,)*];
+pub use requests::{ClientMessage, ClientRequest};
 
-            /// The code as it goes on the wire.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(ErrorCode::$variant => $code,)*
-                }
-            }
-        }
-    };
-}
-
-error_codes! {
-    InvalidMessage => "invalid_message",
-    UnknownType => "unknown_type",
-    HelloRequired => "hello_required",
-    UnsupportedVersion => "unsupported_version",
-    Unauthorized => "unauthorized",
-    UnknownAgent => "unknown_agent",
-    UnknownWorkspace => "unknown_workspace",
-    UnknownProvider => "unknown_provider",
-    InvalidConfig => "invalid_config",
-    ProviderUnavailable => "provider_unavailable",
-    InvalidInput => "invalid_input",
-    InvalidId => "invalid_id",
-    NotPermitted => "not_permitted",
-    AgentActive => "agent_active",
-    AgentArchived => "agent_archived",
-    TurnBlocked => "turn_blocked",
-    IllegalTransition => "illegal_transition",
-    NoSuchPermission => "no_such_permission",
-    AgentStartFailed => "agent_start_failed",
-    AgentError => "agent_error",
-    RuntimeStopped => "runtime_stopped",
-    StoreFailed => "store_failed",
-    ShuttingDown => "shutting_down",
-    NotAWorktree => "not_a_worktree",
-    NotAGitRepository => "not_a_git_repository",
-    GitFailed => "git_failed",
-    InvalidProjectFile => "invalid_project_file",
-    WorktreeSetupFailed => "worktree_setup_failed",
-    WorktreeTeardownFailed => "worktree_teardown_failed",
-    WorktreeDirty => "worktree_dirty",
-    WorktreeBusy => "worktree_busy",
-    WorktreeIoFailed => "worktree_io_failed",
-    TooManyRequests => "too_many_requests",
-    UnknownSchedule => "unknown_schedule",
-    UnknownJob => "unknown_job",
-    JobStartFailed => "job_start_failed",
-    BudgetExhausted => "budget_exhausted",
-    UnknownHost => "unknown_host",
-    HostUnreachable => "host_unreachable",
-}
-
-impl ErrorCode {
-    /// The code a `request_error` carries, if this drover knows it (a newer daemon may send
-    /// codes an older client does not).
-    pub fn parse(code: &str) -> Option<ErrorCode> {
-        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
-    }
-}
-
-impl PartialEq<&str> for ErrorCode {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use values::{
+    AgentStatus, AttentionReason, CancelCause, ChangeStatus, ErrorCode, InterruptCause, ItemKind,
+    JobStatus, KillCause, NotifyEvent, RuntimeState, ScheduleState, SignInState, SinkKind,
+    SubagentVia, TurnEnd, WireEnum, WorkspaceActivity, WorkspaceKind,
+};
 
 // ---- client → daemon ----------------------------------------------------------------------
 
@@ -235,494 +160,6 @@ fn yes() -> bool {
     true
 }
 
-/// What a client sends.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(
-    tag = "type",
-    rename_all = "snake_case",
-    rename_all_fields = "camelCase",
-    deny_unknown_fields
-)]
-pub enum ClientMessage {
-    /// First message of a connection.
-    Hello {
-        client: String,
-        #[serde(default)]
-        version: Option<String>,
-        protocol_version: u32,
-        #[serde(default)]
-        capabilities: Vec<String>,
-        /// Required when the daemon listens beyond loopback.
-        #[serde(default)]
-        token: Option<String>,
-        /// Also list archived agents in `session_state`.
-        #[serde(default)]
-        include_archived: bool,
-    },
-    /// Subscribes this session to the agent's updates, starting its runtime if needed, and
-    /// answers `agent_initialized` with its recent history. Idempotent.
-    InitializeAgentRequest {
-        agent_id: String,
-        #[serde(default)]
-        request_id: Option<String>,
-        /// How many recent timeline items to include (default 200).
-        #[serde(default)]
-        limit: Option<usize>,
-    },
-    /// A page of an agent's timeline: items before `before`, after `after`, or the tail.
-    FetchTimeline {
-        agent_id: String,
-        #[serde(default)]
-        request_id: Option<String>,
-        #[serde(default)]
-        before: Option<u64>,
-        #[serde(default)]
-        after: Option<u64>,
-        #[serde(default)]
-        limit: Option<usize>,
-    },
-    CreateAgent {
-        #[serde(default)]
-        request_id: Option<String>,
-        provider: String,
-        /// The working directory (absolute). Default: the workspace's directory.
-        #[serde(default)]
-        cwd: Option<String>,
-        #[serde(default)]
-        workspace_id: Option<String>,
-        /// The first message (a followup).
-        #[serde(default)]
-        prompt: Option<String>,
-        #[serde(default)]
-        title: Option<String>,
-        #[serde(default)]
-        model: Option<String>,
-        #[serde(default)]
-        mode: Option<String>,
-        /// Reasoning effort (the agent's config option of category `thought_level`), such as
-        /// `high`. Default: the provider's `effort`, else the agent's own.
-        #[serde(default)]
-        effort: Option<String>,
-        #[serde(default)]
-        labels: BTreeMap<String, String>,
-        /// Makes the new agent a subagent of this one.
-        #[serde(default)]
-        parent_agent_id: Option<String>,
-        #[serde(default)]
-        auto_archive: bool,
-        #[serde(default)]
-        permission_policy: PermissionPolicy,
-        /// What happens to a turn a daemon restart cuts off. Default: the provider's
-        /// `on_interrupt`, else `notify`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        on_interrupt: Option<OnInterrupt>,
-        /// What happens when a turn hits the provider's usage limit. Default: the provider's
-        /// `on_limit`, else `wait`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        on_limit: Option<OnLimit>,
-        /// A budget for the agent and its whole subtree: at 100 % no new turn starts in the
-        /// tree (`budget_exhausted`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        budget: Option<Budget>,
-        /// Run the agent in a new git worktree of the checkout at `cwd` (made first; archived
-        /// with the agent when `autoArchive` archives it). Needs `cwd`, not `workspaceId`.
-        #[serde(default)]
-        worktree: Option<NewWorktree>,
-        /// Create it on this host (`drover host add`; `cwd` and the checkout are that host's),
-        /// or `auto`: the reachable host with the most free `max_live` slots. Default: this
-        /// daemon's machine.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        host: Option<String>,
-    },
-    SendMessage {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        text: String,
-        #[serde(default = "default_delivery")]
-        delivery: Delivery,
-    },
-    /// Cancels the running turn; without `keepInbox` queued messages are dropped too.
-    Cancel {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        #[serde(default)]
-        keep_inbox: bool,
-    },
-    Archive {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        /// Stop what still runs instead of refusing with `agent_active`.
-        #[serde(default)]
-        stop_activity: bool,
-    },
-    Unarchive {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-    },
-    Detach {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-    },
-    ArchiveIdleChildren {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-    },
-    /// Answers a pending permission request: by option `kind` (`allow_once`, `allow_always`,
-    /// `reject_once`, `reject_always`) or `optionId`, or `cancel`. `seq` names the request
-    /// (its timeline item); without it the oldest pending one is answered.
-    AnswerPermission {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        #[serde(default)]
-        seq: Option<u64>,
-        #[serde(default)]
-        kind: Option<String>,
-        #[serde(default)]
-        option_id: Option<String>,
-        #[serde(default)]
-        cancel: bool,
-    },
-    SetMode {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        mode_id: String,
-    },
-    SetModel {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        model_id: String,
-    },
-    /// Sets one of the agent's config options (`AgentInfo.configOptions`): recorded, and sent
-    /// to the live agent with ACP `session/set_config_option`. `configId` is the option's id,
-    /// or its category (`mode`, `model`, `thought_level`, or `effort` for `thought_level`).
-    SetConfigOption {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        config_id: String,
-        value: String,
-    },
-    /// Sets the agent's title; `null` or blank clears it.
-    SetTitle {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        #[serde(default)]
-        title: Option<String>,
-    },
-    /// Sets the budget of the agent and its subtree (`null` clears it). Raising it past the
-    /// tree's spend lets sends and subagent creations in the tree be accepted again.
-    SetBudget {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        #[serde(default)]
-        budget: Option<Budget>,
-    },
-    /// Marks what the agent asked attention for as seen (`finished`, `error`,
-    /// `interrupted`); a pending permission keeps its attention until it is answered.
-    ClearAttention {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-    },
-    /// The files a workspace (a git checkout or worktree) changed against its base, with a
-    /// unified diff each; read by the daemon, bounded in size and time.
-    WorkspaceChanges {
-        #[serde(default)]
-        request_id: Option<String>,
-        workspace_id: String,
-    },
-    ListProviders {
-        #[serde(default)]
-        request_id: Option<String>,
-    },
-    /// One agent, with what its runtime's process tree holds now (processes, RSS).
-    GetAgent {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-    },
-    /// The hosts this daemon links to (`drover host ls`).
-    ListHosts {
-        #[serde(default)]
-        request_id: Option<String>,
-    },
-    /// Adds a host (kept in `$DROVER_HOME/hosts.json`) and links to it at once. Answers
-    /// `hosts`.
-    AddHost {
-        #[serde(default)]
-        request_id: Option<String>,
-        host: HostConfig,
-    },
-    /// Forgets a host and closes its link (its agents keep running on their own daemon).
-    /// Answers `hosts`.
-    RemoveHost {
-        #[serde(default)]
-        request_id: Option<String>,
-        name: String,
-    },
-    /// Answers `ok`: the connection (a host link's keep-alive) works.
-    Ping {
-        #[serde(default)]
-        request_id: Option<String>,
-    },
-    /// Every agent, archived ones too if asked.
-    ListAgents {
-        #[serde(default)]
-        request_id: Option<String>,
-        #[serde(default)]
-        include_archived: bool,
-    },
-    /// Answers `idle` when the agent is idle with nothing queued, or at the timeout.
-    WaitIdle {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        #[serde(default)]
-        timeout_ms: Option<u64>,
-    },
-    /// Every workspace with its activity (archived ones too if asked).
-    ListWorkspaces {
-        #[serde(default)]
-        request_id: Option<String>,
-        #[serde(default)]
-        include_archived: bool,
-    },
-    /// Makes a git worktree of the checkout at `repository` on a new branch, runs the
-    /// project's setup, and registers it as a `worktree` workspace.
-    CreateWorktree {
-        #[serde(default)]
-        request_id: Option<String>,
-        /// An existing git checkout (absolute path).
-        repository: String,
-        /// As in [`NewWorktree`].
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        branch: Option<String>,
-        #[serde(default)]
-        base: Option<String>,
-    },
-    /// What a worktree workspace holds that exists nowhere else (uncommitted changes,
-    /// unpushed commits), and whether its folder vanished.
-    GetWorktreeStatus {
-        #[serde(default)]
-        request_id: Option<String>,
-        workspace_id: String,
-    },
-    /// Archives a workspace and every agent in it. A worktree drover made is removed (after
-    /// its teardown); with uncommitted or unpushed work that is refused (`worktree_dirty`)
-    /// unless `force`.
-    ArchiveWorkspace {
-        #[serde(default)]
-        request_id: Option<String>,
-        workspace_id: String,
-        #[serde(default)]
-        force: bool,
-    },
-    /// Schedules `prompt`: to the agent `agentId` (a followup each time), or to a new agent
-    /// made from `newAgent` each time; `when` says when.
-    CreateSchedule {
-        #[serde(default)]
-        request_id: Option<String>,
-        prompt: String,
-        when: ScheduleWhen,
-        #[serde(default)]
-        agent_id: Option<String>,
-        #[serde(default)]
-        new_agent: Option<ScheduleNewAgent>,
-        #[serde(default)]
-        title: Option<String>,
-    },
-    /// Every schedule, or those of one agent (the ones targeting it or creating its
-    /// subagents).
-    ListSchedules {
-        #[serde(default)]
-        request_id: Option<String>,
-        #[serde(default)]
-        agent_id: Option<String>,
-    },
-    /// Stops a schedule from firing until it is resumed.
-    PauseSchedule {
-        #[serde(default)]
-        request_id: Option<String>,
-        schedule_id: String,
-    },
-    /// Arms a paused schedule again from now (what it missed while paused is skipped; a
-    /// `once` schedule whose time passed runs at once).
-    ResumeSchedule {
-        #[serde(default)]
-        request_id: Option<String>,
-        schedule_id: String,
-    },
-    DeleteSchedule {
-        #[serde(default)]
-        request_id: Option<String>,
-        schedule_id: String,
-    },
-    /// Starts a job: `command` run by `sh -c` on behalf of the agent, in its cwd unless told,
-    /// in a process group of its own. Answered `job` once its record is durable.
-    StartJob {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-        command: String,
-        /// Absolute, or relative to the agent's cwd.
-        #[serde(default)]
-        cwd: Option<String>,
-        /// Added to the agents' environment allowlist.
-        #[serde(default)]
-        env: BTreeMap<String, String>,
-        /// Kill it after this many seconds (at most a week).
-        #[serde(default)]
-        timeout_s: Option<u64>,
-        /// Tell the agent (a queued followup) when it ends. Default true.
-        #[serde(default)]
-        notify_on_exit: Option<bool>,
-    },
-    /// Every job, or the jobs of one agent.
-    ListJobs {
-        #[serde(default)]
-        request_id: Option<String>,
-        #[serde(default)]
-        agent_id: Option<String>,
-    },
-    /// A job's output as text: from `offset` (with `waitMs`, waiting for bytes past it while
-    /// the job runs: how a client follows a job), or the last `tail` bytes, or from the first
-    /// byte kept. At most `maxBytes` (default 64 KiB, at most 1 MiB).
-    JobOutput {
-        #[serde(default)]
-        request_id: Option<String>,
-        job_id: String,
-        #[serde(default)]
-        offset: Option<u64>,
-        #[serde(default)]
-        tail: Option<usize>,
-        #[serde(default)]
-        max_bytes: Option<usize>,
-        #[serde(default)]
-        wait_ms: Option<u64>,
-    },
-    /// Follows a job's output: answered `job_followed`, then `job_output_update` events push
-    /// the output from `offset` (default: the first byte kept) as it is written, in order and
-    /// each byte once, until one with `eof` (the job ended and everything was sent). A slow
-    /// client lags; bytes it lags past what the daemon keeps are counted in `skipped`.
-    /// Following a job again starts over from the new `offset`.
-    FollowJob {
-        #[serde(default)]
-        request_id: Option<String>,
-        job_id: String,
-        #[serde(default)]
-        offset: Option<u64>,
-    },
-    /// Stops a `follow_job`: no `job_output_update` of that job follows the answer
-    /// (`job_unfollowed`).
-    UnfollowJob {
-        #[serde(default)]
-        request_id: Option<String>,
-        job_id: String,
-    },
-    /// Kills a job (TERM to its process group, 3 s, KILL); answered `job` once it ended.
-    KillJob {
-        #[serde(default)]
-        request_id: Option<String>,
-        job_id: String,
-    },
-    /// Answers `job_waited` when the job ended, or at the timeout (its default and its
-    /// bound: `docs/protocol.md`).
-    WaitJob {
-        #[serde(default)]
-        request_id: Option<String>,
-        job_id: String,
-        #[serde(default)]
-        timeout_ms: Option<u64>,
-    },
-    /// Starts an agent whose last start failed (`startFailure`), now: the user's retry. Its
-    /// queued messages then run. Answered `ok` once the start is asked for.
-    RestartAgent {
-        #[serde(default)]
-        request_id: Option<String>,
-        agent_id: String,
-    },
-    /// Signs a provider in with one of its methods (`methodId`, from the provider's or an
-    /// agent's `signIn` methods), then starts again every agent of that provider that waits
-    /// for a sign-in. `env_var`: `vars` holds the variables, stored in the provider's `env`
-    /// in `config.toml` (never shown again); `agent`: the method is stored as the provider's
-    /// `auth`, and the agent is asked to `authenticate` with it; `terminal`: only the retry
-    /// (the login ran in the user's terminal: `drover login`). Answered `signed_in`.
-    SignIn {
-        #[serde(default)]
-        request_id: Option<String>,
-        provider: String,
-        method_id: String,
-        #[serde(default)]
-        vars: BTreeMap<String, String>,
-    },
-    /// Brings in the agents of a Paseo home (`path`, absolute: `~/.paseo` by default in the
-    /// CLI): each record becomes an agent with a new id, its status, title, labels, parent,
-    /// archive, workspace and resume handle kept. Only with `apply` is anything written;
-    /// otherwise the answer says what would be imported. Records imported before are skipped.
-    /// The source is only read. Answered `imported`.
-    ImportPaseo {
-        #[serde(default)]
-        request_id: Option<String>,
-        path: String,
-        #[serde(default)]
-        apply: bool,
-    },
-    /// Brings in a provider's own past sessions, as its agent lists them through ACP
-    /// `session/list` (those in `cwd`, absolute, when given): each listed session (or only
-    /// those in `sessions`, by id) becomes an idle agent in the session's directory, titled as
-    /// listed, whose next message continues that session (`session/resume` or
-    /// `session/load`). Sessions imported before, or already some agent's session, are
-    /// skipped. Only with `apply` is anything written. Answered `imported`.
-    ImportSessions {
-        #[serde(default)]
-        request_id: Option<String>,
-        provider: String,
-        #[serde(default)]
-        cwd: Option<String>,
-        #[serde(default)]
-        sessions: Vec<String>,
-        #[serde(default)]
-        apply: bool,
-    },
-    /// What this client shows its user now: the agent in front (`agentId`), or nothing
-    /// (`null`: the page is hidden, or no agent is open). The daemon sends no notification
-    /// for an agent a connected client shows (`[notify]` in `config.toml`); a connection
-    /// that closes shows nothing. Answered `ok`.
-    Watching {
-        #[serde(default)]
-        request_id: Option<String>,
-        #[serde(default)]
-        agent_id: Option<String>,
-    },
-    /// The notification sinks of `[notify]` and how their deliveries went. Answered
-    /// `notify_status`.
-    NotifyStatus {
-        #[serde(default)]
-        request_id: Option<String>,
-    },
-    /// Sends a sample notification to the sink named `sink`, or to every sink, and answers
-    /// `notify_tested` once each delivery succeeded or failed (retries included).
-    NotifyTest {
-        #[serde(default)]
-        request_id: Option<String>,
-        #[serde(default)]
-        sink: Option<String>,
-    },
-}
-
 /// When a schedule fires: exactly one of `at`, `inSeconds`, `everySeconds`, `cron`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -788,67 +225,6 @@ pub struct NewWorktree {
     pub base: Option<String>,
 }
 
-fn default_delivery() -> Delivery {
-    Delivery::Followup
-}
-
-impl ClientMessage {
-    /// The correlation id, if the message has one.
-    pub fn request_id(&self) -> Option<&str> {
-        match self {
-            ClientMessage::Hello { .. } => None,
-            ClientMessage::InitializeAgentRequest { request_id, .. }
-            | ClientMessage::FetchTimeline { request_id, .. }
-            | ClientMessage::CreateAgent { request_id, .. }
-            | ClientMessage::SendMessage { request_id, .. }
-            | ClientMessage::Cancel { request_id, .. }
-            | ClientMessage::Archive { request_id, .. }
-            | ClientMessage::Unarchive { request_id, .. }
-            | ClientMessage::Detach { request_id, .. }
-            | ClientMessage::ArchiveIdleChildren { request_id, .. }
-            | ClientMessage::AnswerPermission { request_id, .. }
-            | ClientMessage::SetMode { request_id, .. }
-            | ClientMessage::SetModel { request_id, .. }
-            | ClientMessage::SetConfigOption { request_id, .. }
-            | ClientMessage::SetTitle { request_id, .. }
-            | ClientMessage::SetBudget { request_id, .. }
-            | ClientMessage::ClearAttention { request_id, .. }
-            | ClientMessage::WorkspaceChanges { request_id, .. }
-            | ClientMessage::ListProviders { request_id }
-            | ClientMessage::GetAgent { request_id, .. }
-            | ClientMessage::ListAgents { request_id, .. }
-            | ClientMessage::ListHosts { request_id }
-            | ClientMessage::AddHost { request_id, .. }
-            | ClientMessage::RemoveHost { request_id, .. }
-            | ClientMessage::Ping { request_id }
-            | ClientMessage::WaitIdle { request_id, .. }
-            | ClientMessage::ListWorkspaces { request_id, .. }
-            | ClientMessage::CreateWorktree { request_id, .. }
-            | ClientMessage::GetWorktreeStatus { request_id, .. }
-            | ClientMessage::ArchiveWorkspace { request_id, .. }
-            | ClientMessage::CreateSchedule { request_id, .. }
-            | ClientMessage::ListSchedules { request_id, .. }
-            | ClientMessage::PauseSchedule { request_id, .. }
-            | ClientMessage::ResumeSchedule { request_id, .. }
-            | ClientMessage::DeleteSchedule { request_id, .. }
-            | ClientMessage::StartJob { request_id, .. }
-            | ClientMessage::ListJobs { request_id, .. }
-            | ClientMessage::JobOutput { request_id, .. }
-            | ClientMessage::FollowJob { request_id, .. }
-            | ClientMessage::UnfollowJob { request_id, .. }
-            | ClientMessage::KillJob { request_id, .. }
-            | ClientMessage::WaitJob { request_id, .. }
-            | ClientMessage::RestartAgent { request_id, .. }
-            | ClientMessage::SignIn { request_id, .. }
-            | ClientMessage::ImportPaseo { request_id, .. }
-            | ClientMessage::ImportSessions { request_id, .. }
-            | ClientMessage::Watching { request_id, .. }
-            | ClientMessage::NotifyStatus { request_id }
-            | ClientMessage::NotifyTest { request_id, .. } => request_id.as_deref(),
-        }
-    }
-}
-
 // ---- daemon → client ----------------------------------------------------------------------
 
 /// An agent as clients see it (`session_state`, `agent_status`, answers).
@@ -856,8 +232,7 @@ impl ClientMessage {
 #[serde(rename_all = "camelCase")]
 pub struct AgentInfo {
     pub id: String,
-    /// `initializing`, `idle`, `running`, `error`, `closed`.
-    pub status: String,
+    pub status: AgentStatus,
     pub created_at: String,
     pub updated_at: String,
     pub last_activity_at: String,
@@ -892,8 +267,7 @@ pub struct AgentInfo {
     pub labels: BTreeMap<String, String>,
     pub archived_at: Option<String>,
     pub requires_attention: bool,
-    /// `finished`, `error`, `permission`, `interrupted`.
-    pub attention_reason: Option<String>,
+    pub attention_reason: Option<AttentionReason>,
     pub attention_timestamp: Option<String>,
     pub auto_archive: bool,
     pub permission_policy: PermissionPolicy,
@@ -948,8 +322,8 @@ pub struct OwnSubagentInfo {
     /// `running`, `completed`, `failed`, `interrupted` (its turn ended first), or the state
     /// an ACP child session reports (`idle`, ...).
     pub state: String,
-    /// How the agent reported it: `tool_call` (claude's Task tool) or `subagent_update`.
-    pub via: String,
+    /// How the agent reported it.
+    pub via: SubagentVia,
     pub started_at: String,
     #[serde(default)]
     pub ended_at: Option<String>,
@@ -1093,9 +467,7 @@ pub struct QueuedMessageInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeInfo {
-    /// `cold` (no process: never started, hibernated, stopped), `queued` (its start waits
-    /// for a slot under `[runtimes] max_live`), `starting`, `live`.
-    pub state: String,
+    pub state: RuntimeState,
     /// The agent process (its process group leader), while there is one.
     pub pid: Option<u32>,
     /// When the idle runtime hibernates; `null` while busy or cold, or when it never does.
@@ -1138,7 +510,7 @@ pub struct AgentAdvertised {
 impl Default for RuntimeInfo {
     fn default() -> RuntimeInfo {
         RuntimeInfo {
-            state: "cold".to_string(),
+            state: RuntimeState::Cold,
             pid: None,
             hibernate_at: None,
             processes: None,
@@ -1154,14 +526,13 @@ impl Default for RuntimeInfo {
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceInfo {
     pub id: String,
-    /// `directory`, `local_checkout`, `worktree`.
-    pub kind: String,
+    pub kind: WorkspaceKind,
     pub path: String,
     pub name: String,
     pub created_at: String,
     pub archived_at: Option<String>,
-    /// `permission`, `error`, `running`, `attention`, `idle`, or `null` (no agents).
-    pub activity: Option<String>,
+    /// `null`: no agents.
+    pub activity: Option<WorkspaceActivity>,
     /// For a worktree drover made: where it comes from.
     pub worktree: Option<WorktreeInfo>,
     /// The host it is on; absent for this daemon's own machine.
@@ -1237,8 +608,7 @@ pub struct JobInfo {
     pub agent_id: String,
     pub command: String,
     pub cwd: String,
-    /// `running`, `exited`, `killed`, `lost` (the daemon died while it ran).
-    pub status: String,
+    pub status: JobStatus,
     /// `user`, `agent:<id>`, `terminal`.
     pub started_by: String,
     pub started_at: String,
@@ -1247,8 +617,8 @@ pub struct JobInfo {
     pub signal: Option<i32>,
     /// How it ended, for people (`exit status 1`, `signal 15 (SIGTERM)`).
     pub exit: Option<String>,
-    /// Why drover killed it: `request`, `timeout`, `archive`, `shutdown`, `runtime_ended`.
-    pub killed_by: Option<String>,
+    /// Why drover killed it.
+    pub killed_by: Option<KillCause>,
     pub duration_ms: Option<u64>,
     /// Bytes of output so far.
     pub output_bytes: u64,
@@ -1287,7 +657,7 @@ pub struct ImportedAgentInfo {
     pub provider: String,
     pub cwd: String,
     pub title: Option<String>,
-    pub status: String,
+    pub status: AgentStatus,
     pub archived: bool,
     /// The source id of its parent, when it comes in as a subagent.
     pub parent_source_id: Option<String>,
@@ -1313,13 +683,12 @@ pub struct ImportSkip {
 #[serde(rename_all = "camelCase")]
 pub struct NotifySinkInfo {
     pub name: String,
-    /// `webhook`, `ntfy`, `command`.
-    pub kind: String,
+    pub kind: SinkKind,
     /// Where it goes, without what could be a secret: a URL's scheme and host, a command's
     /// program.
     pub target: String,
     /// The events it wants.
-    pub events: Vec<String>,
+    pub events: Vec<NotifyEvent>,
     /// Also watched agents and every subagent's own events.
     pub all: bool,
     /// Notifications delivered (summaries and samples included).
@@ -1376,9 +745,7 @@ pub struct ProviderWarm {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderSignIn {
-    /// `signed_in` (its last session opened), `needs_sign_in` (it refused a session and no
-    /// method could be used without the user), `unknown` (no agent of it started yet).
-    pub state: String,
+    pub state: SignInState,
     /// The ways it offers (from its last `initialize`).
     #[serde(default)]
     pub methods: Vec<AuthMethod>,
@@ -1437,7 +804,7 @@ pub enum DaemonMessage {
     WorkspaceUpdate {
         workspace: Option<WorkspaceInfo>,
         workspace_id: String,
-        activity: Option<String>,
+        activity: Option<WorkspaceActivity>,
     },
     TimelinePage {
         request_id: Option<String>,
@@ -1628,7 +995,9 @@ pub enum DaemonMessage {
     RequestError {
         request_id: Option<String>,
         /// Stable: one of [`ErrorCode`] (`invalid_message`, `unknown_agent`, `agent_active`,
-        /// ...). A string on the wire so that an older client reads a newer daemon's codes.
+        /// ...). Decoded as a string, so that an older client reads a newer daemon's codes;
+        /// the schema lists the codes this version sends.
+        #[schemars(with = "ErrorCode")]
         code: String,
         message: String,
         details: Option<Value>,
@@ -1679,8 +1048,7 @@ pub struct ScheduleInfo {
     pub cadence: Value,
     /// One line for people: `every 30m`, `cron 0 9 * * 1-5 (Europe/Paris)`.
     pub description: String,
-    /// `active`, `paused`, `finished` (a `once` schedule that ran).
-    pub state: String,
+    pub state: ScheduleState,
     pub next_run_at: Option<String>,
     /// The last runs, oldest first (at most 20).
     pub runs: Vec<ScheduleRunInfo>,
@@ -1769,8 +1137,7 @@ pub struct WorkspaceChangesInfo {
 #[serde(rename_all = "camelCase")]
 pub struct ChangedFileInfo {
     pub path: String,
-    /// `added`, `modified`, `deleted`, `renamed`, `copied`, `type_changed`, `untracked`.
-    pub status: String,
+    pub status: ChangeStatus,
     /// Lines added and removed; `null` for binary and untracked files.
     pub added: Option<u64>,
     pub removed: Option<u64>,
@@ -1778,9 +1145,10 @@ pub struct ChangedFileInfo {
     pub diff: String,
 }
 
-/// The JSON Schema of both directions, as committed in `schema/protocol.json`.
+/// The JSON Schema of both directions (and of the timeline's fixed values), as committed in
+/// `schema/protocol.json`.
 pub fn schema() -> Value {
-    let client = schemars::schema_for!(ClientMessage);
+    let client = schemars::schema_for!(ClientRequest);
     let daemon = schemars::schema_for!(DaemonMessage);
     serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -1788,6 +1156,14 @@ pub fn schema() -> Value {
         "version": PROTOCOL_VERSION,
         "client": client,
         "daemon": daemon,
+        // Timeline items travel as JSON (`AgentUpdate.notification`); their vocabulary is
+        // still fixed, and listed here.
+        "timeline": {
+            "itemKind": schemars::schema_for!(ItemKind),
+            "turnEnd": schemars::schema_for!(TurnEnd),
+            "cancelCause": schemars::schema_for!(CancelCause),
+            "interruptCause": schemars::schema_for!(InterruptCause),
+        },
     })
 }
 
@@ -1802,7 +1178,7 @@ pub struct DecodeError {
 }
 
 /// Decodes one client frame, telling an unknown `type` apart from a malformed message.
-pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
+pub fn decode_client(text: &str) -> Result<ClientRequest, DecodeError> {
     let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {
         code: ErrorCode::InvalidMessage,
         message: format!("not JSON: {e}"),

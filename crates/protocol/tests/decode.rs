@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use drover_protocol::{
-    CLIENT_TYPES, ClientMessage, Delivery, NewWorktree, PermissionPolicy, ScheduleNewAgent,
-    ScheduleWhen, decode_client,
+    CLIENT_TYPES, ClientMessage, ClientRequest, Delivery, NewWorktree, PermissionPolicy,
+    ScheduleNewAgent, ScheduleWhen, decode_client, requests,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
@@ -131,7 +131,7 @@ fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
 /// Every client message, with every field varied.
 // One arm per message type: the list reads best whole, next to the enum it mirrors.
 #[expect(clippy::too_many_lines)]
-fn client_message() -> impl Strategy<Value = ClientMessage> {
+fn client_message() -> impl Strategy<Value = ClientRequest> {
     prop_oneof![
         (
             any::<String>(),
@@ -143,21 +143,26 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         )
             .prop_map(
                 |(client, version, protocol_version, capabilities, token, include_archived)| {
-                    ClientMessage::Hello {
-                        client,
-                        version,
-                        protocol_version,
-                        capabilities,
-                        token,
-                        include_archived,
+                    ClientRequest {
+                        request_id: None,
+                        message: ClientMessage::Hello(requests::Hello {
+                            client,
+                            version,
+                            protocol_version,
+                            capabilities,
+                            token,
+                            include_archived,
+                        }),
                     }
                 }
             ),
         (any::<String>(), opt_string(), any::<Option<usize>>()).prop_map(
-            |(agent_id, request_id, limit)| ClientMessage::InitializeAgentRequest {
-                agent_id,
+            |(agent_id, request_id, limit)| ClientRequest {
                 request_id,
-                limit
+                message: ClientMessage::InitializeAgentRequest(requests::InitializeAgentRequest {
+                    agent_id,
+                    limit
+                })
             }
         ),
         (
@@ -168,12 +173,14 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             any::<Option<usize>>()
         )
             .prop_map(|(agent_id, request_id, before, after, limit)| {
-                ClientMessage::FetchTimeline {
-                    agent_id,
+                ClientRequest {
                     request_id,
-                    before,
-                    after,
-                    limit,
+                    message: ClientMessage::FetchTimeline(requests::FetchTimeline {
+                        agent_id,
+                        before,
+                        after,
+                        limit,
+                    }),
                 }
             }),
         (
@@ -201,65 +208,75 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
                     (worktree, effort, on_interrupt, on_limit, budget, host),
-                )| ClientMessage::CreateAgent {
+                )| ClientRequest {
                     request_id,
-                    provider,
-                    cwd,
-                    workspace_id,
-                    prompt,
-                    title,
-                    model,
-                    mode,
-                    effort,
-                    labels,
-                    parent_agent_id,
-                    auto_archive,
-                    permission_policy,
-                    on_interrupt,
-                    on_limit,
-                    budget,
-                    worktree,
-                    host,
+                    message: ClientMessage::CreateAgent(requests::CreateAgent {
+                        provider,
+                        cwd,
+                        workspace_id,
+                        prompt,
+                        title,
+                        model,
+                        mode,
+                        effort,
+                        labels,
+                        parent_agent_id,
+                        auto_archive,
+                        permission_policy,
+                        on_interrupt,
+                        on_limit,
+                        budget,
+                        worktree,
+                        host,
+                    })
                 }
             ),
         (opt_string(), any::<String>(), any::<String>(), delivery()).prop_map(
-            |(request_id, agent_id, text, delivery)| ClientMessage::SendMessage {
+            |(request_id, agent_id, text, delivery)| ClientRequest {
                 request_id,
-                agent_id,
-                text,
-                delivery
+                message: ClientMessage::SendMessage(requests::SendMessage {
+                    agent_id,
+                    text,
+                    delivery
+                })
             }
         ),
         (opt_string(), any::<String>(), any::<bool>()).prop_map(
-            |(request_id, agent_id, keep_inbox)| ClientMessage::Cancel {
+            |(request_id, agent_id, keep_inbox)| ClientRequest {
                 request_id,
-                agent_id,
-                keep_inbox
+                message: ClientMessage::Cancel(requests::Cancel {
+                    agent_id,
+                    keep_inbox
+                })
             }
         ),
         (opt_string(), any::<String>(), any::<bool>()).prop_map(
-            |(request_id, agent_id, stop_activity)| ClientMessage::Archive {
+            |(request_id, agent_id, stop_activity)| ClientRequest {
                 request_id,
-                agent_id,
-                stop_activity
+                message: ClientMessage::Archive(requests::Archive {
+                    agent_id,
+                    stop_activity
+                })
             }
         ),
         (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::Unarchive {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::Unarchive(requests::Unarchive { agent_id }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::Detach {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::Detach(requests::Detach { agent_id }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::ArchiveIdleChildren {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::ArchiveIdleChildren(requests::ArchiveIdleChildren {
+                    agent_id,
+                }),
             }
         }),
         (
@@ -271,27 +288,27 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             any::<bool>()
         )
             .prop_map(|(request_id, agent_id, seq, kind, option_id, cancel)| {
-                ClientMessage::AnswerPermission {
+                ClientRequest {
                     request_id,
-                    agent_id,
-                    seq,
-                    kind,
-                    option_id,
-                    cancel,
+                    message: ClientMessage::AnswerPermission(requests::AnswerPermission {
+                        agent_id,
+                        seq,
+                        kind,
+                        option_id,
+                        cancel,
+                    }),
                 }
             }),
         (opt_string(), any::<String>(), any::<String>()).prop_map(
-            |(request_id, agent_id, mode_id)| ClientMessage::SetMode {
+            |(request_id, agent_id, mode_id)| ClientRequest {
                 request_id,
-                agent_id,
-                mode_id
+                message: ClientMessage::SetMode(requests::SetMode { agent_id, mode_id })
             }
         ),
         (opt_string(), any::<String>(), any::<String>()).prop_map(
-            |(request_id, agent_id, model_id)| ClientMessage::SetModel {
+            |(request_id, agent_id, model_id)| ClientRequest {
                 request_id,
-                agent_id,
-                model_id
+                message: ClientMessage::SetModel(requests::SetModel { agent_id, model_id })
             }
         ),
         (
@@ -301,85 +318,100 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             any::<String>()
         )
             .prop_map(|(request_id, agent_id, config_id, value)| {
-                ClientMessage::SetConfigOption {
+                ClientRequest {
                     request_id,
-                    agent_id,
-                    config_id,
-                    value,
+                    message: ClientMessage::SetConfigOption(requests::SetConfigOption {
+                        agent_id,
+                        config_id,
+                        value,
+                    }),
                 }
             }),
         (opt_string(), any::<String>(), opt_string()).prop_map(|(request_id, agent_id, title)| {
-            ClientMessage::SetTitle {
+            ClientRequest {
                 request_id,
-                agent_id,
-                title,
+                message: ClientMessage::SetTitle(requests::SetTitle { agent_id, title }),
             }
         }),
         (opt_string(), any::<String>(), prop::option::of(budget())).prop_map(
-            |(request_id, agent_id, budget)| ClientMessage::SetBudget {
+            |(request_id, agent_id, budget)| ClientRequest {
                 request_id,
-                agent_id,
-                budget,
+                message: ClientMessage::SetBudget(requests::SetBudget { agent_id, budget })
             }
         ),
         (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::ClearAttention {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::ClearAttention(requests::ClearAttention { agent_id }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::GetAgent {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::GetAgent(requests::GetAgent { agent_id }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, workspace_id)| {
-            ClientMessage::WorkspaceChanges {
+            ClientRequest {
                 request_id,
-                workspace_id,
+                message: ClientMessage::WorkspaceChanges(requests::WorkspaceChanges {
+                    workspace_id,
+                }),
             }
         }),
-        opt_string().prop_map(|request_id| ClientMessage::ListProviders { request_id }),
+        opt_string().prop_map(|request_id| ClientRequest {
+            request_id,
+            message: ClientMessage::ListProviders(requests::ListProviders {})
+        }),
         (opt_string(), any::<bool>()).prop_map(|(request_id, include_archived)| {
-            ClientMessage::ListAgents {
+            ClientRequest {
                 request_id,
-                include_archived,
+                message: ClientMessage::ListAgents(requests::ListAgents { include_archived }),
             }
         }),
         (opt_string(), any::<String>(), any::<Option<u64>>()).prop_map(
-            |(request_id, agent_id, timeout_ms)| ClientMessage::WaitIdle {
+            |(request_id, agent_id, timeout_ms)| ClientRequest {
                 request_id,
-                agent_id,
-                timeout_ms
+                message: ClientMessage::WaitIdle(requests::WaitIdle {
+                    agent_id,
+                    timeout_ms
+                })
             }
         ),
         (opt_string(), any::<bool>()).prop_map(|(request_id, include_archived)| {
-            ClientMessage::ListWorkspaces {
+            ClientRequest {
                 request_id,
-                include_archived,
+                message: ClientMessage::ListWorkspaces(requests::ListWorkspaces {
+                    include_archived,
+                }),
             }
         }),
         (opt_string(), any::<String>(), new_worktree()).prop_map(|(request_id, repository, w)| {
-            ClientMessage::CreateWorktree {
+            ClientRequest {
                 request_id,
-                repository,
-                name: w.name,
-                branch: w.branch,
-                base: w.base,
+                message: ClientMessage::CreateWorktree(requests::CreateWorktree {
+                    repository,
+                    name: w.name,
+                    branch: w.branch,
+                    base: w.base,
+                }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, workspace_id)| {
-            ClientMessage::GetWorktreeStatus {
+            ClientRequest {
                 request_id,
-                workspace_id,
+                message: ClientMessage::GetWorktreeStatus(requests::GetWorktreeStatus {
+                    workspace_id,
+                }),
             }
         }),
         (opt_string(), any::<String>(), any::<bool>()).prop_map(
-            |(request_id, workspace_id, force)| ClientMessage::ArchiveWorkspace {
+            |(request_id, workspace_id, force)| ClientRequest {
                 request_id,
-                workspace_id,
-                force
+                message: ClientMessage::ArchiveWorkspace(requests::ArchiveWorkspace {
+                    workspace_id,
+                    force
+                })
             }
         ),
         (
@@ -391,37 +423,39 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             opt_string()
         )
             .prop_map(|(request_id, prompt, when, agent_id, new_agent, title)| {
-                ClientMessage::CreateSchedule {
+                ClientRequest {
                     request_id,
-                    prompt,
-                    when,
-                    agent_id,
-                    new_agent,
-                    title,
+                    message: ClientMessage::CreateSchedule(requests::CreateSchedule {
+                        prompt,
+                        when,
+                        agent_id,
+                        new_agent,
+                        title,
+                    }),
                 }
             }),
         (opt_string(), opt_string()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::ListSchedules {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::ListSchedules(requests::ListSchedules { agent_id }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, schedule_id)| {
-            ClientMessage::PauseSchedule {
+            ClientRequest {
                 request_id,
-                schedule_id,
+                message: ClientMessage::PauseSchedule(requests::PauseSchedule { schedule_id }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, schedule_id)| {
-            ClientMessage::ResumeSchedule {
+            ClientRequest {
                 request_id,
-                schedule_id,
+                message: ClientMessage::ResumeSchedule(requests::ResumeSchedule { schedule_id }),
             }
         }),
         (opt_string(), any::<String>()).prop_map(|(request_id, schedule_id)| {
-            ClientMessage::DeleteSchedule {
+            ClientRequest {
                 request_id,
-                schedule_id,
+                message: ClientMessage::DeleteSchedule(requests::DeleteSchedule { schedule_id }),
             }
         }),
         (
@@ -435,21 +469,23 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         )
             .prop_map(
                 |(request_id, agent_id, command, cwd, env, timeout_s, notify_on_exit)| {
-                    ClientMessage::StartJob {
+                    ClientRequest {
                         request_id,
-                        agent_id,
-                        command,
-                        cwd,
-                        env,
-                        timeout_s,
-                        notify_on_exit,
+                        message: ClientMessage::StartJob(requests::StartJob {
+                            agent_id,
+                            command,
+                            cwd,
+                            env,
+                            timeout_s,
+                            notify_on_exit,
+                        }),
                     }
                 }
             ),
         (opt_string(), opt_string()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::ListJobs {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::ListJobs(requests::ListJobs { agent_id }),
             }
         }),
         (
@@ -461,13 +497,15 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             prop::option::of(any::<u64>())
         )
             .prop_map(|(request_id, job_id, offset, tail, max_bytes, wait_ms)| {
-                ClientMessage::JobOutput {
+                ClientRequest {
                     request_id,
-                    job_id,
-                    offset,
-                    tail,
-                    max_bytes,
-                    wait_ms,
+                    message: ClientMessage::JobOutput(requests::JobOutput {
+                        job_id,
+                        offset,
+                        tail,
+                        max_bytes,
+                        wait_ms,
+                    }),
                 }
             }),
         (
@@ -475,29 +513,31 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             any::<String>(),
             prop::option::of(any::<u64>())
         )
-            .prop_map(|(request_id, job_id, offset)| ClientMessage::FollowJob {
+            .prop_map(|(request_id, job_id, offset)| ClientRequest {
                 request_id,
-                job_id,
-                offset,
+                message: ClientMessage::FollowJob(requests::FollowJob { job_id, offset })
             }),
-        (opt_string(), any::<String>())
-            .prop_map(|(request_id, job_id)| ClientMessage::UnfollowJob { request_id, job_id }),
-        (opt_string(), any::<String>())
-            .prop_map(|(request_id, job_id)| ClientMessage::KillJob { request_id, job_id }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, job_id)| ClientRequest {
+            request_id,
+            message: ClientMessage::UnfollowJob(requests::UnfollowJob { job_id })
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, job_id)| ClientRequest {
+            request_id,
+            message: ClientMessage::KillJob(requests::KillJob { job_id })
+        }),
         (
             opt_string(),
             any::<String>(),
             prop::option::of(any::<u64>())
         )
-            .prop_map(|(request_id, job_id, timeout_ms)| ClientMessage::WaitJob {
+            .prop_map(|(request_id, job_id, timeout_ms)| ClientRequest {
                 request_id,
-                job_id,
-                timeout_ms,
+                message: ClientMessage::WaitJob(requests::WaitJob { job_id, timeout_ms })
             }),
         (opt_string(), any::<String>()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::RestartAgent {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::RestartAgent(requests::RestartAgent { agent_id }),
             }
         }),
         (
@@ -506,19 +546,18 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             any::<String>(),
             prop::collection::btree_map(any::<String>(), any::<String>(), 0..3)
         )
-            .prop_map(
-                |(request_id, provider, method_id, vars)| ClientMessage::SignIn {
-                    request_id,
+            .prop_map(|(request_id, provider, method_id, vars)| ClientRequest {
+                request_id,
+                message: ClientMessage::SignIn(requests::SignIn {
                     provider,
                     method_id,
                     vars,
-                }
-            ),
+                })
+            }),
         (opt_string(), any::<String>(), any::<bool>()).prop_map(|(request_id, path, apply)| {
-            ClientMessage::ImportPaseo {
+            ClientRequest {
                 request_id,
-                path,
-                apply,
+                message: ClientMessage::ImportPaseo(requests::ImportPaseo { path, apply }),
             }
         }),
         (
@@ -529,27 +568,42 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             any::<bool>()
         )
             .prop_map(|(request_id, provider, cwd, sessions, apply)| {
-                ClientMessage::ImportSessions {
+                ClientRequest {
                     request_id,
-                    provider,
-                    cwd,
-                    sessions,
-                    apply,
+                    message: ClientMessage::ImportSessions(requests::ImportSessions {
+                        provider,
+                        cwd,
+                        sessions,
+                        apply,
+                    }),
                 }
             }),
         (opt_string(), opt_string()).prop_map(|(request_id, agent_id)| {
-            ClientMessage::Watching {
+            ClientRequest {
                 request_id,
-                agent_id,
+                message: ClientMessage::Watching(requests::Watching { agent_id }),
             }
         }),
-        opt_string().prop_map(|request_id| ClientMessage::NotifyStatus { request_id }),
-        (opt_string(), opt_string())
-            .prop_map(|(request_id, sink)| ClientMessage::NotifyTest { request_id, sink }),
-        opt_string().prop_map(|request_id| ClientMessage::ListHosts { request_id }),
-        opt_string().prop_map(|request_id| ClientMessage::Ping { request_id }),
-        (opt_string(), any::<String>())
-            .prop_map(|(request_id, name)| ClientMessage::RemoveHost { request_id, name }),
+        opt_string().prop_map(|request_id| ClientRequest {
+            request_id,
+            message: ClientMessage::NotifyStatus(requests::NotifyStatus {})
+        }),
+        (opt_string(), opt_string()).prop_map(|(request_id, sink)| ClientRequest {
+            request_id,
+            message: ClientMessage::NotifyTest(requests::NotifyTest { sink })
+        }),
+        opt_string().prop_map(|request_id| ClientRequest {
+            request_id,
+            message: ClientMessage::ListHosts(requests::ListHosts {})
+        }),
+        opt_string().prop_map(|request_id| ClientRequest {
+            request_id,
+            message: ClientMessage::Ping(requests::Ping {})
+        }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, name)| ClientRequest {
+            request_id,
+            message: ClientMessage::RemoveHost(requests::RemoveHost { name })
+        }),
         (
             opt_string(),
             any::<String>(),
@@ -559,15 +613,17 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
             prop::option::of(prop::collection::vec(any::<String>(), 0..3)),
         )
             .prop_map(|(request_id, name, ssh, identity, ssh_options, command)| {
-                ClientMessage::AddHost {
+                ClientRequest {
                     request_id,
-                    host: drover_protocol::HostConfig {
-                        name,
-                        ssh,
-                        identity,
-                        ssh_options,
-                        command,
-                    },
+                    message: ClientMessage::AddHost(requests::AddHost {
+                        host: drover_protocol::HostConfig {
+                            name,
+                            ssh,
+                            identity,
+                            ssh_options,
+                            command,
+                        },
+                    }),
                 }
             }),
     ]
@@ -721,7 +777,7 @@ proptest! {
         let text = serde_json::to_string(&message).expect("encodes");
         let decoded = decode_client(&text);
         prop_assert_eq!(decoded.as_ref().ok(), Some(&message), "{:?}", decoded.as_ref().err());
-        prop_assert_eq!(decoded.as_ref().ok().and_then(ClientMessage::request_id), message.request_id());
+        prop_assert_eq!(decoded.as_ref().ok().and_then(ClientRequest::request_id), message.request_id());
     }
 
     #[test]

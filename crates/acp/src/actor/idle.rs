@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use drover_core::timeline::ItemKind;
+use drover_protocol::ItemKind;
 use serde_json::json;
 use tokio::time::Instant;
 

@@ -24,8 +24,9 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 
 use drover_core::inbox::{Delivery, Inbox, InboxMessage};
-use drover_core::timeline::{ItemKind, Timeline};
+use drover_core::timeline::Timeline;
 use drover_core::{AgentId, CancelCause};
+use drover_protocol::{InterruptCause, ItemKind, TurnEnd};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -604,7 +605,7 @@ impl Actor {
                     self.close_chunk();
                     self.push(
                         ItemKind::TurnEnded,
-                        json!({"event": "turn_interrupted", "cause": "shutdown"}),
+                        json!({"event": TurnEnd::Interrupted, "cause": InterruptCause::Shutdown}),
                     );
                 }
                 self.stop_runtime().await;

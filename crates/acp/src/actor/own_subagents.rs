@@ -3,7 +3,7 @@
 //! agent's process, so drover only shows them (read-only) and counts the running ones as
 //! `subagent` activity in archive admission; they end with the process.
 
-use drover_protocol::OwnSubagentInfo;
+use drover_protocol::{OwnSubagentInfo, SubagentVia};
 use jiff::Timestamp;
 use serde_json::{Map, Value};
 
@@ -35,7 +35,7 @@ impl OwnSubagents {
         if let Some(known) = self
             .list
             .iter_mut()
-            .find(|s| s.via == "tool_call" && s.id == id)
+            .find(|s| s.via == SubagentVia::ToolCall && s.id == id)
         {
             let mut changed = false;
             if let Some(title) = fields.get("title").and_then(Value::as_str)
@@ -72,7 +72,7 @@ impl OwnSubagents {
                 .to_string(),
             description: None,
             state: status.filter(|_| ended).unwrap_or("running").to_string(),
-            via: "tool_call".to_string(),
+            via: SubagentVia::ToolCall,
             started_at: now.clone(),
             ended_at: ended.then_some(now),
             tool_calls: 0,
@@ -102,7 +102,7 @@ impl OwnSubagents {
         let known = self
             .list
             .iter()
-            .position(|s| s.via == "subagent_update" && s.id == id);
+            .position(|s| s.via == SubagentVia::SubagentUpdate && s.id == id);
         let index = if let Some(index) = known {
             index
         } else {
@@ -111,7 +111,7 @@ impl OwnSubagents {
                 title: "subagent".to_string(),
                 description: None,
                 state: "running".to_string(),
-                via: "subagent_update".to_string(),
+                via: SubagentVia::SubagentUpdate,
                 started_at: now.clone(),
                 ended_at: None,
                 tool_calls: 0,
@@ -136,7 +136,7 @@ impl OwnSubagents {
     pub(super) fn is_child(&self, session: &str) -> bool {
         self.list
             .iter()
-            .any(|s| s.via == "subagent_update" && s.id == session)
+            .any(|s| s.via == SubagentVia::SubagentUpdate && s.id == session)
     }
 
     /// An update on a child session: counted on the child, not written to the agent's own
@@ -146,7 +146,7 @@ impl OwnSubagents {
         match self
             .list
             .iter_mut()
-            .find(|s| s.via == "subagent_update" && s.id == session)
+            .find(|s| s.via == SubagentVia::SubagentUpdate && s.id == session)
         {
             Some(child) if new_call => {
                 child.tool_calls += 1;
@@ -164,7 +164,7 @@ impl OwnSubagents {
         for cut in self
             .list
             .iter_mut()
-            .filter(|s| s.via == "tool_call" && s.state == "running")
+            .filter(|s| s.via == SubagentVia::ToolCall && s.state == "running")
         {
             "interrupted".clone_into(&mut cut.state);
             cut.ended_at = Some(now.clone());

@@ -3,8 +3,8 @@
 //! agent that asked to hear about this one told) until a client answers; answers pick one of
 //! the agent's options.
 
-use drover_core::timeline::ItemKind;
 use drover_core::{AttentionReason, PermissionPolicy};
+use drover_protocol::ItemKind;
 use serde_json::{Map, Value, json};
 
 use super::Actor;

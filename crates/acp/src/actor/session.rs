@@ -8,11 +8,11 @@ use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use drover_core::timeline::ItemKind;
 use drover_core::{
     Agent, AgentStatus, AuthMethod, BoxFuture, ProviderConfig, RegistryError, ResumeHandle,
     TurnOutcome,
 };
+use drover_protocol::{ItemKind, TurnEnd};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -907,7 +907,7 @@ impl Actor {
         self.permissions.clear();
         if let Some(turn) = self.turn.take() {
             self.close_chunk();
-            let data = json!({"event": "turn_failed", "error": message});
+            let data = json!({"event": TurnEnd::Failed, "error": message});
             self.end_turn(turn, TurnOutcome::Failed { error: message }, data)
                 .await;
         } else if let Err(e) = self

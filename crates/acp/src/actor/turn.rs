@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drover_core::inbox::{Claim, Delivery, InboxMessage};
-use drover_core::timeline::ItemKind;
 use drover_core::{
     AgentId, AgentStatus, BoxFuture, CancelCause, RegistryError, TurnOutcome, store::StoreError,
 };
+use drover_protocol::{ItemKind, TurnEnd};
 use serde_json::{Value, json};
 
 use super::Actor;
@@ -243,7 +243,7 @@ impl Actor {
         self.take(&claim);
         self.push(
             ItemKind::TurnEnded,
-            json!({"event": "turn_blocked", "reason": reason.to_string()}),
+            json!({"event": TurnEnd::Blocked, "reason": reason.to_string()}),
         );
     }
 
@@ -629,7 +629,7 @@ impl Actor {
         // Readers see it queued by the time they see the agent wait.
         self.publish_queue();
         let mut data = json!({
-            "event": "turn_limited",
+            "event": TurnEnd::Limited,
             "error": error,
             "retryAt": retry_at.to_string(),
         });
@@ -728,7 +728,7 @@ impl Actor {
         self.close_chunk();
         self.push(
             ItemKind::TurnEnded,
-            json!({"event": "turn_canceled", "cause": cause.to_string(), "stopReason": "cancelled"}),
+            json!({"event": TurnEnd::Canceled, "cause": cause, "stopReason": "cancelled"}),
         );
         let _ = self.timeline.sync();
     }

@@ -2,8 +2,8 @@
 //! into one message or thought, tool calls and their updates merge into one item per
 //! `toolCallId`, and every change is written, then announced to live clients.
 
-use drover_core::timeline::ItemKind;
 use drover_core::{AgentId, AgentStatus, CancelCause};
+use drover_protocol::ItemKind;
 use serde_json::{Map, Value, json};
 
 use super::Actor;
@@ -329,11 +329,11 @@ fn strip_kind(update: Value) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
-    use drover_core::timeline::ItemKind;
+    use drover_protocol::ItemKind;
 
     #[test]
     fn every_kind_is_written_and_read_as_its_name() {
-        for kind in ItemKind::ALL {
+        for &kind in ItemKind::ALL {
             let json = serde_json::to_value(kind).expect("serialize");
             assert_eq!(json, kind.as_str(), "{kind:?}");
             assert_eq!(ItemKind::parse(kind.as_str()), Some(kind));

@@ -24,45 +24,8 @@ pub const VERSION: u32 = 1;
 /// the ones that left the job's process group.
 pub const MARKER_VAR: &str = "DROVER_JOB_MARKER";
 
-/// How a job is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    Running,
-    /// Ended on its own (any exit status, or a signal drover did not send).
-    Exited,
-    /// Ended by drover: `killedBy` says why.
-    Killed,
-    /// The daemon died while it ran; the next boot ended what was left of it.
-    Lost,
-}
-
-impl JobStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Running => "running",
-            JobStatus::Exited => "exited",
-            JobStatus::Killed => "killed",
-            JobStatus::Lost => "lost",
-        }
-    }
-}
-
-/// Why drover killed a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KillCause {
-    /// `kill_job`, `drover job kill`, ACP `terminal/kill` or `terminal/release`.
-    Request,
-    /// Its `timeoutS` passed.
-    Timeout,
-    /// The archive of its owner with `stopActivity`.
-    Archive,
-    /// The daemon stopped.
-    Shutdown,
-    /// The agent runtime that opened it as an ACP terminal ended.
-    RuntimeEnded,
-}
+/// How a job is doing, and why drover killed one: the protocol's, stored as their names.
+pub use drover_protocol::{JobStatus, KillCause};
 
 /// The on-disk record (and, cloned, what the operations report).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

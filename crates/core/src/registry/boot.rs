@@ -20,10 +20,11 @@ use crate::inbox::{Delivery, Inbox, InboxMessage};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::runtime::RuntimeControl;
 use crate::store::{Quarantined, Store, StoreError};
-use crate::timeline::{ItemKind, Timeline};
+use crate::timeline::Timeline;
 use crate::view::AgentTable;
 use crate::workspace::Workspace;
 use crate::worktree;
+use drover_protocol::{InterruptCause, ItemKind, TurnEnd};
 
 /// What boot found and did.
 #[derive(Debug, Default)]
@@ -227,8 +228,8 @@ fn settle_cut_turns(
         let settled = Timeline::open(home, id).and_then(|mut timeline| {
             if cut_open(&timeline) {
                 let mut data = serde_json::Map::new();
-                data.insert("event".to_string(), "turn_interrupted".into());
-                data.insert("cause".to_string(), "crash".into());
+                data.insert("event".to_string(), TurnEnd::Interrupted.as_str().into());
+                data.insert("cause".to_string(), InterruptCause::Crash.as_str().into());
                 timeline.push_synced(ItemKind::TurnEnded.as_str(), data, Timestamp::now())?;
                 tracing::info!(agent = %id, "a turn the daemon's death cut off ended `interrupted`");
             }
@@ -295,7 +296,7 @@ impl CutTurn {
                 .map(str::to_string)
         };
         if !ended.is(ItemKind::TurnEnded)
-            || text(ended, "event").as_deref() != Some("turn_interrupted")
+            || text(ended, "event").as_deref() != Some(TurnEnd::Interrupted.as_str())
         {
             return None;
         }

@@ -332,8 +332,27 @@ impl Shared {
         self.announce();
     }
 
-    /// Takes in one message the host's daemon sent.
-    fn receive(&self, mut message: Value) -> Result<(), String> {
+    /// Takes in one message the host's daemon sent. A streamed `agent_update` (most of what
+    /// comes) is relayed as the host wrote it, read only for its agent and revision.
+    fn receive(&self, line: String) -> Result<(), String> {
+        if let Ok(Head {
+            kind: "agent_update",
+            payload:
+                HeadPayload {
+                    agent_id: Some(agent),
+                    revision,
+                    request_id: None,
+                },
+        }) = serde_json::from_str::<Head<'_>>(&line)
+        {
+            if let Ok(agent) = agent.parse::<AgentId>() {
+                self.relay(line, Some(agent), revision.unwrap_or(u64::MAX), None);
+            }
+            return Ok(());
+        }
+        let Ok(mut message) = serde_json::from_str::<Value>(&line) else {
+            return Ok(());
+        };
         let kind = message
             .get("type")
             .and_then(Value::as_str)
@@ -467,6 +486,27 @@ impl Shared {
             self.relay(message.to_string(), None, 0, None);
         }
     }
+}
+
+/// What [`Shared::receive`] reads first of a message: its type, and of its payload what routes
+/// it (other fields are skipped, not built).
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: &'a str,
+    #[serde(default, borrow)]
+    payload: HeadPayload<'a>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HeadPayload<'a> {
+    #[serde(default, borrow)]
+    agent_id: Option<&'a str>,
+    #[serde(default)]
+    revision: Option<u64>,
+    #[serde(default, borrow)]
+    request_id: Option<&'a str>,
 }
 
 /// Links, and links again when the link ends, until the link is closed (the task aborted).
@@ -696,8 +736,7 @@ async fn relay(shared: &Shared, child: &mut LinkChild) -> String {
                     return child.why("the link ended").await;
                 };
                 heard = Instant::now();
-                let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
-                if let Err(why) = shared.receive(message) {
+                if let Err(why) = shared.receive(line) {
                     return why;
                 }
             },

@@ -26,56 +26,22 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// What a notification is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum EventKind {
-    /// A turn ended (attention `finished`).
-    Finished,
-    /// A turn or the runtime failed, or the agent could not start (attention `error`).
-    Failed,
-    /// The agent waits on a permission answer.
-    Permission,
-    /// The agent cannot start until its provider is signed in (attention `auth_required`).
-    AuthRequired,
-    /// The daemon stopped while the agent worked (found at boot).
-    Interrupted,
-    /// The agent waits for its provider's usage limit to reset (attention `limited`).
-    Limited,
-    /// What a sink's limit held back, counted (sent after the window).
-    Summary,
-    /// A sample (`drover notify test`).
-    Test,
-}
+/// What a notification is about: the protocol's names (`NotifySinkInfo.events`).
+pub(crate) use drover_protocol::NotifyEvent as EventKind;
 
-impl EventKind {
-    /// The events a sink may ask for, which are also its default.
-    pub(crate) const SUBSCRIBABLE: [EventKind; 6] = [
-        EventKind::Finished,
-        EventKind::Failed,
-        EventKind::Permission,
-        EventKind::AuthRequired,
-        EventKind::Interrupted,
-        EventKind::Limited,
-    ];
+/// The events a sink may ask for, which are also its default.
+pub(crate) const SUBSCRIBABLE: [EventKind; 6] = [
+    EventKind::Finished,
+    EventKind::Failed,
+    EventKind::Permission,
+    EventKind::AuthRequired,
+    EventKind::Interrupted,
+    EventKind::Limited,
+];
 
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Finished => "finished",
-            EventKind::Failed => "failed",
-            EventKind::Permission => "permission",
-            EventKind::AuthRequired => "auth_required",
-            EventKind::Interrupted => "interrupted",
-            EventKind::Limited => "limited",
-            EventKind::Summary => "summary",
-            EventKind::Test => "test",
-        }
-    }
-
-    fn parse(name: &str) -> Option<EventKind> {
-        EventKind::SUBSCRIBABLE
-            .into_iter()
-            .find(|k| k.as_str() == name)
-    }
+/// The subscribable event named `name`.
+fn subscribable(name: &str) -> Option<EventKind> {
+    SUBSCRIBABLE.into_iter().find(|k| k.as_str() == name)
 }
 
 /// Where a sink sends.
@@ -94,11 +60,11 @@ pub(crate) enum Target {
 }
 
 impl Target {
-    pub(crate) fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> drover_protocol::SinkKind {
         match self {
-            Target::Webhook { .. } => "webhook",
-            Target::Ntfy { .. } => "ntfy",
-            Target::Command { .. } => "command",
+            Target::Webhook { .. } => drover_protocol::SinkKind::Webhook,
+            Target::Ntfy { .. } => drover_protocol::SinkKind::Ntfy,
+            Target::Command { .. } => drover_protocol::SinkKind::Command,
         }
     }
 
@@ -329,13 +295,13 @@ impl SinkEntry {
 /// The events a sink asks for (default: every one it may).
 fn events(at: &str, names: Option<Vec<String>>) -> Result<BTreeSet<EventKind>, String> {
     let Some(names) = names else {
-        return Ok(EventKind::SUBSCRIBABLE.into_iter().collect());
+        return Ok(SUBSCRIBABLE.into_iter().collect());
     };
     names
         .iter()
         .map(|name| {
-            EventKind::parse(name).ok_or_else(|| {
-                let known: Vec<&str> = EventKind::SUBSCRIBABLE.iter().map(|k| k.as_str()).collect();
+            subscribable(name).ok_or_else(|| {
+                let known: Vec<&str> = SUBSCRIBABLE.iter().map(|k| k.as_str()).collect();
                 format!(
                     "{at}: `events` names {name:?}: the events are {}",
                     known.join(", ")
@@ -418,7 +384,7 @@ all = true
         };
         assert_eq!(hook.name, "webhook-1");
         assert_eq!(hook.target.describe(), "http://127.0.0.1:9");
-        assert_eq!(hook.events.len(), EventKind::SUBSCRIBABLE.len());
+        assert_eq!(hook.events.len(), SUBSCRIBABLE.len());
         assert_eq!((hook.limit, hook.window), (DEFAULT_LIMIT, DEFAULT_WINDOW));
         assert_eq!(phone.name, "phone");
         assert_eq!(phone.target.describe(), "http://ntfy.local");

@@ -48,9 +48,9 @@ struct Inner {
 #[derive(Debug)]
 pub(crate) struct SinkReport {
     pub(crate) name: String,
-    pub(crate) kind: &'static str,
+    pub(crate) kind: drover_protocol::SinkKind,
     pub(crate) target: String,
-    pub(crate) events: Vec<&'static str>,
+    pub(crate) events: Vec<EventKind>,
     pub(crate) all: bool,
     pub(crate) status: SinkStatus,
 }
@@ -136,7 +136,7 @@ impl Notifier {
                 name: s.config.name.clone(),
                 kind: s.config.target.kind(),
                 target: s.config.target.describe(),
-                events: s.config.events.iter().map(|e| e.as_str()).collect(),
+                events: s.config.events.iter().copied().collect(),
                 all: s.config.all,
                 status: s.snapshot(),
             })

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use drover_acp::{PendingPermission, RuntimeMemory, RuntimeView};
 use drover_core::inbox::InboxMessage;
-use drover_core::timeline::{ItemKind, Page, TimelinePage};
+use drover_core::timeline::{Page, TimelinePage};
 use drover_core::{
     Agent, AgentId, AgentStatus, AttentionReason, CreatedWorktree, NewAgent, OnInterrupt, OnLimit,
     PermissionPolicy, ProviderConfig, WorkspaceId, WorktreeOptions,
 };
+use drover_protocol::ItemKind;
 
 use super::{Caller, OpError, Ops};
 

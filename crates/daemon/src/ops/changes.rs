@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use drover_core::WorkspaceId;
-use drover_protocol::ErrorCode;
+use drover_protocol::{ChangeStatus, ErrorCode};
 use serde::Serialize;
 
 use super::{OpError, Ops};
@@ -24,7 +24,7 @@ pub(crate) const MAX_FILES: usize = 1000;
 pub(crate) struct ChangedFile {
     pub(crate) path: String,
     /// `added`, `modified`, `deleted`, `renamed`, `copied`, `type_changed`, `untracked`.
-    pub(crate) status: String,
+    pub(crate) status: drover_protocol::ChangeStatus,
     /// `None` for binary files.
     pub(crate) added: Option<u64>,
     pub(crate) removed: Option<u64>,
@@ -113,7 +113,7 @@ pub(crate) async fn read_changes(dir: &Path, base: &str) -> Result<Changes, Chan
     while let (Some(code), Some(path)) = (fields.next(), fields.next()) {
         files.push(ChangedFile {
             path: path.to_string(),
-            status: status_name(code).to_string(),
+            status: status_name(code),
             added: None,
             removed: None,
             diff: String::new(),
@@ -138,7 +138,7 @@ pub(crate) async fn read_changes(dir: &Path, base: &str) -> Result<Changes, Chan
     for path in untracked.split('\0').filter(|s| !s.is_empty()) {
         files.push(ChangedFile {
             path: path.to_string(),
-            status: "untracked".to_string(),
+            status: ChangeStatus::Untracked,
             added: None,
             removed: None,
             diff: String::new(),
@@ -155,14 +155,14 @@ pub(crate) async fn read_changes(dir: &Path, base: &str) -> Result<Changes, Chan
     })
 }
 
-fn status_name(code: &str) -> &'static str {
+fn status_name(code: &str) -> ChangeStatus {
     match code.chars().next() {
-        Some('A') => "added",
-        Some('D') => "deleted",
-        Some('R') => "renamed",
-        Some('C') => "copied",
-        Some('T') => "type_changed",
-        _ => "modified",
+        Some('A') => ChangeStatus::Added,
+        Some('D') => ChangeStatus::Deleted,
+        Some('R') => ChangeStatus::Renamed,
+        Some('C') => ChangeStatus::Copied,
+        Some('T') => ChangeStatus::TypeChanged,
+        _ => ChangeStatus::Modified,
     }
 }
 

@@ -156,24 +156,8 @@ pub(crate) struct Schedule {
     pub(crate) unknown: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Whether a schedule will fire again by itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum State {
-    Active,
-    Paused,
-    /// A `once` schedule that ran.
-    Finished,
-}
-
-impl State {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            State::Active => "active",
-            State::Paused => "paused",
-            State::Finished => "finished",
-        }
-    }
-}
+/// Whether a schedule will fire again by itself: the protocol's `ScheduleInfo.state`.
+pub(crate) use drover_protocol::ScheduleState as State;
 
 impl Schedule {
     pub(crate) fn state(&self) -> State {

@@ -55,6 +55,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("assets/startcard.js"),
     },
     Asset {
+        name: "protocol.gen.js",
+        mime: "text/javascript; charset=utf-8",
+        body: include_bytes!("assets/protocol.gen.js"),
+    },
+    Asset {
         name: "dom.js",
         mime: "text/javascript; charset=utf-8",
         body: include_bytes!("assets/dom.js"),

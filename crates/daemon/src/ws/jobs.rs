@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::extract::ws::Utf8Bytes;
-use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode};
+use drover_protocol::requests as rq;
+use drover_protocol::{DaemonMessage, ErrorCode};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
@@ -32,95 +33,89 @@ const MAX_FOLLOWS: usize = 64;
 /// Every client of the protocol is the machine's user.
 const CALLER: Caller = Caller::User;
 
-/// Answers one job request (the dispatch in `requests` sends only these here).
-pub(super) async fn answer(message: ClientMessage, ops: &Ops) -> Result<DaemonMessage, OpError> {
-    use ClientMessage as M;
-    match message {
-        M::StartJob {
-            request_id,
-            agent_id,
-            command,
-            cwd,
-            env,
-            timeout_s,
-            notify_on_exit,
-        } => {
-            let request = StartJob {
-                owner: parse_agent(&agent_id)?,
-                command,
-                cwd: cwd.map(PathBuf::from),
-                env,
-                timeout_s,
-                notify_on_exit,
-            };
-            let job = ops.start_job(CALLER, request).await?;
-            Ok(DaemonMessage::Job {
-                request_id,
-                job: wire::job_info(&job),
-            })
-        }
-        M::ListJobs {
-            request_id,
-            agent_id,
-        } => {
-            let owner = agent_id.as_deref().map(parse_agent).transpose()?;
-            let jobs = ops.list_jobs(CALLER, owner)?;
-            Ok(DaemonMessage::Jobs {
-                request_id,
-                jobs: jobs.iter().map(wire::job_info).collect(),
-            })
-        }
-        M::JobOutput {
-            request_id,
-            job_id,
-            offset,
-            tail,
-            max_bytes,
-            wait_ms,
-        } => {
-            let wait = wait_ms.map(Duration::from_millis);
-            let out = ops
-                .job_output(CALLER, &job_id, offset, tail, max_bytes, wait)
-                .await?;
-            Ok(DaemonMessage::JobOutput {
-                request_id,
-                job_id: out.job.id,
-                offset: out.offset,
-                text: out.text,
-                next_offset: out.next_offset,
-                end: out.end,
-                skipped: out.skipped,
-                eof: out.eof,
-            })
-        }
-        M::KillJob { request_id, job_id } => {
-            let job = ops.kill_job(CALLER, &job_id).await?;
-            Ok(DaemonMessage::Job {
-                request_id,
-                job: wire::job_info(&job),
-            })
-        }
-        M::WaitJob {
-            request_id,
-            job_id,
-            timeout_ms,
-        } => {
-            let timeout = timeout_ms.map(Duration::from_millis);
-            let (job, ended) = ops.wait_job(CALLER, &job_id, timeout).await?;
-            Ok(DaemonMessage::JobWaited {
-                request_id,
-                job: wire::job_info(&job),
-                ended,
-            })
-        }
-        other => Err(OpError::invalid(
-            "type",
-            format!(
-                "`{}` is not a job request",
-                other.request_id().unwrap_or("")
-            ),
-        )),
-    }
+/// `start_job`.
+pub(super) async fn start_job(
+    ops: &Ops,
+    request_id: Option<String>,
+    r: rq::StartJob,
+) -> Result<DaemonMessage, OpError> {
+    let request = StartJob {
+        owner: parse_agent(&r.agent_id)?,
+        command: r.command,
+        cwd: r.cwd.map(PathBuf::from),
+        env: r.env,
+        timeout_s: r.timeout_s,
+        notify_on_exit: r.notify_on_exit,
+    };
+    let job = ops.start_job(CALLER, request).await?;
+    Ok(DaemonMessage::Job {
+        request_id,
+        job: wire::job_info(&job),
+    })
+}
+
+/// `list_jobs`.
+pub(super) fn list_jobs(
+    ops: &Ops,
+    request_id: Option<String>,
+    r: &rq::ListJobs,
+) -> Result<DaemonMessage, OpError> {
+    let owner = r.agent_id.as_deref().map(parse_agent).transpose()?;
+    let jobs = ops.list_jobs(CALLER, owner)?;
+    Ok(DaemonMessage::Jobs {
+        request_id,
+        jobs: jobs.iter().map(wire::job_info).collect(),
+    })
+}
+
+/// `job_output`.
+pub(super) async fn job_output(
+    ops: &Ops,
+    request_id: Option<String>,
+    r: rq::JobOutput,
+) -> Result<DaemonMessage, OpError> {
+    let wait = r.wait_ms.map(Duration::from_millis);
+    let out = ops
+        .job_output(CALLER, &r.job_id, r.offset, r.tail, r.max_bytes, wait)
+        .await?;
+    Ok(DaemonMessage::JobOutput {
+        request_id,
+        job_id: out.job.id,
+        offset: out.offset,
+        text: out.text,
+        next_offset: out.next_offset,
+        end: out.end,
+        skipped: out.skipped,
+        eof: out.eof,
+    })
+}
+
+/// `kill_job`.
+pub(super) async fn kill_job(
+    ops: &Ops,
+    request_id: Option<String>,
+    r: rq::KillJob,
+) -> Result<DaemonMessage, OpError> {
+    let job = ops.kill_job(CALLER, &r.job_id).await?;
+    Ok(DaemonMessage::Job {
+        request_id,
+        job: wire::job_info(&job),
+    })
+}
+
+/// `wait_job`.
+pub(super) async fn wait_job(
+    ops: &Ops,
+    request_id: Option<String>,
+    r: rq::WaitJob,
+) -> Result<DaemonMessage, OpError> {
+    let timeout = r.timeout_ms.map(Duration::from_millis);
+    let (job, ended) = ops.wait_job(CALLER, &r.job_id, timeout).await?;
+    Ok(DaemonMessage::JobWaited {
+        request_id,
+        job: wire::job_info(&job),
+        ended,
+    })
 }
 
 /// One chunk of a followed job's output, encoded, on its way to the session's socket.
@@ -152,35 +147,37 @@ impl Follows {
         }
     }
 
-    /// Answers `follow_job` or `unfollow_job`. The answer is to be sent before the session
-    /// takes the next push: a follow's first chunk comes after its `job_followed`, and no
-    /// chunk of an unfollowed job after its `job_unfollowed`.
-    pub(super) fn request(&mut self, message: ClientMessage, ops: &Ops) -> DaemonMessage {
-        let request_id = message.request_id().map(str::to_string);
-        let answer = match message {
-            ClientMessage::FollowJob {
-                request_id,
-                job_id,
-                offset,
-            } => self.follow(request_id, &job_id, offset, ops),
-            ClientMessage::UnfollowJob { request_id, job_id } => {
-                let followed = self.stop(&job_id);
-                Ok(DaemonMessage::JobUnfollowed {
+    /// Answers `follow_job`. The answer is to be sent before the session takes the next
+    /// push: a follow's first chunk comes after its `job_followed`.
+    pub(super) fn follow_job(
+        &mut self,
+        request_id: Option<String>,
+        r: &rq::FollowJob,
+        ops: &Ops,
+    ) -> DaemonMessage {
+        self.follow(request_id.clone(), &r.job_id, r.offset, ops)
+            .unwrap_or_else(|e| {
+                request_error(
                     request_id,
-                    job_id,
-                    followed,
-                })
-            }
-            _ => Err(OpError::invalid("type", "not a follow request")),
-        };
-        answer.unwrap_or_else(|e| {
-            request_error(
-                request_id,
-                e.code(),
-                e.to_string(),
-                crate::wire::error_details(&e),
-            )
-        })
+                    e.code(),
+                    e.to_string(),
+                    crate::wire::error_details(&e),
+                )
+            })
+    }
+
+    /// Answers `unfollow_job`: no chunk of the job is pushed after its `job_unfollowed`.
+    pub(super) fn unfollow_job(
+        &mut self,
+        request_id: Option<String>,
+        r: &rq::UnfollowJob,
+    ) -> DaemonMessage {
+        let followed = self.stop(&r.job_id);
+        DaemonMessage::JobUnfollowed {
+            request_id,
+            job_id: r.job_id.clone(),
+            followed,
+        }
     }
 
     fn follow(

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use drover_acp::TimelineEvent;
 use drover_core::{AgentId, Change, RegistryEvent};
-use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client};
+use drover_protocol::{
+    ClientMessage, ClientRequest, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client,
+};
 use futures_util::SinkExt;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
@@ -531,32 +533,26 @@ impl Session {
                 return Next::Close;
             }
         };
-        let message = match decode_client(&text) {
-            Ok(message) => message,
+        let request = match decode_client(&text) {
+            Ok(request) => request,
             Err(e) => {
                 let error = request_error(e.request_id, e.code, e.message, None);
                 return send(socket, self.sent(), encode(&error)).await;
             }
         };
-        if let ClientMessage::Hello {
-            protocol_version,
-            token,
-            include_archived,
-            ..
-        } = &message
-        {
+        if let ClientMessage::Hello(hello) = &request.message {
             return self
                 .hello(
                     socket,
-                    *protocol_version,
-                    token.as_deref(),
-                    *include_archived,
+                    hello.protocol_version,
+                    hello.token.as_deref(),
+                    hello.include_archived,
                 )
                 .await;
         }
         if !self.greeted {
             let error = request_error(
-                message.request_id().map(str::to_string),
+                request.request_id.clone(),
                 ErrorCode::HelloRequired,
                 "send `hello` first".into(),
                 None,
@@ -565,7 +561,7 @@ impl Session {
         }
         if requests.len() >= MAX_IN_FLIGHT {
             let error = request_error(
-                message.request_id().map(str::to_string),
+                request.request_id.clone(),
                 ErrorCode::TooManyRequests,
                 format!(
                     "this connection has {MAX_IN_FLIGHT} requests in flight; wait for their answers"
@@ -574,14 +570,15 @@ impl Session {
             );
             return send(socket, self.sent(), encode(&error)).await;
         }
-        if let Some(next) = self.route(socket, &text, &message, replies, requests).await {
+        if let Some(next) = self.route(socket, &text, &request, replies, requests).await {
             return next;
         }
-        if let Some(answer) = self.answer_here(&message) {
+        if let Some(answer) = self.answer_here(&request) {
             return send(socket, self.sent(), answer).await;
         }
-        let held = match &message {
-            ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
+        let held = match &request.message {
+            ClientMessage::InitializeAgentRequest(r) => r
+                .agent_id
                 .parse::<AgentId>()
                 .ok()
                 .filter(|agent| self.subscriptions.begin(*agent)),
@@ -593,10 +590,10 @@ impl Session {
         let replies = replies.clone();
         // What the operation logs names the request (and the connection) it serves.
         let span =
-            tracing::info_span!("request", request_id = message.request_id(), session = %self.id);
+            tracing::info_span!("request", request_id = request.request_id(), session = %self.id);
         requests.spawn(tracing::Instrument::instrument(
             async move {
-                let reply = requests::handle(message, &ops).await;
+                let reply = requests::handle(request, &ops).await;
                 let _ = replies.send(Answer { held, reply }).await;
             },
             span,
@@ -610,7 +607,7 @@ impl Session {
         &mut self,
         socket: &mut WebSocket,
         text: &str,
-        message: &ClientMessage,
+        request: &ClientRequest,
         replies: &mpsc::Sender<Answer>,
         requests: &mut tokio::task::JoinSet<()>,
     ) -> Option<Next> {
@@ -619,10 +616,10 @@ impl Session {
             Ok(hosts::Route::Local) => None,
             Ok(hosts::Route::Everywhere { message: out }) => {
                 let (ops, replies) = (self.context.ops.clone(), replies.clone());
-                let message = message.clone();
+                let request = request.clone();
                 requests.spawn(async move {
                     let answers = ops.hosts.ask_all(&out).await;
-                    let reply = match requests::handle(message, &ops).await {
+                    let reply = match requests::handle(request, &ops).await {
                         Reply::Send(local) => Reply::Send(join_lists(local, answers)),
                         other @ Reply::Initialized { .. } => other,
                     };
@@ -631,16 +628,12 @@ impl Session {
                 Some(Next::Continue)
             }
             Ok(hosts::Route::Remote { host, message: out }) => {
-                self.forward(host, out, message, replies, requests);
+                self.forward(host, out, request, replies, requests);
                 Some(Next::Continue)
             }
             Err(e) => {
-                let error = request_error(
-                    message.request_id().map(str::to_string),
-                    e.code(),
-                    e.to_string(),
-                    None,
-                );
+                let error =
+                    request_error(request.request_id.clone(), e.code(), e.to_string(), None);
                 Some(send(socket, self.sent(), encode(&error)).await)
             }
         }
@@ -653,18 +646,19 @@ impl Session {
         &mut self,
         host: String,
         out: Value,
-        message: &ClientMessage,
+        request: &ClientRequest,
         replies: &mpsc::Sender<Answer>,
         requests: &mut tokio::task::JoinSet<()>,
     ) {
-        let held = match message {
-            ClientMessage::InitializeAgentRequest { agent_id, .. } => agent_id
+        let held = match &request.message {
+            ClientMessage::InitializeAgentRequest(r) => r
+                .agent_id
                 .parse::<AgentId>()
                 .ok()
                 .filter(|agent| self.subscriptions.begin(*agent)),
             _ => None,
         };
-        let request_id = message.request_id().map(str::to_string);
+        let request_id = request.request_id.clone();
         let hosts = self.context.ops.hosts.clone();
         let replies = replies.clone();
         requests.spawn(async move {
@@ -679,26 +673,23 @@ impl Session {
     /// Answers the requests the session answers itself, in order with its pushes
     /// (`follow_job`, `unfollow_job`: see `jobs::Follows`), about itself (`watching`) or from
     /// the hub's cache (`list_agents`); `None` for any other.
-    fn answer_here(&mut self, message: &ClientMessage) -> Option<Utf8Bytes> {
-        match message {
-            ClientMessage::Watching {
-                request_id,
-                agent_id,
-            } => Some(encode(&self.watching(request_id.clone(), agent_id.clone()))),
-            ClientMessage::FollowJob { .. } | ClientMessage::UnfollowJob { .. } => Some(encode(
-                &self.follows.request(message.clone(), &self.context.ops),
-            )),
+    fn answer_here(&mut self, request: &ClientRequest) -> Option<Utf8Bytes> {
+        let id = request.request_id.clone();
+        let answer = match &request.message {
+            ClientMessage::Watching(r) => self.watching(id, r.agent_id.clone()),
+            ClientMessage::FollowJob(r) => self.follows.follow_job(id, r, &self.context.ops),
+            ClientMessage::UnfollowJob(r) => self.follows.unfollow_job(id, r),
             // The encodings `session_state` is made of: no agent is encoded again.
-            ClientMessage::ListAgents {
-                request_id,
-                include_archived,
-            } => Some(self.context.hub.agents.agents_message(
-                &self.context.ops,
-                request_id.clone(),
-                *include_archived,
-            )),
-            _ => None,
-        }
+            ClientMessage::ListAgents(r) => {
+                return Some(self.context.hub.agents.agents_message(
+                    &self.context.ops,
+                    id,
+                    r.include_archived,
+                ));
+            }
+            _ => return None,
+        };
+        Some(encode(&answer))
     }
 
     /// `watching`: this session shows `agent_id` now (or nothing).

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use drover_core::AgentId;
 use drover_core::WorktreeOptions;
-use drover_protocol::{ClientMessage, DaemonMessage, ErrorCode, NewWorktree};
+use drover_protocol::requests as rq;
+use drover_protocol::{ClientMessage, ClientRequest, DaemonMessage, ErrorCode, NewWorktree};
 use serde_json::Value;
 
-use super::request_error;
+use super::{jobs, request_error};
 use crate::ops::agents::{AgentScope, CreateAgent, Placement};
 use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
@@ -30,9 +31,12 @@ pub(super) enum Reply {
 }
 
 /// Answers one request (never `hello`: the session answers that itself).
-pub(super) async fn handle(message: ClientMessage, ops: &Ops) -> Reply {
-    let request_id = message.request_id().map(str::to_string);
-    match answer(message, ops).await {
+pub(super) async fn handle(request: ClientRequest, ops: &Ops) -> Reply {
+    let ClientRequest {
+        request_id,
+        message,
+    } = request;
+    match answer(message, request_id.clone(), ops).await {
         Ok(reply) => reply,
         Err(e) => Reply::Send(request_error(
             request_id,
@@ -44,417 +48,383 @@ pub(super) async fn handle(message: ClientMessage, ops: &Ops) -> Reply {
 }
 
 type Answered = Result<Reply, OpError>;
+/// The correlation id a request came with, for its answer.
+type Id = Option<String>;
 
-// The protocol's dispatch table, one arm per client message: each arm takes the message's
-// fields and calls one operation or one handler below.
-#[expect(clippy::too_many_lines)]
-async fn answer(message: ClientMessage, ops: &Ops) -> Answered {
+/// The protocol's dispatch table: one line per client request, each handled by the function
+/// named after it (the job requests in `super::jobs`).
+async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
     use ClientMessage as M;
     match message {
-        M::Hello { .. } => Ok(Reply::Send(request_error(
-            None,
-            ErrorCode::InvalidMessage,
-            "`hello` was already sent".into(),
-            None,
-        ))),
-        M::InitializeAgentRequest {
-            agent_id,
-            request_id,
-            limit,
-        } => initialize_agent(ops, request_id, &agent_id, limit).await,
-        M::FetchTimeline {
-            agent_id,
-            request_id,
-            before,
-            after,
-            limit,
-        } => fetch_timeline(ops, request_id, &agent_id, before, after, limit).await,
-        message @ M::CreateAgent { .. } => create_agent(ops, message).await,
-        M::SendMessage {
-            request_id,
-            agent_id,
-            text,
-            delivery,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            let sent = ops.send_message(CALLER, id, text, delivery, false).await?;
-            send(DaemonMessage::MessageQueued {
-                request_id,
-                agent_id: id.to_string(),
-                message_id: sent.message_id,
-            })
-        }
-        M::Cancel {
-            request_id,
-            agent_id,
-            keep_inbox,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.cancel(CALLER, id, keep_inbox).await?;
-            ok(request_id, id)
-        }
-        M::Archive {
-            request_id,
-            agent_id,
-            stop_activity,
-        } => archive(ops, request_id, &agent_id, stop_activity).await,
-        M::Unarchive {
-            request_id,
-            agent_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.unarchive(CALLER, id).await?;
-            ok(request_id, id)
-        }
-        M::Detach {
-            request_id,
-            agent_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.detach(CALLER, id).await?;
-            ok(request_id, id)
-        }
-        M::ArchiveIdleChildren {
-            request_id,
-            agent_id,
-        } => archive_idle_children(ops, request_id, &agent_id).await,
-        M::AnswerPermission {
-            request_id,
-            agent_id,
-            seq,
-            kind,
-            option_id,
-            cancel,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.answer_permission(CALLER, id, seq, kind, option_id, cancel)
-                .await?;
-            ok(request_id, id)
-        }
-        M::SetMode {
-            request_id,
-            agent_id,
-            mode_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.set_mode(CALLER, id, mode_id).await?;
-            ok(request_id, id)
-        }
-        M::SetModel {
-            request_id,
-            agent_id,
-            model_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.set_model(CALLER, id, model_id).await?;
-            ok(request_id, id)
-        }
-        M::SetConfigOption {
-            request_id,
-            agent_id,
-            config_id,
-            value,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.set_config_option(CALLER, id, config_id, value).await?;
-            ok(request_id, id)
-        }
-        M::SetTitle {
-            request_id,
-            agent_id,
-            title,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.set_title(CALLER, id, title).await?;
-            ok(request_id, id)
-        }
-        M::SetBudget {
-            request_id,
-            agent_id,
-            budget,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.set_budget(CALLER, id, budget).await?;
-            ok(request_id, id)
-        }
-        M::ClearAttention {
-            request_id,
-            agent_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.clear_attention(CALLER, id).await?;
-            ok(request_id, id)
-        }
-        M::WorkspaceChanges {
-            request_id,
-            workspace_id,
-        } => {
-            let id = parse_workspace(&workspace_id)?;
-            let changes = ops.workspace_changes(id).await?;
-            send(DaemonMessage::WorkspaceChanges {
-                request_id,
-                workspace_id: id.to_string(),
-                changes: wire::workspace_changes(changes),
-            })
-        }
-        M::ListProviders { request_id } => send(DaemonMessage::Providers {
-            request_id,
-            providers: ops
-                .list_providers()?
-                .into_iter()
-                .map(wire::provider)
-                .collect(),
-        }),
-        // A session answers it from the hub's cache (`Session::answer_here`); this is the
-        // same answer encoded afresh.
-        M::ListAgents {
-            request_id,
-            include_archived,
-        } => send(DaemonMessage::Agents {
-            request_id,
-            agents: ops
-                .list_agents(AgentScope::All, include_archived)
-                .iter()
-                .map(|a| wire::agent_info_now(ops, a))
-                .collect(),
-        }),
-        M::GetAgent {
-            request_id,
-            agent_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            let (agent, runtime, memory) = ops.get_agent(id).await?;
-            let mut info = wire::agent_info(&agent, ops.live_session(id), &runtime, memory);
-            info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
-            info.tree_spend = ops.tree_spend(id).as_ref().map(wire::tree_spend_info);
-            info.runtime.agent = ops.advertised(id).map(wire::advertised);
-            send(DaemonMessage::Agent {
-                request_id,
-                agent: info,
-            })
-        }
-        M::RestartAgent {
-            request_id,
-            agent_id,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            ops.restart_agent(CALLER, id).await?;
-            ok(request_id, id)
-        }
-        M::SignIn {
-            request_id,
-            provider,
-            method_id,
-            vars,
-        } => {
-            let retried = ops.sign_in(&provider, &method_id, vars).await?;
-            send(DaemonMessage::SignedIn {
-                request_id,
-                provider,
-                method_id,
-                retried: retried.iter().map(ToString::to_string).collect(),
-            })
-        }
-        M::ImportPaseo {
-            request_id,
-            path,
-            apply,
-        } => {
-            let report = ops.import_paseo(Path::new(&path), apply).await?;
-            send(wire::imported(request_id, report))
-        }
-        M::ImportSessions {
-            request_id,
-            provider,
-            cwd,
-            sessions,
-            apply,
-        } => {
-            let report = ops
-                .import_sessions(&provider, cwd.as_deref().map(Path::new), &sessions, apply)
-                .await?;
-            send(wire::imported(request_id, report))
-        }
-        M::WaitIdle {
-            request_id,
-            agent_id,
-            timeout_ms,
-        } => {
-            let id = parse_agent(&agent_id)?;
-            let idle = ops
-                .wait_idle(id, timeout_ms.map(Duration::from_millis))
-                .await?;
-            send(DaemonMessage::Idle {
-                request_id,
-                agent_id: id.to_string(),
-                idle,
-            })
-        }
-        M::ListWorkspaces {
-            request_id,
-            include_archived,
-        } => send(DaemonMessage::Workspaces {
-            request_id,
-            workspaces: workspace_infos(ops, include_archived)
-                .into_iter()
-                .chain(
-                    ops.hosts
-                        .workspaces()
-                        .into_iter()
-                        .filter_map(|w| serde_json::from_value(w).ok()),
-                )
-                .filter(|w: &drover_protocol::WorkspaceInfo| {
-                    include_archived || w.archived_at.is_none()
-                })
-                .collect(),
-        }),
-        M::ListHosts { request_id } => send(DaemonMessage::Hosts {
-            request_id,
-            hosts: ops.hosts.list(),
-        }),
-        M::AddHost { request_id, host } => send(DaemonMessage::Hosts {
-            request_id,
-            hosts: ops.hosts.add(host)?,
-        }),
-        M::RemoveHost { request_id, name } => send(DaemonMessage::Hosts {
-            request_id,
-            hosts: ops.hosts.remove(&name)?,
-        }),
-        M::Ping { request_id } => send(DaemonMessage::Ok {
-            request_id,
-            agent_id: None,
-        }),
-        M::CreateWorktree {
-            request_id,
-            repository,
-            name,
-            branch,
-            base,
-        } => {
-            create_worktree(
-                ops,
-                request_id,
-                repository,
-                NewWorktree { name, branch, base },
-            )
-            .await
-        }
-        M::GetWorktreeStatus {
-            request_id,
-            workspace_id,
-        } => worktree_status(ops, request_id, &workspace_id).await,
-        M::ArchiveWorkspace {
-            request_id,
-            workspace_id,
-            force,
-        } => archive_workspace(ops, request_id, &workspace_id, force).await,
-        M::CreateSchedule {
-            request_id,
-            prompt,
-            when,
-            agent_id,
-            new_agent,
-            title,
-        } => {
-            let target = match (agent_id, new_agent) {
-                (Some(agent), None) => ScheduleFor::Agent(agent),
-                (None, Some(spec)) => ScheduleFor::NewAgent(spec),
-                _ => {
-                    return Err(OpError::invalid(
-                        "agentId",
-                        "give exactly one of `agentId` and `newAgent`",
-                    ));
-                }
-            };
-            let request = CreateSchedule {
-                target,
-                prompt,
-                when,
-                title,
-            };
-            let schedule = ops.create_schedule(CALLER, request).await?;
-            send(DaemonMessage::Schedule {
-                request_id,
-                schedule: wire::schedule(&schedule),
-            })
-        }
-        M::ListSchedules {
-            request_id,
-            agent_id,
-        } => send(DaemonMessage::Schedules {
-            request_id,
-            schedules: ops
-                .list_schedules(CALLER, agent_id.as_deref())?
-                .iter()
-                .map(wire::schedule)
-                .collect(),
-        }),
-        M::PauseSchedule {
-            request_id,
-            schedule_id,
-        } => send(DaemonMessage::Schedule {
-            request_id,
-            schedule: wire::schedule(&ops.pause_schedule(CALLER, &schedule_id).await?),
-        }),
-        M::ResumeSchedule {
-            request_id,
-            schedule_id,
-        } => send(DaemonMessage::Schedule {
-            request_id,
-            schedule: wire::schedule(&ops.resume_schedule(CALLER, &schedule_id).await?),
-        }),
-        M::DeleteSchedule {
-            request_id,
-            schedule_id,
-        } => send(DaemonMessage::ScheduleDeleted {
-            request_id,
-            schedule_id: ops.delete_schedule(CALLER, &schedule_id).await?.to_string(),
-        }),
-        M::Watching { request_id, .. } => Ok(Reply::Send(request_error(
-            request_id,
-            ErrorCode::InvalidMessage,
-            "`watching` is answered by the session".into(),
-            None,
-        ))),
-        M::NotifyStatus { request_id } => send(DaemonMessage::NotifyStatus {
-            request_id,
-            sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
-        }),
-        M::NotifyTest { request_id, sink } => send(DaemonMessage::NotifyTested {
-            request_id,
-            results: ops
-                .notify_test(sink.as_deref())
-                .await?
-                .into_iter()
-                .map(|(sink, outcome)| drover_protocol::NotifyTestResult {
-                    sink,
-                    delivered: outcome.is_ok(),
-                    error: outcome.err(),
-                })
-                .collect(),
-        }),
-        message @ (M::StartJob { .. }
-        | M::ListJobs { .. }
-        | M::JobOutput { .. }
-        | M::KillJob { .. }
-        | M::WaitJob { .. }
+        M::Hello(_) => hello_again(),
+        M::InitializeAgentRequest(r) => initialize_agent(ops, id, r).await,
+        M::FetchTimeline(r) => fetch_timeline(ops, id, r).await,
+        M::CreateAgent(r) => create_agent(ops, id, r).await,
+        M::SendMessage(r) => send_message(ops, id, r).await,
+        M::Cancel(r) => cancel(ops, id, r).await,
+        M::Archive(r) => archive(ops, id, r).await,
+        M::Unarchive(r) => unarchive(ops, id, r).await,
+        M::Detach(r) => detach(ops, id, r).await,
+        M::ArchiveIdleChildren(r) => archive_idle_children(ops, id, r).await,
+        M::AnswerPermission(r) => answer_permission(ops, id, r).await,
+        M::SetMode(r) => set_mode(ops, id, r).await,
+        M::SetModel(r) => set_model(ops, id, r).await,
+        M::SetConfigOption(r) => set_config_option(ops, id, r).await,
+        M::SetTitle(r) => set_title(ops, id, r).await,
+        M::SetBudget(r) => set_budget(ops, id, r).await,
+        M::ClearAttention(r) => clear_attention(ops, id, r).await,
+        M::WorkspaceChanges(r) => workspace_changes(ops, id, r).await,
+        M::ListProviders(_) => list_providers(ops, id),
+        M::ListAgents(r) => list_agents(ops, id, &r),
+        M::GetAgent(r) => get_agent(ops, id, r).await,
+        M::RestartAgent(r) => restart_agent(ops, id, r).await,
+        M::SignIn(r) => sign_in(ops, id, r).await,
+        M::ImportPaseo(r) => import_paseo(ops, id, r).await,
+        M::ImportSessions(r) => import_sessions(ops, id, r).await,
+        M::WaitIdle(r) => wait_idle(ops, id, r).await,
+        M::ListWorkspaces(r) => list_workspaces(ops, id, &r),
+        M::ListHosts(_) => list_hosts(ops, id),
+        M::AddHost(r) => add_host(ops, id, r),
+        M::RemoveHost(r) => remove_host(ops, id, &r),
+        M::Ping(_) => ping(id),
+        M::CreateWorktree(r) => create_worktree(ops, id, r).await,
+        M::GetWorktreeStatus(r) => get_worktree_status(ops, id, r).await,
+        M::ArchiveWorkspace(r) => archive_workspace(ops, id, r).await,
+        M::CreateSchedule(r) => create_schedule(ops, id, r).await,
+        M::ListSchedules(r) => list_schedules(ops, id, &r),
+        M::PauseSchedule(r) => pause_schedule(ops, id, r).await,
+        M::ResumeSchedule(r) => resume_schedule(ops, id, r).await,
+        M::DeleteSchedule(r) => delete_schedule(ops, id, r).await,
+        M::Watching(_) => answered_by_the_session(id, "watching"),
+        M::NotifyStatus(_) => notify_status(ops, id),
+        M::NotifyTest(r) => notify_test(ops, id, r).await,
+        M::StartJob(r) => send(jobs::start_job(ops, id, r).await?),
+        M::ListJobs(r) => send(jobs::list_jobs(ops, id, &r)?),
+        M::JobOutput(r) => send(jobs::job_output(ops, id, r).await?),
+        M::KillJob(r) => send(jobs::kill_job(ops, id, r).await?),
+        M::WaitJob(r) => send(jobs::wait_job(ops, id, r).await?),
         // The session answers these itself (see `super::jobs::Follows`).
-        | M::FollowJob { .. }
-        | M::UnfollowJob { .. }) => send(super::jobs::answer(message, ops).await?),
+        M::FollowJob(_) => answered_by_the_session(id, "follow_job"),
+        M::UnfollowJob(_) => answered_by_the_session(id, "unfollow_job"),
     }
 }
 
+// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
+#[expect(clippy::unnecessary_wraps)]
+fn hello_again() -> Answered {
+    Ok(Reply::Send(request_error(
+        None,
+        ErrorCode::InvalidMessage,
+        "`hello` was already sent".into(),
+        None,
+    )))
+}
+
+// Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
+#[expect(clippy::unnecessary_wraps)]
+fn answered_by_the_session(id: Id, kind: &str) -> Answered {
+    Ok(Reply::Send(request_error(
+        id,
+        ErrorCode::InvalidMessage,
+        format!("`{kind}` is answered by the session"),
+        None,
+    )))
+}
+
+async fn send_message(ops: &Ops, request_id: Id, r: rq::SendMessage) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    let sent = ops
+        .send_message(CALLER, id, r.text, r.delivery, false)
+        .await?;
+    send(DaemonMessage::MessageQueued {
+        request_id,
+        agent_id: id.to_string(),
+        message_id: sent.message_id,
+    })
+}
+
+async fn cancel(ops: &Ops, request_id: Id, r: rq::Cancel) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.cancel(CALLER, id, r.keep_inbox).await?;
+    ok(request_id, id)
+}
+
+async fn unarchive(ops: &Ops, request_id: Id, r: rq::Unarchive) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.unarchive(CALLER, id).await?;
+    ok(request_id, id)
+}
+
+async fn detach(ops: &Ops, request_id: Id, r: rq::Detach) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.detach(CALLER, id).await?;
+    ok(request_id, id)
+}
+
+async fn answer_permission(ops: &Ops, request_id: Id, r: rq::AnswerPermission) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.answer_permission(CALLER, id, r.seq, r.kind, r.option_id, r.cancel)
+        .await?;
+    ok(request_id, id)
+}
+
+async fn set_mode(ops: &Ops, request_id: Id, r: rq::SetMode) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.set_mode(CALLER, id, r.mode_id).await?;
+    ok(request_id, id)
+}
+
+async fn set_model(ops: &Ops, request_id: Id, r: rq::SetModel) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.set_model(CALLER, id, r.model_id).await?;
+    ok(request_id, id)
+}
+
+async fn set_config_option(ops: &Ops, request_id: Id, r: rq::SetConfigOption) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.set_config_option(CALLER, id, r.config_id, r.value)
+        .await?;
+    ok(request_id, id)
+}
+
+async fn set_title(ops: &Ops, request_id: Id, r: rq::SetTitle) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.set_title(CALLER, id, r.title).await?;
+    ok(request_id, id)
+}
+
+async fn set_budget(ops: &Ops, request_id: Id, r: rq::SetBudget) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.set_budget(CALLER, id, r.budget).await?;
+    ok(request_id, id)
+}
+
+async fn clear_attention(ops: &Ops, request_id: Id, r: rq::ClearAttention) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.clear_attention(CALLER, id).await?;
+    ok(request_id, id)
+}
+
+async fn workspace_changes(ops: &Ops, request_id: Id, r: rq::WorkspaceChanges) -> Answered {
+    let id = parse_workspace(&r.workspace_id)?;
+    let changes = ops.workspace_changes(id).await?;
+    send(DaemonMessage::WorkspaceChanges {
+        request_id,
+        workspace_id: id.to_string(),
+        changes: wire::workspace_changes(changes),
+    })
+}
+
+fn list_providers(ops: &Ops, request_id: Id) -> Answered {
+    send(DaemonMessage::Providers {
+        request_id,
+        providers: ops
+            .list_providers()?
+            .into_iter()
+            .map(wire::provider)
+            .collect(),
+    })
+}
+
+/// A session answers it from the hub's cache (`Session::answer_here`); this is the same
+/// answer encoded afresh.
+fn list_agents(ops: &Ops, request_id: Id, r: &rq::ListAgents) -> Answered {
+    send(DaemonMessage::Agents {
+        request_id,
+        agents: ops
+            .list_agents(AgentScope::All, r.include_archived)
+            .iter()
+            .map(|a| wire::agent_info_now(ops, a))
+            .collect(),
+    })
+}
+
+async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    let (agent, runtime, memory) = ops.get_agent(id).await?;
+    let mut info = wire::agent_info(&agent, ops.live_session(id), &runtime, memory);
+    info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
+    info.tree_spend = ops.tree_spend(id).as_ref().map(wire::tree_spend_info);
+    info.runtime.agent = ops.advertised(id).map(wire::advertised);
+    send(DaemonMessage::Agent {
+        request_id,
+        agent: info,
+    })
+}
+
+async fn restart_agent(ops: &Ops, request_id: Id, r: rq::RestartAgent) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.restart_agent(CALLER, id).await?;
+    ok(request_id, id)
+}
+
+async fn sign_in(ops: &Ops, request_id: Id, r: rq::SignIn) -> Answered {
+    let retried = ops.sign_in(&r.provider, &r.method_id, r.vars).await?;
+    send(DaemonMessage::SignedIn {
+        request_id,
+        provider: r.provider,
+        method_id: r.method_id,
+        retried: retried.iter().map(ToString::to_string).collect(),
+    })
+}
+
+async fn import_paseo(ops: &Ops, request_id: Id, r: rq::ImportPaseo) -> Answered {
+    let report = ops.import_paseo(Path::new(&r.path), r.apply).await?;
+    send(wire::imported(request_id, report))
+}
+
+async fn import_sessions(ops: &Ops, request_id: Id, r: rq::ImportSessions) -> Answered {
+    let cwd = r.cwd.as_deref().map(Path::new);
+    let report = ops
+        .import_sessions(&r.provider, cwd, &r.sessions, r.apply)
+        .await?;
+    send(wire::imported(request_id, report))
+}
+
+async fn wait_idle(ops: &Ops, request_id: Id, r: rq::WaitIdle) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    let idle = ops
+        .wait_idle(id, r.timeout_ms.map(Duration::from_millis))
+        .await?;
+    send(DaemonMessage::Idle {
+        request_id,
+        agent_id: id.to_string(),
+        idle,
+    })
+}
+
+fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answered {
+    send(DaemonMessage::Workspaces {
+        request_id,
+        workspaces: workspace_infos(ops, r.include_archived)
+            .into_iter()
+            .chain(
+                ops.hosts
+                    .workspaces()
+                    .into_iter()
+                    .filter_map(|w| serde_json::from_value(w).ok()),
+            )
+            .filter(|w: &drover_protocol::WorkspaceInfo| {
+                r.include_archived || w.archived_at.is_none()
+            })
+            .collect(),
+    })
+}
+
+fn list_hosts(ops: &Ops, request_id: Id) -> Answered {
+    send(DaemonMessage::Hosts {
+        request_id,
+        hosts: ops.hosts.list(),
+    })
+}
+
+fn add_host(ops: &Ops, request_id: Id, r: rq::AddHost) -> Answered {
+    send(DaemonMessage::Hosts {
+        request_id,
+        hosts: ops.hosts.add(r.host)?,
+    })
+}
+
+fn remove_host(ops: &Ops, request_id: Id, r: &rq::RemoveHost) -> Answered {
+    send(DaemonMessage::Hosts {
+        request_id,
+        hosts: ops.hosts.remove(&r.name)?,
+    })
+}
+
+fn ping(request_id: Id) -> Answered {
+    send(DaemonMessage::Ok {
+        request_id,
+        agent_id: None,
+    })
+}
+
+async fn create_schedule(ops: &Ops, request_id: Id, r: rq::CreateSchedule) -> Answered {
+    let target = match (r.agent_id, r.new_agent) {
+        (Some(agent), None) => ScheduleFor::Agent(agent),
+        (None, Some(spec)) => ScheduleFor::NewAgent(spec),
+        _ => {
+            return Err(OpError::invalid(
+                "agentId",
+                "give exactly one of `agentId` and `newAgent`",
+            ));
+        }
+    };
+    let request = CreateSchedule {
+        target,
+        prompt: r.prompt,
+        when: r.when,
+        title: r.title,
+    };
+    let schedule = ops.create_schedule(CALLER, request).await?;
+    send(DaemonMessage::Schedule {
+        request_id,
+        schedule: wire::schedule(&schedule),
+    })
+}
+
+fn list_schedules(ops: &Ops, request_id: Id, r: &rq::ListSchedules) -> Answered {
+    send(DaemonMessage::Schedules {
+        request_id,
+        schedules: ops
+            .list_schedules(CALLER, r.agent_id.as_deref())?
+            .iter()
+            .map(wire::schedule)
+            .collect(),
+    })
+}
+
+async fn pause_schedule(ops: &Ops, request_id: Id, r: rq::PauseSchedule) -> Answered {
+    send(DaemonMessage::Schedule {
+        request_id,
+        schedule: wire::schedule(&ops.pause_schedule(CALLER, &r.schedule_id).await?),
+    })
+}
+
+async fn resume_schedule(ops: &Ops, request_id: Id, r: rq::ResumeSchedule) -> Answered {
+    send(DaemonMessage::Schedule {
+        request_id,
+        schedule: wire::schedule(&ops.resume_schedule(CALLER, &r.schedule_id).await?),
+    })
+}
+
+async fn delete_schedule(ops: &Ops, request_id: Id, r: rq::DeleteSchedule) -> Answered {
+    send(DaemonMessage::ScheduleDeleted {
+        request_id,
+        schedule_id: ops
+            .delete_schedule(CALLER, &r.schedule_id)
+            .await?
+            .to_string(),
+    })
+}
+
+fn notify_status(ops: &Ops, request_id: Id) -> Answered {
+    send(DaemonMessage::NotifyStatus {
+        request_id,
+        sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
+    })
+}
+
+async fn notify_test(ops: &Ops, request_id: Id, r: rq::NotifyTest) -> Answered {
+    send(DaemonMessage::NotifyTested {
+        request_id,
+        results: ops
+            .notify_test(r.sink.as_deref())
+            .await?
+            .into_iter()
+            .map(|(sink, outcome)| drover_protocol::NotifyTestResult {
+                sink,
+                delivered: outcome.is_ok(),
+                error: outcome.err(),
+            })
+            .collect(),
+    })
+}
+
 /// `fetch_timeline`: one page of the agent's timeline, `before` or `after` a seq.
-async fn fetch_timeline(
-    ops: &Ops,
-    request_id: Option<String>,
-    agent_id: &str,
-    before: Option<u64>,
-    after: Option<u64>,
-    limit: Option<usize>,
-) -> Answered {
-    let id = parse_agent(agent_id)?;
-    let page = ops.timeline(id, before, after, limit).await?;
+async fn fetch_timeline(ops: &Ops, request_id: Id, r: rq::FetchTimeline) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    let page = ops.timeline(id, r.before, r.after, r.limit).await?;
     send(DaemonMessage::TimelinePage {
         request_id,
         agent_id: id.to_string(),
@@ -468,14 +438,9 @@ async fn fetch_timeline(
     })
 }
 
-async fn archive(
-    ops: &Ops,
-    request_id: Option<String>,
-    agent_id: &str,
-    stop_activity: bool,
-) -> Answered {
-    let id = parse_agent(agent_id)?;
-    let outcome = ops.archive(CALLER, id, stop_activity).await?;
+async fn archive(ops: &Ops, request_id: Id, r: rq::Archive) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    let outcome = ops.archive(CALLER, id, r.stop_activity).await?;
     send(DaemonMessage::Archived {
         request_id,
         agent_id: id.to_string(),
@@ -484,8 +449,8 @@ async fn archive(
     })
 }
 
-async fn archive_idle_children(ops: &Ops, request_id: Option<String>, agent_id: &str) -> Answered {
-    let id = parse_agent(agent_id)?;
+async fn archive_idle_children(ops: &Ops, request_id: Id, r: rq::ArchiveIdleChildren) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
     let outcome = ops.archive_idle_children(CALLER, id).await?;
     send(DaemonMessage::ChildrenArchived {
         request_id,
@@ -495,16 +460,16 @@ async fn archive_idle_children(ops: &Ops, request_id: Option<String>, agent_id: 
     })
 }
 
-async fn create_worktree(
-    ops: &Ops,
-    request_id: Option<String>,
-    repository: String,
-    worktree: NewWorktree,
-) -> Answered {
+async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> Answered {
+    let worktree = NewWorktree {
+        name: r.name,
+        branch: r.branch,
+        base: r.base,
+    };
     let created = ops
         .create_worktree(
             CALLER,
-            Some(PathBuf::from(repository)),
+            Some(PathBuf::from(r.repository)),
             worktree_options(worktree),
         )
         .await?;
@@ -516,8 +481,8 @@ async fn create_worktree(
     })
 }
 
-async fn worktree_status(ops: &Ops, request_id: Option<String>, workspace_id: &str) -> Answered {
-    let id = parse_workspace(workspace_id)?;
+async fn get_worktree_status(ops: &Ops, request_id: Id, r: rq::GetWorktreeStatus) -> Answered {
+    let id = parse_workspace(&r.workspace_id)?;
     let status = ops.worktree_status(id).await?;
     send(DaemonMessage::WorktreeStatus {
         request_id,
@@ -526,14 +491,9 @@ async fn worktree_status(ops: &Ops, request_id: Option<String>, workspace_id: &s
     })
 }
 
-async fn archive_workspace(
-    ops: &Ops,
-    request_id: Option<String>,
-    workspace_id: &str,
-    force: bool,
-) -> Answered {
-    let id = parse_workspace(workspace_id)?;
-    let outcome = ops.archive_workspace(CALLER, id, force).await?;
+async fn archive_workspace(ops: &Ops, request_id: Id, r: rq::ArchiveWorkspace) -> Answered {
+    let id = parse_workspace(&r.workspace_id)?;
+    let outcome = ops.archive_workspace(CALLER, id, r.force).await?;
     send(DaemonMessage::WorkspaceArchived {
         request_id,
         workspace_id: id.to_string(),
@@ -550,21 +510,16 @@ fn send(message: DaemonMessage) -> Answered {
     Ok(Reply::Send(message))
 }
 
-fn ok(request_id: Option<String>, agent: AgentId) -> Answered {
+fn ok(request_id: Id, agent: AgentId) -> Answered {
     send(DaemonMessage::Ok {
         request_id,
         agent_id: Some(agent.to_string()),
     })
 }
 
-async fn initialize_agent(
-    ops: &Ops,
-    request_id: Option<String>,
-    raw: &str,
-    limit: Option<usize>,
-) -> Answered {
-    let id = parse_agent(raw)?;
-    let opened = ops.initialize_agent(id, limit).await?;
+async fn initialize_agent(ops: &Ops, request_id: Id, r: rq::InitializeAgentRequest) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    let opened = ops.initialize_agent(id, r.limit).await?;
     let agent = &opened.agent;
     let message = DaemonMessage::AgentInitialized {
         agent_id: id.to_string(),
@@ -592,9 +547,8 @@ async fn initialize_agent(
     })
 }
 
-async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
-    let ClientMessage::CreateAgent {
-        request_id,
+async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered {
+    let rq::CreateAgent {
         provider,
         cwd,
         workspace_id,
@@ -613,10 +567,7 @@ async fn create_agent(ops: &Ops, message: ClientMessage) -> Answered {
         worktree,
         // Another host's is forwarded before it gets here (`crate::hosts`).
         host: _,
-    } = message
-    else {
-        return Err(OpError::invalid("type", "expected `create_agent`"));
-    };
+    } = r;
     let workspace = workspace_id.as_deref().map(parse_workspace).transpose()?;
     let placement = match (worktree, cwd) {
         (Some(_), _) if workspace.is_some() => {

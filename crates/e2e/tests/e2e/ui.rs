@@ -371,6 +371,48 @@ fn the_pages_javascript_passes_eslint() {
     );
 }
 
+/// The page's JavaScript type-checks (`tsc --checkJs`, typescript pinned in scripts/ui-tests/)
+/// against the types generated from drover-protocol (`protocol.gen.js`): a request whose
+/// `type` or fields the daemon would refuse, or a misspelt constant, fails here.
+#[test]
+fn the_pages_javascript_type_checks() {
+    let tools = node_modules();
+    let tsc = tools.join("typescript/bin/tsc");
+    assert!(
+        tsc.exists(),
+        "typescript is not installed under {}: run scripts/install-ui-tests (scripts/test does)",
+        tools.display()
+    );
+    let assets = repo().join("crates/daemon/src/ui/assets");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&assets)
+        .expect("the assets")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "js"))
+        .collect();
+    files.sort();
+    assert!(
+        files.iter().any(|f| f.ends_with("protocol.gen.js")),
+        "{files:?}"
+    );
+    let out = std::process::Command::new("node")
+        .arg(&tsc)
+        .args(["--noEmit", "--allowJs", "--checkJs", "--skipLibCheck"])
+        .args(["--target", "es2022", "--module", "es2022"])
+        .args(["--moduleResolution", "bundler"])
+        .args(["--lib", "es2023,dom,dom.iterable"])
+        .args(["--pretty", "false"])
+        .args(&files)
+        .current_dir(repo())
+        .output()
+        .expect("node runs (Node.js is installed by scripts/test)");
+    assert!(
+        out.status.success(),
+        "tsc:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test]
 async fn set_title_renames_an_agent_for_every_client() {
     let daemon = TestDaemon::start().await;

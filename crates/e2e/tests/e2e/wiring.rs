@@ -5,8 +5,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use drover_acp::{ItemKind, RuntimeManager, TimelineUpdate, no_mcp_servers};
+use drover_acp::{RuntimeManager, TimelineUpdate, no_mcp_servers};
 use drover_core::{AgentStatus, NewAgent};
+use drover_protocol::ItemKind;
 use drover_testkit::daemon::{Client, TestDaemon};
 use serde_json::{Value, json};
 use tempfile::TempDir;

@@ -2,6 +2,7 @@
 // its timeline, jobs, subagents track and composer, and the dialogs. It speaks the client protocol
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError } from './conn.js';
+import { ClientType, DaemonType, WorkspaceKind } from './protocol.gen.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
@@ -89,7 +90,7 @@ const conn = new Conn({
 function onMessage(msg) {
   const p = msg.payload || {};
   switch (msg.type) {
-    case 'session_state':
+    case DaemonType.SessionState:
       if (!timing.stateAt) timing.stateAt = performance.now();
       S.agents = new Map(p.agents.map((a) => [a.id, a]));
       S.workspaces = new Map(p.workspaces.map((w) => [w.id, w]));
@@ -105,18 +106,18 @@ function onMessage(msg) {
       }
       linkedAgent = null;
       if (S.showArchived) loadArchived();
-      conn.request({ type: 'list_schedules' }).then((m) => {
+      conn.request({ type: ClientType.ListSchedules }).then((m) => {
         S.schedules = new Map(m.payload.schedules.map((x) => [x.id, x]));
         render({ sidebar: false });
       }).catch(() => {});
       loadJobs();
       // A new session follows nothing: open job dialogs follow again from where they are.
       for (const f of S.follows.values()) if (f.session !== S.sessionId) f.restart();
-      if (!S.providers) conn.request({ type: 'list_providers' }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
+      if (!S.providers) conn.request({ type: ClientType.ListProviders }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
       render();
       break;
-    case 'agent_status':
-    case 'agent_created': {
+    case DaemonType.AgentStatus:
+    case DaemonType.AgentCreated: {
       const a = p.agent;
       const before = S.agents.get(a.id);
       S.agents.set(a.id, a);
@@ -128,17 +129,17 @@ function onMessage(msg) {
       render({ sidebar: sidebarKey(before) !== sidebarKey(a) });
       break;
     }
-    case 'host_update':
+    case DaemonType.HostUpdate:
       if (p.host) S.hosts.set(p.name, p.host);
       else S.hosts.delete(p.name);
       render();
       break;
-    case 'workspace_update':
+    case DaemonType.WorkspaceUpdate:
       if (p.workspace) S.workspaces.set(p.workspace.id, p.workspace);
       else if (S.workspaces.has(p.workspaceId)) S.workspaces.get(p.workspaceId).activity = p.activity;
       render();
       break;
-    case 'agent_update': {
+    case DaemonType.AgentUpdate: {
       const pane = S.panes.get(p.agentId);
       if (pane && pane.loaded) {
         const item = pane.view.apply(p.notification);
@@ -146,21 +147,21 @@ function onMessage(msg) {
       }
       break;
     }
-    case 'schedule_update':
+    case DaemonType.ScheduleUpdate:
       if (p.schedule) S.schedules.set(p.scheduleId, p.schedule);
       else S.schedules.delete(p.scheduleId);
       render({ sidebar: false });
       break;
-    case 'job_update':
+    case DaemonType.JobUpdate:
       S.jobs.set(p.job.id, p.job);
       render({ sidebar: false });
       break;
-    case 'job_output_update': {
+    case DaemonType.JobOutputUpdate: {
       const f = S.follows.get(p.jobId);
       if (f) f.push(p);
       break;
     }
-    case 'resync_required':
+    case DaemonType.ResyncRequired:
       // Fell behind: every subscription was dropped; read everything again.
       conn.hello();
       break;
@@ -280,10 +281,10 @@ function unarchive(id) {
   // The subagents archived with it (by its archive's cascade: at the same moment or just after).
   const since = a?.archivedAt ? Date.parse(a.archivedAt) - 1000 : null;
   const cascaded = since === null ? [] : [...S.agents.values()].filter((x) => x.parentAgentId === id && x.archivedAt && Date.parse(x.archivedAt) >= since);
-  return conn.request({ type: 'unarchive', agentId: id }).then(() => {
+  return conn.request({ type: ClientType.Unarchive, agentId: id }).then(() => {
     if (!cascaded.length) return;
     toast(`${plural(cascaded.length, 'subagent was', 'subagents were')} archived with “${label(a)}”.`, 'info', {
-      action: { text: 'Bring back too', run: () => Promise.all(cascaded.map((x) => conn.request({ type: 'unarchive', agentId: x.id }))).catch(failed('Unarchive')) },
+      action: { text: 'Bring back too', run: () => Promise.all(cascaded.map((x) => conn.request({ type: ClientType.Unarchive, agentId: x.id }))).catch(failed('Unarchive')) },
       ms: UNDO_MS,
     });
   }, failed('Unarchive'));
@@ -309,7 +310,7 @@ function reportWatching() {
   if (watchingSent.session === S.sessionId && watchingSent.agentId === agentId) return;
   watchingSent = { session: S.sessionId, agentId };
   // The body says what the daemon acknowledged (for the browser tests).
-  conn.request({ type: 'watching', agentId }).then(() => { document.body.dataset.watching = agentId ?? ''; }).catch(() => {});
+  conn.request({ type: ClientType.Watching, agentId }).then(() => { document.body.dataset.watching = agentId ?? ''; }).catch(() => {});
 }
 
 function render({ sidebar = true } = {}) {
@@ -332,7 +333,7 @@ function render({ sidebar = true } = {}) {
 
 // When the first state arrived and when the sidebar first showed it (read by the benchmark).
 const timing = { stateAt: 0, renderedAt: 0 };
-window.droverTiming = timing;
+/** @type {any} */ (window).droverTiming = timing;
 
 /** What a sidebar row shows of an agent: a change elsewhere does not rebuild the sidebar. */
 function sidebarKey(a) {
@@ -426,7 +427,7 @@ function renderSidebar() {
   const groups = [];
   for (const [project, wss] of [...projects].sort((x, y) => basename(x[0]).localeCompare(basename(y[0])))) {
     const items = [];
-    for (const w of wss.sort((x, y) => (x.kind === 'worktree') - (y.kind === 'worktree') || x.name.localeCompare(y.name))) {
+    for (const w of wss.sort((x, y) => Number(x.kind === WorkspaceKind.Worktree) - Number(y.kind === WorkspaceKind.Worktree) || x.name.localeCompare(y.name))) {
       const agents = (roots.get(w.id) || []).sort((x, y) => (y.lastActivityAt || y.createdAt).localeCompare(x.lastActivityAt || x.createdAt));
       const collapsed = S.collapsed[w.id];
       items.push(h('li', { class: 'workspace', dataset: { workspaceId: w.id } },
@@ -505,9 +506,9 @@ function attentionMark(a) {
 }
 
 function loadArchived() {
-  conn.request({ type: 'list_agents', includeArchived: true }).then((m) => {
+  conn.request({ type: ClientType.ListAgents, includeArchived: true }).then((m) => {
     for (const a of m.payload.agents) learn(a);
-    conn.request({ type: 'list_workspaces', includeArchived: true }).then((w) => {
+    conn.request({ type: ClientType.ListWorkspaces, includeArchived: true }).then((w) => {
       for (const ws of w.payload.workspaces) if (!S.workspaces.has(ws.id)) S.workspaces.set(ws.id, ws);
       render();
     }).catch(() => {});
@@ -562,14 +563,14 @@ async function archiveAgent(a, { ask = null, undo = false } = {}) {
     return true;
   };
   try {
-    await conn.request({ type: 'archive', agentId: a.id });
+    await conn.request({ type: ClientType.Archive, agentId: a.id });
     return done();
   } catch (e) {
     if (!(e instanceof ProtocolError) || e.code !== 'agent_active') { archivingHere.delete(a.id); failed('Archive')(e); return false; }
     const stop = await stopAndArchiveDialog(a, e.details);
     if (!stop) { archivingHere.delete(a.id); return false; }
     try {
-      await conn.request({ type: 'archive', agentId: a.id, stopActivity: true });
+      await conn.request({ type: ClientType.Archive, agentId: a.id, stopActivity: true });
       return done();
     } catch (e2) { archivingHere.delete(a.id); failed('Stop and archive')(e2); return false; }
   }
@@ -702,7 +703,7 @@ function renderPane() {
   if (a.requiresAttention && a.attentionReason !== 'permission' && a.attentionReason !== 'auth_required' && !document.hidden && S.state === 'online'
     && pane.seen !== a.attentionTimestamp) {
     pane.seen = a.attentionTimestamp;
-    conn.request({ type: 'clear_attention', agentId: a.id }).catch(() => { pane.seen = null; });
+    conn.request({ type: ClientType.ClearAttention, agentId: a.id }).catch(() => { pane.seen = null; });
   }
   renderHeader(pane, a);
   renderStartCard(pane, a);
@@ -755,7 +756,7 @@ function makePane(a) {
   const id = a.id;
   const pane = { id, loaded: false, loading: false };
   pane.view = new TimelineView(id, {
-    answer: (seq, optionId) => conn.request({ type: 'answer_permission', agentId: id, seq, optionId }).catch((e) => { failed('Answer')(e); throw e; }),
+    answer: (seq, optionId) => conn.request({ type: ClientType.AnswerPermission, agentId: id, seq, optionId }).catch((e) => { failed('Answer')(e); throw e; }),
     older: () => loadOlder(pane),
   });
   pane.header = h('header', { class: 'pane-head' });
@@ -797,7 +798,7 @@ function makePane(a) {
 async function loadPane(pane) {
   pane.loading = true;
   try {
-    const m = await conn.request({ type: 'initialize_agent_request', agentId: pane.id, limit: 200 });
+    const m = await conn.request({ type: ClientType.InitializeAgentRequest, agentId: pane.id, limit: 200 });
     const p = m.payload;
     learn(p.info);
     const items = p.updates.map((u) => u.notification.item);
@@ -820,7 +821,7 @@ async function loadOlder(pane) {
   if (first === null || pane.view.loadingOlder) return;
   pane.view.loadingOlder = true;
   try {
-    const m = await conn.request({ type: 'fetch_timeline', agentId: pane.id, before: first, limit: 100 });
+    const m = await conn.request({ type: ClientType.FetchTimeline, agentId: pane.id, before: first, limit: 100 });
     pane.view.prepend(m.payload.items.slice().reverse(), m.payload.hasOlder);
   } catch (e) { failed('Loading older messages')(e); } finally { pane.view.loadingOlder = false; }
 }
@@ -836,11 +837,11 @@ function renderHeader(pane, a) {
   const modes = a.availableModes || [];
   const mode = h('select', {
     'aria-label': 'Mode', disabled: !modes.length,
-    onchange: (e) => conn.request({ type: 'set_mode', agentId: a.id, modeId: e.target.value }).catch(failed('Mode')),
+    onchange: (e) => conn.request({ type: ClientType.SetMode, agentId: a.id, modeId: e.target.value }).catch(failed('Mode')),
   }, (modes.length ? modes : [{ id: a.currentModeId || '', name: a.currentModeId || 'mode' }]).map((m) => h('option', { value: m.id, selected: m.id === a.currentModeId }, m.name || m.id)));
   const model = h('input', {
     class: 'model', 'aria-label': 'Model', value: a.model || '', placeholder: 'model', size: '14',
-    onchange: (e) => { if (e.target.value.trim()) conn.request({ type: 'set_model', agentId: a.id, modelId: e.target.value.trim() }).catch(failed('Model')); },
+    onchange: (e) => { if (e.target.value.trim()) conn.request({ type: ClientType.SetModel, agentId: a.id, modelId: e.target.value.trim() }).catch(failed('Model')); },
   });
   // What the live session offers to set (ACP config options) replaces the older controls of
   // the same category.
@@ -848,7 +849,7 @@ function renderHeader(pane, a) {
   const offers = (category) => options.some((o) => o.category === category);
   const settings = options.map((o) => h('select', {
     class: 'setting', 'aria-label': o.name, title: o.description || o.name,
-    onchange: (e) => conn.request({ type: 'set_config_option', agentId: a.id, configId: o.id, value: e.target.value }).catch(failed(o.name)),
+    onchange: (e) => conn.request({ type: ClientType.SetConfigOption, agentId: a.id, configId: o.id, value: e.target.value }).catch(failed(o.name)),
   }, o.values.map((v) => h('option', { value: v.value, selected: v.value === o.currentValue, title: v.description || '' },
     // A value says what it is of, but for the mode's and the model's, which speak for themselves.
     ['mode', 'model'].includes(o.category) ? v.name : `${o.category === 'thought_level' ? 'effort' : o.name}: ${v.name}`))));
@@ -859,7 +860,7 @@ function renderHeader(pane, a) {
       h('span', { class: `badge runtime-${live(a)}`, title: live(a) === 'live' ? 'the agent process runs' : 'no process: it starts when it gets work' }, live(a)),
       h('span', { class: 'spacer' }),
       offers('mode') ? null : mode, offers('model') ? null : model, ...settings,
-      h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: 'cancel', agentId: a.id, keepInbox: false }).then(() => refreshQueued(a.id), failed('Stop')) }, 'Stop'),
+      h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: ClientType.Cancel, agentId: a.id, keepInbox: false }).then(() => refreshQueued(a.id), failed('Stop')) }, 'Stop'),
       a.archivedAt ? null : h('button', { type: 'button', class: 'danger', onclick: () => archiveAgent(a, { ask: { title: `Archive “${label(a)}”?`, body: isRoot(a) ? 'It leaves every list and its subagents are archived with it.' : 'It leaves its parent’s track on every client.', confirm: 'Archive' } }) }, 'Archive'),
       a.archivedAt ? null : moreMenu(a)),
     h('div', { class: 'head-row meta' },
@@ -901,7 +902,7 @@ function treeSpend(pane, a) {
   const key = JSON.stringify(sum);
   if (pane.treeKey !== key && S.state === 'online') {
     pane.treeKey = key;
-    conn.request({ type: 'get_agent', agentId: a.id }).then((m) => {
+    conn.request({ type: ClientType.GetAgent, agentId: a.id }).then((m) => {
       pane.tree = m.payload.agent.treeSpend || null;
       render({ sidebar: false });
     }, () => { pane.treeKey = null; });
@@ -963,8 +964,8 @@ function renderStartCard(pane, a) {
     pane.startKey = key;
     const card = startCard(a, {
       provider,
-      signIn: (methodId, vars) => conn.request({ type: 'sign_in', provider: a.type, methodId, ...(vars ? { vars } : {}) }),
-      restart: () => conn.request({ type: 'restart_agent', agentId: a.id }),
+      signIn: (methodId, vars) => conn.request({ type: ClientType.SignIn, provider: a.type, methodId, ...(vars ? { vars } : {}) }),
+      restart: () => conn.request({ type: ClientType.RestartAgent, agentId: a.id }),
     });
     pane.startEl.hidden = !card;
     pane.startEl.replaceChildren(...(card ? [card] : []));
@@ -1004,7 +1005,7 @@ function started(pane, m) {
 async function loadQueued(pane) {
   const asked = Date.now();
   try {
-    const m = await conn.request({ type: 'get_agent', agentId: pane.id });
+    const m = await conn.request({ type: ClientType.GetAgent, agentId: pane.id });
     const mine = S.queued[pane.id] || [];
     const kept = (m.payload.agent.queued || []).map((q) => mine.find((x) => x.messageId === q.id)
       || { messageId: q.id, text: q.text, delivery: q.delivery, at: Date.parse(q.queuedAt), theirs: true });
@@ -1032,7 +1033,7 @@ async function loadQueued(pane) {
 function editTitle(pane, a) {
   const input = h('input', { class: 'title-input', value: a.title || '', 'aria-label': 'Title' });
   const done = (save) => {
-    if (save && input.value.trim() !== (a.title || '')) conn.request({ type: 'set_title', agentId: a.id, title: input.value.trim() || null }).catch(failed('Rename'));
+    if (save && input.value.trim() !== (a.title || '')) conn.request({ type: ClientType.SetTitle, agentId: a.id, title: input.value.trim() || null }).catch(failed('Rename'));
     pane.headerKey = null;
     render();
   };
@@ -1049,7 +1050,7 @@ function editTitle(pane, a) {
 // ---- jobs ---------------------------------------------------------------------------------
 
 function loadJobs() {
-  conn.request({ type: 'list_jobs' }).then((m) => {
+  conn.request({ type: ClientType.ListJobs }).then((m) => {
     S.jobs = new Map(m.payload.jobs.map((j) => [j.id, j]));
     render({ sidebar: false });
   }).catch(() => {});
@@ -1087,7 +1088,7 @@ function renderJobs(pane, a) {
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, jobs.slice().reverse().map((j) => h('li', { class: 'track-row job-row', dataset: { jobId: j.id, status: j.status } },
       h('button', { type: 'button', class: 'open', title: `${j.command}\nin ${j.cwd}\nstarted by ${j.startedBy}`, onclick: () => jobOutputDialog(j.id) },
         h('span', { class: `dot status-${jobDot(j)}`, role: 'img', 'aria-label': j.status, title: j.status }), h('span', { class: 'provider' }, j.id), h('code', { class: 'title' }, j.command), h('span', { class: 'status-text' }, jobState(j))),
-      j.status === 'running' ? h('button', { type: 'button', class: 'small danger', onclick: () => conn.request({ type: 'kill_job', jobId: j.id }).catch(failed('Kill')) }, 'Kill') : null)))]));
+      j.status === 'running' ? h('button', { type: 'button', class: 'small danger', onclick: () => conn.request({ type: ClientType.KillJob, jobId: j.id }).catch(failed('Kill')) }, 'Kill') : null)))]));
 }
 
 async function startJobDialog(a) {
@@ -1099,7 +1100,7 @@ async function startJobDialog(a) {
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
-      const msg = { type: 'start_job', agentId: a.id, command: command.value, notifyOnExit: notify.checked };
+      const msg = { type: ClientType.StartJob, agentId: a.id, command: command.value, notifyOnExit: notify.checked };
       if (cwd.value.trim()) msg.cwd = cwd.value.trim();
       try {
         const m = await conn.request(msg);
@@ -1135,7 +1136,7 @@ function jobOutputDialog(id) {
     const j = S.jobs.get(id);
     const out = h('pre', { class: 'code job-output', tabindex: '0', 'aria-label': 'Output' });
     const state = h('p', { class: 'muted job-state' }, j ? jobState(j) : '');
-    const kill = h('button', { type: 'button', class: 'danger', hidden: !j || j.status !== 'running', onclick: () => conn.request({ type: 'kill_job', jobId: id }).catch(failed('Kill')) }, 'Kill');
+    const kill = h('button', { type: 'button', class: 'danger', hidden: !j || j.status !== 'running', onclick: () => conn.request({ type: ClientType.KillJob, jobId: id }).catch(failed('Kill')) }, 'Kill');
     const show = (job) => { state.textContent = jobState(job); kill.hidden = job.status !== 'running'; };
     // Where the next byte shown starts.
     let offset = null;
@@ -1143,7 +1144,7 @@ function jobOutputDialog(id) {
       if (S.follows.get(id) === follow) S.follows.delete(id);
       out.dataset.eof = 'true';
       // Its `job_update` may still be on its way: ask how it ended.
-      const w = await conn.request({ type: 'wait_job', jobId: id, timeoutMs: 10000 });
+      const w = await conn.request({ type: ClientType.WaitJob, jobId: id, timeoutMs: 10000 });
       S.jobs.set(id, w.payload.job);
       show(w.payload.job);
       render({ sidebar: false });
@@ -1163,13 +1164,13 @@ function jobOutputDialog(id) {
     follow.restart = async () => {
       try {
         if (offset == null) {
-          const m = await conn.request({ type: 'job_output', jobId: id, tail: 262144 });
+          const m = await conn.request({ type: ClientType.JobOutput, jobId: id, tail: 262144 });
           append(m.payload);
           if (m.payload.eof || !open) return;
         }
         follow.session = S.sessionId;
         S.follows.set(id, follow);
-        await conn.request({ type: 'follow_job', jobId: id, offset });
+        await conn.request({ type: ClientType.FollowJob, jobId: id, offset });
       } catch (e) {
         if (open) state.textContent = e.message;
       }
@@ -1182,7 +1183,7 @@ function jobOutputDialog(id) {
     open = false;
     if (S.follows.get(id) === follow) {
       S.follows.delete(id);
-      conn.request({ type: 'unfollow_job', jobId: id }).catch(() => {});
+      conn.request({ type: ClientType.UnfollowJob, jobId: id }).catch(() => {});
     }
   });
 }
@@ -1221,7 +1222,7 @@ function renderTrack(pane, a) {
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
       h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type),
         h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason] || '●') : null),
-      h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: 'detach', agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
+      h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: ClientType.Detach, agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
       h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
         onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' }, undo: true }) }, '×'))).concat(
       own.map((s) => h('li', { class: 'track-row own-subagent', dataset: { ownId: s.id, state: s.state }, title: `${provider}’s own subagent: it runs inside the agent and ends with it` },
@@ -1277,7 +1278,7 @@ function renderSchedules(pane, a) {
         h('button', { type: 'button', class: 'icon schedule-delete', 'aria-label': `Delete schedule ${x.id}`, title: 'Delete',
           onclick: async () => {
             if (await confirmDialog({ title: `Delete “${x.title || x.id}”?`, body: `It stops: ${x.description}.`, confirm: 'Delete' })) {
-              conn.request({ type: 'delete_schedule', scheduleId: x.id }).catch(failed('Delete'));
+              conn.request({ type: ClientType.DeleteSchedule, scheduleId: x.id }).catch(failed('Delete'));
             }
           } }, '×'));
     })));
@@ -1301,7 +1302,7 @@ async function scheduleDialog(a) {
       error.textContent = '';
       const when = kind.value === 'cron' ? { cron: cron.value.trim(), timeZone: zone.value.trim() || 'UTC' }
         : { [kind.value === 'in' ? 'inSeconds' : 'everySeconds']: Math.round(Number(minutes.value) * 60) };
-      const msg = { type: 'create_schedule', agentId: a.id, prompt: prompt.value, when };
+      const msg = { type: ClientType.CreateSchedule, agentId: a.id, prompt: prompt.value, when };
       if (title.value.trim()) msg.title = title.value.trim();
       try {
         const m = await conn.request(msg);
@@ -1325,7 +1326,7 @@ async function scheduleDialog(a) {
 
 async function archiveFinished(a) {
   try {
-    const m = await conn.request({ type: 'archive_idle_children', agentId: a.id });
+    const m = await conn.request({ type: ClientType.ArchiveIdleChildren, agentId: a.id });
     const { archived, skipped } = m.payload;
     const parts = [`Archived ${plural(archived.length, 'subagent', 'subagents')}.`];
     if (skipped.length) {
@@ -1342,7 +1343,7 @@ async function sendMessage(pane, delivery) {
   if (!text.trim()) return;
   pane.composerError.textContent = '';
   try {
-    const m = await conn.request({ type: 'send_message', agentId: pane.id, text, delivery });
+    const m = await conn.request({ type: ClientType.SendMessage, agentId: pane.id, text, delivery });
     // Only now is the text safe with the daemon; until then it stays in the box.
     if (pane.input.value === text) pane.input.value = '';
     delete S.drafts[pane.id];
@@ -1396,7 +1397,7 @@ function showChanges(w) {
     const body = h('div', { class: 'changes-body' }, 'Reading git…');
     const load = async () => {
       try {
-        const m = await conn.request({ type: 'workspace_changes', workspaceId: w.id });
+        const m = await conn.request({ type: ClientType.WorkspaceChanges, workspaceId: w.id });
         const c = m.payload.changes;
         body.replaceChildren(
           h('p', { class: 'muted' }, `${plural(c.files.length, 'file', 'files')} changed against ${c.base}${c.truncated ? ' (diff cut: too large)' : ''}`),
@@ -1417,7 +1418,7 @@ function showChanges(w) {
 
 async function newAgentDialog(workspaceId = null) {
   if (!S.providers) {
-    try { S.providers = (await conn.request({ type: 'list_providers' })).payload.providers; } catch (e) { failed('Providers')(e); return; }
+    try { S.providers = (await conn.request({ type: ClientType.ListProviders })).payload.providers; } catch (e) { failed('Providers')(e); return; }
   }
   const providers = S.providers;
   const firstAvailable = providers.find((p) => p.available);
@@ -1455,7 +1456,7 @@ async function newAgentDialog(workspaceId = null) {
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
-      const msg = { type: 'create_agent', provider: provider.value };
+      const msg = { type: ClientType.CreateAgent, provider: provider.value };
       const ws = where.value && S.workspaces.get(where.value);
       if (worktree.checked) {
         msg.cwd = ws ? (ws.worktree?.source || ws.path) : dir.value.trim();
@@ -1503,15 +1504,16 @@ async function newAgentDialog(workspaceId = null) {
 // ---- page wiring --------------------------------------------------------------------------
 
 function wire() {
-  document.getElementById('filter').addEventListener('input', (e) => { S.filter = e.target.value; render(); });
-  for (const chip of document.querySelectorAll('.quick .chip')) {
+  document.getElementById('filter').addEventListener('input', (e) => { S.filter = /** @type {HTMLInputElement} */ (e.target).value; render(); });
+  const chips = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll('.quick .chip'));
+  for (const chip of chips) {
     chip.addEventListener('click', () => {
       S.quick = S.quick === chip.dataset.quick ? null : chip.dataset.quick;
-      for (const c of document.querySelectorAll('.quick .chip')) c.setAttribute('aria-pressed', String(c.dataset.quick === S.quick));
+      for (const c of chips) c.setAttribute('aria-pressed', String(c.dataset.quick === S.quick));
       render();
     });
   }
-  const archived = document.getElementById('show-archived');
+  const archived = /** @type {HTMLInputElement} */ (document.getElementById('show-archived'));
   archived.addEventListener('change', () => {
     S.showArchived = archived.checked;
     if (S.showArchived) loadArchived();
@@ -1538,7 +1540,7 @@ function wire() {
   });
   document.getElementById('token-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    const raw = document.getElementById('token-input').value.trim();
+    const raw = /** @type {HTMLInputElement} */ (document.getElementById('token-input')).value.trim();
     const m = /token=([^&\s]+)/.exec(raw);
     const token = m ? decodeURIComponent(m[1]) : raw;
     if (!token) return;
@@ -1546,14 +1548,15 @@ function wire() {
     conn.token = token;
     conn.retry();
   });
-  document.addEventListener('visibilitychange', render);
+  document.addEventListener('visibilitychange', () => render());
   document.addEventListener('keydown', (e) => {
-    if (e.key === 'Escape' && document.body.classList.contains('drawer-open') && !e.target.closest('dialog')) {
+    const target = /** @type {Element} */ (e.target);
+    if (e.key === 'Escape' && document.body.classList.contains('drawer-open') && !target.closest('dialog')) {
       closeDrawer();
       drawer.focus();
       return;
     }
-    if (e.target.closest('input, textarea, select, dialog')) return;
+    if (target.closest('input, textarea, select, dialog')) return;
     if (e.key === '/') { e.preventDefault(); document.getElementById('filter').focus(); }
     if (e.key === 'n' && !e.ctrlKey && !e.metaKey) { e.preventDefault(); newAgentDialog(null); }
   });

@@ -1,7 +1,10 @@
 // The connection to the daemon: one WebSocket to /ws on this origin, `hello` with the token,
 // requests paired with answers by `requestId`, and reconnection with backoff.
 
-const PROTOCOL_VERSION = 1;
+import { PROTOCOL_VERSION, ClientType, DaemonType, ErrorCode } from './protocol.gen.js';
+/** @typedef {import('./protocol.gen.js').ClientMessage} ClientMessage */
+/** @typedef {import('./protocol.gen.js').DaemonMessage} DaemonMessage */
+
 /** Backoff between reconnection attempts: doubles from the first, capped at the last. */
 const BACKOFF_MS = [250, 5000];
 /** A request without an answer in this long fails (the socket may be half-dead). */
@@ -63,7 +66,7 @@ export class Conn {
   /** Says `hello` (again: after `resync_required` it re-reads the whole state). */
   hello() {
     this.send({
-      type: 'hello', client: 'drover-web', version: '0.1.0', protocolVersion: PROTOCOL_VERSION,
+      type: ClientType.Hello, client: 'drover-web', version: '0.1.0', protocolVersion: PROTOCOL_VERSION,
       capabilities: [], token: this.token || null, includeArchived: this.includeArchived,
     });
   }
@@ -82,11 +85,11 @@ export class Conn {
 
   receive(msg) {
     const payload = msg.payload || {};
-    if (msg.type === 'welcome') {
+    if (msg.type === DaemonType.Welcome) {
       this.attempt = 0;
       this.setState('online', payload);
     }
-    if (msg.type === 'request_error' && payload.code === 'unauthorized') {
+    if (msg.type === DaemonType.RequestError && payload.code === ErrorCode.Unauthorized) {
       this.setState('unauthorized');
     }
     const id = payload.requestId;
@@ -94,7 +97,7 @@ export class Conn {
       const p = this.pending.get(id);
       this.pending.delete(id);
       clearTimeout(p.timer);
-      if (msg.type === 'request_error') p.reject(new ProtocolError(payload));
+      if (msg.type === DaemonType.RequestError) p.reject(new ProtocolError(payload));
       else p.resolve(msg);
     }
     this.onMessage(msg);
@@ -106,7 +109,11 @@ export class Conn {
     return true;
   }
 
-  /** Sends a request; resolves with its answer, rejects with a ProtocolError. */
+  /**
+   * Sends a request; resolves with its answer, rejects with a ProtocolError.
+   * @param {ClientMessage} msg
+   * @returns {Promise<any>} the answer (its shape depends on the request: see `DaemonMessage`)
+   */
   request(msg) {
     const requestId = `w${++this.next}`;
     return new Promise((resolve, reject) => {

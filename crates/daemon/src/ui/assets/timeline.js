@@ -2,23 +2,24 @@
 // `append` and `patch` notifications (streamed text re-renders only its own item, once a frame).
 import { h } from './dom.js';
 import { renderMarkdown } from './markdown.js';
+import { CancelCause, InterruptCause, ItemKind, TurnEnd } from './protocol.gen.js';
 
 const TURN_END = {
-  turn_completed: 'Turn completed',
-  turn_failed: 'Turn failed',
-  turn_canceled: 'Turn canceled',
-  turn_blocked: 'Turn blocked',
-  turn_interrupted: 'Turn interrupted',
+  [TurnEnd.Completed]: 'Turn completed',
+  [TurnEnd.Failed]: 'Turn failed',
+  [TurnEnd.Canceled]: 'Turn canceled',
+  [TurnEnd.Blocked]: 'Turn blocked',
+  [TurnEnd.Interrupted]: 'Turn interrupted',
 };
 
 // Why a turn was canceled or cut off (`cause`), as a reader says it.
 const CAUSE = {
-  user: 'by the user',
-  parent: 'by its parent',
-  archive: 'by its archive',
-  shutdown: 'the daemon shut down',
-  crash: 'the daemon stopped',
-  budget: 'its tree spent a hard budget',
+  [CancelCause.User]: 'by the user',
+  [CancelCause.Parent]: 'by its parent',
+  [CancelCause.Archive]: 'by its archive',
+  [CancelCause.Shutdown]: 'the daemon shut down',
+  [InterruptCause.Crash]: 'the daemon stopped',
+  [CancelCause.Budget]: 'its tree spent a hard budget',
 };
 
 export class TimelineView {
@@ -148,7 +149,7 @@ export class TimelineView {
     const open = el.querySelector(':scope > details')?.open;
     let body;
     switch (item.kind) {
-      case 'user_message':
+      case ItemKind.UserMessage:
         body = [
           h('div', { class: 'who' }, 'You', d.delivery && d.delivery !== 'followup' ? h('span', { class: 'badge' }, d.delivery) : null,
             d.source && d.source !== 'user' ? h('span', { class: 'badge' }, `from ${d.source}`) : null),
@@ -156,34 +157,34 @@ export class TimelineView {
           h('div', { class: 'text plain' }, d.text ?? ''),
         ];
         break;
-      case 'agent_message':
+      case ItemKind.AgentMessage:
         body = [h('div', { class: 'text md' }, renderMarkdown(d.text ?? ''))];
         break;
-      case 'agent_thought':
+      case ItemKind.AgentThought:
         body = [h('details', { open }, h('summary', null, 'Thought'), h('div', { class: 'text plain muted' }, d.text ?? ''))];
         break;
-      case 'tool_call':
+      case ItemKind.ToolCall:
         body = [toolCall(d, open)];
         break;
-      case 'permission':
+      case ItemKind.Permission:
         body = [this.permission(item)];
         break;
-      case 'plan':
+      case ItemKind.Plan:
         body = [h('div', { class: 'plan', role: 'group', 'aria-label': 'Plan' }, h('div', { class: 'who' }, 'Plan'),
           h('ul', { class: 'checklist' }, (d.entries || []).map((e) => h('li', { class: `plan-${e.status}` },
             h('input', { type: 'checkbox', disabled: true, checked: e.status === 'completed', 'aria-label': e.status }),
             ' ', e.content ?? ''))))];
         break;
-      case 'notice':
+      case ItemKind.Notice:
         body = [h('div', { class: 'notice' }, d.text ?? d.message ?? JSON.stringify(d))];
         break;
-      case 'turn_ended': {
+      case ItemKind.TurnEnded: {
         const label = TURN_END[d.event] || d.event;
         const why = d.error || d.reason || CAUSE[d.cause] || d.cause || (d.stopReason && !['end_turn', 'cancelled'].includes(d.stopReason) ? d.stopReason : '');
         body = [h('div', { class: `turn-end ${d.event}` }, label, why ? `: ${why}` : '')];
         break;
       }
-      case 'mode':
+      case ItemKind.Mode:
         body = [h('div', { class: 'notice' }, `Mode: ${d.modeId}`)];
         break;
       default:
