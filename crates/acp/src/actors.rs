@@ -200,6 +200,14 @@ impl Actors {
     }
 }
 
+/// A runtime's failure as the registry's `RuntimeError`.
+pub(crate) fn registry_error(agent: AgentId, error: &AcpError) -> RuntimeError {
+    RuntimeError {
+        agent,
+        message: error.to_string(),
+    }
+}
+
 /// The runtimes as the registry sees them. It holds the actors weakly: the actors hold the
 /// registry, and ownership runs from the manager to the registry, never back. Once the
 /// manager is gone there is nothing left to cancel or close.
@@ -218,10 +226,7 @@ impl RuntimeControl for Runtimes {
             actors
                 .cancel(agent, cause, keep_inbox)
                 .await
-                .map_err(|e| RuntimeError {
-                    agent,
-                    message: e.to_string(),
-                })
+                .map_err(|e| registry_error(agent, &e))
         })
     }
 

@@ -15,7 +15,7 @@ use drover_core::{
 use tokio::sync::broadcast;
 
 use crate::actor::Command;
-use crate::actors::{ActorHandle, Actors, Runtimes, ask_to_hibernate};
+use crate::actors::{ActorHandle, Actors, Runtimes, ask_to_hibernate, registry_error};
 use crate::providers::{LiveProviders, Provider, Providers, RuntimeSettings};
 use crate::shared::OwnSubagentFamily;
 use crate::{
@@ -370,10 +370,7 @@ impl RuntimeControl for RuntimeManager {
             manager
                 .cancel_turn(agent, cause, keep_inbox)
                 .await
-                .map_err(|e| RuntimeError {
-                    agent,
-                    message: e.to_string(),
-                })
+                .map_err(|e| registry_error(agent, &e))
         })
     }
 

@@ -77,6 +77,32 @@ pub struct Provider {
     pub limit_fallback: Option<String>,
 }
 
+impl Provider {
+    /// A provider that runs `command` with `env` and nothing else set: labelled by its name,
+    /// not built in, no defaults, no sign-in, no warm spares, no fallback (as a `config.toml`
+    /// entry that gives only a command). Set more with struct update syntax.
+    pub fn command(name: &str, command: Vec<String>, env: BTreeMap<String, String>) -> Provider {
+        Provider {
+            name: name.to_string(),
+            label: name.to_string(),
+            command,
+            env,
+            default_model: None,
+            default_mode: None,
+            default_effort: None,
+            install_hint: format!("check `command` under [providers.{name}] in config.toml"),
+            builtin: false,
+            auth: None,
+            warm: 0,
+            auth_env: Vec::new(),
+            on_interrupt: None,
+            on_limit: None,
+            limit_backoff: None,
+            limit_fallback: None,
+        }
+    }
+}
+
 /// The first wait for a usage limit with no reset time, unless `config.toml` says.
 pub const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(5 * 60);
 
@@ -361,22 +387,14 @@ fn demo() -> Provider {
 
 fn preset(name: &str, label: &str, command: &[&str], hint: &str) -> Provider {
     Provider {
-        name: name.to_string(),
         label: label.to_string(),
-        command: command.iter().map(ToString::to_string).collect(),
-        env: BTreeMap::new(),
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: hint.to_string(),
         builtin: true,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
-        limit_fallback: None,
+        ..Provider::command(
+            name,
+            command.iter().map(ToString::to_string).collect(),
+            BTreeMap::new(),
+        )
     }
 }
 
@@ -512,12 +530,11 @@ impl Providers {
             } else {
                 let (on_limit, limit_fallback) =
                     entry.on_limit.map(OnLimitEntry::split).unwrap_or_default();
+                let command = entry
+                    .command
+                    .ok_or_else(|| invalid(format!("[providers.{name}] needs a `command`")))?;
                 Provider {
                     label: entry.label.unwrap_or_else(|| name.clone()),
-                    command: entry
-                        .command
-                        .ok_or_else(|| invalid(format!("[providers.{name}] needs a `command`")))?,
-                    env: entry.env,
                     default_model: entry.model,
                     default_mode: entry.mode,
                     default_effort: entry.effort,
@@ -525,15 +542,13 @@ impl Providers {
                         "check `command` under [providers.{name}] in {}",
                         path.display()
                     ),
-                    builtin: false,
                     auth: entry.auth,
                     warm: warm.unwrap_or(0),
-                    auth_env: Vec::new(),
                     on_interrupt: entry.on_interrupt,
                     on_limit,
                     limit_backoff: limit_backoff(&name, entry.limit_backoff, invalid)?,
                     limit_fallback,
-                    name: name.clone(),
+                    ..Provider::command(&name, command, entry.env)
                 }
             };
             self.by_name.insert(name, provider);

@@ -85,25 +85,16 @@ async fn run() -> Result<()> {
 
 fn scripted_provider(scripted: &Path, state: &Path) -> Provider {
     Provider {
-        name: "scripted".to_string(),
         label: "Scripted".to_string(),
-        command: vec![scripted.display().to_string()],
-        env: BTreeMap::from([(
-            "SCRIPTED_AGENT_STATE_DIR".to_string(),
-            state.display().to_string(),
-        )]),
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: "built with the workspace (scripts/bench)".to_string(),
-        builtin: false,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
-        limit_fallback: None,
+        ..Provider::command(
+            "scripted",
+            vec![scripted.display().to_string()],
+            BTreeMap::from([(
+                "SCRIPTED_AGENT_STATE_DIR".to_string(),
+                state.display().to_string(),
+            )]),
+        )
     }
 }
 
@@ -367,24 +358,15 @@ async fn resume_bench(scripted: &Path, root: &Path, rows: &mut Vec<Row>) -> Resu
     if codex.is_ok() {
         let command = real_agents::codex(&agents, &model.url(), &base.join("codex"), &cwd)?;
         providers.push(Provider {
-            name: "codex-bench".to_string(),
             label: "codex-acp against the scripted model".to_string(),
-            command: std::iter::once(command.program.display().to_string())
-                .chain(command.args.iter().cloned())
-                .collect(),
-            env: command.env.clone(),
-            default_model: None,
-            default_mode: None,
-            default_effort: None,
             install_hint: "run scripts/install-agents".to_string(),
-            builtin: false,
-            auth: None,
-            warm: 0,
-            auth_env: Vec::new(),
-            on_interrupt: None,
-            on_limit: None,
-            limit_backoff: None,
-            limit_fallback: None,
+            ..Provider::command(
+                "codex-bench",
+                std::iter::once(command.program.display().to_string())
+                    .chain(command.args.iter().cloned())
+                    .collect(),
+                command.env.clone(),
+            )
         });
     }
     let (manager, registry) = open(&base.join("home"), providers, RESUME_TIMEOUT).await?;

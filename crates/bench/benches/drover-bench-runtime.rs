@@ -226,25 +226,16 @@ fn streamed(n: usize) -> String {
 fn scripted_providers(scripted: &Path, state: &Path) -> Providers {
     let mut providers = Providers::presets();
     providers.insert(Provider {
-        name: "scripted".to_string(),
         label: "Scripted".to_string(),
-        command: vec![scripted.display().to_string()],
-        env: BTreeMap::from([(
-            "SCRIPTED_AGENT_STATE_DIR".to_string(),
-            state.display().to_string(),
-        )]),
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: "built with the workspace (scripts/bench)".to_string(),
-        builtin: false,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
-        limit_fallback: None,
+        ..Provider::command(
+            "scripted",
+            vec![scripted.display().to_string()],
+            BTreeMap::from([(
+                "SCRIPTED_AGENT_STATE_DIR".to_string(),
+                state.display().to_string(),
+            )]),
+        )
     });
     providers
 }
@@ -572,24 +563,15 @@ async fn overhead_bench(root: &Path, rows: &mut Vec<Row>) -> Result<()> {
     direct_cmd.env = env;
     let mut providers = Providers::presets();
     providers.insert(Provider {
-        name: "codex-bench".to_string(),
         label: "codex-acp against the scripted model".to_string(),
-        command: std::iter::once(via_drover.program.display().to_string())
-            .chain(via_drover.args.iter().cloned())
-            .collect(),
-        env: via_drover.env.clone(),
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: "run scripts/install-agents".to_string(),
-        builtin: false,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
-        limit_fallback: None,
+        ..Provider::command(
+            "codex-bench",
+            std::iter::once(via_drover.program.display().to_string())
+                .chain(via_drover.args.iter().cloned())
+                .collect(),
+            via_drover.env.clone(),
+        )
     });
     let daemon = Daemon::open(&base.join("home"), providers).await?;
     let t = Instant::now();

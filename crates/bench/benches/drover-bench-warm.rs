@@ -59,25 +59,17 @@ async fn run() -> Result<()> {
 
     println!("== 1. the scripted agent: create → first streamed chunk ==");
     let provider = |warm| Provider {
-        name: "scripted".to_string(),
         label: "Scripted".to_string(),
-        command: vec![scripted.display().to_string()],
-        env: BTreeMap::from([(
-            "SCRIPTED_AGENT_STATE_DIR".to_string(),
-            root.join("scripted-state").display().to_string(),
-        )]),
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: "built with the workspace (scripts/bench)".to_string(),
-        builtin: false,
-        auth: None,
         warm,
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
-        limit_fallback: None,
-        auth_env: Vec::new(),
+        ..Provider::command(
+            "scripted",
+            vec![scripted.display().to_string()],
+            BTreeMap::from([(
+                "SCRIPTED_AGENT_STATE_DIR".to_string(),
+                root.join("scripted-state").display().to_string(),
+            )]),
+        )
     };
     let cwd = root.join("scripted-cwd");
     std::fs::create_dir_all(&cwd)?;
@@ -130,24 +122,16 @@ async fn run() -> Result<()> {
             format!("{}:{path}", agents.join("node_modules/.bin").display()),
         );
         let provider = |warm| Provider {
-            name: "codex-bench".to_string(),
             label: "codex-acp against the scripted model".to_string(),
-            command: std::iter::once(command.program.display().to_string())
-                .chain(command.args.iter().cloned())
-                .collect(),
-            env: command.env.clone(),
-            default_model: None,
-            default_mode: None,
-            default_effort: None,
             install_hint: "run scripts/install-agents".to_string(),
-            builtin: false,
-            auth: None,
             warm,
-            on_interrupt: None,
-            on_limit: None,
-            limit_backoff: None,
-            limit_fallback: None,
-            auth_env: Vec::new(),
+            ..Provider::command(
+                "codex-bench",
+                std::iter::once(command.program.display().to_string())
+                    .chain(command.args.iter().cloned())
+                    .collect(),
+                command.env.clone(),
+            )
         };
         let (cold, warm) = compare(
             &root.join("codex-homes"),

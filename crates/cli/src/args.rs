@@ -790,6 +790,10 @@ pub enum HostAction {
         /// Do not wait for the host to be reachable
         #[arg(long)]
         no_wait: bool,
+        /// Copy this drover to the host (into ~/.local/bin) when it has none or another
+        /// version (ssh hosts only)
+        #[arg(long, conflicts_with = "command")]
+        install: bool,
     },
     /// List the hosts: reachable or not, since when, agents, live runtimes, version
     Ls {

@@ -2,6 +2,7 @@
 //! runs on the host: a bridge from stdin and stdout to the host's own daemon).
 
 use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -30,6 +31,7 @@ pub async fn run(ctx: &Ctx, action: HostAction) -> anyhow::Result<()> {
             ssh_options,
             command,
             no_wait,
+            install,
         } => {
             let identity = match identity {
                 Some(path) => Some(
@@ -48,6 +50,9 @@ pub async fn run(ctx: &Ctx, action: HostAction) -> anyhow::Result<()> {
                 ssh_options,
                 command,
             };
+            if install {
+                install_on(&host)?;
+            }
             add(ctx, host, no_wait).await
         }
         HostAction::Ls { json } => ls(ctx, json).await,
@@ -64,6 +69,93 @@ fn split_command(line: &str) -> Result<Vec<String>, CliError> {
                 "--command `{line}`: not a command line (check its quotes)"
             ))
         })
+}
+
+/// Where `--install` puts drover on a host (first on the link's `PATH`).
+const INSTALLED: &str = "$HOME/.local/bin/drover";
+
+/// `drover host add --install`: copies this drover over ssh into the host's
+/// `~/.local/bin` unless the drover the link would run there is this version already.
+fn install_on(host: &HostConfig) -> anyhow::Result<()> {
+    let ours = env!("CARGO_PKG_VERSION");
+    let run = |remote: &str, stdin: Option<std::fs::File>| -> anyhow::Result<String> {
+        let argv = drover_daemon::ssh_command(host, remote).ok_or_else(|| {
+            CliError::BadArgument(
+                "--install copies drover over ssh: give an ssh:// address (a pod or container \
+                 gets drover from its image)"
+                    .to_string(),
+            )
+        })?;
+        let mut command = std::process::Command::new(&argv[0]);
+        command
+            .args(&argv[1..])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command.stdin(stdin.map_or_else(Stdio::null, Stdio::from));
+        let out = command.output().context("cannot run ssh")?;
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(CliError::Daemon {
+                code: "host_unreachable".to_string(),
+                message: format!("installing drover on host `{}`: {said}", host.name),
+                details: None,
+            }
+            .into());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let found = run(
+        "uname -sm; PATH=\"$HOME/.local/bin:$PATH\" drover --version 2>/dev/null || true",
+        None,
+    )?;
+    let mut lines = found.lines();
+    let system = lines.next().unwrap_or_default().to_string();
+    let theirs = lines.next().unwrap_or_default().trim().to_string();
+    let here = format!(
+        "{} {}",
+        capitalized(std::env::consts::OS),
+        std::env::consts::ARCH
+    );
+    if system != here {
+        return Err(CliError::BadArgument(format!(
+            "host `{}` runs {system}; this drover is built for {here}: install drover there yourself",
+            host.name
+        ))
+        .into());
+    }
+    if theirs == format!("drover {ours}") {
+        eprintln!("drover: host `{}` has drover {ours} already", host.name);
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find this drover")?;
+    let binary =
+        std::fs::File::open(&exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    run(
+        &format!(
+            "mkdir -p \"$HOME/.local/bin\" && cat > \"{INSTALLED}.part\" && chmod 755 \"{INSTALLED}.part\" \
+             && mv -f \"{INSTALLED}.part\" \"{INSTALLED}\""
+        ),
+        Some(binary),
+    )?;
+    eprintln!(
+        "drover: installed drover {ours} on host `{}` in ~/.local/bin (it had {})",
+        host.name,
+        if theirs.is_empty() {
+            "none"
+        } else {
+            theirs.as_str()
+        }
+    );
+    Ok(())
+}
+
+/// `linux` as `uname -s` says it.
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// `drover host add`: the daemon keeps the host and links to it; waits (unless `no_wait`)

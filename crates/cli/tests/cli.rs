@@ -116,6 +116,20 @@ impl Fixture {
         self.home.path()
     }
 
+    /// Adds provider `name` to config.toml: the scripted provider's entry with `env` (TOML
+    /// `KEY = "value"` pairs) added to its environment.
+    fn add_scripted_provider(&self, name: &str, env: &str) {
+        let config = self.home().join("config.toml");
+        let text = std::fs::read_to_string(&config).expect("config");
+        let entry = text
+            .split("\n[providers.broken]")
+            .next()
+            .unwrap_or_default()
+            .replace("[providers.scripted]", &format!("[providers.{name}]"))
+            .replace(" }", &format!(", {env} }}"));
+        std::fs::write(&config, format!("{text}\n{entry}")).expect("config");
+    }
+
     fn cwd(&self) -> PathBuf {
         std::fs::canonicalize(self.cwd.path()).expect("cwd")
     }
@@ -641,15 +655,7 @@ fn inspect_shows_one_agent() {
 fn set_changes_an_agents_reasoning_effort_and_inspect_shows_its_settings() {
     let fx = Fixture::new();
     // The scripted agent, offering its settings as ACP config options.
-    let config = fx.home().join("config.toml");
-    let text = std::fs::read_to_string(&config).expect("config");
-    let tuned = text
-        .split("\n[providers.broken]")
-        .next()
-        .unwrap_or_default()
-        .replace("[providers.scripted]", "[providers.tuned]")
-        .replace(" }", ", SCRIPTED_AGENT_CONFIG_OPTIONS = \"1\" }");
-    std::fs::write(&config, format!("{text}\n{tuned}")).expect("config");
+    fx.add_scripted_provider("tuned", "SCRIPTED_AGENT_CONFIG_OPTIONS = \"1\"");
     let fx = fx.serve(Command::new(DROVER), &[]);
     let id = fx.spawn_agent(
         &[
@@ -749,18 +755,10 @@ fn a_usage_limit_shows_in_ls_inspect_and_send_and_retry_sends_the_prompt_now() {
 fn login_with_the_agents_own_method_runs_it_here_and_leaves_no_process() {
     let fx = Fixture::new();
     // The scripted agent asking for a sign-in, as codex-acp does; its own method signs in.
-    let config = fx.home().join("config.toml");
-    let text = std::fs::read_to_string(&config).expect("config");
-    let locked = text
-        .split("\n[providers.broken]")
-        .next()
-        .unwrap_or_default()
-        .replace("[providers.scripted]", "[providers.locked]")
-        .replace(
-            " }",
-            ", SCRIPTED_AGENT_AUTH = \"1\", DROVER_LOGIN_PROBE = \"cli-login\" }",
-        );
-    std::fs::write(&config, format!("{text}\n{locked}")).expect("config");
+    fx.add_scripted_provider(
+        "locked",
+        "SCRIPTED_AGENT_AUTH = \"1\", DROVER_LOGIN_PROBE = \"cli-login\"",
+    );
     let fx = fx.serve(Command::new(DROVER), &[]);
     let out = fx.drover(&["login", "locked", "--method", "scripted-login"]);
     assert_eq!(out.code, 0, "{}", out.transcript());

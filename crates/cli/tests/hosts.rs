@@ -100,6 +100,11 @@ struct Fleet {
 
 impl Fleet {
     fn new() -> Fleet {
+        Fleet::with_drover(true)
+    }
+
+    /// `drover_on_path`: whether b's user finds this build's `drover` on its `PATH`.
+    fn with_drover(drover_on_path: bool) -> Fleet {
         let dir = tempfile::tempdir().expect("tempdir");
         let hub = Machine::new(dir.path(), "hub");
         let b = Machine::new(dir.path(), "b");
@@ -117,7 +122,11 @@ impl Fleet {
             .expect("bin dir")
             .display()
             .to_string();
-        let path = format!("{bin_dir}:{}", hermetic::SYSTEM_PATH);
+        let path = if drover_on_path {
+            format!("{bin_dir}:{}", hermetic::SYSTEM_PATH)
+        } else {
+            hermetic::SYSTEM_PATH.to_string()
+        };
         let ssh = SshServer::start(
             &b.ns,
             "10.77.1.2",
@@ -130,6 +139,13 @@ impl Fleet {
             ],
         )
         .expect("sshd");
+        // A ceiling on the hub's own runtimes: `--host auto` finds more room on b (none).
+        std::fs::create_dir_all(&hub.drover_home).expect("hub home");
+        std::fs::write(
+            hub.drover_home.join("config.toml"),
+            "[runtimes]\nmax_live = 2\n",
+        )
+        .expect("hub config");
         let started = hub.drover(&["daemon", "start"]);
         assert!(started.status.success(), "hub start: {}", text(&started));
         Fleet { hub, b, ssh, dir }
@@ -137,6 +153,10 @@ impl Fleet {
 
     /// `drover host add b ssh://root@10.77.1.2 --identity KEY` with the test's ssh options.
     fn add_b(&self, key: &Path) -> Output {
+        self.add_b_with(key, &[])
+    }
+
+    fn add_b_with(&self, key: &Path, more: &[&str]) -> Output {
         let mut args = vec![
             "host".to_string(),
             "add".to_string(),
@@ -148,6 +168,7 @@ impl Fleet {
         for option in self.ssh.ssh_options() {
             args.extend(["--ssh-option".to_string(), option]);
         }
+        args.extend(more.iter().map(ToString::to_string));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.hub.drover(&args)
     }
@@ -258,6 +279,25 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
         text(&logs)
     );
     a_job_runs_on_b(&fleet, &id);
+
+    // `--host auto`: the reachable machine with the most free slots.
+    let auto = fleet.hub.drover(&[
+        "run",
+        "--host",
+        "auto",
+        "--cwd",
+        &work,
+        "--provider",
+        "demo",
+        "--detach",
+        "say placed",
+    ]);
+    assert!(auto.status.success(), "{}", text(&auto));
+    let placed = String::from_utf8_lossy(&auto.stdout).trim().to_string();
+    assert!(
+        agent(&fleet.b.json(&["ls", "--json"]), &placed).is_some(),
+        "not placed on b"
+    );
 
     let archived = fleet.hub.drover(&["archive", &id]);
     assert!(archived.status.success(), "{}", text(&archived));
@@ -485,4 +525,36 @@ fn a_refused_login_is_a_clear_error() {
         fleet.hub.json(&["host", "ls", "--json"]),
         Value::Array(Vec::new())
     );
+}
+
+#[test]
+fn a_host_without_drover_gets_this_one_with_install() {
+    let fleet = Fleet::with_drover(false);
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(!added.status.success(), "{}", text(&added));
+    assert!(
+        text(&added).contains("drover: not found"),
+        "{}",
+        text(&added)
+    );
+    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    assert!(removed.status.success(), "{}", text(&removed));
+
+    let installed = fleet.add_b_with(&fleet.ssh.key, &["--install"]);
+    assert!(installed.status.success(), "{}", text(&installed));
+    let said = text(&installed);
+    assert!(
+        said.contains("installed drover") && said.contains("it had none"),
+        "{said}"
+    );
+    assert!(said.contains("host `b` is reachable"), "{said}");
+    assert!(fleet.b.home.join(".local/bin/drover").is_file());
+    assert_eq!(fleet.host_b()["version"], env!("CARGO_PKG_VERSION"));
+
+    // The same version there: nothing is copied.
+    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    assert!(removed.status.success(), "{}", text(&removed));
+    let again = fleet.add_b_with(&fleet.ssh.key, &["--install"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(text(&again).contains("has drover"), "{}", text(&again));
 }

@@ -42,6 +42,14 @@ fn new_agent(cwd: &Path, title: &str, parent: Option<AgentId>) -> NewAgent {
     }
 }
 
+/// Records agent `title` (under `parent`, if any) in `cwd`.
+async fn create(registry: &Registry, cwd: &Path, title: &str, parent: Option<AgentId>) -> Agent {
+    registry
+        .create_agent(new_agent(cwd, title, parent))
+        .await
+        .expect(title)
+}
+
 /// `agents/{cwd-with-dashes}/{id}.json`, computed independently of the store.
 fn agent_path(home: &Path, agent: &Agent) -> PathBuf {
     home.join("agents")
@@ -654,18 +662,9 @@ async fn a_missing_workspace_record_is_restored_for_its_agents() {
     let cwd1 = TempDir::new().expect("cwd1");
     let cwd2 = TempDir::new().expect("cwd2");
     let (registry, _) = open(home.path()).await;
-    let a = registry
-        .create_agent(new_agent(cwd1.path(), "a", None))
-        .await
-        .expect("a");
-    let b = registry
-        .create_agent(new_agent(cwd1.path(), "b", Some(a.id)))
-        .await
-        .expect("b");
-    let c = registry
-        .create_agent(new_agent(cwd2.path(), "c", None))
-        .await
-        .expect("c");
+    let a = create(&registry, cwd1.path(), "a", None).await;
+    let b = create(&registry, cwd1.path(), "b", Some(a.id)).await;
+    let c = create(&registry, cwd2.path(), "c", None).await;
     assert_eq!(a.workspace_id, b.workspace_id);
     assert_ne!(a.workspace_id, c.workspace_id);
     drop(registry);
@@ -693,10 +692,7 @@ async fn a_missing_workspace_record_is_restored_for_its_agents() {
     }
     assert_eq!(registry.get(b.id).expect("b").workspace_id, a.workspace_id);
     // Agents still join it by cwd.
-    let d = registry
-        .create_agent(new_agent(cwd1.path(), "d", None))
-        .await
-        .expect("d");
+    let d = create(&registry, cwd1.path(), "d", None).await;
     assert_eq!(d.workspace_id, a.workspace_id);
     drop(registry);
 
@@ -718,26 +714,11 @@ async fn replay_case(written: Written) {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let parent = registry
-        .create_agent(new_agent(cwd.path(), "parent", None))
-        .await
-        .expect("parent");
-    let c1 = registry
-        .create_agent(new_agent(cwd.path(), "c1", Some(parent.id)))
-        .await
-        .expect("c1");
-    let c2 = registry
-        .create_agent(new_agent(cwd.path(), "c2", Some(parent.id)))
-        .await
-        .expect("c2");
-    let g = registry
-        .create_agent(new_agent(cwd.path(), "g", Some(c1.id)))
-        .await
-        .expect("g");
-    let other = registry
-        .create_agent(new_agent(cwd.path(), "other", None))
-        .await
-        .expect("other");
+    let parent = create(&registry, cwd.path(), "parent", None).await;
+    let c1 = create(&registry, cwd.path(), "c1", Some(parent.id)).await;
+    let c2 = create(&registry, cwd.path(), "c2", Some(parent.id)).await;
+    let g = create(&registry, cwd.path(), "g", Some(c1.id)).await;
+    let other = create(&registry, cwd.path(), "other", None).await;
     for id in [parent.id, c1.id, other.id] {
         registry
             .set_status(id, AgentStatus::Idle, None)
@@ -837,10 +818,7 @@ async fn a_journal_naming_unknown_agents_is_finished_with_the_known_ones() {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let a = registry
-        .create_agent(new_agent(cwd.path(), "a", None))
-        .await
-        .expect("a");
+    let a = create(&registry, cwd.path(), "a", None).await;
     drop(registry);
     let gone = AgentId::new();
     write_json(
@@ -864,14 +842,8 @@ async fn a_journal_left_behind_never_archives_an_agent_unarchived_since() {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let parent = registry
-        .create_agent(new_agent(cwd.path(), "parent", None))
-        .await
-        .expect("parent");
-    let child = registry
-        .create_agent(new_agent(cwd.path(), "child", Some(parent.id)))
-        .await
-        .expect("child");
+    let parent = create(&registry, cwd.path(), "parent", None).await;
+    let child = create(&registry, cwd.path(), "child", Some(parent.id)).await;
     let outcome = registry
         .archive(parent.id, ArchiveOptions::default())
         .await
@@ -909,10 +881,7 @@ async fn damaged_and_newer_journals_are_reported_not_replayed() {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let a = registry
-        .create_agent(new_agent(cwd.path(), "a", None))
-        .await
-        .expect("a");
+    let a = create(&registry, cwd.path(), "a", None).await;
     drop(registry);
     let newer = journal_path(home.path(), a.id);
     write_json(
@@ -950,14 +919,8 @@ async fn a_full_disk_fails_the_mutation_and_changes_nothing() {
     let cwd = TempDir::new().expect("cwd");
 
     let (registry, _) = open(&home).await;
-    let x = registry
-        .create_agent(new_agent(cwd.path(), "x", None))
-        .await
-        .expect("x");
-    let parent = registry
-        .create_agent(new_agent(cwd.path(), "parent", None))
-        .await
-        .expect("parent");
+    let x = create(&registry, cwd.path(), "x", None).await;
+    let parent = create(&registry, cwd.path(), "parent", None).await;
     let mut children = Vec::new();
     for i in 0..3 {
         let c = registry

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
 pub use config::DaemonConfig;
+pub use hosts::ssh_command;
 pub use lock::{DataDirLock, LockError};
 
 /// Why the daemon could not start or stopped with an error.

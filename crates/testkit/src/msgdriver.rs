@@ -88,22 +88,9 @@ pub fn providers(state: &std::path::Path, agent: &std::path::Path) -> Providers 
     .into_iter()
     .collect();
     providers.insert(Provider {
-        name: "scripted".to_string(),
         label: "Scripted".to_string(),
-        command: vec![agent.display().to_string()],
-        env,
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: "built with the workspace".to_string(),
-        builtin: false,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
-        limit_fallback: None,
+        ..Provider::command("scripted", vec![agent.display().to_string()], env)
     });
     providers
 }

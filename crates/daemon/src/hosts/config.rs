@@ -114,9 +114,13 @@ pub(crate) fn link_command(host: &HostConfig) -> Vec<String> {
     if let Some(command) = &host.command {
         return command.clone();
     }
-    let Some(Ok(target)) = host.ssh.as_deref().map(SshTarget::parse) else {
-        return Vec::new();
-    };
+    ssh_command(host, REMOTE_COMMAND).unwrap_or_default()
+}
+
+/// `ssh` to an `ssh://` host running `remote` there (`None` for a host reached otherwise):
+/// never a password prompt (`BatchMode`), the host's identity and options.
+pub fn ssh_command(host: &HostConfig, remote: &str) -> Option<Vec<String>> {
+    let target = SshTarget::parse(host.ssh.as_deref()?).ok()?;
     let mut argv: Vec<String> = [
         "ssh",
         "-T",
@@ -146,8 +150,8 @@ pub(crate) fn link_command(host: &HostConfig) -> Vec<String> {
         None => target.host,
     };
     // `--` ends ssh's options: the rest is the destination and the remote command.
-    argv.extend(["--".to_string(), destination, REMOTE_COMMAND.to_string()]);
-    argv
+    argv.extend(["--".to_string(), destination, remote.to_string()]);
+    Some(argv)
 }
 
 /// How a host is shown: its ssh address or its command.

@@ -28,6 +28,7 @@ use drover_protocol::{ErrorCode, HostConfig, HostInfo};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+pub use config::ssh_command;
 use link::Link;
 
 /// Events relayed to the hub's clients; a lagging subscriber resyncs.
@@ -94,8 +95,8 @@ struct Inner {
     home: PathBuf,
     links: Mutex<BTreeMap<String, Arc<Link>>>,
     events: broadcast::Sender<RemoteEvent>,
-    /// This daemon's own `max_live`, for `--host auto`.
-    local_max_live: Option<u32>,
+    /// This daemon's own runtimes (its `max_live` and live count), for `--host auto`.
+    runtimes: drover_acp::RuntimeManager,
 }
 
 /// Where a request goes.
@@ -117,10 +118,6 @@ impl Hosts {
         home: &Path,
         runtimes: &drover_acp::RuntimeManager,
     ) -> Result<Hosts, String> {
-        let local_max_live = runtimes
-            .runtime_settings()
-            .max_live
-            .and_then(|n| u32::try_from(n).ok());
         let configs = config::load(home)?;
         let (events, _) = broadcast::channel(EVENTS_CAPACITY);
         let hosts = Hosts {
@@ -128,7 +125,7 @@ impl Hosts {
                 home: home.to_path_buf(),
                 links: Mutex::default(),
                 events,
-                local_max_live,
+                runtimes: runtimes.clone(),
             }),
         };
         for host in configs {
@@ -280,9 +277,9 @@ impl Hosts {
         Ok(Route::Local)
     }
 
-    /// `--host auto`: the reachable host with the most free `max_live` slots, this machine
-    /// included (`None`); a host with no ceiling counts as having as many free as it has
-    /// agents fewer than this one has.
+    /// `--host auto`: the reachable host with the most free `max_live` slots (its ceiling less
+    /// its live runtimes; no ceiling is unlimited), this machine included (`None`, also on a
+    /// tie).
     fn place(&self) -> Option<String> {
         let free = |max: Option<u32>, live: u32| -> i64 {
             max.map_or(i64::from(u32::MAX), |m| i64::from(m) - i64::from(live))
@@ -297,7 +294,14 @@ impl Hosts {
                 best = Some((slots, Some(info.name)));
             }
         }
-        let local = free(self.inner.local_max_live, 0);
+        let runtimes = &self.inner.runtimes;
+        let local = free(
+            runtimes
+                .runtime_settings()
+                .max_live
+                .and_then(|n| u32::try_from(n).ok()),
+            u32::try_from(runtimes.live_count()).unwrap_or(u32::MAX),
+        );
         match best {
             Some((slots, name)) if slots > local => name,
             _ => None,

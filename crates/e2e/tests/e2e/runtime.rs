@@ -46,22 +46,13 @@ fn providers(state: &Path, extra_env: &[(&str, &str)]) -> Providers {
         "from-provider".to_string(),
     );
     providers.insert(Provider {
-        name: "scripted".to_string(),
         label: "Scripted".to_string(),
-        command: vec![env!("CARGO_BIN_EXE_drover-scripted-agent").to_string()],
-        env,
-        default_model: None,
-        default_mode: None,
-        default_effort: None,
         install_hint: "built with the workspace".to_string(),
-        builtin: false,
-        auth: None,
-        warm: 0,
-        auth_env: Vec::new(),
-        on_interrupt: None,
-        on_limit: None,
-        limit_backoff: None,
-        limit_fallback: None,
+        ..Provider::command(
+            "scripted",
+            vec![env!("CARGO_BIN_EXE_drover-scripted-agent").to_string()],
+            env,
+        )
     });
     providers
 }
@@ -185,6 +176,12 @@ impl Fleet {
             let items = self.items(id).await;
             panic!("timed out waiting for {what}: {items:#?}");
         }
+    }
+
+    /// Waits until the agent's timeline holds an item of `kind`.
+    async fn until_item(&self, id: AgentId, what: &str, kind: &str) {
+        self.until(id, what, |i| i.iter().any(|i| i.kind == kind))
+            .await;
     }
 
     /// Waits until the agent's status is `status`.
@@ -382,11 +379,7 @@ async fn a_steer_to_an_agent_that_keeps_a_stale_cancel_gets_its_reply() {
 async fn followups_queue_behind_a_busy_turn_and_steer_cuts_in() {
     let fleet = Fleet::new().await;
     let id = fleet.run("sleep 400\nsay first").await;
-    fleet
-        .until(id, "the first turn", |i| {
-            i.iter().any(|i| i.kind == "turn_started")
-        })
-        .await;
+    fleet.until_item(id, "the first turn", "turn_started").await;
     fleet.send(id, Delivery::Followup, "say second").await;
     fleet.idle(id).await;
     assert_eq!(
@@ -459,11 +452,7 @@ async fn inject_rides_with_the_next_prompt_without_waking() {
 async fn cancel_ends_a_streaming_turn_and_can_drop_the_inbox() {
     let fleet = Fleet::new().await;
     let id = fleet.run("stream 100000 1").await;
-    fleet
-        .until(id, "streaming", |i| {
-            i.iter().any(|i| i.kind == "agent_message")
-        })
-        .await;
+    fleet.until_item(id, "streaming", "agent_message").await;
     fleet.send(id, Delivery::Followup, "say queued").await;
     fleet
         .manager
@@ -617,11 +606,7 @@ async fn a_restart_resumes_the_session_and_delivers_what_was_queued_once() {
 async fn archive_ends_the_whole_process_group() {
     let fleet = Fleet::new().await;
     let id = fleet.run("spawn-child\nsleep 60000").await;
-    fleet
-        .until(id, "the child", |i| {
-            i.iter().any(|i| i.kind == "agent_message")
-        })
-        .await;
+    fleet.until_item(id, "the child", "agent_message").await;
     let pid = fleet.manager.runtime_pid(id).await.expect("live");
     assert!(!group_gone(pid));
     let refused = fleet.registry.archive(id, ArchiveOptions::default()).await;
@@ -701,11 +686,7 @@ async fn shutdown_leaves_no_process_behind() {
     let fleet = Fleet::new().await;
     let a = fleet.run("spawn-child\nhang").await;
     let b = fleet.run("say idle").await;
-    fleet
-        .until(a, "the child", |i| {
-            i.iter().any(|i| i.kind == "agent_message")
-        })
-        .await;
+    fleet.until_item(a, "the child", "agent_message").await;
     fleet.idle(b).await;
     let pids = [
         fleet.manager.runtime_pid(a).await.expect("a live"),
@@ -751,11 +732,7 @@ async fn tools_in_their_own_process_group_end_with_the_agent() {
     let fleet = Fleet::new().await;
     // Closed by archive.
     let a = fleet.run("spawn-tool\nsleep 60000").await;
-    fleet
-        .until(a, "the tool", |i| {
-            i.iter().any(|i| i.kind == "agent_message")
-        })
-        .await;
+    fleet.until_item(a, "the tool", "agent_message").await;
     let tool = said_pid(&fleet.items(a).await, "tool ");
     assert!(alive(tool));
     fleet

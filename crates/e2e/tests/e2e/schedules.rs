@@ -339,22 +339,35 @@ fn schedule_file(home: &Path, id: &str) -> Value {
     serde_json::from_slice(&bytes).expect("json")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn schedules_a_run_due_during_a_sigkill_fires_exactly_once_after_restart() {
+/// A daemon process (one a test may SIGKILL) with the scripted provider, and its agent
+/// `worker` idle after saying `ready`: the home, the folders to keep (agent state, work),
+/// the daemon, a client, the agent.
+async fn killable_worker() -> (TempDir, [TempDir; 2], DaemonProcess, Client, String) {
     let home = TempDir::new().expect("home");
     let state = TempDir::new().expect("state");
     let work = TempDir::new().expect("work");
     write_scripted_config(home.path(), state.path());
-    let mut daemon = DaemonProcess::start(home.path()).await;
+    let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
     let agent = create(&mut client, work.path(), "say ready", "worker").await;
     client.wait_idle(&agent).await;
-    let s = schedule(
+    (home, [state, work], daemon, client, agent)
+}
+
+/// Makes the schedule `request` describes; its id.
+async fn schedule_id(client: &mut Client, request: Value) -> String {
+    let s = schedule(client, request).await;
+    s["id"].as_str().expect("id").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_a_run_due_during_a_sigkill_fires_exactly_once_after_restart() {
+    let (home, _dirs, mut daemon, mut client, agent) = killable_worker().await;
+    let id = schedule_id(
         &mut client,
         json!({"agentId": agent, "prompt": "say once", "when": {"inSeconds": 2}}),
     )
     .await;
-    let id = s["id"].as_str().expect("id").to_string();
     daemon.sigkill();
     // It comes due while no daemon runs.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -381,20 +394,12 @@ async fn schedules_a_run_due_during_a_sigkill_fires_exactly_once_after_restart()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_sigkills_while_runs_fire_never_lose_or_repeat_one() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("state");
-    let work = TempDir::new().expect("work");
-    write_scripted_config(home.path(), state.path());
-    let mut daemon = DaemonProcess::start(home.path()).await;
-    let mut client = daemon.client().await;
-    let agent = create(&mut client, work.path(), "say ready", "worker").await;
-    client.wait_idle(&agent).await;
-    let s = schedule(
+    let (home, _dirs, mut daemon, mut client, agent) = killable_worker().await;
+    let id = schedule_id(
         &mut client,
         json!({"agentId": agent, "prompt": "say tick", "when": {"everySeconds": 1}}),
     )
     .await;
-    let id = s["id"].as_str().expect("id").to_string();
     // Killed at offsets that land before, during and after runs.
     for wait_ms in [1300_u64, 2050, 1700] {
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;

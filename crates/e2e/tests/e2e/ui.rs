@@ -220,6 +220,26 @@ async fn idle_agent(client: &mut Client, daemon: &TestDaemon, title: &str) -> St
     id
 }
 
+/// Waits until agent `id` asks for a permission (`what` names the wait in a failure).
+async fn wait_permission(client: &mut Client, id: &str, what: &str) {
+    eventually(what, WAIT, async || {
+        agent(client, id).await["attentionReason"] == "permission"
+    })
+    .await;
+}
+
+/// The permission item of agent `id`'s timeline, which must have been answered.
+async fn answered_permission(client: &mut Client, id: &str) -> Value {
+    let items = client.timeline(id).await;
+    let permission = items
+        .iter()
+        .find(|i| i["kind"] == "permission")
+        .expect("the request")
+        .clone();
+    assert_eq!(permission["data"]["status"], "answered", "{permission}");
+    permission
+}
+
 /// A turn that runs until it is cancelled.
 const LONG_TURN: &str = "sleep 600000";
 
@@ -780,17 +800,9 @@ async fn a_permission_answered_in_one_browser_settles_in_the_other() {
         json!({"cwd": daemon.cwd(), "title": "asks", "prompt": "permission run the tests"}),
     )
     .await;
-    eventually("the permission request", WAIT, async || {
-        agent(&mut client, &id).await["attentionReason"] == "permission"
-    })
-    .await;
+    wait_permission(&mut client, &id, "the permission request").await;
     Scenario::run("permission", &daemon, json!({"agent": id})).await;
-    let items = client.timeline(&id).await;
-    let permission = items
-        .iter()
-        .find(|i| i["kind"] == "permission")
-        .expect("the request");
-    assert_eq!(permission["data"]["status"], "answered", "{permission}");
+    let permission = answered_permission(&mut client, &id).await;
     assert_eq!(permission["data"]["kind"], "allow_once", "{permission}");
 }
 
@@ -870,17 +882,9 @@ async fn at_390_pixels_the_sidebar_is_a_drawer_and_a_permission_takes_one_tap() 
         json!({"cwd": daemon.cwd(), "title": "phone", "prompt": "permission deploy"}),
     )
     .await;
-    eventually("the permission request", WAIT, async || {
-        agent(&mut client, &id).await["attentionReason"] == "permission"
-    })
-    .await;
+    wait_permission(&mut client, &id, "the permission request").await;
     Scenario::run("phone", &daemon, json!({"agent": id})).await;
-    let items = client.timeline(&id).await;
-    let permission = items
-        .iter()
-        .find(|i| i["kind"] == "permission")
-        .expect("the request");
-    assert_eq!(permission["data"]["status"], "answered", "{permission}");
+    answered_permission(&mut client, &id).await;
 }
 
 #[tokio::test]
@@ -1374,22 +1378,14 @@ async fn a_subagents_permission_shows_on_its_root_and_one_click_opens_it() {
         json!({"cwd": daemon.cwd(), "title": "asker", "parentAgentId": parent, "prompt": "permission deploy"}),
     )
     .await;
-    eventually("the subagent's permission request", WAIT, async || {
-        agent(&mut client, &child).await["attentionReason"] == "permission"
-    })
-    .await;
+    wait_permission(&mut client, &child, "the subagent's permission request").await;
     Scenario::run(
         "subagentAttention",
         &daemon,
         json!({"parent": parent, "child": child}),
     )
     .await;
-    let items = client.timeline(&child).await;
-    let permission = items
-        .iter()
-        .find(|i| i["kind"] == "permission")
-        .expect("the request");
-    assert_eq!(permission["data"]["status"], "answered", "{permission}");
+    answered_permission(&mut client, &child).await;
 }
 
 #[tokio::test]
