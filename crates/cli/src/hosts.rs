@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use drover_protocol::requests as rq;
-use drover_protocol::{DaemonMessage, HostConfig, HostInfo};
+use drover_protocol::{DaemonMessage, HostConfig, HostInfo, HostState};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -174,7 +174,7 @@ async fn add(ctx: &Ctx, host: HostConfig, no_wait: bool) -> anyhow::Result<()> {
     }
     let info = wait_linked(&mut connection, &name).await?;
     connection.close().await;
-    if info.state == "reachable" {
+    if info.state == HostState::Reachable {
         eprintln!(
             "drover: host `{name}` is reachable (drover {}, {} agents)",
             info.version.as_deref().unwrap_or("?"),
@@ -211,16 +211,16 @@ async fn ls(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
     ]);
     for host in &state.hosts {
         let state = match &host.error {
-            Some(error) if host.state != "reachable" => {
+            Some(error) if host.state != HostState::Reachable => {
                 format!("{} ({})", host.state, output::truncate(error, 60))
             }
-            _ => host.state.clone(),
+            _ => host.state.to_string(),
         };
         let live = match host.max_live {
             Some(max) => format!("{}/{max}", host.live),
             None => host.live.to_string(),
         };
-        let paint = if host.state == "reachable" {
+        let paint = if host.state == HostState::Reachable {
             Paint::Plain
         } else {
             Paint::Yellow
@@ -278,7 +278,7 @@ async fn wait_linked(
             host: Some(info),
         } = message
             && updated == name
-            && info.state != "connecting"
+            && info.state != HostState::Connecting
         {
             return Ok(info);
         }

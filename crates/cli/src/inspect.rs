@@ -7,7 +7,7 @@ use std::io::Write;
 
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, AttentionReason, DaemonMessage, HostInfo, PermissionPolicy, RuntimeState,
+    AgentInfo, AttentionReason, DaemonMessage, HostInfo, HostState, PermissionPolicy, RuntimeState,
 };
 use serde_json::json;
 
@@ -162,7 +162,7 @@ fn host_cell(agent: &AgentInfo, hosts: &[HostInfo], now: jiff::Timestamp) -> (St
     else {
         return ("local".to_string(), Paint::Dim);
     };
-    if host.state == "reachable" {
+    if host.state == HostState::Reachable {
         return (host.name.clone(), Paint::Plain);
     }
     let since = output::age(&host.since, now);

@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use crate::values::WireEnum;
 use crate::{
-    AgentStatus, AttentionReason, CancelCause, ChangeStatus, Delivery, ErrorCode, InterruptCause,
-    ItemKind, JobStatus, KillCause, NotifyEvent, PermissionPolicy, RuntimeState, ScheduleState,
-    SignInState, SinkKind, SubagentVia, TurnEnd, WorkspaceActivity, WorkspaceKind,
+    AgentStatus, AttentionReason, CancelCause, ChangeStatus, Delivery, ErrorCode, HostState,
+    InterruptCause, ItemKind, JobStatus, KillCause, NotifyEvent, PermissionPolicy, RuntimeState,
+    ScheduleState, SignInState, SinkKind, SubagentVia, TurnEnd, WorkspaceActivity, WorkspaceKind,
 };
 
 /// The generated module's text.
@@ -42,6 +42,7 @@ fn constants(out: &mut String) {
     enum_constant::<AgentStatus>(out);
     enum_constant::<AttentionReason>(out);
     enum_constant::<RuntimeState>(out);
+    enum_constant::<HostState>(out);
     enum_constant::<WorkspaceKind>(out);
     enum_constant::<WorkspaceActivity>(out);
     enum_constant::<JobStatus>(out);

@@ -28,9 +28,9 @@ mod values;
 pub use requests::{ClientMessage, ClientRequest};
 
 pub use values::{
-    AgentStatus, AttentionReason, CancelCause, ChangeStatus, ErrorCode, InterruptCause, ItemKind,
-    JobStatus, KillCause, NotifyEvent, RuntimeState, ScheduleState, SignInState, SinkKind,
-    SubagentVia, TurnEnd, WireEnum, WorkspaceActivity, WorkspaceKind,
+    AgentStatus, AttentionReason, CancelCause, ChangeStatus, ErrorCode, HostState, InterruptCause,
+    ItemKind, JobStatus, KillCause, NotifyEvent, RuntimeState, ScheduleState, SignInState,
+    SinkKind, SubagentVia, TurnEnd, WireEnum, WorkspaceActivity, WorkspaceKind,
 };
 
 // ---- client → daemon ----------------------------------------------------------------------
@@ -1343,7 +1343,7 @@ pub struct HostInfo {
     pub target: String,
     /// `connecting`, `reachable`, `unreachable`, or `incompatible` (another protocol version:
     /// see `error`).
-    pub state: String,
+    pub state: HostState,
     /// Since when it is in that state.
     pub since: String,
     /// Why it is not reachable.

@@ -178,6 +178,20 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// A host's link as the hub sees it (`HostInfo.state`).
+    pub enum HostState {
+        /// The link is being made (the hub started, the host was added, or a link broke).
+        Connecting => "connecting",
+        /// The link carries messages.
+        Reachable => "reachable",
+        /// The link is down; `HostInfo.error` says why.
+        Unreachable => "unreachable",
+        /// The host's daemon speaks another protocol version; `HostInfo.error` names both.
+        Incompatible => "incompatible",
+    }
+}
+
+wire_enum! {
     /// What kind of directory a workspace is (`WorkspaceInfo.kind`).
     pub enum WorkspaceKind {
         /// A plain directory.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use drover_core::AgentId;
 use drover_core::child::{self, OutputTail};
-use drover_protocol::{HostConfig, HostInfo, PROTOCOL_VERSION};
+use drover_protocol::{HostConfig, HostInfo, HostState, PROTOCOL_VERSION};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -65,7 +65,7 @@ struct Remote {
 }
 
 struct State {
-    phase: Phase,
+    phase: HostState,
     since: Timestamp,
     error: Option<String>,
     version: Option<String>,
@@ -75,25 +75,6 @@ struct State {
     workspaces: BTreeMap<String, Value>,
     /// Set while the link is up.
     conn: Option<Conn>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Connecting,
-    Reachable,
-    Unreachable,
-    Incompatible,
-}
-
-impl Phase {
-    fn as_str(self) -> &'static str {
-        match self {
-            Phase::Connecting => "connecting",
-            Phase::Reachable => "reachable",
-            Phase::Unreachable => "unreachable",
-            Phase::Incompatible => "incompatible",
-        }
-    }
 }
 
 /// The open link's writer and the requests waiting for their answers.
@@ -120,7 +101,7 @@ impl Link {
             events,
             changed: Notify::new(),
             state: Mutex::new(State {
-                phase: Phase::Connecting,
+                phase: HostState::Connecting,
                 since: Timestamp::now(),
                 error: None,
                 version: None,
@@ -218,7 +199,7 @@ impl Link {
         let deadline = Instant::now() + CONNECTING_WAIT;
         loop {
             let changed = self.shared.changed.notified();
-            if self.shared.lock().phase != Phase::Connecting {
+            if self.shared.lock().phase != HostState::Connecting {
                 return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -270,7 +251,7 @@ impl Shared {
         HostInfo {
             name: self.name.clone(),
             target: self.target.clone(),
-            state: state.phase.as_str().to_string(),
+            state: state.phase,
             since: state.since.to_string(),
             error: state.error.clone(),
             version: state.version.clone(),
@@ -285,7 +266,7 @@ impl Shared {
             name: self.name.clone(),
             since: state.since.to_string(),
             why: match (state.phase, &state.error) {
-                (Phase::Connecting, _) => "the link is still being made".to_string(),
+                (HostState::Connecting, _) => "the link is still being made".to_string(),
                 (_, Some(error)) => error.clone(),
                 (_, None) => "the link is down".to_string(),
             },
@@ -321,9 +302,9 @@ impl Shared {
         let mut state = self.lock();
         state.conn = None;
         state.phase = if ended.incompatible {
-            Phase::Incompatible
+            HostState::Incompatible
         } else {
-            Phase::Unreachable
+            HostState::Unreachable
         };
         state.since = Timestamp::now();
         state.error = Some(ended.why.clone());
@@ -550,7 +531,7 @@ async fn link_once(shared: &Arc<Shared>, argv: &[String]) -> Ended {
             pending: HashMap::new(),
             next: 0,
         });
-        state.phase = Phase::Reachable;
+        state.phase = HostState::Reachable;
         state.since = Timestamp::now();
         state.error = None;
     }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use drover_core::AgentId;
-use drover_protocol::{ErrorCode, HostConfig, HostInfo};
+use drover_protocol::{ErrorCode, HostConfig, HostInfo, HostState};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -286,7 +286,7 @@ impl Hosts {
         };
         let mut best: Option<(i64, Option<String>)> = None;
         for info in self.list() {
-            if info.state != "reachable" {
+            if info.state != HostState::Reachable {
                 continue;
             }
             let slots = free(info.max_live, info.live);
@@ -327,7 +327,7 @@ impl Hosts {
         let links: Vec<Arc<Link>> = self
             .links()
             .values()
-            .filter(|link| link.info().state == "reachable")
+            .filter(|link| link.info().state == HostState::Reachable)
             .cloned()
             .collect();
         let asked = links.iter().map(|link| link.request(message.clone()));

@@ -2,7 +2,7 @@
 // its timeline, jobs, subagents track and composer, and the dialogs. It speaks the client protocol
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError } from './conn.js';
-import { ClientType, DaemonType, WorkspaceKind } from './protocol.gen.js';
+import { ClientType, DaemonType, HostState, WorkspaceKind } from './protocol.gen.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
@@ -463,7 +463,7 @@ function quickMatch(a) {
 function hostBadge(name) {
   if (!name) return null;
   const host = S.hosts.get(name);
-  const up = host?.state === 'reachable';
+  const up = host?.state === HostState.Reachable;
   const since = host ? new Date(host.since).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '';
   const title = up ? `on host ${name}` : `host ${name} is ${host?.state ?? 'gone'} since ${since}${host?.error ? `: ${host.error}` : ''}; its agents go on running there`;
   return h('span', { class: `host-badge${up ? '' : ' down'}`, title }, up ? `@${name}` : `@${name} · ${host?.state ?? 'gone'}`);
@@ -1439,7 +1439,7 @@ async function newAgentDialog(workspaceId = null) {
     const dir = h('input', { name: 'cwd', placeholder: '/absolute/path', 'aria-label': 'Directory' });
     // Where “another directory” is: this machine, or a host (`--host` on the command line).
     const host = h('select', { name: 'host', 'aria-label': 'Machine' }, h('option', { value: '' }, 'this machine'),
-      [...S.hosts.values()].map((x) => h('option', { value: x.name, disabled: x.state !== 'reachable' }, x.state === 'reachable' ? x.name : `${x.name} (${x.state})`)));
+      [...S.hosts.values()].map((x) => h('option', { value: x.name, disabled: x.state !== HostState.Reachable }, x.state === HostState.Reachable ? x.name : `${x.name} (${x.state})`)));
     const worktree = h('input', { type: 'checkbox', name: 'worktree' });
     const wtName = h('input', { name: 'wtName', placeholder: 'name (optional)', 'aria-label': 'Worktree name' });
     const wtBase = h('input', { name: 'wtBase', placeholder: 'base (default HEAD)', 'aria-label': 'Worktree base' });

@@ -76,6 +76,14 @@ export const RuntimeState = Object.freeze({
   Live: /** @type {'live'} */ ('live'),
 });
 
+/** Every `HostState` value, by its Rust name. */
+export const HostState = Object.freeze({
+  Connecting: /** @type {'connecting'} */ ('connecting'),
+  Reachable: /** @type {'reachable'} */ ('reachable'),
+  Unreachable: /** @type {'unreachable'} */ ('unreachable'),
+  Incompatible: /** @type {'incompatible'} */ ('incompatible'),
+});
+
 /** Every `WorkspaceKind` value, by its Rust name. */
 export const WorkspaceKind = Object.freeze({
   Directory: /** @type {'directory'} */ ('directory'),
@@ -495,13 +503,18 @@ export const DaemonType = Object.freeze({
  * @typedef {Object} HostInfo
  * @property {string} name
  * @property {string} target - `ssh://...` or the link command, for people.
- * @property {string} state - `connecting`, `reachable`, `unreachable`, or `incompatible` (another protocol version: see `error`).
+ * @property {HostState} state - `connecting`, `reachable`, `unreachable`, or `incompatible` (another protocol version: see `error`).
  * @property {string} since - Since when it is in that state.
  * @property {string | null} [error] - Why it is not reachable.
  * @property {string | null} [version] - The remote daemon's version, once reached.
  * @property {number} agents - Its agents (archived ones not counted) and how many run a process now.
  * @property {number} live
  * @property {number | null} [maxLive] - Its daemon's `[runtimes] max_live` (`null`: no ceiling, or not reached yet).
+ */
+
+/**
+ * A host's link as the hub sees it (`HostInfo.state`).
+ * @typedef {'connecting' | 'reachable' | 'unreachable' | 'incompatible'} HostState
  */
 
 /**
