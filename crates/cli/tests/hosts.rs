@@ -340,6 +340,14 @@ fn a_job_runs_on_b(fleet: &Fleet, id: &str) {
             .then_some(())
     });
     assert!(ran.is_some(), "the job's output never reached the hub");
+    // Following it live is refused, saying what reads it instead (never a wait for nothing).
+    let follow = fleet.hub.drover(&["job", "logs", "--follow", &job_id]);
+    assert!(!follow.status.success(), "{}", text(&follow));
+    assert!(
+        text(&follow).contains("drover job logs"),
+        "{}",
+        text(&follow)
+    );
     let jobs = fleet.hub.json(&["job", "ls", "--json"]);
     assert!(
         jobs.as_array()

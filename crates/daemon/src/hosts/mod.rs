@@ -257,6 +257,13 @@ impl Hosts {
                 continue;
             };
             self.link(&host)?;
+            if kind == "follow_job" {
+                // The host pushes a followed job's output to the link, not to a client.
+                return Err(HostError::Invalid(format!(
+                    "following job `{id}@{host}` live is not built for jobs on another host yet; \
+                     `job_output` (`drover job logs {id}@{host}`) reads its output"
+                )));
+            }
             payload.insert(key.into(), Value::String(id));
             return Ok(Route::Remote { host, message });
         }
