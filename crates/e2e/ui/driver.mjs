@@ -91,6 +91,7 @@ const scenarios = {
     await project.locator('.host-badge', { hasText: '@b' }).waitFor();
     await openAgent(page, A.remote);
     await page.waitForFunction(([sel, t]) => document.querySelector(sel)?.innerText.includes(t), [`${pane(A.remote)} .timeline`, 'hello from b']);
+    await page.locator(`${pane(A.remote)} .host-badge`, { hasText: '@b' }).waitFor();
     await shot(page, 'hosts-reachable');
     await step('cut');
     const down = project.locator('.host-badge.down');
@@ -99,8 +100,9 @@ const scenarios = {
     if (!said.includes('@b · unreachable')) fail(`the host badge says ${said}`);
     // First "the link ended"; then the next try's own words, once it was refused.
     await page.waitForFunction(() => document.querySelector('#workspaces .host-badge.down')?.title.includes('Connection refused'));
-    // Its agents stay listed.
+    // Its agents stay listed, and the open one says where it is.
     await page.locator(row(A.remote)).waitFor();
+    await page.locator(`${pane(A.remote)} .host-badge.down`).waitFor();
     await shot(page, 'hosts-unreachable');
   },
   // Schedules in an agent's pane: made from the header, listed with their next run, paused

@@ -829,7 +829,7 @@ async function loadOlder(pane) {
 function renderHeader(pane, a) {
   const w = S.workspaces.get(a.workspaceId);
   const tree = a.budget ? treeSpend(pane, a) : null;
-  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.configOptions, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error, Boolean(a.startFailure), a.spend, a.budget, tree]);
+  const key = JSON.stringify([a.title, a.status, a.type, a.currentModeId, a.availableModes, a.model, a.configOptions, a.cwd, w?.worktree?.branch, live(a), a.archivedAt, a.parentAgentId, a.error, Boolean(a.startFailure), a.spend, a.budget, tree, a.host && S.hosts.get(a.host)]);
   if (pane.headerKey === key) return;
   pane.headerKey = key;
   const title = h('h1', { class: 'agent-title' },
@@ -858,6 +858,7 @@ function renderHeader(pane, a) {
     h('div', { class: 'head-row' }, dot(a.status), title,
       h('span', { class: 'badge' }, a.type), h('span', { class: `status-text status-${a.status}` }, a.status),
       h('span', { class: `badge runtime-${live(a)}`, title: live(a) === 'live' ? 'the agent process runs' : 'no process: it starts when it gets work' }, live(a)),
+      hostBadge(a.host),
       h('span', { class: 'spacer' }),
       offers('mode') ? null : mode, offers('model') ? null : model, ...settings,
       h('button', { type: 'button', class: 'stop', disabled: !busy(a), onclick: () => conn.request({ type: ClientType.Cancel, agentId: a.id, keepInbox: false }).then(() => refreshQueued(a.id), failed('Stop')) }, 'Stop'),
