@@ -385,6 +385,26 @@ fn mistakes_are_named(fleet: &Fleet) {
         "{}",
         text(&unknown)
     );
+
+    // A removed host's agents leave the hub's view and go on over there.
+    let before = fleet.b.json(&["ls", "--json", "--all"]);
+    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    assert!(removed.status.success(), "{}", text(&removed));
+    let on_hub = fleet.hub.json(&["ls", "--json", "--all"]);
+    assert!(
+        on_hub
+            .as_array()
+            .is_some_and(|a| a.iter().all(|a| a.get("host").is_none())),
+        "{on_hub}"
+    );
+    let ids = |agents: &Value| -> Vec<String> {
+        agents
+            .as_array()
+            .map(|a| a.iter().map(|a| a["id"].to_string()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(ids(&fleet.b.json(&["ls", "--json", "--all"])), ids(&before));
+    assert!(!ids(&before).is_empty());
 }
 
 #[test]

@@ -121,7 +121,7 @@ impl Link {
         })
     }
 
-    /// Ends the link (the host was removed, or the daemon stops).
+    /// Ends the link: the host was removed (call it once the host is out of the hub's list).
     pub(super) fn close(&self) {
         self.task.abort();
         let mut state = self.shared.lock();
@@ -136,6 +136,16 @@ impl Link {
             revision: 0,
             status_of: None,
         });
+        // Its agents and workspaces leave every client's view: they read the state again.
+        if !self.shared.lock().agents.is_empty() {
+            let reason = format!("host `{}` was removed", self.shared.name);
+            self.shared.relay(
+                json!({"type": "resync_required", "payload": {"reason": reason}}).to_string(),
+                None,
+                0,
+                None,
+            );
+        }
     }
 
     pub(super) fn info(&self) -> HostInfo {
