@@ -10,7 +10,9 @@
 //!    messages: the hub relays the host's). Target: ≤ 2 ms at p99.
 //! 2. 4 hosts × 250 agents against one daemon with 1,000 agents (stores written before the
 //!    daemons start, as `drover-bench` does): the hub's `drover ls --json` (connect, `hello`,
-//!    `session_state`, print) and its RSS. Target: ≤ 2× the single daemon's, each.
+//!    `session_state`, print) and its RSS. Target: ≤ 2× the single daemon's, each. Then 40 of
+//!    the hosts' agents (10 each) stream while 10 clients of the hub (this binary's `--client`
+//!    mode, run in the hub's namespace) follow all 40: the hub daemon's CPU meanwhile.
 //! 3. A link cut (`ip link set … down` in the host's namespace) until the hub says
 //!    `unreachable`, then back up: the time until the hub says `reachable` and lists the host's
 //!    agents again. Target: ≤ 2 s.
@@ -34,7 +36,52 @@ const RECONNECT_TARGET: Duration = Duration::from_secs(2);
 const WAIT: Duration = Duration::from_secs(60);
 
 fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == "--client") {
+        // A client of the hub, run inside its namespace by part 2 (see `stream_clients`).
+        return bench::block_on(
+            "drover-bench-hosts client",
+            Some(1),
+            client(args[2..].to_vec()),
+        );
+    }
     bench::exit("drover-bench-hosts", run())
+}
+
+/// `--client URL TOKEN ID…`: says hello, opens every agent, and reads until each one's turn
+/// ended; prints how many messages came.
+async fn client(args: Vec<String>) -> Result<()> {
+    let [url, token, ids @ ..] = args.as_slice() else {
+        bail!("--client URL TOKEN ID…");
+    };
+    let url = url.replacen("http://", "ws://", 1);
+    let mut ws = bench::ws_connect(&format!("{url}/ws")).await?;
+    bench::send_json(
+        &mut ws,
+        &serde_json::json!({"type": "hello", "client": "bench", "protocolVersion": drover_protocol::PROTOCOL_VERSION, "token": token}),
+    )
+    .await?;
+    for (i, id) in ids.iter().enumerate() {
+        bench::send_json(
+            &mut ws,
+            &serde_json::json!({"type": "initialize_agent_request", "requestId": format!("i{i}"), "agentId": id, "limit": 1}),
+        )
+        .await?;
+    }
+    let mut ended = std::collections::HashSet::new();
+    let mut messages = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while ended.len() < ids.len() && Instant::now() < deadline {
+        let message = bench::recv_json(&mut ws).await?;
+        messages += 1;
+        if message["type"] == "agent_update"
+            && message["payload"]["notification"]["item"]["kind"] == "turn_ended"
+        {
+            ended.insert(message["payload"]["agentId"].to_string());
+        }
+    }
+    println!("{messages} {}", ended.len());
+    Ok(())
 }
 
 /// One machine: its namespace, home and data directory.
@@ -334,7 +381,9 @@ fn fleet(root: &Path, drover: &Path, rounds: usize, rows: &mut Vec<Row>) -> Resu
         }
     }
     let (hub_ls, hub_listed) = ls_time(&fleet.hub, rounds)?;
-    let hub_rss = bench::proc_mem_kb(fleet.hub.pid().context("hub")?)?.0;
+    let hub_rss_idle = bench::proc_mem_kb(fleet.hub.pid().context("hub")?)?.0;
+    stream_clients(&fleet, rows)?;
+    let hub_rss = hub_rss_idle;
     println!(
         "  one daemon: {single_listed} agents listed in {} (RSS {}); the hub: {hub_listed} in {} (RSS {})",
         fmt_dur(single_ls),
@@ -364,6 +413,94 @@ fn fleet(root: &Path, drover: &Path, rounds: usize, rows: &mut Vec<Row>) -> Resu
         ),
         format!("≤ {FLEET_RATIO_TARGET}×"),
         rss_ratio <= FLEET_RATIO_TARGET,
+    ));
+    Ok(())
+}
+
+/// 40 remote agents (10 on each host) stream while 10 clients of the hub follow all of them:
+/// the hub daemon's CPU meanwhile.
+fn stream_clients(fleet: &Fleet, rows: &mut Vec<Row>) -> Result<()> {
+    let mut ids = Vec::new();
+    for (i, (host, _)) in fleet.hosts.iter().enumerate() {
+        let work = host.home.display().to_string();
+        let name = format!("h{}", i + 1);
+        for _ in 0..10 {
+            let out = fleet.hub.drover(&[
+                "run",
+                "--host",
+                &name,
+                "--cwd",
+                &work,
+                "--provider",
+                "demo",
+                "--detach",
+                "sleep 3000\nstream 100 30",
+            ])?;
+            ids.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        }
+    }
+    let info: Value =
+        serde_json::from_slice(&std::fs::read(fleet.hub.drover_home.join("daemon.json"))?)?;
+    let url = info["url"].as_str().context("hub url")?.to_string();
+    let token = std::fs::read_to_string(fleet.hub.drover_home.join("token"))?
+        .trim()
+        .to_string();
+    let me = std::env::current_exe()?;
+    let hub = fleet.hub.pid().context("hub")?;
+    let (cpu_before, started) = (bench::proc_cpu_time(hub)?, Instant::now());
+    let clients: Vec<std::process::Child> = (0..10)
+        .map(|_| {
+            fleet
+                .hub
+                .ns
+                .command(&me)
+                .arg("--client")
+                .arg(&url)
+                .arg(&token)
+                .args(&ids)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<std::io::Result<_>>()?;
+    let mut messages = 0u64;
+    for client in clients {
+        let out = client.wait_with_output()?;
+        ensure!(
+            out.status.success(),
+            "a client failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said = String::from_utf8_lossy(&out.stdout);
+        let mut words = said.split_whitespace();
+        messages += words
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        let ended: usize = words.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        ensure!(
+            ended == ids.len(),
+            "a client saw {ended} of {} turns end",
+            ids.len()
+        );
+    }
+    let (cpu, wall) = (
+        bench::proc_cpu_time(hub)?.saturating_sub(cpu_before),
+        started.elapsed(),
+    );
+    println!(
+        "  40 remote agents streaming to 10 clients: {messages} messages delivered in {}; the hub used {} of CPU ({:.0} % of one core)",
+        fmt_dur(wall),
+        fmt_dur(cpu),
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
+    );
+    rows.push(Row::info(
+        "2. hub's CPU, 40 remote agents streaming to 10 clients",
+        format!(
+            "{} in {} ({messages} messages)",
+            fmt_dur(cpu),
+            fmt_dur(wall)
+        ),
     ));
     Ok(())
 }
