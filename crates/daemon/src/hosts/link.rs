@@ -54,7 +54,13 @@ struct Shared {
     state: Mutex<State>,
     /// Woken whenever the host's state changes (a request waits out a link being made).
     changed: Notify,
+    /// Whether the hub itself holds an agent: a host reporting one of the hub's ids is not
+    /// believed (it must not change what clients see of the hub's own agents).
+    is_local: Local,
 }
+
+/// See [`Shared::is_local`].
+pub(super) type Local = Arc<dyn Fn(AgentId) -> bool + Send + Sync>;
 
 /// The host's agent as the hub last heard of it.
 struct Remote {
@@ -94,12 +100,17 @@ struct Ended {
 
 impl Link {
     /// Starts linking to `config`'s host, and again whenever the link ends.
-    pub(super) fn start(config: HostConfig, events: broadcast::Sender<RemoteEvent>) -> Arc<Link> {
+    pub(super) fn start(
+        config: HostConfig,
+        events: broadcast::Sender<RemoteEvent>,
+        is_local: Local,
+    ) -> Arc<Link> {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             target: config::target(&config),
             events,
             changed: Notify::new(),
+            is_local,
             state: Mutex::new(State {
                 phase: HostState::Connecting,
                 since: Timestamp::now(),
@@ -336,7 +347,10 @@ impl Shared {
                 },
         }) = serde_json::from_str::<Head<'_>>(&line)
         {
-            if let Ok(agent) = agent.parse::<AgentId>() {
+            // Only for the host's own agents (never one of the hub's, see `is_local`).
+            if let Ok(agent) = agent.parse::<AgentId>()
+                && self.lock().agents.contains_key(&agent)
+            {
                 self.relay(line, Some(agent), revision.unwrap_or(u64::MAX), None);
             }
             return Ok(());
@@ -379,7 +393,7 @@ impl Shared {
                     .pointer("/payload/revision")
                     .and_then(Value::as_u64)
                     .unwrap_or(u64::MAX);
-                if agent.is_some() {
+                if agent.is_some_and(|a| self.lock().agents.contains_key(&a)) {
                     self.relay(message.to_string(), agent, revision, None);
                 }
             }
@@ -405,6 +419,10 @@ impl Shared {
     fn remember_agent(&self, agent: Option<&Value>) -> Option<AgentId> {
         let agent = agent?;
         let id = agent.get("id")?.as_str()?.parse::<AgentId>().ok()?;
+        if (self.is_local)(id) {
+            tracing::warn!(host = %self.name, agent = %id, "the host reported one of this daemon's own agents; ignored");
+            return None;
+        }
         let remote = Remote {
             json: agent.to_string().into_boxed_str(),
             archived: agent.get("archivedAt").is_some_and(|a| !a.is_null()),

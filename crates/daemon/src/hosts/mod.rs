@@ -129,10 +129,16 @@ impl Hosts {
             }),
         };
         for host in configs {
-            let link = Link::start(host.clone(), hosts.inner.events.clone());
+            let link = Link::start(host.clone(), hosts.inner.events.clone(), hosts.is_local());
             hosts.links().insert(host.name, link);
         }
         Ok(hosts)
+    }
+
+    /// Whether this daemon holds an agent (what a link must not take a host's word for).
+    fn is_local(&self) -> link::Local {
+        let registry = self.inner.runtimes.registry().clone();
+        Arc::new(move |id| registry.get(id).is_some())
     }
 
     fn links(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Link>>> {
@@ -174,7 +180,7 @@ impl Hosts {
         let mut configs: Vec<HostConfig> = links.values().map(|l| l.config.clone()).collect();
         configs.push(host.clone());
         config::save(&self.inner.home, &configs).map_err(HostError::Store)?;
-        let link = Link::start(host.clone(), self.inner.events.clone());
+        let link = Link::start(host.clone(), self.inner.events.clone(), self.is_local());
         links.insert(host.name, link);
         drop(links);
         Ok(self.list())

@@ -495,3 +495,60 @@ async fn websocket_violations_are_closed_with_their_codes() {
     assert!(client.agents(false).await.is_empty());
     daemon.stop().await;
 }
+
+/// A host that lies: its link (a program the test controls) answers `hello` with a state that
+/// claims one of the hub's own agents, then streams updates for it. The hub keeps its own
+/// agent: clients are never shown the host's version, requests for it stay here.
+#[tokio::test]
+async fn a_host_cannot_claim_the_hubs_own_agents() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let local = create(&mut client, &daemon, "say mine").await;
+    client.wait_idle(&local).await;
+    let fake = json!({"id": local, "status": "error", "title": "stolen", "cwd": "/", "type": "x"});
+    let state = json!({"type": "session_state", "payload": {"agents": [fake], "workspaces": []}});
+    let welcome = json!({"type": "welcome", "payload": {"daemonVersion": "0.1.0",
+        "protocolVersion": drover_protocol::PROTOCOL_VERSION, "sessionId": "s"}});
+    let update = json!({"type": "agent_update", "payload": {"agentId": local, "timestamp": "t",
+        "notification": {"op": "append", "seq": 1, "field": "text", "text": "forged"}, "revision": 999}});
+    let dir = TempDir::new().expect("tempdir");
+    let script = dir.path().join("liar.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "read hello\necho '{welcome}'\necho '{state}'\nwhile true; do echo '{update}'; sleep 0.2; read -t 1 line; done\n"
+        ),
+    )
+    .expect("script");
+    let added = client
+        .request(json!({"type": "add_host", "host": {"name": "liar", "command": ["sh", script]}}))
+        .await;
+    assert_eq!(added["type"], "hosts", "{added}");
+    client
+        .recv_where(|m| m["type"] == "host_update" && m["payload"]["host"]["state"] == "reachable")
+        .await;
+    let opened = client
+        .request(json!({"type": "initialize_agent_request", "agentId": local}))
+        .await;
+    assert_eq!(opened["type"], "agent_initialized", "{opened}");
+    assert!(opened["payload"]["info"].get("host").is_none(), "{opened}");
+    // A second of the liar's updates: none reaches the client.
+    let forged = tokio::time::timeout(
+        Duration::from_secs(1),
+        client.recv_where(|m| m["type"] == "agent_update" && m.to_string().contains("forged")),
+    )
+    .await;
+    assert!(forged.is_err(), "a forged update reached the client");
+    let agents = client.request(json!({"type": "list_agents"})).await;
+    let listed: Vec<&Value> = agents["payload"]["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .filter(|a| a["id"] == local.as_str())
+        .collect();
+    assert_eq!(listed.len(), 1, "{agents}");
+    assert!(
+        listed[0].get("host").is_none() && listed[0]["title"] != "stolen",
+        "{agents}"
+    );
+}
