@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::args::{HostAction, LogFormatArg, ServeArgs};
-use crate::client::{read_info, read_token, ws_url};
+use crate::client::{read_token, ws_url};
 use crate::commands::{Ctx, print_json, unexpected};
 use crate::error::CliError;
 use crate::output::{self, Paint, Table};
@@ -290,8 +290,7 @@ async fn wait_linked(
 /// until either side ends. The token goes into the first `hello` here: the other side never
 /// sees it.
 pub fn connect_stdio(home: &Path) -> anyhow::Result<()> {
-    let running = read_info(home).filter(|_| crate::daemon_cmd::running(home).is_some());
-    let info = if let Some(info) = running {
+    let info = if let Some((info, _)) = crate::daemon_cmd::running(home) {
         info
     } else {
         let listen = match std::env::var("DROVER_LISTEN") {

@@ -173,6 +173,16 @@ impl Fleet {
         self.hub.drover(&args)
     }
 
+    /// Asserts that `drover logs ID` on the hub shows `said`.
+    fn logs_contain(&self, id: &str, said: &str) {
+        let logs = self.hub.drover(&["logs", id]);
+        assert!(
+            String::from_utf8_lossy(&logs.stdout).contains(said),
+            "{}",
+            text(&logs)
+        );
+    }
+
     fn host_b(&self) -> Value {
         let hosts = self.hub.json(&["host", "ls", "--json"]);
         hosts
@@ -272,12 +282,7 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
     assert!(sent.status.success(), "{}", text(&sent));
     let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
     assert!(waited.status.success(), "{}", text(&waited));
-    let logs = fleet.hub.drover(&["logs", &id]);
-    assert!(
-        String::from_utf8_lossy(&logs.stdout).contains("second words"),
-        "{}",
-        text(&logs)
-    );
+    fleet.logs_contain(&id, "second words");
     a_job_runs_on_b(&fleet, &id);
 
     // `--host auto`: the reachable machine with the most free slots.
@@ -463,12 +468,7 @@ fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
         "the turn did not end on b (cut {:?} ago)",
         cut_at.elapsed()
     );
-    let logs = fleet.hub.drover(&["logs", &id]);
-    assert!(
-        String::from_utf8_lossy(&logs.stdout).contains("finished on b"),
-        "{}",
-        text(&logs)
-    );
+    fleet.logs_contain(&id, "finished on b");
 }
 
 #[test]
@@ -512,12 +512,7 @@ fn daemons_killed_on_either_side_come_back_linked() {
     assert!(sent.status.success(), "{}", text(&sent));
     let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
     assert!(waited.status.success(), "{}", text(&waited));
-    let logs = fleet.hub.drover(&["logs", &id]);
-    assert!(
-        String::from_utf8_lossy(&logs.stdout).contains("after the kills"),
-        "{}",
-        text(&logs)
-    );
+    fleet.logs_contain(&id, "after the kills");
 }
 
 #[test]

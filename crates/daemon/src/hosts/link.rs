@@ -384,19 +384,6 @@ impl Shared {
                 let id = self.remember_agent(message.pointer("/payload/agent"));
                 self.relay(message.to_string(), None, 0, id);
             }
-            "agent_update" => {
-                let agent = message
-                    .pointer("/payload/agentId")
-                    .and_then(Value::as_str)
-                    .and_then(|id| id.parse::<AgentId>().ok());
-                let revision = message
-                    .pointer("/payload/revision")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(u64::MAX);
-                if agent.is_some_and(|a| self.lock().agents.contains_key(&a)) {
-                    self.relay(message.to_string(), agent, revision, None);
-                }
-            }
             "workspace_update" => {
                 mark(&mut message, &self.name);
                 self.remember_workspace(&message);
