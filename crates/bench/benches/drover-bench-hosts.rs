@@ -21,13 +21,13 @@
 //! the rounds of parts 2 and 3.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use drover_bench::{self as bench, Row, fmt_dur, fmt_kb, median};
-use drover_testkit::netns::{Netns, SshServer, link};
+use drover_testkit::netns::{Machine, SshServer, link};
 use serde_json::Value;
 
 const ADDED_P99_TARGET: Duration = Duration::from_millis(2);
@@ -84,69 +84,20 @@ async fn client(args: Vec<String>) -> Result<()> {
     Ok(())
 }
 
-/// One machine: its namespace, home and data directory.
-struct Machine {
-    ns: Netns,
-    home: PathBuf,
-    drover_home: PathBuf,
-    drover: PathBuf,
+/// `drover ARGS` on `machine`, which must succeed.
+fn run_on(machine: &Machine, args: &[&str]) -> Result<Output> {
+    let out = machine.command(args).output().context("run drover")?;
+    ensure!(
+        out.status.success(),
+        "drover {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out)
 }
 
-impl Machine {
-    fn new(root: &Path, name: &str, drover: &Path) -> Result<Machine> {
-        let dir = root.join(name);
-        let machine = Machine {
-            ns: Netns::new()?,
-            home: dir.join("home"),
-            drover_home: dir.join("drover"),
-            drover: drover.to_path_buf(),
-        };
-        std::fs::create_dir_all(&machine.home)?;
-        std::fs::create_dir_all(&machine.drover_home)?;
-        Ok(machine)
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = self.ns.command(&self.drover);
-        command
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
-            .env("HOME", &self.home)
-            .env("DROVER_HOME", &self.drover_home)
-            .env("DROVER_LISTEN", "127.0.0.1:7717")
-            .env("NO_COLOR", "1")
-            .args(args);
-        command
-    }
-
-    fn drover(&self, args: &[&str]) -> Result<Output> {
-        let out = self.command(args).output().context("run drover")?;
-        ensure!(
-            out.status.success(),
-            "drover {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(out)
-    }
-
-    fn json(&self, args: &[&str]) -> Result<Value> {
-        Ok(serde_json::from_slice(&self.drover(args)?.stdout)?)
-    }
-
-    fn pid(&self) -> Option<u32> {
-        let info: Value =
-            serde_json::from_slice(&std::fs::read(self.drover_home.join("daemon.json")).ok()?)
-                .ok()?;
-        u32::try_from(info["pid"].as_u64()?).ok()
-    }
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        }
-    }
+/// `drover ARGS` on `machine`, its stdout as JSON.
+fn json(machine: &Machine, args: &[&str]) -> Result<Value> {
+    Ok(serde_json::from_slice(&run_on(machine, args)?.stdout)?)
 }
 
 /// A hub and `n` hosts `h1`…, linked and added to the hub, each host's store holding
@@ -193,7 +144,7 @@ impl Fleet {
             )?;
             hosts.push((host, ssh));
         }
-        hub.drover(&["daemon", "start"])?;
+        run_on(&hub, &["daemon", "start"])?;
         for (i, (_, ssh)) in hosts.iter().enumerate() {
             let name = format!("h{}", i + 1);
             let address = format!("ssh://root@{}", ssh.address);
@@ -203,13 +154,13 @@ impl Fleet {
             for option in &options {
                 args.extend(["--ssh-option", option]);
             }
-            hub.drover(&args)?;
+            run_on(&hub, &args)?;
         }
         Ok(Fleet { hub, hosts })
     }
 
     fn host_state(&self, name: &str) -> Result<Value> {
-        let hosts = self.hub.json(&["host", "ls", "--json"])?;
+        let hosts = json(&self.hub, &["host", "ls", "--json"])?;
         hosts
             .as_array()
             .and_then(|h| h.iter().find(|h| h["name"] == name))
@@ -290,17 +241,20 @@ fn streaming(root: &Path, drover: &Path, rows: &mut Vec<Row>) -> Result<()> {
     let fleet = Fleet::new(root, drover, 1, 0)?;
     let (host, _) = &fleet.hosts[0];
     let work = host.home.display().to_string();
-    let out = fleet.hub.drover(&[
-        "run",
-        "--host",
-        "h1",
-        "--cwd",
-        &work,
-        "--provider",
-        "demo",
-        "--detach",
-        "sleep 3000\nstream 200 20",
-    ])?;
+    let out = run_on(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "h1",
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "--detach",
+            "sleep 3000\nstream 200 20",
+        ],
+    )?;
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let through_hub = attach(&fleet.hub, &id)?;
     let direct = attach(host, &id)?;
@@ -356,7 +310,7 @@ fn ls_time(machine: &Machine, rounds: usize) -> Result<(Duration, usize)> {
     let mut listed = 0;
     for _ in 0..rounds {
         let t = Instant::now();
-        let agents = machine.json(&["ls", "--json"])?;
+        let agents = json(machine, &["ls", "--json"])?;
         times.push(t.elapsed());
         listed = agents.as_array().map_or(0, Vec::len);
     }
@@ -367,9 +321,9 @@ fn fleet(root: &Path, drover: &Path, rounds: usize, rows: &mut Vec<Row>) -> Resu
     // One daemon with 1,000 agents, in a namespace of its own.
     let single = Machine::new(root, "single", drover)?;
     bench::fleet_gen::generate_fleet(&single.drover_home, 10, 100, 7)?;
-    single.drover(&["daemon", "start"])?;
+    run_on(&single, &["daemon", "start"])?;
     let (single_ls, single_listed) = ls_time(&single, rounds)?;
-    let single_rss = bench::proc_mem_kb(single.pid().context("single daemon")?)?.0;
+    let single_rss = bench::proc_mem_kb(single.daemon_pid().context("single daemon")?)?.0;
     drop(single);
 
     let fleet = Fleet::new(root, drover, 4, 250)?;
@@ -381,7 +335,7 @@ fn fleet(root: &Path, drover: &Path, rounds: usize, rows: &mut Vec<Row>) -> Resu
         }
     }
     let (hub_ls, hub_listed) = ls_time(&fleet.hub, rounds)?;
-    let hub_rss_idle = bench::proc_mem_kb(fleet.hub.pid().context("hub")?)?.0;
+    let hub_rss_idle = bench::proc_mem_kb(fleet.hub.daemon_pid().context("hub")?)?.0;
     stream_clients(&fleet, rows)?;
     let hub_rss = hub_rss_idle;
     println!(
@@ -425,17 +379,20 @@ fn stream_clients(fleet: &Fleet, rows: &mut Vec<Row>) -> Result<()> {
         let work = host.home.display().to_string();
         let name = format!("h{}", i + 1);
         for _ in 0..10 {
-            let out = fleet.hub.drover(&[
-                "run",
-                "--host",
-                &name,
-                "--cwd",
-                &work,
-                "--provider",
-                "demo",
-                "--detach",
-                "sleep 3000\nstream 100 30",
-            ])?;
+            let out = run_on(
+                &fleet.hub,
+                &[
+                    "run",
+                    "--host",
+                    &name,
+                    "--cwd",
+                    &work,
+                    "--provider",
+                    "demo",
+                    "--detach",
+                    "sleep 3000\nstream 100 30",
+                ],
+            )?;
             ids.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
         }
     }
@@ -446,7 +403,7 @@ fn stream_clients(fleet: &Fleet, rows: &mut Vec<Row>) -> Result<()> {
         .trim()
         .to_string();
     let me = std::env::current_exe()?;
-    let hub = fleet.hub.pid().context("hub")?;
+    let hub = fleet.hub.daemon_pid().context("hub")?;
     let (cpu_before, started) = (bench::proc_cpu_time(hub)?, Instant::now());
     let clients: Vec<std::process::Child> = (0..10)
         .map(|_| {
@@ -527,7 +484,7 @@ fn reconnect(root: &Path, drover: &Path, rounds: usize, rows: &mut Vec<Row>) -> 
         let up = Instant::now();
         wait_state("reachable")?;
         // … and its agents listed again.
-        let agents = fleet.hub.json(&["ls", "--json", "--host", "h1"])?;
+        let agents = json(&fleet.hub, &["ls", "--json", "--host", "h1"])?;
         ensure!(
             agents.as_array().is_some_and(|a| !a.is_empty()),
             "no agents of h1 listed"

@@ -4,80 +4,27 @@
 //! user does goes through the `drover` binary run inside the hub's namespace; the agents are the
 //! demo provider's (the scripted agent the binary ships).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use drover_testkit::hermetic;
-use drover_testkit::netns::{Netns, SshServer, link};
+use drover_testkit::netns::{Machine, SshServer, link};
 use drover_testkit::wait::poll_until_blocking;
 use serde_json::Value;
 
 const DROVER: &str = env!("CARGO_BIN_EXE_drover");
 
-/// One machine of the fleet: its namespace, its home, its data directory.
-struct Machine {
-    ns: Netns,
-    home: PathBuf,
-    drover_home: PathBuf,
-    /// A directory for its agents to work in.
-    work: PathBuf,
+/// `drover ARGS` on a machine of the fleet, as its user.
+fn drover(machine: &Machine, args: &[&str]) -> Output {
+    machine.command(args).output().expect("run drover")
 }
 
-impl Machine {
-    fn new(root: &Path, name: &str) -> Machine {
-        let dir = root.join(name);
-        let machine = Machine {
-            ns: Netns::new().expect("a network namespace"),
-            home: dir.join("home"),
-            drover_home: dir.join("drover"),
-            work: dir.join("work"),
-        };
-        for path in [&machine.home, &machine.work] {
-            std::fs::create_dir_all(path).expect("machine dirs");
-        }
-        machine
-    }
-
-    /// `drover ARGS` on this machine, as its user.
-    fn drover(&self, args: &[&str]) -> Output {
-        let mut command = self.ns.command(DROVER);
-        hermetic::apply(&mut command, &self.home)
-            .env("DROVER_HOME", &self.drover_home)
-            .env("DROVER_LISTEN", "127.0.0.1:7717")
-            .args(args);
-        command.output().expect("run drover")
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let out = self.drover(args);
-        assert!(out.status.success(), "drover {args:?}: {}", text(&out));
-        serde_json::from_slice(&out.stdout).expect("JSON")
-    }
-
-    /// Ends this machine's daemon, if one runs (a test's end, or its SIGKILL).
-    fn kill_daemon(&self) {
-        if let Some(pid) = daemon_pid(&self.drover_home) {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            let gone = poll_until_blocking(Duration::from_secs(5), || {
-                (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
-            });
-            assert!(gone.is_some(), "daemon {pid} still alive");
-        }
-    }
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        self.kill_daemon();
-    }
-}
-
-fn daemon_pid(home: &Path) -> Option<u32> {
-    let info: Value =
-        serde_json::from_slice(&std::fs::read(home.join("daemon.json")).ok()?).ok()?;
-    let pid = u32::try_from(info.get("pid")?.as_u64()?).ok()?;
-    Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+/// `drover ARGS` that must succeed, its stdout as JSON.
+fn json(machine: &Machine, args: &[&str]) -> Value {
+    let out = drover(machine, args);
+    assert!(out.status.success(), "drover {args:?}: {}", text(&out));
+    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 fn text(out: &Output) -> String {
@@ -106,8 +53,8 @@ impl Fleet {
     /// `drover_on_path`: whether b's user finds this build's `drover` on its `PATH`.
     fn with_drover(drover_on_path: bool) -> Fleet {
         let dir = tempfile::tempdir().expect("tempdir");
-        let hub = Machine::new(dir.path(), "hub");
-        let b = Machine::new(dir.path(), "b");
+        let hub = Machine::new(dir.path(), "hub", Path::new(DROVER)).expect("hub machine");
+        let b = Machine::new(dir.path(), "b", Path::new(DROVER)).expect("b machine");
         link(
             &hub.ns,
             "to-b",
@@ -146,7 +93,7 @@ impl Fleet {
             "[runtimes]\nmax_live = 2\n",
         )
         .expect("hub config");
-        let started = hub.drover(&["daemon", "start"]);
+        let started = drover(&hub, &["daemon", "start"]);
         assert!(started.status.success(), "hub start: {}", text(&started));
         Fleet { hub, b, ssh, dir }
     }
@@ -170,12 +117,12 @@ impl Fleet {
         }
         args.extend(more.iter().map(ToString::to_string));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.hub.drover(&args)
+        drover(&self.hub, &args)
     }
 
     /// Asserts that `drover logs ID` on the hub shows `said`.
     fn logs_contain(&self, id: &str, said: &str) {
-        let logs = self.hub.drover(&["logs", id]);
+        let logs = drover(&self.hub, &["logs", id]);
         assert!(
             String::from_utf8_lossy(&logs.stdout).contains(said),
             "{}",
@@ -184,7 +131,7 @@ impl Fleet {
     }
 
     fn host_b(&self) -> Value {
-        let hosts = self.hub.json(&["host", "ls", "--json"]);
+        let hosts = json(&self.hub, &["host", "ls", "--json"]);
         hosts
             .as_array()
             .and_then(|h| h.iter().find(|h| h["name"] == "b"))
@@ -203,17 +150,20 @@ impl Fleet {
     /// Runs a demo agent on `b` (detached); its id.
     fn run_on_b(&self, prompt: &str) -> String {
         let work = self.b.work.display().to_string();
-        let out = self.hub.drover(&[
-            "run",
-            "--host",
-            "b",
-            "--cwd",
-            &work,
-            "--provider",
-            "demo",
-            "--detach",
-            prompt,
-        ]);
+        let out = drover(
+            &self.hub,
+            &[
+                "run",
+                "--host",
+                "b",
+                "--cwd",
+                &work,
+                "--provider",
+                "demo",
+                "--detach",
+                prompt,
+            ],
+        );
         assert!(out.status.success(), "run --host b: {}", text(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
@@ -239,16 +189,19 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
 
     // Streamed from b through the hub, as `drover run` shows it.
     let work = fleet.b.work.display().to_string();
-    let run = fleet.hub.drover(&[
-        "run",
-        "--host",
-        "b",
-        "--cwd",
-        &work,
-        "--provider",
-        "demo",
-        "say streamed from b",
-    ]);
+    let run = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "b",
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "say streamed from b",
+        ],
+    );
     assert!(run.status.success(), "{}", text(&run));
     assert!(
         String::from_utf8_lossy(&run.stdout).contains("streamed from b"),
@@ -257,62 +210,65 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
     );
 
     // One fleet: the hub lists it with its host; b's own daemon holds it.
-    let on_hub = fleet.hub.json(&["ls", "--json"]);
+    let on_hub = json(&fleet.hub, &["ls", "--json"]);
     let remote = on_hub.as_array().expect("agents")[0].clone();
     let id = remote["id"].as_str().expect("id").to_string();
     assert_eq!(remote["host"], "b", "{remote}");
     assert_eq!(remote["cwd"], work, "{remote}");
-    let on_b = fleet.b.json(&["ls", "--json"]);
+    let on_b = json(&fleet.b, &["ls", "--json"]);
     assert!(
         agent(&on_b, &id).is_some(),
         "b's daemon does not hold {id}: {on_b}"
     );
     assert!(agent(&on_b, &id).is_some_and(|a| a.get("host").is_none()));
-    let table = fleet.hub.drover(&["ls"]);
+    let table = drover(&fleet.hub, &["ls"]);
     let table = String::from_utf8_lossy(&table.stdout).to_string();
     assert!(table.contains("HOST") && table.contains(" b "), "{table}");
     assert_eq!(
-        fleet.hub.json(&["ls", "--json", "--host", "local"]),
+        json(&fleet.hub, &["ls", "--json", "--host", "local"]),
         Value::Array(Vec::new())
     );
-    assert!(agent(&fleet.hub.json(&["ls", "--json", "--host", "b"]), &id).is_some());
+    assert!(agent(&json(&fleet.hub, &["ls", "--json", "--host", "b"]), &id).is_some());
 
     // Every other command works on it: send, wait, logs, archive, unarchive.
-    let sent = fleet.hub.drover(&["send", &id, "say second words"]);
+    let sent = drover(&fleet.hub, &["send", &id, "say second words"]);
     assert!(sent.status.success(), "{}", text(&sent));
-    let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
+    let waited = drover(&fleet.hub, &["wait", &id, "--timeout", "30"]);
     assert!(waited.status.success(), "{}", text(&waited));
     fleet.logs_contain(&id, "second words");
     a_job_runs_on_b(&fleet, &id);
 
     // `--host auto`: the reachable machine with the most free slots.
-    let auto = fleet.hub.drover(&[
-        "run",
-        "--host",
-        "auto",
-        "--cwd",
-        &work,
-        "--provider",
-        "demo",
-        "--detach",
-        "say placed",
-    ]);
+    let auto = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "auto",
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "--detach",
+            "say placed",
+        ],
+    );
     assert!(auto.status.success(), "{}", text(&auto));
     let placed = String::from_utf8_lossy(&auto.stdout).trim().to_string();
     assert!(
-        agent(&fleet.b.json(&["ls", "--json"]), &placed).is_some(),
+        agent(&json(&fleet.b, &["ls", "--json"]), &placed).is_some(),
         "not placed on b"
     );
 
-    let archived = fleet.hub.drover(&["archive", &id]);
+    let archived = drover(&fleet.hub, &["archive", &id]);
     assert!(archived.status.success(), "{}", text(&archived));
-    let on_b = fleet.b.json(&["ls", "--json", "--all"]);
+    let on_b = json(&fleet.b, &["ls", "--json", "--all"]);
     assert!(
         agent(&on_b, &id).is_some_and(|a| !a["archivedAt"].is_null()),
         "archived on b: {on_b}"
     );
     let seen = poll_until_blocking(Duration::from_secs(5), || {
-        let all = fleet.hub.json(&["ls", "--json", "--all"]);
+        let all = json(&fleet.hub, &["ls", "--json", "--all"]);
         agent(&all, &id)
             .is_some_and(|a| !a["archivedAt"].is_null())
             .then_some(())
@@ -325,41 +281,44 @@ fn a_remote_agent_is_driven_from_the_hub_like_a_local_one() {
 /// A job started on b's agent from the hub: its id names its host (each daemon numbers its
 /// own jobs), its output and listing reach the hub.
 fn a_job_runs_on_b(fleet: &Fleet, id: &str) {
-    let job = fleet.hub.json(&[
-        "job",
-        "start",
-        id,
-        "--no-notify",
-        "--json",
-        "--",
-        "sh",
-        "-c",
-        "echo job ran on b",
-    ]);
+    let job = json(
+        &fleet.hub,
+        &[
+            "job",
+            "start",
+            id,
+            "--no-notify",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo job ran on b",
+        ],
+    );
     let job_id = job["id"].as_str().expect("job id").to_string();
     assert!(job_id.ends_with("@b"), "{job}");
     let ran = poll_until_blocking(Duration::from_secs(20), || {
-        let out = fleet.hub.drover(&["job", "logs", &job_id]);
+        let out = drover(&fleet.hub, &["job", "logs", &job_id]);
         String::from_utf8_lossy(&out.stdout)
             .contains("job ran on b")
             .then_some(())
     });
     assert!(ran.is_some(), "the job's output never reached the hub");
     // Following it live is refused, saying what reads it instead (never a wait for nothing).
-    let follow = fleet.hub.drover(&["job", "logs", "--follow", &job_id]);
+    let follow = drover(&fleet.hub, &["job", "logs", "--follow", &job_id]);
     assert!(!follow.status.success(), "{}", text(&follow));
     assert!(
         text(&follow).contains("drover job logs"),
         "{}",
         text(&follow)
     );
-    let jobs = fleet.hub.json(&["job", "ls", "--json"]);
+    let jobs = json(&fleet.hub, &["job", "ls", "--json"]);
     assert!(
         jobs.as_array()
             .is_some_and(|j| j.iter().any(|j| j["id"] == job_id)),
         "{jobs}"
     );
-    let on_b = fleet.b.json(&["job", "ls", "--json"]);
+    let on_b = json(&fleet.b, &["job", "ls", "--json"]);
     let plain = job_id.trim_end_matches("@b");
     assert!(
         on_b.as_array()
@@ -369,21 +328,25 @@ fn a_job_runs_on_b(fleet: &Fleet, id: &str) {
 }
 
 fn mistakes_are_named(fleet: &Fleet) {
-    let no_cwd = fleet
-        .hub
-        .drover(&["run", "--host", "b", "--provider", "demo", "hi"]);
+    let no_cwd = drover(
+        &fleet.hub,
+        &["run", "--host", "b", "--provider", "demo", "hi"],
+    );
     assert!(!no_cwd.status.success());
     assert!(text(&no_cwd).contains("give --cwd"), "{}", text(&no_cwd));
-    let unknown = fleet.hub.drover(&[
-        "run",
-        "--host",
-        "nope",
-        "--cwd",
-        "/",
-        "--provider",
-        "demo",
-        "hi",
-    ]);
+    let unknown = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "nope",
+            "--cwd",
+            "/",
+            "--provider",
+            "demo",
+            "hi",
+        ],
+    );
     assert!(!unknown.status.success());
     assert!(
         text(&unknown).contains("no host named `nope`"),
@@ -392,10 +355,10 @@ fn mistakes_are_named(fleet: &Fleet) {
     );
 
     // A removed host's agents leave the hub's view and go on over there.
-    let before = fleet.b.json(&["ls", "--json", "--all"]);
-    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    let before = json(&fleet.b, &["ls", "--json", "--all"]);
+    let removed = drover(&fleet.hub, &["host", "rm", "b"]);
     assert!(removed.status.success(), "{}", text(&removed));
-    let on_hub = fleet.hub.json(&["ls", "--json", "--all"]);
+    let on_hub = json(&fleet.hub, &["ls", "--json", "--all"]);
     assert!(
         on_hub
             .as_array()
@@ -408,7 +371,10 @@ fn mistakes_are_named(fleet: &Fleet) {
             .map(|a| a.iter().map(|a| a["id"].to_string()).collect())
             .unwrap_or_default()
     };
-    assert_eq!(ids(&fleet.b.json(&["ls", "--json", "--all"])), ids(&before));
+    assert_eq!(
+        ids(&json(&fleet.b, &["ls", "--json", "--all"])),
+        ids(&before)
+    );
     assert!(!ids(&before).is_empty());
 }
 
@@ -432,12 +398,12 @@ fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
         "{host}"
     );
     assert!(!host["error"].is_null(), "{host}");
-    let table = String::from_utf8_lossy(&fleet.hub.drover(&["ls"]).stdout).to_string();
+    let table = String::from_utf8_lossy(&drover(&fleet.hub, &["ls"]).stdout).to_string();
     assert!(table.contains("b (unreachable"), "{table}");
 
     // A request for it fails at once, naming the host.
     let asked = Instant::now();
-    let sent = fleet.hub.drover(&["send", &id, "say are you there"]);
+    let sent = drover(&fleet.hub, &["send", &id, "say are you there"]);
     assert!(!sent.status.success());
     assert!(
         asked.elapsed() < Duration::from_secs(5),
@@ -458,7 +424,7 @@ fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
         .expect("heal");
     fleet.wait_host_state("reachable", Duration::from_secs(20));
     let done = poll_until_blocking(Duration::from_secs(30), || {
-        let agents = fleet.hub.json(&["ls", "--json"]);
+        let agents = json(&fleet.hub, &["ls", "--json"]);
         agent(&agents, &id)
             .is_some_and(|a| a["status"] == "idle")
             .then_some(())
@@ -477,22 +443,22 @@ fn daemons_killed_on_either_side_come_back_linked() {
     let added = fleet.add_b(&fleet.ssh.key);
     assert!(added.status.success(), "host add: {}", text(&added));
     let id = fleet.run_on_b("say before the kills");
-    let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
+    let waited = drover(&fleet.hub, &["wait", &id, "--timeout", "30"]);
     assert!(waited.status.success(), "{}", text(&waited));
 
     // The hub dies by SIGKILL and starts again: the host is linked again from hosts.json.
-    fleet.hub.kill_daemon();
-    let started = fleet.hub.drover(&["daemon", "start"]);
+    assert!(fleet.hub.kill_daemon(), "the hub's daemon outlived SIGKILL");
+    let started = drover(&fleet.hub, &["daemon", "start"]);
     assert!(started.status.success(), "{}", text(&started));
     fleet.wait_host_state("reachable", Duration::from_secs(20));
-    assert!(agent(&fleet.hub.json(&["ls", "--json"]), &id).is_some());
+    assert!(agent(&json(&fleet.hub, &["ls", "--json"]), &id).is_some());
 
     // b's daemon dies by SIGKILL: the link ends, and the next one starts it again
     // (`drover connect --stdio`); its agent is there, its process gone.
-    fleet.b.kill_daemon();
+    assert!(fleet.b.kill_daemon(), "b's daemon outlived SIGKILL");
     let back = poll_until_blocking(Duration::from_secs(30), || {
         let host = fleet.host_b();
-        let b_pid = daemon_pid(&fleet.b.drover_home)?;
+        let b_pid = fleet.b.daemon_pid()?;
         (host["state"] == "reachable").then_some(b_pid)
     });
     assert!(
@@ -501,16 +467,16 @@ fn daemons_killed_on_either_side_come_back_linked() {
         fleet.host_b()
     );
     let remote = poll_until_blocking(Duration::from_secs(10), || {
-        let agents = fleet.hub.json(&["ls", "--json"]);
+        let agents = json(&fleet.hub, &["ls", "--json"]);
         agent(&agents, &id)
             .filter(|a| a["runtime"]["state"] == "cold")
             .cloned()
     })
     .expect("the hub shows b's agent with no process after b's daemon died");
     assert_eq!(remote["host"], "b");
-    let sent = fleet.hub.drover(&["send", &id, "say after the kills"]);
+    let sent = drover(&fleet.hub, &["send", &id, "say after the kills"]);
     assert!(sent.status.success(), "{}", text(&sent));
-    let waited = fleet.hub.drover(&["wait", &id, "--timeout", "30"]);
+    let waited = drover(&fleet.hub, &["wait", &id, "--timeout", "30"]);
     assert!(waited.status.success(), "{}", text(&waited));
     fleet.logs_contain(&id, "after the kills");
 }
@@ -542,10 +508,10 @@ fn a_refused_login_is_a_clear_error() {
             .contains("Permission denied"),
         "{host}"
     );
-    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    let removed = drover(&fleet.hub, &["host", "rm", "b"]);
     assert!(removed.status.success(), "{}", text(&removed));
     assert_eq!(
-        fleet.hub.json(&["host", "ls", "--json"]),
+        json(&fleet.hub, &["host", "ls", "--json"]),
         Value::Array(Vec::new())
     );
 }
@@ -560,7 +526,7 @@ fn a_host_without_drover_gets_this_one_with_install() {
         "{}",
         text(&added)
     );
-    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    let removed = drover(&fleet.hub, &["host", "rm", "b"]);
     assert!(removed.status.success(), "{}", text(&removed));
 
     let installed = fleet.add_b_with(&fleet.ssh.key, &["--install"]);
@@ -575,7 +541,7 @@ fn a_host_without_drover_gets_this_one_with_install() {
     assert_eq!(fleet.host_b()["version"], env!("CARGO_PKG_VERSION"));
 
     // The same version there: nothing is copied.
-    let removed = fleet.hub.drover(&["host", "rm", "b"]);
+    let removed = drover(&fleet.hub, &["host", "rm", "b"]);
     assert!(removed.status.success(), "{}", text(&removed));
     let again = fleet.add_b_with(&fleet.ssh.key, &["--install"]);
     assert!(again.status.success(), "{}", text(&again));

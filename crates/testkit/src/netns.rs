@@ -233,3 +233,73 @@ impl Drop for SshServer {
         let _ = self.sshd.wait();
     }
 }
+
+/// One machine of a test fleet: a namespace of its own, its user's home, drover's data
+/// directory there, a directory for its agents to work in, and the `drover` binary it runs.
+/// Its daemon (if one was started) is killed (SIGKILL) when it is dropped.
+#[derive(Debug)]
+pub struct Machine {
+    pub ns: Netns,
+    pub home: PathBuf,
+    pub drover_home: PathBuf,
+    pub work: PathBuf,
+    drover: PathBuf,
+}
+
+impl Machine {
+    /// A machine named `name` under `root`, running `drover`.
+    pub fn new(root: &Path, name: &str, drover: &Path) -> anyhow::Result<Machine> {
+        let dir = root.join(name);
+        let machine = Machine {
+            ns: Netns::new()?,
+            home: dir.join("home"),
+            drover_home: dir.join("drover"),
+            work: dir.join("work"),
+            drover: drover.to_path_buf(),
+        };
+        for path in [&machine.home, &machine.work] {
+            std::fs::create_dir_all(path)?;
+        }
+        Ok(machine)
+    }
+
+    /// `drover ARGS` on this machine, as its user: the test's environment only
+    /// (`crate::hermetic`), its `DROVER_HOME`, its daemon on 127.0.0.1:7717 (the namespace is
+    /// its own, so every machine has that port).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = self.ns.command(&self.drover);
+        crate::hermetic::apply(&mut command, &self.home)
+            .env("DROVER_HOME", &self.drover_home)
+            .env("DROVER_LISTEN", "127.0.0.1:7717")
+            .args(args);
+        command
+    }
+
+    /// Its daemon's pid, while one runs.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.drover_home.join("daemon.json")).ok()?)
+                .ok()?;
+        let pid = u32::try_from(info.get("pid")?.as_u64()?).ok()?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    /// SIGKILLs its daemon, if one runs, and waits (5 s at most) until it is gone; whether it
+    /// is.
+    pub fn kill_daemon(&self) -> bool {
+        let Some(pid) = self.daemon_pid() else {
+            return true;
+        };
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        crate::wait::poll_until_blocking(Duration::from_secs(5), || {
+            (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+        })
+        .is_some()
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        self.kill_daemon();
+    }
+}
