@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use drover_core::inbox::Inbox;
+use drover_core::outbox::Outbox;
 use drover_core::{
     Agent, AgentId, BootReport, BoxFuture, CancelCause, Registry, RegistryError, RuntimeControl,
     RuntimeError,
@@ -105,6 +106,11 @@ impl RuntimeManager {
             );
         }
         registry.register_family(jobs.family());
+        let home_buf = home.to_path_buf();
+        let outbox = tokio::task::spawn_blocking(move || Outbox::open(&home_buf))
+            .await
+            .map_err(|_| AcpError::ShuttingDown)?
+            .map_err(RegistryError::from)?;
         let sessions = Arc::new(Mutex::new(HashMap::new()));
         registry.register_family(Arc::new(OwnSubagentFamily(Arc::clone(&sessions))));
         let _ = actors.registry.set(registry.clone());
@@ -137,6 +143,7 @@ impl RuntimeManager {
                 jobs: jobs.clone(),
                 sign_ins: auth::SignIns::default(),
                 metrics: metrics::RuntimeMetrics::default(),
+                outbox: Arc::new(outbox),
             }),
         };
         jobs.attach(&manager.shared);
@@ -161,6 +168,11 @@ impl RuntimeManager {
 
     pub fn registry(&self) -> &Registry {
         &self.shared.registry
+    }
+
+    /// What this daemon's agents tell the hub's agents, until the hub has it.
+    pub fn outbox(&self) -> &Outbox {
+        &self.shared.outbox
     }
 
     /// The daemon's background jobs.

@@ -85,6 +85,8 @@ pub(crate) struct Shared {
     pub(crate) sign_ins: auth::SignIns,
     /// Turns and streamed text, counted as they happen.
     pub(crate) metrics: metrics::RuntimeMetrics,
+    /// What agents tell agents of the hub that links to this daemon, until the hub has it.
+    pub(crate) outbox: Arc<drover_core::outbox::Outbox>,
 }
 
 /// Counts one agent process in [`Shared`] for as long as it is held (the actor's `Live`).

@@ -28,6 +28,7 @@ pub async fn send(
             agent_id: agent.id.clone(),
             text: message,
             delivery,
+            notify_upstream: false,
         })
         .await?;
     let DaemonMessage::MessageQueued { message_id, .. } = answer else {
@@ -139,6 +140,7 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
         .request(rq::Archive {
             agent_id: agent.id.clone(),
             stop_activity: stop,
+            dry_run: false,
         })
         .await;
     connection.close().await;

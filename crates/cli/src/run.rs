@@ -157,6 +157,7 @@ fn create_message(
             base: args.base.clone(),
         }),
         host: args.host.clone(),
+        upstream: None,
     })
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use drover_testkit::hermetic;
 use drover_testkit::netns::{Machine, SshServer, link};
 use drover_testkit::wait::poll_until_blocking;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const DROVER: &str = env!("CARGO_BIN_EXE_drover");
 
@@ -546,4 +546,271 @@ fn a_host_without_drover_gets_this_one_with_install() {
     let again = fleet.add_b_with(&fleet.ssh.key, &["--install"]);
     assert!(again.status.success(), "{}", text(&again));
     assert!(text(&again).contains("has drover"), "{}", text(&again));
+}
+
+/// The user messages in `parent`'s timeline on the hub that `kid` sent (its notices) and that
+/// say `marker`.
+fn notices(fleet: &Fleet, parent: &str, kid: &str, marker: &str) -> usize {
+    let logs = drover(&fleet.hub, &["logs", parent, "--json"]);
+    String::from_utf8_lossy(&logs.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|line| line["item"].clone())
+        .filter(|item| {
+            item["kind"] == "user_message"
+                && item["data"]["source"] == format!("agent:{kid}")
+                && item["data"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(marker))
+        })
+        .count()
+}
+
+impl Fleet {
+    /// A demo agent on the hub whose first turn runs `mcp create_agent` for a subagent on b
+    /// (`kid_prompt`); the parent's id and the subagent's.
+    fn parent_with_kid_on_b(&self, title: &str, kid_prompt: &str) -> (String, String) {
+        let call = json!({
+            "relationship": {"kind": "subagent"},
+            "workspace": {"kind": "current", "cwd": self.b.work},
+            "host": "b",
+            "title": title,
+            "prompt": kid_prompt,
+        });
+        let hub_work = self.hub.work.display().to_string();
+        let out = drover(
+            &self.hub,
+            &[
+                "run",
+                "--cwd",
+                &hub_work,
+                "--provider",
+                "demo",
+                "--detach",
+                &format!("mcp create_agent {call}"),
+            ],
+        );
+        assert!(out.status.success(), "run: {}", text(&out));
+        let parent = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let kid = poll_until_blocking(Duration::from_secs(30), || {
+            let agents = json(&self.hub, &["ls", "--json"]);
+            agents
+                .as_array()?
+                .iter()
+                .find(|a| a["parentAgentId"] == parent.as_str())
+                .and_then(|a| a["id"].as_str().map(str::to_string))
+        })
+        .unwrap_or_else(|| {
+            let logs = drover(&self.hub, &["logs", &parent]);
+            panic!("no subagent of {parent} on the hub: {}", text(&logs))
+        });
+        (parent, kid)
+    }
+
+    fn cut(&self, down: bool) {
+        let state = if down { "down" } else { "up" };
+        self.b
+            .ns
+            .exec(&["ip", "link", "set", "to-hub", state])
+            .expect("ip link");
+    }
+}
+
+/// Waits until `machine`'s daemon says agent `id` is `status`.
+fn wait_status(machine: &Machine, id: &str, status: &str) -> Value {
+    poll_until_blocking(Duration::from_secs(30), || {
+        let agents = json(machine, &["ls", "--json", "--all"]);
+        agent(&agents, id)
+            .filter(|a| a["status"] == status)
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("{id} not {status}"))
+}
+
+#[test]
+fn a_subagent_on_another_host_belongs_to_its_parent_on_the_hub() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+
+    // An agent on the hub delegates to b over MCP: the subagent is b's, and its parent's.
+    let (parent, kid) = fleet.parent_with_kid_on_b("kid", "sleep 1000\nsay kid reporting");
+    let on_hub = json(&fleet.hub, &["ls", "--json"]);
+    let seen = agent(&on_hub, &kid).expect("kid on the hub");
+    assert_eq!(seen["host"], "b", "{seen}");
+    assert_eq!(seen["title"], "kid", "{seen}");
+    let on_b = json(&fleet.b, &["ls", "--json"]);
+    let held = agent(&on_b, &kid).expect("b's daemon holds the kid");
+    assert_eq!(held["parentAgentId"], parent.as_str(), "{held}");
+    assert_eq!(held["cwd"], fleet.b.work.display().to_string(), "{held}");
+
+    // Its first turn's end reaches the parent once, through b's outbox.
+    let told = poll_until_blocking(Duration::from_secs(30), || {
+        (notices(&fleet, &parent, &kid, "kid reporting") > 0).then_some(())
+    });
+    assert!(
+        told.is_some(),
+        "the parent was not told: {}",
+        text(&drover(&fleet.hub, &["logs", &parent]))
+    );
+
+    // A notice across a cut link: the kid's turn ends while b cannot reach the hub; the
+    // notice waits on b and arrives once when the link is back, and once after the hub dies.
+    let asked = json!({"agentId": kid, "prompt": "sleep 4000\nsay kid again"});
+    let sent = drover(
+        &fleet.hub,
+        &["send", &parent, &format!("mcp send_prompt {asked}")],
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    wait_status(&fleet.b, &kid, "running");
+    fleet.cut(true);
+    fleet.wait_host_state("unreachable", Duration::from_secs(20));
+    wait_status(&fleet.b, &kid, "idle");
+    let outbox = fleet.b.drover_home.join("outbox.jsonl");
+    let kept = std::fs::read_to_string(&outbox).unwrap_or_default();
+    assert!(kept.contains("kid again"), "b keeps the notice: {kept:?}");
+    fleet.cut(false);
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    let told = poll_until_blocking(Duration::from_secs(30), || {
+        (notices(&fleet, &parent, &kid, "kid again") > 0).then_some(())
+    });
+    assert!(told.is_some(), "the notice did not cross the healed link");
+    let acked = poll_until_blocking(Duration::from_secs(10), || {
+        let left = std::fs::read_to_string(&outbox).unwrap_or_default();
+        (!left.contains("kid again")).then_some(())
+    });
+    assert!(acked.is_some(), "b still keeps the delivered notice");
+    assert!(fleet.hub.kill_daemon(), "the hub outlived SIGKILL");
+    let started = drover(&fleet.hub, &["daemon", "start"]);
+    assert!(started.status.success(), "{}", text(&started));
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    assert_eq!(
+        notices(&fleet, &parent, &kid, "kid again"),
+        1,
+        "delivered exactly once"
+    );
+    assert_eq!(notices(&fleet, &parent, &kid, "kid reporting"), 1);
+
+    // Archive admission counts the kid's running turn, on b, and names its host.
+    let sent = drover(&fleet.hub, &["send", &kid, "sleep 60000"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    wait_status(&fleet.b, &kid, "running");
+    let refused = drover(&fleet.hub, &["archive", &parent]);
+    assert!(!refused.status.success(), "archived with the kid running");
+    assert!(text(&refused).contains("on host `b`"), "{}", text(&refused));
+    assert!(
+        agent(&json(&fleet.b, &["ls", "--json"]), &kid).is_some(),
+        "the kid was archived"
+    );
+
+    // With --stop the cascade crosses to b: the kid is archived there, its turn canceled.
+    let archived = drover(&fleet.hub, &["archive", &parent, "--stop", "--json"]);
+    assert!(archived.status.success(), "{}", text(&archived));
+    let outcome: Value = serde_json::from_slice(&archived.stdout).expect("json");
+    let list: Vec<&str> = outcome["archived"]
+        .as_array()
+        .expect("archived")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(list, [parent.as_str(), kid.as_str()], "{outcome}");
+    let on_b = json(&fleet.b, &["ls", "--json", "--all"]);
+    assert!(
+        agent(&on_b, &kid).is_some_and(|a| !a["archivedAt"].is_null()),
+        "archived on b: {on_b}"
+    );
+}
+
+#[test]
+fn archiving_a_parent_waits_for_its_subagents_host_and_detach_lets_go() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let (parent, kid) = fleet.parent_with_kid_on_b("kid", "say hello");
+
+    // b unreachable: archiving the parent is refused, naming the host, and nothing changes.
+    fleet.cut(true);
+    fleet.wait_host_state("unreachable", Duration::from_secs(20));
+    let refused = drover(&fleet.hub, &["archive", &parent, "--stop"]);
+    assert!(!refused.status.success(), "archived without asking b");
+    assert!(
+        text(&refused).contains("host `b` is unreachable")
+            && text(&refused).contains("has subagents there"),
+        "{}",
+        text(&refused)
+    );
+    assert!(agent(&json(&fleet.hub, &["ls", "--json"]), &parent).is_some());
+
+    // Also after the hub restarts and before it sees b again.
+    assert!(fleet.hub.kill_daemon(), "the hub outlived SIGKILL");
+    let started = drover(&fleet.hub, &["daemon", "start"]);
+    assert!(started.status.success(), "{}", text(&started));
+    let refused = drover(&fleet.hub, &["archive", &parent, "--stop"]);
+    assert!(
+        !refused.status.success(),
+        "archived after a restart without asking b"
+    );
+    fleet.cut(false);
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+
+    // The parent detaches its subagent (over MCP, on b): it stands alone, and archiving the
+    // parent leaves it be.
+    let asked = json!({"agentId": kid});
+    let sent = drover(
+        &fleet.hub,
+        &["send", &parent, &format!("mcp detach_agent {asked}")],
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    let alone = poll_until_blocking(Duration::from_secs(30), || {
+        let agents = json(&fleet.hub, &["ls", "--json"]);
+        agent(&agents, &kid)
+            .is_some_and(|a| a["parentAgentId"].is_null())
+            .then_some(())
+    });
+    assert!(
+        alone.is_some(),
+        "{}",
+        text(&drover(&fleet.hub, &["logs", &parent]))
+    );
+    // A user makes one too: `drover run --host b --parent`.
+    let work = fleet.b.work.display().to_string();
+    let run = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "b",
+            "--parent",
+            &parent,
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "--detach",
+            "say made by a user",
+        ],
+    );
+    assert!(run.status.success(), "{}", text(&run));
+    let second = String::from_utf8_lossy(&run.stdout).trim().to_string();
+    let held = agent(&json(&fleet.b, &["ls", "--json"]), &second).cloned();
+    assert!(
+        held.as_ref()
+            .is_some_and(|a| a["parentAgentId"] == parent.as_str()),
+        "{held:?}"
+    );
+    wait_status(&fleet.b, &second, "idle");
+
+    let archived = drover(&fleet.hub, &["archive", &parent, "--json"]);
+    assert!(archived.status.success(), "{}", text(&archived));
+    let outcome: Value = serde_json::from_slice(&archived.stdout).expect("json");
+    assert_eq!(outcome["archived"], json!([parent, second]), "{outcome}");
+    let on_b = json(&fleet.b, &["ls", "--json"]);
+    assert!(
+        agent(&on_b, &kid).is_some(),
+        "the detached kid was archived"
+    );
+    assert!(
+        agent(&on_b, &second).is_none(),
+        "the user's subagent was not archived on b"
+    );
 }

@@ -11,6 +11,11 @@ use crate::lifecycle::{AgentStatus, Attention};
 /// The label that makes an agent a subagent of another: its value is the parent's id.
 pub const PARENT_LABEL: &str = "drover.parent-agent-id";
 
+/// The label naming the agent of another daemon (the hub that links to this one) that created
+/// this agent there: what this agent tells it waits in the outbox until the hub takes it (see
+/// [`crate::outbox`]). With the parent label naming the same agent, this is its subagent.
+pub const UPSTREAM_LABEL: &str = "drover.upstream-agent-id";
+
 /// What the provider is asked to run with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProviderConfig {
@@ -176,6 +181,11 @@ impl Agent {
     /// valid id (damaged data) makes the agent a root.
     pub fn parent_id(&self) -> Option<AgentId> {
         self.labels.get(PARENT_LABEL)?.parse().ok()
+    }
+
+    /// The hub's agent that created this one over a link, from the upstream label.
+    pub fn upstream_id(&self) -> Option<AgentId> {
+        self.labels.get(UPSTREAM_LABEL)?.parse().ok()
     }
 
     pub fn is_archived(&self) -> bool {

@@ -241,6 +241,15 @@ impl Inbox {
         Ok(ids)
     }
 
+    /// Whether the message `id` got to the agent: queued in its inbox, or (having left it)
+    /// recorded in its timeline. What queues a message under an id of its own choosing asks
+    /// this first to queue it once, however often it tries.
+    pub fn reached(home: &Path, agent: AgentId, id: &str) -> bool {
+        // The inbox first: a message leaves it only after the timeline recorded it.
+        Self::read_queued_ids(home, agent).is_ok_and(|ids| ids.contains(id))
+            || Timeline::read_delivered(home, agent).is_ok_and(|ids| ids.contains(id))
+    }
+
     pub fn pending(&self) -> impl Iterator<Item = &InboxMessage> {
         self.pending.iter()
     }

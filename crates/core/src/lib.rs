@@ -16,6 +16,7 @@ pub mod ids;
 pub mod inbox;
 mod jsonl;
 pub mod lifecycle;
+pub mod outbox;
 pub mod private;
 pub mod procfs;
 pub mod registry;
@@ -30,7 +31,8 @@ pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
 pub use agent::{
     Agent, AuthMethod, Budget, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
-    ProviderConfig, ResumeHandle, Spend, SpentBudget, StartFailure, TreeSpend, budget_reached,
+    ProviderConfig, ResumeHandle, Spend, SpentBudget, StartFailure, TreeSpend, UPSTREAM_LABEL,
+    budget_reached,
 };
 pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};

@@ -23,6 +23,7 @@ pub(crate) fn error_details(error: &OpError) -> Option<Value> {
     match error {
         OpError::Registry(RegistryError::AgentActive(report)) => serde_json::to_value(report).ok(),
         OpError::BudgetExhausted(info) => serde_json::to_value(info).ok(),
+        OpError::Remote { details, .. } => details.clone(),
         OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(status))) => {
             serde_json::to_value(worktree_status(status)).ok()
         }
@@ -429,5 +430,17 @@ pub(crate) fn notify_sink(report: &crate::notify::SinkReport) -> drover_protocol
         last_error_at: status.last_error_at.map(|t| t.to_string()),
         dropped: status.dropped,
         summarized: status.summarized,
+    }
+}
+
+/// A notice in the outbox as the hub reads it.
+pub(crate) fn notice_info(notice: &drover_core::outbox::Notice) -> drover_protocol::NoticeInfo {
+    drover_protocol::NoticeInfo {
+        id: notice.id.clone(),
+        at: notice.at.to_string(),
+        from: notice.from.to_string(),
+        to: notice.to.to_string(),
+        delivery: notice.delivery,
+        text: notice.text.clone(),
     }
 }

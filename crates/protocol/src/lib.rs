@@ -822,6 +822,13 @@ pub enum DaemonMessage {
         agent_id: String,
         message_id: String,
     },
+    /// The answer to `take_notices`: every notice not acknowledged yet, oldest first.
+    Notices {
+        request_id: Option<String>,
+        notices: Vec<NoticeInfo>,
+    },
+    /// One of this daemon's agents told an agent of the hub something (see `take_notices`).
+    NoticeQueued { notice: NoticeInfo },
     /// A request that has no other answer succeeded.
     Ok {
         request_id: Option<String>,
@@ -1081,6 +1088,7 @@ impl DaemonMessage {
             | DaemonMessage::AgentCreated { request_id, .. }
             | DaemonMessage::MessageQueued { request_id, .. }
             | DaemonMessage::Ok { request_id, .. }
+            | DaemonMessage::Notices { request_id, .. }
             | DaemonMessage::Archived { request_id, .. }
             | DaemonMessage::ChildrenArchived { request_id, .. }
             | DaemonMessage::Providers { request_id, .. }
@@ -1113,6 +1121,7 @@ impl DaemonMessage {
             | DaemonMessage::AgentUpdate(_)
             | DaemonMessage::WorkspaceUpdate { .. }
             | DaemonMessage::HostUpdate { .. }
+            | DaemonMessage::NoticeQueued { .. }
             | DaemonMessage::ScheduleUpdate { .. }
             | DaemonMessage::JobUpdate { .. }
             | DaemonMessage::JobOutputUpdate { .. }
@@ -1267,6 +1276,8 @@ pub const CLIENT_TYPES: &[&str] = &[
     "watching",
     "notify_status",
     "notify_test",
+    "take_notices",
+    "ack_notices",
 ];
 
 #[cfg(test)]
@@ -1332,6 +1343,23 @@ pub struct HostConfig {
     /// link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+}
+
+/// What an agent of this daemon told an agent of the hub that links to it, kept in the
+/// outbox until the hub acknowledges it (`ack_notices`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NoticeInfo {
+    /// The id of the message it becomes in the hub agent's inbox (queued once, however often
+    /// it is offered).
+    pub id: String,
+    pub at: String,
+    /// This daemon's agent.
+    pub from: String,
+    /// The hub's agent.
+    pub to: String,
+    pub delivery: Delivery,
+    pub text: String,
 }
 
 /// A host of the fleet as the hub sees it now.

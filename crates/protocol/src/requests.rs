@@ -102,6 +102,8 @@ pub enum ClientMessage {
     Watching(Watching),
     NotifyStatus(NotifyStatus),
     NotifyTest(NotifyTest),
+    TakeNotices(TakeNotices),
+    AckNotices(AckNotices),
 }
 
 macro_rules! into_message {
@@ -164,6 +166,8 @@ into_message! {
     Watching,
     NotifyStatus,
     NotifyTest,
+    TakeNotices,
+    AckNotices,
 }
 
 /// First message of a connection.
@@ -261,6 +265,40 @@ pub struct CreateAgent {
     /// daemon's machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Set by a hub creating the agent here for one of its own agents (MCP `create_agent`
+    /// with `host`): what the new agent tells that agent waits in this daemon's outbox until
+    /// the hub takes it (`take_notices`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Upstream>,
+}
+
+/// The hub's agent a new agent is created for (see [`CreateAgent::upstream`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Upstream {
+    /// An agent of the hub, not of this daemon.
+    pub agent_id: String,
+    /// The new agent is its subagent (its `parentAgentId`).
+    #[serde(default)]
+    pub subagent: bool,
+    /// It is told how the new agent's first turn goes.
+    #[serde(default)]
+    pub notify_on_finish: bool,
+}
+
+/// What this daemon's agents told the hub's agents and the hub has not acknowledged
+/// (answered by `notices`). A hub asks when its link is made; new ones come as
+/// `notice_queued`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TakeNotices {}
+
+/// The hub queued these notices in its agents' inboxes: they are dropped from the outbox
+/// (answered by `ok`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AckNotices {
+    pub ids: Vec<String>,
 }
 
 /// The `send_message` request.
@@ -271,6 +309,10 @@ pub struct SendMessage {
     pub text: String,
     #[serde(default = "default_delivery")]
     pub delivery: Delivery,
+    /// Sent by a hub for its agent that created this one (`upstream` of `create_agent`): the
+    /// message is that agent's, and it is told how the turn goes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notify_upstream: bool,
 }
 
 /// Cancels the running turn; without `keepInbox` queued messages are dropped too.
@@ -290,6 +332,10 @@ pub struct Archive {
     /// Stop what still runs instead of refusing with `agent_active`.
     #[serde(default)]
     pub stop_activity: bool,
+    /// Only say whether it would be refused: `agent_active` with the running work, or
+    /// `archived` with nothing archived. Nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// The `unarchive` request.

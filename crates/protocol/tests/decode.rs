@@ -61,6 +61,12 @@ const FIELDS: &[&str] = &[
     "tail",
     "maxBytes",
     "waitMs",
+    "upstream",
+    "subagent",
+    "notifyOnFinish",
+    "dryRun",
+    "notifyUpstream",
+    "ids",
 ];
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -199,7 +205,8 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                     Just(drover_protocol::OnLimit::Fail)
                 ]),
                 prop::option::of(budget()),
-                opt_string()
+                opt_string(),
+                prop::option::of(upstream())
             )
         )
             .prop_map(
@@ -207,7 +214,7 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                     (request_id, provider, cwd, workspace_id),
                     (prompt, title, model, mode),
                     (labels, parent_agent_id, auto_archive, permission_policy),
-                    (worktree, effort, on_interrupt, on_limit, budget, host),
+                    (worktree, effort, on_interrupt, on_limit, budget, host, upstream),
                 )| ClientRequest {
                     request_id,
                     message: ClientMessage::CreateAgent(requests::CreateAgent {
@@ -228,19 +235,28 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                         budget,
                         worktree,
                         host,
+                        upstream,
                     })
                 }
             ),
-        (opt_string(), any::<String>(), any::<String>(), delivery()).prop_map(
-            |(request_id, agent_id, text, delivery)| ClientRequest {
-                request_id,
-                message: ClientMessage::SendMessage(requests::SendMessage {
-                    agent_id,
-                    text,
-                    delivery
-                })
-            }
-        ),
+        (
+            opt_string(),
+            any::<String>(),
+            any::<String>(),
+            delivery(),
+            any::<bool>()
+        )
+            .prop_map(|(request_id, agent_id, text, delivery, notify_upstream)| {
+                ClientRequest {
+                    request_id,
+                    message: ClientMessage::SendMessage(requests::SendMessage {
+                        agent_id,
+                        text,
+                        delivery,
+                        notify_upstream,
+                    }),
+                }
+            }),
         (opt_string(), any::<String>(), any::<bool>()).prop_map(
             |(request_id, agent_id, keep_inbox)| ClientRequest {
                 request_id,
@@ -250,12 +266,13 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                 })
             }
         ),
-        (opt_string(), any::<String>(), any::<bool>()).prop_map(
-            |(request_id, agent_id, stop_activity)| ClientRequest {
+        (opt_string(), any::<String>(), any::<bool>(), any::<bool>()).prop_map(
+            |(request_id, agent_id, stop_activity, dry_run)| ClientRequest {
                 request_id,
                 message: ClientMessage::Archive(requests::Archive {
                     agent_id,
-                    stop_activity
+                    stop_activity,
+                    dry_run,
                 })
             }
         ),
@@ -594,6 +611,16 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
         }),
         opt_string().prop_map(|request_id| ClientRequest {
             request_id,
+            message: ClientMessage::TakeNotices(requests::TakeNotices {})
+        }),
+        (opt_string(), prop::collection::vec(any::<String>(), 0..3)).prop_map(
+            |(request_id, ids)| ClientRequest {
+                request_id,
+                message: ClientMessage::AckNotices(requests::AckNotices { ids })
+            }
+        ),
+        opt_string().prop_map(|request_id| ClientRequest {
+            request_id,
             message: ClientMessage::ListHosts(requests::ListHosts {})
         }),
         opt_string().prop_map(|request_id| ClientRequest {
@@ -696,6 +723,16 @@ fn budget() -> impl Strategy<Value = drover_protocol::Budget> {
             cost: cents.map(|c| f64::from(c) / 100.0),
             hard,
         })
+}
+
+fn upstream() -> impl Strategy<Value = requests::Upstream> {
+    (any::<String>(), any::<bool>(), any::<bool>()).prop_map(
+        |(agent_id, subagent, notify_on_finish)| requests::Upstream {
+            agent_id,
+            subagent,
+            notify_on_finish,
+        },
+    )
 }
 
 fn new_worktree() -> impl Strategy<Value = NewWorktree> {

@@ -450,6 +450,7 @@ impl Actor {
                 self.id.to_string(),
             )]),
             parent: Some(self.id),
+            upstream: None,
             auto_archive: false,
             config: drover_core::ProviderConfig {
                 permission_policy: agent.config.permission_policy,
@@ -797,6 +798,16 @@ async fn notify(
     text: String,
     delivery: Delivery,
 ) {
+    // An agent of the hub that asked for this one over a link: the notice waits in the
+    // outbox until the hub has it (see `drover_core::outbox`).
+    if shared.registry.get(target).is_none()
+        && shared.registry.get(from).and_then(|a| a.upstream_id()) == Some(target)
+    {
+        if let Err(e) = shared.outbox.queue(from, target, delivery, text) {
+            tracing::warn!(agent = %from, %target, error = %e, "cannot keep a notice for the hub");
+        }
+        return;
+    }
     let manager = RuntimeManager { shared };
     let delivery = manager.deliver(target, delivery, text, format!("agent:{from}"));
     match tokio::time::timeout(NOTICE_TIMEOUT, delivery).await {

@@ -28,7 +28,7 @@ use tokio::sync::broadcast;
 
 use crate::activity::{ActivityBucket, ActivityChange, ActivityIndex};
 use crate::admission::{ActivityFamily, ActivityReport, Family};
-use crate::agent::{Agent, PARENT_LABEL, ProviderConfig, ResumeHandle};
+use crate::agent::{Agent, PARENT_LABEL, ProviderConfig, ResumeHandle, UPSTREAM_LABEL};
 use crate::error::RegistryError;
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
@@ -84,6 +84,10 @@ pub struct NewAgent {
     pub labels: BTreeMap<String, String>,
     /// Makes the new agent a subagent of this one.
     pub parent: Option<AgentId>,
+    /// An agent of the hub that links to this daemon, which asked for this one (see
+    /// [`crate::agent::UPSTREAM_LABEL`]); `parent` may name it, though this daemon does not
+    /// hold it.
+    pub upstream: Option<AgentId>,
     pub auto_archive: bool,
     pub config: ProviderConfig,
     /// A budget for it and its subtree, recorded with it.
@@ -201,6 +205,11 @@ impl Registry {
     /// The agent's parent, its parent's parent, and so on (cycle-safe).
     pub fn ancestors(&self, id: AgentId) -> Vec<AgentId> {
         ancestors(&read(&self.inner.state).agents, id)
+    }
+
+    /// Every agent below `id` (its subagents, theirs, and so on), archived ones too.
+    pub fn descendants(&self, id: AgentId) -> Vec<AgentId> {
+        crate::view::descendants(&read(&self.inner.state).agents, id)
     }
 
     pub fn workspace(&self, id: WorkspaceId) -> Option<Workspace> {
@@ -832,7 +841,7 @@ impl Inner {
         if new.provider.trim().is_empty() {
             return Err(RegistryError::invalid("provider", "must not be empty"));
         }
-        for reserved in [PARENT_LABEL, CREATED_WORKSPACE_LABEL] {
+        for reserved in [PARENT_LABEL, UPSTREAM_LABEL, CREATED_WORKSPACE_LABEL] {
             if new.labels.contains_key(reserved) {
                 return Err(RegistryError::invalid(
                     "labels",
@@ -841,6 +850,7 @@ impl Inner {
             }
         }
         if let Some(parent) = new.parent
+            && new.upstream != Some(parent)
             && self.agent(parent)?.is_archived()
         {
             return Err(RegistryError::Archived { agent: parent });
@@ -872,6 +882,9 @@ impl Inner {
         let mut labels = new.labels;
         if let Some(parent) = new.parent {
             labels.insert(PARENT_LABEL.to_string(), parent.to_string());
+        }
+        if let Some(upstream) = new.upstream {
+            labels.insert(UPSTREAM_LABEL.to_string(), upstream.to_string());
         }
         let (workspace, registered) = {
             let state = read(&self.state);

@@ -8,15 +8,16 @@
 //! A keep-alive `ping` every [`PING_EVERY`] finds a link that stopped carrying anything (a
 //! network cut TCP would wait minutes on) within [`SILENCE`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use drover_core::AgentId;
 use drover_core::child::{self, OutputTail};
-use drover_protocol::{HostConfig, HostInfo, HostState, PROTOCOL_VERSION};
+use drover_core::{AgentId, BoxFuture};
+use drover_protocol::{HostConfig, HostInfo, HostState, NoticeInfo, PROTOCOL_VERSION};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -57,7 +58,18 @@ struct Shared {
     /// Whether the hub itself holds an agent: a host reporting one of the hub's ids is not
     /// believed (it must not change what clients see of the hub's own agents).
     is_local: Local,
+    /// Queues the host's notices for the hub's agents (see [`Deliver`]).
+    deliver: Deliver,
+    /// One notice delivered at a time: the same one offered twice (on a `notice_queued` and
+    /// in `take_notices` after a reconnect) is seen queued the second time.
+    delivering: tokio::sync::Mutex<()>,
+    /// A notice could not be delivered yet: asked for again at the next ping.
+    undelivered: AtomicBool,
 }
+
+/// Queues a host's notice in the hub agent's inbox; whether the host may drop it (queued now
+/// or before, or never deliverable: its agent is gone or archived).
+pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// See [`Shared::is_local`].
 pub(super) type Local = Arc<dyn Fn(AgentId) -> bool + Send + Sync>;
@@ -68,6 +80,8 @@ struct Remote {
     json: Box<str>,
     archived: bool,
     live: bool,
+    /// Its `parentAgentId`: one of the hub's agents for a subagent created from the hub.
+    parent: Option<AgentId>,
 }
 
 struct State {
@@ -104,6 +118,7 @@ impl Link {
         config: HostConfig,
         events: broadcast::Sender<RemoteEvent>,
         is_local: Local,
+        deliver: Deliver,
     ) -> Arc<Link> {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
@@ -111,6 +126,9 @@ impl Link {
             events,
             changed: Notify::new(),
             is_local,
+            deliver,
+            delivering: tokio::sync::Mutex::new(()),
+            undelivered: AtomicBool::new(false),
             state: Mutex::new(State {
                 phase: HostState::Connecting,
                 since: Timestamp::now(),
@@ -177,56 +195,8 @@ impl Link {
 
     /// Sends a request over the link and waits for its answer (with the client's own
     /// `requestId` and this host marked).
-    pub(super) async fn request(&self, mut message: Value) -> Result<Value, HostError> {
-        self.linked().await;
-        let client_id = message.get("requestId").cloned().unwrap_or(Value::Null);
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut state = self.shared.lock();
-            let unreachable = self.shared.unreachable(&state);
-            let Some(conn) = state.conn.as_mut() else {
-                return Err(unreachable);
-            };
-            conn.next += 1;
-            let id = format!("hub-{}", conn.next);
-            if let Some(object) = message.as_object_mut() {
-                object.insert("requestId".into(), Value::String(id.clone()));
-            }
-            conn.pending.insert(id, tx);
-            if conn.lines.send(message.to_string()).is_err() {
-                return Err(unreachable);
-            }
-        }
-        let mut answer = rx.await.map_err(|_| {
-            let state = self.shared.lock();
-            let mut error = self.shared.unreachable(&state);
-            if let HostError::Unreachable { why, .. } = &mut error {
-                *why = format!("the link closed before the answer came ({why})");
-            }
-            error
-        })?;
-        if let Some(payload) = answer.get_mut("payload").and_then(Value::as_object_mut)
-            && payload.contains_key("requestId")
-        {
-            payload.insert("requestId".into(), client_id);
-        }
-        mark(&mut answer, &self.shared.name);
-        Ok(answer)
-    }
-
-    /// Waits (bounded) while the link is being made: a request sent just after the daemon
-    /// started, or after a link broke, goes out once it is up rather than failing.
-    async fn linked(&self) {
-        let deadline = Instant::now() + CONNECTING_WAIT;
-        loop {
-            let changed = self.shared.changed.notified();
-            if self.shared.lock().phase != HostState::Connecting {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return;
-            }
-        }
+    pub(super) async fn request(&self, message: Value) -> Result<Value, HostError> {
+        self.shared.request(message).await
     }
 
     /// Appends this host's agents to a JSON array being written; whether it is still empty.
@@ -250,6 +220,48 @@ impl Link {
         first
     }
 
+    /// The unarchived agents of this host whose parent is one of `parents`.
+    pub(super) fn children_of(&self, parents: &HashSet<AgentId>) -> Vec<AgentId> {
+        self.shared
+            .lock()
+            .agents
+            .iter()
+            .filter(|(_, a)| !a.archived && a.parent.is_some_and(|p| parents.contains(&p)))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The `AgentInfo` of each unarchived agent of this host whose parent is `parent`.
+    pub(super) fn children_info(&self, parent: AgentId) -> Vec<Value> {
+        self.shared
+            .lock()
+            .agents
+            .values()
+            .filter(|a| !a.archived && a.parent == Some(parent))
+            .filter_map(|a| serde_json::from_str(&a.json).ok())
+            .collect()
+    }
+
+    /// Waits (bounded) while the link is being made (see [`Shared::linked`]).
+    pub(super) async fn settled(&self) {
+        self.shared.linked().await;
+    }
+
+    /// How many agents the hub knows this host holds.
+    pub(super) fn len(&self) -> usize {
+        self.shared.lock().agents.len()
+    }
+
+    /// Whether this host holds the agent `id`.
+    pub(super) fn holds_agent(&self, id: AgentId) -> bool {
+        self.shared.lock().agents.contains_key(&id)
+    }
+
+    /// The parent of this host's agent `id` (`None` for a root or an agent it does not hold).
+    pub(super) fn parent_of(&self, id: AgentId) -> Option<AgentId> {
+        self.shared.lock().agents.get(&id).and_then(|a| a.parent)
+    }
+
     pub(super) fn workspaces(&self) -> Vec<Value> {
         self.shared.lock().workspaces.values().cloned().collect()
     }
@@ -264,6 +276,60 @@ impl Drop for Link {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends a request over the link and waits for its answer (with the client's own
+    /// `requestId` and this host marked).
+    async fn request(&self, mut message: Value) -> Result<Value, HostError> {
+        self.linked().await;
+        let client_id = message.get("requestId").cloned().unwrap_or(Value::Null);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.lock();
+            let unreachable = self.unreachable(&state);
+            let Some(conn) = state.conn.as_mut() else {
+                return Err(unreachable);
+            };
+            conn.next += 1;
+            let id = format!("hub-{}", conn.next);
+            if let Some(object) = message.as_object_mut() {
+                object.insert("requestId".into(), Value::String(id.clone()));
+            }
+            conn.pending.insert(id, tx);
+            if conn.lines.send(message.to_string()).is_err() {
+                return Err(unreachable);
+            }
+        }
+        let mut answer = rx.await.map_err(|_| {
+            let state = self.lock();
+            let mut error = self.unreachable(&state);
+            if let HostError::Unreachable { why, .. } = &mut error {
+                *why = format!("the link closed before the answer came ({why})");
+            }
+            error
+        })?;
+        if let Some(payload) = answer.get_mut("payload").and_then(Value::as_object_mut)
+            && payload.contains_key("requestId")
+        {
+            payload.insert("requestId".into(), client_id);
+        }
+        mark(&mut answer, &self.name);
+        Ok(answer)
+    }
+
+    /// Waits (bounded) while the link is being made: a request sent just after the daemon
+    /// started, or after a link broke, goes out once it is up rather than failing.
+    async fn linked(&self) {
+        let deadline = Instant::now() + CONNECTING_WAIT;
+        loop {
+            let changed = self.changed.notified();
+            if self.lock().phase != HostState::Connecting {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return;
+            }
+        }
     }
 
     fn info(&self) -> HostInfo {
@@ -336,7 +402,7 @@ impl Shared {
 
     /// Takes in one message the host's daemon sent. A streamed `agent_update` (most of what
     /// comes) is relayed as the host wrote it, read only for its agent and revision.
-    fn receive(&self, line: String) -> Result<(), String> {
+    fn receive(self: &Arc<Self>, line: String) -> Result<(), String> {
         if let Ok(Head {
             kind: "agent_update",
             payload:
@@ -393,6 +459,14 @@ impl Shared {
                 mark(&mut message, &self.name);
                 self.relay(message.to_string(), None, 0, None);
             }
+            "notice_queued" => {
+                if let Some(notice) = message
+                    .pointer("/payload/notice")
+                    .and_then(|n| serde_json::from_value::<NoticeInfo>(n.clone()).ok())
+                {
+                    tokio::spawn(deliver_notice(self.clone(), notice));
+                }
+            }
             "resync_required" => {
                 return Err("the host's daemon asked the link to start over".to_string());
             }
@@ -414,6 +488,10 @@ impl Shared {
             json: agent.to_string().into_boxed_str(),
             archived: agent.get("archivedAt").is_some_and(|a| !a.is_null()),
             live: agent.pointer("/runtime/state").and_then(Value::as_str) == Some("live"),
+            parent: agent
+                .get("parentAgentId")
+                .and_then(Value::as_str)
+                .and_then(|p| p.parse().ok()),
         };
         self.lock().agents.insert(id, remote);
         Some(id)
@@ -505,6 +583,43 @@ struct HeadPayload<'a> {
     request_id: Option<&'a str>,
 }
 
+/// Takes the notices the host keeps for the hub's agents and delivers each (see
+/// `drover_core::outbox`).
+async fn take_notices(shared: Arc<Shared>) {
+    let answer = match shared.request(json!({"type": "take_notices"})).await {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::info!(host = %shared.name, %error, "cannot take the host's notices yet");
+            shared.undelivered.store(true, Ordering::Relaxed);
+            return;
+        }
+    };
+    let notices: Vec<NoticeInfo> = answer
+        .pointer("/payload/notices")
+        .and_then(|n| serde_json::from_value(n.clone()).ok())
+        .unwrap_or_default();
+    for notice in notices {
+        deliver_notice(shared.clone(), notice).await;
+    }
+}
+
+/// Queues one notice in its agent's inbox, then tells the host it may drop it. A link that
+/// breaks before the host heard leaves it there: offered again, and found queued.
+async fn deliver_notice(shared: Arc<Shared>, notice: NoticeInfo) {
+    let _one = shared.delivering.lock().await;
+    let id = notice.id.clone();
+    if !(shared.deliver)(notice).await {
+        shared.undelivered.store(true, Ordering::Relaxed);
+        return;
+    }
+    if let Err(error) = shared
+        .request(json!({"type": "ack_notices", "ids": [id]}))
+        .await
+    {
+        tracing::info!(host = %shared.name, notice = %id, %error, "a delivered notice is not acknowledged yet; the host offers it again");
+    }
+}
+
 /// Links, and links again when the link ends, until the link is closed (the task aborted).
 async fn keep_linked(shared: Arc<Shared>, argv: Vec<String>) {
     let mut backoff = BACKOFF_FIRST;
@@ -552,6 +667,7 @@ async fn link_once(shared: &Arc<Shared>, argv: &[String]) -> Ended {
     }
     tracing::info!(host = %shared.name, "host linked");
     shared.announce();
+    tokio::spawn(take_notices(shared.clone()));
     let why = relay(shared, &mut child).await;
     child.end().await;
     Ended {
@@ -721,7 +837,7 @@ fn refused(message: &Value) -> Ended {
 }
 
 /// Relays what the host says, and pings it, until the link ends; why it ended.
-async fn relay(shared: &Shared, child: &mut LinkChild) -> String {
+async fn relay(shared: &Arc<Shared>, child: &mut LinkChild) -> String {
     let mut heard = Instant::now();
     let mut ping = tokio::time::interval(PING_EVERY);
     let mut pings = 0u64;
@@ -741,6 +857,9 @@ async fn relay(shared: &Shared, child: &mut LinkChild) -> String {
                     return format!("nothing came over the link for {} s", SILENCE.as_secs());
                 }
                 pings += 1;
+                if shared.undelivered.swap(false, Ordering::Relaxed) {
+                    tokio::spawn(take_notices(shared.clone()));
+                }
                 let ping = json!({"type": "ping", "requestId": format!("ping-{pings}")});
                 let _ = child.lines.send(ping.to_string());
             }

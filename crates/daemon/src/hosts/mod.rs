@@ -18,13 +18,16 @@
 
 mod config;
 mod link;
+mod parents;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use drover_core::AgentId;
-use drover_protocol::{ErrorCode, HostConfig, HostInfo, HostState};
+use drover_acp::AcpError;
+use drover_core::inbox::{Inbox, InboxMessage};
+use drover_core::{AgentId, RegistryError};
+use drover_protocol::{ErrorCode, HostConfig, HostInfo, HostState, NoticeInfo};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -33,6 +36,8 @@ use link::Link;
 
 /// Events relayed to the hub's clients; a lagging subscriber resyncs.
 const EVENTS_CAPACITY: usize = 4096;
+/// How long queueing a host's notice may take before it is tried again later.
+const NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why a request about a host failed.
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +100,11 @@ struct Inner {
     home: PathBuf,
     links: Mutex<BTreeMap<String, Arc<Link>>>,
     events: broadcast::Sender<RemoteEvent>,
-    /// This daemon's own runtimes (its `max_live` and live count), for `--host auto`.
+    /// This daemon's own runtimes (its `max_live` and live count, for `--host auto`; the
+    /// inboxes hosts' notices go to).
     runtimes: drover_acp::RuntimeManager,
+    /// This daemon's agents that created subagents on each host.
+    parents: parents::Parents,
 }
 
 /// Where a request goes.
@@ -126,10 +134,16 @@ impl Hosts {
                 links: Mutex::default(),
                 events,
                 runtimes: runtimes.clone(),
+                parents: parents::Parents::open(home)?,
             }),
         };
         for host in configs {
-            let link = Link::start(host.clone(), hosts.inner.events.clone(), hosts.is_local());
+            let link = Link::start(
+                host.clone(),
+                hosts.inner.events.clone(),
+                hosts.is_local(),
+                hosts.deliver(&host.name),
+            );
             hosts.links().insert(host.name, link);
         }
         Ok(hosts)
@@ -139,6 +153,32 @@ impl Hosts {
     fn is_local(&self) -> link::Local {
         let registry = self.inner.runtimes.registry().clone();
         Arc::new(move |id| registry.get(id).is_some())
+    }
+
+    /// Queues a host's notice in the inbox of this daemon's agent it is for, under the
+    /// notice's id, once (see `drover_core::outbox`).
+    /// Only for an agent that made an agent on that host which reports to it.
+    fn deliver(&self, host: &str) -> link::Deliver {
+        let inner = Arc::downgrade(&self.inner);
+        let host = host.to_string();
+        Arc::new(move |notice: NoticeInfo| {
+            let inner = inner.upgrade();
+            let host = host.clone();
+            Box::pin(async move {
+                let Some(inner) = inner else {
+                    return false;
+                };
+                let allowed = notice
+                    .to
+                    .parse::<AgentId>()
+                    .is_ok_and(|to| inner.parents.has(&host, to));
+                if !allowed {
+                    tracing::warn!(%host, to = %notice.to, "a host sent a notice for an agent that made nothing there; dropped");
+                    return true;
+                }
+                deliver(&inner.runtimes, notice).await
+            })
+        })
     }
 
     fn links(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Link>>> {
@@ -180,7 +220,12 @@ impl Hosts {
         let mut configs: Vec<HostConfig> = links.values().map(|l| l.config.clone()).collect();
         configs.push(host.clone());
         config::save(&self.inner.home, &configs).map_err(HostError::Store)?;
-        let link = Link::start(host.clone(), self.inner.events.clone(), self.is_local());
+        let link = Link::start(
+            host.clone(),
+            self.inner.events.clone(),
+            self.is_local(),
+            self.deliver(&host.name),
+        );
         links.insert(host.name, link);
         drop(links);
         Ok(self.list())
@@ -201,6 +246,7 @@ impl Hosts {
         if let Some(link) = links.remove(name) {
             link.close();
         }
+        self.inner.parents.forget_host(name);
         drop(links);
         Ok(self.list())
     }
@@ -225,7 +271,13 @@ impl Hosts {
         let Some(payload) = message.as_object_mut() else {
             return Ok(Route::Local);
         };
-        if let Some(host) = payload.remove("host") {
+        // A subagent of one of this daemon's agents on a host is made here (see
+        // `ops::remote`): its parent must know of it.
+        let parent_here = payload
+            .get("parentAgentId")
+            .and_then(Value::as_str)
+            .is_some_and(|id| local("parentAgentId", id));
+        if !parent_here && let Some(host) = payload.remove("host") {
             let Some(name) = host.as_str() else {
                 return Ok(Route::Local);
             };
@@ -290,6 +342,19 @@ impl Hosts {
         Ok(Route::Local)
     }
 
+    /// The host a request names: `None` for this machine (`local`, or `auto` finding the most
+    /// room here).
+    pub(crate) fn resolve(&self, name: &str) -> Result<Option<String>, HostError> {
+        match name {
+            "local" => Ok(None),
+            "auto" => Ok(self.place()),
+            name => {
+                self.link(name)?;
+                Ok(Some(name.to_string()))
+            }
+        }
+    }
+
     /// `--host auto`: the reachable host with the most free `max_live` slots (its ceiling less
     /// its live runtimes; no ceiling is unlimited), this machine included (`None`, also on a
     /// tie).
@@ -351,6 +416,88 @@ impl Hosts {
             .collect()
     }
 
+    /// This daemon's `agent` has an agent made on `host` that reports to it (a subagent, or
+    /// one that tells it how its first turn went): remembered before the host is asked, so
+    /// that archiving `agent` asks that host even after a restart, and its notices are taken.
+    pub(crate) fn will_parent(&self, host: &str, agent: AgentId) -> Result<(), HostError> {
+        self.link(host)?;
+        self.inner
+            .parents
+            .add(host, agent)
+            .map_err(HostError::Store)
+    }
+
+    /// The unarchived subagents other hosts hold of the agents in `tree` (this daemon's
+    /// `agent` and its descendants), each with its host, as those hosts say now. Refused when
+    /// a host that holds some, or was ever given one, is not reachable: an archive is never
+    /// answered from what a host said before it went away.
+    pub(crate) async fn subagents_of(
+        &self,
+        agent: AgentId,
+        tree: &HashSet<AgentId>,
+    ) -> Result<Vec<(String, AgentId)>, HostError> {
+        let given = self.inner.parents.hosts_of(tree);
+        let links: Vec<(String, Arc<Link>)> = self
+            .links()
+            .iter()
+            .map(|(name, link)| (name.clone(), link.clone()))
+            .collect();
+        let mut found = Vec::new();
+        for (name, link) in links {
+            if given.contains(&name) {
+                // A link still being made (a hub just started) is waited for, bounded.
+                link.settled().await;
+            }
+            let children = link.children_of(tree);
+            if children.is_empty() && !given.contains(&name) {
+                continue;
+            }
+            let info = link.info();
+            if info.state != HostState::Reachable {
+                return Err(HostError::Unreachable {
+                    name: name.clone(),
+                    since: info.since,
+                    why: format!(
+                        "{}; agent `{agent}` has subagents there, and archiving it now would leave them running unseen: archive it once the host is back, or remove the host",
+                        info.error.as_deref().unwrap_or("the link is down")
+                    ),
+                });
+            }
+            found.extend(children.into_iter().map(|id| (name.clone(), id)));
+        }
+        Ok(found)
+    }
+
+    /// The unarchived subagents of this daemon's `parent` on other hosts (`AgentInfo`s with
+    /// `host`), as the hosts last said.
+    pub(crate) fn subagents(&self, parent: AgentId) -> Vec<Value> {
+        self.links()
+            .values()
+            .flat_map(|link| link.children_info(parent))
+            .collect()
+    }
+
+    /// The agents in `tree` were archived with their subagents on every host.
+    pub(crate) fn archived(&self, tree: &HashSet<AgentId>) {
+        self.inner.parents.forget(tree);
+    }
+
+    /// The host holding `id` (not this daemon's), and the first of this daemon's agents its
+    /// lineage reaches there, if any: who may control it.
+    pub(crate) fn holder(&self, id: AgentId) -> Option<(String, Option<AgentId>)> {
+        let links = self.links();
+        let (name, link) = links.iter().find(|(_, link)| link.holds_agent(id))?;
+        let mut at = id;
+        // Bounded: a lineage longer than the host's agents has a cycle.
+        for _ in 0..=link.len() {
+            match link.parent_of(at) {
+                Some(parent) if link.holds_agent(parent) => at = parent,
+                upstream => return Some((name.clone(), upstream)),
+            }
+        }
+        Some((name.clone(), None))
+    }
+
     /// Appends the remote agents (archived ones if asked) to a JSON array being written,
     /// `first` saying whether it has none yet.
     pub(crate) fn push_agents(&self, out: &mut String, include_archived: bool, mut first: bool) {
@@ -365,6 +512,42 @@ impl Hosts {
             .values()
             .flat_map(|link| link.workspaces())
             .collect()
+    }
+}
+
+/// See [`Hosts::deliver`]; whether the host may drop the notice.
+async fn deliver(runtimes: &drover_acp::RuntimeManager, notice: NoticeInfo) -> bool {
+    let Ok(to) = notice.to.parse::<AgentId>() else {
+        tracing::warn!(notice = %notice.id, to = %notice.to, "a host's notice names no agent; dropped");
+        return true;
+    };
+    let home = runtimes.registry().home().to_path_buf();
+    let id = notice.id.clone();
+    let reached = tokio::task::spawn_blocking(move || Inbox::reached(&home, to, &id)).await;
+    if reached.unwrap_or(false) {
+        return true;
+    }
+    let message = InboxMessage {
+        id: notice.id,
+        at: jiff::Timestamp::now(),
+        delivery: notice.delivery,
+        text: notice.text,
+        source: format!("agent:{}", notice.from),
+        notify: None,
+    };
+    match tokio::time::timeout(NOTICE_WAIT, runtimes.deliver_message(to, message)).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(AcpError::Registry(
+            e @ (RegistryError::UnknownAgent(_) | RegistryError::Archived { .. }),
+        ))) => {
+            tracing::info!(agent = %to, from = %notice.from, error = %e, "a host's notice cannot be delivered; dropped");
+            true
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(agent = %to, %error, "a host's notice is not delivered yet");
+            false
+        }
+        Err(_) => false,
     }
 }
 

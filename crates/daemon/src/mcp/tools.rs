@@ -103,6 +103,11 @@ struct CreateAgentParams {
     /// own tree's budget applies to a subagent as well.
     #[serde(default)]
     budget: Option<drover_protocol::Budget>,
+    /// Create it on another machine (a host of `drover host ls`; `auto`: the one with the most
+    /// free room): give `workspace` as a directory or repository there. It is still yours:
+    /// listed under you, archived with you, and you are told when its turn ends.
+    #[serde(default)]
+    host: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -483,7 +488,25 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
         on_interrupt: params.on_interrupt,
         on_limit: params.on_limit,
         budget: params.budget,
+        upstream: None,
     };
+    if let Some(host) = params.host.as_deref()
+        && let Some(host) = ops.hosts.resolve(host)?
+    {
+        let agent = ops
+            .create_on_host(Caller::Agent(caller), request, &host)
+            .await?;
+        return Ok(json!({
+            "agentId": agent["id"],
+            "title": agent["title"],
+            "provider": agent["provider"],
+            "cwd": agent["cwd"],
+            "workspaceId": agent["workspaceId"],
+            "host": host,
+            "relationship": if agent["parentAgentId"].is_string() { "subagent" } else { "detached" },
+            "notifyOnFinish": notify.is_some(),
+        }));
+    }
     let created = ops.create_agent(Caller::Agent(caller), request).await?;
     let agent = created.agent;
     let mut answer = json!({
@@ -507,6 +530,12 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
 
 async fn send_prompt(ops: &Ops, caller: AgentId, params: SendPromptParams) -> ToolResult {
     let id = parse_agent(&params.agent_id)?;
+    if let Some(host) = ops.on_host(Caller::Agent(caller), id, true)? {
+        let delivery = params.delivery.unwrap_or(Delivery::Followup);
+        let asked = json!({"type": "send_message", "agentId": id.to_string(), "text": params.prompt,
+            "delivery": delivery, "notifyUpstream": params.notify_on_finish.unwrap_or(true)});
+        return on_host(ops, &host, asked).await;
+    }
     let sent = ops
         .send_message(
             Caller::Agent(caller),
@@ -521,19 +550,33 @@ async fn send_prompt(ops: &Ops, caller: AgentId, params: SendPromptParams) -> To
     )
 }
 
-async fn wait_for_agent(ops: &Ops, _caller: AgentId, params: WaitParams) -> ToolResult {
+async fn wait_for_agent(ops: &Ops, caller: AgentId, params: WaitParams) -> ToolResult {
     let id = parse_agent(&params.agent_id)?;
     let timeout = params
         .timeout_seconds
         .map_or(DEFAULT_WAIT, Duration::from_secs);
+    if let Some(host) = ops.on_host(Caller::Agent(caller), id, false)? {
+        let timeout = timeout.min(crate::ops::agents::MAX_AGENT_WAIT);
+        let asked = json!({"type": "wait_idle", "agentId": id.to_string(),
+            "timeoutMs": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)});
+        return on_host(ops, &host, asked).await;
+    }
     let (summary, timed_out) = ops.wait_until_settled(id, timeout).await?;
     let mut report = describe(&summary);
     report["timedOut"] = json!(timed_out);
     Ok(report)
 }
 
-async fn get_agent(ops: &Ops, _caller: AgentId, params: AgentParams) -> ToolResult {
+async fn get_agent(ops: &Ops, caller: AgentId, params: AgentParams) -> ToolResult {
     let id = parse_agent(&params.agent_id)?;
+    if let Some(host) = ops.on_host(Caller::Agent(caller), id, false)? {
+        return on_host(
+            ops,
+            &host,
+            json!({"type": "get_agent", "agentId": id.to_string()}),
+        )
+        .await;
+    }
     let mut report = describe(&ops.summary(id).await?);
     // Whether a process runs for it (`cold`: hibernated or never started; the next message
     // starts it).
@@ -552,6 +595,17 @@ async fn get_agent(ops: &Ops, _caller: AgentId, params: AgentParams) -> ToolResu
         });
     }
     Ok(report)
+}
+
+/// A tool on an agent another host holds: the request to that host's daemon, whose answer's
+/// payload is the result (marked with the host).
+async fn on_host(ops: &Ops, host: &str, asked: Value) -> ToolResult {
+    let mut payload = ops.ask_host(host, asked).await?;
+    if let Some(object) = payload.as_object_mut() {
+        object.remove("requestId");
+        object.insert("host".into(), json!(host));
+    }
+    Ok(payload)
 }
 
 fn describe(summary: &Summary) -> Value {
@@ -590,7 +644,7 @@ async fn list_agents(ops: &Ops, caller: AgentId, params: ListParams) -> ToolResu
         Scope::Workspace => AgentScope::Workspace(ops.agent(caller)?.workspace_id),
         Scope::All => AgentScope::All,
     };
-    let list: Vec<Value> = ops
+    let mut list: Vec<Value> = ops
         .list_agents(scope, false)
         .iter()
         .map(|a| {
@@ -604,11 +658,30 @@ async fn list_agents(ops: &Ops, caller: AgentId, params: ListParams) -> ToolResu
             })
         })
         .collect();
+    // Subagents on other hosts, as those hosts last said.
+    if let AgentScope::SubagentsOf(parent) = scope {
+        list.extend(ops.hosts.subagents(parent).into_iter().map(|a| {
+            json!({
+                "agentId": a["id"],
+                "title": a["title"],
+                "provider": a["provider"],
+                "status": a["status"],
+                "attention": a["attentionReason"],
+                "parentAgentId": a["parentAgentId"],
+                "host": a["host"],
+            })
+        }));
+    }
     Ok(json!({"agents": list}))
 }
 
 async fn cancel_agent(ops: &Ops, caller: AgentId, params: CancelParams) -> ToolResult {
     let id = parse_agent(&params.agent_id)?;
+    if let Some(host) = ops.on_host(Caller::Agent(caller), id, true)? {
+        let asked =
+            json!({"type": "cancel", "agentId": id.to_string(), "keepInbox": params.keep_inbox});
+        return on_host(ops, &host, asked).await;
+    }
     ops.cancel(Caller::Agent(caller), id, params.keep_inbox)
         .await?;
     Ok(json!({"agentId": id.to_string(), "cancelled": true}))
@@ -616,8 +689,12 @@ async fn cancel_agent(ops: &Ops, caller: AgentId, params: CancelParams) -> ToolR
 
 async fn archive_agent(ops: &Ops, caller: AgentId, params: ArchiveParams) -> ToolResult {
     let id = parse_agent(&params.agent_id)?;
+    if let Some(host) = ops.on_host(Caller::Agent(caller), id, true)? {
+        let asked = json!({"type": "archive", "agentId": id.to_string(), "stopActivity": params.stop_activity});
+        return on_host(ops, &host, asked).await;
+    }
     let outcome = ops
-        .archive(Caller::Agent(caller), id, params.stop_activity)
+        .archive(Caller::Agent(caller), id, params.stop_activity, false)
         .await?;
     Ok(json!({
         "archived": outcome.archived.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -627,6 +704,14 @@ async fn archive_agent(ops: &Ops, caller: AgentId, params: ArchiveParams) -> Too
 
 async fn detach_agent(ops: &Ops, caller: AgentId, params: AgentParams) -> ToolResult {
     let id = parse_agent(&params.agent_id)?;
+    if let Some(host) = ops.on_host(Caller::Agent(caller), id, true)? {
+        return on_host(
+            ops,
+            &host,
+            json!({"type": "detach", "agentId": id.to_string()}),
+        )
+        .await;
+    }
     ops.detach(Caller::Agent(caller), id).await?;
     Ok(json!({"agentId": id.to_string(), "detached": true}))
 }

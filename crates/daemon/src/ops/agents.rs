@@ -82,6 +82,9 @@ pub(crate) struct CreateAgent {
     pub(crate) on_limit: Option<OnLimit>,
     /// A budget for the new agent and its subtree.
     pub(crate) budget: Option<drover_core::Budget>,
+    /// The hub's agent this one is created for over a link (see `remote`): `parent` and
+    /// `notify` may name it though this daemon does not hold it.
+    pub(crate) upstream: Option<AgentId>,
 }
 
 /// A new agent, and the worktree made for it if one was.
@@ -143,6 +146,7 @@ impl Ops {
             title: request.title,
             labels: request.labels,
             parent: request.parent,
+            upstream: request.upstream,
             auto_archive: request.auto_archive,
             config: ProviderConfig {
                 model: request
@@ -163,9 +167,16 @@ impl Ops {
                     .or_else(|| me.as_ref().and_then(|m| m.config.on_limit)),
             },
         };
-        if let Some(parent) = new.parent {
+        if let Some(parent) = new.parent
+            && new.upstream != Some(parent)
+        {
             self.controlled(caller, parent)?;
             self.check_budget(parent)?;
+        }
+        if let Some(notify) = request.notify
+            && request.upstream != Some(notify)
+        {
+            self.agent(notify)?;
         }
         self.runtimes.prepare(&mut new)?;
         let my_cwd = me.as_ref().map(|m| m.cwd.clone());

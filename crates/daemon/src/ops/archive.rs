@@ -1,28 +1,10 @@
-//! Archive (a soft delete with its cascade, refused while work runs unless it is stopped),
-//! unarchive, detach, and archiving the idle children of an agent.
+//! Unarchive, detach, and archiving the idle children of an agent.
 
-use drover_core::{AgentId, ArchiveOptions, ArchiveOutcome, BulkArchiveOutcome};
+use drover_core::{AgentId, BulkArchiveOutcome};
 
 use super::{Caller, OpError, Ops};
 
 impl Ops {
-    /// Archives the agent and its unarchived descendants. With running work: refused
-    /// (`agent_active`, listing it) unless `stop_activity`, which stops it.
-    pub(crate) async fn archive(
-        &self,
-        caller: Caller,
-        id: AgentId,
-        stop_activity: bool,
-    ) -> Result<ArchiveOutcome, OpError> {
-        self.controlled(caller, id)?;
-        let outcome = self
-            .registry
-            .archive(id, ArchiveOptions { stop_activity })
-            .await?;
-        tracing::info!(agent = %id, stop_activity, by = caller.agent().map(tracing::field::display), "agent archived");
-        Ok(outcome)
-    }
-
     pub(crate) async fn unarchive(&self, caller: Caller, id: AgentId) -> Result<(), OpError> {
         self.controlled(caller, id)?;
         // A token seen before the archive stays dead; the next runtime gets a new one.

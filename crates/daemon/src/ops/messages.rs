@@ -33,6 +33,31 @@ impl Ops {
         })
     }
 
+    /// Queues `text` from the hub's agent that created this one over a link (its upstream),
+    /// which is told how the turn it wakes goes (through the outbox, see
+    /// `drover_core::outbox`).
+    pub(crate) async fn send_from_upstream(
+        &self,
+        id: AgentId,
+        text: String,
+        delivery: Delivery,
+    ) -> Result<SentMessage, OpError> {
+        let target = self.agent(id)?;
+        if text.trim().is_empty() {
+            return Err(OpError::invalid("text", "must not be empty"));
+        }
+        // An agent below the one the hub made has no upstream of its own: nobody is told.
+        let upstream = target.upstream_id();
+        let notify = upstream.filter(|_| delivery.wakes());
+        let source = upstream.map_or_else(|| Caller::User.source(), |u| format!("agent:{u}"));
+        let message = InboxMessage::new(delivery, text, source).notifying(notify);
+        let message_id = self.queue_message(Caller::User, id, message).await?;
+        Ok(SentMessage {
+            message_id,
+            notify: notify.is_some(),
+        })
+    }
+
     /// Queues a message the caller built (a schedule's run, whose id it chose and recorded
     /// first); returns its id once it is durable.
     pub(crate) async fn queue_message(

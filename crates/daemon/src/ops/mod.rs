@@ -18,6 +18,7 @@
 //! - [`schedules`]: prompts on a timetable, and how they fire.
 //! - [`jobs`]: background commands agents own.
 //! - [`import`]: agents brought in from a Paseo home.
+//! - [`remote`]: an agent's subagents on other hosts: created there, archived with it.
 //! - [`notify`]: what clients watch, and the notification sinks' status and samples.
 
 pub(crate) mod agents;
@@ -30,6 +31,7 @@ pub(crate) mod messages;
 pub(crate) mod notify;
 pub(crate) mod permissions;
 pub(crate) mod providers;
+pub(crate) mod remote;
 pub(crate) mod schedules;
 pub(crate) mod sessions;
 pub(crate) mod workspaces;
@@ -117,6 +119,14 @@ pub(crate) enum OpError {
     BudgetExhausted(Box<drover_protocol::BudgetExhaustedInfo>),
     #[error(transparent)]
     Host(#[from] crate::hosts::HostError),
+    /// Another host's daemon refused what this one asked of it for a client.
+    #[error("host `{host}`: {message}")]
+    Remote {
+        host: String,
+        code: ErrorCode,
+        message: String,
+        details: Option<serde_json::Value>,
+    },
 }
 
 impl From<AcpError> for OpError {
@@ -153,6 +163,7 @@ impl OpError {
             OpError::Job(e) => e.code(),
             OpError::BudgetExhausted(_) => ErrorCode::BudgetExhausted,
             OpError::Host(e) => e.code(),
+            OpError::Remote { code, .. } => *code,
         }
     }
 }

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use drover_core::inbox::{Inbox, InboxMessage};
 use drover_core::runtime::BoxFuture;
-use drover_core::timeline::Timeline;
 use drover_core::{AgentId, RegistryError};
 use drover_protocol::{ScheduleNewAgent, ScheduleWhen};
 use jiff::{SignedDuration, Timestamp};
@@ -403,6 +402,7 @@ impl Deliver for Ops {
             on_interrupt: None,
             on_limit: None,
             budget: None,
+            upstream: None,
         };
         Box::pin(async move {
             let agent = match existing {
@@ -426,10 +426,7 @@ impl Deliver for Ops {
     }
 
     fn reached(&self, agent: AgentId, message_id: &str) -> bool {
-        let home = self.registry.home();
-        // The inbox first: a message leaves it only after the timeline recorded it.
-        Inbox::read_queued_ids(home, agent).is_ok_and(|ids| ids.contains(message_id))
-            || Timeline::read_delivered(home, agent).is_ok_and(|ids| ids.contains(message_id))
+        Inbox::reached(self.registry.home(), agent, message_id)
     }
 
     fn created_by_run(&self, schedule: ScheduleId, message_id: &str) -> Option<AgentId> {

@@ -241,10 +241,39 @@ impl Hub {
         });
     }
 
+    /// Each notice for an agent of the hub goes to every session as `notice_queued` (the
+    /// hub's link takes it; see `drover_core::outbox`).
+    fn forward_notices(&self, ops: &Ops) {
+        let mut notices = ops.runtimes.outbox().subscribe();
+        let out = self.tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = match notices.recv().await {
+                    Ok(notice) => Outgoing {
+                        agent: None,
+                        revision: 0,
+                        text: encode(&DaemonMessage::NoticeQueued {
+                            notice: wire::notice_info(&notice),
+                        }),
+                        joined: None,
+                        status_of: None,
+                    },
+                    // The hub takes what it missed with `take_notices` when it links again.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        resync("the daemon dropped notices for the hub".to_string())
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                let _ = out.send(Arc::new(message));
+            }
+        });
+    }
+
     /// Every job start and end goes to every session as `job_update`; so does what other
     /// hosts' daemons say (see `forward_hosts`).
     fn forward_jobs(&self, ops: &Ops) {
         self.forward_hosts(ops);
+        self.forward_notices(ops);
         let mut jobs = ops.subscribe_jobs();
         let out = self.tx.clone();
         let dropped = self.metrics.hub_dropped_events.clone();

@@ -98,6 +98,8 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::Watching(_) => answered_by_the_session(id, "watching"),
         M::NotifyStatus(_) => notify_status(ops, id),
         M::NotifyTest(r) => notify_test(ops, id, r).await,
+        M::TakeNotices(_) => take_notices(ops, id),
+        M::AckNotices(r) => ack_notices(ops, id, &r),
         M::StartJob(r) => send(jobs::start_job(ops, id, r).await?),
         M::ListJobs(r) => send(jobs::list_jobs(ops, id, &r)?),
         M::JobOutput(r) => send(jobs::job_output(ops, id, r).await?),
@@ -133,9 +135,12 @@ fn answered_by_the_session(id: Id, kind: &str) -> Answered {
 
 async fn send_message(ops: &Ops, request_id: Id, r: rq::SendMessage) -> Answered {
     let id = parse_agent(&r.agent_id)?;
-    let sent = ops
-        .send_message(CALLER, id, r.text, r.delivery, false)
-        .await?;
+    let sent = if r.notify_upstream {
+        ops.send_from_upstream(id, r.text, r.delivery).await?
+    } else {
+        ops.send_message(CALLER, id, r.text, r.delivery, false)
+            .await?
+    };
     send(DaemonMessage::MessageQueued {
         request_id,
         agent_id: id.to_string(),
@@ -311,6 +316,21 @@ fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answere
     })
 }
 
+fn take_notices(ops: &Ops, request_id: Id) -> Answered {
+    send(DaemonMessage::Notices {
+        request_id,
+        notices: ops.notices(),
+    })
+}
+
+fn ack_notices(ops: &Ops, request_id: Id, r: &rq::AckNotices) -> Answered {
+    ops.ack_notices(&r.ids)?;
+    send(DaemonMessage::Ok {
+        request_id,
+        agent_id: None,
+    })
+}
+
 fn list_hosts(ops: &Ops, request_id: Id) -> Answered {
     send(DaemonMessage::Hosts {
         request_id,
@@ -440,7 +460,7 @@ async fn fetch_timeline(ops: &Ops, request_id: Id, r: rq::FetchTimeline) -> Answ
 
 async fn archive(ops: &Ops, request_id: Id, r: rq::Archive) -> Answered {
     let id = parse_agent(&r.agent_id)?;
-    let outcome = ops.archive(CALLER, id, r.stop_activity).await?;
+    let outcome = ops.archive(CALLER, id, r.stop_activity, r.dry_run).await?;
     send(DaemonMessage::Archived {
         request_id,
         agent_id: id.to_string(),
@@ -565,8 +585,10 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         on_limit,
         budget,
         worktree,
-        // Another host's is forwarded before it gets here (`crate::hosts`).
-        host: _,
+        // Another host's is forwarded before it gets here (`crate::hosts`), unless its parent
+        // is this daemon's.
+        host,
+        upstream,
     } = r;
     let workspace = workspace_id.as_deref().map(parse_workspace).transpose()?;
     let placement = match (worktree, cwd) {
@@ -592,7 +614,21 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
             workspace,
         },
     };
-    let parent = parent_agent_id.as_deref().map(parse_agent).transpose()?;
+    let mut parent = parent_agent_id.as_deref().map(parse_agent).transpose()?;
+    let mut notify = None;
+    let upstream = match upstream {
+        Some(upstream) => {
+            let agent = parse_agent(&upstream.agent_id)?;
+            if upstream.subagent {
+                parent = Some(agent);
+            }
+            if upstream.notify_on_finish {
+                notify = Some(agent);
+            }
+            Some(agent)
+        }
+        None => None,
+    };
     let request = CreateAgent {
         provider: Some(provider),
         placement,
@@ -605,11 +641,24 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         parent,
         auto_archive,
         permission_policy: Some(permission_policy),
-        notify: None,
+        notify,
         on_interrupt,
         on_limit,
         budget,
+        upstream,
     };
+    if let Some(host) = host
+        && let Some(host) = ops.hosts.resolve(&host)?
+    {
+        let agent = ops.create_on_host(CALLER, request, &host).await?;
+        let agent = serde_json::from_value(agent).map_err(|e| {
+            OpError::invalid(
+                "host",
+                format!("host `{host}` answered an agent this daemon cannot read: {e}"),
+            )
+        })?;
+        return send(DaemonMessage::AgentCreated { request_id, agent });
+    }
     let created = ops.create_agent(CALLER, request).await?;
     send(DaemonMessage::AgentCreated {
         request_id,
