@@ -719,6 +719,54 @@ fn a_subagent_on_another_host_belongs_to_its_parent_on_the_hub() {
         agent(&on_b, &kid).is_some_and(|a| !a["archivedAt"].is_null()),
         "archived on b: {on_b}"
     );
+
+    the_lineage_gate_holds_across_the_link(&fleet, &parent, &kid);
+}
+
+/// The kid (archived with its parent) brought back alone takes no turn while its parent on the
+/// hub is archived, and takes them again once it is not.
+fn the_lineage_gate_holds_across_the_link(fleet: &Fleet, parent: &str, kid: &str) {
+    let back = drover(&fleet.hub, &["unarchive", kid]);
+    assert!(back.status.success(), "{}", text(&back));
+    let sent = drover(
+        &fleet.hub,
+        &["send", kid, "say while the parent is archived"],
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    let blocked = poll_until_blocking(Duration::from_secs(30), || {
+        last_turn_end(fleet, kid).filter(|end| end == "turn_blocked")
+    });
+    assert!(
+        blocked.is_some(),
+        "{}",
+        text(&drover(&fleet.hub, &["logs", kid]))
+    );
+    let back = drover(&fleet.hub, &["unarchive", parent]);
+    assert!(back.status.success(), "{}", text(&back));
+    let free = poll_until_blocking(Duration::from_secs(30), || {
+        let agents = json(&fleet.b, &["ls", "--json"]);
+        agent(&agents, kid)
+            .is_some_and(|a| a["labels"].get("drover.upstream-archived").is_none())
+            .then_some(())
+    });
+    assert!(free.is_some(), "the gate stays after the parent came back");
+    let sent = drover(&fleet.hub, &["send", kid, "say free again"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let waited = drover(&fleet.hub, &["wait", kid, "--timeout", "30"]);
+    assert!(waited.status.success(), "{}", text(&waited));
+    fleet.logs_contain(kid, "free again");
+}
+
+/// The `event` of the agent's last `turn_ended` item, read on the hub.
+fn last_turn_end(fleet: &Fleet, id: &str) -> Option<String> {
+    let logs = drover(&fleet.hub, &["logs", id, "--json"]);
+    String::from_utf8_lossy(&logs.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|line| line["item"].clone())
+        .rev()
+        .find(|item| item["kind"] == "turn_ended")
+        .and_then(|item| item["data"]["event"].as_str().map(str::to_string))
 }
 
 #[test]
@@ -798,7 +846,9 @@ fn archiving_a_parent_waits_for_its_subagents_host_and_detach_lets_go() {
             .is_some_and(|a| a["parentAgentId"] == parent.as_str()),
         "{held:?}"
     );
-    wait_status(&fleet.b, &second, "idle");
+    let waited = drover(&fleet.hub, &["wait", &second, "--timeout", "30"]);
+    assert!(waited.status.success(), "{}", text(&waited));
+    fleet.logs_contain(&second, "made by a user");
 
     let archived = drover(&fleet.hub, &["archive", &parent, "--json"]);
     assert!(archived.status.success(), "{}", text(&archived));

@@ -16,6 +16,11 @@ pub const PARENT_LABEL: &str = "drover.parent-agent-id";
 /// [`crate::outbox`]). With the parent label naming the same agent, this is its subagent.
 pub const UPSTREAM_LABEL: &str = "drover.upstream-agent-id";
 
+/// The label the hub sets on a subagent whose parent there is archived, or has an archived
+/// ancestor (that agent's id): the archived-lineage gate across hosts, holding for it and its
+/// subtree on this daemon.
+pub const UPSTREAM_ARCHIVED_LABEL: &str = "drover.upstream-archived";
+
 /// What the provider is asked to run with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProviderConfig {
@@ -181,6 +186,11 @@ impl Agent {
     /// valid id (damaged data) makes the agent a root.
     pub fn parent_id(&self) -> Option<AgentId> {
         self.labels.get(PARENT_LABEL)?.parse().ok()
+    }
+
+    /// The hub's archived agent on this agent's lineage, from the label the hub sets.
+    pub fn upstream_archived(&self) -> Option<AgentId> {
+        self.labels.get(UPSTREAM_ARCHIVED_LABEL)?.parse().ok()
     }
 
     /// The hub's agent that created this one over a link, from the upstream label.

@@ -31,8 +31,8 @@ pub use activity::{ActivityBucket, ActivityChange, ActivityIndex};
 pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
 pub use agent::{
     Agent, AuthMethod, Budget, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
-    ProviderConfig, ResumeHandle, Spend, SpentBudget, StartFailure, TreeSpend, UPSTREAM_LABEL,
-    budget_reached,
+    ProviderConfig, ResumeHandle, Spend, SpentBudget, StartFailure, TreeSpend,
+    UPSTREAM_ARCHIVED_LABEL, UPSTREAM_LABEL, budget_reached,
 };
 pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};

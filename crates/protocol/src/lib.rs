@@ -1278,6 +1278,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "notify_test",
     "take_notices",
     "ack_notices",
+    "set_upstream_gate",
 ];
 
 #[cfg(test)]

@@ -104,6 +104,7 @@ pub enum ClientMessage {
     NotifyTest(NotifyTest),
     TakeNotices(TakeNotices),
     AckNotices(AckNotices),
+    SetUpstreamGate(SetUpstreamGate),
 }
 
 macro_rules! into_message {
@@ -168,6 +169,7 @@ into_message! {
     NotifyTest,
     TakeNotices,
     AckNotices,
+    SetUpstreamGate,
 }
 
 /// First message of a connection.
@@ -299,6 +301,17 @@ pub struct TakeNotices {}
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AckNotices {
     pub ids: Vec<String>,
+}
+
+/// Sent by a hub for a subagent it made here (`upstream` of `create_agent`): whether its parent
+/// on the hub is archived or has an archived ancestor (`archived`, that agent's id). While it
+/// is, no turn starts for the subagent or below it here (`turn_blocked`). Answered by `ok`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetUpstreamGate {
+    pub agent_id: String,
+    #[serde(default)]
+    pub archived: Option<String>,
 }
 
 /// The `send_message` request.

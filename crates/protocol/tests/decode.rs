@@ -67,6 +67,7 @@ const FIELDS: &[&str] = &[
     "dryRun",
     "notifyUpstream",
     "ids",
+    "archived",
 ];
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -613,6 +614,15 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
             request_id,
             message: ClientMessage::TakeNotices(requests::TakeNotices {})
         }),
+        (opt_string(), any::<String>(), opt_string()).prop_map(
+            |(request_id, agent_id, archived)| ClientRequest {
+                request_id,
+                message: ClientMessage::SetUpstreamGate(requests::SetUpstreamGate {
+                    agent_id,
+                    archived
+                })
+            }
+        ),
         (opt_string(), prop::collection::vec(any::<String>(), 0..3)).prop_map(
             |(request_id, ids)| ClientRequest {
                 request_id,

@@ -28,7 +28,9 @@ use tokio::sync::broadcast;
 
 use crate::activity::{ActivityBucket, ActivityChange, ActivityIndex};
 use crate::admission::{ActivityFamily, ActivityReport, Family};
-use crate::agent::{Agent, PARENT_LABEL, ProviderConfig, ResumeHandle, UPSTREAM_LABEL};
+use crate::agent::{
+    Agent, PARENT_LABEL, ProviderConfig, ResumeHandle, UPSTREAM_ARCHIVED_LABEL, UPSTREAM_LABEL,
+};
 use crate::error::RegistryError;
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
@@ -666,6 +668,14 @@ impl Registry {
                     format!("`{PARENT_LABEL}` is set by creating a subagent and removed by detach"),
                 ));
             }
+            for reserved in [UPSTREAM_LABEL, UPSTREAM_ARCHIVED_LABEL] {
+                if set.contains_key(reserved) || remove.iter().any(|k| k == reserved) {
+                    return Err(RegistryError::invalid(
+                        "labels",
+                        format!("`{reserved}` is set by the hub that links to this daemon"),
+                    ));
+                }
+            }
             for key in &remove {
                 a.labels.remove(key);
             }
@@ -704,6 +714,30 @@ impl Registry {
     pub async fn detach(&self, id: AgentId) -> Result<Agent, RegistryError> {
         self.mutate(id, |a| {
             a.labels.remove(PARENT_LABEL);
+            // Its parent on the hub no longer gates it.
+            a.labels.remove(UPSTREAM_ARCHIVED_LABEL);
+            Ok(())
+        })
+        .await
+    }
+
+    /// The hub says whether the parent it holds of this subagent is archived, or has an
+    /// archived ancestor (`archived`): while it is, no turn starts for the subagent or below it.
+    pub async fn set_upstream_gate(
+        &self,
+        id: AgentId,
+        archived: Option<AgentId>,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            match archived {
+                Some(archived) => {
+                    a.labels
+                        .insert(UPSTREAM_ARCHIVED_LABEL.to_string(), archived.to_string());
+                }
+                None => {
+                    a.labels.remove(UPSTREAM_ARCHIVED_LABEL);
+                }
+            }
             Ok(())
         })
         .await
@@ -841,7 +875,12 @@ impl Inner {
         if new.provider.trim().is_empty() {
             return Err(RegistryError::invalid("provider", "must not be empty"));
         }
-        for reserved in [PARENT_LABEL, UPSTREAM_LABEL, CREATED_WORKSPACE_LABEL] {
+        for reserved in [
+            PARENT_LABEL,
+            UPSTREAM_LABEL,
+            UPSTREAM_ARCHIVED_LABEL,
+            CREATED_WORKSPACE_LABEL,
+        ] {
             if new.labels.contains_key(reserved) {
                 return Err(RegistryError::invalid(
                     "labels",
@@ -1085,10 +1124,16 @@ fn turn_gate(view: &AgentTable, id: AgentId) -> Result<(), RegistryError> {
     if agent.is_archived() {
         return Err(RegistryError::Archived { agent: id });
     }
-    match ancestors(view, id)
-        .into_iter()
-        .find(|a| view.get(*a).is_some_and(Agent::is_archived))
-    {
+    let lineage = std::iter::once(id).chain(ancestors(view, id));
+    let archived = lineage.into_iter().find_map(|a| {
+        let agent = view.get(a)?;
+        if a != id && agent.is_archived() {
+            return Some(a);
+        }
+        // The hub's archived agent above a subagent it made here.
+        agent.upstream_archived()
+    });
+    match archived {
         Some(archived) => Err(RegistryError::TurnBlocked {
             agent: id,
             archived,

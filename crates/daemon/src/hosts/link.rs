@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use drover_core::child::{self, OutputTail};
-use drover_core::{AgentId, BoxFuture};
+use drover_core::{AgentId, BoxFuture, UPSTREAM_ARCHIVED_LABEL};
 use drover_protocol::{HostConfig, HostInfo, HostState, NoticeInfo, PROTOCOL_VERSION};
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -60,6 +60,9 @@ struct Shared {
     is_local: Local,
     /// Queues the host's notices for the hub's agents (see [`Deliver`]).
     deliver: Deliver,
+    /// The archived agent on the lineage of one of the hub's agents (itself included), if
+    /// any: what gates the host's subagents of it (see [`sync_gates`]).
+    gate: Gate,
     /// One notice delivered at a time: the same one offered twice (on a `notice_queued` and
     /// in `take_notices` after a reconnect) is seen queued the second time.
     delivering: tokio::sync::Mutex<()>,
@@ -70,6 +73,9 @@ struct Shared {
 /// Queues a host's notice in the hub agent's inbox; whether the host may drop it (queued now
 /// or before, or never deliverable: its agent is gone or archived).
 pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, bool> + Send + Sync>;
+
+/// See [`Shared::gate`].
+pub(super) type Gate = Arc<dyn Fn(AgentId) -> Option<AgentId> + Send + Sync>;
 
 /// See [`Shared::is_local`].
 pub(super) type Local = Arc<dyn Fn(AgentId) -> bool + Send + Sync>;
@@ -82,6 +88,8 @@ struct Remote {
     live: bool,
     /// Its `parentAgentId`: one of the hub's agents for a subagent created from the hub.
     parent: Option<AgentId>,
+    /// The hub's archived agent the host says gates it (see `UPSTREAM_ARCHIVED_LABEL`).
+    gate: Option<AgentId>,
 }
 
 struct State {
@@ -119,6 +127,7 @@ impl Link {
         events: broadcast::Sender<RemoteEvent>,
         is_local: Local,
         deliver: Deliver,
+        gate: Gate,
     ) -> Arc<Link> {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
@@ -127,6 +136,7 @@ impl Link {
             changed: Notify::new(),
             is_local,
             deliver,
+            gate,
             delivering: tokio::sync::Mutex::new(()),
             undelivered: AtomicBool::new(false),
             state: Mutex::new(State {
@@ -240,6 +250,14 @@ impl Link {
             .filter(|a| !a.archived && a.parent == Some(parent))
             .filter_map(|a| serde_json::from_str(&a.json).ok())
             .collect()
+    }
+
+    /// Brings the host's subagents of the hub's agents in step with their parents' archived
+    /// lineage (see [`sync_gates`]).
+    pub(super) fn sync_gates(&self) {
+        if self.shared.lock().conn.is_some() {
+            tokio::spawn(sync_gates(self.shared.clone()));
+        }
     }
 
     /// Waits (bounded) while the link is being made (see [`Shared::linked`]).
@@ -492,6 +510,10 @@ impl Shared {
                 .get("parentAgentId")
                 .and_then(Value::as_str)
                 .and_then(|p| p.parse().ok()),
+            gate: agent
+                .pointer(&format!("/labels/{UPSTREAM_ARCHIVED_LABEL}"))
+                .and_then(Value::as_str)
+                .and_then(|a| a.parse().ok()),
         };
         self.lock().agents.insert(id, remote);
         Some(id)
@@ -583,6 +605,33 @@ struct HeadPayload<'a> {
     request_id: Option<&'a str>,
 }
 
+/// The archived-lineage gate across hosts: each of the host's agents whose parent is one of
+/// the hub's is told which archived agent, if any, is on that parent's lineage here, when the
+/// host says otherwise. Run when the link is made and after each archive and unarchive here, so
+/// a gate missed while the link was down is set when it is back.
+async fn sync_gates(shared: Arc<Shared>) {
+    let stale: Vec<(AgentId, Option<AgentId>)> = {
+        let state = shared.lock();
+        state
+            .agents
+            .iter()
+            .filter_map(|(id, remote)| {
+                let parent = remote.parent.filter(|p| (shared.is_local)(*p))?;
+                let gate = (shared.gate)(parent);
+                (gate != remote.gate).then_some((*id, gate))
+            })
+            .collect()
+    };
+    for (id, gate) in stale {
+        let asked = json!({"type": "set_upstream_gate", "agentId": id.to_string(),
+            "archived": gate.map(|g| g.to_string())});
+        if let Err(error) = shared.request(asked).await {
+            tracing::info!(host = %shared.name, agent = %id, %error, "the lineage gate is set when the link is back");
+            return;
+        }
+    }
+}
+
 /// Takes the notices the host keeps for the hub's agents and delivers each (see
 /// `drover_core::outbox`).
 async fn take_notices(shared: Arc<Shared>) {
@@ -668,6 +717,7 @@ async fn link_once(shared: &Arc<Shared>, argv: &[String]) -> Ended {
     tracing::info!(host = %shared.name, "host linked");
     shared.announce();
     tokio::spawn(take_notices(shared.clone()));
+    tokio::spawn(sync_gates(shared.clone()));
     let why = relay(shared, &mut child).await;
     child.end().await;
     Ended {

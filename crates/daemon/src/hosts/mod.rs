@@ -143,6 +143,7 @@ impl Hosts {
                 hosts.inner.events.clone(),
                 hosts.is_local(),
                 hosts.deliver(&host.name),
+                hosts.gate(),
             );
             hosts.links().insert(host.name, link);
         }
@@ -153,6 +154,28 @@ impl Hosts {
     fn is_local(&self) -> link::Local {
         let registry = self.inner.runtimes.registry().clone();
         Arc::new(move |id| registry.get(id).is_some())
+    }
+
+    /// The archived agent on the lineage of this daemon's agent (itself included), if any.
+    fn gate(&self) -> link::Gate {
+        let registry = self.inner.runtimes.registry().clone();
+        Arc::new(move |id| match registry.check_turn_gate(id) {
+            Err(
+                RegistryError::Archived { agent }
+                | RegistryError::TurnBlocked {
+                    archived: agent, ..
+                },
+            ) => Some(agent),
+            _ => None,
+        })
+    }
+
+    /// After an archive or unarchive here: every reachable host's subagents of this daemon's
+    /// agents are brought in step with their parents' archived lineage.
+    pub(crate) fn sync_gates(&self) {
+        for link in self.links().values() {
+            link.sync_gates();
+        }
     }
 
     /// Queues a host's notice in the inbox of this daemon's agent it is for, under the
@@ -225,6 +248,7 @@ impl Hosts {
             self.inner.events.clone(),
             self.is_local(),
             self.deliver(&host.name),
+            self.gate(),
         );
         links.insert(host.name, link);
         drop(links);

@@ -10,6 +10,8 @@ impl Ops {
         // A token seen before the archive stays dead; the next runtime gets a new one.
         self.agent_tokens.revoke(id);
         self.registry.unarchive(id).await?;
+        // Its subagents on other hosts may take turns again.
+        self.hosts.sync_gates();
         Ok(())
     }
 

@@ -199,6 +199,7 @@ impl Ops {
         outcome.archived.extend(archived_there);
         if !tree.is_empty() {
             self.hosts.archived(&tree);
+            self.hosts.sync_gates();
         }
         tracing::info!(agent = %id, stop_activity, hosts = remote.len(), by = caller.agent().map(tracing::field::display), "agent archived");
         Ok(outcome)
@@ -242,6 +243,29 @@ impl Ops {
             .iter()
             .map(crate::wire::notice_info)
             .collect()
+    }
+
+    /// The hub says whether the parent it holds of this daemon's subagent `id` is archived, or
+    /// has an archived ancestor: the lineage gate across hosts.
+    pub(crate) async fn set_upstream_gate(
+        &self,
+        id: AgentId,
+        archived: Option<AgentId>,
+    ) -> Result<(), OpError> {
+        let agent = self.agent(id)?;
+        if agent
+            .parent_id()
+            .is_none_or(|p| self.registry.get(p).is_some())
+        {
+            return Err(OpError::invalid(
+                "agentId",
+                format!("agent `{id}` is not a subagent of an agent of another daemon"),
+            ));
+        }
+        if agent.upstream_archived() != archived {
+            self.registry.set_upstream_gate(id, archived).await?;
+        }
+        Ok(())
     }
 
     /// The hub queued these notices: they leave the outbox.

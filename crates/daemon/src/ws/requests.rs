@@ -100,6 +100,7 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::NotifyTest(r) => notify_test(ops, id, r).await,
         M::TakeNotices(_) => take_notices(ops, id),
         M::AckNotices(r) => ack_notices(ops, id, &r),
+        M::SetUpstreamGate(r) => set_upstream_gate(ops, id, r).await,
         M::StartJob(r) => send(jobs::start_job(ops, id, r).await?),
         M::ListJobs(r) => send(jobs::list_jobs(ops, id, &r)?),
         M::JobOutput(r) => send(jobs::job_output(ops, id, r).await?),
@@ -329,6 +330,13 @@ fn ack_notices(ops: &Ops, request_id: Id, r: &rq::AckNotices) -> Answered {
         request_id,
         agent_id: None,
     })
+}
+
+async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    let archived = r.archived.as_deref().map(parse_agent).transpose()?;
+    ops.set_upstream_gate(id, archived).await?;
+    ok(request_id, id)
 }
 
 fn list_hosts(ops: &Ops, request_id: Id) -> Answered {

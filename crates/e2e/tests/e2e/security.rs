@@ -552,3 +552,111 @@ async fn a_host_cannot_claim_the_hubs_own_agents() {
         "{agents}"
     );
 }
+
+/// A host's notices are queued only for the hub's agents that made an agent there, and a
+/// notice offered twice (as after a cut between queueing and acknowledging) is queued once.
+/// The host is a script speaking the protocol on the link's stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_notices_reach_only_its_parents_and_only_once() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let bystander = create(&mut client, &daemon, "say mine").await;
+    client.wait_idle(&bystander).await;
+    let kid = "0193b1c2-7d4e-7a10-8000-00000000000b";
+    let dir = TempDir::new().expect("tempdir");
+    let file = |name: &str, text: String| {
+        std::fs::write(dir.path().join(name), text + "\n").expect("script file");
+    };
+    file(
+        "welcome.json",
+        json!({"type": "welcome", "payload": {"daemonVersion": "0.1.0",
+        "protocolVersion": drover_protocol::PROTOCOL_VERSION, "sessionId": "s"}})
+        .to_string(),
+    );
+    file(
+        "state.json",
+        json!({"type": "session_state", "payload": {"agents": [], "workspaces": []}}).to_string(),
+    );
+    file(
+        "created.json",
+        json!({"type": "agent_created", "payload": {"requestId": "REQ",
+        "agent": {"id": kid, "parentAgentId": "PARENT", "title": "kid", "provider": "scripted",
+            "cwd": "/srv", "workspaceId": "0193b1c2-7d4e-7a10-8000-00000000000c"}}})
+        .to_string(),
+    );
+    file(
+        "notice.json",
+        json!({"type": "notice_queued", "payload": {"notice": {"id": "NID",
+        "at": "2026-12-05T00:00:00Z", "from": kid, "to": "TO", "delivery": "followup",
+        "text": "say heard from the kid"}}})
+        .to_string(),
+    );
+    let script = dir.path().join("host.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"cd '{dir}'
+read hello
+cat welcome.json state.json
+once=0193b1c2-0000-7000-8000-000000000001
+while IFS= read -r line; do
+  req=$(printf '%s\n' "$line" | sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p')
+  case "$line" in
+    *'"type":"take_notices"'*) printf '{{"type":"notices","payload":{{"requestId":"%s","notices":[]}}}}\n' "$req" ;;
+    *'"type":"create_agent"'*)
+      parent=$(printf '%s\n' "$line" | sed -n 's/.*"upstream":{{"agentId":"\([^"]*\)".*/\1/p')
+      sed -e "s/REQ/$req/" -e "s/PARENT/$parent/" created.json
+      sed -e "s/NID/$once/" -e "s/TO/$parent/" notice.json
+      sed -e "s/NID/$once/" -e "s/TO/$parent/" notice.json
+      sed -e "s/NID/0193b1c2-0000-7000-8000-000000000002/" -e "s/TO/{bystander}/" notice.json ;;
+    *) printf '{{"type":"ok","payload":{{"requestId":"%s","agentId":null}}}}\n' "$req" ;;
+  esac
+done
+"#,
+            dir = dir.path().display(),
+        ),
+    )
+    .expect("script");
+    let added = client
+        .request(json!({"type": "add_host", "host": {"name": "fake", "command": ["sh", script]}}))
+        .await;
+    assert_eq!(added["type"], "hosts", "{added}");
+    client
+        .recv_where(|m| m["type"] == "host_update" && m["payload"]["host"]["state"] == "reachable")
+        .await;
+
+    let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current", "cwd": "/srv"}, "host": "fake", "prompt": "work"}"#;
+    let parent = create(&mut client, &daemon, call).await;
+    let heard = async |client: &mut Client, agent: &str| -> Vec<Value> {
+        client
+            .timeline(agent)
+            .await
+            .into_iter()
+            .filter(|i| {
+                i["kind"] == "user_message" && i["data"]["source"] == format!("agent:{kid}")
+            })
+            .collect()
+    };
+    let told = drover_testkit::wait::poll_until(WAIT, async || {
+        let heard = heard(&mut client, &parent).await;
+        (!heard.is_empty()).then_some(heard)
+    })
+    .await
+    .expect("the parent heard from its subagent's host");
+    assert_eq!(
+        told[0]["data"]["messageId"],
+        "0193b1c2-0000-7000-8000-000000000001"
+    );
+    client.wait_idle(&parent).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    client.wait_idle(&parent).await;
+    assert_eq!(
+        heard(&mut client, &parent).await.len(),
+        1,
+        "offered twice, queued once"
+    );
+    assert!(
+        heard(&mut client, &bystander).await.is_empty(),
+        "a host prompted an agent that made nothing there"
+    );
+}

@@ -275,6 +275,9 @@ export const ClientType = Object.freeze({
   Watching: /** @type {'watching'} */ ('watching'),
   NotifyStatus: /** @type {'notify_status'} */ ('notify_status'),
   NotifyTest: /** @type {'notify_test'} */ ('notify_test'),
+  TakeNotices: /** @type {'take_notices'} */ ('take_notices'),
+  AckNotices: /** @type {'ack_notices'} */ ('ack_notices'),
+  SetUpstreamGate: /** @type {'set_upstream_gate'} */ ('set_upstream_gate'),
 });
 
 /** Every `DaemonType` value, by its Rust name. */
@@ -288,6 +291,8 @@ export const DaemonType = Object.freeze({
   TimelinePage: /** @type {'timeline_page'} */ ('timeline_page'),
   AgentCreated: /** @type {'agent_created'} */ ('agent_created'),
   MessageQueued: /** @type {'message_queued'} */ ('message_queued'),
+  Notices: /** @type {'notices'} */ ('notices'),
+  NoticeQueued: /** @type {'notice_queued'} */ ('notice_queued'),
   Ok: /** @type {'ok'} */ ('ok'),
   Archived: /** @type {'archived'} */ ('archived'),
   ChildrenArchived: /** @type {'children_archived'} */ ('children_archived'),
@@ -592,6 +597,18 @@ export const DaemonType = Object.freeze({
  */
 
 /**
+ * What an agent of this daemon told an agent of the hub that links to it, kept in the
+ * outbox until the hub acknowledges it (`ack_notices`).
+ * @typedef {Object} NoticeInfo
+ * @property {string} id - The id of the message it becomes in the hub agent's inbox (queued once, however often it is offered).
+ * @property {string} at
+ * @property {string} from - This daemon's agent.
+ * @property {string} to - The hub's agent.
+ * @property {Delivery} delivery
+ * @property {string} text
+ */
+
+/**
  * What a notification is about (`NotifySinkInfo.events`: the ones a sink may ask for).
  * @typedef {'finished' | 'failed' | 'permission' | 'auth_required' | 'interrupted' | 'limited' | 'summary' | 'test'} NotifyEvent
  */
@@ -805,6 +822,14 @@ export const DaemonType = Object.freeze({
  */
 
 /**
+ * The hub's agent a new agent is created for (see [`CreateAgent::upstream`]).
+ * @typedef {Object} Upstream
+ * @property {string} agentId - An agent of the hub, not of this daemon.
+ * @property {boolean} [subagent] - The new agent is its subagent (its `parentAgentId`).
+ * @property {boolean} [notifyOnFinish] - It is told how the new agent's first turn goes.
+ */
+
+/**
  * What a workspace shows (`WorkspaceInfo.activity`), from least to most urgent.
  * @typedef {'idle' | 'attention' | 'running' | 'error' | 'permission'} WorkspaceActivity
  */
@@ -929,11 +954,13 @@ export const DaemonType = Object.freeze({
  *  budget?: Budget | null,
  *  worktree?: NewWorktree | null,
  *  host?: string | null,
+ *  upstream?: Upstream | null,
  *} | {
  *  type: 'send_message',
  *  agentId: string,
  *  text: string,
  *  delivery?: Delivery,
+ *  notifyUpstream?: boolean,
  *} | {
  *  type: 'cancel',
  *  agentId: string,
@@ -942,6 +969,7 @@ export const DaemonType = Object.freeze({
  *  type: 'archive',
  *  agentId: string,
  *  stopActivity?: boolean,
+ *  dryRun?: boolean,
  *} | {
  *  type: 'unarchive',
  *  agentId: string,
@@ -1100,6 +1128,15 @@ export const DaemonType = Object.freeze({
  *} | {
  *  type: 'notify_test',
  *  sink?: string | null,
+ *} | {
+ *  type: 'take_notices',
+ *} | {
+ *  type: 'ack_notices',
+ *  ids: Array<string>,
+ *} | {
+ *  type: 'set_upstream_gate',
+ *  agentId: string,
+ *  archived?: string | null,
  *})} ClientRequest
  */
 
@@ -1168,6 +1205,17 @@ export const DaemonType = Object.freeze({
  *    requestId?: string | null,
  *    agentId: string,
  *    messageId: string,
+ *  },
+ *} | {
+ *  type: 'notices',
+ *  payload: {
+ *    requestId?: string | null,
+ *    notices: Array<NoticeInfo>,
+ *  },
+ *} | {
+ *  type: 'notice_queued',
+ *  payload: {
+ *    notice: NoticeInfo,
  *  },
  *} | {
  *  type: 'ok',
@@ -1432,11 +1480,13 @@ export const DaemonType = Object.freeze({
  *  budget?: Budget | null,
  *  worktree?: NewWorktree | null,
  *  host?: string | null,
+ *  upstream?: Upstream | null,
  *} | {
  *  type: 'send_message',
  *  agentId: string,
  *  text: string,
  *  delivery?: Delivery,
+ *  notifyUpstream?: boolean,
  *} | {
  *  type: 'cancel',
  *  agentId: string,
@@ -1445,6 +1495,7 @@ export const DaemonType = Object.freeze({
  *  type: 'archive',
  *  agentId: string,
  *  stopActivity?: boolean,
+ *  dryRun?: boolean,
  *} | {
  *  type: 'unarchive',
  *  agentId: string,
@@ -1603,6 +1654,15 @@ export const DaemonType = Object.freeze({
  *} | {
  *  type: 'notify_test',
  *  sink?: string | null,
+ *} | {
+ *  type: 'take_notices',
+ *} | {
+ *  type: 'ack_notices',
+ *  ids: Array<string>,
+ *} | {
+ *  type: 'set_upstream_gate',
+ *  agentId: string,
+ *  archived?: string | null,
  *}} ClientMessage
  */
 
