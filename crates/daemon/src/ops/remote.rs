@@ -268,6 +268,13 @@ impl Ops {
         Ok(())
     }
 
+    /// Each notice for an agent of the hub as it is queued.
+    pub(crate) fn subscribe_notices(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<drover_core::outbox::Notice> {
+        self.runtimes.outbox().subscribe()
+    }
+
     /// The hub queued these notices: they leave the outbox.
     pub(crate) fn ack_notices(&self, ids: &[String]) -> Result<(), OpError> {
         self.runtimes

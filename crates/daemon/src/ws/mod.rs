@@ -244,7 +244,7 @@ impl Hub {
     /// Each notice for an agent of the hub goes to every session as `notice_queued` (the
     /// hub's link takes it; see `drover_core::outbox`).
     fn forward_notices(&self, ops: &Ops) {
-        let mut notices = ops.runtimes.outbox().subscribe();
+        let mut notices = ops.subscribe_notices();
         let out = self.tx.clone();
         tokio::spawn(async move {
             loop {
