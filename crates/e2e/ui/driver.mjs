@@ -93,6 +93,12 @@ const scenarios = {
     await page.waitForFunction(([sel, t]) => document.querySelector(sel)?.innerText.includes(t), [`${pane(A.remote)} .timeline`, 'hello from b']);
     await page.locator(`${pane(A.remote)} .host-badge`, { hasText: '@b' }).waitFor();
     await shot(page, 'hosts-reachable');
+    // A subagent on b of an agent here: in its parent's track, marked with its host.
+    await openAgent(page, A.parent);
+    const kid = page.locator(`${pane(A.parent)} .track-row[data-agent-id="${A.kid}"]`);
+    await kid.locator('.host-badge', { hasText: '@b' }).waitFor();
+    await shot(page, 'hosts-subagent');
+    await openAgent(page, A.remote);
     await step('cut');
     const down = project.locator('.host-badge.down');
     await down.waitFor();
@@ -104,6 +110,8 @@ const scenarios = {
     await page.locator(row(A.remote)).waitFor();
     await page.locator(`${pane(A.remote)} .host-badge.down`).waitFor();
     await shot(page, 'hosts-unreachable');
+    await openAgent(page, A.parent);
+    await kid.locator('.host-badge.down').waitFor();
   },
   // Schedules in an agent's pane: made from the header, listed with their next run, paused
   // and resumed, deleted after a confirm, on a second browser too.

@@ -1542,7 +1542,33 @@ async fn a_hosts_agents_are_under_their_host_and_a_lost_host_says_so() {
         .await;
     assert_eq!(idle["type"], "idle", "{idle}");
 
-    let mut s = Scenario::start("hosts", &daemon, json!({"remote": remote})).await;
+    // An agent here with a subagent on b.
+    let parent = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "title": "parent"}))
+        .await;
+    let made = client
+        .request(
+            json!({"type": "create_agent", "host": "b", "provider": "demo", "cwd": work,
+            "parentAgentId": parent, "title": "kid on b", "prompt": "say kid here"}),
+        )
+        .await;
+    assert_eq!(made["type"], "agent_created", "{made}");
+    assert_eq!(
+        made["payload"]["agent"]["parentAgentId"],
+        parent.as_str(),
+        "{made}"
+    );
+    let kid = made["payload"]["agent"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+
+    let mut s = Scenario::start(
+        "hosts",
+        &daemon,
+        json!({"remote": remote, "parent": parent, "kid": kid}),
+    )
+    .await;
     s.step("cut").await;
     std::fs::write(&down, "").expect("down");
     drop(b_daemon);

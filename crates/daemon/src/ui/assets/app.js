@@ -1198,7 +1198,7 @@ function renderTrack(pane, a) {
   // Archived subagents, when asked for ("Show archived"): read, and brought back from here.
   const showArchived = S.trackArchived.has(a.id);
   const gone = showArchived ? [...S.agents.values()].filter((x) => x.parentAgentId === a.id && x.archivedAt) : [];
-  const key = JSON.stringify([kids.map((k) => [k.id, k.status, k.title, k.type, k.requiresAttention]), own, showArchived, gone.map((g) => [g.id, g.title])]) + S.collapsed[`track-${a.id}`];
+  const key = JSON.stringify([kids.map((k) => [k.id, k.status, k.title, k.type, k.requiresAttention, k.host && S.hosts.get(k.host)?.state]), own, showArchived, gone.map((g) => [g.id, g.title])]) + S.collapsed[`track-${a.id}`];
   if (pane.trackKey === key) return;
   pane.trackKey = key;
   if (!kids.length && !own.length && !showArchived) {
@@ -1221,7 +1221,7 @@ function renderTrack(pane, a) {
       kids.length ? h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished') : null,
       archivedToggle(a, showArchived)),
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
-      h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type),
+      h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type), hostBadge(k.host),
         h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason] || '●') : null),
       h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: ClientType.Detach, agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
       h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
