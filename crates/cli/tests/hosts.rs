@@ -304,13 +304,40 @@ fn a_job_runs_on_b(fleet: &Fleet, id: &str) {
             .then_some(())
     });
     assert!(ran.is_some(), "the job's output never reached the hub");
-    // Following it live is refused, saying what reads it instead (never a wait for nothing).
-    let follow = drover(&fleet.hub, &["job", "logs", "--follow", &job_id]);
-    assert!(!follow.status.success(), "{}", text(&follow));
-    assert!(
-        text(&follow).contains("drover job logs"),
+    // Followed live through the hub: what it writes as it writes it, to its end.
+    let slow = json(
+        &fleet.hub,
+        &[
+            "job",
+            "start",
+            id,
+            "--no-notify",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo first; sleep 2; echo second",
+        ],
+    );
+    let slow_id = slow["id"].as_str().expect("job id").to_string();
+    let mut follow = fleet
+        .hub
+        .command(&["job", "logs", "--follow", &slow_id])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("follow");
+    let ended = poll_until_blocking(Duration::from_secs(30), || follow.try_wait().ok().flatten());
+    if ended.is_none() {
+        let _ = follow.kill();
+    }
+    let out = follow.wait_with_output().expect("follow output");
+    assert!(ended.is_some_and(|s| s.success()), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "first\nsecond\n",
         "{}",
-        text(&follow)
+        text(&out)
     );
     let jobs = json(&fleet.hub, &["job", "ls", "--json"]);
     assert!(

@@ -117,6 +117,9 @@ pub(crate) enum Route {
     /// A list of the whole fleet's (`list_jobs`, `list_schedules` naming no agent): answered
     /// here, and by every reachable host, the answers' lists joined.
     Everywhere { message: Value },
+    /// A `follow_job` of a host's job (`job`, as the host numbers it; the client names it
+    /// `job@host`): the session reads its output over the link (see `ws::jobs`).
+    FollowJob { host: String, job: String },
 }
 
 impl Hosts {
@@ -339,12 +342,11 @@ impl Hosts {
                 continue;
             };
             self.link(&host)?;
-            if kind == "follow_job" {
-                // The host pushes a followed job's output to the link, not to a client.
-                return Err(HostError::Invalid(format!(
-                    "following job `{id}@{host}` live is not built for jobs on another host yet; \
-                     `job_output` (`drover job logs {id}@{host}`) reads its output"
-                )));
+            match kind {
+                "follow_job" => return Ok(Route::FollowJob { host, job: id }),
+                // The session's follow of it, by the id the client gave.
+                "unfollow_job" => return Ok(Route::Local),
+                _ => {}
             }
             payload.insert(key.into(), Value::String(id));
             return Ok(Route::Remote { host, message });

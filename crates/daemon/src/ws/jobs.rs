@@ -211,6 +211,43 @@ impl Follows {
         Ok(answer)
     }
 
+    /// Follows `job` of `host` (the client's `r.job_id` is `job@host`): its output is read over
+    /// the link (`job_output` waiting for more) and pushed as a local job's is, its
+    /// `job_followed` first. A refusal now (too many follows) is returned; one of the host's
+    /// comes as the answer.
+    pub(super) fn follow_remote(
+        &mut self,
+        request_id: Option<String>,
+        r: &rq::FollowJob,
+        host: String,
+        job: String,
+        ops: &Ops,
+    ) -> Option<DaemonMessage> {
+        self.stop(&r.job_id);
+        if self.active.len() >= MAX_FOLLOWS {
+            return Some(request_error(
+                request_id,
+                ErrorCode::TooManyRequests,
+                format!("this connection follows {MAX_FOLLOWS} jobs already; unfollow one first"),
+                None,
+            ));
+        }
+        self.next += 1;
+        let follow = self.next;
+        let remote = RemoteFollow {
+            ops: ops.clone(),
+            host,
+            job,
+            shown: r.job_id.clone(),
+            follow,
+            out: self.tx.clone(),
+        };
+        let task = tokio::spawn(remote.run(request_id, r.offset));
+        self.active
+            .insert(r.job_id.clone(), (follow, task.abort_handle()));
+        None
+    }
+
     /// Ends the follow of `job_id`; whether there was one.
     fn stop(&mut self, job_id: &str) -> bool {
         match self.active.remove(job_id) {
@@ -280,6 +317,112 @@ async fn push(mut follower: JobFollower, follow: u64, out: mpsc::Sender<Push>) {
         let text = encode_chunk(follower.job_id(), &chunk);
         permit.send(Push { follow, text, eof });
     }
+}
+
+/// A follow of another host's job: `job_output` asked over the link, each time from where the
+/// last answer ended and waiting up to [`REMOTE_WAIT`] for more, until the chunk with `eof`.
+/// A link that fails meanwhile is asked again a second later (the job goes on over there).
+struct RemoteFollow {
+    ops: Ops,
+    host: String,
+    /// As the host numbers it.
+    job: String,
+    /// As the client names it (`job-3@box`).
+    shown: String,
+    follow: u64,
+    out: mpsc::Sender<Push>,
+}
+
+/// How long one `job_output` over a link waits for more output.
+const REMOTE_WAIT: Duration = Duration::from_secs(20);
+
+impl RemoteFollow {
+    async fn run(self, request_id: Option<String>, offset: Option<u64>) {
+        // The answer first: the job as its host says, and its first chunk's offset.
+        let asked = serde_json::json!({"type": "wait_job", "jobId": self.job, "timeoutMs": 0});
+        let job = match self.ops.ask_host(&self.host, asked).await {
+            Ok(payload) => {
+                serde_json::from_value::<drover_protocol::JobInfo>(payload["job"].clone())
+            }
+            Err(e) => {
+                let refused =
+                    request_error(request_id, e.code(), e.to_string(), wire::error_details(&e));
+                self.send(encode(&refused), true).await;
+                return;
+            }
+        };
+        let Ok(job) = job else {
+            let refused = request_error(
+                request_id,
+                ErrorCode::InvalidMessage,
+                format!(
+                    "host `{}` answered a job this daemon cannot read",
+                    self.host
+                ),
+                None,
+            );
+            self.send(encode(&refused), true).await;
+            return;
+        };
+        let mut first = true;
+        let mut offset = offset;
+        loop {
+            let wait = if first { 0 } else { REMOTE_WAIT.as_millis() };
+            let asked = serde_json::json!({"type": "job_output", "jobId": self.job,
+                "offset": offset, "maxBytes": FOLLOW_CHUNK, "waitMs": wait});
+            let payload = match self.ops.ask_host(&self.host, asked).await {
+                Ok(payload) => payload,
+                Err(e) => {
+                    tracing::info!(host = %self.host, job = %self.job, error = %e, "following a job over a link: asked again in a second");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let number = |key: &str| payload[key].as_u64().unwrap_or_default();
+            let chunk = JobChunk {
+                offset: number("offset"),
+                text: payload["text"].as_str().unwrap_or_default().to_string(),
+                next_offset: number("nextOffset"),
+                end: number("end"),
+                skipped: number("skipped"),
+                eof: payload["eof"].as_bool().unwrap_or(false),
+            };
+            if first {
+                first = false;
+                let answer = DaemonMessage::JobFollowed {
+                    request_id: request_id.clone(),
+                    job: job.clone(),
+                    offset: chunk.offset,
+                };
+                self.send(encode(&answer), false).await;
+            }
+            offset = Some(chunk.next_offset);
+            if chunk.text.is_empty() && chunk.skipped == 0 && !chunk.eof {
+                continue;
+            }
+            self.send(encode_chunk(&self.shown, &chunk), chunk.eof)
+                .await;
+            if chunk.eof {
+                return;
+            }
+        }
+    }
+
+    async fn send(&self, text: Utf8Bytes, eof: bool) {
+        let _ = self
+            .out
+            .send(Push {
+                follow: self.follow,
+                text,
+                eof,
+            })
+            .await;
+    }
+}
+
+fn encode(message: &DaemonMessage) -> Utf8Bytes {
+    // Our own types always serialize.
+    Utf8Bytes::from(serde_json::to_string(message).unwrap_or_default())
 }
 
 /// The `job_output_update` of `chunk`, as `serde_json` would write it, but by hand: the text is

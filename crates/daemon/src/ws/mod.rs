@@ -660,6 +660,22 @@ impl Session {
                 self.forward(host, out, request, replies, requests);
                 Some(Next::Continue)
             }
+            Ok(hosts::Route::FollowJob { host, job }) => {
+                let ClientMessage::FollowJob(r) = &request.message else {
+                    return None;
+                };
+                let answer = self.follows.follow_remote(
+                    request.request_id.clone(),
+                    r,
+                    host,
+                    job,
+                    &self.context.ops,
+                );
+                Some(match answer {
+                    Some(refused) => send(socket, self.sent(), encode(&refused)).await,
+                    None => Next::Continue,
+                })
+            }
             Err(e) => {
                 let error =
                     request_error(request.request_id.clone(), e.code(), e.to_string(), None);
