@@ -643,6 +643,17 @@ impl Fleet {
     }
 }
 
+/// The activity `machine`'s daemon gives its workspace at `path`, if any.
+fn workspace_activity(machine: &Machine, path: &str) -> Option<String> {
+    let workspaces = json(machine, &["workspaces", "--json"]);
+    workspaces
+        .as_array()?
+        .iter()
+        .find(|w| w["path"] == path && w.get("host").is_none())?["activity"]
+        .as_str()
+        .map(str::to_string)
+}
+
 /// Waits until `machine`'s daemon says agent `id` is `status`.
 fn wait_status(machine: &Machine, id: &str, status: &str) -> Value {
     poll_until_blocking(Duration::from_secs(30), || {
@@ -722,6 +733,18 @@ fn a_subagent_on_another_host_belongs_to_its_parent_on_the_hub() {
     let sent = drover(&fleet.hub, &["send", &kid, "sleep 60000"]);
     assert!(sent.status.success(), "{}", text(&sent));
     wait_status(&fleet.b, &kid, "running");
+    // Its running turn shows on its root parent's workspace, on the hub (seed 000), not on b's.
+    let hub_work = fleet.hub.work.display().to_string();
+    let running = poll_until_blocking(Duration::from_secs(20), || {
+        workspace_activity(&fleet.hub, &hub_work).filter(|a| a == "running")
+    });
+    assert!(
+        running.is_some(),
+        "{}",
+        json(&fleet.hub, &["workspaces", "--json"])
+    );
+    let b_work = fleet.b.work.display().to_string();
+    assert_eq!(workspace_activity(&fleet.b, &b_work), None);
     let refused = drover(&fleet.hub, &["archive", &parent]);
     assert!(!refused.status.success(), "archived with the kid running");
     assert!(text(&refused).contains("on host `b`"), "{}", text(&refused));

@@ -5,6 +5,8 @@
 //! own workspace. A running subagent contributes `running` to the workspace of its root parent
 //! (the top of its parent chain), not to its own cwd or workspace. A subagent's attention,
 //! permission or error does not escalate any workspace. Archived agents contribute nothing.
+//! A subagent another daemon (a hub) made here for one of its agents contributes to no
+//! workspace here: its root parent's workspace is the hub's, which counts it.
 //!
 //! Buckets, most urgent first (the aggregate is the most urgent bucket present):
 //! `permission` > `error` > `running` > `attention` > `idle`. A workspace with no contributing
@@ -77,6 +79,13 @@ pub fn contribution(view: &dyn AgentsView, agent: &Agent) -> Option<(WorkspaceId
         return None;
     }
     let root = ancestors(view, agent.id).last().copied();
+    let top = root.and_then(|r| view.agent(r)).unwrap_or(agent);
+    // A subagent a hub made here for one of its agents, and the subagents below it: their
+    // activity is their root parent's workspace's, on the hub (which counts it), not this
+    // daemon's.
+    if top.parent_id().is_some() && top.parent_id() == top.upstream_id() {
+        return None;
+    }
     match root.and_then(|r| view.agent(r)) {
         // No parent that exists: a root (a dangling parent label makes a root too).
         None => Some((agent.workspace_id, ActivityBucket::of_root(agent))),

@@ -68,11 +68,20 @@ struct Shared {
     delivering: tokio::sync::Mutex<()>,
     /// A notice could not be delivered yet: asked for again at the next ping.
     undelivered: AtomicBool,
+    /// Called when the running subagents of the hub's agents here may have changed (see
+    /// `Hosts::activity_changed`).
+    activity: Activity,
+    /// Set when an agent's status or parent changed: `activity` is called once the message
+    /// (or the whole `session_state`) is taken in.
+    activity_may_change: AtomicBool,
 }
 
 /// Queues a host's notice in the hub agent's inbox; whether the host may drop it (queued now
 /// or before, or never deliverable: its agent is gone or archived).
 pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, bool> + Send + Sync>;
+
+/// See [`Shared::activity`].
+pub(super) type Activity = Arc<dyn Fn() + Send + Sync>;
 
 /// See [`Shared::gate`].
 pub(super) type Gate = Arc<dyn Fn(AgentId) -> Option<AgentId> + Send + Sync>;
@@ -90,6 +99,8 @@ struct Remote {
     parent: Option<AgentId>,
     /// The hub's archived agent the host says gates it (see `UPSTREAM_ARCHIVED_LABEL`).
     gate: Option<AgentId>,
+    /// It is starting or running a turn.
+    busy: bool,
 }
 
 struct State {
@@ -128,6 +139,7 @@ impl Link {
         is_local: Local,
         deliver: Deliver,
         gate: Gate,
+        activity: Activity,
     ) -> Arc<Link> {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
@@ -139,6 +151,8 @@ impl Link {
             gate,
             delivering: tokio::sync::Mutex::new(()),
             undelivered: AtomicBool::new(false),
+            activity,
+            activity_may_change: AtomicBool::new(false),
             state: Mutex::new(State {
                 phase: HostState::Connecting,
                 since: Timestamp::now(),
@@ -268,6 +282,34 @@ impl Link {
     /// How many agents the hub knows this host holds.
     pub(super) fn len(&self) -> usize {
         self.shared.lock().agents.len()
+    }
+
+    /// The hub's agents (each the first of the hub's on a lineage here) that have a running
+    /// subagent on this host, at any depth.
+    pub(super) fn busy_upstreams(&self) -> Vec<AgentId> {
+        let state = self.shared.lock();
+        let mut found = Vec::new();
+        for remote in state.agents.values() {
+            if !remote.busy || remote.archived {
+                continue;
+            }
+            let mut parent = remote.parent;
+            // Bounded: a lineage longer than the host's agents has a cycle.
+            for _ in 0..=state.agents.len() {
+                let Some(up) = parent else {
+                    break;
+                };
+                if let Some(above) = state.agents.get(&up) {
+                    parent = above.parent;
+                    continue;
+                }
+                if (self.shared.is_local)(up) {
+                    found.push(up);
+                }
+                break;
+            }
+        }
+        found
     }
 
     /// Whether this host holds the agent `id`.
@@ -467,6 +509,7 @@ impl Shared {
                 mark(&mut message, &self.name);
                 let id = self.remember_agent(message.pointer("/payload/agent"));
                 self.relay(message.to_string(), None, 0, id);
+                self.tell_activity();
             }
             "workspace_update" => {
                 mark(&mut message, &self.name);
@@ -514,8 +557,16 @@ impl Shared {
                 .pointer(&format!("/labels/{UPSTREAM_ARCHIVED_LABEL}"))
                 .and_then(Value::as_str)
                 .and_then(|a| a.parse().ok()),
+            busy: matches!(
+                agent.get("status").and_then(Value::as_str),
+                Some("running" | "initializing")
+            ),
         };
-        self.lock().agents.insert(id, remote);
+        let (busy, parent) = (remote.busy, remote.parent);
+        let before = self.lock().agents.insert(id, remote);
+        if before.is_none_or(|b| b.busy != busy || b.parent != parent) {
+            self.activity_may_change.store(true, Ordering::Relaxed);
+        }
         Some(id)
     }
 
@@ -580,6 +631,15 @@ impl Shared {
                 "payload": {"workspace": workspace, "workspaceId": id, "activity": activity}});
             self.remember_workspace(&message);
             self.relay(message.to_string(), None, 0, None);
+        }
+        self.activity_may_change.store(true, Ordering::Relaxed);
+        self.tell_activity();
+    }
+
+    /// Calls `activity` if an agent's status or parent changed since it was last called.
+    fn tell_activity(&self) {
+        if self.activity_may_change.swap(false, Ordering::Relaxed) {
+            (self.activity)();
         }
     }
 }

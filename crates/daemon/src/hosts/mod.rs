@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use drover_acp::AcpError;
 use drover_core::inbox::{Inbox, InboxMessage};
-use drover_core::{AgentId, RegistryError};
-use drover_protocol::{ErrorCode, HostConfig, HostInfo, HostState, NoticeInfo};
+use drover_core::{ActivityBucket, AgentId, RegistryError, WorkspaceId};
+use drover_protocol::{DaemonMessage, ErrorCode, HostConfig, HostInfo, HostState, NoticeInfo};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -105,6 +105,9 @@ struct Inner {
     runtimes: drover_acp::RuntimeManager,
     /// This daemon's agents that created subagents on each host.
     parents: parents::Parents,
+    /// This daemon's workspaces whose root agents have a subagent running on a host (see
+    /// [`Hosts::merge_activity`]).
+    remote_running: Mutex<HashSet<WorkspaceId>>,
 }
 
 /// Where a request goes.
@@ -138,6 +141,7 @@ impl Hosts {
                 events,
                 runtimes: runtimes.clone(),
                 parents: parents::Parents::open(home)?,
+                remote_running: Mutex::default(),
             }),
         };
         for host in configs {
@@ -147,6 +151,7 @@ impl Hosts {
                 hosts.is_local(),
                 hosts.deliver(&host.name),
                 hosts.gate(),
+                hosts.activity(),
             );
             hosts.links().insert(host.name, link);
         }
@@ -171,6 +176,79 @@ impl Hosts {
             ) => Some(agent),
             _ => None,
         })
+    }
+
+    /// Called by a link when its agents' running turns may have changed: the workspaces here
+    /// whose activity that changes are announced (`workspace_update`).
+    fn activity(&self) -> link::Activity {
+        let inner = Arc::downgrade(&self.inner);
+        Arc::new(move || {
+            if let Some(inner) = inner.upgrade() {
+                Hosts { inner }.activity_changed();
+            }
+        })
+    }
+
+    fn activity_changed(&self) {
+        let upstreams: Vec<AgentId> = self
+            .links()
+            .values()
+            .flat_map(|link| link.busy_upstreams())
+            .collect();
+        let registry = self.inner.runtimes.registry();
+        let now: HashSet<WorkspaceId> = upstreams
+            .into_iter()
+            .filter_map(|up| {
+                let root = registry.ancestors(up).last().copied().unwrap_or(up);
+                registry
+                    .get(root)
+                    .filter(|a| !a.is_archived())
+                    .map(|a| a.workspace_id)
+            })
+            .collect();
+        let before = std::mem::replace(
+            &mut *self
+                .inner
+                .remote_running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            now.clone(),
+        );
+        for workspace in before.symmetric_difference(&now) {
+            let activity = self.merge_activity(*workspace, registry.workspace_activity(*workspace));
+            let message = DaemonMessage::WorkspaceUpdate {
+                workspace: None,
+                workspace_id: workspace.to_string(),
+                activity: crate::wire::bucket(activity),
+            };
+            let _ = self.inner.events.send(RemoteEvent::Message {
+                text: Arc::from(serde_json::to_string(&message).unwrap_or_default()),
+                agent: None,
+                revision: 0,
+                status_of: None,
+            });
+        }
+    }
+
+    /// This daemon's workspace's activity `local` with its root agents' subagents on other
+    /// hosts: `running` while one of them runs (seed 000: a running subagent counts in its root
+    /// parent's workspace).
+    pub(crate) fn merge_activity(
+        &self,
+        workspace: WorkspaceId,
+        local: Option<ActivityBucket>,
+    ) -> Option<ActivityBucket> {
+        let running = self
+            .inner
+            .remote_running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&workspace);
+        if running {
+            local.max(Some(ActivityBucket::Running))
+        } else {
+            local
+        }
     }
 
     /// After an archive or unarchive here: every reachable host's subagents of this daemon's
@@ -252,6 +330,7 @@ impl Hosts {
             self.is_local(),
             self.deliver(&host.name),
             self.gate(),
+            self.activity(),
         );
         links.insert(host.name, link);
         drop(links);

@@ -219,7 +219,21 @@ impl Ops {
 
     /// The workspace's activity bucket (`None`: no agent contributes).
     pub(crate) fn workspace_activity(&self, id: WorkspaceId) -> Option<ActivityBucket> {
-        self.registry.workspace_activity(id)
+        self.merge_activity(id, self.registry.workspace_activity(id))
+    }
+
+    /// A workspace's activity as this daemon counts it (`local`), with its root agents'
+    /// subagents running on other hosts.
+    pub(crate) fn merge_activity(
+        &self,
+        id: WorkspaceId,
+        local: Option<ActivityBucket>,
+    ) -> Option<ActivityBucket> {
+        if self.hosts.any() {
+            self.hosts.merge_activity(id, local)
+        } else {
+            local
+        }
     }
 
     /// What the agent's live session offers to set, if it is live and offers anything.

@@ -361,7 +361,7 @@ fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgo
         Change::WorkspaceActivity(change) => DaemonMessage::WorkspaceUpdate {
             workspace: None,
             workspace_id: change.workspace_id.to_string(),
-            activity: wire::bucket(change.activity),
+            activity: wire::bucket(ops.merge_activity(change.workspace_id, change.activity)),
         },
     };
     Outgoing {
