@@ -807,6 +807,40 @@ fn the_lineage_gate_holds_across_the_link(fleet: &Fleet, parent: &str, kid: &str
     fleet.logs_contain(kid, "free again");
 }
 
+/// A user makes a subagent on b of the hub's `parent` (`drover run --host b --parent`); its id
+/// once its turn ended.
+fn user_subagent_on_b(fleet: &Fleet, parent: &str) -> String {
+    let work = fleet.b.work.display().to_string();
+    let run = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "b",
+            "--parent",
+            parent,
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "--detach",
+            "say made by a user",
+        ],
+    );
+    assert!(run.status.success(), "{}", text(&run));
+    let second = String::from_utf8_lossy(&run.stdout).trim().to_string();
+    let held = agent(&json(&fleet.b, &["ls", "--json"]), &second).cloned();
+    assert!(
+        held.as_ref()
+            .is_some_and(|a| a["parentAgentId"] == parent),
+        "{held:?}"
+    );
+    let waited = drover(&fleet.hub, &["wait", &second, "--timeout", "30"]);
+    assert!(waited.status.success(), "{}", text(&waited));
+    fleet.logs_contain(&second, "made by a user");
+    second
+}
+
 /// The `event` of the agent's last `turn_ended` item, read on the hub.
 fn last_turn_end(fleet: &Fleet, id: &str) -> Option<String> {
     let logs = drover(&fleet.hub, &["logs", id, "--json"]);
@@ -824,7 +858,20 @@ fn archiving_a_parent_waits_for_its_subagents_host_and_detach_lets_go() {
     let fleet = Fleet::new();
     let added = fleet.add_b(&fleet.ssh.key);
     assert!(added.status.success(), "host add: {}", text(&added));
-    let (parent, kid) = fleet.parent_with_kid_on_b("kid", "say hello");
+    // The kid makes a subagent of its own on b (b's MCP).
+    let grandkid_call = json!({"relationship": {"kind": "subagent"},
+        "workspace": {"kind": "current"}, "title": "grandkid", "prompt": "say deep"});
+    let (parent, kid) =
+        fleet.parent_with_kid_on_b("kid", &format!("mcp create_agent {grandkid_call}"));
+    let grandkid = poll_until_blocking(Duration::from_secs(30), || {
+        let agents = json(&fleet.hub, &["ls", "--json"]);
+        agents
+            .as_array()?
+            .iter()
+            .find(|a| a["parentAgentId"] == kid.as_str())
+            .and_then(|a| a["id"].as_str().map(str::to_string))
+    })
+    .expect("the kid's own subagent on b, seen on the hub");
 
     // b unreachable: archiving the parent is refused, naming the host, and nothing changes.
     fleet.cut(true);
@@ -870,35 +917,7 @@ fn archiving_a_parent_waits_for_its_subagents_host_and_detach_lets_go() {
         "{}",
         text(&drover(&fleet.hub, &["logs", &parent]))
     );
-    // A user makes one too: `drover run --host b --parent`.
-    let work = fleet.b.work.display().to_string();
-    let run = drover(
-        &fleet.hub,
-        &[
-            "run",
-            "--host",
-            "b",
-            "--parent",
-            &parent,
-            "--cwd",
-            &work,
-            "--provider",
-            "demo",
-            "--detach",
-            "say made by a user",
-        ],
-    );
-    assert!(run.status.success(), "{}", text(&run));
-    let second = String::from_utf8_lossy(&run.stdout).trim().to_string();
-    let held = agent(&json(&fleet.b, &["ls", "--json"]), &second).cloned();
-    assert!(
-        held.as_ref()
-            .is_some_and(|a| a["parentAgentId"] == parent.as_str()),
-        "{held:?}"
-    );
-    let waited = drover(&fleet.hub, &["wait", &second, "--timeout", "30"]);
-    assert!(waited.status.success(), "{}", text(&waited));
-    fleet.logs_contain(&second, "made by a user");
+    let second = user_subagent_on_b(&fleet, &parent);
 
     let archived = drover(&fleet.hub, &["archive", &parent, "--json"]);
     assert!(archived.status.success(), "{}", text(&archived));
@@ -913,4 +932,16 @@ fn archiving_a_parent_waits_for_its_subagents_host_and_detach_lets_go() {
         agent(&on_b, &second).is_none(),
         "the user's subagent was not archived on b"
     );
+
+    // Archived from b's side: the kid's own tree goes, and the hub sees it.
+    let archived = drover(&fleet.b, &["archive", &kid, "--stop"]);
+    assert!(archived.status.success(), "{}", text(&archived));
+    let seen = poll_until_blocking(Duration::from_secs(10), || {
+        let all = json(&fleet.hub, &["ls", "--json", "--all"]);
+        [&kid, &grandkid]
+            .iter()
+            .all(|id| agent(&all, id).is_some_and(|a| !a["archivedAt"].is_null()))
+            .then_some(())
+    });
+    assert!(seen.is_some(), "the hub did not see b's archive");
 }

@@ -43,6 +43,20 @@ pub enum ActivityBucket {
 
 const BUCKETS: usize = 5;
 
+/// A workspace's activity as the protocol names it.
+impl From<ActivityBucket> for drover_protocol::WorkspaceActivity {
+    fn from(bucket: ActivityBucket) -> Self {
+        use drover_protocol::WorkspaceActivity as W;
+        match bucket {
+            ActivityBucket::Idle => W::Idle,
+            ActivityBucket::Attention => W::Attention,
+            ActivityBucket::Running => W::Running,
+            ActivityBucket::Error => W::Error,
+            ActivityBucket::Permission => W::Permission,
+        }
+    }
+}
+
 impl ActivityBucket {
     fn index(self) -> usize {
         self as usize

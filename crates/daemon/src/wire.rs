@@ -165,13 +165,7 @@ pub(crate) fn queued(m: &drover_core::inbox::InboxMessage) -> drover_protocol::Q
 
 /// A workspace's activity as the protocol names it.
 pub(crate) fn bucket(b: Option<ActivityBucket>) -> Option<WorkspaceActivity> {
-    b.map(|b| match b {
-        ActivityBucket::Idle => WorkspaceActivity::Idle,
-        ActivityBucket::Attention => WorkspaceActivity::Attention,
-        ActivityBucket::Running => WorkspaceActivity::Running,
-        ActivityBucket::Error => WorkspaceActivity::Error,
-        ActivityBucket::Permission => WorkspaceActivity::Permission,
-    })
+    b.map(WorkspaceActivity::from)
 }
 
 /// An agent's status as the protocol names it.

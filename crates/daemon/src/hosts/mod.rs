@@ -219,7 +219,7 @@ impl Hosts {
             let message = DaemonMessage::WorkspaceUpdate {
                 workspace: None,
                 workspace_id: workspace.to_string(),
-                activity: crate::wire::bucket(activity),
+                activity: activity.map(Into::into),
             };
             let _ = self.inner.events.send(RemoteEvent::Message {
                 text: Arc::from(serde_json::to_string(&message).unwrap_or_default()),
