@@ -4,7 +4,7 @@
 // checks the daemon's side afterwards. `@wait <step>` on stdout asks the Rust side to act
 // (restart the daemon, archive over the protocol) and answer a line on stdin.
 import { createRequire } from 'node:module';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 const require = createRequire(`${process.env.DROVER_UI_NODE_MODULES}/`);
@@ -55,8 +55,31 @@ const tab = (id) => `#tabs .tab[data-agent-id="${id}"]`;
 const pane = (id) => `.agent-pane[data-agent-id="${id}"]`;
 const trackRow = (parent, child) => `${pane(parent)} .track-row[data-agent-id="${child}"]`;
 
+/** axe-core, the accessibility engine, run in the page on every screen a test shows. */
+const axeSource = readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+const inaccessible = [];
+
 async function shot(page, name) {
   await page.screenshot({ path: `${A.shots}/${name}.png`, fullPage: false });
+  await accessible(page, name);
+  // The same screen in the dark scheme the page follows from the system.
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await accessible(page, `${name} (dark)`);
+  await page.emulateMedia({ colorScheme: null });
+}
+
+/** Records the serious and critical violations axe-core finds on the screen as it is now. */
+async function accessible(page, where) {
+  // Evaluated, not added as a script tag: the page's Content-Security-Policy allows no inline
+  // script, and the engine is the test's, not the product's.
+  if (!await page.evaluate(() => Boolean(window.axe))) await page.evaluate(axeSource);
+  const found = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ['violations'] });
+    return result.violations
+      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => `${v.id} (${v.impact}): ${v.help}; ${v.nodes.slice(0, 3).map((n) => `${n.target.join(' ')} [${(n.any[0] || n.all[0] || n.none[0])?.message ?? ''}]`).join(', ')}`);
+  });
+  for (const f of found) inaccessible.push(`${where}: ${f}`);
 }
 
 async function gone(page, selector) {
@@ -1000,6 +1023,7 @@ try {
   if (!scenarios[name]) fail(`no scenario ${name}`);
   await scenarios[name]();
   if (errors.length) fail(errors.join('\n'));
+  if (inaccessible.length) fail(`accessibility (axe-core), serious or critical:\n${inaccessible.join('\n')}`);
   process.stdout.write('@done\n');
 } catch (e) {
   // What the page showed, for the failure message and as a screenshot beside the others.

@@ -485,7 +485,7 @@ function agentRow(a, kids, roll, sub = false) {
     roll ? h('button', {
       type: 'button', class: `small sub-attention reason-${roll.first.attentionReason}`,
       title: `${plural(roll.n, 'subagent needs', 'subagents need')} you: open “${label(roll.first)}”, which ${REASON[roll.first.attentionReason] || 'needs you'}`,
-      'aria-label': `${plural(roll.n, 'subagent needs', 'subagents need')} you: open ${label(roll.first)}`,
+      'aria-label': `! ${roll.n} sub: ${plural(roll.n, 'subagent needs', 'subagents need')} you; open ${label(roll.first)}`,
       onclick: () => openAgent(roll.first.id),
     }, `! ${roll.n} sub`) : null,
     a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => unarchive(a.id) }, 'Unarchive') : null);
@@ -617,10 +617,11 @@ function renderTabs() {
     const a = S.agents.get(id);
     if (!a) return null;
     const active = S.layout.active === id;
-    return h('div', { class: `tab${active ? ' active' : ''}`, dataset: { agentId: id } },
+    // A list of buttons, not an ARIA tablist: each tab has its own close button beside it.
+    return h('div', { class: `tab${active ? ' active' : ''}`, role: 'listitem', dataset: { agentId: id } },
       h('button', {
-        type: 'button', role: 'tab', id: `tab-${id}`, 'aria-selected': String(active), 'aria-controls': 'pane',
-        tabindex: active ? '0' : '-1', class: 'tab-open', onclick: () => openAgent(id), onkeydown: tabKeys,
+        type: 'button', id: `tab-${id}`, 'aria-current': active ? 'page' : null, 'aria-keyshortcuts': 'ArrowLeft ArrowRight Delete',
+        class: 'tab-open', onclick: () => openAgent(id), onkeydown: tabKeys,
       }, dot(a.status), h('span', { class: 'title' }, label(a)), a.parentAgentId ? h('span', { class: 'badge' }, 'sub') : null,
       a.requiresAttention ? h('span', { class: 'attention' }, '●') : null),
       isRoot(a) && !a.archivedAt
