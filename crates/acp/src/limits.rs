@@ -14,7 +14,7 @@
 //!   a 429 ten times first, unless `CLAUDE_CODE_MAX_RETRIES` says otherwise):
 //!   `API Error: 429 {…"rate_limit_error"…}`,
 //!   or a subscription's "You've hit your session limit · resets 5am" (no time drover reads:
-//!   the backoff) or, older, "Claude AI usage limit reached|<unix seconds of the reset>".
+//!   the backoff) or, older, `Claude AI usage limit reached|<unix seconds of the reset>`.
 //! - gemini-cli 0.61, the code 429 and its quota error's message: "You have exhausted your
 //!   daily quota on this model." (a daily quota), or the API's "You exceeded your current
 //!   quota … Please retry in 400s." for a delay longer than it waits itself; a shorter limit it

@@ -1,7 +1,12 @@
 //! The command line: every command, option and its help text.
 
-// These doc comments are clap's --help text, printed as written: backticks would show.
+// These doc comments are clap's --help text, printed as written: backticks would show, and
+// `<name>` or `[user@]` are what the help means, not HTML or links.
 #![expect(clippy::doc_markdown)]
+#![cfg_attr(
+    doc,
+    expect(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)
+)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -831,8 +831,7 @@ fn user_subagent_on_b(fleet: &Fleet, parent: &str) -> String {
     let second = String::from_utf8_lossy(&run.stdout).trim().to_string();
     let held = agent(&json(&fleet.b, &["ls", "--json"]), &second).cloned();
     assert!(
-        held.as_ref()
-            .is_some_and(|a| a["parentAgentId"] == parent),
+        held.as_ref().is_some_and(|a| a["parentAgentId"] == parent),
         "{held:?}"
     );
     let waited = drover(&fleet.hub, &["wait", &second, "--timeout", "30"]);

@@ -32,7 +32,7 @@ pub fn in_process() {
 }
 
 /// `program` with a cleared environment: [`SYSTEM_PATH`], `HOME` = `home`, `LANG=C.UTF-8`,
-/// `NO_COLOR=1`, and only [`PASSED_ON`] from the test's environment. A test adds what it needs
+/// `NO_COLOR=1`, and only `PASSED_ON` from the test's environment. A test adds what it needs
 /// (`DROVER_HOME`, a provider's variables) on top.
 pub fn command(program: impl AsRef<OsStr>, home: &Path) -> Command {
     let mut command = Command::new(program);

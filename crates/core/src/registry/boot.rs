@@ -36,7 +36,7 @@ pub struct BootReport {
     /// Agents that were `running`/`initializing` when the daemon stopped.
     pub interrupted: Vec<AgentId>,
     /// Interrupted agents whose policy is `continue` and that have a followup queued saying
-    /// so (see [`continue_cut_turn`]).
+    /// so (see `continue_cut_turn`).
     pub continued: Vec<AgentId>,
     /// Archive cascades that a crash interrupted and boot finished.
     pub cascades_completed: usize,

@@ -76,7 +76,7 @@ impl Registry {
     }
 
     /// Creates an agent in a new git worktree of the checkout at `source` (see
-    /// [`Registry::create_worktree_workspace`]), labelled [`CREATED_WORKSPACE_LABEL`] so that
+    /// [`Registry::create_worktree_workspace`]), labelled [`CREATED_WORKSPACE_LABEL`](super::CREATED_WORKSPACE_LABEL) so that
     /// its `autoArchive` takes the worktree with it. `new.cwd` and `new.workspace_id` are
     /// ignored. Everything about the agent is checked before the worktree is made, and a
     /// worktree whose agent could not be recorded is removed again (folder, branch and
