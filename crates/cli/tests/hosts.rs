@@ -771,6 +771,55 @@ fn a_subagent_on_another_host_belongs_to_its_parent_on_the_hub() {
     );
 
     the_lineage_gate_holds_across_the_link(&fleet, &parent, &kid);
+    an_auto_archive_takes_its_subagent_on_b(&fleet);
+}
+
+/// An `autoArchive` parent is archived by its own turn's end, not by a request the hub could
+/// route: its subagent on b is archived there all the same, its running turn stopped.
+fn an_auto_archive_takes_its_subagent_on_b(fleet: &Fleet) {
+    let call = json!({
+        "relationship": {"kind": "subagent"},
+        "workspace": {"kind": "current", "cwd": fleet.b.work},
+        "host": "b",
+        "title": "long kid",
+        "prompt": "sleep 60000",
+    });
+    let hub_work = fleet.hub.work.display().to_string();
+    let out = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--cwd",
+            &hub_work,
+            "--provider",
+            "demo",
+            "--detach",
+            "--auto-archive",
+            &format!("mcp create_agent {call}"),
+        ],
+    );
+    assert!(out.status.success(), "run: {}", text(&out));
+    let parent = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let kid = poll_until_blocking(Duration::from_secs(30), || {
+        let agents = json(&fleet.b, &["ls", "--json", "--all"]);
+        agents
+            .as_array()?
+            .iter()
+            .find(|a| a["parentAgentId"] == parent.as_str())
+            .and_then(|a| a["id"].as_str().map(str::to_string))
+    })
+    .expect("the long kid on b");
+    let archived = poll_until_blocking(Duration::from_secs(30), || {
+        let agents = json(&fleet.b, &["ls", "--json", "--all"]);
+        agent(&agents, &kid)
+            .is_some_and(|a| !a["archivedAt"].is_null() && a["status"] != "running")
+            .then_some(())
+    });
+    assert!(
+        archived.is_some(),
+        "the kid of an auto-archived parent runs on: {}",
+        json(&fleet.b, &["ls", "--json", "--all"])
+    );
 }
 
 /// The kid (archived with its parent) brought back alone takes no turn while its parent on the

@@ -135,6 +135,12 @@ const scenarios = {
     await shot(page, 'hosts-unreachable');
     await openAgent(page, A.parent);
     await kid.locator('.host-badge.down').waitFor();
+    await step('heal');
+    // "Archive finished" takes the finished subagent on b too.
+    await kid.locator('.host-badge:not(.down)').waitFor();
+    await page.click(`${pane(A.parent)} .track button:has-text("Archive finished")`);
+    await page.locator('.toast', { hasText: 'Archived 1 subagent' }).waitFor();
+    await gone(page, `${pane(A.parent)} .track-row[data-agent-id="${A.kid}"]`);
   },
   // Schedules in an agent's pane: made from the header, listed with their next run, paused
   // and resumed, deleted after a confirm, on a second browser too.

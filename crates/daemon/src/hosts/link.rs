@@ -24,6 +24,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::notices::Delivered;
 use super::{HostError, RemoteEvent, config, mark};
 
 /// How often an idle link is asked whether it still carries messages.
@@ -76,9 +77,9 @@ struct Shared {
     activity_may_change: AtomicBool,
 }
 
-/// Queues a host's notice in the hub agent's inbox; whether the host may drop it (queued now
-/// or before, or never deliverable: its agent is gone or archived).
-pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, bool> + Send + Sync>;
+/// Queues a host's notice in the hub agent's inbox; what the host is told (see
+/// `notices::Delivered`).
+pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, Delivered> + Send + Sync>;
 
 /// See [`Shared::activity`].
 pub(super) type Activity = Arc<dyn Fn() + Send + Sync>;
@@ -665,12 +666,15 @@ struct HeadPayload<'a> {
     request_id: Option<&'a str>,
 }
 
-/// The archived-lineage gate across hosts: each of the host's agents whose parent is one of
-/// the hub's is told which archived agent, if any, is on that parent's lineage here, when the
-/// host says otherwise. Run when the link is made and after each archive and unarchive here, so
-/// a gate missed while the link was down is set when it is back.
+/// The archived-lineage gate and the archive cascade across hosts: each of the host's agents
+/// whose parent is one of the hub's is told which archived agent, if any, is on that parent's
+/// lineage here, when the host says otherwise; one whose parent itself was archived here and
+/// that was not told so yet is archived first, with what it runs (the cascade of an archive the
+/// hub made without asking the host: an `autoArchive`, a workspace's). Run when the link is made
+/// and after each archive and unarchive here, so what happened while the link was down reaches
+/// the host once it is back; an agent already told is left as it is (a user may bring it back).
 async fn sync_gates(shared: Arc<Shared>) {
-    let stale: Vec<(AgentId, Option<AgentId>)> = {
+    let stale: Vec<(AgentId, Option<AgentId>, bool)> = {
         let state = shared.lock();
         state
             .agents
@@ -678,11 +682,24 @@ async fn sync_gates(shared: Arc<Shared>) {
             .filter_map(|(id, remote)| {
                 let parent = remote.parent.filter(|p| (shared.is_local)(*p))?;
                 let gate = (shared.gate)(parent);
-                (gate != remote.gate).then_some((*id, gate))
+                let cascade = gate == Some(parent) && !remote.archived;
+                (gate != remote.gate).then_some((*id, gate, cascade))
             })
             .collect()
     };
-    for (id, gate) in stale {
+    for (id, gate, cascade) in stale {
+        if cascade {
+            let asked = json!({"type": "archive", "agentId": id.to_string(), "stopActivity": true});
+            match shared.request(asked).await {
+                Ok(answer) if answer["type"] == "archived" => {
+                    tracing::info!(host = %shared.name, agent = %id, "archived with its parent here");
+                }
+                other => {
+                    tracing::warn!(host = %shared.name, agent = %id, answer = ?other, "the archive of a subagent whose parent was archived here waits for the next link");
+                    return;
+                }
+            }
+        }
         let asked = json!({"type": "set_upstream_gate", "agentId": id.to_string(),
             "archived": gate.map(|g| g.to_string())});
         if let Err(error) = shared.request(asked).await {
@@ -696,7 +713,12 @@ async fn sync_gates(shared: Arc<Shared>) {
 /// `drover_core::outbox`).
 async fn take_notices(shared: Arc<Shared>) {
     let answer = match shared.request(json!({"type": "take_notices"})).await {
-        Ok(answer) => answer,
+        Ok(answer) if answer["type"] == "notices" => answer,
+        Ok(refused) => {
+            tracing::info!(host = %shared.name, answer = %refused, "the host did not give its notices yet");
+            shared.undelivered.store(true, Ordering::Relaxed);
+            return;
+        }
         Err(error) => {
             tracing::info!(host = %shared.name, %error, "cannot take the host's notices yet");
             shared.undelivered.store(true, Ordering::Relaxed);
@@ -717,15 +739,22 @@ async fn take_notices(shared: Arc<Shared>) {
 async fn deliver_notice(shared: Arc<Shared>, notice: NoticeInfo) {
     let _one = shared.delivering.lock().await;
     let id = notice.id.clone();
-    if !(shared.deliver)(notice).await {
-        shared.undelivered.store(true, Ordering::Relaxed);
-        return;
+    match (shared.deliver)(notice).await {
+        Delivered::Ack => {}
+        Delivered::Later => {
+            shared.undelivered.store(true, Ordering::Relaxed);
+            return;
+        }
+        Delivered::NotMine => return,
     }
-    if let Err(error) = shared
+    match shared
         .request(json!({"type": "ack_notices", "ids": [id]}))
         .await
     {
-        tracing::info!(host = %shared.name, notice = %id, %error, "a delivered notice is not acknowledged yet; the host offers it again");
+        Ok(answer) if answer["type"] == "ok" => {}
+        other => {
+            tracing::info!(host = %shared.name, notice = %id, answer = ?other, "a delivered notice is not acknowledged yet; the host offers it again");
+        }
     }
 }
 

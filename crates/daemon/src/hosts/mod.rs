@@ -18,14 +18,13 @@
 
 mod config;
 mod link;
+mod notices;
 mod parents;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use drover_acp::AcpError;
-use drover_core::inbox::{Inbox, InboxMessage};
 use drover_core::{ActivityBucket, AgentId, RegistryError, WorkspaceId};
 use drover_protocol::{DaemonMessage, ErrorCode, HostConfig, HostInfo, HostState, NoticeInfo};
 use serde_json::Value;
@@ -36,8 +35,6 @@ use link::Link;
 
 /// Events relayed to the hub's clients; a lagging subscriber resyncs.
 const EVENTS_CAPACITY: usize = 4096;
-/// How long queueing a host's notice may take before it is tried again later.
-const NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why a request about a host failed.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +105,8 @@ struct Inner {
     /// This daemon's workspaces whose root agents have a subagent running on a host (see
     /// [`Hosts::merge_activity`]).
     remote_running: Mutex<HashSet<WorkspaceId>>,
+    /// Host notices handed to an agent's runtime and not seen queued yet (see `notices`).
+    in_flight: Mutex<HashSet<String>>,
 }
 
 /// Where a request goes.
@@ -142,8 +141,10 @@ impl Hosts {
                 runtimes: runtimes.clone(),
                 parents: parents::Parents::open(home)?,
                 remote_running: Mutex::default(),
+                in_flight: Mutex::default(),
             }),
         };
+        hosts.follow_archives();
         for host in configs {
             let link = Link::start(
                 host.clone(),
@@ -251,6 +252,34 @@ impl Hosts {
         }
     }
 
+    /// Whenever an agent that gave a host agents is archived here, however (an explicit
+    /// archive, which cascaded already, an `autoArchive`, a workspace's archive), its
+    /// subagents there are archived and gated (see `link::sync_gates`).
+    fn follow_archives(&self) {
+        let mut changes = self.inner.runtimes.registry().subscribe();
+        let hosts = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                let archived = match changes.recv().await {
+                    Ok(event) => match event.change {
+                        drover_core::Change::AgentUpdated(agent) if agent.is_archived() => {
+                            Some(agent.id)
+                        }
+                        _ => None,
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(inner) = hosts.upgrade() else {
+                    return;
+                };
+                if archived.is_some_and(|id| inner.parents.knows(id)) {
+                    Hosts { inner }.sync_gates();
+                }
+            }
+        });
+    }
+
     /// After an archive or unarchive here: every reachable host's subagents of this daemon's
     /// agents are brought in step with their parents' archived lineage.
     pub(crate) fn sync_gates(&self) {
@@ -259,9 +288,7 @@ impl Hosts {
         }
     }
 
-    /// Queues a host's notice in the inbox of this daemon's agent it is for, under the
-    /// notice's id, once (see `drover_core::outbox`).
-    /// Only for an agent that made an agent on that host which reports to it.
+    /// Queues a host's notices in the inboxes of this daemon's agents (see `notices`).
     fn deliver(&self, host: &str) -> link::Deliver {
         let inner = Arc::downgrade(&self.inner);
         let host = host.to_string();
@@ -269,18 +296,10 @@ impl Hosts {
             let inner = inner.upgrade();
             let host = host.clone();
             Box::pin(async move {
-                let Some(inner) = inner else {
-                    return false;
-                };
-                let allowed = notice
-                    .to
-                    .parse::<AgentId>()
-                    .is_ok_and(|to| inner.parents.has(&host, to));
-                if !allowed {
-                    tracing::warn!(%host, to = %notice.to, "a host sent a notice for an agent that made nothing there; dropped");
-                    return true;
+                match inner {
+                    Some(inner) => notices::deliver(&Hosts { inner }, &host, notice).await,
+                    None => notices::Delivered::Later,
                 }
-                deliver(&inner.runtimes, notice).await
             })
         })
     }
@@ -587,6 +606,15 @@ impl Hosts {
         self.inner.parents.forget(tree);
     }
 
+    /// The agent of this daemon that a host's agent `id` was made for (its parent here), if
+    /// any: the only one its notices reach.
+    pub(crate) fn upstream_of(&self, id: AgentId) -> Option<AgentId> {
+        let links = self.links();
+        let link = links.values().find(|link| link.holds_agent(id))?;
+        link.parent_of(id)
+            .filter(|parent| !link.holds_agent(*parent))
+    }
+
     /// The host holding `id` (not this daemon's), and the first of this daemon's agents its
     /// lineage reaches there, if any: who may control it.
     pub(crate) fn holder(&self, id: AgentId) -> Option<(String, Option<AgentId>)> {
@@ -617,42 +645,6 @@ impl Hosts {
             .values()
             .flat_map(|link| link.workspaces())
             .collect()
-    }
-}
-
-/// See [`Hosts::deliver`]; whether the host may drop the notice.
-async fn deliver(runtimes: &drover_acp::RuntimeManager, notice: NoticeInfo) -> bool {
-    let Ok(to) = notice.to.parse::<AgentId>() else {
-        tracing::warn!(notice = %notice.id, to = %notice.to, "a host's notice names no agent; dropped");
-        return true;
-    };
-    let home = runtimes.registry().home().to_path_buf();
-    let id = notice.id.clone();
-    let reached = tokio::task::spawn_blocking(move || Inbox::reached(&home, to, &id)).await;
-    if reached.unwrap_or(false) {
-        return true;
-    }
-    let message = InboxMessage {
-        id: notice.id,
-        at: jiff::Timestamp::now(),
-        delivery: notice.delivery,
-        text: notice.text,
-        source: format!("agent:{}", notice.from),
-        notify: None,
-    };
-    match tokio::time::timeout(NOTICE_WAIT, runtimes.deliver_message(to, message)).await {
-        Ok(Ok(_)) => true,
-        Ok(Err(AcpError::Registry(
-            e @ (RegistryError::UnknownAgent(_) | RegistryError::Archived { .. }),
-        ))) => {
-            tracing::info!(agent = %to, from = %notice.from, error = %e, "a host's notice cannot be delivered; dropped");
-            true
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(agent = %to, %error, "a host's notice is not delivered yet");
-            false
-        }
-        Err(_) => false,
     }
 }
 

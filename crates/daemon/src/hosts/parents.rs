@@ -68,6 +68,11 @@ impl Parents {
             .is_some_and(|agents| agents.contains(&agent))
     }
 
+    /// Whether `agent` made an agent on any host.
+    pub(super) fn knows(&self, agent: AgentId) -> bool {
+        self.lock().values().any(|agents| agents.contains(&agent))
+    }
+
     /// The hosts on which any of `agents` created subagents.
     pub(super) fn hosts_of(&self, agents: &HashSet<AgentId>) -> Vec<String> {
         self.lock()

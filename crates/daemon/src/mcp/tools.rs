@@ -532,9 +532,15 @@ async fn send_prompt(ops: &Ops, caller: AgentId, params: SendPromptParams) -> To
     let id = parse_agent(&params.agent_id)?;
     if let Some(host) = ops.on_host(Caller::Agent(caller), id, true)? {
         let delivery = params.delivery.unwrap_or(Delivery::Followup);
+        // Told through the host's outbox, which reaches only the agent it was made for.
+        let notify = params.notify_on_finish.unwrap_or(true)
+            && delivery.wakes()
+            && ops.hosts.upstream_of(id) == Some(caller);
         let asked = json!({"type": "send_message", "agentId": id.to_string(), "text": params.prompt,
-            "delivery": delivery, "notifyUpstream": params.notify_on_finish.unwrap_or(true)});
-        return on_host(ops, &host, asked).await;
+            "delivery": delivery, "notifyUpstream": notify});
+        let mut answer = on_host(ops, &host, asked).await?;
+        answer["notifyOnFinish"] = json!(notify);
+        return Ok(answer);
     }
     let sent = ops
         .send_message(

@@ -34,6 +34,10 @@ impl Ops {
         id: AgentId,
     ) -> Result<BulkArchiveOutcome, OpError> {
         self.controlled(caller, id)?;
-        Ok(self.registry.archive_idle_children(id).await?)
+        let mut outcome = self.registry.archive_idle_children(id).await?;
+        if self.hosts.any() {
+            self.archive_idle_remote_children(id, &mut outcome).await?;
+        }
+        Ok(outcome)
     }
 }

@@ -10,7 +10,10 @@
 
 use std::collections::HashSet;
 
-use drover_core::{ActivityReport, AgentId, ArchiveOptions, ArchiveOutcome, RegistryError};
+use drover_core::{
+    ActivityReport, AgentId, AgentStatus, ArchiveOptions, ArchiveOutcome, BulkArchiveOutcome,
+    RegistryError, SkippedChild,
+};
 use drover_protocol::{ErrorCode, NoticeInfo};
 use serde_json::{Value, json};
 
@@ -207,6 +210,56 @@ impl Ops {
 }
 
 impl Ops {
+    /// "Archive finished" for `parent`'s subagents on other hosts: each that runs nothing is
+    /// archived there (with its own cascade); the others are listed as skipped.
+    pub(crate) async fn archive_idle_remote_children(
+        &self,
+        parent: AgentId,
+        outcome: &mut BulkArchiveOutcome,
+    ) -> Result<(), OpError> {
+        for kid in self.hosts.subagents(parent) {
+            let (Some(Ok(kid_id)), Some(host)) = (
+                kid["id"].as_str().map(str::parse::<AgentId>),
+                kid["host"].as_str(),
+            ) else {
+                continue;
+            };
+            let status = serde_json::from_value::<AgentStatus>(kid["status"].clone())
+                .unwrap_or(AgentStatus::Idle);
+            if status.is_busy() {
+                outcome.skipped.push(SkippedChild {
+                    agent_id: kid_id,
+                    status,
+                    activity: ActivityReport::default(),
+                });
+                continue;
+            }
+            let asked = json!({"type": "archive", "agentId": kid_id.to_string()});
+            match self.ask_host(host, asked).await {
+                Ok(payload) => outcome.archived.extend(
+                    payload["archived"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a.as_str()?.parse::<AgentId>().ok()),
+                ),
+                Err(OpError::Remote {
+                    code: ErrorCode::AgentActive,
+                    details,
+                    ..
+                }) => outcome.skipped.push(SkippedChild {
+                    agent_id: kid_id,
+                    status,
+                    activity: details
+                        .and_then(|d| serde_json::from_value(d).ok())
+                        .unwrap_or_default(),
+                }),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// The host holding agent `id` when another host does, if `caller` may act on it there
     /// (`control`: a user always; an agent when the agent's lineage there reaches the caller
     /// or one of the caller's descendants, as for agents here). `None`: this daemon's own, or

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::request_error;
+use crate::hosts::HostError;
 use crate::ops::jobs::{FOLLOW_CHUNK, JobChunk, JobFollower, StartJob};
 use crate::ops::{Caller, OpError, Ops, parse_agent};
 use crate::wire;
@@ -367,15 +368,32 @@ impl RemoteFollow {
         let mut first = true;
         let mut offset = offset;
         loop {
-            let wait = if first { 0 } else { REMOTE_WAIT.as_millis() };
-            let asked = serde_json::json!({"type": "job_output", "jobId": self.job,
-                "offset": offset, "maxBytes": FOLLOW_CHUNK, "waitMs": wait});
+            let mut asked = serde_json::json!({"type": "job_output", "jobId": self.job,
+                "maxBytes": FOLLOW_CHUNK});
+            // The first read takes what is kept from `offset` (or the first byte kept); the
+            // next ones wait for more.
+            if let Some(at) = offset {
+                asked["offset"] = at.into();
+                if !first {
+                    asked["waitMs"] = u64::try_from(REMOTE_WAIT.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .into();
+                }
+            }
             let payload = match self.ops.ask_host(&self.host, asked).await {
                 Ok(payload) => payload,
-                Err(e) => {
-                    tracing::info!(host = %self.host, job = %self.job, error = %e, "following a job over a link: asked again in a second");
+                // The link is down: the job goes on over there; asked again in a second.
+                Err(OpError::Host(HostError::Unreachable { .. })) => {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
+                }
+                Err(e) => {
+                    let why = format!("following job `{}` ended: {e}", self.shown);
+                    tracing::info!(host = %self.host, job = %self.job, %why);
+                    let ended =
+                        request_error(request_id.clone().filter(|_| first), e.code(), why, None);
+                    self.send(encode(&ended), true).await;
+                    return;
                 }
             };
             let number = |key: &str| payload[key].as_u64().unwrap_or_default();

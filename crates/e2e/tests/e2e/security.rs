@@ -564,59 +564,7 @@ async fn a_hosts_notices_reach_only_its_parents_and_only_once() {
     client.wait_idle(&bystander).await;
     let kid = "0193b1c2-7d4e-7a10-8000-00000000000b";
     let dir = TempDir::new().expect("tempdir");
-    let file = |name: &str, text: String| {
-        std::fs::write(dir.path().join(name), text + "\n").expect("script file");
-    };
-    file(
-        "welcome.json",
-        json!({"type": "welcome", "payload": {"daemonVersion": "0.1.0",
-        "protocolVersion": drover_protocol::PROTOCOL_VERSION, "sessionId": "s"}})
-        .to_string(),
-    );
-    file(
-        "state.json",
-        json!({"type": "session_state", "payload": {"agents": [], "workspaces": []}}).to_string(),
-    );
-    file(
-        "created.json",
-        json!({"type": "agent_created", "payload": {"requestId": "REQ",
-        "agent": {"id": kid, "parentAgentId": "PARENT", "title": "kid", "provider": "scripted",
-            "cwd": "/srv", "workspaceId": "0193b1c2-7d4e-7a10-8000-00000000000c"}}})
-        .to_string(),
-    );
-    file(
-        "notice.json",
-        json!({"type": "notice_queued", "payload": {"notice": {"id": "NID",
-        "at": "2026-12-05T00:00:00Z", "from": kid, "to": "TO", "delivery": "followup",
-        "text": "say heard from the kid"}}})
-        .to_string(),
-    );
-    let script = dir.path().join("host.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"cd '{dir}'
-read hello
-cat welcome.json state.json
-once=0193b1c2-0000-7000-8000-000000000001
-while IFS= read -r line; do
-  req=$(printf '%s\n' "$line" | sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p')
-  case "$line" in
-    *'"type":"take_notices"'*) printf '{{"type":"notices","payload":{{"requestId":"%s","notices":[]}}}}\n' "$req" ;;
-    *'"type":"create_agent"'*)
-      parent=$(printf '%s\n' "$line" | sed -n 's/.*"upstream":{{"agentId":"\([^"]*\)".*/\1/p')
-      sed -e "s/REQ/$req/" -e "s/PARENT/$parent/" created.json
-      sed -e "s/NID/$once/" -e "s/TO/$parent/" notice.json
-      sed -e "s/NID/$once/" -e "s/TO/$parent/" notice.json
-      sed -e "s/NID/0193b1c2-0000-7000-8000-000000000002/" -e "s/TO/{bystander}/" notice.json ;;
-    *) printf '{{"type":"ok","payload":{{"requestId":"%s","agentId":null}}}}\n' "$req" ;;
-  esac
-done
-"#,
-            dir = dir.path().display(),
-        ),
-    )
-    .expect("script");
+    let script = fake_host(dir.path(), kid, &bystander);
     let added = client
         .request(json!({"type": "add_host", "host": {"name": "fake", "command": ["sh", script]}}))
         .await;
@@ -659,4 +607,87 @@ done
         heard(&mut client, &bystander).await.is_empty(),
         "a host prompted an agent that made nothing there"
     );
+    // Nor is a notice taken from an agent the host does not hold.
+    let forged = client
+        .timeline(&parent)
+        .await
+        .into_iter()
+        .filter(|i| {
+            i["kind"] == "user_message"
+                && i["data"]["messageId"] == "0193b1c2-0000-7000-8000-000000000003"
+        })
+        .count();
+    assert_eq!(
+        forged, 0,
+        "a notice from an agent the host does not hold was taken"
+    );
+}
+
+/// A host's daemon played by a script on the link's stdio: it answers every request; asked to
+/// create an agent, it makes `kid` for the asking agent (as the hub gives it in `upstream`) and
+/// offers one notice from it twice, one for `bystander`, and one from an agent it does not hold.
+fn fake_host(dir: &std::path::Path, kid: &str, bystander: &str) -> std::path::PathBuf {
+    let file = |name: &str, text: String| {
+        std::fs::write(dir.join(name), text + "\n").expect("script file");
+    };
+    file(
+        "welcome.json",
+        json!({"type": "welcome", "payload": {"daemonVersion": "0.1.0",
+        "protocolVersion": drover_protocol::PROTOCOL_VERSION, "sessionId": "s"}})
+        .to_string(),
+    );
+    file(
+        "state.json",
+        json!({"type": "session_state", "payload": {"agents": [], "workspaces": []}}).to_string(),
+    );
+    file(
+        "created.json",
+        json!({"type": "agent_created", "payload": {"requestId": "REQ",
+        "agent": {"id": kid, "parentAgentId": "PARENT", "title": "kid", "provider": "scripted",
+            "cwd": "/srv", "workspaceId": "0193b1c2-7d4e-7a10-8000-00000000000c"}}})
+        .to_string(),
+    );
+    file(
+        "status.json",
+        json!({"type": "agent_status", "payload": {"agent": {"id": kid,
+        "parentAgentId": "PARENT", "title": "kid", "provider": "scripted", "status": "idle",
+        "cwd": "/srv", "workspaceId": "0193b1c2-7d4e-7a10-8000-00000000000c"}}})
+        .to_string(),
+    );
+    file(
+        "notice.json",
+        json!({"type": "notice_queued", "payload": {"notice": {"id": "NID",
+        "at": "2026-12-05T00:00:00Z", "from": kid, "to": "TO", "delivery": "followup",
+        "text": "say heard from the kid"}}})
+        .to_string(),
+    );
+    let script = dir.join("host.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"cd '{dir}'
+read hello
+cat welcome.json state.json
+once=0193b1c2-0000-7000-8000-000000000001
+while IFS= read -r line; do
+  req=$(printf '%s\n' "$line" | sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p')
+  case "$line" in
+    *'"type":"take_notices"'*) printf '{{"type":"notices","payload":{{"requestId":"%s","notices":[]}}}}\n' "$req" ;;
+    *'"type":"create_agent"'*)
+      parent=$(printf '%s\n' "$line" | sed -n 's/.*"upstream":{{"agentId":"\([^"]*\)".*/\1/p')
+      sed -e "s/REQ/$req/" -e "s/PARENT/$parent/" created.json
+      sed -e "s/PARENT/$parent/" status.json
+      sed -e "s/NID/$once/" -e "s/TO/$parent/" notice.json
+      sed -e "s/NID/$once/" -e "s/TO/$parent/" notice.json
+      sed -e "s/NID/0193b1c2-0000-7000-8000-000000000002/" -e "s/TO/{bystander}/" notice.json
+      sed -e "s/NID/0193b1c2-0000-7000-8000-000000000003/" -e "s/TO/$parent/" -e "s/{kid}/0193b1c2-7d4e-7a10-8000-0000000000ff/" notice.json ;;
+    *) printf '{{"type":"ok","payload":{{"requestId":"%s","agentId":null}}}}\n' "$req" ;;
+  esac
+done
+"#,
+            dir = dir.display(),
+        ),
+    )
+    .expect("script");
+    script
 }

@@ -1573,5 +1573,10 @@ async fn a_hosts_agents_are_under_their_host_and_a_lost_host_says_so() {
     std::fs::write(&down, "").expect("down");
     drop(b_daemon);
     s.go().await;
+    // The next link starts b's daemon again; it is killed when the test ends.
+    s.step("heal").await;
+    std::fs::remove_file(&down).expect("up");
+    let _b_again = HostDaemon(b_home.clone());
+    s.go().await;
     s.done().await;
 }

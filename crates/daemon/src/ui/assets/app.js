@@ -632,12 +632,13 @@ function renderTabs() {
 }
 
 function tabKeys(e) {
-  const i = S.layout.tabs.indexOf(S.layout.active);
+  // The tab with the focus, which need not be the one in front.
+  const id = e.currentTarget.closest('.tab')?.dataset.agentId ?? S.layout.active;
+  const i = S.layout.tabs.indexOf(id);
   let next = null;
   if (e.key === 'ArrowRight') next = S.layout.tabs[(i + 1) % S.layout.tabs.length];
   else if (e.key === 'ArrowLeft') next = S.layout.tabs[(i - 1 + S.layout.tabs.length) % S.layout.tabs.length];
   else if (e.key === 'Delete') {
-    const id = S.layout.active;
     const a = S.agents.get(id);
     if (a && isRoot(a) && !a.archivedAt && (S.drafts[id] || '').trim()) {
       confirmDialog({ title: `Archive “${label(a)}”?`, body: 'Its message box holds text you have not sent.', confirm: 'Archive' }).then((yes) => { if (yes) closeTab(id); });
