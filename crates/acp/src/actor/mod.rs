@@ -166,6 +166,7 @@ pub(crate) fn spawn(
         terminals: terminals::Terminals::new(),
         terminal_ended: Arc::new(Notify::new()),
         notices: None,
+        spends: None,
         start_failed: retry.failing(),
         retry,
         loading_flag: false,
@@ -292,6 +293,10 @@ struct Actor {
     /// The task delivering this agent's latest notice to another agent (it waits for the
     /// ones before it, so they arrive in order).
     notices: Option<JoinHandle<()>>,
+    /// The task recording what the agent spent last (it waits for the ones before it): a
+    /// notice waits for it, so a parent told of a turn's end finds that turn's spend counted
+    /// in its tree's budget.
+    spends: Option<JoinHandle<()>>,
     /// Do not start the runtime or a turn now: its start failed (see `retry` for when it
     /// tries again), or a turn could not be recorded (the next command tries again).
     start_failed: bool,

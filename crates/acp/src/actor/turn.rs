@@ -742,9 +742,14 @@ impl Actor {
     /// [`Actor::tell`] as `delivery`.
     pub(super) fn tell_as(&mut self, target: AgentId, text: String, delivery: Delivery) {
         let earlier = self.notices.take();
+        // What the agent spent so far is recorded first (see `Actor::spends`).
+        let spends = self.spends.take();
         let shared = self.shared.clone();
         let from = self.id;
         self.notices = Some(tokio::spawn(async move {
+            if let Some(spends) = spends {
+                let _ = spends.await;
+            }
             if let Some(earlier) = earlier {
                 let _ = earlier.await;
             }

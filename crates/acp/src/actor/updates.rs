@@ -116,10 +116,14 @@ impl Actor {
 
     /// Records what the agent spent; when that spends a hard budget of its lineage, every
     /// turn running in the budgeted tree is cancelled (cause `budget`, queued messages kept).
-    fn record_spend(&self, tokens: Option<u64>, cost: Option<(f64, String)>) {
+    fn record_spend(&mut self, tokens: Option<u64>, cost: Option<(f64, String)>) {
         let shared = self.shared.clone();
         let id = self.id;
-        tokio::spawn(async move {
+        let earlier = self.spends.take();
+        self.spends = Some(tokio::spawn(async move {
+            if let Some(earlier) = earlier {
+                let _ = earlier.await;
+            }
             if let Err(e) = shared.registry.add_spend(id, tokens, cost).await {
                 tracing::warn!(agent = %id, error = %e, "cannot record what the agent spent");
                 return;
@@ -148,7 +152,7 @@ impl Actor {
                     }
                 }
             }
-        });
+        }));
     }
 
     fn mode_changed(&mut self, update: &Value) {

@@ -787,12 +787,12 @@ async fn unattended_a_spent_budget_holds_what_drover_queues_until_raised() {
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
-    // The root spends past its budget while its subagent still runs (3 s, ample under load):
-    // the notice of the subagent's end finds the tree spent.
+    // The subagent spends past the root's budget after the root's turn ended: the notice of
+    // its end finds the tree spent (its spend is recorded before the notice goes).
     let root = client
         .create_agent(json!({"provider": "scripted", "cwd": cwd,
             "budget": {"cost": 0.0015},
-            "prompt": "subagent sleep 3000\\nusage\\nusage"}))
+            "prompt": "subagent sleep 1000\\nusage\\nusage"}))
         .await;
     client.wait_idle(&root).await;
     let child = started_subagent(&mut client, &root).await;
