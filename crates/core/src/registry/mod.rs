@@ -394,43 +394,37 @@ impl Registry {
         Ok(agent)
     }
 
-    /// A turn ended on the provider's usage limit and the agent waits for it (its runtime
-    /// queued the prompt again): `idle` with attention `limited` and `limited` recorded, in one
-    /// write. Not a terminal turn event: no autoArchive; the turn that follows is its end.
     /// A turn that hit its provider's usage limit whose work went on another provider (a
     /// new agent): the agent is idle, waits for nothing (no `limited`), and its turn counts as
     /// finished. No autoArchive: that would archive the agent that took the work over.
     pub async fn record_turn_handed_off(&self, id: AgentId) -> Result<Agent, RegistryError> {
-        self.blocking(move |inner| {
-            let _w = lock(&inner.writer);
-            inner.mutate(id, |a| {
-                if a.is_archived() && a.status != AgentStatus::Running {
-                    return Ok(());
-                }
-                if a.status != AgentStatus::Running {
-                    return Err(RegistryError::IllegalTransition {
-                        agent: id,
-                        from: a.status,
-                        to: AgentStatus::Idle,
-                    });
-                }
-                let now = Timestamp::now();
-                a.status = AgentStatus::Idle;
-                a.last_activity_at = now;
-                a.attention = Some(Attention {
-                    reason: AttentionReason::Finished,
-                    at: now,
-                });
-                Ok(())
-            })
-        })
-        .await
+        self.end_running_turn(id, AttentionReason::Finished, |_| {})
+            .await
     }
 
+    /// A turn ended on the provider's usage limit and the agent waits for it (its runtime
+    /// queued the prompt again): `idle` with attention `limited` and `limited` recorded, in one
+    /// write. Not a terminal turn event: no autoArchive; the turn that follows is its end.
     pub async fn record_turn_limited(
         &self,
         id: AgentId,
         limited: crate::Limited,
+    ) -> Result<Agent, RegistryError> {
+        self.end_running_turn(id, AttentionReason::Limited, move |a| {
+            a.last_error = Some(limited.error.clone());
+            a.limited = Some(limited);
+        })
+        .await
+    }
+
+    /// A running turn's end that is not a terminal turn event: the agent becomes `idle` with
+    /// attention `reason`, `also` changing the record in the same write. An archived agent
+    /// that no longer runs is left as it is.
+    async fn end_running_turn(
+        &self,
+        id: AgentId,
+        reason: AttentionReason,
+        also: impl FnOnce(&mut Agent) + Send + 'static,
     ) -> Result<Agent, RegistryError> {
         self.blocking(move |inner| {
             let _w = lock(&inner.writer);
@@ -448,12 +442,8 @@ impl Registry {
                 let now = Timestamp::now();
                 a.status = AgentStatus::Idle;
                 a.last_activity_at = now;
-                a.last_error = Some(limited.error.clone());
-                a.attention = Some(Attention {
-                    reason: AttentionReason::Limited,
-                    at: now,
-                });
-                a.limited = Some(limited);
+                a.attention = Some(Attention { reason, at: now });
+                also(a);
                 Ok(())
             })
         })
