@@ -594,9 +594,14 @@ fn notices(fleet: &Fleet, parent: &str, kid: &str, marker: &str) -> usize {
 }
 
 impl Fleet {
-    /// A demo agent on the hub whose first turn runs `mcp create_agent` for a subagent on b
-    /// (`kid_prompt`); the parent's id and the subagent's.
-    fn parent_with_kid_on_b(&self, title: &str, kid_prompt: &str) -> (String, String) {
+    /// A demo agent on the hub (`drover run` with `more` options) whose first turn runs `mcp
+    /// create_agent` for a subagent on b (`kid_prompt`); the parent's id and the subagent's.
+    fn parent_with_kid_on_b(
+        &self,
+        title: &str,
+        kid_prompt: &str,
+        more: &[&str],
+    ) -> (String, String) {
         let call = json!({
             "relationship": {"kind": "subagent"},
             "workspace": {"kind": "current", "cwd": self.b.work},
@@ -605,22 +610,16 @@ impl Fleet {
             "prompt": kid_prompt,
         });
         let hub_work = self.hub.work.display().to_string();
-        let out = drover(
-            &self.hub,
-            &[
-                "run",
-                "--cwd",
-                &hub_work,
-                "--provider",
-                "demo",
-                "--detach",
-                &format!("mcp create_agent {call}"),
-            ],
-        );
+        let prompt = format!("mcp create_agent {call}");
+        let mut args = vec!["run", "--cwd", &hub_work, "--provider", "demo", "--detach"];
+        args.extend(more);
+        args.push(&prompt);
+        let out = drover(&self.hub, &args);
         assert!(out.status.success(), "run: {}", text(&out));
         let parent = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let kid = poll_until_blocking(Duration::from_secs(30), || {
-            let agents = json(&self.hub, &["ls", "--json"]);
+            // Archived ones too: an `autoArchive` parent may take its subagent along at once.
+            let agents = json(&self.hub, &["ls", "--json", "--all"]);
             agents
                 .as_array()?
                 .iter()
@@ -672,7 +671,7 @@ fn a_subagent_on_another_host_belongs_to_its_parent_on_the_hub() {
     assert!(added.status.success(), "host add: {}", text(&added));
 
     // An agent on the hub delegates to b over MCP: the subagent is b's, and its parent's.
-    let (parent, kid) = fleet.parent_with_kid_on_b("kid", "sleep 1000\nsay kid reporting");
+    let (parent, kid) = fleet.parent_with_kid_on_b("kid", "sleep 1000\nsay kid reporting", &[]);
     let on_hub = json(&fleet.hub, &["ls", "--json"]);
     let seen = agent(&on_hub, &kid).expect("kid on the hub");
     assert_eq!(seen["host"], "b", "{seen}");
@@ -777,38 +776,7 @@ fn a_subagent_on_another_host_belongs_to_its_parent_on_the_hub() {
 /// An `autoArchive` parent is archived by its own turn's end, not by a request the hub could
 /// route: its subagent on b is archived there all the same, its running turn stopped.
 fn an_auto_archive_takes_its_subagent_on_b(fleet: &Fleet) {
-    let call = json!({
-        "relationship": {"kind": "subagent"},
-        "workspace": {"kind": "current", "cwd": fleet.b.work},
-        "host": "b",
-        "title": "long kid",
-        "prompt": "sleep 60000",
-    });
-    let hub_work = fleet.hub.work.display().to_string();
-    let out = drover(
-        &fleet.hub,
-        &[
-            "run",
-            "--cwd",
-            &hub_work,
-            "--provider",
-            "demo",
-            "--detach",
-            "--auto-archive",
-            &format!("mcp create_agent {call}"),
-        ],
-    );
-    assert!(out.status.success(), "run: {}", text(&out));
-    let parent = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let kid = poll_until_blocking(Duration::from_secs(30), || {
-        let agents = json(&fleet.b, &["ls", "--json", "--all"]);
-        agents
-            .as_array()?
-            .iter()
-            .find(|a| a["parentAgentId"] == parent.as_str())
-            .and_then(|a| a["id"].as_str().map(str::to_string))
-    })
-    .expect("the long kid on b");
+    let (_, kid) = fleet.parent_with_kid_on_b("long kid", "sleep 60000", &["--auto-archive"]);
     let archived = poll_until_blocking(Duration::from_secs(30), || {
         let agents = json(&fleet.b, &["ls", "--json", "--all"]);
         agent(&agents, &kid)
@@ -910,7 +878,7 @@ fn archiving_a_parent_waits_for_its_subagents_host_and_detach_lets_go() {
     let grandkid_call = json!({"relationship": {"kind": "subagent"},
         "workspace": {"kind": "current"}, "title": "grandkid", "prompt": "say deep"});
     let (parent, kid) =
-        fleet.parent_with_kid_on_b("kid", &format!("mcp create_agent {grandkid_call}"));
+        fleet.parent_with_kid_on_b("kid", &format!("mcp create_agent {grandkid_call}"), &[]);
     let grandkid = poll_until_blocking(Duration::from_secs(30), || {
         let agents = json(&fleet.hub, &["ls", "--json"]);
         agents
