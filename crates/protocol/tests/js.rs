@@ -3,6 +3,8 @@
 //!
 //! Regenerate with `DROVER_BLESS=1 cargo test -p drover-protocol --test js`.
 
+mod golden;
+
 use std::path::PathBuf;
 
 fn committed_path() -> PathBuf {
@@ -11,30 +13,13 @@ fn committed_path() -> PathBuf {
 
 #[test]
 fn committed_js_module_matches_the_types() {
-    let path = committed_path();
-    let generated = drover_protocol::js::module();
-    if std::env::var_os("DROVER_BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, &generated).expect("write protocol.gen.js");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    if committed != generated {
-        let line = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(a, b)| a != b)
-            .map_or_else(
-                || committed.lines().count().min(generated.lines().count()) + 1,
-                |i| i + 1,
-            );
-        panic!(
-            "crates/daemon/src/ui/assets/protocol.gen.js is out of date with the wire types in \
-             crates/protocol (first difference at line {line}).\n\
-             Regenerate it with:\n\n    \
-             DROVER_BLESS=1 cargo test -p drover-protocol --test js\n\n\
-             then commit it."
-        );
-    }
+    golden::check(
+        &committed_path(),
+        &drover_protocol::js::module(),
+        "crates/daemon/src/ui/assets/protocol.gen.js",
+        "DROVER_BLESS=1 cargo test -p drover-protocol --test js",
+        "commit it",
+    );
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //!
 //! Regenerate with `DROVER_BLESS=1 cargo test -p drover-protocol --test schema`.
 
+mod golden;
+
 use std::path::PathBuf;
 
 fn committed_path() -> PathBuf {
@@ -18,30 +20,13 @@ fn generated() -> String {
 
 #[test]
 fn committed_schema_matches_the_types() {
-    let path = committed_path();
-    let generated = generated();
-    if std::env::var_os("DROVER_BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, &generated).expect("write schema/protocol.json");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    if committed != generated {
-        let line = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(a, b)| a != b)
-            .map_or_else(
-                || committed.lines().count().min(generated.lines().count()) + 1,
-                |i| i + 1,
-            );
-        panic!(
-            "schema/protocol.json is out of date with the wire types in crates/protocol \
-             (first difference at line {line}).\n\
-             Regenerate it with:\n\n    \
-             DROVER_BLESS=1 cargo test -p drover-protocol --test schema\n\n\
-             then update docs/protocol.md to match and commit both."
-        );
-    }
+    golden::check(
+        &committed_path(),
+        &generated(),
+        "schema/protocol.json",
+        "DROVER_BLESS=1 cargo test -p drover-protocol --test schema",
+        "update docs/protocol.md to match and commit both",
+    );
 }
 
 #[test]
