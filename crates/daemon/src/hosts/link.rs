@@ -81,6 +81,20 @@ struct Shared {
 /// `notices::Delivered`).
 pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, Delivered> + Send + Sync>;
 
+/// See [`Link::upstream`]: the parents of `id` walked here, until one this host does not hold.
+fn upstream(state: &State, id: AgentId) -> Option<AgentId> {
+    let mut parent = state.agents.get(&id)?.parent;
+    // Bounded: a lineage longer than the host's agents has a cycle.
+    for _ in 0..=state.agents.len() {
+        let up = parent?;
+        match state.agents.get(&up) {
+            Some(above) => parent = above.parent,
+            None => return Some(up),
+        }
+    }
+    None
+}
+
 /// See [`Shared::activity`].
 pub(super) type Activity = Arc<dyn Fn() + Send + Sync>;
 
@@ -280,37 +294,23 @@ impl Link {
         self.shared.linked().await;
     }
 
-    /// How many agents the hub knows this host holds.
-    pub(super) fn len(&self) -> usize {
-        self.shared.lock().agents.len()
-    }
-
     /// The hub's agents (each the first of the hub's on a lineage here) that have a running
     /// subagent on this host, at any depth.
     pub(super) fn busy_upstreams(&self) -> Vec<AgentId> {
         let state = self.shared.lock();
-        let mut found = Vec::new();
-        for remote in state.agents.values() {
-            if !remote.busy || remote.archived {
-                continue;
-            }
-            let mut parent = remote.parent;
-            // Bounded: a lineage longer than the host's agents has a cycle.
-            for _ in 0..=state.agents.len() {
-                let Some(up) = parent else {
-                    break;
-                };
-                if let Some(above) = state.agents.get(&up) {
-                    parent = above.parent;
-                    continue;
-                }
-                if (self.shared.is_local)(up) {
-                    found.push(up);
-                }
-                break;
-            }
-        }
-        found
+        state
+            .agents
+            .iter()
+            .filter(|(_, remote)| remote.busy && !remote.archived)
+            .filter_map(|(id, _)| upstream(&state, *id))
+            .filter(|up| (self.shared.is_local)(*up))
+            .collect()
+    }
+
+    /// The first agent above this host's agent `id` that this host does not hold (one of the
+    /// hub's, for a subagent made from the hub); `None` for a root.
+    pub(super) fn upstream(&self, id: AgentId) -> Option<AgentId> {
+        upstream(&self.shared.lock(), id)
     }
 
     /// Whether this host holds the agent `id`.

@@ -620,15 +620,7 @@ impl Hosts {
     pub(crate) fn holder(&self, id: AgentId) -> Option<(String, Option<AgentId>)> {
         let links = self.links();
         let (name, link) = links.iter().find(|(_, link)| link.holds_agent(id))?;
-        let mut at = id;
-        // Bounded: a lineage longer than the host's agents has a cycle.
-        for _ in 0..=link.len() {
-            match link.parent_of(at) {
-                Some(parent) if link.holds_agent(parent) => at = parent,
-                upstream => return Some((name.clone(), upstream)),
-            }
-        }
-        Some((name.clone(), None))
+        Some((name.clone(), link.upstream(id)))
     }
 
     /// Appends the remote agents (archived ones if asked) to a JSON array being written,

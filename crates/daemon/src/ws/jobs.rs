@@ -19,7 +19,7 @@ use drover_protocol::{DaemonMessage, ErrorCode};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::request_error;
+use super::{encode, request_error};
 use crate::hosts::HostError;
 use crate::ops::jobs::{FOLLOW_CHUNK, JobChunk, JobFollower, StartJob};
 use crate::ops::{Caller, OpError, Ops, parse_agent};
@@ -436,11 +436,6 @@ impl RemoteFollow {
             })
             .await;
     }
-}
-
-fn encode(message: &DaemonMessage) -> Utf8Bytes {
-    // Our own types always serialize.
-    Utf8Bytes::from(serde_json::to_string(message).unwrap_or_default())
 }
 
 /// The `job_output_update` of `chunk`, as `serde_json` would write it, but by hand: the text is

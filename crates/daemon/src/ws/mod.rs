@@ -301,7 +301,7 @@ impl Hub {
     }
 }
 
-fn encode(message: &DaemonMessage) -> Utf8Bytes {
+pub(super) fn encode(message: &DaemonMessage) -> Utf8Bytes {
     // Our own types always serialize.
     Utf8Bytes::from(serde_json::to_string(message).unwrap_or_default())
 }
