@@ -422,8 +422,11 @@ async fn start(
     match answer {
         Ok(init) => Ok(Spare { init, ..spare }),
         Err(e) => {
-            let tail = spare.stderr.last(3);
+            let (stderr, mut closed) = (spare.stderr.clone(), spare.stderr_closed.clone());
             spare.end(home).await;
+            // Its last words, once the reader has them all.
+            let _ = tokio::time::timeout(Duration::from_secs(1), closed.wait_for(|c| *c)).await;
+            let tail = stderr.last(3);
             Err(if tail.is_empty() {
                 e
             } else {

@@ -780,14 +780,14 @@ impl Actor {
                             Some(live) => wait_exit(&mut live.exited).await,
                             None => "gone".to_string(),
                         };
-                        return Err(LaunchError::Exited { method, status, stderr: self.last_stderr() });
+                        return Err(LaunchError::Exited { method, status, stderr: self.last_words().await });
                     }
                     return result.map_err(|error| LaunchError::Rpc { error: Box::new(error), stderr: self.last_stderr() });
                 }
                 message = live.incoming.recv() => match message {
                     Some(Incoming::Closed) | None => {
                         let status = wait_exit(&mut live.exited).await;
-                        return Err(LaunchError::Exited { method, status, stderr: self.last_stderr() });
+                        return Err(LaunchError::Exited { method, status, stderr: self.last_words().await });
                     }
                     Some(message) => self.on_incoming(message).await,
                 },
@@ -802,6 +802,18 @@ impl Actor {
         // Replayed history is already in our timeline; `session/load` updates are not stored.
         self.open_chunk = None;
         self.loading_flag = on;
+    }
+
+    /// The last stderr lines of a process that exited, once the reader has taken them all (or
+    /// after 1 s): the exit can be seen before its last words are read, and a failure must
+    /// read the same whichever comes first.
+    async fn last_words(&mut self) -> LastStderr {
+        if let Some(live) = self.live.as_mut() {
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), live.stderr_closed.wait_for(|c| *c))
+                    .await;
+        }
+        self.last_stderr()
     }
 
     fn last_stderr(&self) -> LastStderr {
