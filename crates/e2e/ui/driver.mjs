@@ -110,8 +110,16 @@ const scenarios = {
   async hosts() {
     const page = await open();
     await ready(page);
-    const project = page.locator('#workspaces li.project', { has: page.locator(`li.agent-row[data-agent-id="${A.remote}"]`) });
+    // The sidebar is one flat list: a project's head row comes before its workspaces and agents.
+    await page.locator(row(A.remote)).waitFor();
+    const project = page.locator('#workspaces li.project-head', { has: page.locator('.host-badge') });
     await project.locator('.host-badge', { hasText: '@b' }).waitFor();
+    const before = await page.evaluate((id) => {
+      const rows = [...document.querySelectorAll('#workspaces > li')];
+      const at = rows.findIndex((r) => r instanceof HTMLElement && r.dataset.agentId === id);
+      return rows.slice(0, at).filter((r) => r.classList.contains('project-head')).pop()?.querySelector('.host-badge')?.textContent;
+    }, A.remote);
+    if (before !== '@b') fail(`the remote agent's row is under a project marked ${before}`);
     await openAgent(page, A.remote);
     await page.waitForFunction(([sel, t]) => document.querySelector(sel)?.innerText.includes(t), [`${pane(A.remote)} .timeline`, 'hello from b']);
     await page.locator(`${pane(A.remote)} .host-badge`, { hasText: '@b' }).waitFor();

@@ -50,6 +50,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("assets/timeline.js"),
     },
     Asset {
+        name: "sidebar.js",
+        mime: "text/javascript; charset=utf-8",
+        body: include_bytes!("assets/sidebar.js"),
+    },
+    Asset {
         name: "startcard.js",
         mime: "text/javascript; charset=utf-8",
         body: include_bytes!("assets/startcard.js"),
