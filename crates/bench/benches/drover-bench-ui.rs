@@ -47,15 +47,7 @@ async fn run() -> Result<()> {
         WORKSPACES * PER_WORKSPACE,
         load_average()
     );
-    let node_modules = repo().join(".ui-tests/node_modules");
-    ensure!(
-        node_modules.join("playwright-core").exists(),
-        "run scripts/install-ui-tests first"
-    );
-    ensure!(
-        Path::new("/usr/bin/chromium").exists(),
-        "install Debian's chromium (apt-get install -y chromium)"
-    );
+    let node_modules = browser_tools()?;
     let (dir, _keep) = scratch("drover-bench-ui-")?;
     let home = dir.path().join("home");
     let stats = generate_fleet(&home, WORKSPACES, PER_WORKSPACE, 0x0b5e)?;
@@ -77,20 +69,7 @@ async fn run() -> Result<()> {
         .map(|t| t.trim().to_string());
     let url = format!("http://{}/", daemon.addr);
     let mut ws = ws_connect(&format!("ws://{}/ws", daemon.addr)).await?;
-    let hello_at = Instant::now();
-    send_json(
-        &mut ws,
-        &json!({"type": "hello", "client": "drover-bench-ui", "protocolVersion": 1, "token": token}),
-    )
-    .await?;
-    let state_msg = loop {
-        let m = recv_json(&mut ws).await?;
-        if m["type"] == "session_state" {
-            break m;
-        }
-        ensure!(m["type"] != "request_error", "hello refused: {m}");
-    };
-    let state_ms = hello_at.elapsed().as_secs_f64() * 1000.0;
+    let (state_msg, state_ms) = session_state(&mut ws, token.as_deref()).await?;
     let state_bytes = state_msg.to_string().len();
     let roots = state_msg["payload"]["agents"].as_array().map_or(0, |a| {
         a.iter().filter(|a| a["parentAgentId"].is_null()).count()
@@ -99,38 +78,15 @@ async fn run() -> Result<()> {
     let chunks = (STREAM_SECS + memory_secs + 30) * 1000 / CHUNK_MS;
     let cwd = dir.path().join("work");
     std::fs::create_dir_all(&cwd)?;
-    let mut streaming = Vec::new();
-    for i in 0..STREAMING {
-        let answer = request(
-            &mut ws,
-            json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "title": format!("streamer {i}"),
-                   "prompt": format!("stream {chunks} {CHUNK_MS}")}),
-            format!("c{i}"),
-        )
-        .await?;
-        streaming.push(
-            answer["payload"]["agent"]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
-    }
-    let mut storming = Vec::new();
-    for i in 0..STORMING {
-        let answer = request(
-            &mut ws,
-            json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "title": format!("stormer {i}"),
-                   "prompt": "say ready"}),
-            format!("s{i}"),
-        )
-        .await?;
-        storming.push(
-            answer["payload"]["agent"]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
-    }
+    let streaming = create_agents(
+        &mut ws,
+        &cwd,
+        "streamer",
+        &format!("stream {chunks} {CHUNK_MS}"),
+        STREAMING,
+    )
+    .await?;
+    let storming = create_agents(&mut ws, &cwd, "stormer", "say ready", STORMING).await?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let storm = tokio::spawn(storm(
         format!("ws://{}/ws", daemon.addr),
@@ -171,6 +127,63 @@ async fn run() -> Result<()> {
     );
     print_summary(&summary, started);
     Ok(())
+}
+
+/// The test tooling's node modules, once it and Debian's chromium are there.
+fn browser_tools() -> Result<PathBuf> {
+    let node_modules = repo().join(".ui-tests/node_modules");
+    ensure!(
+        node_modules.join("playwright-core").exists(),
+        "run scripts/install-ui-tests first"
+    );
+    ensure!(
+        Path::new("/usr/bin/chromium").exists(),
+        "install Debian's chromium (apt-get install -y chromium)"
+    );
+    Ok(node_modules)
+}
+
+/// Says `hello`: the `session_state` that answers it, and the milliseconds until it was read.
+async fn session_state(ws: &mut drover_bench::Ws, token: Option<&str>) -> Result<(Value, f64)> {
+    let hello_at = Instant::now();
+    send_json(
+        ws,
+        &json!({"type": "hello", "client": "drover-bench-ui", "protocolVersion": 1, "token": token}),
+    )
+    .await?;
+    loop {
+        let m = recv_json(ws).await?;
+        if m["type"] == "session_state" {
+            return Ok((m, hello_at.elapsed().as_secs_f64() * 1000.0));
+        }
+        ensure!(m["type"] != "request_error", "hello refused: {m}");
+    }
+}
+
+/// Creates `n` scripted agents in `cwd` titled `{title} {i}`, each with `prompt`; their ids.
+async fn create_agents(
+    ws: &mut drover_bench::Ws,
+    cwd: &Path,
+    title: &str,
+    prompt: &str,
+    n: usize,
+) -> Result<Vec<String>> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let answer = request(
+            ws,
+            json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "title": format!("{title} {i}"), "prompt": prompt}),
+            format!("{title}-{i}"),
+        )
+        .await?;
+        ids.push(
+            answer["payload"]["agent"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    Ok(ids)
 }
 
 /// Sends each of `agents` a short prompt every second until `stop`, over a socket of its own
