@@ -10,6 +10,7 @@
 mod coalesce;
 mod jobs;
 mod join;
+mod pty;
 mod requests;
 mod snapshot;
 mod subscriptions;
@@ -269,11 +270,42 @@ impl Hub {
         });
     }
 
-    /// Every job start and end goes to every session as `job_update`; so does what other
-    /// hosts' daemons say (see `forward_hosts`).
+    /// Every workspace terminal opened, resized or ended goes to every session as
+    /// `terminal_update`.
+    fn forward_terminals(&self, ops: &Ops) {
+        let mut terminals = ops.subscribe_terminals();
+        let out = self.tx.clone();
+        let dropped = self.metrics.hub_dropped_events.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = match terminals.recv().await {
+                    Ok(event) => Outgoing {
+                        agent: None,
+                        revision: 0,
+                        text: encode(&DaemonMessage::TerminalUpdate {
+                            terminal_id: event.id.clone(),
+                            terminal: event.terminal.as_deref().map(wire::terminal_info),
+                        }),
+                        joined: None,
+                        status_of: None,
+                    },
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        dropped.inc_by(n);
+                        resync(format!("the daemon dropped {n} terminal updates"))
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                let _ = out.send(Arc::new(message));
+            }
+        });
+    }
+
+    /// Every job start and end goes to every session as `job_update`; so do what other
+    /// hosts' daemons say (see `forward_hosts`) and workspace terminals' changes.
     fn forward_jobs(&self, ops: &Ops) {
         self.forward_hosts(ops);
         self.forward_notices(ops);
+        self.forward_terminals(ops);
         let mut jobs = ops.subscribe_jobs();
         let out = self.tx.clone();
         let dropped = self.metrics.hub_dropped_events.clone();
@@ -724,6 +756,10 @@ impl Session {
             ClientMessage::Watching(r) => self.watching(id, r.agent_id.clone()),
             ClientMessage::FollowJob(r) => self.follows.follow_job(id, r, &self.context.ops),
             ClientMessage::UnfollowJob(r) => self.follows.unfollow_job(id, r),
+            ClientMessage::AttachTerminal(r) => {
+                pty::attach_terminal(&mut self.follows, id, r, &self.context.ops)
+            }
+            ClientMessage::DetachTerminal(r) => pty::detach_terminal(&mut self.follows, id, r),
             // The encodings `session_state` is made of: no agent is encoded again.
             ClientMessage::ListAgents(r) => {
                 return Some(self.context.hub.agents.agents_message(

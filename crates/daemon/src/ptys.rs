@@ -1,0 +1,481 @@
+//! Workspace terminals: interactive shells for people, each on a PTY of the daemon's host in
+//! a workspace's directory (not ACP client terminals, which are an agent's jobs: see
+//! `drover_acp::jobs`).
+//!
+//! A terminal is its shell (started by `drover_core::pty`: a session of its own whose
+//! controlling terminal is the PTY, killed by the kernel when the daemon dies, in a cgroup of
+//! its own for the guard), a thread reading the PTY's master into a bounded scrollback
+//! ([`SCROLLBACK`] bytes, numbered by their offset in everything the terminal wrote), and a
+//! thread waiting for the shell. Clients attach by offset (see `ws::pty`): the scrollback
+//! repaints the screen, then they get what comes. Nothing is stored: a daemon restart ends
+//! every terminal (a PTY cannot outlive the process that holds its master).
+//!
+//! A terminal ends when its shell exits, when it is closed (`close_terminal`), when its
+//! workspace is archived, and when the daemon stops; its whole tree goes with it
+//! (`drover_acp::process::terminate_group`: its process group, the groups of everything
+//! under it, its cgroup).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use drover_core::WorkspaceId;
+use jiff::Timestamp;
+use tokio::sync::{broadcast, watch};
+
+/// Bytes of output each terminal keeps for clients that attach later.
+pub(crate) const SCROLLBACK: usize = 256 * 1024;
+/// Terminals one daemon runs at once.
+pub(crate) const MAX_TERMINALS: usize = 32;
+/// The most one `terminal_input` may carry.
+pub(crate) const MAX_INPUT: usize = 64 * 1024;
+/// How long a closed terminal's programs have between TERM and KILL.
+const CLOSE_GRACE: Duration = Duration::from_millis(500);
+/// How long the end of a shell waits for the last of its output (a process that left the
+/// tree may hold the PTY open).
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// Why a terminal request failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PtyError {
+    #[error("no workspace terminal `{0}` (it ended, or was never opened on this daemon)")]
+    Unknown(String),
+    #[error("this daemon runs {MAX_TERMINALS} workspace terminals already; close one first")]
+    Limit,
+    #[error("cannot start `{shell}` in `{cwd}`: {source}")]
+    Start {
+        shell: String,
+        cwd: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+    #[error("cannot write to or resize terminal `{id}`: {source}")]
+    Io {
+        id: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How far a terminal is: the offset after its last byte, and how it ended once it did (after
+/// its last byte is in the scrollback).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Progress {
+    pub(crate) end: u64,
+    pub(crate) ended: Option<Ended>,
+}
+
+/// How a terminal's shell ended.
+#[derive(Debug, Clone)]
+pub(crate) struct Ended {
+    /// For people: `exit status 0`, `signal 9 (SIGKILL)`.
+    pub(crate) status: String,
+    pub(crate) exit_code: Option<i32>,
+}
+
+/// Output read from a terminal: UTF-8 text that splits no character.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) offset: u64,
+    pub(crate) data: String,
+    pub(crate) next_offset: u64,
+}
+
+/// The last bytes a terminal wrote, and the offset of the first of them.
+#[derive(Debug, Default)]
+struct Screen {
+    bytes: VecDeque<u8>,
+    start: u64,
+}
+
+/// One workspace terminal.
+#[derive(Debug)]
+pub(crate) struct Pty {
+    /// `term-<n>`.
+    pub(crate) id: String,
+    pub(crate) workspace: WorkspaceId,
+    pub(crate) cwd: PathBuf,
+    pub(crate) shell: String,
+    pub(crate) pid: u32,
+    pub(crate) created_at: Timestamp,
+    size: Mutex<(u16, u16)>,
+    master: File,
+    screen: Mutex<Screen>,
+    progress: watch::Sender<Progress>,
+    /// The shell's exit status, as soon as it is known (before the output is drained).
+    exited: watch::Receiver<Option<ExitStatus>>,
+    cgroup: Option<PathBuf>,
+}
+
+impl Pty {
+    /// (cols, rows).
+    pub(crate) fn size(&self) -> (u16, u16) {
+        *self.size.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// Bytes written so far.
+    pub(crate) fn end(&self) -> u64 {
+        self.progress.borrow().end
+    }
+
+    /// The offset of the first byte kept.
+    pub(crate) fn kept_from(&self) -> u64 {
+        self.screen().start
+    }
+
+    fn screen(&self) -> std::sync::MutexGuard<'_, Screen> {
+        self.screen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Up to `max` bytes from `from` (or the first byte kept, when `from` is no longer), as
+    /// text: a character cut at the end is left for the next read, unless `last` (nothing more
+    /// will come); bytes that are not UTF-8 read as U+FFFD, and a read that starts inside a
+    /// character skips its rest. `None` when there is nothing to read yet.
+    pub(crate) fn read(&self, from: u64, max: usize, last: bool) -> Option<Chunk> {
+        let screen = self.screen();
+        let end = screen.start + screen.bytes.len() as u64;
+        let from = from.max(screen.start);
+        if from >= end {
+            return None;
+        }
+        let skip = usize::try_from(from - screen.start).unwrap_or(usize::MAX);
+        let bytes: Vec<u8> = screen.bytes.iter().skip(skip).take(max).copied().collect();
+        drop(screen);
+        let lead = bytes
+            .iter()
+            .take(3)
+            .take_while(|b| (0x80..0xc0).contains(*b))
+            .count();
+        let (data, used) = decode(&bytes[lead..], last);
+        let used = lead + used;
+        if used == 0 {
+            return None;
+        }
+        Some(Chunk {
+            offset: from,
+            data,
+            next_offset: from + used as u64,
+        })
+    }
+
+    /// Types `data` into the terminal. Blocking while the PTY's input buffer is full.
+    pub(crate) fn write(&self, data: &[u8]) -> io::Result<()> {
+        (&self.master).write_all(data)
+    }
+
+    pub(crate) fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+        drover_core::pty::resize(&self.master, cols, rows)?;
+        *self.size.lock().unwrap_or_else(PoisonError::into_inner) = (cols, rows);
+        Ok(())
+    }
+
+    /// Ends the shell and everything it started (TERM, then KILL after [`CLOSE_GRACE`]), and
+    /// waits until the terminal has ended (its last output read).
+    async fn terminate(&self) {
+        let mut exited = self.exited.clone();
+        drover_acp::process::terminate_group(
+            self.pid,
+            None,
+            self.cgroup.as_deref(),
+            &mut exited,
+            CLOSE_GRACE,
+        )
+        .await;
+        let mut progress = self.progress();
+        let _ = tokio::time::timeout(
+            DRAIN + Duration::from_secs(1),
+            progress.wait_for(|p| p.ended.is_some()),
+        )
+        .await;
+    }
+}
+
+/// Decodes `bytes` as UTF-8, U+FFFD for bytes that are not; a character cut at the end is
+/// left out unless `last`. The text and how many bytes it took.
+fn decode(bytes: &[u8], last: bool) -> (String, usize) {
+    let mut text = String::with_capacity(bytes.len());
+    let mut rest = bytes;
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(valid) => {
+                text.push_str(valid);
+                return (text, bytes.len());
+            }
+            Err(e) => {
+                let (valid, after) = rest.split_at(e.valid_up_to());
+                // Checked by `from_utf8`.
+                text.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                match e.error_len() {
+                    Some(bad) => {
+                        text.push(char::REPLACEMENT_CHARACTER);
+                        rest = &after[bad..];
+                    }
+                    None if last => {
+                        text.push(char::REPLACEMENT_CHARACTER);
+                        return (text, bytes.len());
+                    }
+                    None => return (text, bytes.len() - after.len()),
+                }
+            }
+        }
+    }
+}
+
+/// A terminal opened or changed (`terminal`), or ended (`None`).
+#[derive(Debug, Clone)]
+pub(crate) struct PtyEvent {
+    pub(crate) id: String,
+    pub(crate) terminal: Option<Arc<Pty>>,
+}
+
+/// The daemon's workspace terminals.
+#[derive(Debug, Clone)]
+pub(crate) struct Ptys(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    terminals: Mutex<BTreeMap<u64, Arc<Pty>>>,
+    next: AtomicU64,
+    stopping: AtomicBool,
+    events: broadcast::Sender<PtyEvent>,
+}
+
+impl Default for Ptys {
+    fn default() -> Ptys {
+        Ptys(Arc::new(Inner {
+            terminals: Mutex::default(),
+            next: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            events: broadcast::channel(256).0,
+        }))
+    }
+}
+
+/// What a new terminal runs: the shell, where, with which variables.
+pub(crate) struct Launch {
+    pub(crate) workspace: WorkspaceId,
+    pub(crate) cwd: PathBuf,
+    pub(crate) shell: String,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cols: u16,
+    pub(crate) rows: u16,
+}
+
+impl Ptys {
+    fn terminals(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Pty>>> {
+        self.0
+            .terminals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Terminals opened, resized, ended.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<PtyEvent> {
+        self.0.events.subscribe()
+    }
+
+    /// Every running terminal, of `workspace` or of all, oldest first.
+    pub(crate) fn list(&self, workspace: Option<WorkspaceId>) -> Vec<Arc<Pty>> {
+        self.terminals()
+            .values()
+            .filter(|t| workspace.is_none_or(|w| t.workspace == w))
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<Pty>, PtyError> {
+        id.strip_prefix("term-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(|n| self.terminals().get(&n).cloned())
+            .ok_or_else(|| PtyError::Unknown(id.chars().take(80).collect()))
+    }
+
+    /// Starts a terminal.
+    pub(crate) async fn open(&self, launch: Launch) -> Result<Arc<Pty>, PtyError> {
+        if self.0.stopping.load(Ordering::SeqCst) {
+            return Err(PtyError::ShuttingDown);
+        }
+        if self.terminals().len() >= MAX_TERMINALS {
+            return Err(PtyError::Limit);
+        }
+        let mut command = Command::new(&launch.shell);
+        command
+            .current_dir(&launch.cwd)
+            .env_clear()
+            .envs(&launch.env);
+        let (shell, cwd) = (launch.shell.clone(), launch.cwd.display().to_string());
+        let start_failed = move |source| PtyError::Start {
+            shell: shell.clone(),
+            cwd: cwd.clone(),
+            source,
+        };
+        let started = drover_core::pty::spawn(command, launch.cols, launch.rows)
+            .await
+            .map_err(&start_failed)?;
+        let reader = started.master.try_clone().map_err(&start_failed)?;
+        let pid = started.child.id();
+        let number = self.0.next.fetch_add(1, Ordering::SeqCst);
+        let (exit_tx, exited) = watch::channel(None);
+        let pty = Arc::new(Pty {
+            id: format!("term-{number}"),
+            workspace: launch.workspace,
+            cwd: launch.cwd,
+            shell: launch.shell,
+            pid,
+            created_at: Timestamp::now(),
+            size: Mutex::new((launch.cols, launch.rows)),
+            master: started.master,
+            screen: Mutex::default(),
+            progress: watch::channel(Progress::default()).0,
+            exited,
+            cgroup: drover_core::guard::cgroup_of(pid),
+        });
+        self.terminals().insert(number, pty.clone());
+        let (read_done, drained) = std::sync::mpsc::channel();
+        let read = pty.clone();
+        std::thread::Builder::new()
+            .name(format!("drover-{}", pty.id))
+            .spawn(move || {
+                read_output(&read, reader);
+                let _ = read_done.send(());
+            })
+            .map_err(&start_failed)?;
+        let waited = pty.clone();
+        let ptys = Arc::downgrade(&self.0);
+        let mut child = started.child;
+        std::thread::Builder::new()
+            .name(format!("drover-{}-wait", pty.id))
+            .spawn(move || {
+                let status = child.wait();
+                let _ = exit_tx.send(status.as_ref().ok().copied());
+                wound_up(&waited, number, &ptys, &status, &drained);
+            })
+            .map_err(&start_failed)?;
+        tracing::info!(terminal = %pty.id, pid, workspace = %pty.workspace, "workspace terminal opened");
+        let _ = self.0.events.send(PtyEvent {
+            id: pty.id.clone(),
+            terminal: Some(pty.clone()),
+        });
+        Ok(pty)
+    }
+
+    /// Tells every session a terminal changed (its size).
+    pub(crate) fn changed(&self, pty: &Arc<Pty>) {
+        let _ = self.0.events.send(PtyEvent {
+            id: pty.id.clone(),
+            terminal: Some(pty.clone()),
+        });
+    }
+
+    /// Ends `pty` and waits until it ended.
+    pub(crate) async fn close(&self, pty: &Pty) {
+        pty.terminate().await;
+    }
+
+    /// Ends every terminal of `workspace` (it was archived).
+    pub(crate) async fn close_workspace(&self, workspace: WorkspaceId) {
+        let all = self.list(Some(workspace));
+        futures_util::future::join_all(all.iter().map(|t| t.terminate())).await;
+    }
+
+    /// Ends every terminal, and opens no more (the daemon stops).
+    pub(crate) async fn shutdown(&self) {
+        self.0.stopping.store(true, Ordering::SeqCst);
+        let all = self.list(None);
+        futures_util::future::join_all(all.iter().map(|t| t.terminate())).await;
+    }
+}
+
+/// Reads the PTY's master into the scrollback until the shell's session closed the slave.
+fn read_output(pty: &Pty, mut master: File) {
+    let mut buf = vec![0u8; 16 * 1024];
+    // Linux reads EIO from a master whose slave is closed everywhere.
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let end = {
+            let mut screen = pty.screen();
+            screen.bytes.extend(&buf[..n]);
+            let excess = screen.bytes.len().saturating_sub(SCROLLBACK);
+            if excess > 0 {
+                screen.bytes.drain(..excess);
+                screen.start += excess as u64;
+            }
+            screen.start + screen.bytes.len() as u64
+        };
+        pty.progress.send_modify(|p| p.end = end);
+    }
+}
+
+/// The shell exited: whatever it left is ended, its last output read, then the terminal ends
+/// and leaves the list.
+fn wound_up(
+    pty: &Pty,
+    number: u64,
+    ptys: &Weak<Inner>,
+    status: &io::Result<ExitStatus>,
+    drained: &std::sync::mpsc::Receiver<()>,
+) {
+    drover_acp::process::kill_group_now(pty.pid, None, pty.cgroup.as_deref());
+    let _ = drained.recv_timeout(DRAIN);
+    let ended = match status {
+        Ok(status) => Ended {
+            status: drover_core::child::describe_exit(status),
+            exit_code: status.code(),
+        },
+        Err(e) => Ended {
+            status: format!("cannot wait for the shell: {e}"),
+            exit_code: None,
+        },
+    };
+    tracing::info!(terminal = %pty.id, status = %ended.status, "workspace terminal ended");
+    pty.progress.send_modify(|p| p.ended = Some(ended));
+    if let Some(inner) = ptys.upgrade() {
+        inner
+            .terminals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&number);
+        let _ = inner.events.send(PtyEvent {
+            id: pty.id.clone(),
+            terminal: None,
+        });
+    }
+}
+
+/// The shell a terminal runs: the user's (`SHELL` in what agents inherit), else `/bin/sh`.
+pub(crate) fn shell_of(env: &BTreeMap<String, String>) -> String {
+    env.get("SHELL")
+        .filter(|s| Path::new(s).is_absolute())
+        .cloned()
+        .unwrap_or_else(|| "/bin/sh".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding_never_splits_a_character_and_marks_what_is_not_text() {
+        let e = "é".as_bytes();
+        assert_eq!(decode(b"abc", false), ("abc".to_string(), 3));
+        assert_eq!(decode(&[b'a', e[0]], false), ("a".to_string(), 1));
+        assert_eq!(decode(&[b'a', e[0]], true), ("a\u{fffd}".to_string(), 2));
+        assert_eq!(
+            decode(&[b'a', 0xff, b'b'], false),
+            ("a\u{fffd}b".to_string(), 3)
+        );
+    }
+}
