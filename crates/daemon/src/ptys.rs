@@ -34,6 +34,9 @@ pub(crate) const SCROLLBACK: usize = 256 * 1024;
 pub(crate) const MAX_TERMINALS: usize = 32;
 /// The most one `terminal_input` may carry.
 pub(crate) const MAX_INPUT: usize = 64 * 1024;
+/// Inputs waiting for a terminal's writer (each at most [`MAX_INPUT`] bytes): past it the
+/// shell is not reading, and more typing is refused rather than held.
+const INPUT_QUEUE: usize = 64;
 /// How long a closed terminal's programs have between TERM and KILL.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
 /// How long the end of a shell waits for the last of its output (a process that left the
@@ -56,6 +59,8 @@ pub(crate) enum PtyError {
     },
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    #[error("terminal `{0}` is not reading what is typed (its input is full)")]
+    InputFull(String),
     #[error("cannot write to or resize terminal `{id}`: {source}")]
     Io {
         id: String,
@@ -107,6 +112,8 @@ pub(crate) struct Pty {
     pub(crate) created_at: Timestamp,
     size: Mutex<(u16, u16)>,
     master: File,
+    /// To the writer thread, which types into the PTY in the order inputs came.
+    input: std::sync::mpsc::SyncSender<Vec<u8>>,
     screen: Mutex<Screen>,
     progress: watch::Sender<Progress>,
     /// The shell's exit status, as soon as it is known (before the output is drained).
@@ -169,9 +176,13 @@ impl Pty {
         })
     }
 
-    /// Types `data` into the terminal. Blocking while the PTY's input buffer is full.
-    pub(crate) fn write(&self, data: &[u8]) -> io::Result<()> {
-        (&self.master).write_all(data)
+    /// Types `data` into the terminal: queued for its writer thread, in order, without
+    /// waiting (a shell that does not read may block the write).
+    pub(crate) fn write(&self, data: Vec<u8>) -> Result<(), PtyError> {
+        self.input.try_send(data).map_err(|e| match e {
+            std::sync::mpsc::TrySendError::Full(_) => PtyError::InputFull(self.id.clone()),
+            std::sync::mpsc::TrySendError::Disconnected(_) => PtyError::Unknown(self.id.clone()),
+        })
     }
 
     pub(crate) fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
@@ -324,6 +335,8 @@ impl Ptys {
             .await
             .map_err(&start_failed)?;
         let reader = started.master.try_clone().map_err(&start_failed)?;
+        let mut writer = started.master.try_clone().map_err(&start_failed)?;
+        let (input, typed) = std::sync::mpsc::sync_channel::<Vec<u8>>(INPUT_QUEUE);
         let pid = started.child.id();
         let number = self.0.next.fetch_add(1, Ordering::SeqCst);
         let (exit_tx, exited) = watch::channel(None);
@@ -336,6 +349,7 @@ impl Ptys {
             created_at: Timestamp::now(),
             size: Mutex::new((launch.cols, launch.rows)),
             master: started.master,
+            input,
             screen: Mutex::default(),
             progress: watch::channel(Progress::default()).0,
             exited,
@@ -349,6 +363,17 @@ impl Ptys {
             .spawn(move || {
                 read_output(&read, reader);
                 let _ = read_done.send(());
+            })
+            .map_err(&start_failed)?;
+        std::thread::Builder::new()
+            .name(format!("drover-{}-input", pty.id))
+            .spawn(move || {
+                // Ends when the terminal is dropped (its sender with it), or the PTY is gone.
+                for data in typed {
+                    if writer.write_all(&data).is_err() {
+                        break;
+                    }
+                }
             })
             .map_err(&start_failed)?;
         let waited = pty.clone();

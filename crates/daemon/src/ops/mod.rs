@@ -173,7 +173,9 @@ impl OpError {
             OpError::Host(e) => e.code(),
             OpError::Pty(e) => match e {
                 crate::ptys::PtyError::Unknown(_) => ErrorCode::UnknownTerminal,
-                crate::ptys::PtyError::Limit => ErrorCode::TooManyRequests,
+                crate::ptys::PtyError::Limit | crate::ptys::PtyError::InputFull(_) => {
+                    ErrorCode::TooManyRequests
+                }
                 crate::ptys::PtyError::Start { .. } | crate::ptys::PtyError::Io { .. } => {
                     ErrorCode::TerminalStartFailed
                 }

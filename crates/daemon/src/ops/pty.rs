@@ -6,7 +6,7 @@ use std::sync::Arc;
 use drover_core::WorkspaceId;
 
 use super::{Caller, OpError, Ops};
-use crate::ptys::{Launch, MAX_INPUT, Pty, PtyError};
+use crate::ptys::{Launch, MAX_INPUT, Pty};
 
 /// What a terminal is opened with when the client does not say.
 const DEFAULT_SIZE: (u16, u16) = (80, 24);
@@ -57,8 +57,8 @@ impl Ops {
         Ok(self.ptys.get(id)?)
     }
 
-    /// Types `data` into terminal `id`.
-    pub(crate) async fn terminal_input(
+    /// Types `data` into terminal `id` (queued in order for its writer).
+    pub(crate) fn terminal_input(
         &self,
         caller: Caller,
         id: &str,
@@ -71,17 +71,7 @@ impl Ops {
                 format!("at most {MAX_INPUT} bytes at once"),
             ));
         }
-        let writer = pty.clone();
-        tokio::task::spawn_blocking(move || writer.write(data.as_bytes()))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|written| written)
-            .map_err(|source| {
-                OpError::from(PtyError::Io {
-                    id: pty.id.clone(),
-                    source,
-                })
-            })
+        Ok(pty.write(data.into_bytes())?)
     }
 
     /// Sets terminal `id`'s size.
@@ -94,10 +84,11 @@ impl Ops {
     ) -> Result<Arc<Pty>, OpError> {
         let pty = self.terminal(caller, id)?;
         let (cols, rows) = (size(Some(cols), 0, "cols")?, size(Some(rows), 0, "rows")?);
-        pty.resize(cols, rows).map_err(|source| PtyError::Io {
-            id: pty.id.clone(),
-            source,
-        })?;
+        pty.resize(cols, rows)
+            .map_err(|source| crate::ptys::PtyError::Io {
+                id: pty.id.clone(),
+                source,
+            })?;
         self.ptys.changed(&pty);
         Ok(pty)
     }

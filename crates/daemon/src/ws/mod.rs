@@ -760,6 +760,7 @@ impl Session {
                 pty::attach_terminal(&mut self.follows, id, r, &self.context.ops)
             }
             ClientMessage::DetachTerminal(r) => pty::detach_terminal(&mut self.follows, id, r),
+            ClientMessage::TerminalInput(r) => pty::terminal_input(&self.context.ops, id, r),
             // The encodings `session_state` is made of: no agent is encoded again.
             ClientMessage::ListAgents(r) => {
                 return Some(self.context.hub.agents.agents_message(

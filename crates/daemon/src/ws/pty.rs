@@ -57,17 +57,20 @@ pub(super) fn list_terminals(
     })
 }
 
-/// `terminal_input`.
-pub(super) async fn terminal_input(
+/// Answers `terminal_input`, in the session's own loop: what one client types reaches the
+/// terminal in the order it was typed (requests otherwise run side by side).
+pub(super) fn terminal_input(
     ops: &Ops,
     request_id: Option<String>,
-    r: rq::TerminalInput,
-) -> Result<DaemonMessage, OpError> {
-    ops.terminal_input(CALLER, &r.terminal_id, r.data).await?;
-    Ok(DaemonMessage::Ok {
-        request_id,
-        agent_id: None,
-    })
+    r: &rq::TerminalInput,
+) -> DaemonMessage {
+    match ops.terminal_input(CALLER, &r.terminal_id, r.data.clone()) {
+        Ok(()) => DaemonMessage::Ok {
+            request_id,
+            agent_id: None,
+        },
+        Err(e) => request_error(request_id, e.code(), e.to_string(), wire::error_details(&e)),
+    }
 }
 
 /// `resize_terminal`.

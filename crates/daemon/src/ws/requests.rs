@@ -111,11 +111,11 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::UnfollowJob(_) => answered_by_the_session(id, "unfollow_job"),
         M::CreateTerminal(r) => send(pty::create_terminal(ops, id, r).await?),
         M::ListTerminals(r) => send(pty::list_terminals(ops, id, &r)?),
-        M::TerminalInput(r) => send(pty::terminal_input(ops, id, r).await?),
         M::ResizeTerminal(r) => send(pty::resize_terminal(ops, id, &r)?),
         M::CloseTerminal(r) => send(pty::close_terminal(ops, id, r).await?),
         // The session answers these itself (see `super::pty`).
         M::AttachTerminal(_) => answered_by_the_session(id, "attach_terminal"),
+        M::TerminalInput(_) => answered_by_the_session(id, "terminal_input"),
         M::DetachTerminal(_) => answered_by_the_session(id, "detach_terminal"),
     }
 }
