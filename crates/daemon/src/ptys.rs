@@ -334,8 +334,17 @@ impl Ptys {
         let started = drover_core::pty::spawn(command, launch.cols, launch.rows)
             .await
             .map_err(&start_failed)?;
-        let reader = started.master.try_clone().map_err(&start_failed)?;
-        let mut writer = started.master.try_clone().map_err(&start_failed)?;
+        let clones = started
+            .master
+            .try_clone()
+            .and_then(|reader| Ok((reader, started.master.try_clone()?)));
+        let (reader, mut writer) = match clones {
+            Ok(clones) => clones,
+            Err(e) => {
+                abandon(started.child);
+                return Err(start_failed(e));
+            }
+        };
         let (input, typed) = std::sync::mpsc::sync_channel::<Vec<u8>>(INPUT_QUEUE);
         let pid = started.child.id();
         let number = self.0.next.fetch_add(1, Ordering::SeqCst);
@@ -355,7 +364,16 @@ impl Ptys {
             exited,
             cgroup: drover_core::guard::cgroup_of(pid),
         });
-        self.terminals().insert(number, pty.clone());
+        {
+            let mut terminals = self.terminals();
+            // Opened side by side, the last ones over the limit go.
+            if terminals.len() >= MAX_TERMINALS {
+                drop(terminals);
+                abandon(started.child);
+                return Err(PtyError::Limit);
+            }
+            terminals.insert(number, pty.clone());
+        }
         let (read_done, drained) = std::sync::mpsc::channel();
         let read = pty.clone();
         std::thread::Builder::new()
@@ -420,6 +438,14 @@ impl Ptys {
         let all = self.list(None);
         futures_util::future::join_all(all.iter().map(|t| t.terminate())).await;
     }
+}
+
+/// Kills a shell that will not be a terminal (nothing runs in it yet) and reaps it.
+fn abandon(mut child: std::process::Child) {
+    let _ = child.kill();
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
 }
 
 /// Reads the PTY's master into the scrollback until the shell's session closed the slave.

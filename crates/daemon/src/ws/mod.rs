@@ -1,6 +1,7 @@
 //! The client protocol over WebSocket (`/ws`): the handshake, the `agent_status` /
 //! `agent_update` / `workspace_update` streams, the output of the jobs a session follows
-//! (`jobs`), and the requests, which `requests` hands to the operations layer.
+//! (`jobs`) and of the workspace terminals it is attached to (`pty`), and the requests, which
+//! `requests` hands to the operations layer.
 //!
 //! Events are turned into JSON once, by the hub, and fanned out to every session through a
 //! broadcast channel. A session that falls behind (its socket is slow) lags on that channel:

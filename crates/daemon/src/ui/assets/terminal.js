@@ -58,8 +58,6 @@ class View {
       cursorBlink: true, fontSize: 13, scrollback: 5000,
       fontFamily: 'ui-monospace, SFMono-Regular, Menlo, monospace',
       theme: dark.matches ? DARK : LIGHT,
-      // Screen readers get the output as it comes.
-      screenReaderMode: false,
     });
     this.fit = new FitAddon();
     this.term.loadAddon(this.fit);
