@@ -93,11 +93,61 @@ pub(crate) struct Chunk {
     pub(crate) next_offset: u64,
 }
 
-/// The last bytes a terminal wrote, and the offset of the first of them.
-#[derive(Debug, Default)]
+/// The last bytes a terminal wrote (at most `limit`), and the offset of the first of them.
+#[derive(Debug)]
 struct Screen {
     bytes: VecDeque<u8>,
     start: u64,
+    limit: usize,
+}
+
+impl Screen {
+    fn new(limit: usize) -> Screen {
+        Screen {
+            bytes: VecDeque::new(),
+            start: 0,
+            limit,
+        }
+    }
+
+    /// Keeps `bytes`, dropping the oldest past the limit; the offset after the last byte.
+    fn push(&mut self, bytes: &[u8]) -> u64 {
+        self.bytes.extend(bytes);
+        let excess = self.bytes.len().saturating_sub(self.limit);
+        if excess > 0 {
+            self.bytes.drain(..excess);
+            self.start += excess as u64;
+        }
+        self.start + self.bytes.len() as u64
+    }
+
+    /// See [`Pty::read`].
+    fn read(&self, from: u64, max: usize, last: bool) -> Option<Chunk> {
+        let end = self.start + self.bytes.len() as u64;
+        let from = from.max(self.start);
+        if from >= end {
+            return None;
+        }
+        let skip = usize::try_from(from - self.start).unwrap_or(usize::MAX);
+        let bytes: Vec<u8> = self.bytes.iter().skip(skip).take(max).copied().collect();
+        // Continuation bytes: the read starts inside a character (the scrollback was cut
+        // there, or a client asked for that offset).
+        let lead = bytes
+            .iter()
+            .take(3)
+            .take_while(|b| (0x80..0xc0).contains(*b))
+            .count();
+        let (data, used) = decode(&bytes[lead..], last);
+        let used = lead + used;
+        if used == 0 {
+            return None;
+        }
+        Some(Chunk {
+            offset: from,
+            data,
+            next_offset: from + used as u64,
+        })
+    }
 }
 
 /// One workspace terminal.
@@ -150,30 +200,7 @@ impl Pty {
     /// will come); bytes that are not UTF-8 read as U+FFFD, and a read that starts inside a
     /// character skips its rest. `None` when there is nothing to read yet.
     pub(crate) fn read(&self, from: u64, max: usize, last: bool) -> Option<Chunk> {
-        let screen = self.screen();
-        let end = screen.start + screen.bytes.len() as u64;
-        let from = from.max(screen.start);
-        if from >= end {
-            return None;
-        }
-        let skip = usize::try_from(from - screen.start).unwrap_or(usize::MAX);
-        let bytes: Vec<u8> = screen.bytes.iter().skip(skip).take(max).copied().collect();
-        drop(screen);
-        let lead = bytes
-            .iter()
-            .take(3)
-            .take_while(|b| (0x80..0xc0).contains(*b))
-            .count();
-        let (data, used) = decode(&bytes[lead..], last);
-        let used = lead + used;
-        if used == 0 {
-            return None;
-        }
-        Some(Chunk {
-            offset: from,
-            data,
-            next_offset: from + used as u64,
-        })
+        self.screen().read(from, max, last)
     }
 
     /// Types `data` into the terminal: queued for its writer thread, in order, without
@@ -359,7 +386,7 @@ impl Ptys {
             size: Mutex::new((launch.cols, launch.rows)),
             master: started.master,
             input,
-            screen: Mutex::default(),
+            screen: Mutex::new(Screen::new(SCROLLBACK)),
             progress: watch::channel(Progress::default()).0,
             exited,
             cgroup: drover_core::guard::cgroup_of(pid),
@@ -456,16 +483,7 @@ fn read_output(pty: &Pty, mut master: File) {
         if n == 0 {
             break;
         }
-        let end = {
-            let mut screen = pty.screen();
-            screen.bytes.extend(&buf[..n]);
-            let excess = screen.bytes.len().saturating_sub(SCROLLBACK);
-            if excess > 0 {
-                screen.bytes.drain(..excess);
-                screen.start += excess as u64;
-            }
-            screen.start + screen.bytes.len() as u64
-        };
+        let end = pty.screen().push(&buf[..n]);
         pty.progress.send_modify(|p| p.end = end);
     }
 }
@@ -517,6 +535,41 @@ pub(crate) fn shell_of(env: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scrollback_keeps_the_last_bytes_by_offset_and_reads_whole_characters() {
+        let mut screen = Screen::new(8);
+        assert_eq!(screen.push(b"abc"), 3);
+        let all = screen.read(0, 100, false).expect("text");
+        assert_eq!(
+            (all.offset, all.data.as_str(), all.next_offset),
+            (0, "abc", 3)
+        );
+        assert!(screen.read(3, 100, false).is_none());
+        // Past the limit the oldest bytes go; `é` (two bytes at 4 and 5) is cut in half.
+        assert_eq!(screen.push("déf€".as_bytes()), 10);
+        let kept = screen.read(0, 100, false).expect("text");
+        assert_eq!(
+            (kept.offset, kept.data.as_str(), kept.next_offset),
+            (2, "cdéf€", 10)
+        );
+        assert_eq!(screen.push(b"xyz"), 13);
+        let half = screen.read(0, 100, false).expect("text");
+        assert_eq!(
+            (half.offset, half.data.as_str(), half.next_offset),
+            (5, "f€xyz", 13)
+        );
+        let mut cut = Screen::new(8);
+        cut.push("abcdefgé".as_bytes());
+        assert_eq!(cut.start, 1);
+        cut.push(b"z");
+        // Offset 8 is `é`'s second byte.
+        let rest = cut.read(8, 100, false).expect("text");
+        assert_eq!((rest.data.as_str(), rest.next_offset), ("z", 10));
+        // A character cut by `max` waits for the next read.
+        let part = cut.read(6, 2, false).expect("text");
+        assert_eq!((part.data.as_str(), part.next_offset), ("g", 7));
+    }
 
     #[test]
     fn decoding_never_splits_a_character_and_marks_what_is_not_text() {
