@@ -689,6 +689,24 @@ impl Session {
                 });
                 Some(Next::Continue)
             }
+            // Workspace terminals are the connected daemon's own (`crate::ptys`): one opened
+            // over a link could not be attached to or closed from here.
+            Ok(hosts::Route::Remote { host, .. })
+                if matches!(
+                    request.message,
+                    ClientMessage::CreateTerminal(_) | ClientMessage::ListTerminals(_)
+                ) =>
+            {
+                let error = request_error(
+                    request.request_id.clone(),
+                    ErrorCode::NotPermitted,
+                    format!(
+                        "the workspace is on host `{host}`: open its terminals in the web UI of the daemon there"
+                    ),
+                    None,
+                );
+                Some(send(socket, self.sent(), encode(&error)).await)
+            }
             Ok(hosts::Route::Remote { host, message: out }) => {
                 self.forward(host, out, request, replies, requests);
                 Some(Next::Continue)

@@ -249,7 +249,8 @@ async fn workspace_terminals_run_in_their_workspace_are_shared_and_end_with_it()
 }
 
 #[tokio::test]
-async fn workspace_terminals_are_out_of_reach_without_the_token_and_die_with_the_daemon() {
+async fn workspace_terminals_are_out_of_reach_without_the_token_end_with_their_shell_and_the_daemon()
+ {
     let Setup {
         mut daemon,
         mut client,
@@ -274,6 +275,30 @@ async fn workspace_terminals_are_out_of_reach_without_the_token_and_die_with_the
     let refused = stranger.recv_type("request_error").await;
     assert_eq!(refused["payload"]["code"], "unauthorized", "{refused}");
     assert!(!cwd.join("pwned").exists());
+
+    // A shell that exits ends its terminal: attached clients are told how.
+    let short = open(&mut client, &workspace).await;
+    let short_id = short["id"].as_str().expect("id").to_string();
+    attach(&mut client, &short_id).await;
+    type_in(&mut client, &short_id, "exit 3\n").await;
+    let exit = client
+        .recv_where(|m| m["type"] == "terminal_exit" && m["payload"]["terminalId"] == short_id)
+        .await;
+    assert_eq!(exit["payload"]["status"], "exit status 3", "{exit}");
+    assert_eq!(exit["payload"]["exitCode"], 3, "{exit}");
+    client
+        .recv_where(|m| {
+            m["type"] == "terminal_update"
+                && m["payload"]["terminalId"] == short_id
+                && m["payload"]["terminal"].is_null()
+        })
+        .await;
+    let listed = client.request(json!({"type": "list_terminals"})).await;
+    assert_eq!(listed["payload"]["terminals"][0]["id"], id, "{listed}");
+    assert_eq!(
+        listed["payload"]["terminals"].as_array().map(Vec::len),
+        Some(1)
+    );
 
     // The daemon's death ends the shell and what it started.
     daemon.sigkill();
