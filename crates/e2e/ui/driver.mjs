@@ -1002,7 +1002,17 @@ const scenarios = {
     await page.keyboard.type('echo answer=$((6*7)) in $(basename "$PWD")');
     await page.keyboard.press('Enter');
     await shows(`answer=42 in ${A.dir}`);
+    // Colours are drawn: xterm.js styles its cells itself (the CSP lets it).
+    await page.keyboard.type("printf '\\033[31mred=%s\\033[0m\\n' $((1+1))");
+    await page.keyboard.press('Enter');
+    await shows('red=2');
+    const red = await page.locator(`${screen} span`, { hasText: 'red=2' }).last().evaluate((e) => getComputedStyle(e).color);
+    if (red !== 'rgb(176, 27, 37)') fail(`red text is drawn in ${red}`);
     await shot(page, 'terminal');
+    // The terminal follows the page into the dark scheme (a screenshot to look at).
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.screenshot({ path: `${A.shots}/terminal-dark.png` });
+    await page.emulateMedia({ colorScheme: null });
     const id = await page.locator(`${panel} .term-view`).getAttribute('data-terminal-id');
     // The Rust side answers with the terminal the daemon lists for the workspace.
     const listed = (await step('typed')).trim();
