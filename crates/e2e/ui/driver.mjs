@@ -1028,6 +1028,9 @@ const scenarios = {
     await page.keyboard.type('echo again=$((20+1))');
     await page.keyboard.press('Enter');
     await shows('again=21');
+    // The shell takes Tab; Shift+Escape leaves the terminal for its tab.
+    await page.keyboard.press('Shift+Escape');
+    if (!await page.evaluate((t) => document.activeElement?.closest('.term-tab')?.getAttribute('data-terminal-id') === t, id)) fail('Shift+Escape did not leave the terminal');
     // On a phone the panel's targets take a finger, and the screen fits.
     await page.setViewportSize({ width: 390, height: 800 });
     // The sidebar slides away into its drawer (0.15 s).

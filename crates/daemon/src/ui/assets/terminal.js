@@ -62,7 +62,13 @@ class View {
     this.fit = new FitAddon();
     this.term.loadAddon(this.fit);
     this.term.open(this.el);
-    this.term.textarea?.setAttribute('aria-label', `Terminal ${this.id} input`);
+    this.term.textarea?.setAttribute('aria-label', `Terminal ${this.id} input (Shift+Escape leaves it)`);
+    // The shell takes Tab: Shift+Escape is the way out for the keyboard, to its tab.
+    this.term.attachCustomKeyEventHandler((/** @type {KeyboardEvent} */ e) => {
+      if (e.key !== 'Escape' || !e.shiftKey) return true;
+      if (e.type === 'keydown') /** @type {HTMLElement | null} */ (this.el.closest('section.terminals')?.querySelector('.term-tab.active .term-open'))?.focus();
+      return false;
+    });
     this.term.onData((data) => {
       if (this.ended) return;
       this.owner.conn.request({ type: ClientType.TerminalInput, terminalId: this.id, data }).catch(this.owner.failed('Typing'));
@@ -252,7 +258,7 @@ export class Terminals {
             onclick: () => { this.prefs[workspaceId] = { open: true, active: t.id }; this.savePrefs(); this.changed(); this.views.get(t.id)?.focus(); },
           }, `${t.id} · ${t.shell.split('/').pop()}`),
           h('button', { type: 'button', class: 'term-close', 'aria-label': `Close ${t.id}: ends its shell`, title: 'Close: ends the shell and everything it runs', onclick: () => this.close(t) }, '×')))) : null;
-        const note = open ? h('p', { class: 'muted term-note' }, 'Closing a terminal’s tab ends its shell and everything it runs.') : null;
+        const note = open ? h('p', { class: 'muted term-note' }, 'Closing a terminal’s tab ends its shell and everything it runs. Shift+Escape leaves the terminal.') : null;
         el.replaceChildren(head, tabs || '', open ? body : '', note || '');
       }
       if (open && active) {
