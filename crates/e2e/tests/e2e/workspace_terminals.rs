@@ -139,7 +139,7 @@ fn pid_of(terminal: &Value) -> i32 {
 }
 
 #[tokio::test]
-async fn workspace_terminals_run_in_their_workspace_are_shared_and_end_with_it() {
+async fn workspace_terminals_run_in_their_workspace_are_shared_and_end_with_it_or_the_daemon() {
     let Setup {
         daemon,
         mut client,
@@ -246,6 +246,17 @@ async fn workspace_terminals_run_in_their_workspace_are_shared_and_end_with_it()
         refused["payload"]["code"], "workspace_archived",
         "{refused}"
     );
+
+    // A daemon that stops ends its terminals and what they started.
+    let other = cwd.join("other");
+    std::fs::create_dir(&other).expect("another directory");
+    let workspace = workspace_in(&mut client, &other).await;
+    let terminal = open(&mut client, &workspace).await;
+    let id = terminal["id"].as_str().expect("id").to_string();
+    attach(&mut client, &id).await;
+    let sleep = background_sleep(&mut client, &id).await;
+    daemon.stop().await;
+    gone_within(&[pid_of(&terminal), sleep], "a stopped daemon's terminal").await;
 }
 
 #[tokio::test]
