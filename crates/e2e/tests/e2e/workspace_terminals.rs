@@ -122,6 +122,16 @@ async fn background_sleep(client: &mut Client, terminal: &str) -> i32 {
     pid
 }
 
+/// A new terminal of `workspace`, attached, with `sleep 1000` in its shell's background: the
+/// terminal, its id, the sleep's pid.
+async fn busy_terminal(client: &mut Client, workspace: &str) -> (Value, String, i32) {
+    let terminal = open(client, workspace).await;
+    let id = terminal["id"].as_str().expect("id").to_string();
+    attach(client, &id).await;
+    let sleep = background_sleep(client, &id).await;
+    (terminal, id, sleep)
+}
+
 async fn gone_within(pids: &[i32], what: &str) {
     let gone = poll_until(WITHIN, async || {
         pids.iter().all(|p| !alive(*p)).then_some(())
@@ -226,10 +236,7 @@ async fn workspace_terminals_run_in_their_workspace_are_shared_and_end_with_it_o
     assert_eq!(unknown["payload"]["code"], "unknown_terminal", "{unknown}");
 
     // Archiving its workspace ends a terminal; an archived workspace opens none.
-    let terminal = open(&mut client, &workspace).await;
-    let id = terminal["id"].as_str().expect("id").to_string();
-    attach(&mut client, &id).await;
-    let sleep = background_sleep(&mut client, &id).await;
+    let (terminal, _, sleep) = busy_terminal(&mut client, &workspace).await;
     let archived = client
         .request(json!({"type": "archive_workspace", "workspaceId": workspace}))
         .await;
@@ -251,10 +258,7 @@ async fn workspace_terminals_run_in_their_workspace_are_shared_and_end_with_it_o
     let other = cwd.join("other");
     std::fs::create_dir(&other).expect("another directory");
     let workspace = workspace_in(&mut client, &other).await;
-    let terminal = open(&mut client, &workspace).await;
-    let id = terminal["id"].as_str().expect("id").to_string();
-    attach(&mut client, &id).await;
-    let sleep = background_sleep(&mut client, &id).await;
+    let (terminal, _, sleep) = busy_terminal(&mut client, &workspace).await;
     daemon.stop().await;
     gone_within(&[pid_of(&terminal), sleep], "a stopped daemon's terminal").await;
 }
@@ -269,10 +273,7 @@ async fn workspace_terminals_are_out_of_reach_without_the_token_end_with_their_s
         cwd,
     } = setup().await;
     let workspace = workspace_in(&mut client, &cwd).await;
-    let terminal = open(&mut client, &workspace).await;
-    let id = terminal["id"].as_str().expect("id").to_string();
-    attach(&mut client, &id).await;
-    let sleep = background_sleep(&mut client, &id).await;
+    let (terminal, id, sleep) = busy_terminal(&mut client, &workspace).await;
 
     // Without the token nothing reaches it: no request before a `hello` that carries it.
     let mut stranger = Client::connect(daemon.ws_url()).await;
