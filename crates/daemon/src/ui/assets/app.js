@@ -6,7 +6,11 @@ import { ClientType, DaemonType, HostState } from './protocol.gen.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
+<<<<<<< HEAD
 import { Sidebar } from './sidebar.js';
+=======
+import { Terminals } from './terminal.js';
+>>>>>>> term
 
 // ---- state ------------------------------------------------------------------------------
 
@@ -86,10 +90,14 @@ const conn = new Conn({
   },
 });
 
+// The workspace terminals (terminal.js): their list, views and messages.
+const terminals = new Terminals({ conn, failed, store, changed: () => render({ sidebar: false }) });
+
 // ---- messages from the daemon -----------------------------------------------------------
 
 function onMessage(msg) {
   const p = msg.payload || {};
+  if (terminals.onMessage(msg)) return;
   switch (msg.type) {
     case DaemonType.SessionState:
       if (!timing.stateAt) timing.stateAt = performance.now();
@@ -112,6 +120,7 @@ function onMessage(msg) {
         render({ sidebar: false });
       }).catch(() => {});
       loadJobs();
+      terminals.synced(S.sessionId);
       // A new session follows nothing: open job dialogs follow again from where they are.
       for (const f of S.follows.values()) if (f.session !== S.sessionId) f.restart();
       if (!S.providers) conn.request({ type: ClientType.ListProviders }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
@@ -619,6 +628,7 @@ function renderPane() {
   }
   renderHeader(pane, a);
   renderStartCard(pane, a);
+  renderTerminals(pane, a);
   renderJobs(pane, a);
   renderTrack(pane, a);
   renderSchedules(pane, a);
@@ -626,6 +636,12 @@ function renderPane() {
   renderDropped(pane);
   renderArchivedNote(pane, a);
   pane.send.disabled = S.state !== 'online' || Boolean(a.archivedAt);
+}
+
+/** The Terminals panel of the agent's workspace: terminals of this daemon, in a live workspace. */
+function renderTerminals(pane, a) {
+  const w = S.workspaces.get(a.workspaceId);
+  pane.terms.render(a.workspaceId, !a.archivedAt && !a.host && !w?.archivedAt);
 }
 
 /** An archived agent's pane says so where one types, keeps the text, and offers Unarchive. */
@@ -674,6 +690,7 @@ function makePane(a) {
   pane.header = h('header', { class: 'pane-head' });
   pane.startEl = h('div', { class: 'start-host', hidden: true });
   pane.jobsEl = h('section', { class: 'jobs', 'aria-label': 'Jobs' });
+  pane.terms = terminals.panel();
   pane.track = h('section', { class: 'track', 'aria-label': 'Subagents' });
   pane.schedulesEl = h('section', { class: 'schedules', 'aria-label': 'Schedules', hidden: true });
   pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
@@ -702,7 +719,7 @@ function makePane(a) {
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
   pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.startEl, pane.view.el,
-    h('div', { class: 'bottom' }, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl, pane.droppedEl, pane.archivedEl,
+    h('div', { class: 'bottom' }, pane.terms.el, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl, pane.droppedEl, pane.archivedEl,
       h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
   return pane;
 }
