@@ -6,11 +6,8 @@ import { ClientType, DaemonType, HostState } from './protocol.gen.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
-<<<<<<< HEAD
 import { Sidebar } from './sidebar.js';
-=======
 import { Terminals } from './terminal.js';
->>>>>>> term
 
 // ---- state ------------------------------------------------------------------------------
 
