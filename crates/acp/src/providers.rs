@@ -36,6 +36,8 @@ use std::time::{Duration, SystemTime};
 use drover_core::{OnInterrupt, OnLimit};
 use serde::{Deserialize, Serialize};
 
+use crate::process::SpawnSpec;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Provider {
@@ -78,6 +80,23 @@ pub struct Provider {
 }
 
 impl Provider {
+    /// How its agent program (`program`, the command's first word resolved) starts in `cwd`:
+    /// the inherited environment, the provider's own on top, and `DROVER_AGENT_ID` set to
+    /// `marker` when there is one (the marker of everything the process starts).
+    pub fn spawn_spec(&self, program: PathBuf, cwd: PathBuf, marker: Option<String>) -> SpawnSpec {
+        let mut env = crate::process::inherited_env();
+        env.extend(self.env.clone());
+        if let Some(marker) = marker {
+            env.insert("DROVER_AGENT_ID".to_string(), marker);
+        }
+        SpawnSpec {
+            program,
+            args: self.command[1..].to_vec(),
+            cwd,
+            env,
+        }
+    }
+
     /// A provider that runs `command` with `env` and nothing else set: labelled by its name,
     /// not built in, no defaults, no sign-in, no warm spares, no fallback (as a `config.toml`
     /// entry that gives only a command). Set more with struct update syntax.

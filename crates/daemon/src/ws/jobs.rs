@@ -21,7 +21,7 @@ use tokio::task::AbortHandle;
 
 use super::{encode, request_error};
 use crate::hosts::HostError;
-use crate::ops::jobs::{FOLLOW_CHUNK, JobChunk, JobFollower, StartJob};
+use crate::ops::jobs::{FOLLOW_CHUNK, JobChunk, JobFollower, JobOutput, StartJob};
 use crate::ops::{Caller, OpError, Ops, parse_agent};
 use crate::wire;
 
@@ -79,15 +79,16 @@ pub(super) async fn job_output(
     let out = ops
         .job_output(CALLER, &r.job_id, r.offset, r.tail, r.max_bytes, wait)
         .await?;
+    let JobOutput { job, chunk } = out;
     Ok(DaemonMessage::JobOutput {
         request_id,
-        job_id: out.job.id,
-        offset: out.offset,
-        text: out.text,
-        next_offset: out.next_offset,
-        end: out.end,
-        skipped: out.skipped,
-        eof: out.eof,
+        job_id: job.id,
+        offset: chunk.offset,
+        text: chunk.text,
+        next_offset: chunk.next_offset,
+        end: chunk.end,
+        skipped: chunk.skipped,
+        eof: chunk.eof,
     })
 }
 

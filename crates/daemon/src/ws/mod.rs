@@ -67,6 +67,17 @@ pub(crate) struct Outgoing {
 }
 
 impl Outgoing {
+    /// An event for every session, encoded once.
+    fn to_all(message: &DaemonMessage) -> Outgoing {
+        Outgoing {
+            agent: None,
+            revision: 0,
+            text: encode(message),
+            joined: None,
+            status_of: None,
+        }
+    }
+
     /// What a session whose view of the agent's timeline is at revision `seen` is sent: the
     /// whole event, nothing (it is older), or, for joined chunks the view holds some of, the
     /// text of the rest (encoded for this session alone: rare, a snapshot taken mid-window).
@@ -244,29 +255,15 @@ impl Hub {
     /// Each notice for an agent of the hub goes to every session as `notice_queued` (the
     /// hub's link takes it; see `drover_core::outbox`).
     fn forward_notices(&self, ops: &Ops) {
-        let mut notices = ops.subscribe_notices();
-        let out = self.tx.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = match notices.recv().await {
-                    Ok(notice) => Outgoing {
-                        agent: None,
-                        revision: 0,
-                        text: encode(&DaemonMessage::NoticeQueued {
-                            notice: wire::notice_info(&notice),
-                        }),
-                        joined: None,
-                        status_of: None,
-                    },
-                    // The hub takes what it missed with `take_notices` when it links again.
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        resync("the daemon dropped notices for the hub".to_string())
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                };
-                let _ = out.send(Arc::new(message));
-            }
-        });
+        // The hub takes what it missed with `take_notices` when it links again.
+        forward_each(
+            self.tx.clone(),
+            ops.subscribe_notices(),
+            |notice| DaemonMessage::NoticeQueued {
+                notice: wire::notice_info(&notice),
+            },
+            |_| "the daemon dropped notices for the hub".to_string(),
+        );
     }
 
     /// Every job start and end goes to every session as `job_update`; so does what other
@@ -274,31 +271,39 @@ impl Hub {
     fn forward_jobs(&self, ops: &Ops) {
         self.forward_hosts(ops);
         self.forward_notices(ops);
-        let mut jobs = ops.subscribe_jobs();
-        let out = self.tx.clone();
         let dropped = self.metrics.hub_dropped_events.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = match jobs.recv().await {
-                    Ok(event) => Outgoing {
-                        agent: None,
-                        revision: 0,
-                        text: encode(&DaemonMessage::JobUpdate {
-                            job: wire::job_info(&event.record),
-                        }),
-                        joined: None,
-                        status_of: None,
-                    },
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        dropped.inc_by(n);
-                        resync(format!("the daemon dropped {n} job updates"))
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                };
-                let _ = out.send(Arc::new(message));
-            }
-        });
+        forward_each(
+            self.tx.clone(),
+            ops.subscribe_jobs(),
+            |event| DaemonMessage::JobUpdate {
+                job: wire::job_info(&event.record),
+            },
+            move |n| {
+                dropped.inc_by(n);
+                format!("the daemon dropped {n} job updates")
+            },
+        );
     }
+}
+
+/// Sends every event of `events` to every session as `message` makes it, until the sender is
+/// gone; events missed for lagging behind are a `resync_required` with `lagged`'s reason.
+fn forward_each<T: Clone + Send + 'static>(
+    out: broadcast::Sender<Arc<Outgoing>>,
+    mut events: broadcast::Receiver<T>,
+    message: impl Fn(T) -> DaemonMessage + Send + 'static,
+    lagged: impl Fn(u64) -> String + Send + 'static,
+) {
+    tokio::spawn(async move {
+        loop {
+            let outgoing = match events.recv().await {
+                Ok(event) => Outgoing::to_all(&message(event)),
+                Err(broadcast::error::RecvError::Lagged(n)) => resync(lagged(n)),
+                Err(broadcast::error::RecvError::Closed) => break,
+            };
+            let _ = out.send(Arc::new(outgoing));
+        }
+    });
 }
 
 pub(super) fn encode(message: &DaemonMessage) -> Utf8Bytes {
@@ -307,13 +312,7 @@ pub(super) fn encode(message: &DaemonMessage) -> Utf8Bytes {
 }
 
 fn resync(reason: String) -> Outgoing {
-    Outgoing {
-        agent: None,
-        revision: 0,
-        text: encode(&DaemonMessage::ResyncRequired { reason }),
-        joined: None,
-        status_of: None,
-    }
+    Outgoing::to_all(&DaemonMessage::ResyncRequired { reason })
 }
 
 /// The `agent_status` announcing `agent` as clients see it now.
@@ -333,16 +332,10 @@ fn agent_status(agent: &drover_core::Agent, ops: &Ops, cache: &AgentCache) -> Ou
 }
 
 fn schedule_message(event: &crate::schedules::ScheduleEvent) -> Outgoing {
-    Outgoing {
-        agent: None,
-        revision: 0,
-        text: encode(&DaemonMessage::ScheduleUpdate {
-            schedule_id: event.id.to_string(),
-            schedule: event.schedule.as_ref().map(wire::schedule),
-        }),
-        joined: None,
-        status_of: None,
-    }
+    Outgoing::to_all(&DaemonMessage::ScheduleUpdate {
+        schedule_id: event.id.to_string(),
+        schedule: event.schedule.as_ref().map(wire::schedule),
+    })
 }
 
 fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgoing {
@@ -364,13 +357,7 @@ fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgo
             activity: wire::bucket(ops.merge_activity(change.workspace_id, change.activity)),
         },
     };
-    Outgoing {
-        agent: None,
-        revision: 0,
-        text: encode(&message),
-        joined: None,
-        status_of: None,
-    }
+    Outgoing::to_all(&message)
 }
 
 fn update_message(event: &TimelineEvent) -> Outgoing {

@@ -61,23 +61,33 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::FetchTimeline(r) => fetch_timeline(ops, id, r).await,
         M::CreateAgent(r) => create_agent(ops, id, r).await,
         M::SendMessage(r) => send_message(ops, id, r).await,
-        M::Cancel(r) => cancel(ops, id, r).await,
+        M::Cancel(r) => on_agent(id, &r.agent_id, |a| ops.cancel(CALLER, a, r.keep_inbox)).await,
         M::Archive(r) => archive(ops, id, r).await,
-        M::Unarchive(r) => unarchive(ops, id, r).await,
-        M::Detach(r) => detach(ops, id, r).await,
+        M::Unarchive(r) => on_agent(id, &r.agent_id, |a| ops.unarchive(CALLER, a)).await,
+        M::Detach(r) => on_agent(id, &r.agent_id, |a| ops.detach(CALLER, a)).await,
         M::ArchiveIdleChildren(r) => archive_idle_children(ops, id, r).await,
-        M::AnswerPermission(r) => answer_permission(ops, id, r).await,
-        M::SetMode(r) => set_mode(ops, id, r).await,
-        M::SetModel(r) => set_model(ops, id, r).await,
-        M::SetConfigOption(r) => set_config_option(ops, id, r).await,
-        M::SetTitle(r) => set_title(ops, id, r).await,
-        M::SetBudget(r) => set_budget(ops, id, r).await,
-        M::ClearAttention(r) => clear_attention(ops, id, r).await,
+        M::AnswerPermission(r) => {
+            on_agent(id, &r.agent_id, |a| {
+                ops.answer_permission(CALLER, a, r.seq, r.kind, r.option_id, r.cancel)
+            })
+            .await
+        }
+        M::SetMode(r) => on_agent(id, &r.agent_id, |a| ops.set_mode(CALLER, a, r.mode_id)).await,
+        M::SetModel(r) => on_agent(id, &r.agent_id, |a| ops.set_model(CALLER, a, r.model_id)).await,
+        M::SetConfigOption(r) => {
+            on_agent(id, &r.agent_id, |a| {
+                ops.set_config_option(CALLER, a, r.config_id, r.value)
+            })
+            .await
+        }
+        M::SetTitle(r) => on_agent(id, &r.agent_id, |a| ops.set_title(CALLER, a, r.title)).await,
+        M::SetBudget(r) => on_agent(id, &r.agent_id, |a| ops.set_budget(CALLER, a, r.budget)).await,
+        M::ClearAttention(r) => on_agent(id, &r.agent_id, |a| ops.clear_attention(CALLER, a)).await,
         M::WorkspaceChanges(r) => workspace_changes(ops, id, r).await,
         M::ListProviders(_) => list_providers(ops, id),
         M::ListAgents(r) => list_agents(ops, id, &r),
         M::GetAgent(r) => get_agent(ops, id, r).await,
-        M::RestartAgent(r) => restart_agent(ops, id, r).await,
+        M::RestartAgent(r) => on_agent(id, &r.agent_id, |a| ops.restart_agent(CALLER, a)).await,
         M::SignIn(r) => sign_in(ops, id, r).await,
         M::ImportPaseo(r) => import_paseo(ops, id, r).await,
         M::ImportSessions(r) => import_sessions(ops, id, r).await,
@@ -149,68 +159,6 @@ async fn send_message(ops: &Ops, request_id: Id, r: rq::SendMessage) -> Answered
     })
 }
 
-async fn cancel(ops: &Ops, request_id: Id, r: rq::Cancel) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.cancel(CALLER, id, r.keep_inbox).await?;
-    ok(request_id, id)
-}
-
-async fn unarchive(ops: &Ops, request_id: Id, r: rq::Unarchive) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.unarchive(CALLER, id).await?;
-    ok(request_id, id)
-}
-
-async fn detach(ops: &Ops, request_id: Id, r: rq::Detach) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.detach(CALLER, id).await?;
-    ok(request_id, id)
-}
-
-async fn answer_permission(ops: &Ops, request_id: Id, r: rq::AnswerPermission) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.answer_permission(CALLER, id, r.seq, r.kind, r.option_id, r.cancel)
-        .await?;
-    ok(request_id, id)
-}
-
-async fn set_mode(ops: &Ops, request_id: Id, r: rq::SetMode) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_mode(CALLER, id, r.mode_id).await?;
-    ok(request_id, id)
-}
-
-async fn set_model(ops: &Ops, request_id: Id, r: rq::SetModel) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_model(CALLER, id, r.model_id).await?;
-    ok(request_id, id)
-}
-
-async fn set_config_option(ops: &Ops, request_id: Id, r: rq::SetConfigOption) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_config_option(CALLER, id, r.config_id, r.value)
-        .await?;
-    ok(request_id, id)
-}
-
-async fn set_title(ops: &Ops, request_id: Id, r: rq::SetTitle) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_title(CALLER, id, r.title).await?;
-    ok(request_id, id)
-}
-
-async fn set_budget(ops: &Ops, request_id: Id, r: rq::SetBudget) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_budget(CALLER, id, r.budget).await?;
-    ok(request_id, id)
-}
-
-async fn clear_attention(ops: &Ops, request_id: Id, r: rq::ClearAttention) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.clear_attention(CALLER, id).await?;
-    ok(request_id, id)
-}
-
 async fn workspace_changes(ops: &Ops, request_id: Id, r: rq::WorkspaceChanges) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let changes = ops.workspace_changes(id).await?;
@@ -256,12 +204,6 @@ async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
         request_id,
         agent: info,
     })
-}
-
-async fn restart_agent(ops: &Ops, request_id: Id, r: rq::RestartAgent) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.restart_agent(CALLER, id).await?;
-    ok(request_id, id)
 }
 
 async fn sign_in(ops: &Ops, request_id: Id, r: rq::SignIn) -> Answered {
@@ -536,6 +478,17 @@ async fn archive_workspace(ops: &Ops, request_id: Id, r: rq::ArchiveWorkspace) -
 #[expect(clippy::unnecessary_wraps)]
 fn send(message: DaemonMessage) -> Answered {
     Ok(Reply::Send(message))
+}
+
+/// A request on one agent whose answer is a plain `ok`: the agent's id parsed, `op` done.
+async fn on_agent<T, F: Future<Output = Result<T, OpError>>>(
+    request_id: Id,
+    agent_id: &str,
+    op: impl FnOnce(AgentId) -> F,
+) -> Answered {
+    let id = parse_agent(agent_id)?;
+    op(id).await?;
+    ok(request_id, id)
 }
 
 fn ok(request_id: Id, agent: AgentId) -> Answered {
