@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
+use drover_protocol::Answer;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{DaemonMessage, JobInfo, JobStatus};
 use jiff::Timestamp;
@@ -87,9 +89,7 @@ async fn start(
         .await;
     connection.close().await;
     let answer = answer.map_err(arguments_refused)?;
-    let DaemonMessage::Job { job, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Job { job, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         return print_json(&job);
     }
@@ -112,9 +112,7 @@ async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> 
     let answer = connection.request(rq::ListJobs { agent_id: owner }).await;
     connection.close().await;
     let answer = answer?;
-    let DaemonMessage::Jobs { jobs, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Jobs { jobs, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         return print_json(&jobs);
     }
@@ -208,9 +206,7 @@ async fn follow_output(
             offset: Some(offset),
         })
         .await?;
-    let DaemonMessage::JobFollowed { job, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::JobFollowed { job, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     // What came before the answer is of no use here.
     connection.discard_backlog();
     loop {
@@ -237,13 +233,17 @@ async fn follow_output(
 
 /// Writes a `job_output` answer's text; its next offset and whether the job's output ended.
 fn write_output(answer: &DaemonMessage) -> anyhow::Result<(u64, bool)> {
-    let DaemonMessage::JobOutput {
-        text,
-        next_offset,
-        skipped,
-        eof,
+    let DaemonMessage::JobOutput(Answer {
+        body:
+            answers::JobOutput {
+                text,
+                next_offset,
+                skipped,
+                eof,
+                ..
+            },
         ..
-    } = answer
+    }) = answer
     else {
         return Err(unexpected(answer));
     };
@@ -271,9 +271,7 @@ async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
         .await;
     connection.close().await;
     let answer = answer.map_err(arguments_refused)?;
-    let DaemonMessage::Job { job, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Job { job, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         return print_json(&job);
     }

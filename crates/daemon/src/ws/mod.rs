@@ -19,6 +19,8 @@ use std::sync::Arc;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use drover_acp::TimelineEvent;
 use drover_core::{AgentId, Change, RegistryEvent};
+use drover_protocol::Answer as Envelope;
+use drover_protocol::answers;
 use drover_protocol::{
     ClientMessage, ClientRequest, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client,
 };
@@ -727,10 +729,7 @@ impl Session {
     /// `watching`: this session shows `agent_id` now (or nothing).
     fn watching(&self, request_id: Option<String>, agent_id: Option<String>) -> DaemonMessage {
         match self.context.ops.set_watching(&self.id, agent_id.as_deref()) {
-            Ok(()) => DaemonMessage::Ok {
-                request_id,
-                agent_id,
-            },
+            Ok(()) => DaemonMessage::answer(request_id, answers::Ok { agent_id }),
             Err(e) => request_error(request_id, e.code(), e.to_string(), None),
         }
     }
@@ -952,10 +951,14 @@ fn join_lists(local: DaemonMessage, remote: Vec<Value>) -> DaemonMessage {
 /// after its snapshot.
 fn remote_reply(answer: Value, request_id: Option<String>, host: &str) -> Reply {
     match serde_json::from_value::<DaemonMessage>(answer) {
-        Ok(message @ DaemonMessage::AgentInitialized { .. }) => {
-            let DaemonMessage::AgentInitialized {
-                agent_id, revision, ..
-            } = &message
+        Ok(message @ DaemonMessage::AgentInitialized(_)) => {
+            let DaemonMessage::AgentInitialized(Envelope {
+                body:
+                    answers::AgentInitialized {
+                        agent_id, revision, ..
+                    },
+                ..
+            }) = &message
             else {
                 return Reply::Send(message);
             };
@@ -1009,10 +1012,12 @@ pub(crate) fn request_error(
     message: String,
     details: Option<Value>,
 ) -> DaemonMessage {
-    DaemonMessage::RequestError {
+    DaemonMessage::answer(
         request_id,
-        code: code.as_str().to_string(),
-        message,
-        details,
-    }
+        answers::RequestError {
+            code: code.as_str().to_string(),
+            message,
+            details,
+        },
+    )
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use drover_core::AgentId;
 use drover_core::WorktreeOptions;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{ClientMessage, ClientRequest, DaemonMessage, ErrorCode, NewWorktree};
 use serde_json::Value;
@@ -152,45 +153,53 @@ async fn send_message(ops: &Ops, request_id: Id, r: rq::SendMessage) -> Answered
         ops.send_message(CALLER, id, r.text, r.delivery, false)
             .await?
     };
-    send(DaemonMessage::MessageQueued {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: id.to_string(),
-        message_id: sent.message_id,
-    })
+        answers::MessageQueued {
+            agent_id: id.to_string(),
+            message_id: sent.message_id,
+        },
+    ))
 }
 
 async fn workspace_changes(ops: &Ops, request_id: Id, r: rq::WorkspaceChanges) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let changes = ops.workspace_changes(id).await?;
-    send(DaemonMessage::WorkspaceChanges {
+    send(DaemonMessage::answer(
         request_id,
-        workspace_id: id.to_string(),
-        changes: wire::workspace_changes(changes),
-    })
+        answers::WorkspaceChanges {
+            workspace_id: id.to_string(),
+            changes: wire::workspace_changes(changes),
+        },
+    ))
 }
 
 fn list_providers(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::Providers {
+    send(DaemonMessage::answer(
         request_id,
-        providers: ops
-            .list_providers()?
-            .into_iter()
-            .map(wire::provider)
-            .collect(),
-    })
+        answers::Providers {
+            providers: ops
+                .list_providers()?
+                .into_iter()
+                .map(wire::provider)
+                .collect(),
+        },
+    ))
 }
 
 /// A session answers it from the hub's cache (`Session::answer_here`); this is the same
 /// answer encoded afresh.
 fn list_agents(ops: &Ops, request_id: Id, r: &rq::ListAgents) -> Answered {
-    send(DaemonMessage::Agents {
+    send(DaemonMessage::answer(
         request_id,
-        agents: ops
-            .list_agents(AgentScope::All, r.include_archived)
-            .iter()
-            .map(|a| wire::agent_info_now(ops, a))
-            .collect(),
-    })
+        answers::Agents {
+            agents: ops
+                .list_agents(AgentScope::All, r.include_archived)
+                .iter()
+                .map(|a| wire::agent_info_now(ops, a))
+                .collect(),
+        },
+    ))
 }
 
 async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
@@ -200,20 +209,22 @@ async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
     info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
     info.tree_spend = ops.tree_spend(id).as_ref().map(wire::tree_spend_info);
     info.runtime.agent = ops.advertised(id).map(wire::advertised);
-    send(DaemonMessage::Agent {
+    send(DaemonMessage::answer(
         request_id,
-        agent: info,
-    })
+        answers::Agent { agent: info },
+    ))
 }
 
 async fn sign_in(ops: &Ops, request_id: Id, r: rq::SignIn) -> Answered {
     let retried = ops.sign_in(&r.provider, &r.method_id, r.vars).await?;
-    send(DaemonMessage::SignedIn {
+    send(DaemonMessage::answer(
         request_id,
-        provider: r.provider,
-        method_id: r.method_id,
-        retried: retried.iter().map(ToString::to_string).collect(),
-    })
+        answers::SignedIn {
+            provider: r.provider,
+            method_id: r.method_id,
+            retried: retried.iter().map(ToString::to_string).collect(),
+        },
+    ))
 }
 
 async fn import_paseo(ops: &Ops, request_id: Id, r: rq::ImportPaseo) -> Answered {
@@ -234,44 +245,50 @@ async fn wait_idle(ops: &Ops, request_id: Id, r: rq::WaitIdle) -> Answered {
     let idle = ops
         .wait_idle(id, r.timeout_ms.map(Duration::from_millis))
         .await?;
-    send(DaemonMessage::Idle {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: id.to_string(),
-        idle,
-    })
+        answers::Idle {
+            agent_id: id.to_string(),
+            idle,
+        },
+    ))
 }
 
 fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answered {
-    send(DaemonMessage::Workspaces {
+    send(DaemonMessage::answer(
         request_id,
-        workspaces: workspace_infos(ops, r.include_archived)
-            .into_iter()
-            .chain(
-                ops.hosts
-                    .workspaces()
-                    .into_iter()
-                    .filter_map(|w| serde_json::from_value(w).ok()),
-            )
-            .filter(|w: &drover_protocol::WorkspaceInfo| {
-                r.include_archived || w.archived_at.is_none()
-            })
-            .collect(),
-    })
+        answers::Workspaces {
+            workspaces: workspace_infos(ops, r.include_archived)
+                .into_iter()
+                .chain(
+                    ops.hosts
+                        .workspaces()
+                        .into_iter()
+                        .filter_map(|w| serde_json::from_value(w).ok()),
+                )
+                .filter(|w: &drover_protocol::WorkspaceInfo| {
+                    r.include_archived || w.archived_at.is_none()
+                })
+                .collect(),
+        },
+    ))
 }
 
 fn take_notices(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::Notices {
+    send(DaemonMessage::answer(
         request_id,
-        notices: ops.notices(),
-    })
+        answers::Notices {
+            notices: ops.notices(),
+        },
+    ))
 }
 
 fn ack_notices(ops: &Ops, request_id: Id, r: &rq::AckNotices) -> Answered {
     ops.ack_notices(&r.ids)?;
-    send(DaemonMessage::Ok {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: None,
-    })
+        answers::Ok { agent_id: None },
+    ))
 }
 
 async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) -> Answered {
@@ -282,31 +299,37 @@ async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) ->
 }
 
 fn list_hosts(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::Hosts {
+    send(DaemonMessage::answer(
         request_id,
-        hosts: ops.hosts.list(),
-    })
+        answers::Hosts {
+            hosts: ops.hosts.list(),
+        },
+    ))
 }
 
 fn add_host(ops: &Ops, request_id: Id, r: rq::AddHost) -> Answered {
-    send(DaemonMessage::Hosts {
+    send(DaemonMessage::answer(
         request_id,
-        hosts: ops.hosts.add(r.host)?,
-    })
+        answers::Hosts {
+            hosts: ops.hosts.add(r.host)?,
+        },
+    ))
 }
 
 fn remove_host(ops: &Ops, request_id: Id, r: &rq::RemoveHost) -> Answered {
-    send(DaemonMessage::Hosts {
+    send(DaemonMessage::answer(
         request_id,
-        hosts: ops.hosts.remove(&r.name)?,
-    })
+        answers::Hosts {
+            hosts: ops.hosts.remove(&r.name)?,
+        },
+    ))
 }
 
 fn ping(request_id: Id) -> Answered {
-    send(DaemonMessage::Ok {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: None,
-    })
+        answers::Ok { agent_id: None },
+    ))
 }
 
 async fn create_schedule(ops: &Ops, request_id: Id, r: rq::CreateSchedule) -> Answered {
@@ -327,107 +350,127 @@ async fn create_schedule(ops: &Ops, request_id: Id, r: rq::CreateSchedule) -> An
         title: r.title,
     };
     let schedule = ops.create_schedule(CALLER, request).await?;
-    send(DaemonMessage::Schedule {
+    send(DaemonMessage::answer(
         request_id,
-        schedule: wire::schedule(&schedule),
-    })
+        answers::Schedule {
+            schedule: wire::schedule(&schedule),
+        },
+    ))
 }
 
 fn list_schedules(ops: &Ops, request_id: Id, r: &rq::ListSchedules) -> Answered {
-    send(DaemonMessage::Schedules {
+    send(DaemonMessage::answer(
         request_id,
-        schedules: ops
-            .list_schedules(CALLER, r.agent_id.as_deref())?
-            .iter()
-            .map(wire::schedule)
-            .collect(),
-    })
+        answers::Schedules {
+            schedules: ops
+                .list_schedules(CALLER, r.agent_id.as_deref())?
+                .iter()
+                .map(wire::schedule)
+                .collect(),
+        },
+    ))
 }
 
 async fn pause_schedule(ops: &Ops, request_id: Id, r: rq::PauseSchedule) -> Answered {
-    send(DaemonMessage::Schedule {
+    send(DaemonMessage::answer(
         request_id,
-        schedule: wire::schedule(&ops.pause_schedule(CALLER, &r.schedule_id).await?),
-    })
+        answers::Schedule {
+            schedule: wire::schedule(&ops.pause_schedule(CALLER, &r.schedule_id).await?),
+        },
+    ))
 }
 
 async fn resume_schedule(ops: &Ops, request_id: Id, r: rq::ResumeSchedule) -> Answered {
-    send(DaemonMessage::Schedule {
+    send(DaemonMessage::answer(
         request_id,
-        schedule: wire::schedule(&ops.resume_schedule(CALLER, &r.schedule_id).await?),
-    })
+        answers::Schedule {
+            schedule: wire::schedule(&ops.resume_schedule(CALLER, &r.schedule_id).await?),
+        },
+    ))
 }
 
 async fn delete_schedule(ops: &Ops, request_id: Id, r: rq::DeleteSchedule) -> Answered {
-    send(DaemonMessage::ScheduleDeleted {
+    send(DaemonMessage::answer(
         request_id,
-        schedule_id: ops
-            .delete_schedule(CALLER, &r.schedule_id)
-            .await?
-            .to_string(),
-    })
+        answers::ScheduleDeleted {
+            schedule_id: ops
+                .delete_schedule(CALLER, &r.schedule_id)
+                .await?
+                .to_string(),
+        },
+    ))
 }
 
 fn notify_status(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::NotifyStatus {
+    send(DaemonMessage::answer(
         request_id,
-        sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
-    })
+        answers::NotifyStatus {
+            sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
+        },
+    ))
 }
 
 async fn notify_test(ops: &Ops, request_id: Id, r: rq::NotifyTest) -> Answered {
-    send(DaemonMessage::NotifyTested {
+    send(DaemonMessage::answer(
         request_id,
-        results: ops
-            .notify_test(r.sink.as_deref())
-            .await?
-            .into_iter()
-            .map(|(sink, outcome)| drover_protocol::NotifyTestResult {
-                sink,
-                delivered: outcome.is_ok(),
-                error: outcome.err(),
-            })
-            .collect(),
-    })
+        answers::NotifyTested {
+            results: ops
+                .notify_test(r.sink.as_deref())
+                .await?
+                .into_iter()
+                .map(|(sink, outcome)| drover_protocol::NotifyTestResult {
+                    sink,
+                    delivered: outcome.is_ok(),
+                    error: outcome.err(),
+                })
+                .collect(),
+        },
+    ))
 }
 
 /// `fetch_timeline`: one page of the agent's timeline, `before` or `after` a seq.
 async fn fetch_timeline(ops: &Ops, request_id: Id, r: rq::FetchTimeline) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let page = ops.timeline(id, r.before, r.after, r.limit).await?;
-    send(DaemonMessage::TimelinePage {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: id.to_string(),
-        items: page
-            .items
-            .iter()
-            .filter_map(|i| serde_json::to_value(i).ok())
-            .collect(),
-        has_older: page.has_older,
-        has_newer: page.has_newer,
-    })
+        answers::TimelinePage {
+            agent_id: id.to_string(),
+            items: page
+                .items
+                .iter()
+                .filter_map(|i| serde_json::to_value(i).ok())
+                .collect(),
+            has_older: page.has_older,
+            has_newer: page.has_newer,
+        },
+    ))
 }
 
 async fn archive(ops: &Ops, request_id: Id, r: rq::Archive) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let outcome = ops.archive(CALLER, id, r.stop_activity, r.dry_run).await?;
-    send(DaemonMessage::Archived {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: id.to_string(),
-        archived: outcome.archived.iter().map(ToString::to_string).collect(),
-        stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
-    })
+        answers::Archived {
+            agent_id: id.to_string(),
+            archived: outcome.archived.iter().map(ToString::to_string).collect(),
+            stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
+        },
+    ))
 }
 
 async fn archive_idle_children(ops: &Ops, request_id: Id, r: rq::ArchiveIdleChildren) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let outcome = ops.archive_idle_children(CALLER, id).await?;
-    send(DaemonMessage::ChildrenArchived {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: id.to_string(),
-        archived: outcome.archived.iter().map(ToString::to_string).collect(),
-        skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
-    })
+        answers::ChildrenArchived {
+            agent_id: id.to_string(),
+            archived: outcome.archived.iter().map(ToString::to_string).collect(),
+            skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
+        },
+    ))
 }
 
 async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> Answered {
@@ -444,34 +487,40 @@ async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> An
         )
         .await?;
     let ws = &created.workspace;
-    send(DaemonMessage::WorktreeCreated {
+    send(DaemonMessage::answer(
         request_id,
-        workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
-        setup: created.setup.iter().map(wire::command_run).collect(),
-    })
+        answers::WorktreeCreated {
+            workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
+            setup: created.setup.iter().map(wire::command_run).collect(),
+        },
+    ))
 }
 
 async fn get_worktree_status(ops: &Ops, request_id: Id, r: rq::GetWorktreeStatus) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let status = ops.worktree_status(id).await?;
-    send(DaemonMessage::WorktreeStatus {
+    send(DaemonMessage::answer(
         request_id,
-        workspace_id: id.to_string(),
-        status: wire::worktree_status(&status),
-    })
+        answers::WorktreeStatus {
+            workspace_id: id.to_string(),
+            status: wire::worktree_status(&status),
+        },
+    ))
 }
 
 async fn archive_workspace(ops: &Ops, request_id: Id, r: rq::ArchiveWorkspace) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let outcome = ops.archive_workspace(CALLER, id, r.force).await?;
-    send(DaemonMessage::WorkspaceArchived {
+    send(DaemonMessage::answer(
         request_id,
-        workspace_id: id.to_string(),
-        archived_at: outcome.archived_at.map(|t| t.to_string()),
-        already_archived: outcome.already_archived,
-        agents: outcome.agents.iter().map(ToString::to_string).collect(),
-        worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
-    })
+        answers::WorkspaceArchived {
+            workspace_id: id.to_string(),
+            archived_at: outcome.archived_at.map(|t| t.to_string()),
+            already_archived: outcome.already_archived,
+            agents: outcome.agents.iter().map(ToString::to_string).collect(),
+            worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
+        },
+    ))
 }
 
 // Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
@@ -492,35 +541,39 @@ async fn on_agent<T, F: Future<Output = Result<T, OpError>>>(
 }
 
 fn ok(request_id: Id, agent: AgentId) -> Answered {
-    send(DaemonMessage::Ok {
+    send(DaemonMessage::answer(
         request_id,
-        agent_id: Some(agent.to_string()),
-    })
+        answers::Ok {
+            agent_id: Some(agent.to_string()),
+        },
+    ))
 }
 
 async fn initialize_agent(ops: &Ops, request_id: Id, r: rq::InitializeAgentRequest) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let opened = ops.initialize_agent(id, r.limit).await?;
     let agent = &opened.agent;
-    let message = DaemonMessage::AgentInitialized {
-        agent_id: id.to_string(),
-        info: wire::agent_info_now(ops, agent),
-        updates: opened
-            .page
-            .items
-            .iter()
-            .map(|i| wire::item_update(agent, i))
-            .collect(),
-        has_older: opened.page.has_older,
-        cursor: opened.page.items.first().map(|i| i.seq),
-        pending_permissions: opened
-            .pending
-            .iter()
-            .filter_map(|p| serde_json::to_value(p).ok())
-            .collect(),
-        revision: opened.page.revision,
+    let message = DaemonMessage::answer(
         request_id,
-    };
+        answers::AgentInitialized {
+            agent_id: id.to_string(),
+            info: wire::agent_info_now(ops, agent),
+            updates: opened
+                .page
+                .items
+                .iter()
+                .map(|i| wire::item_update(agent, i))
+                .collect(),
+            has_older: opened.page.has_older,
+            cursor: opened.page.items.first().map(|i| i.seq),
+            pending_permissions: opened
+                .pending
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect(),
+            revision: opened.page.revision,
+        },
+    );
     Ok(Reply::Initialized {
         agent: id,
         revision: opened.page.revision,
@@ -618,13 +671,18 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
                 format!("host `{host}` answered an agent this daemon cannot read: {e}"),
             )
         })?;
-        return send(DaemonMessage::AgentCreated { request_id, agent });
+        return send(DaemonMessage::answer(
+            request_id,
+            answers::AgentCreated { agent },
+        ));
     }
     let created = ops.create_agent(CALLER, request).await?;
-    send(DaemonMessage::AgentCreated {
+    send(DaemonMessage::answer(
         request_id,
-        agent: wire::agent_info_now(ops, &created.agent),
-    })
+        answers::AgentCreated {
+            agent: wire::agent_info_now(ops, &created.agent),
+        },
+    ))
 }
 
 fn worktree_options(worktree: NewWorktree) -> WorktreeOptions {

@@ -1160,6 +1160,7 @@ export const DaemonType = Object.freeze({
  *} | {
  *  type: 'agent_initialized',
  *  payload: {
+ *    requestId?: string | null,
  *    agentId: string,
  *    info: AgentInfo,
  *    updates: Array<AgentUpdate>,
@@ -1167,7 +1168,6 @@ export const DaemonType = Object.freeze({
  *    cursor?: number | null,
  *    pendingPermissions: Array<any>,
  *    revision?: number,
- *    requestId?: string | null,
  *  },
  *} | {
  *  type: 'agent_status',
