@@ -223,12 +223,28 @@ struct RuntimesEntry {
     max_live: Option<i64>,
 }
 
-/// A duration as written: seconds (`900`) or text (`"15m"`, `"1h 30m"`, `"500ms"`).
+/// A duration as written in `config.toml`: seconds (`900`) or text (`"15m"`, `"1h 30m"`,
+/// `"500ms"`).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum DurationEntry {
+pub enum DurationEntry {
     Seconds(i64),
     Text(String),
+}
+
+impl DurationEntry {
+    /// The duration it says when that is more than zero (`None`: it is not one, or is zero).
+    pub fn positive(&self) -> Option<Duration> {
+        let parsed = match self {
+            DurationEntry::Seconds(s) => u64::try_from(*s).ok().map(Duration::from_secs),
+            DurationEntry::Text(text) => text
+                .trim()
+                .parse::<jiff::SignedDuration>()
+                .ok()
+                .and_then(|d| Duration::try_from(d).ok()),
+        };
+        parsed.filter(|d| !d.is_zero())
+    }
 }
 
 /// How long a runtime may stay idle before it hibernates, unless `config.toml` says.
@@ -344,18 +360,12 @@ fn limit_backoff(
     entry: Option<DurationEntry>,
     invalid: impl Fn(String) -> ConfigError,
 ) -> Result<Option<Duration>, ConfigError> {
-    let parsed = match entry {
-        None => return Ok(None),
-        Some(DurationEntry::Seconds(s)) => u64::try_from(s).ok().map(Duration::from_secs),
-        Some(DurationEntry::Text(text)) => text
-            .trim()
-            .parse::<jiff::SignedDuration>()
-            .ok()
-            .and_then(|d| Duration::try_from(d).ok()),
+    let Some(entry) = entry else {
+        return Ok(None);
     };
-    match parsed {
-        Some(d) if !d.is_zero() => Ok(Some(d)),
-        _ => Err(invalid(format!(
+    match entry.positive() {
+        Some(d) => Ok(Some(d)),
+        None => Err(invalid(format!(
             "[providers.{name}] `limit_backoff`: a duration such as \"5m\" or seconds, more than 0"
         ))),
     }

@@ -594,14 +594,7 @@ impl Session {
         if let Some(answer) = self.answer_here(&request) {
             return send(socket, self.sent(), answer).await;
         }
-        let held = match &request.message {
-            ClientMessage::InitializeAgentRequest(r) => r
-                .agent_id
-                .parse::<AgentId>()
-                .ok()
-                .filter(|agent| self.subscriptions.begin(*agent)),
-            _ => None,
-        };
+        let held = self.hold_updates_for(&request);
         // Requests run beside the session, so a slow one (a `wait_idle`) holds up nothing;
         // they end with it.
         let ops = self.context.ops.clone();
@@ -673,6 +666,19 @@ impl Session {
         }
     }
 
+    /// For an `initialize_agent_request`: the agent whose updates this session holds until
+    /// its snapshot is sent (none when it holds them already, or the id is not one).
+    fn hold_updates_for(&mut self, request: &ClientRequest) -> Option<AgentId> {
+        match &request.message {
+            ClientMessage::InitializeAgentRequest(r) => r
+                .agent_id
+                .parse::<AgentId>()
+                .ok()
+                .filter(|agent| self.subscriptions.begin(*agent)),
+            _ => None,
+        }
+    }
+
     /// Sends a request to the host that holds what it names (see `crate::hosts`) and relays
     /// the answer: an opened remote agent's updates are held until its snapshot is sent, as a
     /// local one's are.
@@ -684,14 +690,7 @@ impl Session {
         replies: &mpsc::Sender<Answer>,
         requests: &mut tokio::task::JoinSet<()>,
     ) {
-        let held = match &request.message {
-            ClientMessage::InitializeAgentRequest(r) => r
-                .agent_id
-                .parse::<AgentId>()
-                .ok()
-                .filter(|agent| self.subscriptions.begin(*agent)),
-            _ => None,
-        };
+        let held = self.hold_updates_for(request);
         let request_id = request.request_id.clone();
         let hosts = self.context.ops.hosts.clone();
         let replies = replies.clone();
