@@ -153,29 +153,29 @@ async fn send_message(ops: &Ops, request_id: Id, r: rq::SendMessage) -> Answered
         ops.send_message(CALLER, id, r.text, r.delivery, false)
             .await?
     };
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::MessageQueued {
             agent_id: id.to_string(),
             message_id: sent.message_id,
         },
-    ))
+    )
 }
 
 async fn workspace_changes(ops: &Ops, request_id: Id, r: rq::WorkspaceChanges) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let changes = ops.workspace_changes(id).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::WorkspaceChanges {
             workspace_id: id.to_string(),
             changes: wire::workspace_changes(changes),
         },
-    ))
+    )
 }
 
 fn list_providers(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Providers {
             providers: ops
@@ -184,13 +184,13 @@ fn list_providers(ops: &Ops, request_id: Id) -> Answered {
                 .map(wire::provider)
                 .collect(),
         },
-    ))
+    )
 }
 
 /// A session answers it from the hub's cache (`Session::answer_here`); this is the same
 /// answer encoded afresh.
 fn list_agents(ops: &Ops, request_id: Id, r: &rq::ListAgents) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Agents {
             agents: ops
@@ -199,7 +199,7 @@ fn list_agents(ops: &Ops, request_id: Id, r: &rq::ListAgents) -> Answered {
                 .map(|a| wire::agent_info_now(ops, a))
                 .collect(),
         },
-    ))
+    )
 }
 
 async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
@@ -209,22 +209,19 @@ async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
     info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
     info.tree_spend = ops.tree_spend(id).as_ref().map(wire::tree_spend_info);
     info.runtime.agent = ops.advertised(id).map(wire::advertised);
-    send(DaemonMessage::answer(
-        request_id,
-        answers::Agent { agent: info },
-    ))
+    reply(request_id, answers::Agent { agent: info })
 }
 
 async fn sign_in(ops: &Ops, request_id: Id, r: rq::SignIn) -> Answered {
     let retried = ops.sign_in(&r.provider, &r.method_id, r.vars).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::SignedIn {
             provider: r.provider,
             method_id: r.method_id,
             retried: retried.iter().map(ToString::to_string).collect(),
         },
-    ))
+    )
 }
 
 async fn import_paseo(ops: &Ops, request_id: Id, r: rq::ImportPaseo) -> Answered {
@@ -245,17 +242,17 @@ async fn wait_idle(ops: &Ops, request_id: Id, r: rq::WaitIdle) -> Answered {
     let idle = ops
         .wait_idle(id, r.timeout_ms.map(Duration::from_millis))
         .await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Idle {
             agent_id: id.to_string(),
             idle,
         },
-    ))
+    )
 }
 
 fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Workspaces {
             workspaces: workspace_infos(ops, r.include_archived)
@@ -271,24 +268,21 @@ fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answere
                 })
                 .collect(),
         },
-    ))
+    )
 }
 
 fn take_notices(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Notices {
             notices: ops.notices(),
         },
-    ))
+    )
 }
 
 fn ack_notices(ops: &Ops, request_id: Id, r: &rq::AckNotices) -> Answered {
     ops.ack_notices(&r.ids)?;
-    send(DaemonMessage::answer(
-        request_id,
-        answers::Ok { agent_id: None },
-    ))
+    reply(request_id, answers::Ok { agent_id: None })
 }
 
 async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) -> Answered {
@@ -299,37 +293,34 @@ async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) ->
 }
 
 fn list_hosts(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Hosts {
             hosts: ops.hosts.list(),
         },
-    ))
+    )
 }
 
 fn add_host(ops: &Ops, request_id: Id, r: rq::AddHost) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Hosts {
             hosts: ops.hosts.add(r.host)?,
         },
-    ))
+    )
 }
 
 fn remove_host(ops: &Ops, request_id: Id, r: &rq::RemoveHost) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Hosts {
             hosts: ops.hosts.remove(&r.name)?,
         },
-    ))
+    )
 }
 
 fn ping(request_id: Id) -> Answered {
-    send(DaemonMessage::answer(
-        request_id,
-        answers::Ok { agent_id: None },
-    ))
+    reply(request_id, answers::Ok { agent_id: None })
 }
 
 async fn create_schedule(ops: &Ops, request_id: Id, r: rq::CreateSchedule) -> Answered {
@@ -350,16 +341,16 @@ async fn create_schedule(ops: &Ops, request_id: Id, r: rq::CreateSchedule) -> An
         title: r.title,
     };
     let schedule = ops.create_schedule(CALLER, request).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Schedule {
             schedule: wire::schedule(&schedule),
         },
-    ))
+    )
 }
 
 fn list_schedules(ops: &Ops, request_id: Id, r: &rq::ListSchedules) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Schedules {
             schedules: ops
@@ -368,29 +359,29 @@ fn list_schedules(ops: &Ops, request_id: Id, r: &rq::ListSchedules) -> Answered 
                 .map(wire::schedule)
                 .collect(),
         },
-    ))
+    )
 }
 
 async fn pause_schedule(ops: &Ops, request_id: Id, r: rq::PauseSchedule) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Schedule {
             schedule: wire::schedule(&ops.pause_schedule(CALLER, &r.schedule_id).await?),
         },
-    ))
+    )
 }
 
 async fn resume_schedule(ops: &Ops, request_id: Id, r: rq::ResumeSchedule) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Schedule {
             schedule: wire::schedule(&ops.resume_schedule(CALLER, &r.schedule_id).await?),
         },
-    ))
+    )
 }
 
 async fn delete_schedule(ops: &Ops, request_id: Id, r: rq::DeleteSchedule) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::ScheduleDeleted {
             schedule_id: ops
@@ -398,20 +389,20 @@ async fn delete_schedule(ops: &Ops, request_id: Id, r: rq::DeleteSchedule) -> An
                 .await?
                 .to_string(),
         },
-    ))
+    )
 }
 
 fn notify_status(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::NotifyStatus {
             sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
         },
-    ))
+    )
 }
 
 async fn notify_test(ops: &Ops, request_id: Id, r: rq::NotifyTest) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::NotifyTested {
             results: ops
@@ -425,14 +416,14 @@ async fn notify_test(ops: &Ops, request_id: Id, r: rq::NotifyTest) -> Answered {
                 })
                 .collect(),
         },
-    ))
+    )
 }
 
 /// `fetch_timeline`: one page of the agent's timeline, `before` or `after` a seq.
 async fn fetch_timeline(ops: &Ops, request_id: Id, r: rq::FetchTimeline) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let page = ops.timeline(id, r.before, r.after, r.limit).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::TimelinePage {
             agent_id: id.to_string(),
@@ -444,33 +435,33 @@ async fn fetch_timeline(ops: &Ops, request_id: Id, r: rq::FetchTimeline) -> Answ
             has_older: page.has_older,
             has_newer: page.has_newer,
         },
-    ))
+    )
 }
 
 async fn archive(ops: &Ops, request_id: Id, r: rq::Archive) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let outcome = ops.archive(CALLER, id, r.stop_activity, r.dry_run).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Archived {
             agent_id: id.to_string(),
             archived: outcome.archived.iter().map(ToString::to_string).collect(),
             stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
         },
-    ))
+    )
 }
 
 async fn archive_idle_children(ops: &Ops, request_id: Id, r: rq::ArchiveIdleChildren) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let outcome = ops.archive_idle_children(CALLER, id).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::ChildrenArchived {
             agent_id: id.to_string(),
             archived: outcome.archived.iter().map(ToString::to_string).collect(),
             skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
         },
-    ))
+    )
 }
 
 async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> Answered {
@@ -487,31 +478,31 @@ async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> An
         )
         .await?;
     let ws = &created.workspace;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::WorktreeCreated {
             workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
             setup: created.setup.iter().map(wire::command_run).collect(),
         },
-    ))
+    )
 }
 
 async fn get_worktree_status(ops: &Ops, request_id: Id, r: rq::GetWorktreeStatus) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let status = ops.worktree_status(id).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::WorktreeStatus {
             workspace_id: id.to_string(),
             status: wire::worktree_status(&status),
         },
-    ))
+    )
 }
 
 async fn archive_workspace(ops: &Ops, request_id: Id, r: rq::ArchiveWorkspace) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let outcome = ops.archive_workspace(CALLER, id, r.force).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::WorkspaceArchived {
             workspace_id: id.to_string(),
@@ -520,7 +511,7 @@ async fn archive_workspace(ops: &Ops, request_id: Id, r: rq::ArchiveWorkspace) -
             agents: outcome.agents.iter().map(ToString::to_string).collect(),
             worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
         },
-    ))
+    )
 }
 
 // Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
@@ -540,13 +531,21 @@ async fn on_agent<T, F: Future<Output = Result<T, OpError>>>(
     ok(request_id, id)
 }
 
+/// Sends the answer `body` to the request `request_id` came with.
+fn reply<T>(request_id: Id, body: T) -> Answered
+where
+    drover_protocol::Answer<T>: Into<DaemonMessage>,
+{
+    send(DaemonMessage::answer(request_id, body))
+}
+
 fn ok(request_id: Id, agent: AgentId) -> Answered {
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::Ok {
             agent_id: Some(agent.to_string()),
         },
-    ))
+    )
 }
 
 async fn initialize_agent(ops: &Ops, request_id: Id, r: rq::InitializeAgentRequest) -> Answered {
@@ -671,18 +670,15 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
                 format!("host `{host}` answered an agent this daemon cannot read: {e}"),
             )
         })?;
-        return send(DaemonMessage::answer(
-            request_id,
-            answers::AgentCreated { agent },
-        ));
+        return reply(request_id, answers::AgentCreated { agent });
     }
     let created = ops.create_agent(CALLER, request).await?;
-    send(DaemonMessage::answer(
+    reply(
         request_id,
         answers::AgentCreated {
             agent: wire::agent_info_now(ops, &created.agent),
         },
-    ))
+    )
 }
 
 fn worktree_options(worktree: NewWorktree) -> WorktreeOptions {
