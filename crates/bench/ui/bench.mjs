@@ -1,7 +1,8 @@
 // The browser half of drover-bench-ui: in headless Chromium, the time from navigation to the
-// sidebar rendered, then, with one streaming agent's tab open, the longest main-thread task
-// and the longest gap between frames during the streaming window, and the JS heap (after a
-// forced GC) sampled while the streaming goes on. Prints one JSON line.
+// sidebar drawn, the filter's keystroke to paint, then, with one streaming agent's tab open,
+// the longest main-thread task and the longest gap between frames during the streaming window
+// (the storm of status changes going on all along), and the JS heap (after a forced GC)
+// sampled while the streaming goes on. Prints one JSON line.
 import { createRequire } from 'node:module';
 
 const require = createRequire(`${process.env.DROVER_UI_NODE_MODULES}/`);
@@ -17,6 +18,7 @@ const browser = await chromium.launch({
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await context.newPage();
+  page.on('pageerror', (e) => process.stderr.write(`pageerror: ${e.message}\n`));
   page.setDefaultTimeout(60000);
   // Long tasks and frame gaps from the first script on.
   await page.addInitScript(() => {
@@ -26,7 +28,7 @@ try {
   });
   const t0 = Date.now();
   await page.goto(`${A.url}#token=${encodeURIComponent(A.token || '')}`);
-  await page.waitForFunction((n) => document.querySelectorAll('#workspaces li.agent-row').length >= n, A.rows, { polling: 'raf' });
+  await page.waitForFunction((n) => window.droverTiming.renderedAt && window.droverTiming.rows >= n, A.rows, { polling: 'raf' });
   const sidebarMs = Date.now() - t0;
   // Of that, the page's own part: from the session_state's arrival to the sidebar drawn.
   const timing = await page.evaluate(() => window.droverTiming);
@@ -41,10 +43,30 @@ try {
     ws.close();
     return counts;
   }, A.token || null);
-  const rows = await page.evaluate(() => document.querySelectorAll('#workspaces li.agent-row').length);
 
+  // The filter, typed as a user does: each keystroke's time from the key's event to the frame
+  // after the sidebar drew what it matches (the page's own listener runs first and asks for
+  // that frame; ours, asked after it, runs after its drawing, and its timeout after the paint).
+  await page.evaluate(() => {
+    window.__keys = [];
+    document.getElementById('filter').addEventListener('input', (e) => {
+      const at = e.timeStamp;
+      requestAnimationFrame(() => setTimeout(() => window.__keys.push(performance.now() - at), 0));
+    });
+  });
+  await page.click('#filter');
+  for (const word of ['fix', 'auth', 'migration', 'investigate', 'stormer', 'zzz']) {
+    await page.keyboard.type(word, { delay: 80 });
+    for (let i = 0; i < word.length; i++) await page.keyboard.press('Backspace', { delay: 80 });
+  }
+  const keystrokes = await page.evaluate(() => window.__keys);
+
+  // The streaming agent's row, found with the filter (with 10,000 agents it may be far down),
+  // then the filter cleared.
+  await page.fill('#filter', A.open);
   await page.click(`#workspaces li.agent-row[data-agent-id="${A.open}"] button.open`);
   await page.locator(`.agent-pane[data-agent-id="${A.open}"] .kind-agent_message`).first().waitFor();
+  await page.fill('#filter', '');
   await page.evaluate(() => {
     window.__long = [];
     window.__gap = 0;
@@ -56,8 +78,12 @@ try {
   const stream = await page.evaluate(() => {
     cancelAnimationFrame(window.__raf);
     const text = document.querySelector('.agent-pane:not([hidden]) .kind-agent_message:last-of-type')?.textContent ?? '';
-    return { longest: Math.max(0, ...window.__long), longTasks: window.__long.length, gap: window.__gap, chars: text.length };
+    return {
+      longest: Math.max(0, ...window.__long), longTasks: window.__long.length, gap: window.__gap, chars: text.length,
+      domRows: document.querySelectorAll('#workspaces > li').length,
+    };
   });
+  const rows = timing.rows;
 
   const cdp = await context.newCDPSession(page);
   const heap = async () => {
@@ -71,7 +97,7 @@ try {
     samples.push(await heap());
   }
   const dom = await page.evaluate(() => document.getElementsByTagName('*').length);
-  process.stdout.write(`${JSON.stringify({ sidebarMs, renderMs: timing.renderedAt - timing.stateAt, traffic, rows, ...stream, samples, dom })}\n`);
+  process.stdout.write(`${JSON.stringify({ sidebarMs, renderMs: timing.renderedAt - timing.stateAt, traffic, rows, keystrokes, ...stream, samples, dom })}\n`);
 } finally {
   await browser.close();
 }

@@ -105,7 +105,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::InvalidId
         | ErrorCode::UnknownSchedule
         | ErrorCode::UnknownJob
-        | ErrorCode::UnknownHost => exit::NOT_FOUND,
+        | ErrorCode::UnknownHost
+        | ErrorCode::UnknownTerminal => exit::NOT_FOUND,
         ErrorCode::AgentActive
         | ErrorCode::IllegalTransition
         | ErrorCode::AgentArchived
@@ -118,7 +119,8 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::NotAGitRepository
         | ErrorCode::WorktreeDirty
         | ErrorCode::WorktreeBusy
-        | ErrorCode::BudgetExhausted => exit::REFUSED,
+        | ErrorCode::BudgetExhausted
+        | ErrorCode::WorkspaceArchived => exit::REFUSED,
         ErrorCode::InvalidMessage
         | ErrorCode::UnknownType
         | ErrorCode::HelloRequired
@@ -137,6 +139,7 @@ fn daemon_exit(code: ErrorCode) -> u8 {
         | ErrorCode::WorktreeTeardownFailed
         | ErrorCode::WorktreeIoFailed
         | ErrorCode::JobStartFailed
+        | ErrorCode::TerminalStartFailed
         | ErrorCode::HostUnreachable => exit::ERROR,
     }
 }

@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod outbox;
 pub mod private;
 pub mod procfs;
+pub mod pty;
 pub mod registry;
 pub mod runtime;
 pub mod store;

@@ -14,6 +14,7 @@ mod mcp;
 mod metrics;
 mod notify;
 mod ops;
+mod ptys;
 mod refusals;
 mod schedules;
 mod server;
@@ -151,7 +152,9 @@ pub async fn run_locked_then(
         imports: Arc::default(),
         notifier: notifier.clone(),
         hosts,
+        ptys: ptys::Ptys::default(),
     };
+    let terminals = ops.end_terminals_with_their_workspace();
     let timer = schedules.start(ops.schedule_sink());
     let mcp_service = mcp_service(mcp::DroverMcp { ops: ops.clone() });
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
@@ -195,14 +198,10 @@ pub async fn run_locked_then(
         })
         .await;
 
-    schedules.shutdown();
-    let _ = timer.await;
-    // What the shutdown does to agents is no news to send.
-    notifier.shutdown();
-    tracing::info!("shutting down: closing runtimes");
-    runtimes.shutdown().await;
-    registry.shutdown().await;
-    tracing::info!("shutting down: store flushed");
+    wind_down(
+        &schedules, timer, &notifier, &terminals, &runtimes, &registry,
+    )
+    .await;
     // The guard ends whatever did not stop with its runtime, then exits.
     drop(guard);
     lock.release();
@@ -211,6 +210,28 @@ pub async fn run_locked_then(
         op: "serve HTTP".to_string(),
         source,
     })
+}
+
+/// Stops what runs once the server stopped serving, in order: schedules, notifications,
+/// workspace terminals, runtimes, then the store.
+async fn wind_down(
+    schedules: &schedules::Schedules,
+    timer: tokio::task::JoinHandle<()>,
+    notifier: &notify::Notifier,
+    terminals: &ptys::Ptys,
+    runtimes: &drover_acp::RuntimeManager,
+    registry: &drover_core::Registry,
+) {
+    schedules.shutdown();
+    let _ = timer.await;
+    // What the shutdown does to agents is no news to send.
+    notifier.shutdown();
+    tracing::info!("shutting down: ending workspace terminals");
+    terminals.shutdown().await;
+    tracing::info!("shutting down: closing runtimes");
+    runtimes.shutdown().await;
+    registry.shutdown().await;
+    tracing::info!("shutting down: store flushed");
 }
 
 /// The token clients must present: made (or checked) before anyone can read `daemon.json`

@@ -388,6 +388,22 @@ pub(crate) fn schedule(s: &crate::schedules::Schedule) -> drover_protocol::Sched
 }
 
 /// A job as clients see it.
+/// A workspace terminal as clients see it.
+pub(crate) fn terminal_info(pty: &crate::ptys::Pty) -> drover_protocol::TerminalInfo {
+    let (cols, rows) = pty.size();
+    drover_protocol::TerminalInfo {
+        id: pty.id.clone(),
+        workspace_id: pty.workspace.to_string(),
+        cwd: pty.cwd.display().to_string(),
+        shell: pty.shell.clone(),
+        pid: pty.pid,
+        cols,
+        rows,
+        created_at: pty.created_at.to_string(),
+        output_bytes: pty.end(),
+    }
+}
+
 pub(crate) fn job_info(job: &JobRecord) -> JobInfo {
     JobInfo {
         id: job.id.clone(),

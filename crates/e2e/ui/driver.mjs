@@ -110,8 +110,16 @@ const scenarios = {
   async hosts() {
     const page = await open();
     await ready(page);
-    const project = page.locator('#workspaces li.project', { has: page.locator(`li.agent-row[data-agent-id="${A.remote}"]`) });
+    // The sidebar is one flat list: a project's head row comes before its workspaces and agents.
+    await page.locator(row(A.remote)).waitFor();
+    const project = page.locator('#workspaces li.project-head', { has: page.locator('.host-badge') });
     await project.locator('.host-badge', { hasText: '@b' }).waitFor();
+    const before = await page.evaluate((id) => {
+      const rows = [...document.querySelectorAll('#workspaces > li')];
+      const at = rows.findIndex((r) => r instanceof HTMLElement && r.dataset.agentId === id);
+      return rows.slice(0, at).filter((r) => r.classList.contains('project-head')).pop()?.querySelector('.host-badge')?.textContent;
+    }, A.remote);
+    if (before !== '@b') fail(`the remote agent's row is under a project marked ${before}`);
     await openAgent(page, A.remote);
     await page.waitForFunction(([sel, t]) => document.querySelector(sel)?.innerText.includes(t), [`${pane(A.remote)} .timeline`, 'hello from b']);
     await page.locator(`${pane(A.remote)} .host-badge`, { hasText: '@b' }).waitFor();
@@ -984,6 +992,66 @@ const scenarios = {
     await page.locator(`${pane(A.child)} .permission.pending button:has-text("Allow once")`).waitFor();
     await page.click(`${pane(A.child)} .permission.pending button:has-text("Allow once")`);
     await gone(page, `#workspaces li.agent-row[data-agent-id="${A.parent}"] button.sub-attention`);
+  },
+
+  // A workspace terminal: opened from the agent's pane, a command typed and its output read
+  // on the screen; after a reload it is still listed and shows what it showed; closing its
+  // tab ends it. At 390 px its targets take a finger.
+  async terminals() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.agent);
+    const panel = `${pane(A.agent)} section.terminals`;
+    await page.click(`${panel} button.new-terminal`);
+    const screen = `${panel} .term-view[data-terminal-id] .xterm-rows`;
+    await page.locator(screen).waitFor({ state: 'visible' });
+    const shows = (text) => page.waitForFunction(([sel, t]) => document.querySelector(sel)?.textContent.includes(t), [screen, text]);
+    await page.click(`${panel} .term-view`);
+    await page.keyboard.type('echo answer=$((6*7)) in $(basename "$PWD")');
+    await page.keyboard.press('Enter');
+    await shows(`answer=42 in ${A.dir}`);
+    // Colours are drawn: xterm.js styles its cells itself (the CSP lets it).
+    await page.keyboard.type("printf '\\033[31mred=%s\\033[0m\\n' $((1+1))");
+    await page.keyboard.press('Enter');
+    await shows('red=2');
+    const red = await page.locator(`${screen} span`, { hasText: 'red=2' }).last().evaluate((e) => getComputedStyle(e).color);
+    if (red !== 'rgb(176, 27, 37)') fail(`red text is drawn in ${red}`);
+    await shot(page, 'terminal');
+    // The terminal follows the page into the dark scheme (a screenshot to look at).
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.screenshot({ path: `${A.shots}/terminal-dark.png` });
+    await page.emulateMedia({ colorScheme: null });
+    const id = await page.locator(`${panel} .term-view`).getAttribute('data-terminal-id');
+    // The Rust side answers with the terminal the daemon lists for the workspace.
+    const listed = (await step('typed')).trim();
+    if (listed !== id) fail(`the daemon lists ${listed}, the page shows ${id}`);
+    // A reload: the terminal is listed and its screen drawn again from the daemon's scrollback.
+    await page.reload();
+    await ready(page);
+    await page.locator(`${panel} .term-tab[data-terminal-id="${id}"]`).waitFor();
+    await page.locator(screen).waitFor({ state: 'visible' });
+    await shows(`answer=42 in ${A.dir}`);
+    // Typing still reaches it.
+    await page.click(`${panel} .term-view`);
+    await page.keyboard.type('echo again=$((20+1))');
+    await page.keyboard.press('Enter');
+    await shows('again=21');
+    // The shell takes Tab; Shift+Escape leaves the terminal for its tab.
+    await page.keyboard.press('Shift+Escape');
+    if (!await page.evaluate((t) => document.activeElement?.closest('.term-tab')?.getAttribute('data-terminal-id') === t, id)) fail('Shift+Escape did not leave the terminal');
+    // On a phone the panel's targets take a finger, and the screen fits.
+    await page.setViewportSize({ width: 390, height: 800 });
+    // The sidebar slides away into its drawer (0.15 s).
+    await page.waitForFunction(() => document.querySelector('#sidebar').getBoundingClientRect().right <= 0);
+    await fingerSized(page, 'terminals at 390 px');
+    const wide = await page.locator(`${panel} .term-view`).evaluate((e) => e.getBoundingClientRect().right);
+    if (wide > 390) fail(`the terminal is ${wide} px wide at 390`);
+    await shot(page, 'terminal-phone');
+    await page.setViewportSize({ width: 1280, height: 800 });
+    // Closing its tab ends it.
+    await page.click(`${panel} .term-tab[data-terminal-id="${id}"] .term-close`);
+    await gone(page, `${panel} .term-tab[data-terminal-id="${id}"]`);
+    await step('closed');
   },
 
   // An agent with a budget shows what it spent and its tree's spend against the budget in its

@@ -9,7 +9,8 @@ use serde_json::Value;
 use crate::{
     AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ErrorCode, HostInfo, ImportSkip,
     ImportedAgentInfo, JobInfo, NoticeInfo, NotifySinkInfo, NotifyTestResult, ProviderInfo,
-    ScheduleInfo, WorkspaceChangesInfo, WorkspaceInfo, WorktreeRemovalInfo, WorktreeStatusInfo,
+    ScheduleInfo, TerminalInfo, WorkspaceChangesInfo, WorkspaceInfo, WorktreeRemovalInfo,
+    WorktreeStatusInfo,
 };
 
 /// One answer: the request's correlation id and the answer's own fields.
@@ -93,6 +94,10 @@ answers! {
     JobWaited,
     JobFollowed,
     JobUnfollowed,
+    Terminal,
+    Terminals,
+    TerminalAttached,
+    TerminalDetached,
     RequestError,
     Schedule,
     Schedules,
@@ -383,6 +388,39 @@ pub struct Schedules {
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleDeleted {
     pub schedule_id: String,
+}
+
+/// The answer to `create_terminal`, `resize_terminal` and `close_terminal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Terminal {
+    pub terminal: TerminalInfo,
+}
+
+/// The answer to `list_terminals`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Terminals {
+    pub terminals: Vec<TerminalInfo>,
+}
+
+/// The answer to `attach_terminal`: the terminal now, and the offset its pushed output
+/// starts from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalAttached {
+    pub terminal: TerminalInfo,
+    /// The `offset` asked for, or the first byte of the kept scrollback.
+    pub offset: u64,
+}
+
+/// The answer to `detach_terminal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalDetached {
+    pub terminal_id: String,
+    /// This session was attached (until now).
+    pub attached: bool,
 }
 
 #[cfg(test)]

@@ -632,6 +632,26 @@ pub struct JobInfo {
     pub terminal: bool,
 }
 
+/// A workspace terminal as clients see it: a shell on a PTY of the daemon's host (not an ACP
+/// client terminal, which is an agent's job: see `JobInfo.terminal`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalInfo {
+    /// `term-<n>`, unique while the daemon runs.
+    pub id: String,
+    pub workspace_id: String,
+    /// The workspace's directory, where the shell started.
+    pub cwd: String,
+    /// The shell's program.
+    pub shell: String,
+    pub pid: u32,
+    pub cols: u16,
+    pub rows: u16,
+    pub created_at: String,
+    /// Bytes it wrote so far (the next output's offset).
+    pub output_bytes: u64,
+}
+
 /// One change to an agent's timeline (`op`: `item`, `append`, `patch`; see docs/protocol.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -868,6 +888,41 @@ pub enum DaemonMessage {
         /// The job ended and this is its last update: the follow is over.
         eof: bool,
     },
+    /// The answer to `create_terminal`, `resize_terminal` and `close_terminal`.
+    Terminal(Answer<answers::Terminal>),
+    /// The answer to `list_terminals`.
+    Terminals(Answer<answers::Terminals>),
+    /// The answer to `attach_terminal`: the terminal now, and the offset its pushed output
+    /// starts from.
+    TerminalAttached(Answer<answers::TerminalAttached>),
+    /// The answer to `detach_terminal`.
+    TerminalDetached(Answer<answers::TerminalDetached>),
+    /// Output of a workspace terminal this session is attached to, pushed as it is written.
+    TerminalOutput {
+        terminal_id: String,
+        /// The byte offset of `data`'s first byte in everything the terminal wrote (later
+        /// than the previous event's `nextOffset` when this session lagged past what is kept).
+        offset: u64,
+        /// The bytes as UTF-8 text; a character is never split between two events (bytes
+        /// that are not UTF-8 come as U+FFFD).
+        data: String,
+        /// Where the next event starts.
+        next_offset: u64,
+    },
+    /// A workspace terminal this session is attached to ended (its shell exited, or it was
+    /// closed); after its last `terminal_output`.
+    TerminalExit {
+        terminal_id: String,
+        /// How its shell ended, for people (`exit status 0`, `signal 9 (SIGKILL)`).
+        status: String,
+        exit_code: Option<i32>,
+    },
+    /// A workspace terminal was opened, resized, or ended (`terminal: null`). To every
+    /// session.
+    TerminalUpdate {
+        terminal_id: String,
+        terminal: Option<TerminalInfo>,
+    },
     /// A request failed. The connection stays open.
     RequestError(Answer<answers::RequestError>),
     /// This session fell behind and events were dropped: re-read with `list_agents` and
@@ -965,6 +1020,10 @@ impl DaemonMessage {
             | DaemonMessage::JobWaited(Answer { request_id, .. })
             | DaemonMessage::JobFollowed(Answer { request_id, .. })
             | DaemonMessage::JobUnfollowed(Answer { request_id, .. })
+            | DaemonMessage::Terminal(Answer { request_id, .. })
+            | DaemonMessage::Terminals(Answer { request_id, .. })
+            | DaemonMessage::TerminalAttached(Answer { request_id, .. })
+            | DaemonMessage::TerminalDetached(Answer { request_id, .. })
             | DaemonMessage::RequestError(Answer { request_id, .. })
             | DaemonMessage::Schedule(Answer { request_id, .. })
             | DaemonMessage::Schedules(Answer { request_id, .. })
@@ -1123,6 +1182,13 @@ pub const CLIENT_TYPES: &[&str] = &[
     "take_notices",
     "ack_notices",
     "set_upstream_gate",
+    "create_terminal",
+    "list_terminals",
+    "attach_terminal",
+    "detach_terminal",
+    "terminal_input",
+    "resize_terminal",
+    "close_terminal",
 ];
 
 #[cfg(test)]

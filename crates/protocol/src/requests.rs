@@ -105,6 +105,13 @@ pub enum ClientMessage {
     TakeNotices(TakeNotices),
     AckNotices(AckNotices),
     SetUpstreamGate(SetUpstreamGate),
+    CreateTerminal(CreateTerminal),
+    ListTerminals(ListTerminals),
+    AttachTerminal(AttachTerminal),
+    DetachTerminal(DetachTerminal),
+    TerminalInput(TerminalInput),
+    ResizeTerminal(ResizeTerminal),
+    CloseTerminal(CloseTerminal),
 }
 
 macro_rules! into_message {
@@ -170,6 +177,13 @@ into_message! {
     TakeNotices,
     AckNotices,
     SetUpstreamGate,
+    CreateTerminal,
+    ListTerminals,
+    AttachTerminal,
+    DetachTerminal,
+    TerminalInput,
+    ResizeTerminal,
+    CloseTerminal,
 }
 
 /// First message of a connection.
@@ -761,4 +775,73 @@ pub struct NotifyTest {
 
 fn default_delivery() -> Delivery {
     Delivery::Followup
+}
+
+/// Opens a workspace terminal: the user's shell (`$SHELL`, else `/bin/sh`) on a new PTY of
+/// `cols` × `rows` in the workspace's directory (not an ACP client terminal: those are an
+/// agent's jobs). Answered `terminal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateTerminal {
+    pub workspace_id: String,
+    /// Default 80.
+    #[serde(default)]
+    pub cols: Option<u16>,
+    /// Default 24.
+    #[serde(default)]
+    pub rows: Option<u16>,
+}
+
+/// The workspace terminals running now, of one workspace or of all. Answered `terminals`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListTerminals {
+    #[serde(default)]
+    pub workspace_id: Option<String>,
+}
+
+/// Attaches this session to a workspace terminal: answered `terminal_attached`, then
+/// `terminal_output` events carry what the terminal wrote from `offset` (default: the first
+/// byte of its kept scrollback, which repaints the screen) and everything it writes next,
+/// until its `terminal_exit`. Attaching again starts over from the new `offset`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttachTerminal {
+    pub terminal_id: String,
+    #[serde(default)]
+    pub offset: Option<u64>,
+}
+
+/// Stops an `attach_terminal` (the terminal goes on): no `terminal_output` of it follows the
+/// answer (`terminal_detached`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DetachTerminal {
+    pub terminal_id: String,
+}
+
+/// Types `data` (UTF-8 text, as a terminal emulator sends it: keys, escape sequences, pasted
+/// text; at most 64 KiB) into a workspace terminal. Answered `ok`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TerminalInput {
+    pub terminal_id: String,
+    pub data: String,
+}
+
+/// Sets a workspace terminal's size (its programs get `SIGWINCH`). Answered `terminal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResizeTerminal {
+    pub terminal_id: String,
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// Ends a workspace terminal: its shell and everything it started. Answered `terminal` once
+/// they are gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloseTerminal {
+    pub terminal_id: String,
 }

@@ -123,6 +123,9 @@ wire_enum! {
         BudgetExhausted => "budget_exhausted",
         UnknownHost => "unknown_host",
         HostUnreachable => "host_unreachable",
+        UnknownTerminal => "unknown_terminal",
+        TerminalStartFailed => "terminal_start_failed",
+        WorkspaceArchived => "workspace_archived",
     }
 }
 

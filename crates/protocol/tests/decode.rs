@@ -68,6 +68,10 @@ const FIELDS: &[&str] = &[
     "notifyUpstream",
     "ids",
     "archived",
+    "terminalId",
+    "cols",
+    "rows",
+    "data",
 ];
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -663,6 +667,63 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                     }),
                 }
             }),
+        (
+            opt_string(),
+            any::<String>(),
+            prop::option::of(any::<u16>()),
+            prop::option::of(any::<u16>())
+        )
+            .prop_map(|(request_id, workspace_id, cols, rows)| ClientRequest {
+                request_id,
+                message: ClientMessage::CreateTerminal(requests::CreateTerminal {
+                    workspace_id,
+                    cols,
+                    rows
+                })
+            }),
+        (opt_string(), opt_string()).prop_map(|(request_id, workspace_id)| ClientRequest {
+            request_id,
+            message: ClientMessage::ListTerminals(requests::ListTerminals { workspace_id })
+        }),
+        (
+            opt_string(),
+            any::<String>(),
+            prop::option::of(any::<u64>())
+        )
+            .prop_map(|(request_id, terminal_id, offset)| ClientRequest {
+                request_id,
+                message: ClientMessage::AttachTerminal(requests::AttachTerminal {
+                    terminal_id,
+                    offset
+                })
+            }),
+        (opt_string(), any::<String>()).prop_map(|(request_id, terminal_id)| ClientRequest {
+            request_id,
+            message: ClientMessage::DetachTerminal(requests::DetachTerminal { terminal_id })
+        }),
+        (opt_string(), any::<String>(), any::<String>()).prop_map(
+            |(request_id, terminal_id, data)| ClientRequest {
+                request_id,
+                message: ClientMessage::TerminalInput(requests::TerminalInput {
+                    terminal_id,
+                    data
+                })
+            }
+        ),
+        (opt_string(), any::<String>(), any::<u16>(), any::<u16>()).prop_map(
+            |(request_id, terminal_id, cols, rows)| ClientRequest {
+                request_id,
+                message: ClientMessage::ResizeTerminal(requests::ResizeTerminal {
+                    terminal_id,
+                    cols,
+                    rows
+                })
+            }
+        ),
+        (opt_string(), any::<String>()).prop_map(|(request_id, terminal_id)| ClientRequest {
+            request_id,
+            message: ClientMessage::CloseTerminal(requests::CloseTerminal { terminal_id })
+        }),
     ]
 }
 

@@ -17,6 +17,7 @@
 //! - [`changes`]: what a workspace changed against its base (git, bounded).
 //! - [`schedules`]: prompts on a timetable, and how they fire.
 //! - [`jobs`]: background commands agents own.
+//! - [`pty`]: workspace terminals, interactive shells for people.
 //! - [`import`]: agents brought in from a Paseo home.
 //! - [`remote`]: an agent's subagents on other hosts: created there, archived with it.
 //! - [`notify`]: what clients watch, and the notification sinks' status and samples.
@@ -31,6 +32,7 @@ pub(crate) mod messages;
 pub(crate) mod notify;
 pub(crate) mod permissions;
 pub(crate) mod providers;
+pub(crate) mod pty;
 pub(crate) mod remote;
 pub(crate) mod schedules;
 pub(crate) mod sessions;
@@ -62,6 +64,8 @@ pub(crate) struct Ops {
     pub(crate) notifier: crate::notify::Notifier,
     /// The other machines' daemons this one links to (`drover host`).
     pub(crate) hosts: crate::hosts::Hosts,
+    /// The workspace terminals people opened.
+    pub(crate) ptys: crate::ptys::Ptys,
 }
 
 /// Who asks. A user (any client of the protocol) may do anything; an agent (over MCP) may
@@ -119,6 +123,10 @@ pub(crate) enum OpError {
     BudgetExhausted(Box<drover_protocol::BudgetExhaustedInfo>),
     #[error(transparent)]
     Host(#[from] crate::hosts::HostError),
+    #[error(transparent)]
+    Pty(#[from] crate::ptys::PtyError),
+    #[error("workspace `{0}` is archived")]
+    WorkspaceArchived(WorkspaceId),
     /// Another host's daemon refused what this one asked of it for a client.
     #[error("host `{host}`: {message}")]
     Remote {
@@ -163,6 +171,17 @@ impl OpError {
             OpError::Job(e) => e.code(),
             OpError::BudgetExhausted(_) => ErrorCode::BudgetExhausted,
             OpError::Host(e) => e.code(),
+            OpError::Pty(e) => match e {
+                crate::ptys::PtyError::Unknown(_) => ErrorCode::UnknownTerminal,
+                crate::ptys::PtyError::Limit | crate::ptys::PtyError::InputFull(_) => {
+                    ErrorCode::TooManyRequests
+                }
+                crate::ptys::PtyError::Start { .. } | crate::ptys::PtyError::Io { .. } => {
+                    ErrorCode::TerminalStartFailed
+                }
+                crate::ptys::PtyError::ShuttingDown => ErrorCode::ShuttingDown,
+            },
+            OpError::WorkspaceArchived(_) => ErrorCode::WorkspaceArchived,
             OpError::Remote { code, .. } => *code,
         }
     }
@@ -210,6 +229,11 @@ impl Ops {
         &self,
     ) -> broadcast::Receiver<crate::schedules::ScheduleEvent> {
         self.schedules.subscribe()
+    }
+
+    /// Every workspace terminal opened, resized or ended, as it happens.
+    pub(crate) fn subscribe_terminals(&self) -> broadcast::Receiver<crate::ptys::PtyEvent> {
+        self.ptys.subscribe()
     }
 
     /// Every job start and end, as it happens.

@@ -60,7 +60,11 @@ impl Ops {
         force: bool,
     ) -> Result<WorkspaceArchiveOutcome, OpError> {
         self.owned_workspace(caller, id)?;
-        Ok(self.registry.archive_workspace(id, force).await?)
+        let outcome = self.registry.archive_workspace(id, force).await?;
+        // Its terminals end with it (`crate::ptys`); the ones an archive by another path
+        // leaves are ended by the daemon's watch on workspaces.
+        self.ptys.close_workspace(id).await;
+        Ok(outcome)
     }
 
     /// The workspace `id`, if `caller` may change it. A user may change any. An agent may

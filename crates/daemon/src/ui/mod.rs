@@ -41,14 +41,23 @@ const ASSETS: &[Asset] = &[
     asset!("conn.js", JS),
     asset!("markdown.js", JS),
     asset!("timeline.js", JS),
+    asset!("sidebar.js", JS),
     asset!("startcard.js", JS),
     asset!("protocol.gen.js", JS),
     asset!("dom.js", JS),
+    asset!("terminal.js", JS),
+    // xterm.js, vendored by scripts/vendor-xterm (versions in xterm.LICENSE).
+    asset!("xterm.mjs", JS),
+    asset!("xterm-addon-fit.mjs", JS),
+    asset!("xterm.css", CSS),
     asset!("favicon.svg", SVG),
 ];
 
-/// No inline script or style, nothing from elsewhere; the socket goes to this origin only.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+/// No inline script, nothing from elsewhere; the socket goes to this origin only. Inline
+/// styles are allowed: xterm.js sizes and colours the terminal's cells with `<style>`
+/// elements and `style` attributes it writes itself; a style runs no code, and the page never
+/// parses markup from data (see `dom.js`), so nothing else can write one.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// An entity tag per file, from its bytes: the browser revalidates (`no-cache`) and gets a
@@ -127,14 +136,31 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
 mod tests {
     use super::*;
 
+    fn extension(name: &str) -> Option<&str> {
+        std::path::Path::new(name)
+            .extension()
+            .and_then(|e| e.to_str())
+    }
+
     #[test]
     fn every_module_the_page_imports_is_served() {
         // A module imported but not in ASSETS would 404 in the browser and leave a blank page.
         for asset in ASSETS
             .iter()
-            .filter(|a| a.mime.starts_with("text/javascript"))
+            .filter(|a| a.mime.starts_with("text/javascript") && extension(a.name) != Some("mjs"))
         {
             let text = std::str::from_utf8(asset.body).expect("utf-8");
+            // Modules loaded later (`import(XTERM)`) are named in a constant: `'./x.mjs'`.
+            for named in text.split("'./").skip(1) {
+                let file = named.split('\'').next().unwrap_or_default();
+                if matches!(extension(file), Some("js" | "mjs")) {
+                    assert!(
+                        ASSETS.iter().any(|a| a.name == file),
+                        "{} loads {file}, which is not served",
+                        asset.name
+                    );
+                }
+            }
             for line in text.lines().filter(|l| l.starts_with("import ")) {
                 let Some(from) = line.split("from './").nth(1) else {
                     continue;

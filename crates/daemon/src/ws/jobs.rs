@@ -140,9 +140,16 @@ pub(super) struct Push {
     eof: bool,
 }
 
-/// The jobs one session follows.
+impl Push {
+    /// `text` for the follow numbered `follow`; `eof`: its last.
+    pub(super) fn new(follow: u64, text: Utf8Bytes, eof: bool) -> Push {
+        Push { follow, text, eof }
+    }
+}
+
+/// The jobs one session follows, and the workspace terminals it is attached to.
 pub(super) struct Follows {
-    /// Job id → its follow's number and task.
+    /// Job or terminal id → its follow's number and task.
     active: HashMap<String, (u64, AbortHandle)>,
     next: u64,
     tx: mpsc::Sender<Push>,
@@ -265,8 +272,28 @@ impl Follows {
         None
     }
 
-    /// Ends the follow of `job_id`; whether there was one.
-    fn stop(&mut self, job_id: &str) -> bool {
+    /// Starts another follow (of a workspace terminal: `super::pty`), numbered, its pushes
+    /// into this session's queue: `task` starts it, given its number and the queue. Replaces
+    /// one of the same `key`. `false` (nothing started) when the session follows too many.
+    pub(super) fn add(
+        &mut self,
+        key: &str,
+        task: impl FnOnce(u64, mpsc::Sender<Push>) -> tokio::task::JoinHandle<()>,
+    ) -> bool {
+        self.stop(key);
+        if self.active.len() >= MAX_FOLLOWS {
+            return false;
+        }
+        self.next += 1;
+        let follow = self.next;
+        let task = task(follow, self.tx.clone());
+        self.active
+            .insert(key.to_string(), (follow, task.abort_handle()));
+        true
+    }
+
+    /// Ends the follow of `job_id` (or of a terminal); whether there was one.
+    pub(super) fn stop(&mut self, job_id: &str) -> bool {
         match self.active.remove(job_id) {
             Some((_, task)) => {
                 task.abort();

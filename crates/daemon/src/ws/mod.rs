@@ -1,6 +1,7 @@
 //! The client protocol over WebSocket (`/ws`): the handshake, the `agent_status` /
 //! `agent_update` / `workspace_update` streams, the output of the jobs a session follows
-//! (`jobs`), and the requests, which `requests` hands to the operations layer.
+//! (`jobs`) and of the workspace terminals it is attached to (`pty`), and the requests, which
+//! `requests` hands to the operations layer.
 //!
 //! Events are turned into JSON once, by the hub, and fanned out to every session through a
 //! broadcast channel. A session that falls behind (its socket is slow) lags on that channel:
@@ -10,6 +11,7 @@
 mod coalesce;
 mod jobs;
 mod join;
+mod pty;
 mod requests;
 mod snapshot;
 mod subscriptions;
@@ -268,11 +270,30 @@ impl Hub {
         );
     }
 
-    /// Every job start and end goes to every session as `job_update`; so does what other
-    /// hosts' daemons say (see `forward_hosts`).
+    /// Every workspace terminal opened, resized or ended goes to every session as
+    /// `terminal_update`.
+    fn forward_terminals(&self, ops: &Ops) {
+        let dropped = self.metrics.hub_dropped_events.clone();
+        forward_each(
+            self.tx.clone(),
+            ops.subscribe_terminals(),
+            |event| DaemonMessage::TerminalUpdate {
+                terminal_id: event.id.clone(),
+                terminal: event.terminal.as_deref().map(wire::terminal_info),
+            },
+            move |n| {
+                dropped.inc_by(n);
+                format!("the daemon dropped {n} terminal updates")
+            },
+        );
+    }
+
+    /// Every job start and end goes to every session as `job_update`; so do what other
+    /// hosts' daemons say (see `forward_hosts`) and workspace terminals' changes.
     fn forward_jobs(&self, ops: &Ops) {
         self.forward_hosts(ops);
         self.forward_notices(ops);
+        self.forward_terminals(ops);
         let dropped = self.metrics.hub_dropped_events.clone();
         forward_each(
             self.tx.clone(),
@@ -638,6 +659,24 @@ impl Session {
                 });
                 Some(Next::Continue)
             }
+            // Workspace terminals are the connected daemon's own (`crate::ptys`): one opened
+            // over a link could not be attached to or closed from here.
+            Ok(hosts::Route::Remote { host, .. })
+                if matches!(
+                    request.message,
+                    ClientMessage::CreateTerminal(_) | ClientMessage::ListTerminals(_)
+                ) =>
+            {
+                let error = request_error(
+                    request.request_id.clone(),
+                    ErrorCode::NotPermitted,
+                    format!(
+                        "the workspace is on host `{host}`: open its terminals in the web UI of the daemon there"
+                    ),
+                    None,
+                );
+                Some(send(socket, self.sent(), encode(&error)).await)
+            }
             Ok(hosts::Route::Remote { host, message: out }) => {
                 self.forward(host, out, request, replies, requests);
                 Some(Next::Continue)
@@ -712,6 +751,11 @@ impl Session {
             ClientMessage::Watching(r) => self.watching(id, r.agent_id.clone()),
             ClientMessage::FollowJob(r) => self.follows.follow_job(id, r, &self.context.ops),
             ClientMessage::UnfollowJob(r) => self.follows.unfollow_job(id, r),
+            ClientMessage::AttachTerminal(r) => {
+                pty::attach_terminal(&mut self.follows, id, r, &self.context.ops)
+            }
+            ClientMessage::DetachTerminal(r) => pty::detach_terminal(&mut self.follows, id, r),
+            ClientMessage::TerminalInput(r) => pty::terminal_input(&self.context.ops, id, r),
             // The encodings `session_state` is made of: no agent is encoded again.
             ClientMessage::ListAgents(r) => {
                 return Some(self.context.hub.agents.agents_message(

@@ -11,7 +11,7 @@ use drover_protocol::requests as rq;
 use drover_protocol::{ClientMessage, ClientRequest, DaemonMessage, ErrorCode, NewWorktree};
 use serde_json::Value;
 
-use super::{jobs, request_error};
+use super::{jobs, pty, request_error};
 use crate::ops::agents::{AgentScope, CreateAgent, Placement};
 use crate::ops::schedules::{CreateSchedule, ScheduleFor};
 use crate::ops::{Caller, OpError, Ops, parse_agent, parse_workspace};
@@ -120,6 +120,14 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         // The session answers these itself (see `super::jobs::Follows`).
         M::FollowJob(_) => answered_by_the_session(id, "follow_job"),
         M::UnfollowJob(_) => answered_by_the_session(id, "unfollow_job"),
+        M::CreateTerminal(r) => send(pty::create_terminal(ops, id, r).await?),
+        M::ListTerminals(r) => send(pty::list_terminals(ops, id, &r)?),
+        M::ResizeTerminal(r) => send(pty::resize_terminal(ops, id, &r)?),
+        M::CloseTerminal(r) => send(pty::close_terminal(ops, id, r).await?),
+        // The session answers these itself (see `super::pty`).
+        M::AttachTerminal(_) => answered_by_the_session(id, "attach_terminal"),
+        M::TerminalInput(_) => answered_by_the_session(id, "terminal_input"),
+        M::DetachTerminal(_) => answered_by_the_session(id, "detach_terminal"),
     }
 }
 

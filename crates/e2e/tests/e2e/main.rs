@@ -36,4 +36,5 @@ mod ui;
 mod unattended;
 mod warm;
 mod wiring;
+mod workspace_terminals;
 mod workspaces;

@@ -67,6 +67,11 @@ impl DaemonProcess {
         client
     }
 
+    /// `ws://127.0.0.1:PORT/ws`.
+    pub(crate) fn ws_url(&self) -> &str {
+        &self.ws_url
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }

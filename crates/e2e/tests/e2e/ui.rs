@@ -1102,6 +1102,41 @@ async fn schedules_are_made_paused_and_deleted_from_the_agent_pane() {
     assert_eq!(listed["payload"]["schedules"], json!([]), "{listed}");
 }
 
+#[tokio::test]
+async fn a_workspace_terminal_runs_what_is_typed_survives_a_reload_and_ends_with_its_tab() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    let id = idle_agent(&mut client, &daemon, "with a terminal").await;
+    let workspace = agent(&mut client, &id).await["workspaceId"]
+        .as_str()
+        .expect("a workspace")
+        .to_string();
+    let cwd = std::fs::canonicalize(daemon.cwd()).expect("cwd");
+    let dir = cwd
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a name")
+        .to_string();
+    let mut s = Scenario::start("terminals", &daemon, json!({"agent": id, "dir": dir})).await;
+    s.step("typed").await;
+    let listed = client
+        .request(json!({"type": "list_terminals", "workspaceId": workspace}))
+        .await;
+    let terminal = listed["payload"]["terminals"][0].clone();
+    assert_eq!(terminal["cwd"], cwd.display().to_string(), "{listed}");
+    let shell = terminal["pid"].as_u64().expect("the shell's pid");
+    s.answer(terminal["id"].as_str().expect("an id")).await;
+    s.step("closed").await;
+    let listed = client.request(json!({"type": "list_terminals"})).await;
+    assert_eq!(listed["payload"]["terminals"], json!([]), "{listed}");
+    eventually("the shell to end", WAIT, async || {
+        !Path::new(&format!("/proc/{shell}")).exists()
+    })
+    .await;
+    s.go().await;
+    s.done().await;
+}
+
 // ---- failed starts and sign-in ------------------------------------------------------------
 
 /// The key the scripted agent of [`locked_daemon`] takes.

@@ -2,10 +2,12 @@
 // its timeline, jobs, subagents track and composer, and the dialogs. It speaks the client protocol
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError } from './conn.js';
-import { ClientType, DaemonType, HostState, WorkspaceKind } from './protocol.gen.js';
+import { ClientType, DaemonType, HostState } from './protocol.gen.js';
 import { h, plural, modal, confirmDialog, ago } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
+import { Sidebar } from './sidebar.js';
+import { Terminals } from './terminal.js';
 
 // ---- state ------------------------------------------------------------------------------
 
@@ -85,10 +87,14 @@ const conn = new Conn({
   },
 });
 
+// The workspace terminals (terminal.js): their list, views and messages.
+const terminals = new Terminals({ conn, failed, store, changed: () => render({ sidebar: false }) });
+
 // ---- messages from the daemon -----------------------------------------------------------
 
 function onMessage(msg) {
   const p = msg.payload || {};
+  if (terminals.onMessage(msg)) return;
   switch (msg.type) {
     case DaemonType.SessionState:
       if (!timing.stateAt) timing.stateAt = performance.now();
@@ -111,6 +117,7 @@ function onMessage(msg) {
         render({ sidebar: false });
       }).catch(() => {});
       loadJobs();
+      terminals.synced(S.sessionId);
       // A new session follows nothing: open job dialogs follow again from where they are.
       for (const f of S.follows.values()) if (f.session !== S.sessionId) f.restart();
       if (!S.providers) conn.request({ type: ClientType.ListProviders }).then((m) => { S.providers = m.payload.providers; }).catch(() => {});
@@ -126,7 +133,8 @@ function onMessage(msg) {
       if (a.requiresAttention && !(before && before.requiresAttention)) notifyAttention(a);
       // An open changes view reads git again when a turn in its workspace ends.
       if (openChanges && openChanges.workspaceId === a.workspaceId && before && busy(before) && !busy(a)) openChanges.load();
-      render({ sidebar: sidebarKey(before) !== sidebarKey(a) });
+      sidebarChange(before, a);
+      render({ sidebar: false });
       break;
     }
     case DaemonType.HostUpdate:
@@ -251,7 +259,6 @@ function children(id) {
   return out.sort((x, y) => x.createdAt.localeCompare(y.createdAt));
 }
 function busy(a) { return a.status === 'running' || a.status === 'initializing'; }
-function basename(p) { return (p || '').replace(/\/+$/, '').split('/').pop() || p; }
 function live(a) {
   if (typeof a.runtime === 'string') return a.runtime;
   if (typeof a.live === 'boolean') return a.live ? 'live' : 'cold';
@@ -297,9 +304,6 @@ function failed(what) {
 // ---- rendering ----------------------------------------------------------------------------
 
 let frame = 0;
-// The sidebar is the costly part with thousands of agents: it is rebuilt only when something
-// it shows changed (`render({ sidebar: false })` leaves it alone).
-let sidebarDirty = true;
 // What this page shows, as the daemon last heard it (`watching`): it sends no notification
 // about the agent in front of the user. Told here, not in the animation frame, which a hidden
 // page does not get.
@@ -313,17 +317,17 @@ function reportWatching() {
   conn.request({ type: ClientType.Watching, agentId }).then(() => { document.body.dataset.watching = agentId ?? ''; }).catch(() => {});
 }
 
+/**
+ * Draws what changed at the next frame. The sidebar is the costly part with thousands of
+ * agents: its rows are built again only when `sidebar` is true (what they are made of
+ * changed); `render({ sidebar: false })` leaves them alone.
+ */
 function render({ sidebar = true } = {}) {
-  if (sidebar) sidebarDirty = true;
+  if (sidebar) sidebarView.invalidate();
   reportWatching();
   if (frame) return;
   frame = requestAnimationFrame(() => {
     frame = 0;
-    if (sidebarDirty) {
-      sidebarDirty = false;
-      renderSidebar();
-      if (!timing.renderedAt && S.synced) timing.renderedAt = performance.now();
-    }
     renderTabs();
     renderPane();
     const n = attentionCount();
@@ -331,14 +335,40 @@ function render({ sidebar = true } = {}) {
   });
 }
 
-// When the first state arrived and when the sidebar first showed it (read by the benchmark).
-const timing = { stateAt: 0, renderedAt: 0 };
+// When the first state arrived, when the sidebar first showed it, and how many root rows it
+// holds (read by the benchmark).
+const timing = { stateAt: 0, renderedAt: 0, rows: 0 };
 /** @type {any} */ (window).droverTiming = timing;
 
-/** What a sidebar row shows of an agent: a change elsewhere does not rebuild the sidebar. */
-function sidebarKey(a) {
-  return a ? `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${a.parentAgentId}|${a.workspaceId}` : '';
+/** What a sidebar row shows of an agent (`touch`), or where it goes (`invalidate`). */
+function sidebarChange(before, a) {
+  if (!before || before.workspaceId !== a.workspaceId || before.parentAgentId !== a.parentAgentId || before.archivedAt !== a.archivedAt) {
+    sidebarView.invalidate();
+  } else if (`${before.status}|${before.title}|${before.type}|${before.requiresAttention}|${before.attentionReason}|${before.limited?.retryAt}|${before.lastActivityAt}`
+    !== `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.limited?.retryAt}|${a.lastActivityAt}`) {
+    sidebarView.touch();
+  }
 }
+
+/** The host a project is on, as its badge shows it: a change redraws the badge. */
+function hostKey(name) {
+  const host = name ? S.hosts.get(name) : null;
+  return name ? `${name}|${host?.state}|${host?.since}|${host?.error}` : '';
+}
+
+const sidebarView = new Sidebar(document.getElementById('workspaces'), document.querySelector('#sidebar nav'), {
+  S, label, dot, hostBadge, hostKey, attentionMark, quickMatch, openAgent, unarchive, newAgentDialog, showChanges,
+  reason: (a) => REASON[a.attentionReason] || 'needs you',
+  toggleWorkspace(id) {
+    S.collapsed[id] = !S.collapsed[id];
+    store.set('drover.collapsed', S.collapsed);
+    render();
+  },
+  onPaint(rows) {
+    if (!timing.renderedAt && S.synced) timing.renderedAt = performance.now();
+    timing.rows = rows;
+  },
+});
 
 function renderConnection() {
   const el = document.getElementById('connection');
@@ -359,96 +389,6 @@ function renderConnection() {
 }
 setInterval(() => { if (S.state === 'offline') renderConnection(); }, 1000);
 
-// Sidebar rows are cached by agent id and rebuilt only when what they show changed: with
-// thousands of agents, a status change touches one row.
-const rowCache = new Map();
-
-function renderSidebar() {
-  const list = document.getElementById('workspaces');
-  const filter = S.filter.trim().toLowerCase();
-  // The text filter and the quick filter look at every agent, subagents too: a root shows
-  // when it or one of its subagents matches, with the subagents that do under it.
-  const narrowed = Boolean(filter || S.quick);
-  const matches = (a) => (!filter || `${a.title ?? ''} ${a.type} ${a.id} ${a.cwd}`.toLowerCase().includes(filter)) && quickMatch(a);
-  const kidsOf = new Map();
-  if (narrowed) {
-    for (const a of S.agents.values()) {
-      if (!a.parentAgentId || a.archivedAt) continue;
-      if (!kidsOf.has(a.parentAgentId)) kidsOf.set(a.parentAgentId, []);
-      kidsOf.get(a.parentAgentId).push(a);
-    }
-  }
-  const hits = new Map();
-  const roots = new Map();
-  for (const a of S.agents.values()) {
-    if (!isRoot(a)) continue;
-    if (a.archivedAt && !S.showArchived) continue;
-    if (narrowed) {
-      const found = [];
-      const queue = [...(kidsOf.get(a.id) || [])];
-      for (let i = 0; i < queue.length && i < 10000; i++) {
-        const d = queue[i];
-        if (matches(d)) found.push(d);
-        queue.push(...(kidsOf.get(d.id) || []));
-      }
-      if (!matches(a) && !found.length) continue;
-      hits.set(a.id, found);
-    }
-    const key = a.workspaceId;
-    if (!roots.has(key)) roots.set(key, []);
-    roots.get(key).push(a);
-  }
-  const childCount = new Map();
-  // What subagents ask of their user rolls up to their root: how many, and the one to open
-  // (a permission first, since it blocks a turn).
-  const rollup = new Map();
-  for (const a of S.agents.values()) {
-    if (!a.parentAgentId || a.archivedAt) continue;
-    childCount.set(a.parentAgentId, (childCount.get(a.parentAgentId) || 0) + 1);
-    if (!a.requiresAttention || a.attentionReason === 'finished') continue;
-    let root = a;
-    for (let i = 0; i < 64 && root.parentAgentId && S.agents.has(root.parentAgentId); i++) root = S.agents.get(root.parentAgentId);
-    const r = rollup.get(root.id) || { n: 0, first: null };
-    r.n += 1;
-    if (!r.first || (a.attentionReason === 'permission' && r.first.attentionReason !== 'permission')) r.first = a;
-    rollup.set(root.id, r);
-  }
-  // Group by project: a worktree counts under the checkout it was made from.
-  const projects = new Map();
-  for (const w of S.workspaces.values()) {
-    if (w.archivedAt && !S.showArchived) continue;
-    const agents = roots.get(w.id) || [];
-    if (narrowed && !agents.length && (S.quick || !w.name.toLowerCase().includes(filter))) continue;
-    // Another host's checkout is another project, even at the same path.
-    const project = `${w.host ? `${w.host}:` : ''}${w.worktree?.source || w.path}`;
-    if (!projects.has(project)) projects.set(project, []);
-    projects.get(project).push(w);
-  }
-  const groups = [];
-  for (const [project, wss] of [...projects].sort((x, y) => basename(x[0]).localeCompare(basename(y[0])))) {
-    const items = [];
-    for (const w of wss.sort((x, y) => Number(x.kind === WorkspaceKind.Worktree) - Number(y.kind === WorkspaceKind.Worktree) || x.name.localeCompare(y.name))) {
-      const agents = (roots.get(w.id) || []).sort((x, y) => (y.lastActivityAt || y.createdAt).localeCompare(x.lastActivityAt || x.createdAt));
-      const collapsed = S.collapsed[w.id];
-      items.push(h('li', { class: 'workspace', dataset: { workspaceId: w.id } },
-        h('div', { class: 'ws-head' },
-          h('button', { type: 'button', class: 'ws-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[w.id] = !collapsed; store.set('drover.collapsed', S.collapsed); render(); } },
-            h('span', { class: `activity activity-${w.activity ?? 'none'}`, role: 'img', 'aria-label': `activity ${w.activity ?? 'none'}`, title: w.activity ?? 'no activity' }),
-            h('span', { class: 'ws-name' }, w.kind === 'worktree' ? `⎇ ${w.name}` : w.name),
-            h('span', { class: 'count' }, agents.length)),
-          w.kind !== 'directory' ? h('button', { type: 'button', class: 'icon', title: 'Changes', 'aria-label': `Changes in ${w.name}`, onclick: () => showChanges(w) }, '±') : null,
-          h('button', { type: 'button', class: 'icon', title: 'New agent here', 'aria-label': `New agent in ${w.name}`, onclick: () => newAgentDialog(w.id) }, '+')),
-        collapsed ? null : h('ul', { class: 'agents', role: 'list' }, agents.flatMap((a) => [agentRow(a, childCount.get(a.id) || 0, rollup.get(a.id)),
-          ...(hits.get(a.id) || []).map((d) => agentRow(d, 0, null, true))]))));
-    }
-    groups.push(h('li', { class: 'project' }, h('div', { class: 'project-name', title: project }, basename(project), hostBadge(wss[0].host)), h('ul', { role: 'list' }, items)));
-  }
-  if (!groups.length) {
-    groups.push(h('li', { class: 'empty' }, S.synced ? (narrowed ? 'Nothing matches the filter.' : 'No agents yet. Start one with “New agent”.') : ''));
-  }
-  list.replaceChildren(...groups);
-}
-
 /** What a quick filter keeps. */
 function quickMatch(a) {
   switch (S.quick) {
@@ -467,30 +407,6 @@ function hostBadge(name) {
   const since = host ? new Date(host.since).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '';
   const title = up ? `on host ${name}` : `host ${name} is ${host?.state ?? 'gone'} since ${since}${host?.error ? `: ${host.error}` : ''}; its agents go on running there`;
   return h('span', { class: `host-badge${up ? '' : ' down'}`, title }, up ? `@${name}` : `@${name} · ${host?.state ?? 'gone'}`);
-}
-
-/** A sidebar row: a root, or (`sub`) a subagent a filter found, under its root. */
-function agentRow(a, kids, roll, sub = false) {
-  const active = S.layout.active === a.id;
-  const key = `${a.status}|${a.title}|${a.type}|${a.requiresAttention}|${a.attentionReason}|${a.archivedAt}|${a.limited ? a.limited.retryAt : ''}|${kids}|${active}|${sub}|${roll ? `${roll.n}|${roll.first.id}|${roll.first.attentionReason}|${label(roll.first)}` : ''}`;
-  const hit = rowCache.get(a.id);
-  if (hit && hit.key === key) return hit.el;
-  const el = h('li', { class: `agent-row${sub ? ' sub' : ''}${active ? ' active' : ''}${a.archivedAt ? ' archived' : ''}`, dataset: { agentId: a.id } },
-    h('button', { type: 'button', class: 'open', onclick: () => openAgent(a.id), 'aria-current': active ? 'page' : null },
-      dot(a.status),
-      h('span', { class: 'title' }, label(a)),
-      h('span', { class: 'provider' }, a.type),
-      kids ? h('span', { class: 'kids', title: plural(kids, 'subagent', 'subagents') }, `+${kids} sub`) : null,
-      attentionMark(a)),
-    roll ? h('button', {
-      type: 'button', class: `small sub-attention reason-${roll.first.attentionReason}`,
-      title: `${plural(roll.n, 'subagent needs', 'subagents need')} you: open “${label(roll.first)}”, which ${REASON[roll.first.attentionReason] || 'needs you'}`,
-      'aria-label': `! ${roll.n} sub: ${plural(roll.n, 'subagent needs', 'subagents need')} you; open ${label(roll.first)}`,
-      onclick: () => openAgent(roll.first.id),
-    }, `! ${roll.n} sub`) : null,
-    a.archivedAt ? h('button', { type: 'button', class: 'small', onclick: () => unarchive(a.id) }, 'Unarchive') : null);
-  rowCache.set(a.id, { key, el });
-  return el;
 }
 
 /** What a row shows of the agent's attention: a sign-in it waits for is said in words. */
@@ -709,6 +625,7 @@ function renderPane() {
   }
   renderHeader(pane, a);
   renderStartCard(pane, a);
+  renderTerminals(pane, a);
   renderJobs(pane, a);
   renderTrack(pane, a);
   renderSchedules(pane, a);
@@ -716,6 +633,12 @@ function renderPane() {
   renderDropped(pane);
   renderArchivedNote(pane, a);
   pane.send.disabled = S.state !== 'online' || Boolean(a.archivedAt);
+}
+
+/** The Terminals panel of the agent's workspace: terminals of this daemon, in a live workspace. */
+function renderTerminals(pane, a) {
+  const w = S.workspaces.get(a.workspaceId);
+  pane.terms.render(a.workspaceId, !a.archivedAt && !a.host && !w?.archivedAt);
 }
 
 /** An archived agent's pane says so where one types, keeps the text, and offers Unarchive. */
@@ -764,6 +687,7 @@ function makePane(a) {
   pane.header = h('header', { class: 'pane-head' });
   pane.startEl = h('div', { class: 'start-host', hidden: true });
   pane.jobsEl = h('section', { class: 'jobs', 'aria-label': 'Jobs' });
+  pane.terms = terminals.panel();
   pane.track = h('section', { class: 'track', 'aria-label': 'Subagents' });
   pane.schedulesEl = h('section', { class: 'schedules', 'aria-label': 'Schedules', hidden: true });
   pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
@@ -792,7 +716,7 @@ function makePane(a) {
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
   pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.startEl, pane.view.el,
-    h('div', { class: 'bottom' }, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl, pane.droppedEl, pane.archivedEl,
+    h('div', { class: 'bottom' }, pane.terms.el, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl, pane.droppedEl, pane.archivedEl,
       h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
   return pane;
 }

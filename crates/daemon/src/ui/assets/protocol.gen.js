@@ -46,6 +46,9 @@ export const ErrorCode = Object.freeze({
   BudgetExhausted: /** @type {'budget_exhausted'} */ ('budget_exhausted'),
   UnknownHost: /** @type {'unknown_host'} */ ('unknown_host'),
   HostUnreachable: /** @type {'host_unreachable'} */ ('host_unreachable'),
+  UnknownTerminal: /** @type {'unknown_terminal'} */ ('unknown_terminal'),
+  TerminalStartFailed: /** @type {'terminal_start_failed'} */ ('terminal_start_failed'),
+  WorkspaceArchived: /** @type {'workspace_archived'} */ ('workspace_archived'),
 });
 
 /** Every `AgentStatus` value, by its Rust name. */
@@ -278,6 +281,13 @@ export const ClientType = Object.freeze({
   TakeNotices: /** @type {'take_notices'} */ ('take_notices'),
   AckNotices: /** @type {'ack_notices'} */ ('ack_notices'),
   SetUpstreamGate: /** @type {'set_upstream_gate'} */ ('set_upstream_gate'),
+  CreateTerminal: /** @type {'create_terminal'} */ ('create_terminal'),
+  ListTerminals: /** @type {'list_terminals'} */ ('list_terminals'),
+  AttachTerminal: /** @type {'attach_terminal'} */ ('attach_terminal'),
+  DetachTerminal: /** @type {'detach_terminal'} */ ('detach_terminal'),
+  TerminalInput: /** @type {'terminal_input'} */ ('terminal_input'),
+  ResizeTerminal: /** @type {'resize_terminal'} */ ('resize_terminal'),
+  CloseTerminal: /** @type {'close_terminal'} */ ('close_terminal'),
 });
 
 /** Every `DaemonType` value, by its Rust name. */
@@ -319,6 +329,13 @@ export const DaemonType = Object.freeze({
   JobFollowed: /** @type {'job_followed'} */ ('job_followed'),
   JobUnfollowed: /** @type {'job_unfollowed'} */ ('job_unfollowed'),
   JobOutputUpdate: /** @type {'job_output_update'} */ ('job_output_update'),
+  Terminal: /** @type {'terminal'} */ ('terminal'),
+  Terminals: /** @type {'terminals'} */ ('terminals'),
+  TerminalAttached: /** @type {'terminal_attached'} */ ('terminal_attached'),
+  TerminalDetached: /** @type {'terminal_detached'} */ ('terminal_detached'),
+  TerminalOutput: /** @type {'terminal_output'} */ ('terminal_output'),
+  TerminalExit: /** @type {'terminal_exit'} */ ('terminal_exit'),
+  TerminalUpdate: /** @type {'terminal_update'} */ ('terminal_update'),
   RequestError: /** @type {'request_error'} */ ('request_error'),
   ResyncRequired: /** @type {'resync_required'} */ ('resync_required'),
   Schedule: /** @type {'schedule'} */ ('schedule'),
@@ -489,7 +506,7 @@ export const DaemonType = Object.freeze({
  * Why a request failed: the stable `code` of a `request_error` (and of an MCP tool
  * error). Clients match on it; the message beside it is for people.
  * `docs/protocol.md` explains each one (a test keeps the two in step).
- * @typedef {'invalid_message' | 'unknown_type' | 'hello_required' | 'unsupported_version' | 'unauthorized' | 'unknown_agent' | 'unknown_workspace' | 'unknown_provider' | 'invalid_config' | 'provider_unavailable' | 'invalid_input' | 'invalid_id' | 'not_permitted' | 'agent_active' | 'agent_archived' | 'turn_blocked' | 'illegal_transition' | 'no_such_permission' | 'agent_start_failed' | 'agent_error' | 'runtime_stopped' | 'store_failed' | 'shutting_down' | 'not_a_worktree' | 'not_a_git_repository' | 'git_failed' | 'invalid_project_file' | 'worktree_setup_failed' | 'worktree_teardown_failed' | 'worktree_dirty' | 'worktree_busy' | 'worktree_io_failed' | 'too_many_requests' | 'unknown_schedule' | 'unknown_job' | 'job_start_failed' | 'budget_exhausted' | 'unknown_host' | 'host_unreachable'} ErrorCode
+ * @typedef {'invalid_message' | 'unknown_type' | 'hello_required' | 'unsupported_version' | 'unauthorized' | 'unknown_agent' | 'unknown_workspace' | 'unknown_provider' | 'invalid_config' | 'provider_unavailable' | 'invalid_input' | 'invalid_id' | 'not_permitted' | 'agent_active' | 'agent_archived' | 'turn_blocked' | 'illegal_transition' | 'no_such_permission' | 'agent_start_failed' | 'agent_error' | 'runtime_stopped' | 'store_failed' | 'shutting_down' | 'not_a_worktree' | 'not_a_git_repository' | 'git_failed' | 'invalid_project_file' | 'worktree_setup_failed' | 'worktree_teardown_failed' | 'worktree_dirty' | 'worktree_busy' | 'worktree_io_failed' | 'too_many_requests' | 'unknown_schedule' | 'unknown_job' | 'job_start_failed' | 'budget_exhausted' | 'unknown_host' | 'host_unreachable' | 'unknown_terminal' | 'terminal_start_failed' | 'workspace_archived'} ErrorCode
  */
 
 /**
@@ -809,6 +826,21 @@ export const DaemonType = Object.freeze({
 /**
  * How an agent reported a subagent it runs itself (`OwnSubagentInfo.via`).
  * @typedef {'tool_call' | 'subagent_update'} SubagentVia
+ */
+
+/**
+ * A workspace terminal as clients see it: a shell on a PTY of the daemon's host (not an ACP
+ * client terminal, which is an agent's job: see `JobInfo.terminal`).
+ * @typedef {Object} TerminalInfo
+ * @property {string} id - `term-<n>`, unique while the daemon runs.
+ * @property {string} workspaceId
+ * @property {string} cwd - The workspace's directory, where the shell started.
+ * @property {string} shell - The shell's program.
+ * @property {number} pid
+ * @property {number} cols
+ * @property {number} rows
+ * @property {string} createdAt
+ * @property {number} outputBytes - Bytes it wrote so far (the next output's offset).
  */
 
 /**
@@ -1137,6 +1169,33 @@ export const DaemonType = Object.freeze({
  *  type: 'set_upstream_gate',
  *  agentId: string,
  *  archived?: string | null,
+ *} | {
+ *  type: 'create_terminal',
+ *  workspaceId: string,
+ *  cols?: number | null,
+ *  rows?: number | null,
+ *} | {
+ *  type: 'list_terminals',
+ *  workspaceId?: string | null,
+ *} | {
+ *  type: 'attach_terminal',
+ *  terminalId: string,
+ *  offset?: number | null,
+ *} | {
+ *  type: 'detach_terminal',
+ *  terminalId: string,
+ *} | {
+ *  type: 'terminal_input',
+ *  terminalId: string,
+ *  data: string,
+ *} | {
+ *  type: 'resize_terminal',
+ *  terminalId: string,
+ *  cols: number,
+ *  rows: number,
+ *} | {
+ *  type: 'close_terminal',
+ *  terminalId: string,
  *})} ClientRequest
  */
 
@@ -1403,6 +1462,53 @@ export const DaemonType = Object.freeze({
  *    eof: boolean,
  *  },
  *} | {
+ *  type: 'terminal',
+ *  payload: {
+ *    requestId?: string | null,
+ *    terminal: TerminalInfo,
+ *  },
+ *} | {
+ *  type: 'terminals',
+ *  payload: {
+ *    requestId?: string | null,
+ *    terminals: Array<TerminalInfo>,
+ *  },
+ *} | {
+ *  type: 'terminal_attached',
+ *  payload: {
+ *    requestId?: string | null,
+ *    terminal: TerminalInfo,
+ *    offset: number,
+ *  },
+ *} | {
+ *  type: 'terminal_detached',
+ *  payload: {
+ *    requestId?: string | null,
+ *    terminalId: string,
+ *    attached: boolean,
+ *  },
+ *} | {
+ *  type: 'terminal_output',
+ *  payload: {
+ *    terminalId: string,
+ *    offset: number,
+ *    data: string,
+ *    nextOffset: number,
+ *  },
+ *} | {
+ *  type: 'terminal_exit',
+ *  payload: {
+ *    terminalId: string,
+ *    status: string,
+ *    exitCode?: number | null,
+ *  },
+ *} | {
+ *  type: 'terminal_update',
+ *  payload: {
+ *    terminalId: string,
+ *    terminal?: TerminalInfo | null,
+ *  },
+ *} | {
  *  type: 'request_error',
  *  payload: {
  *    requestId?: string | null,
@@ -1663,6 +1769,33 @@ export const DaemonType = Object.freeze({
  *  type: 'set_upstream_gate',
  *  agentId: string,
  *  archived?: string | null,
+ *} | {
+ *  type: 'create_terminal',
+ *  workspaceId: string,
+ *  cols?: number | null,
+ *  rows?: number | null,
+ *} | {
+ *  type: 'list_terminals',
+ *  workspaceId?: string | null,
+ *} | {
+ *  type: 'attach_terminal',
+ *  terminalId: string,
+ *  offset?: number | null,
+ *} | {
+ *  type: 'detach_terminal',
+ *  terminalId: string,
+ *} | {
+ *  type: 'terminal_input',
+ *  terminalId: string,
+ *  data: string,
+ *} | {
+ *  type: 'resize_terminal',
+ *  terminalId: string,
+ *  cols: number,
+ *  rows: number,
+ *} | {
+ *  type: 'close_terminal',
+ *  terminalId: string,
  *}} ClientMessage
  */
 
