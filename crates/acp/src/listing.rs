@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::process::{self, AgentProcess, StderrTail};
+use crate::process::{self, StderrTail};
 use crate::providers::{Availability, Provider};
-use crate::rpc::{self, Incoming, RpcClient, RpcError};
+use crate::rpc::{Incoming, RpcClient, RpcError};
 use crate::{AcpError, CLOSE_GRACE, RuntimeManager};
 use crate::{auth, handshake};
 
@@ -62,37 +62,32 @@ impl RuntimeManager {
                 });
             }
         };
-        let mut env = process::inherited_env();
-        env.extend(provider.env.clone());
+        let mut spec = provider.spawn_spec(program, self.shared.home.clone(), None);
         // Its directory: the one asked about, else the user's home, else drover's.
-        let dir = cwd
-            .map(Path::to_path_buf)
-            .or_else(|| env.get("HOME").map(PathBuf::from).filter(|h| h.is_dir()))
-            .unwrap_or_else(|| self.shared.home.clone());
-        let spec = process::SpawnSpec {
-            program,
-            args: provider.command[1..].to_vec(),
-            cwd: dir,
-            env: env.clone(),
-        };
+        let home = spec
+            .env
+            .get("HOME")
+            .map(PathBuf::from)
+            .filter(|h| h.is_dir());
+        if let Some(dir) = cwd.map(Path::to_path_buf).or(home) {
+            spec.cwd = dir;
+        }
         let listing_error = |message: String| AcpError::Listing {
             provider: provider.name.clone(),
             message,
         };
-        let AgentProcess {
+        let process::Connected {
             pid,
-            stdin,
-            stdout,
+            rpc,
+            incoming,
             stderr,
             mut exited,
             cgroup,
-            ..
-        } = process::spawn(&spec)
+        } = process::spawn_connected(&spec)
             .await
             .map_err(|e| listing_error(e.to_string()))?;
-        let (rpc, incoming) = rpc::connect(stdout, stdin);
         let refusals = tokio::spawn(refuse_requests(rpc.clone(), incoming));
-        let listed = list(&rpc, &provider, &env, cwd).await;
+        let listed = list(&rpc, &provider, &spec.env, cwd).await;
         refusals.abort();
         process::terminate_group(pid, None, cgroup.as_deref(), &mut exited, CLOSE_GRACE).await;
         listed.map_err(|e| match e {

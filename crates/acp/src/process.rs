@@ -15,7 +15,9 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+
+use crate::rpc::{self, Incoming, RpcClient};
 
 pub use drover_core::child::describe_exit;
 
@@ -84,24 +86,41 @@ pub struct SpawnSpec {
     pub env: BTreeMap<String, String>,
 }
 
-/// The last lines an agent wrote to stderr.
+/// The last lines an agent wrote to stderr, and whether its reader has taken them all.
 #[derive(Debug, Clone)]
-pub struct StderrTail(OutputTail);
-
-impl Default for StderrTail {
-    fn default() -> Self {
-        StderrTail(OutputTail::new(STDERR_TAIL_BYTES))
-    }
+pub struct StderrTail {
+    lines: OutputTail,
+    /// Becomes `true` once stderr is closed and every line is in `lines`.
+    closed: watch::Receiver<bool>,
 }
 
 impl StderrTail {
+    /// An empty tail, and the sender that tells it its reader is done.
+    fn new() -> (StderrTail, watch::Sender<bool>) {
+        let (done, closed) = watch::channel(false);
+        let tail = StderrTail {
+            lines: OutputTail::new(STDERR_TAIL_BYTES),
+            closed,
+        };
+        (tail, done)
+    }
+
     fn push(&self, line: &str) {
-        self.0.push_line(line, STDERR_LINE_BYTES);
+        self.lines.push_line(line, STDERR_LINE_BYTES);
     }
 
     /// The last `n` lines (at most 50), oldest first.
     pub fn last(&self, n: usize) -> Vec<String> {
-        self.0.last_lines(n.min(STDERR_LINES))
+        self.lines.last_lines(n.min(STDERR_LINES))
+    }
+
+    /// The last `n` lines of a process that exited, once the reader has taken them all (or
+    /// after 1 s): the exit can be seen before its last words are read, and a failure must
+    /// read the same whichever comes first.
+    pub async fn last_words(&self, n: usize) -> Vec<String> {
+        let mut closed = self.closed.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(1), closed.wait_for(|c| *c)).await;
+        self.last(n)
     }
 }
 
@@ -114,11 +133,42 @@ pub struct AgentProcess {
     pub stderr: StderrTail,
     /// Becomes `Some(status)` when the process (the group's leader) exits.
     pub exited: watch::Receiver<Option<ExitStatus>>,
-    /// Becomes `true` once stderr is closed and every line is in `stderr`.
-    pub stderr_closed: watch::Receiver<bool>,
     /// Its leaf cgroup where the daemon has them (see `drover_core::guard`), read while it
     /// runs: after it ended the cgroup still holds what it started.
     pub cgroup: Option<std::path::PathBuf>,
+}
+
+/// An agent process with its ACP connection open on its stdio.
+#[derive(Debug)]
+pub struct Connected {
+    pub pid: u32,
+    pub rpc: RpcClient,
+    /// What the agent sends that is not an answer (requests, notifications, the close).
+    pub incoming: mpsc::Receiver<Incoming>,
+    pub stderr: StderrTail,
+    pub exited: watch::Receiver<Option<ExitStatus>>,
+    pub cgroup: Option<std::path::PathBuf>,
+}
+
+/// Starts the process ([`spawn`]) and opens the ACP connection on its stdin and stdout.
+pub async fn spawn_connected(spec: &SpawnSpec) -> Result<Connected, SpawnError> {
+    let AgentProcess {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+        exited,
+        cgroup,
+    } = spawn(spec).await?;
+    let (rpc, incoming) = rpc::connect(stdout, stdin);
+    Ok(Connected {
+        pid,
+        rpc,
+        incoming,
+        stderr,
+        exited,
+        cgroup,
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,9 +216,8 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
     let stdout = child.stdout.take().ok_or_else(io_missing)?;
     let stderr_pipe = child.stderr.take().ok_or_else(io_missing)?;
 
-    let stderr = StderrTail::default();
+    let (stderr, stderr_done) = StderrTail::new();
     let tail = stderr.clone();
-    let (stderr_done, stderr_closed) = watch::channel(false);
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr_pipe).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -187,7 +236,6 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
         stdout,
         stderr,
         exited,
-        stderr_closed,
         cgroup,
     })
 }

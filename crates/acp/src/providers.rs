@@ -36,6 +36,8 @@ use std::time::{Duration, SystemTime};
 use drover_core::{OnInterrupt, OnLimit};
 use serde::{Deserialize, Serialize};
 
+use crate::process::SpawnSpec;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Provider {
@@ -78,6 +80,23 @@ pub struct Provider {
 }
 
 impl Provider {
+    /// How its agent program (`program`, the command's first word resolved) starts in `cwd`:
+    /// the inherited environment, the provider's own on top, and `DROVER_AGENT_ID` set to
+    /// `marker` when there is one (the marker of everything the process starts).
+    pub fn spawn_spec(&self, program: PathBuf, cwd: PathBuf, marker: Option<String>) -> SpawnSpec {
+        let mut env = crate::process::inherited_env();
+        env.extend(self.env.clone());
+        if let Some(marker) = marker {
+            env.insert("DROVER_AGENT_ID".to_string(), marker);
+        }
+        SpawnSpec {
+            program,
+            args: self.command[1..].to_vec(),
+            cwd,
+            env,
+        }
+    }
+
     /// A provider that runs `command` with `env` and nothing else set: labelled by its name,
     /// not built in, no defaults, no sign-in, no warm spares, no fallback (as a `config.toml`
     /// entry that gives only a command). Set more with struct update syntax.
@@ -204,12 +223,28 @@ struct RuntimesEntry {
     max_live: Option<i64>,
 }
 
-/// A duration as written: seconds (`900`) or text (`"15m"`, `"1h 30m"`, `"500ms"`).
+/// A duration as written in `config.toml`: seconds (`900`) or text (`"15m"`, `"1h 30m"`,
+/// `"500ms"`).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum DurationEntry {
+pub enum DurationEntry {
     Seconds(i64),
     Text(String),
+}
+
+impl DurationEntry {
+    /// The duration it says when that is more than zero (`None`: it is not one, or is zero).
+    pub fn positive(&self) -> Option<Duration> {
+        let parsed = match self {
+            DurationEntry::Seconds(s) => u64::try_from(*s).ok().map(Duration::from_secs),
+            DurationEntry::Text(text) => text
+                .trim()
+                .parse::<jiff::SignedDuration>()
+                .ok()
+                .and_then(|d| Duration::try_from(d).ok()),
+        };
+        parsed.filter(|d| !d.is_zero())
+    }
 }
 
 /// How long a runtime may stay idle before it hibernates, unless `config.toml` says.
@@ -325,18 +360,12 @@ fn limit_backoff(
     entry: Option<DurationEntry>,
     invalid: impl Fn(String) -> ConfigError,
 ) -> Result<Option<Duration>, ConfigError> {
-    let parsed = match entry {
-        None => return Ok(None),
-        Some(DurationEntry::Seconds(s)) => u64::try_from(s).ok().map(Duration::from_secs),
-        Some(DurationEntry::Text(text)) => text
-            .trim()
-            .parse::<jiff::SignedDuration>()
-            .ok()
-            .and_then(|d| Duration::try_from(d).ok()),
+    let Some(entry) = entry else {
+        return Ok(None);
     };
-    match parsed {
-        Some(d) if !d.is_zero() => Ok(Some(d)),
-        _ => Err(invalid(format!(
+    match entry.positive() {
+        Some(d) => Ok(Some(d)),
+        None => Err(invalid(format!(
             "[providers.{name}] `limit_backoff`: a duration such as \"5m\" or seconds, more than 0"
         ))),
     }

@@ -29,14 +29,13 @@ use std::time::{Duration, Instant};
 
 use drover_core::AgentId;
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::Notify;
 
 use crate::Shared;
 use crate::handshake;
-use crate::process::{self, AgentProcess, SpawnSpec, StderrTail};
+use crate::process::{self, Connected};
 use crate::providers::{Availability, Provider};
 use crate::records;
-use crate::rpc::{self, Incoming, RpcClient};
 use crate::slots::SlotGuard;
 
 /// How long a spare may take to answer `initialize`.
@@ -58,13 +57,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub(crate) struct Spare {
     /// Its `DROVER_AGENT_ID` (the marker of everything it starts) and its slot's key.
     pub(crate) id: AgentId,
-    pub(crate) pid: u32,
-    pub(crate) rpc: RpcClient,
-    pub(crate) incoming: mpsc::Receiver<Incoming>,
-    pub(crate) exited: watch::Receiver<Option<std::process::ExitStatus>>,
-    pub(crate) stderr: StderrTail,
-    pub(crate) stderr_closed: watch::Receiver<bool>,
-    pub(crate) cgroup: Option<PathBuf>,
+    pub(crate) process: Connected,
     /// Its answer to `initialize`.
     pub(crate) init: Value,
     /// The environment it was started with.
@@ -78,22 +71,22 @@ pub(crate) struct Spare {
 
 impl Spare {
     fn alive(&self) -> bool {
-        self.exited.borrow().is_none()
+        self.process.exited.borrow().is_none()
     }
 
     /// Ends its processes and removes its record.
     pub(crate) async fn end(mut self, home: &Path) {
         let marker = self.id.to_string();
         process::terminate_group(
-            self.pid,
+            self.process.pid,
             Some(&marker),
-            self.cgroup.as_deref(),
-            &mut self.exited,
+            self.process.cgroup.as_deref(),
+            &mut self.process.exited,
             crate::CLOSE_GRACE,
         )
         .await;
         records::remove_named(home, &marker);
-        tracing::debug!(spare = %self.id, pid = self.pid, provider = %self.provider.name, "spare ended");
+        tracing::debug!(spare = %self.id, pid = self.process.pid, provider = %self.provider.name, "spare ended");
     }
 }
 
@@ -331,7 +324,7 @@ fn look(shared: &Arc<Shared>, spares: &Arc<Spares>) -> bool {
                     Ok(spare)
                         if !doomed && !closing && pool.provider.as_ref() == Some(&provider) =>
                     {
-                        tracing::info!(provider = %name, pid = spare.pid, "a spare is ready");
+                        tracing::info!(provider = %name, pid = spare.process.pid, "a spare is ready");
                         pool.failures = 0;
                         pool.ready.push(spare);
                         None
@@ -372,61 +365,39 @@ async fn start(
     let cwd = home.join("warm");
     drover_core::private::create_dir_all(&cwd)
         .map_err(|e| format!("cannot make {}: {e}", cwd.display()))?;
-    let mut env = process::inherited_env();
-    env.extend(provider.env.clone());
-    env.insert("DROVER_AGENT_ID".to_string(), id.to_string());
-    let spec = SpawnSpec {
-        program,
-        args: provider.command[1..].to_vec(),
-        cwd,
-        env: env.clone(),
-    };
-    let AgentProcess {
-        pid,
-        stdin,
-        stdout,
-        stderr,
-        mut exited,
-        stderr_closed,
-        cgroup,
-    } = process::spawn(&spec).await.map_err(|e| e.to_string())?;
+    let spec = provider.spawn_spec(program, cwd, Some(id.to_string()));
+    let mut process = process::spawn_connected(&spec)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pid = process.pid;
     if let Some(record) = records::RuntimeRecord::of(id, pid)
         && let Err(e) = records::write(home, &record)
     {
         tracing::warn!(spare = %id, pid, error = %e, "cannot write the spare's runtime record");
     }
-    let (rpc, incoming) = rpc::connect(stdout, stdin);
-    let request = rpc.request(
+    let request = process.rpc.request(
         "initialize",
         handshake::initialize_params(&handshake::runtime_capabilities()),
     );
     let answer = tokio::select! {
         answer = request => answer.map_err(|e| e.to_string()),
-        _ = exited.wait_for(Option::is_some) => Err("the process exited".to_string()),
+        _ = process.exited.wait_for(Option::is_some) => Err("the process exited".to_string()),
         () = tokio::time::sleep(INITIALIZE_TIMEOUT) => Err(format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}")),
     };
     let spare = Spare {
         id,
-        pid,
-        rpc,
-        incoming,
-        exited,
-        stderr,
-        stderr_closed,
-        cgroup,
+        process,
         init: Value::Null,
-        env,
+        env: spec.env,
         provider,
         slot: Some(slot),
     };
     match answer {
         Ok(init) => Ok(Spare { init, ..spare }),
         Err(e) => {
-            let (stderr, mut closed) = (spare.stderr.clone(), spare.stderr_closed.clone());
+            let stderr = spare.process.stderr.clone();
             spare.end(home).await;
-            // Its last words, once the reader has them all.
-            let _ = tokio::time::timeout(Duration::from_secs(1), closed.wait_for(|c| *c)).await;
-            let tail = stderr.last(3);
+            let tail = stderr.last_words(3).await;
             Err(if tail.is_empty() {
                 e
             } else {

@@ -4,6 +4,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use drover_protocol::Answer;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{AgentInfo, DaemonMessage, Delivery, ErrorCode};
 use serde_json::{Value, json};
@@ -31,9 +33,8 @@ pub async fn send(
             notify_upstream: false,
         })
         .await?;
-    let DaemonMessage::MessageQueued { message_id, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::MessageQueued { message_id, .. } =
+        answer.into_answer().map_err(|m| unexpected(&m))?;
     // The message is kept either way; say so when it cannot run now.
     let now = connection
         .request(rq::GetAgent {
@@ -41,7 +42,11 @@ pub async fn send(
         })
         .await?;
     connection.close().await;
-    if let DaemonMessage::Agent { agent: now, .. } = &now {
+    if let DaemonMessage::Agent(Answer {
+        body: answers::Agent { agent: now, .. },
+        ..
+    }) = &now
+    {
         if now.start_failure.is_some() {
             eprintln!("{}", not_running(now, &name));
         } else if let Some(limited) = &now.limited {
@@ -101,11 +106,17 @@ pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<(
         .await?;
     connection.close().await;
     match answer {
-        DaemonMessage::Idle { idle: true, .. } => {
+        DaemonMessage::Idle(Answer {
+            body: answers::Idle { idle: true, .. },
+            ..
+        }) => {
             eprintln!("drover: {name} is idle");
             Ok(())
         }
-        DaemonMessage::Idle { idle: false, .. } => Err(CliError::Timeout(format!(
+        DaemonMessage::Idle(Answer {
+            body: answers::Idle { idle: false, .. },
+            ..
+        }) => Err(CliError::Timeout(format!(
             "{name} is still busy after {:.1}s",
             timeout.unwrap_or_default().as_secs_f64()
         ))
@@ -168,9 +179,12 @@ pub async fn archive(ctx: &Ctx, id: &str, stop: bool, json: bool) -> anyhow::Res
             return Err(e);
         }
     };
-    let DaemonMessage::Archived {
-        archived, stopped, ..
-    } = &answer
+    let DaemonMessage::Archived(Answer {
+        body: answers::Archived {
+            archived, stopped, ..
+        },
+        ..
+    }) = &answer
     else {
         return Err(unexpected(&answer));
     };
@@ -230,9 +244,9 @@ pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::Ok { .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    answer
+        .into_answer::<answers::Ok>()
+        .map_err(|m| unexpected(&m))?;
     if agent.limited.is_some() {
         eprintln!(
             "sending {name}'s prompt now, without waiting for the usage limit's reset (`drover attach {name}` to watch)"
@@ -255,9 +269,9 @@ pub async fn set(ctx: &Ctx, id: &str, setting: &str, value: &str) -> anyhow::Res
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::Ok { .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    answer
+        .into_answer::<answers::Ok>()
+        .map_err(|m| unexpected(&m))?;
     outln!("{name}: {setting} = {value}");
     Ok(())
 }
@@ -283,9 +297,9 @@ pub async fn budget(
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::Ok { .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    answer
+        .into_answer::<answers::Ok>()
+        .map_err(|m| unexpected(&m))?;
     if let Some(b) = &budget {
         outln!("{name}: budget {}", budget_line(b));
     } else {

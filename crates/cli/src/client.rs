@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use drover_daemon::{DAEMON_INFO_FILE, DaemonInfo};
+use drover_protocol::Answer;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
     AgentInfo, ClientMessage, ClientRequest, DaemonMessage, HostInfo, PROTOCOL_VERSION,
@@ -191,12 +193,16 @@ impl Connection {
                         hosts,
                     });
                 }
-                DaemonMessage::RequestError {
-                    code,
-                    message,
-                    details,
+                DaemonMessage::RequestError(Answer {
+                    body:
+                        answers::RequestError {
+                            code,
+                            message,
+                            details,
+                            ..
+                        },
                     ..
-                } => {
+                }) => {
                     return Err(CliError::Daemon {
                         code,
                         message,
@@ -234,12 +240,16 @@ impl Connection {
                 self.backlog.push_back(message);
                 continue;
             }
-            if let DaemonMessage::RequestError {
-                code,
-                message,
-                details,
+            if let DaemonMessage::RequestError(Answer {
+                body:
+                    answers::RequestError {
+                        code,
+                        message,
+                        details,
+                        ..
+                    },
                 ..
-            } = message
+            }) = message
             {
                 return Err(CliError::Daemon {
                     code,

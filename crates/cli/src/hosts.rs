@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{DaemonMessage, HostConfig, HostInfo, HostState};
 use futures_util::{SinkExt, StreamExt};
@@ -164,9 +165,9 @@ async fn add(ctx: &Ctx, host: HostConfig, no_wait: bool) -> anyhow::Result<()> {
     let name = host.name.clone();
     let (mut connection, _) = ctx.connect().await?;
     let answer = connection.request(rq::AddHost { host }).await?;
-    let DaemonMessage::Hosts { .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    answer
+        .into_answer::<answers::Hosts>()
+        .map_err(|m| unexpected(&m))?;
     eprintln!("drover: host `{name}` added; linking…");
     if no_wait {
         connection.close().await;
@@ -251,9 +252,9 @@ async fn rm(ctx: &Ctx, name: &str) -> anyhow::Result<()> {
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::Hosts { .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    answer
+        .into_answer::<answers::Hosts>()
+        .map_err(|m| unexpected(&m))?;
     eprintln!("drover: host `{name}` removed (its agents go on running there)");
     Ok(())
 }

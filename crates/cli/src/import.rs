@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use drover_protocol::Answer;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{DaemonMessage, ImportedAgentInfo};
 
@@ -73,12 +75,16 @@ pub async fn sessions(
 
 /// Prints an `imported` answer: what came in from `from` (or would), and what was skipped.
 fn report(answer: &DaemonMessage, from: &str, json: bool) -> anyhow::Result<()> {
-    let DaemonMessage::Imported {
-        dry_run,
-        imported,
-        skipped,
+    let DaemonMessage::Imported(Answer {
+        body:
+            answers::Imported {
+                dry_run,
+                imported,
+                skipped,
+                ..
+            },
         ..
-    } = &answer
+    }) = &answer
     else {
         return Err(unexpected(answer));
     };

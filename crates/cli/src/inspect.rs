@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
+use drover_protocol::Answer;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
     AgentInfo, AttentionReason, DaemonMessage, HostInfo, HostState, PermissionPolicy, RuntimeState,
@@ -348,18 +350,18 @@ pub async fn inspect(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::Agent {
-        agent: measured, ..
-    } = answer
+    let DaemonMessage::Agent(Answer {
+        body: answers::Agent {
+            agent: measured, ..
+        },
+        ..
+    }) = answer
     else {
         return Err(unexpected(&answer));
     };
-    let DaemonMessage::Jobs { jobs, .. } = jobs else {
-        return Err(unexpected(&jobs));
-    };
-    let DaemonMessage::Schedules { schedules, .. } = schedules else {
-        return Err(unexpected(&schedules));
-    };
+    let answers::Jobs { jobs, .. } = jobs.into_answer().map_err(|m| unexpected(&m))?;
+    let answers::Schedules { schedules, .. } =
+        schedules.into_answer().map_err(|m| unexpected(&m))?;
     let agent = &measured;
     let workspace = match workspaces.iter().find(|w| w.id == agent.workspace_id) {
         Some(w) => format!("{} ({}, {})", w.name, w.kind, w.path),

@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
+use drover_protocol::Answer;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
-use drover_protocol::{DaemonMessage, JobInfo, JobStatus};
+use drover_protocol::{ClientMessage, DaemonMessage, JobInfo, JobStatus};
 use jiff::Timestamp;
 
 use crate::args::JobAction;
-use crate::client::SessionState;
+use crate::client::{Connection, SessionState};
 use crate::commands::{Ctx, print_json, unexpected, working_directory};
 use crate::error::{CliError, arguments_refused};
 use crate::output::{self, Paint, Table};
@@ -73,23 +75,17 @@ async fn start(
     };
     // Missing or not a directory: a bad argument, as for `drover run --cwd`.
     let cwd = cwd.map(|c| working_directory(&c)).transpose()?;
-    let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
+    let (connection, SessionState { agents, .. }) = ctx.connect().await?;
     let owner = resolve(&agents, agent, Prefer::Live)?.clone();
-    let answer = connection
-        .request(rq::StartJob {
-            agent_id: owner.id.clone(),
-            command,
-            cwd: cwd.map(|c| c.display().to_string()),
-            env: vars,
-            timeout_s: timeout,
-            notify_on_exit: Some(!no_notify),
-        })
-        .await;
-    connection.close().await;
-    let answer = answer.map_err(arguments_refused)?;
-    let DaemonMessage::Job { job, .. } = answer else {
-        return Err(unexpected(&answer));
+    let request = rq::StartJob {
+        agent_id: owner.id.clone(),
+        command,
+        cwd: cwd.map(|c| c.display().to_string()),
+        env: vars,
+        timeout_s: timeout,
+        notify_on_exit: Some(!no_notify),
     };
+    let job = job_request(connection, request).await?;
     if json {
         return print_json(&job);
     }
@@ -112,9 +108,7 @@ async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> 
     let answer = connection.request(rq::ListJobs { agent_id: owner }).await;
     connection.close().await;
     let answer = answer?;
-    let DaemonMessage::Jobs { jobs, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Jobs { jobs, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         return print_json(&jobs);
     }
@@ -208,9 +202,7 @@ async fn follow_output(
             offset: Some(offset),
         })
         .await?;
-    let DaemonMessage::JobFollowed { job, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::JobFollowed { job, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     // What came before the answer is of no use here.
     connection.discard_backlog();
     loop {
@@ -237,13 +229,17 @@ async fn follow_output(
 
 /// Writes a `job_output` answer's text; its next offset and whether the job's output ended.
 fn write_output(answer: &DaemonMessage) -> anyhow::Result<(u64, bool)> {
-    let DaemonMessage::JobOutput {
-        text,
-        next_offset,
-        skipped,
-        eof,
+    let DaemonMessage::JobOutput(Answer {
+        body:
+            answers::JobOutput {
+                text,
+                next_offset,
+                skipped,
+                eof,
+                ..
+            },
         ..
-    } = answer
+    }) = answer
     else {
         return Err(unexpected(answer));
     };
@@ -263,22 +259,29 @@ fn write_text(text: &str, skipped: u64) -> anyhow::Result<()> {
 }
 
 async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
-    let (mut connection, _) = ctx.connect().await?;
-    let answer = connection
-        .request(rq::KillJob {
-            job_id: id.to_string(),
-        })
-        .await;
-    connection.close().await;
-    let answer = answer.map_err(arguments_refused)?;
-    let DaemonMessage::Job { job, .. } = answer else {
-        return Err(unexpected(&answer));
+    let (connection, _) = ctx.connect().await?;
+    let request = rq::KillJob {
+        job_id: id.to_string(),
     };
+    let job = job_request(connection, request).await?;
     if json {
         return print_json(&job);
     }
     outln!("{} {} ({})", job.id, job.status, exit_text(&job));
     Ok(())
+}
+
+/// Sends `request` (`start_job`, `kill_job`) and closes the connection: the job it answers
+/// with. A refused argument is the user's mistake.
+async fn job_request(
+    mut connection: Connection,
+    request: impl Into<ClientMessage>,
+) -> anyhow::Result<JobInfo> {
+    let answer = connection.request(request).await;
+    connection.close().await;
+    let answer = answer.map_err(arguments_refused)?;
+    let answers::Job { job } = answer.into_answer().map_err(|m| unexpected(&m))?;
+    Ok(job)
 }
 
 fn status_paint(job: &JobInfo) -> Paint {

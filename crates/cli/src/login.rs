@@ -20,8 +20,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
-use drover_protocol::{AuthKind, AuthMethod, DaemonMessage};
+use drover_protocol::{AuthKind, AuthMethod};
 use serde_json::{Value, json};
 
 use crate::commands::{Ctx, unexpected};
@@ -36,9 +37,7 @@ const AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(600);
 pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
     let answer = connection.request(rq::ListProviders {}).await?;
-    let DaemonMessage::Providers { providers, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Providers { providers, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     let Some(info) = providers.iter().find(|p| p.name == provider) else {
         let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
         return Err(refusal(
@@ -114,9 +113,7 @@ pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::R
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::SignedIn { retried, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::SignedIn { retried, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     let done = ctx.style.paint(Paint::Green, "signed in");
     match retried.len() {
         0 => eprintln!("{provider}: {done} with {}", method.id),

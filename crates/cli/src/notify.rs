@@ -1,7 +1,7 @@
 //! `drover notify status` and `drover notify test [SINK]`: the daemon's notification sinks
 //! (`[notify]` in `config.toml`), over the client protocol.
 
-use drover_protocol::DaemonMessage;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use jiff::Timestamp;
 
@@ -23,9 +23,7 @@ async fn status(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
     let answer = connection.request(rq::NotifyStatus {}).await;
     connection.close().await;
     let answer = answer?;
-    let DaemonMessage::NotifyStatus { sinks, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::NotifyStatus { sinks, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         return print_json(&sinks);
     }
@@ -77,9 +75,7 @@ async fn test(ctx: &Ctx, sink: Option<String>, json: bool) -> anyhow::Result<()>
     let answer = connection.request(rq::NotifyTest { sink }).await;
     connection.close().await;
     let answer = answer?;
-    let DaemonMessage::NotifyTested { results, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::NotifyTested { results, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         print_json(&results)?;
     } else {

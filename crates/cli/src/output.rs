@@ -745,6 +745,13 @@ mod tests {
         show_turns: false,
         live: true,
     };
+    /// `drover logs -t`: everything, dated.
+    const LOG: View = View {
+        timestamps: true,
+        show_user: true,
+        show_turns: true,
+        live: false,
+    };
 
     #[test]
     fn streams_text_and_settles_tool_calls_on_one_line() {
@@ -763,17 +770,11 @@ mod tests {
 
     #[test]
     fn log_view_indents_continuations_under_the_label() {
-        let view = View {
-            timestamps: true,
-            show_user: true,
-            show_turns: true,
-            live: false,
-        };
         let updates = [
             json!({"op": "item", "item": {"seq": 1, "at": "bad", "kind": "agent_message", "data": {"text": "a\nb\n"}}}),
         ];
         assert_eq!(
-            render(view, &updates),
+            render(LOG, &updates),
             "--:--:-- agent    a\n                  b\n"
         );
     }
@@ -782,12 +783,6 @@ mod tests {
     /// asked are dated by the change, not by the request.
     #[test]
     fn the_log_dates_an_outcome_by_when_it_happened() {
-        let view = View {
-            timestamps: true,
-            show_user: true,
-            show_turns: true,
-            live: false,
-        };
         let asked = "2026-12-02T10:00:01Z";
         let answered = "2026-12-02T10:00:08Z";
         let (asked_clock, answered_clock) = (clock(asked), clock(answered));
@@ -797,7 +792,7 @@ mod tests {
             json!({"op": "item", "item": {"seq": 2, "at": asked, "updatedAt": answered, "kind": "tool_call", "data": {"title": "rm build", "status": "completed"}}}),
         ];
         assert_eq!(
-            render(view, &history),
+            render(LOG, &history),
             format!(
                 "{answered_clock} perm     permission for rm build: allowed (allow_once)\n\
                  {answered_clock} tool     rm build (completed)\n"
@@ -810,7 +805,7 @@ mod tests {
             json!({"op": "patch", "seq": 1, "at": answered, "fields": {"status": "answered", "kind": "allow_once"}}),
             json!({"op": "patch", "seq": 2, "at": answered, "fields": {"status": "completed"}}),
         ];
-        let text = render(View { live: true, ..view }, &live);
+        let text = render(View { live: true, ..LOG }, &live);
         assert!(
             text.starts_with(&format!(
                 "{asked_clock} perm     permission requested: rm build"
@@ -827,19 +822,11 @@ mod tests {
 
     #[test]
     fn shows_says_which_items_print() {
-        let log = View {
-            timestamps: true,
-            show_user: true,
-            show_turns: true,
-            live: false,
-        };
         let conversation = View {
             timestamps: false,
-            show_user: true,
-            show_turns: true,
-            live: false,
+            ..LOG
         };
-        for view in [log, conversation, LIVE] {
+        for view in [LOG, conversation, LIVE] {
             for kind in ItemKind::ALL.iter().map(|k| k.as_str()).chain(["unknown"]) {
                 let item = json!({"op": "item", "item": {"seq": 1, "at": "", "kind": kind, "data": {"text": "x", "status": "completed", "event": "turn_completed"}}});
                 let printed = !render(view, &[item]).is_empty();

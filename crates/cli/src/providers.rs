@@ -3,8 +3,9 @@
 use std::io::Write;
 use std::path::Path;
 
+use drover_protocol::ProviderSignIn;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
-use drover_protocol::{DaemonMessage, ProviderSignIn};
 use serde_json::{Value, json};
 
 use crate::client::Connection;
@@ -26,9 +27,8 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
         Ok((mut connection, _)) => {
             let answer = connection.request(rq::ListProviders {}).await?;
             connection.close().await;
-            let DaemonMessage::Providers { providers, .. } = answer else {
-                return Err(unexpected(&answer));
-            };
+            let answers::Providers { providers, .. } =
+                answer.into_answer().map_err(|m| unexpected(&m))?;
             providers
                 .into_iter()
                 .map(|p| {

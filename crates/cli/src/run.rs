@@ -8,7 +8,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
+use drover_protocol::Answer;
 use drover_protocol::ItemKind;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, NewWorktree, PermissionPolicy};
 use serde_json::{Value, json};
@@ -74,9 +76,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         .request(create_message(&args, provider, &cwd, parent))
         .await
         .map_err(demo_hint)?;
-    let DaemonMessage::AgentCreated { agent, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::AgentCreated { agent, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if args.detach {
         if args.json {
             print_json(&agent)?;
@@ -291,11 +291,15 @@ async fn fetch_tail(
                 limit: Some(limit),
             })
             .await?;
-        let DaemonMessage::TimelinePage {
-            items: page,
-            has_older,
+        let DaemonMessage::TimelinePage(Answer {
+            body:
+                answers::TimelinePage {
+                    items: page,
+                    has_older,
+                    ..
+                },
             ..
-        } = answer
+        }) = answer
         else {
             return Err(unexpected(&answer));
         };
@@ -518,8 +522,7 @@ async fn initialize(
             limit: tail.map(|t| t.min(PAGE)),
         })
         .await?;
-    let DaemonMessage::AgentInitialized { info, updates, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::AgentInitialized { info, updates, .. } =
+        answer.into_answer().map_err(|m| unexpected(&m))?;
     Ok((info, updates.into_iter().map(|u| u.notification).collect()))
 }

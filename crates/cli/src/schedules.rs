@@ -1,10 +1,10 @@
 //! `drover schedule add|ls|rm|pause|resume`, over the client protocol: the command line's
 //! times and durations become the protocol's `when`, and schedules show with their next run.
 
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, DaemonMessage, ScheduleInfo, ScheduleNewAgent, ScheduleState,
-    ScheduleWhen,
+    AgentInfo, ClientMessage, ScheduleInfo, ScheduleNewAgent, ScheduleState, ScheduleWhen,
 };
 use jiff::Timestamp;
 use jiff::civil::DateTime;
@@ -133,9 +133,7 @@ pub async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
         .await
         .map_err(arguments_refused)?;
     connection.close().await;
-    let DaemonMessage::Schedule { schedule, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Schedule { schedule, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if add.json {
         return print_json(&schedule);
     }
@@ -155,9 +153,7 @@ pub async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<
         .transpose()?;
     let answer = connection.request(rq::ListSchedules { agent_id }).await?;
     connection.close().await;
-    let DaemonMessage::Schedules { schedules, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Schedules { schedules, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         return print_json(&schedules);
     }
@@ -219,9 +215,8 @@ pub async fn remove(ctx: &Ctx, schedule: &str) -> anyhow::Result<()> {
         .request(rq::DeleteSchedule { schedule_id })
         .await?;
     connection.close().await;
-    let DaemonMessage::ScheduleDeleted { schedule_id, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::ScheduleDeleted { schedule_id, .. } =
+        answer.into_answer().map_err(|m| unexpected(&m))?;
     outln!("deleted {schedule_id}");
     Ok(())
 }
@@ -237,9 +232,7 @@ pub async fn set_paused(ctx: &Ctx, schedule: &str, paused: bool) -> anyhow::Resu
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::Schedule { schedule, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::Schedule { schedule, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     if paused {
         outln!("paused {}", schedule.id);
     } else {

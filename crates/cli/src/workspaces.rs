@@ -6,6 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use drover_protocol::Answer;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
     AgentInfo, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceActivity, WorkspaceInfo,
@@ -35,10 +37,13 @@ pub async fn list(ctx: &Ctx, all: bool, worktrees: bool, json: bool) -> anyhow::
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::Workspaces {
-        workspaces: mut listed,
+    let DaemonMessage::Workspaces(Answer {
+        body: answers::Workspaces {
+            workspaces: mut listed,
+            ..
+        },
         ..
-    } = answer
+    }) = answer
     else {
         return Err(unexpected(&answer));
     };
@@ -157,9 +162,12 @@ pub async fn new(
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::WorktreeCreated {
-        workspace, setup, ..
-    } = answer
+    let DaemonMessage::WorktreeCreated(Answer {
+        body: answers::WorktreeCreated {
+            workspace, setup, ..
+        },
+        ..
+    }) = answer
     else {
         return Err(unexpected(&answer));
     };
@@ -245,9 +253,8 @@ pub async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
         })
         .await?;
     connection.close().await;
-    let DaemonMessage::WorktreeStatus { status, .. } = answer else {
-        return Err(unexpected(&answer));
-    };
+    let answers::WorktreeStatus { status, .. } =
+        answer.into_answer().map_err(|m| unexpected(&m))?;
     if json {
         print_json(&status)?;
     } else {
@@ -302,14 +309,18 @@ pub async fn remove(ctx: &Ctx, query: &str, force: bool, json: bool) -> anyhow::
         Ok(answer) => answer,
         Err(e) => return Err(refusal(e, &handle, &workspace.name)),
     };
-    let DaemonMessage::WorkspaceArchived {
-        workspace_id,
-        archived_at,
-        already_archived,
-        agents,
-        worktree,
+    let DaemonMessage::WorkspaceArchived(Answer {
+        body:
+            answers::WorkspaceArchived {
+                workspace_id,
+                archived_at,
+                already_archived,
+                agents,
+                worktree,
+                ..
+            },
         ..
-    } = answer
+    }) = answer
     else {
         return Err(unexpected(&answer));
     };

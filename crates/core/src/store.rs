@@ -168,15 +168,10 @@ impl Store {
                 continue;
             }
             for path in read_dir_sorted(&dir)? {
-                let name = file_name(&path);
-                if is_temp_name(&name) {
-                    remove_leftover(&path);
-                    continue;
-                }
-                let Some(stem) = name.strip_suffix(".json") else {
+                let Some(stem) = record_stem(&path) else {
                     continue;
                 };
-                match Self::read_agent(&path, stem) {
+                match Self::read_agent(&path, &stem) {
                     Ok(Some(agent)) => match seen.get(&agent.id) {
                         // The same id twice (a copied file): the newer wins, the other goes.
                         Some((_, at)) if *at >= agent.updated_at => {
@@ -345,12 +340,7 @@ impl Store {
     pub fn load_workspaces(&self) -> Result<Loaded<Workspace>, StoreError> {
         let mut loaded = Loaded::default();
         for path in read_dir_sorted(&self.home.join("workspaces"))? {
-            let name = file_name(&path);
-            if is_temp_name(&name) {
-                remove_leftover(&path);
-                continue;
-            }
-            let Some(stem) = name.strip_suffix(".json") else {
+            let Some(stem) = record_stem(&path) else {
                 continue;
             };
             let read = || -> Result<Option<Workspace>, String> {
@@ -501,6 +491,17 @@ pub fn cwd_dir_name(cwd: &Path) -> String {
 // ---- file helpers ---------------------------------------------------------------------------
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The id in a record file's name (`<id>.json`): `None` for any other file, and for the
+/// leftover temp file of an interrupted write, which it removes (it was never acknowledged).
+fn record_stem(path: &Path) -> Option<String> {
+    let name = file_name(path);
+    if is_temp_name(&name) {
+        remove_leftover(path);
+        return None;
+    }
+    name.strip_suffix(".json").map(str::to_string)
+}
 
 fn file_name(path: &Path) -> String {
     path.file_name()

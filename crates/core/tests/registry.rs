@@ -9,11 +9,21 @@ use std::time::{Duration, Instant};
 use common::{Fixture, WAIT, drain, eventually, idle, ids, running, set};
 use drover_core::timeline::{Page, Timeline};
 use drover_core::{
-    ActivityBucket, AgentId, AgentStatus, ArchiveOptions, AttentionReason, CancelCause, Change,
-    NewAgent, PARENT_LABEL, RegistryError, TurnOutcome,
+    ActivityBucket, ActivityReport, AgentId, AgentStatus, ArchiveOptions, AttentionReason,
+    CancelCause, Change, NewAgent, PARENT_LABEL, Registry, RegistryError, TurnOutcome,
 };
 use drover_protocol::ItemKind;
 use drover_testkit::{RuntimeCall, StopBehaviour, TestFamily};
+
+/// A plain archive of `id` refused with `agent_active` (`why`: what runs): its report.
+async fn refused_as_active(reg: &Registry, id: AgentId, why: &str) -> Box<ActivityReport> {
+    let err = reg.archive(id, PLAIN).await.expect_err(why);
+    assert_eq!(err.code(), "agent_active");
+    let RegistryError::AgentActive(report) = err else {
+        panic!("{err:?}");
+    };
+    report
+}
 
 const PLAIN: ArchiveOptions = ArchiveOptions {
     stop_activity: false,
@@ -552,12 +562,7 @@ async fn archive_cascades_over_grandchildren_and_closes_their_runtimes() {
 async fn cascade_passes_through_an_archived_intermediate() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let parent = fx.create(0, None).await;
-    let child = fx.create(0, Some(parent.id)).await;
-    let grandchild = fx.create(0, Some(child.id)).await;
-    for a in [&parent, &child, &grandchild] {
-        idle(reg, a.id).await;
-    }
+    let (parent, child, grandchild) = fx.idle_lineage().await;
     let outcome = reg.archive(child.id, PLAIN).await.expect("archive child");
     assert_eq!(set_of(outcome.archived), set_of([child.id, grandchild.id]));
     let back = reg.unarchive(grandchild.id).await.expect("unarchive");
@@ -664,14 +669,7 @@ async fn a_running_grandchild_is_reported_as_a_subagent() {
         .map(|a| std::fs::read(fx.file(a)).expect("record"))
         .collect();
 
-    let err = reg
-        .archive(parent.id, PLAIN)
-        .await
-        .expect_err("a grandchild runs");
-    assert_eq!(err.code(), "agent_active");
-    let RegistryError::AgentActive(report) = err else {
-        panic!("{err:?}");
-    };
+    let report = refused_as_active(reg, parent.id, "a grandchild runs").await;
     assert_eq!(report.families.keys().collect::<Vec<_>>(), ["subagent"]);
     let items = &report.families["subagent"];
     assert_eq!(items.len(), 1);
@@ -716,22 +714,10 @@ async fn work_owned_by_a_descendant_takes_part_in_admission() {
     let reg = &fx.registry;
     let jobs = TestFamily::watching_disk("job", fx.home.path());
     reg.register_family(jobs.clone());
-    let parent = fx.create(0, None).await;
-    let child = fx.create(0, Some(parent.id)).await;
-    let grandchild = fx.create(0, Some(child.id)).await;
-    for a in [&parent, &child, &grandchild] {
-        idle(reg, a.id).await;
-    }
+    let (parent, child, grandchild) = fx.idle_lineage().await;
     jobs.add(grandchild.id, "build", StopBehaviour::Succeed);
 
-    let err = reg
-        .archive(parent.id, PLAIN)
-        .await
-        .expect_err("the grandchild's job runs");
-    assert_eq!(err.code(), "agent_active");
-    let RegistryError::AgentActive(report) = err else {
-        panic!("{err:?}");
-    };
+    let report = refused_as_active(reg, parent.id, "the grandchild's job runs").await;
     assert_eq!(report.agent_id, Some(parent.id));
     assert_eq!(report.families.keys().collect::<Vec<_>>(), ["job"]);
     let job = &report.families["job"][0];
@@ -826,8 +812,7 @@ async fn failing_panicking_or_hanging_stops_neither_undo_the_archive_nor_block_t
     let schedules = TestFamily::watching_disk("schedule", fx.home.path());
     reg.register_family(jobs.clone());
     reg.register_family(schedules.clone());
-    let parent = fx.create(0, None).await;
-    let child = fx.create(0, Some(parent.id)).await;
+    let (parent, child) = fx.pair().await;
     running(reg, parent.id).await;
     running(reg, child.id).await;
     jobs.add(parent.id, "hangs", StopBehaviour::Hang);
@@ -878,8 +863,7 @@ async fn failing_panicking_or_hanging_stops_neither_undo_the_archive_nor_block_t
 async fn a_failing_runtime_cancel_or_close_does_not_undo_the_archive() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let parent = fx.create(0, None).await;
-    let child = fx.create(0, Some(parent.id)).await;
+    let (parent, child) = fx.pair().await;
     running(reg, parent.id).await;
     running(reg, child.id).await;
     fx.runtime.fail_cancel(parent.id);
@@ -897,8 +881,7 @@ async fn a_failing_runtime_cancel_or_close_does_not_undo_the_archive() {
 async fn unarchive_restarts_nothing_and_leaves_children_archived() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let parent = fx.create(0, None).await;
-    let child = fx.create(0, Some(parent.id)).await;
+    let (parent, child) = fx.pair().await;
     idle(reg, parent.id).await;
     idle(reg, child.id).await;
     reg.archive(parent.id, PLAIN).await.expect("archive");
@@ -942,12 +925,7 @@ async fn unarchive_restarts_nothing_and_leaves_children_archived() {
 async fn the_turn_gate_refuses_archived_lineage() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let parent = fx.create(0, None).await;
-    let child = fx.create(0, Some(parent.id)).await;
-    let grandchild = fx.create(0, Some(child.id)).await;
-    for a in [&parent, &child, &grandchild] {
-        idle(reg, a.id).await;
-    }
+    let (parent, child, grandchild) = fx.idle_lineage().await;
     reg.archive(parent.id, PLAIN).await.expect("archive");
 
     let err = reg
@@ -1001,8 +979,7 @@ async fn the_turn_gate_refuses_archived_lineage() {
 async fn detaching_from_an_archived_lineage_opens_the_gate() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let parent = fx.create(0, None).await;
-    let child = fx.create(0, Some(parent.id)).await;
+    let (parent, child) = fx.pair().await;
     idle(reg, parent.id).await;
     idle(reg, child.id).await;
     reg.archive(parent.id, PLAIN).await.expect("archive");

@@ -32,6 +32,14 @@ async fn open(home: &Path) -> (Registry, BootReport) {
         .expect("Registry::open")
 }
 
+/// An agent made in `registry` (which must take it) from [`new_agent`].
+async fn created(registry: &Registry, cwd: &Path, title: &str, parent: Option<AgentId>) -> Agent {
+    registry
+        .create_agent(new_agent(cwd, title, parent))
+        .await
+        .unwrap_or_else(|e| panic!("create {title}: {e}"))
+}
+
 fn new_agent(cwd: &Path, title: &str, parent: Option<AgentId>) -> NewAgent {
     NewAgent {
         provider: "claude".to_string(),
@@ -143,14 +151,8 @@ async fn corrupt_agent_files_are_quarantined_and_the_rest_load() {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let a = registry
-        .create_agent(new_agent(cwd.path(), "a", None))
-        .await
-        .expect("create a");
-    let b = registry
-        .create_agent(new_agent(cwd.path(), "b", Some(a.id)))
-        .await
-        .expect("create b");
+    let a = created(&registry, cwd.path(), "a", None).await;
+    let b = created(&registry, cwd.path(), "b", Some(a.id)).await;
     // Idle, so boot has no reason to rewrite them.
     let a = registry
         .set_status(a.id, AgentStatus::Idle, None)
@@ -269,10 +271,7 @@ async fn unknown_fields_survive_a_rewrite() {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let a = registry
-        .create_agent(new_agent(cwd.path(), "a", None))
-        .await
-        .expect("create");
+    let a = created(&registry, cwd.path(), "a", None).await;
     registry
         .set_config(
             a.id,
@@ -389,18 +388,9 @@ async fn records_of_a_newer_version_are_left_alone() {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let a = registry
-        .create_agent(new_agent(cwd.path(), "a", None))
-        .await
-        .expect("create a");
-    let b = registry
-        .create_agent(new_agent(cwd.path(), "b", None))
-        .await
-        .expect("create b");
-    let c = registry
-        .create_agent(new_agent(cwd.path(), "c", None))
-        .await
-        .expect("create c");
+    let a = created(&registry, cwd.path(), "a", None).await;
+    let b = created(&registry, cwd.path(), "b", None).await;
+    let c = created(&registry, cwd.path(), "c", None).await;
     drop(registry);
 
     // `a`: version 99 that still fits today's schema; `b`: version 99 whose schema moved on
@@ -456,10 +446,7 @@ async fn leftover_temp_files_are_removed_at_boot_and_never_loaded() {
     let home = TempDir::new().expect("home");
     let cwd = TempDir::new().expect("cwd");
     let (registry, _) = open(home.path()).await;
-    let a = registry
-        .create_agent(new_agent(cwd.path(), "a", None))
-        .await
-        .expect("create");
+    let a = created(&registry, cwd.path(), "a", None).await;
     let ws = registry.workspaces().pop().expect("workspace");
     drop(registry);
 
@@ -1054,10 +1041,7 @@ async fn a_full_disk_fails_the_mutation_and_changes_nothing() {
         .expect("set_title with room");
     assert_eq!(read_json(&x_path)["title"], json!("now"));
     assert_eq!(x2.title.as_deref(), Some("now"));
-    let created = registry
-        .create_agent(new_agent(cwd.path(), "new", Some(parent.id)))
-        .await
-        .expect("create_agent with room");
+    let created = created(&registry, cwd.path(), "new", Some(parent.id)).await;
     assert!(agent_path(&home, &created).exists());
     let outcome = registry
         .archive(

@@ -5,6 +5,7 @@ use drover_acp::{LiveSession, RuntimeMemory, RuntimeView, TimelineEvent, Timelin
 use drover_core::{
     ActivityBucket, Agent, CommandRun, RegistryError, Workspace, WorktreeRemoval, WorktreeStatus,
 };
+use drover_protocol::answers;
 use drover_protocol::{
     AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ImportSkip, ImportedAgentInfo, JobInfo,
     ProviderInfo, RuntimeInfo, SignInState, WorkspaceActivity, WorkspaceInfo, WorktreeRemovalInfo,
@@ -270,36 +271,38 @@ pub(crate) fn worktree_removal(removal: &WorktreeRemoval) -> WorktreeRemovalInfo
 
 /// The answer to `import_paseo` and `import_sessions`.
 pub(crate) fn imported(request_id: Option<String>, report: ImportReport) -> DaemonMessage {
-    DaemonMessage::Imported {
+    DaemonMessage::answer(
         request_id,
-        dry_run: report.dry_run,
-        imported: report
-            .imported
-            .into_iter()
-            .map(|i| ImportedAgentInfo {
-                source: i.source,
-                source_id: i.source_id,
-                agent_id: i.agent_id.map(|id| id.to_string()),
-                provider: i.provider,
-                cwd: i.cwd.display().to_string(),
-                title: i.title,
-                status: agent_status(i.status),
-                archived: i.archived,
-                parent_source_id: i.parent,
-                resumes: i.resumes,
-                note: i.note,
-            })
-            .collect(),
-        skipped: report
-            .skipped
-            .into_iter()
-            .map(|s| ImportSkip {
-                source: s.source,
-                source_id: s.source_id,
-                reason: s.reason,
-            })
-            .collect(),
-    }
+        answers::Imported {
+            dry_run: report.dry_run,
+            imported: report
+                .imported
+                .into_iter()
+                .map(|i| ImportedAgentInfo {
+                    source: i.source,
+                    source_id: i.source_id,
+                    agent_id: i.agent_id.map(|id| id.to_string()),
+                    provider: i.provider,
+                    cwd: i.cwd.display().to_string(),
+                    title: i.title,
+                    status: agent_status(i.status),
+                    archived: i.archived,
+                    parent_source_id: i.parent,
+                    resumes: i.resumes,
+                    note: i.note,
+                })
+                .collect(),
+            skipped: report
+                .skipped
+                .into_iter()
+                .map(|s| ImportSkip {
+                    source: s.source,
+                    source_id: s.source_id,
+                    reason: s.reason,
+                })
+                .collect(),
+        },
+    )
 }
 
 pub(crate) fn provider(p: ProviderView) -> ProviderInfo {

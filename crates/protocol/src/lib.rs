@@ -2,7 +2,8 @@
 //!
 //! Every message is one JSON object with a `type`. Client messages ([`requests`]: one struct
 //! each, in a [`ClientRequest`] envelope) carry their fields beside `type` (and an optional
-//! `requestId`, echoed in the answer); daemon messages carry theirs in `payload`.
+//! `requestId`, echoed in the answer); daemon messages carry theirs in `payload` (an answer's
+//! `requestId` too: [`answers`], each in an [`Answer`] envelope).
 //! `docs/protocol.md` describes each with an example; `schema/protocol.json` is the
 //! JSON Schema generated from these types (a test keeps them in step).
 //!
@@ -21,10 +22,12 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame a client may send; a larger one closes the connection with 1009.
 pub const MAX_CLIENT_FRAME: usize = 1024 * 1024;
 
+pub mod answers;
 pub mod js;
 pub mod requests;
 mod values;
 
+pub use answers::Answer;
 pub use requests::{ClientMessage, ClientRequest};
 
 pub use values::{
@@ -800,24 +803,12 @@ pub enum DaemonMessage {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         hosts: Vec<HostInfo>,
     },
-    AgentInitialized {
-        agent_id: String,
-        info: AgentInfo,
-        /// The recent history, oldest first: each an `item` notification.
-        updates: Vec<AgentUpdate>,
-        /// Earlier items exist: fetch them with `fetch_timeline` and `before: cursor`.
-        has_older: bool,
-        cursor: Option<u64>,
-        /// Permission requests waiting for an answer.
-        pending_permissions: Vec<Value>,
-        /// The timeline's revision this snapshot holds: `agent_update`s after it follow.
-        #[serde(default)]
-        revision: u64,
-        request_id: Option<String>,
-    },
+    AgentInitialized(Answer<answers::AgentInitialized>),
     /// An agent changed (status, title, labels, archive, detach, attention, config). To every
     /// session.
-    AgentStatus { agent: AgentInfo },
+    AgentStatus {
+        agent: AgentInfo,
+    },
     /// A timeline change. Only to sessions that initialized the agent.
     AgentUpdate(AgentUpdate),
     /// A workspace was registered or its activity changed.
@@ -826,86 +817,32 @@ pub enum DaemonMessage {
         workspace_id: String,
         activity: Option<WorkspaceActivity>,
     },
-    TimelinePage {
-        request_id: Option<String>,
-        agent_id: String,
-        items: Vec<Value>,
-        has_older: bool,
-        has_newer: bool,
-    },
-    AgentCreated {
-        request_id: Option<String>,
-        agent: AgentInfo,
-    },
-    MessageQueued {
-        request_id: Option<String>,
-        agent_id: String,
-        message_id: String,
-    },
+    TimelinePage(Answer<answers::TimelinePage>),
+    AgentCreated(Answer<answers::AgentCreated>),
+    MessageQueued(Answer<answers::MessageQueued>),
     /// The answer to `take_notices`: every notice not acknowledged yet, oldest first.
-    Notices {
-        request_id: Option<String>,
-        notices: Vec<NoticeInfo>,
-    },
+    Notices(Answer<answers::Notices>),
     /// One of this daemon's agents told an agent of the hub something (see `take_notices`).
-    NoticeQueued { notice: NoticeInfo },
+    NoticeQueued {
+        notice: NoticeInfo,
+    },
     /// A request that has no other answer succeeded.
-    Ok {
-        request_id: Option<String>,
-        agent_id: Option<String>,
-    },
-    Archived {
-        request_id: Option<String>,
-        agent_id: String,
-        /// Every agent newly archived (the target, then its cascade).
-        archived: Vec<String>,
-        /// The activity whose stops were issued.
-        stopped: Value,
-    },
-    ChildrenArchived {
-        request_id: Option<String>,
-        agent_id: String,
-        archived: Vec<String>,
-        skipped: Value,
-    },
-    Providers {
-        request_id: Option<String>,
-        providers: Vec<ProviderInfo>,
-    },
+    Ok(Answer<answers::Ok>),
+    Archived(Answer<answers::Archived>),
+    ChildrenArchived(Answer<answers::ChildrenArchived>),
+    Providers(Answer<answers::Providers>),
     /// The answer to `notify_status`: every sink of `[notify]`, in the file's order.
-    NotifyStatus {
-        request_id: Option<String>,
-        sinks: Vec<NotifySinkInfo>,
-    },
+    NotifyStatus(Answer<answers::NotifyStatus>),
     /// The answer to `notify_test`: how the sample went, sink by sink.
-    NotifyTested {
-        request_id: Option<String>,
-        results: Vec<NotifyTestResult>,
-    },
+    NotifyTested(Answer<answers::NotifyTested>),
     /// The answer to `sign_in`: the agents started again.
-    SignedIn {
-        request_id: Option<String>,
-        provider: String,
-        method_id: String,
-        retried: Vec<String>,
-    },
+    SignedIn(Answer<answers::SignedIn>),
     /// The answer to `import_paseo` and `import_sessions`: what came in (or, in a dry run,
     /// would), and what not.
-    Imported {
-        request_id: Option<String>,
-        dry_run: bool,
-        imported: Vec<ImportedAgentInfo>,
-        skipped: Vec<ImportSkip>,
-    },
-    Agents {
-        request_id: Option<String>,
-        agents: Vec<AgentInfo>,
-    },
+    Imported(Answer<answers::Imported>),
+    Agents(Answer<answers::Agents>),
     /// The answer to `list_hosts`, `add_host` and `remove_host`.
-    Hosts {
-        request_id: Option<String>,
-        hosts: Vec<HostInfo>,
-    },
+    Hosts(Answer<answers::Hosts>),
     /// A host's link changed (reachable, unreachable since, version, counts), or it was
     /// removed (`host: null`). To every session.
     HostUpdate {
@@ -913,95 +850,28 @@ pub enum DaemonMessage {
         host: Option<HostInfo>,
     },
     /// The answer to `get_agent`: its `runtime` says what its process tree holds now.
-    Agent {
-        request_id: Option<String>,
-        agent: AgentInfo,
-    },
-    Idle {
-        request_id: Option<String>,
-        agent_id: String,
-        /// `false`: the timeout came first.
-        idle: bool,
-    },
-    Workspaces {
-        request_id: Option<String>,
-        workspaces: Vec<WorkspaceInfo>,
-    },
-    WorktreeCreated {
-        request_id: Option<String>,
-        workspace: WorkspaceInfo,
-        /// The project's setup commands as they ran.
-        setup: Vec<CommandRunInfo>,
-    },
-    WorktreeStatus {
-        request_id: Option<String>,
-        workspace_id: String,
-        status: WorktreeStatusInfo,
-    },
+    Agent(Answer<answers::Agent>),
+    Idle(Answer<answers::Idle>),
+    Workspaces(Answer<answers::Workspaces>),
+    WorktreeCreated(Answer<answers::WorktreeCreated>),
+    WorktreeStatus(Answer<answers::WorktreeStatus>),
     /// The answer to `workspace_changes`.
-    WorkspaceChanges {
-        request_id: Option<String>,
-        workspace_id: String,
-        changes: WorkspaceChangesInfo,
-    },
-    WorkspaceArchived {
-        request_id: Option<String>,
-        workspace_id: String,
-        archived_at: Option<String>,
-        /// It was archived before: nothing was done.
-        already_archived: bool,
-        /// Every agent newly archived (the workspace's agents and their cascades).
-        agents: Vec<String>,
-        /// For a worktree drover made: what removing it did.
-        worktree: Option<WorktreeRemovalInfo>,
-    },
+    WorkspaceChanges(Answer<answers::WorkspaceChanges>),
+    WorkspaceArchived(Answer<answers::WorkspaceArchived>),
     /// The answer to `start_job` and `kill_job`.
-    Job {
-        request_id: Option<String>,
-        job: JobInfo,
-    },
-    Jobs {
-        request_id: Option<String>,
-        jobs: Vec<JobInfo>,
-    },
+    Job(Answer<answers::Job>),
+    Jobs(Answer<answers::Jobs>),
     /// The answer to `job_output`.
-    JobOutput {
-        request_id: Option<String>,
-        job_id: String,
-        /// The offset of `text`'s first byte.
-        offset: u64,
-        text: String,
-        /// Where the next read starts (it never splits a UTF-8 character).
-        next_offset: u64,
-        /// Bytes the job has written so far.
-        end: u64,
-        /// Bytes before `offset` that were asked for but are no longer kept.
-        skipped: u64,
-        /// The job ended and everything it wrote has been read.
-        eof: bool,
-    },
-    JobWaited {
-        request_id: Option<String>,
-        job: JobInfo,
-        /// `false`: the timeout came first.
-        ended: bool,
-    },
+    JobOutput(Answer<answers::JobOutput>),
+    JobWaited(Answer<answers::JobWaited>),
     /// A job started or ended. To every session.
-    JobUpdate { job: JobInfo },
-    /// The answer to `follow_job`: the job now, and the offset its pushed output starts from.
-    JobFollowed {
-        request_id: Option<String>,
+    JobUpdate {
         job: JobInfo,
-        /// The `offset` asked for, or the first byte kept.
-        offset: u64,
     },
+    /// The answer to `follow_job`: the job now, and the offset its pushed output starts from.
+    JobFollowed(Answer<answers::JobFollowed>),
     /// The answer to `unfollow_job`.
-    JobUnfollowed {
-        request_id: Option<String>,
-        job_id: String,
-        /// This session was following the job (until now).
-        followed: bool,
-    },
+    JobUnfollowed(Answer<answers::JobUnfollowed>),
     /// Output of a job this session follows (`follow_job`), pushed as it is written.
     JobOutputUpdate {
         job_id: String,
@@ -1019,30 +889,14 @@ pub enum DaemonMessage {
         eof: bool,
     },
     /// The answer to `create_terminal`, `resize_terminal` and `close_terminal`.
-    Terminal {
-        request_id: Option<String>,
-        terminal: TerminalInfo,
-    },
+    Terminal(Answer<answers::Terminal>),
     /// The answer to `list_terminals`.
-    Terminals {
-        request_id: Option<String>,
-        terminals: Vec<TerminalInfo>,
-    },
+    Terminals(Answer<answers::Terminals>),
     /// The answer to `attach_terminal`: the terminal now, and the offset its pushed output
     /// starts from.
-    TerminalAttached {
-        request_id: Option<String>,
-        terminal: TerminalInfo,
-        /// The `offset` asked for, or the first byte of the kept scrollback.
-        offset: u64,
-    },
+    TerminalAttached(Answer<answers::TerminalAttached>),
     /// The answer to `detach_terminal`.
-    TerminalDetached {
-        request_id: Option<String>,
-        terminal_id: String,
-        /// This session was attached (until now).
-        attached: bool,
-    },
+    TerminalDetached(Answer<answers::TerminalDetached>),
     /// Output of a workspace terminal this session is attached to, pushed as it is written.
     TerminalOutput {
         terminal_id: String,
@@ -1070,33 +924,17 @@ pub enum DaemonMessage {
         terminal: Option<TerminalInfo>,
     },
     /// A request failed. The connection stays open.
-    RequestError {
-        request_id: Option<String>,
-        /// Stable: one of [`ErrorCode`] (`invalid_message`, `unknown_agent`, `agent_active`,
-        /// ...). Decoded as a string, so that an older client reads a newer daemon's codes;
-        /// the schema lists the codes this version sends.
-        #[schemars(with = "ErrorCode")]
-        code: String,
-        message: String,
-        details: Option<Value>,
-    },
+    RequestError(Answer<answers::RequestError>),
     /// This session fell behind and events were dropped: re-read with `list_agents` and
     /// re-initialize the agents it shows.
-    ResyncRequired { reason: String },
+    ResyncRequired {
+        reason: String,
+    },
     /// The answer to `create_schedule`, `pause_schedule`, `resume_schedule`.
-    Schedule {
-        request_id: Option<String>,
-        schedule: ScheduleInfo,
-    },
+    Schedule(Answer<answers::Schedule>),
     /// The answer to `list_schedules`.
-    Schedules {
-        request_id: Option<String>,
-        schedules: Vec<ScheduleInfo>,
-    },
-    ScheduleDeleted {
-        request_id: Option<String>,
-        schedule_id: String,
-    },
+    Schedules(Answer<answers::Schedules>),
+    ScheduleDeleted(Answer<answers::ScheduleDeleted>),
     /// A schedule was made, changed (paused, resumed, fired) or deleted (`schedule: null`).
     /// To every session.
     ScheduleUpdate {
@@ -1154,56 +992,43 @@ impl DaemonMessage {
     /// had none).
     pub fn request_id(&self) -> Option<&str> {
         match self {
-            DaemonMessage::AgentInitialized { request_id, .. }
-            | DaemonMessage::TimelinePage { request_id, .. }
-            | DaemonMessage::AgentCreated { request_id, .. }
-            | DaemonMessage::MessageQueued { request_id, .. }
-            | DaemonMessage::Ok { request_id, .. }
-            | DaemonMessage::Notices { request_id, .. }
-            | DaemonMessage::Archived { request_id, .. }
-            | DaemonMessage::ChildrenArchived { request_id, .. }
-            | DaemonMessage::Providers { request_id, .. }
-            | DaemonMessage::SignedIn { request_id, .. }
-            | DaemonMessage::Imported { request_id, .. }
-            | DaemonMessage::Agents { request_id, .. }
-            | DaemonMessage::Hosts { request_id, .. }
-            | DaemonMessage::Agent { request_id, .. }
-            | DaemonMessage::Idle { request_id, .. }
-            | DaemonMessage::Workspaces { request_id, .. }
-            | DaemonMessage::WorktreeCreated { request_id, .. }
-            | DaemonMessage::WorktreeStatus { request_id, .. }
-            | DaemonMessage::WorkspaceChanges { request_id, .. }
-            | DaemonMessage::WorkspaceArchived { request_id, .. }
-            | DaemonMessage::Schedule { request_id, .. }
-            | DaemonMessage::Schedules { request_id, .. }
-            | DaemonMessage::ScheduleDeleted { request_id, .. }
-            | DaemonMessage::Job { request_id, .. }
-            | DaemonMessage::Jobs { request_id, .. }
-            | DaemonMessage::JobOutput { request_id, .. }
-            | DaemonMessage::JobWaited { request_id, .. }
-            | DaemonMessage::JobFollowed { request_id, .. }
-            | DaemonMessage::JobUnfollowed { request_id, .. }
-            | DaemonMessage::Terminal { request_id, .. }
-            | DaemonMessage::Terminals { request_id, .. }
-            | DaemonMessage::TerminalAttached { request_id, .. }
-            | DaemonMessage::TerminalDetached { request_id, .. }
-            | DaemonMessage::NotifyStatus { request_id, .. }
-            | DaemonMessage::NotifyTested { request_id, .. }
-            | DaemonMessage::RequestError { request_id, .. } => request_id.as_deref(),
-            DaemonMessage::Welcome { .. }
-            | DaemonMessage::SessionState { .. }
-            | DaemonMessage::AgentStatus { .. }
-            | DaemonMessage::AgentUpdate(_)
-            | DaemonMessage::WorkspaceUpdate { .. }
-            | DaemonMessage::HostUpdate { .. }
-            | DaemonMessage::NoticeQueued { .. }
-            | DaemonMessage::ScheduleUpdate { .. }
-            | DaemonMessage::JobUpdate { .. }
-            | DaemonMessage::JobOutputUpdate { .. }
-            | DaemonMessage::TerminalOutput { .. }
-            | DaemonMessage::TerminalExit { .. }
-            | DaemonMessage::TerminalUpdate { .. }
-            | DaemonMessage::ResyncRequired { .. } => None,
+            DaemonMessage::AgentInitialized(Answer { request_id, .. })
+            | DaemonMessage::TimelinePage(Answer { request_id, .. })
+            | DaemonMessage::AgentCreated(Answer { request_id, .. })
+            | DaemonMessage::MessageQueued(Answer { request_id, .. })
+            | DaemonMessage::Notices(Answer { request_id, .. })
+            | DaemonMessage::Ok(Answer { request_id, .. })
+            | DaemonMessage::Archived(Answer { request_id, .. })
+            | DaemonMessage::ChildrenArchived(Answer { request_id, .. })
+            | DaemonMessage::Providers(Answer { request_id, .. })
+            | DaemonMessage::NotifyStatus(Answer { request_id, .. })
+            | DaemonMessage::NotifyTested(Answer { request_id, .. })
+            | DaemonMessage::SignedIn(Answer { request_id, .. })
+            | DaemonMessage::Imported(Answer { request_id, .. })
+            | DaemonMessage::Agents(Answer { request_id, .. })
+            | DaemonMessage::Hosts(Answer { request_id, .. })
+            | DaemonMessage::Agent(Answer { request_id, .. })
+            | DaemonMessage::Idle(Answer { request_id, .. })
+            | DaemonMessage::Workspaces(Answer { request_id, .. })
+            | DaemonMessage::WorktreeCreated(Answer { request_id, .. })
+            | DaemonMessage::WorktreeStatus(Answer { request_id, .. })
+            | DaemonMessage::WorkspaceChanges(Answer { request_id, .. })
+            | DaemonMessage::WorkspaceArchived(Answer { request_id, .. })
+            | DaemonMessage::Job(Answer { request_id, .. })
+            | DaemonMessage::Jobs(Answer { request_id, .. })
+            | DaemonMessage::JobOutput(Answer { request_id, .. })
+            | DaemonMessage::JobWaited(Answer { request_id, .. })
+            | DaemonMessage::JobFollowed(Answer { request_id, .. })
+            | DaemonMessage::JobUnfollowed(Answer { request_id, .. })
+            | DaemonMessage::Terminal(Answer { request_id, .. })
+            | DaemonMessage::Terminals(Answer { request_id, .. })
+            | DaemonMessage::TerminalAttached(Answer { request_id, .. })
+            | DaemonMessage::TerminalDetached(Answer { request_id, .. })
+            | DaemonMessage::RequestError(Answer { request_id, .. })
+            | DaemonMessage::Schedule(Answer { request_id, .. })
+            | DaemonMessage::Schedules(Answer { request_id, .. })
+            | DaemonMessage::ScheduleDeleted(Answer { request_id, .. }) => request_id.as_deref(),
+            _ => None,
         }
     }
 }

@@ -223,7 +223,6 @@ struct Live {
     incoming: mpsc::Receiver<Incoming>,
     exited: watch::Receiver<Option<ExitStatus>>,
     stderr: process::StderrTail,
-    stderr_closed: watch::Receiver<bool>,
     session_id: String,
     /// The agent offers `session/close`: a stopping runtime closes its session first.
     close_session: bool,

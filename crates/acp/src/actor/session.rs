@@ -18,10 +18,10 @@ use tokio::sync::watch;
 
 use super::{Actor, Live};
 use crate::auth::{self, SignInState};
-use crate::process::{self, AgentProcess, SpawnError, SpawnSpec};
+use crate::process::{self, SpawnError};
 use crate::providers::{Availability, Provider};
 use crate::records;
-use crate::rpc::{self, Incoming, RpcClient, RpcError};
+use crate::rpc::{Incoming, RpcClient, RpcError};
 use crate::slots::SlotGuard;
 use crate::{AcpError, Advertised, CLOSE_GRACE, LiveSession, handshake};
 use drover_protocol::{ConfigOptionInfo, ConfigValueInfo};
@@ -416,18 +416,13 @@ impl Actor {
     ) -> Launched {
         let crate::warm::Spare {
             id: spare_id,
-            pid,
-            rpc,
-            incoming,
-            exited,
-            stderr,
-            stderr_closed,
-            cgroup,
+            process,
             init,
             env,
             slot: spare_slot,
             ..
         } = spare;
+        let (pid, rpc) = (process.pid, process.rpc.clone());
         let marker = spare_id.to_string();
         // The agent's record replaces the spare's, naming the marker.
         let written = records::RuntimeRecord::of(self.id, pid).map(|mut record| {
@@ -441,17 +436,7 @@ impl Actor {
         // The agent holds its own slot: the spare's (if it still has it) is free for its
         // replacement.
         drop(spare_slot);
-        self.live = Some(self.new_live(
-            pid,
-            marker,
-            cgroup,
-            rpc.clone(),
-            incoming,
-            exited,
-            stderr,
-            stderr_closed,
-            slot,
-        ));
+        self.live = Some(self.new_live(process, marker, slot));
         self.publish_runtime();
         tracing::info!(agent = %self.id, pid, spare = %spare_id, provider = %agent.provider, "agent took a warm spare");
         Launched {
@@ -470,61 +455,31 @@ impl Actor {
         program: std::path::PathBuf,
         slot: SlotGuard,
     ) -> Result<Launched, LaunchError> {
-        let mut env: BTreeMap<String, String> = process::inherited_env();
-        env.extend(provider.env.clone());
-        env.insert("DROVER_AGENT_ID".to_string(), self.id.to_string());
-        let spec = SpawnSpec {
-            program,
-            args: provider.command[1..].to_vec(),
-            cwd: agent.cwd.clone(),
-            env: env.clone(),
-        };
-        let AgentProcess {
-            pid,
-            stdin,
-            stdout,
-            stderr,
-            exited,
-            stderr_closed,
-            cgroup,
-        } = process::spawn(&spec).await?;
+        let spec = provider.spawn_spec(program, agent.cwd.clone(), Some(self.id.to_string()));
+        let process = process::spawn_connected(&spec).await?;
+        let (pid, rpc) = (process.pid, process.rpc.clone());
         self.record_runtime(pid);
-        let (rpc, incoming) = rpc::connect(stdout, stdin);
         let marker = self.id.to_string();
-        self.live = Some(self.new_live(
-            pid,
-            marker,
-            cgroup,
-            rpc.clone(),
-            incoming,
-            exited,
-            stderr,
-            stderr_closed,
-            slot,
-        ));
+        self.live = Some(self.new_live(process, marker, slot));
         self.publish_runtime();
         tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
         Ok(Launched {
             rpc,
             provider,
-            env,
+            env: spec.env,
             init: None,
         })
     }
 
-    #[expect(clippy::too_many_arguments, reason = "the parts of one process")]
-    fn new_live(
-        &self,
-        pid: u32,
-        marker: String,
-        cgroup: Option<std::path::PathBuf>,
-        rpc: RpcClient,
-        incoming: tokio::sync::mpsc::Receiver<rpc::Incoming>,
-        exited: watch::Receiver<Option<ExitStatus>>,
-        stderr: process::StderrTail,
-        stderr_closed: watch::Receiver<bool>,
-        slot: SlotGuard,
-    ) -> Live {
+    fn new_live(&self, process: process::Connected, marker: String, slot: SlotGuard) -> Live {
+        let process::Connected {
+            pid,
+            rpc,
+            incoming,
+            stderr,
+            exited,
+            cgroup,
+        } = process;
         Live {
             pid,
             marker,
@@ -533,7 +488,6 @@ impl Actor {
             incoming,
             exited,
             stderr,
-            stderr_closed,
             session_id: String::new(),
             close_session: false,
             modes: None,
@@ -808,12 +762,11 @@ impl Actor {
     /// after 1 s): the exit can be seen before its last words are read, and a failure must
     /// read the same whichever comes first.
     async fn last_words(&mut self) -> LastStderr {
-        if let Some(live) = self.live.as_mut() {
-            let _ =
-                tokio::time::timeout(Duration::from_secs(1), live.stderr_closed.wait_for(|c| *c))
-                    .await;
+        let tail = self.live.as_ref().map(|l| l.stderr.clone());
+        match tail {
+            Some(tail) => LastStderr(tail.last_words(5).await),
+            None => LastStderr(Vec::new()),
         }
-        self.last_stderr()
     }
 
     fn last_stderr(&self) -> LastStderr {
@@ -901,14 +854,12 @@ impl Actor {
         // The exit can be seen before the reader has passed on what the agent wrote just
         // before it: take that first, up to the end of its output.
         let _ = tokio::time::timeout(Duration::from_secs(1), self.read_to_end()).await;
-        let Some(mut live) = self.live.take() else {
+        let Some(live) = self.live.take() else {
             return;
         };
         self.publish_session();
         // Its last words explain the exit: let the reader take them all.
-        let _ =
-            tokio::time::timeout(Duration::from_secs(1), live.stderr_closed.wait_for(|c| *c)).await;
-        let tail = live.stderr.last(10);
+        let tail = live.stderr.last_words(10).await;
         let mut message = format!("the agent process exited unexpectedly ({status})");
         if !tail.is_empty() {
             // Writing to a `String` cannot fail.

@@ -520,9 +520,8 @@ impl Registry {
         id: AgentId,
         budget: Option<crate::Budget>,
     ) -> Result<Agent, RegistryError> {
-        self.mutate(id, move |a| {
+        self.update(id, move |a| {
             a.budget = budget;
-            Ok(())
         })
         .await
     }
@@ -594,14 +593,13 @@ impl Registry {
     /// The wait for a usage limit ends without a turn (the user's `restart_agent` sends the
     /// prompt now; an archive): `limited` and its attention go.
     pub async fn clear_limited(&self, id: AgentId) -> Result<Agent, RegistryError> {
-        self.mutate(id, |a| {
+        self.update(id, |a| {
             if a.limited.take().is_some()
                 && a.attention
                     .is_some_and(|x| x.reason == AttentionReason::Limited)
             {
                 a.attention = None;
             }
-            Ok(())
         })
         .await
     }
@@ -611,20 +609,18 @@ impl Registry {
         id: AgentId,
         reason: AttentionReason,
     ) -> Result<Agent, RegistryError> {
-        self.mutate(id, move |a| {
+        self.update(id, move |a| {
             a.attention = Some(Attention {
                 reason,
                 at: Timestamp::now(),
             });
-            Ok(())
         })
         .await
     }
 
     pub async fn clear_attention(&self, id: AgentId) -> Result<Agent, RegistryError> {
-        self.mutate(id, |a| {
+        self.update(id, |a| {
             a.attention = None;
-            Ok(())
         })
         .await
     }
@@ -634,11 +630,10 @@ impl Registry {
         id: AgentId,
         title: Option<String>,
     ) -> Result<Agent, RegistryError> {
-        self.mutate(id, move |a| {
+        self.update(id, move |a| {
             a.title = title
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty());
-            Ok(())
         })
         .await
     }
@@ -680,9 +675,8 @@ impl Registry {
         id: AgentId,
         config: ProviderConfig,
     ) -> Result<Agent, RegistryError> {
-        self.mutate(id, move |a| {
+        self.update(id, move |a| {
             a.config = config;
-            Ok(())
         })
         .await
     }
@@ -692,9 +686,8 @@ impl Registry {
         id: AgentId,
         resume: Option<ResumeHandle>,
     ) -> Result<Agent, RegistryError> {
-        self.mutate(id, move |a| {
+        self.update(id, move |a| {
             a.resume = resume;
-            Ok(())
         })
         .await
     }
@@ -702,11 +695,10 @@ impl Registry {
     /// Removes the parent label, nothing else: the agent keeps running (or not), keeps its cwd
     /// and workspace, and from now on is a root for cascade and activity.
     pub async fn detach(&self, id: AgentId) -> Result<Agent, RegistryError> {
-        self.mutate(id, |a| {
+        self.update(id, |a| {
             a.labels.remove(PARENT_LABEL);
             // Its parent on the hub no longer gates it.
             a.labels.remove(UPSTREAM_ARCHIVED_LABEL);
-            Ok(())
         })
         .await
     }
@@ -718,17 +710,14 @@ impl Registry {
         id: AgentId,
         archived: Option<AgentId>,
     ) -> Result<Agent, RegistryError> {
-        self.mutate(id, move |a| {
-            match archived {
-                Some(archived) => {
-                    a.labels
-                        .insert(UPSTREAM_ARCHIVED_LABEL.to_string(), archived.to_string());
-                }
-                None => {
-                    a.labels.remove(UPSTREAM_ARCHIVED_LABEL);
-                }
+        self.update(id, move |a| match archived {
+            Some(archived) => {
+                a.labels
+                    .insert(UPSTREAM_ARCHIVED_LABEL.to_string(), archived.to_string());
             }
-            Ok(())
+            None => {
+                a.labels.remove(UPSTREAM_ARCHIVED_LABEL);
+            }
         })
         .await
     }
@@ -742,6 +731,19 @@ impl Registry {
     }
 
     // ---- helpers -------------------------------------------------------------------------
+
+    /// `mutate` with a change that cannot fail (a setter).
+    async fn update(
+        &self,
+        id: AgentId,
+        change: impl FnOnce(&mut Agent) + Send + 'static,
+    ) -> Result<Agent, RegistryError> {
+        self.mutate(id, move |a| {
+            change(a);
+            Ok(())
+        })
+        .await
+    }
 
     async fn mutate(
         &self,

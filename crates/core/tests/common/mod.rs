@@ -81,6 +81,23 @@ impl Fixture {
     }
 
     /// The agent's record file under this fixture's home.
+    /// A root agent and its subagent, in the first cwd.
+    pub async fn pair(&self) -> (Agent, Agent) {
+        let parent = self.create(0, None).await;
+        let child = self.create(0, Some(parent.id)).await;
+        (parent, child)
+    }
+
+    /// A root agent, its subagent and its subagent's, in the first cwd, all idle.
+    pub async fn idle_lineage(&self) -> (Agent, Agent, Agent) {
+        let (parent, child) = self.pair().await;
+        let grandchild = self.create(0, Some(child.id)).await;
+        for a in [&parent, &child, &grandchild] {
+            idle(&self.registry, a.id).await;
+        }
+        (parent, child, grandchild)
+    }
+
     pub fn file(&self, agent: &Agent) -> PathBuf {
         agent_file(self.home.path(), agent)
     }

@@ -927,12 +927,12 @@ async fn job_output(ops: &Ops, caller: AgentId, params: JobOutputParams) -> Tool
     Ok(json!({
         "jobId": out.job.id,
         "status": out.job.status.as_str(),
-        "offset": out.offset,
-        "nextOffset": out.next_offset,
-        "end": out.end,
-        "skipped": out.skipped,
-        "eof": out.eof,
-        "text": out.text,
+        "offset": out.chunk.offset,
+        "nextOffset": out.chunk.next_offset,
+        "end": out.chunk.end,
+        "skipped": out.chunk.skipped,
+        "eof": out.chunk.eof,
+        "text": out.chunk.text,
     }))
 }
 

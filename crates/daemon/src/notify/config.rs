@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use drover_acp::providers::DurationEntry;
 use serde::Deserialize;
 
 /// What a notification is about: the protocol's names (`NotifySinkInfo.events`).
@@ -138,13 +139,6 @@ struct SinkEntry {
     window: Option<DurationEntry>,
     timeout: Option<DurationEntry>,
     retries: Option<i64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum DurationEntry {
-    Seconds(i64),
-    Text(String),
 }
 
 impl NotifyConfig {
@@ -318,28 +312,19 @@ fn duration(
     entry: Option<DurationEntry>,
     default: Duration,
 ) -> Result<Duration, String> {
-    let parsed = match &entry {
-        None => return Ok(default),
-        Some(DurationEntry::Seconds(s)) => u64::try_from(*s).ok().map(Duration::from_secs),
-        Some(DurationEntry::Text(text)) => text
-            .trim()
-            .parse::<jiff::SignedDuration>()
-            .ok()
-            .and_then(|d| Duration::try_from(d).ok()),
+    let Some(entry) = entry else {
+        return Ok(default);
     };
-    match parsed {
-        Some(d) if !d.is_zero() => Ok(d),
-        _ => {
-            let shown = match entry {
-                Some(DurationEntry::Seconds(s)) => s.to_string(),
-                Some(DurationEntry::Text(t)) => format!("{t:?}"),
-                None => String::new(),
-            };
-            Err(format!(
-                "{at}: `{key}` = {shown}: give seconds (more than 0) or a duration such as \"10s\" or \"1m\""
-            ))
-        }
+    if let Some(d) = entry.positive() {
+        return Ok(d);
     }
+    let shown = match entry {
+        DurationEntry::Seconds(s) => s.to_string(),
+        DurationEntry::Text(t) => format!("{t:?}"),
+    };
+    Err(format!(
+        "{at}: `{key}` = {shown}: give seconds (more than 0) or a duration such as \"10s\" or \"1m\""
+    ))
 }
 
 #[cfg(test)]

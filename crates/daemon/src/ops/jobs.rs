@@ -41,21 +41,13 @@ pub(crate) struct StartJob {
 /// that a fast job costs few messages, small enough that a session holds little.
 pub(crate) const FOLLOW_CHUNK: usize = 256 * 1024;
 
-/// Bytes of a job's output as text (see [`Ops::job_output`]).
+/// Bytes of a job's output as text (see [`Ops::job_output`]): the job, read after the bytes,
+/// and the bytes as a chunk (its `skipped`: bytes before its offset that were asked for but
+/// are no longer kept; its `eof`: the job ended and everything it wrote has been read).
 #[derive(Debug, Clone)]
 pub(crate) struct JobOutput {
     pub(crate) job: JobRecord,
-    /// The offset of the text's first byte.
-    pub(crate) offset: u64,
-    pub(crate) text: String,
-    /// Where the next read starts; never splits a UTF-8 character.
-    pub(crate) next_offset: u64,
-    /// Bytes written so far.
-    pub(crate) end: u64,
-    /// Bytes before `offset` that were asked for but are no longer kept.
-    pub(crate) skipped: u64,
-    /// The job ended and everything it wrote has been read.
-    pub(crate) eof: bool,
+    pub(crate) chunk: JobChunk,
 }
 
 /// One chunk of a followed job's output (see [`JobFollower::next_chunk`]).
@@ -288,15 +280,9 @@ impl Ops {
         // `output_bytes` (the chunk's `end` may be from before its last bytes).
         let job = jobs.get(id)?;
         let ended = !job.is_running() && chunk.end >= job.output_bytes;
-        let text = to_text(chunk, ended);
         Ok(JobOutput {
-            eof: text.eof,
             job,
-            offset: text.offset,
-            text: text.text,
-            next_offset: text.next_offset,
-            end: text.end,
-            skipped: text.skipped,
+            chunk: to_text(chunk, ended),
         })
     }
 

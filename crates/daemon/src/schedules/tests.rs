@@ -90,6 +90,14 @@ fn followup(agent: AgentId, cadence: Cadence) -> NewSchedule {
 }
 
 /// Sleeps on tokio's paused clock in steps, so the timer task runs in between.
+/// Every `n` seconds, the first time `n` seconds after `base`.
+fn every(base: Timestamp, n: u64) -> Cadence {
+    Cadence::Every {
+        every_secs: n,
+        from: base + secs(n.cast_signed()),
+    }
+}
+
 async fn pass(d: Duration) {
     let step = Duration::from_millis(500);
     let mut left = d;
@@ -118,13 +126,7 @@ async fn every_n_fires_on_its_grid() {
     let task = schedules.start(sink.clone());
     let agent = AgentId::new();
     let s = schedules
-        .create(followup(
-            agent,
-            Cadence::Every {
-                every_secs: 10,
-                from: base + secs(10),
-            },
-        ))
+        .create(followup(agent, every(base, 10)))
         .await
         .expect("create");
     pass(Duration::from_secs(35)).await;
@@ -190,13 +192,7 @@ async fn after_downtime_a_recurring_schedule_catches_up_once() {
     let id = {
         let schedules = Schedules::open(home.path(), Clock::tokio_from(base));
         let s = schedules
-            .create(followup(
-                agent,
-                Cadence::Every {
-                    every_secs: 60,
-                    from: base + secs(60),
-                },
-            ))
+            .create(followup(agent, every(base, 60)))
             .await
             .expect("create");
         s.id
@@ -314,13 +310,7 @@ async fn a_schedule_for_an_archived_agent_never_fires() {
     *sink.blocked.lock().expect("lock") = Some("agent `x` is archived".into());
     let _task = schedules.start(sink.clone());
     let s = schedules
-        .create(followup(
-            AgentId::new(),
-            Cadence::Every {
-                every_secs: 10,
-                from: base + secs(10),
-            },
-        ))
+        .create(followup(AgentId::new(), every(base, 10)))
         .await
         .expect("create");
     pass(Duration::from_secs(60)).await;
@@ -346,13 +336,7 @@ async fn pause_resume_and_delete_reach_the_timer_and_the_disk() {
     let sink = Arc::new(Recorder::default());
     let _task = schedules.start(sink.clone());
     let s = schedules
-        .create(followup(
-            AgentId::new(),
-            Cadence::Every {
-                every_secs: 10,
-                from: base + secs(10),
-            },
-        ))
+        .create(followup(AgentId::new(), every(base, 10)))
         .await
         .expect("create");
     let mut events = schedules.subscribe();

@@ -16,85 +16,41 @@ struct Asset {
     body: &'static [u8],
 }
 
+/// One embedded file of `assets/`, by name, with its type.
+macro_rules! asset {
+    ($name:literal, $mime:expr) => {
+        Asset {
+            name: $name,
+            mime: $mime,
+            body: include_bytes!(concat!("assets/", $name)),
+        }
+    };
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+const SVG: &str = "image/svg+xml";
+
 /// Every file of the page: plain ES modules and CSS, no build step, so what is here is what
 /// the browser runs.
 const ASSETS: &[Asset] = &[
-    Asset {
-        name: "index.html",
-        mime: "text/html; charset=utf-8",
-        body: include_bytes!("assets/index.html"),
-    },
-    Asset {
-        name: "style.css",
-        mime: "text/css; charset=utf-8",
-        body: include_bytes!("assets/style.css"),
-    },
-    Asset {
-        name: "app.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/app.js"),
-    },
-    Asset {
-        name: "conn.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/conn.js"),
-    },
-    Asset {
-        name: "markdown.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/markdown.js"),
-    },
-    Asset {
-        name: "timeline.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/timeline.js"),
-    },
-    Asset {
-        name: "sidebar.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/sidebar.js"),
-    },
-    Asset {
-        name: "startcard.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/startcard.js"),
-    },
-    Asset {
-        name: "protocol.gen.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/protocol.gen.js"),
-    },
-    Asset {
-        name: "dom.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/dom.js"),
-    },
-    Asset {
-        name: "terminal.js",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/terminal.js"),
-    },
+    asset!("index.html", HTML),
+    asset!("style.css", CSS),
+    asset!("app.js", JS),
+    asset!("conn.js", JS),
+    asset!("markdown.js", JS),
+    asset!("timeline.js", JS),
+    asset!("sidebar.js", JS),
+    asset!("startcard.js", JS),
+    asset!("protocol.gen.js", JS),
+    asset!("dom.js", JS),
+    asset!("terminal.js", JS),
     // xterm.js, vendored by scripts/vendor-xterm (versions in xterm.LICENSE).
-    Asset {
-        name: "xterm.mjs",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/xterm.mjs"),
-    },
-    Asset {
-        name: "xterm-addon-fit.mjs",
-        mime: "text/javascript; charset=utf-8",
-        body: include_bytes!("assets/xterm-addon-fit.mjs"),
-    },
-    Asset {
-        name: "xterm.css",
-        mime: "text/css; charset=utf-8",
-        body: include_bytes!("assets/xterm.css"),
-    },
-    Asset {
-        name: "favicon.svg",
-        mime: "image/svg+xml",
-        body: include_bytes!("assets/favicon.svg"),
-    },
+    asset!("xterm.mjs", JS),
+    asset!("xterm-addon-fit.mjs", JS),
+    asset!("xterm.css", CSS),
+    asset!("favicon.svg", SVG),
 ];
 
 /// No inline script, nothing from elsewhere; the socket goes to this origin only. Inline

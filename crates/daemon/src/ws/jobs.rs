@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::extract::ws::Utf8Bytes;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{DaemonMessage, ErrorCode};
 use tokio::sync::mpsc;
@@ -21,7 +22,7 @@ use tokio::task::AbortHandle;
 
 use super::{encode, request_error};
 use crate::hosts::HostError;
-use crate::ops::jobs::{FOLLOW_CHUNK, JobChunk, JobFollower, StartJob};
+use crate::ops::jobs::{FOLLOW_CHUNK, JobChunk, JobFollower, JobOutput, StartJob};
 use crate::ops::{Caller, OpError, Ops, parse_agent};
 use crate::wire;
 
@@ -49,10 +50,12 @@ pub(super) async fn start_job(
         notify_on_exit: r.notify_on_exit,
     };
     let job = ops.start_job(CALLER, request).await?;
-    Ok(DaemonMessage::Job {
+    Ok(DaemonMessage::answer(
         request_id,
-        job: wire::job_info(&job),
-    })
+        answers::Job {
+            job: wire::job_info(&job),
+        },
+    ))
 }
 
 /// `list_jobs`.
@@ -63,10 +66,12 @@ pub(super) fn list_jobs(
 ) -> Result<DaemonMessage, OpError> {
     let owner = r.agent_id.as_deref().map(parse_agent).transpose()?;
     let jobs = ops.list_jobs(CALLER, owner)?;
-    Ok(DaemonMessage::Jobs {
+    Ok(DaemonMessage::answer(
         request_id,
-        jobs: jobs.iter().map(wire::job_info).collect(),
-    })
+        answers::Jobs {
+            jobs: jobs.iter().map(wire::job_info).collect(),
+        },
+    ))
 }
 
 /// `job_output`.
@@ -79,16 +84,19 @@ pub(super) async fn job_output(
     let out = ops
         .job_output(CALLER, &r.job_id, r.offset, r.tail, r.max_bytes, wait)
         .await?;
-    Ok(DaemonMessage::JobOutput {
+    let JobOutput { job, chunk } = out;
+    Ok(DaemonMessage::answer(
         request_id,
-        job_id: out.job.id,
-        offset: out.offset,
-        text: out.text,
-        next_offset: out.next_offset,
-        end: out.end,
-        skipped: out.skipped,
-        eof: out.eof,
-    })
+        answers::JobOutput {
+            job_id: job.id,
+            offset: chunk.offset,
+            text: chunk.text,
+            next_offset: chunk.next_offset,
+            end: chunk.end,
+            skipped: chunk.skipped,
+            eof: chunk.eof,
+        },
+    ))
 }
 
 /// `kill_job`.
@@ -98,10 +106,12 @@ pub(super) async fn kill_job(
     r: rq::KillJob,
 ) -> Result<DaemonMessage, OpError> {
     let job = ops.kill_job(CALLER, &r.job_id).await?;
-    Ok(DaemonMessage::Job {
+    Ok(DaemonMessage::answer(
         request_id,
-        job: wire::job_info(&job),
-    })
+        answers::Job {
+            job: wire::job_info(&job),
+        },
+    ))
 }
 
 /// `wait_job`.
@@ -112,11 +122,13 @@ pub(super) async fn wait_job(
 ) -> Result<DaemonMessage, OpError> {
     let timeout = r.timeout_ms.map(Duration::from_millis);
     let (job, ended) = ops.wait_job(CALLER, &r.job_id, timeout).await?;
-    Ok(DaemonMessage::JobWaited {
+    Ok(DaemonMessage::answer(
         request_id,
-        job: wire::job_info(&job),
-        ended,
-    })
+        answers::JobWaited {
+            job: wire::job_info(&job),
+            ended,
+        },
+    ))
 }
 
 /// One chunk of a followed job's output, encoded, on its way to the session's socket.
@@ -181,11 +193,13 @@ impl Follows {
         r: &rq::UnfollowJob,
     ) -> DaemonMessage {
         let followed = self.stop(&r.job_id);
-        DaemonMessage::JobUnfollowed {
+        DaemonMessage::answer(
             request_id,
-            job_id: r.job_id.clone(),
-            followed,
-        }
+            answers::JobUnfollowed {
+                job_id: r.job_id.clone(),
+                followed,
+            },
+        )
     }
 
     fn follow(
@@ -207,11 +221,13 @@ impl Follows {
                 None,
             ));
         }
-        let answer = DaemonMessage::JobFollowed {
+        let answer = DaemonMessage::answer(
             request_id,
-            job: wire::job_info(&follower.record()),
-            offset: follower.offset(),
-        };
+            answers::JobFollowed {
+                job: wire::job_info(&follower.record()),
+                offset: follower.offset(),
+            },
+        );
         self.next += 1;
         let follow = self.next;
         let task = tokio::spawn(push(follower, follow, self.tx.clone()));
@@ -434,11 +450,13 @@ impl RemoteFollow {
             };
             if first {
                 first = false;
-                let answer = DaemonMessage::JobFollowed {
-                    request_id: request_id.clone(),
-                    job: job.clone(),
-                    offset: chunk.offset,
-                };
+                let answer = DaemonMessage::answer(
+                    request_id.clone(),
+                    answers::JobFollowed {
+                        job: job.clone(),
+                        offset: chunk.offset,
+                    },
+                );
                 self.send(encode(&answer), false).await;
             }
             offset = Some(chunk.next_offset);

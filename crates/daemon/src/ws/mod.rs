@@ -21,6 +21,8 @@ use std::sync::Arc;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use drover_acp::TimelineEvent;
 use drover_core::{AgentId, Change, RegistryEvent};
+use drover_protocol::Answer as Envelope;
+use drover_protocol::answers;
 use drover_protocol::{
     ClientMessage, ClientRequest, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client,
 };
@@ -69,6 +71,17 @@ pub(crate) struct Outgoing {
 }
 
 impl Outgoing {
+    /// An event for every session, encoded once.
+    fn to_all(message: &DaemonMessage) -> Outgoing {
+        Outgoing {
+            agent: None,
+            revision: 0,
+            text: encode(message),
+            joined: None,
+            status_of: None,
+        }
+    }
+
     /// What a session whose view of the agent's timeline is at revision `seen` is sent: the
     /// whole event, nothing (it is older), or, for joined chunks the view holds some of, the
     /// text of the rest (encoded for this session alone: rare, a snapshot taken mid-window).
@@ -246,59 +259,33 @@ impl Hub {
     /// Each notice for an agent of the hub goes to every session as `notice_queued` (the
     /// hub's link takes it; see `drover_core::outbox`).
     fn forward_notices(&self, ops: &Ops) {
-        let mut notices = ops.subscribe_notices();
-        let out = self.tx.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = match notices.recv().await {
-                    Ok(notice) => Outgoing {
-                        agent: None,
-                        revision: 0,
-                        text: encode(&DaemonMessage::NoticeQueued {
-                            notice: wire::notice_info(&notice),
-                        }),
-                        joined: None,
-                        status_of: None,
-                    },
-                    // The hub takes what it missed with `take_notices` when it links again.
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        resync("the daemon dropped notices for the hub".to_string())
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                };
-                let _ = out.send(Arc::new(message));
-            }
-        });
+        // The hub takes what it missed with `take_notices` when it links again.
+        forward_each(
+            self.tx.clone(),
+            ops.subscribe_notices(),
+            |notice| DaemonMessage::NoticeQueued {
+                notice: wire::notice_info(&notice),
+            },
+            |_| "the daemon dropped notices for the hub".to_string(),
+        );
     }
 
     /// Every workspace terminal opened, resized or ended goes to every session as
     /// `terminal_update`.
     fn forward_terminals(&self, ops: &Ops) {
-        let mut terminals = ops.subscribe_terminals();
-        let out = self.tx.clone();
         let dropped = self.metrics.hub_dropped_events.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = match terminals.recv().await {
-                    Ok(event) => Outgoing {
-                        agent: None,
-                        revision: 0,
-                        text: encode(&DaemonMessage::TerminalUpdate {
-                            terminal_id: event.id.clone(),
-                            terminal: event.terminal.as_deref().map(wire::terminal_info),
-                        }),
-                        joined: None,
-                        status_of: None,
-                    },
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        dropped.inc_by(n);
-                        resync(format!("the daemon dropped {n} terminal updates"))
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                };
-                let _ = out.send(Arc::new(message));
-            }
-        });
+        forward_each(
+            self.tx.clone(),
+            ops.subscribe_terminals(),
+            |event| DaemonMessage::TerminalUpdate {
+                terminal_id: event.id.clone(),
+                terminal: event.terminal.as_deref().map(wire::terminal_info),
+            },
+            move |n| {
+                dropped.inc_by(n);
+                format!("the daemon dropped {n} terminal updates")
+            },
+        );
     }
 
     /// Every job start and end goes to every session as `job_update`; so do what other
@@ -307,31 +294,39 @@ impl Hub {
         self.forward_hosts(ops);
         self.forward_notices(ops);
         self.forward_terminals(ops);
-        let mut jobs = ops.subscribe_jobs();
-        let out = self.tx.clone();
         let dropped = self.metrics.hub_dropped_events.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = match jobs.recv().await {
-                    Ok(event) => Outgoing {
-                        agent: None,
-                        revision: 0,
-                        text: encode(&DaemonMessage::JobUpdate {
-                            job: wire::job_info(&event.record),
-                        }),
-                        joined: None,
-                        status_of: None,
-                    },
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        dropped.inc_by(n);
-                        resync(format!("the daemon dropped {n} job updates"))
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                };
-                let _ = out.send(Arc::new(message));
-            }
-        });
+        forward_each(
+            self.tx.clone(),
+            ops.subscribe_jobs(),
+            |event| DaemonMessage::JobUpdate {
+                job: wire::job_info(&event.record),
+            },
+            move |n| {
+                dropped.inc_by(n);
+                format!("the daemon dropped {n} job updates")
+            },
+        );
     }
+}
+
+/// Sends every event of `events` to every session as `message` makes it, until the sender is
+/// gone; events missed for lagging behind are a `resync_required` with `lagged`'s reason.
+fn forward_each<T: Clone + Send + 'static>(
+    out: broadcast::Sender<Arc<Outgoing>>,
+    mut events: broadcast::Receiver<T>,
+    message: impl Fn(T) -> DaemonMessage + Send + 'static,
+    lagged: impl Fn(u64) -> String + Send + 'static,
+) {
+    tokio::spawn(async move {
+        loop {
+            let outgoing = match events.recv().await {
+                Ok(event) => Outgoing::to_all(&message(event)),
+                Err(broadcast::error::RecvError::Lagged(n)) => resync(lagged(n)),
+                Err(broadcast::error::RecvError::Closed) => break,
+            };
+            let _ = out.send(Arc::new(outgoing));
+        }
+    });
 }
 
 pub(super) fn encode(message: &DaemonMessage) -> Utf8Bytes {
@@ -340,13 +335,7 @@ pub(super) fn encode(message: &DaemonMessage) -> Utf8Bytes {
 }
 
 fn resync(reason: String) -> Outgoing {
-    Outgoing {
-        agent: None,
-        revision: 0,
-        text: encode(&DaemonMessage::ResyncRequired { reason }),
-        joined: None,
-        status_of: None,
-    }
+    Outgoing::to_all(&DaemonMessage::ResyncRequired { reason })
 }
 
 /// The `agent_status` announcing `agent` as clients see it now.
@@ -366,16 +355,10 @@ fn agent_status(agent: &drover_core::Agent, ops: &Ops, cache: &AgentCache) -> Ou
 }
 
 fn schedule_message(event: &crate::schedules::ScheduleEvent) -> Outgoing {
-    Outgoing {
-        agent: None,
-        revision: 0,
-        text: encode(&DaemonMessage::ScheduleUpdate {
-            schedule_id: event.id.to_string(),
-            schedule: event.schedule.as_ref().map(wire::schedule),
-        }),
-        joined: None,
-        status_of: None,
-    }
+    Outgoing::to_all(&DaemonMessage::ScheduleUpdate {
+        schedule_id: event.id.to_string(),
+        schedule: event.schedule.as_ref().map(wire::schedule),
+    })
 }
 
 fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgoing {
@@ -397,13 +380,7 @@ fn status_message(event: &RegistryEvent, ops: &Ops, cache: &AgentCache) -> Outgo
             activity: wire::bucket(ops.merge_activity(change.workspace_id, change.activity)),
         },
     };
-    Outgoing {
-        agent: None,
-        revision: 0,
-        text: encode(&message),
-        joined: None,
-        status_of: None,
-    }
+    Outgoing::to_all(&message)
 }
 
 fn update_message(event: &TimelineEvent) -> Outgoing {
@@ -638,14 +615,7 @@ impl Session {
         if let Some(answer) = self.answer_here(&request) {
             return send(socket, self.sent(), answer).await;
         }
-        let held = match &request.message {
-            ClientMessage::InitializeAgentRequest(r) => r
-                .agent_id
-                .parse::<AgentId>()
-                .ok()
-                .filter(|agent| self.subscriptions.begin(*agent)),
-            _ => None,
-        };
+        let held = self.hold_updates_for(&request);
         // Requests run beside the session, so a slow one (a `wait_idle`) holds up nothing;
         // they end with it.
         let ops = self.context.ops.clone();
@@ -735,6 +705,19 @@ impl Session {
         }
     }
 
+    /// For an `initialize_agent_request`: the agent whose updates this session holds until
+    /// its snapshot is sent (none when it holds them already, or the id is not one).
+    fn hold_updates_for(&mut self, request: &ClientRequest) -> Option<AgentId> {
+        match &request.message {
+            ClientMessage::InitializeAgentRequest(r) => r
+                .agent_id
+                .parse::<AgentId>()
+                .ok()
+                .filter(|agent| self.subscriptions.begin(*agent)),
+            _ => None,
+        }
+    }
+
     /// Sends a request to the host that holds what it names (see `crate::hosts`) and relays
     /// the answer: an opened remote agent's updates are held until its snapshot is sent, as a
     /// local one's are.
@@ -746,14 +729,7 @@ impl Session {
         replies: &mpsc::Sender<Answer>,
         requests: &mut tokio::task::JoinSet<()>,
     ) {
-        let held = match &request.message {
-            ClientMessage::InitializeAgentRequest(r) => r
-                .agent_id
-                .parse::<AgentId>()
-                .ok()
-                .filter(|agent| self.subscriptions.begin(*agent)),
-            _ => None,
-        };
+        let held = self.hold_updates_for(request);
         let request_id = request.request_id.clone();
         let hosts = self.context.ops.hosts.clone();
         let replies = replies.clone();
@@ -796,10 +772,7 @@ impl Session {
     /// `watching`: this session shows `agent_id` now (or nothing).
     fn watching(&self, request_id: Option<String>, agent_id: Option<String>) -> DaemonMessage {
         match self.context.ops.set_watching(&self.id, agent_id.as_deref()) {
-            Ok(()) => DaemonMessage::Ok {
-                request_id,
-                agent_id,
-            },
+            Ok(()) => DaemonMessage::answer(request_id, answers::Ok { agent_id }),
             Err(e) => request_error(request_id, e.code(), e.to_string(), None),
         }
     }
@@ -1021,10 +994,14 @@ fn join_lists(local: DaemonMessage, remote: Vec<Value>) -> DaemonMessage {
 /// after its snapshot.
 fn remote_reply(answer: Value, request_id: Option<String>, host: &str) -> Reply {
     match serde_json::from_value::<DaemonMessage>(answer) {
-        Ok(message @ DaemonMessage::AgentInitialized { .. }) => {
-            let DaemonMessage::AgentInitialized {
-                agent_id, revision, ..
-            } = &message
+        Ok(message @ DaemonMessage::AgentInitialized(_)) => {
+            let DaemonMessage::AgentInitialized(Envelope {
+                body:
+                    answers::AgentInitialized {
+                        agent_id, revision, ..
+                    },
+                ..
+            }) = &message
             else {
                 return Reply::Send(message);
             };
@@ -1078,10 +1055,12 @@ pub(crate) fn request_error(
     message: String,
     details: Option<Value>,
 ) -> DaemonMessage {
-    DaemonMessage::RequestError {
+    DaemonMessage::answer(
         request_id,
-        code: code.as_str().to_string(),
-        message,
-        details,
-    }
+        answers::RequestError {
+            code: code.as_str().to_string(),
+            message,
+            details,
+        },
+    )
 }

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{DaemonMessage, ErrorCode};
 use tokio::sync::mpsc;
@@ -37,10 +38,12 @@ pub(super) async fn create_terminal(
     let pty = ops
         .create_terminal(CALLER, workspace, r.cols, r.rows)
         .await?;
-    Ok(DaemonMessage::Terminal {
+    Ok(DaemonMessage::answer(
         request_id,
-        terminal: wire::terminal_info(&pty),
-    })
+        answers::Terminal {
+            terminal: wire::terminal_info(&pty),
+        },
+    ))
 }
 
 /// `list_terminals`.
@@ -51,10 +54,12 @@ pub(super) fn list_terminals(
 ) -> Result<DaemonMessage, OpError> {
     let workspace = r.workspace_id.as_deref().map(parse_workspace).transpose()?;
     let terminals = ops.list_terminals(CALLER, workspace)?;
-    Ok(DaemonMessage::Terminals {
+    Ok(DaemonMessage::answer(
         request_id,
-        terminals: terminals.iter().map(|t| wire::terminal_info(t)).collect(),
-    })
+        answers::Terminals {
+            terminals: terminals.iter().map(|t| wire::terminal_info(t)).collect(),
+        },
+    ))
 }
 
 /// Answers `terminal_input`, in the session's own loop: what one client types reaches the
@@ -65,10 +70,7 @@ pub(super) fn terminal_input(
     r: &rq::TerminalInput,
 ) -> DaemonMessage {
     match ops.terminal_input(CALLER, &r.terminal_id, r.data.clone()) {
-        Ok(()) => DaemonMessage::Ok {
-            request_id,
-            agent_id: None,
-        },
+        Ok(()) => DaemonMessage::answer(request_id, answers::Ok { agent_id: None }),
         Err(e) => request_error(request_id, e.code(), e.to_string(), wire::error_details(&e)),
     }
 }
@@ -80,10 +82,12 @@ pub(super) fn resize_terminal(
     r: &rq::ResizeTerminal,
 ) -> Result<DaemonMessage, OpError> {
     let pty = ops.resize_terminal(CALLER, &r.terminal_id, r.cols, r.rows)?;
-    Ok(DaemonMessage::Terminal {
+    Ok(DaemonMessage::answer(
         request_id,
-        terminal: wire::terminal_info(&pty),
-    })
+        answers::Terminal {
+            terminal: wire::terminal_info(&pty),
+        },
+    ))
 }
 
 /// `close_terminal`.
@@ -93,10 +97,12 @@ pub(super) async fn close_terminal(
     r: rq::CloseTerminal,
 ) -> Result<DaemonMessage, OpError> {
     let pty = ops.close_terminal(CALLER, &r.terminal_id).await?;
-    Ok(DaemonMessage::Terminal {
+    Ok(DaemonMessage::answer(
         request_id,
-        terminal: wire::terminal_info(&pty),
-    })
+        answers::Terminal {
+            terminal: wire::terminal_info(&pty),
+        },
+    ))
 }
 
 /// Answers `attach_terminal`. The answer is to be sent before the session takes the next
@@ -114,11 +120,13 @@ pub(super) fn attach_terminal(
         }
     };
     let offset = r.offset.unwrap_or_else(|| pty.kept_from());
-    let answer = DaemonMessage::TerminalAttached {
-        request_id: request_id.clone(),
-        terminal: wire::terminal_info(&pty),
-        offset,
-    };
+    let answer = DaemonMessage::answer(
+        request_id.clone(),
+        answers::TerminalAttached {
+            terminal: wire::terminal_info(&pty),
+            offset,
+        },
+    );
     let attached = follows.add(&pty.id.clone(), |follow, out| {
         tokio::spawn(push(pty, offset, follow, out))
     });
@@ -141,11 +149,13 @@ pub(super) fn detach_terminal(
     request_id: Option<String>,
     r: &rq::DetachTerminal,
 ) -> DaemonMessage {
-    DaemonMessage::TerminalDetached {
+    DaemonMessage::answer(
         request_id,
-        terminal_id: r.terminal_id.clone(),
-        attached: follows.stop(&r.terminal_id),
-    }
+        answers::TerminalDetached {
+            terminal_id: r.terminal_id.clone(),
+            attached: follows.stop(&r.terminal_id),
+        },
+    )
 }
 
 /// One attachment's task: waits for output, then for room in the session's queue, then reads

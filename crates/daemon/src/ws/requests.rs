@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use drover_core::AgentId;
 use drover_core::WorktreeOptions;
+use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{ClientMessage, ClientRequest, DaemonMessage, ErrorCode, NewWorktree};
 use serde_json::Value;
@@ -61,23 +62,33 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::FetchTimeline(r) => fetch_timeline(ops, id, r).await,
         M::CreateAgent(r) => create_agent(ops, id, r).await,
         M::SendMessage(r) => send_message(ops, id, r).await,
-        M::Cancel(r) => cancel(ops, id, r).await,
+        M::Cancel(r) => on_agent(id, &r.agent_id, |a| ops.cancel(CALLER, a, r.keep_inbox)).await,
         M::Archive(r) => archive(ops, id, r).await,
-        M::Unarchive(r) => unarchive(ops, id, r).await,
-        M::Detach(r) => detach(ops, id, r).await,
+        M::Unarchive(r) => on_agent(id, &r.agent_id, |a| ops.unarchive(CALLER, a)).await,
+        M::Detach(r) => on_agent(id, &r.agent_id, |a| ops.detach(CALLER, a)).await,
         M::ArchiveIdleChildren(r) => archive_idle_children(ops, id, r).await,
-        M::AnswerPermission(r) => answer_permission(ops, id, r).await,
-        M::SetMode(r) => set_mode(ops, id, r).await,
-        M::SetModel(r) => set_model(ops, id, r).await,
-        M::SetConfigOption(r) => set_config_option(ops, id, r).await,
-        M::SetTitle(r) => set_title(ops, id, r).await,
-        M::SetBudget(r) => set_budget(ops, id, r).await,
-        M::ClearAttention(r) => clear_attention(ops, id, r).await,
+        M::AnswerPermission(r) => {
+            on_agent(id, &r.agent_id, |a| {
+                ops.answer_permission(CALLER, a, r.seq, r.kind, r.option_id, r.cancel)
+            })
+            .await
+        }
+        M::SetMode(r) => on_agent(id, &r.agent_id, |a| ops.set_mode(CALLER, a, r.mode_id)).await,
+        M::SetModel(r) => on_agent(id, &r.agent_id, |a| ops.set_model(CALLER, a, r.model_id)).await,
+        M::SetConfigOption(r) => {
+            on_agent(id, &r.agent_id, |a| {
+                ops.set_config_option(CALLER, a, r.config_id, r.value)
+            })
+            .await
+        }
+        M::SetTitle(r) => on_agent(id, &r.agent_id, |a| ops.set_title(CALLER, a, r.title)).await,
+        M::SetBudget(r) => on_agent(id, &r.agent_id, |a| ops.set_budget(CALLER, a, r.budget)).await,
+        M::ClearAttention(r) => on_agent(id, &r.agent_id, |a| ops.clear_attention(CALLER, a)).await,
         M::WorkspaceChanges(r) => workspace_changes(ops, id, r).await,
         M::ListProviders(_) => list_providers(ops, id),
         M::ListAgents(r) => list_agents(ops, id, &r),
         M::GetAgent(r) => get_agent(ops, id, r).await,
-        M::RestartAgent(r) => restart_agent(ops, id, r).await,
+        M::RestartAgent(r) => on_agent(id, &r.agent_id, |a| ops.restart_agent(CALLER, a)).await,
         M::SignIn(r) => sign_in(ops, id, r).await,
         M::ImportPaseo(r) => import_paseo(ops, id, r).await,
         M::ImportSessions(r) => import_sessions(ops, id, r).await,
@@ -150,107 +161,53 @@ async fn send_message(ops: &Ops, request_id: Id, r: rq::SendMessage) -> Answered
         ops.send_message(CALLER, id, r.text, r.delivery, false)
             .await?
     };
-    send(DaemonMessage::MessageQueued {
+    reply(
         request_id,
-        agent_id: id.to_string(),
-        message_id: sent.message_id,
-    })
-}
-
-async fn cancel(ops: &Ops, request_id: Id, r: rq::Cancel) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.cancel(CALLER, id, r.keep_inbox).await?;
-    ok(request_id, id)
-}
-
-async fn unarchive(ops: &Ops, request_id: Id, r: rq::Unarchive) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.unarchive(CALLER, id).await?;
-    ok(request_id, id)
-}
-
-async fn detach(ops: &Ops, request_id: Id, r: rq::Detach) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.detach(CALLER, id).await?;
-    ok(request_id, id)
-}
-
-async fn answer_permission(ops: &Ops, request_id: Id, r: rq::AnswerPermission) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.answer_permission(CALLER, id, r.seq, r.kind, r.option_id, r.cancel)
-        .await?;
-    ok(request_id, id)
-}
-
-async fn set_mode(ops: &Ops, request_id: Id, r: rq::SetMode) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_mode(CALLER, id, r.mode_id).await?;
-    ok(request_id, id)
-}
-
-async fn set_model(ops: &Ops, request_id: Id, r: rq::SetModel) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_model(CALLER, id, r.model_id).await?;
-    ok(request_id, id)
-}
-
-async fn set_config_option(ops: &Ops, request_id: Id, r: rq::SetConfigOption) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_config_option(CALLER, id, r.config_id, r.value)
-        .await?;
-    ok(request_id, id)
-}
-
-async fn set_title(ops: &Ops, request_id: Id, r: rq::SetTitle) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_title(CALLER, id, r.title).await?;
-    ok(request_id, id)
-}
-
-async fn set_budget(ops: &Ops, request_id: Id, r: rq::SetBudget) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.set_budget(CALLER, id, r.budget).await?;
-    ok(request_id, id)
-}
-
-async fn clear_attention(ops: &Ops, request_id: Id, r: rq::ClearAttention) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.clear_attention(CALLER, id).await?;
-    ok(request_id, id)
+        answers::MessageQueued {
+            agent_id: id.to_string(),
+            message_id: sent.message_id,
+        },
+    )
 }
 
 async fn workspace_changes(ops: &Ops, request_id: Id, r: rq::WorkspaceChanges) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let changes = ops.workspace_changes(id).await?;
-    send(DaemonMessage::WorkspaceChanges {
+    reply(
         request_id,
-        workspace_id: id.to_string(),
-        changes: wire::workspace_changes(changes),
-    })
+        answers::WorkspaceChanges {
+            workspace_id: id.to_string(),
+            changes: wire::workspace_changes(changes),
+        },
+    )
 }
 
 fn list_providers(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::Providers {
+    reply(
         request_id,
-        providers: ops
-            .list_providers()?
-            .into_iter()
-            .map(wire::provider)
-            .collect(),
-    })
+        answers::Providers {
+            providers: ops
+                .list_providers()?
+                .into_iter()
+                .map(wire::provider)
+                .collect(),
+        },
+    )
 }
 
 /// A session answers it from the hub's cache (`Session::answer_here`); this is the same
 /// answer encoded afresh.
 fn list_agents(ops: &Ops, request_id: Id, r: &rq::ListAgents) -> Answered {
-    send(DaemonMessage::Agents {
+    reply(
         request_id,
-        agents: ops
-            .list_agents(AgentScope::All, r.include_archived)
-            .iter()
-            .map(|a| wire::agent_info_now(ops, a))
-            .collect(),
-    })
+        answers::Agents {
+            agents: ops
+                .list_agents(AgentScope::All, r.include_archived)
+                .iter()
+                .map(|a| wire::agent_info_now(ops, a))
+                .collect(),
+        },
+    )
 }
 
 async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
@@ -260,26 +217,19 @@ async fn get_agent(ops: &Ops, request_id: Id, r: rq::GetAgent) -> Answered {
     info.queued = Some(ops.queued(id).await?.iter().map(wire::queued).collect());
     info.tree_spend = ops.tree_spend(id).as_ref().map(wire::tree_spend_info);
     info.runtime.agent = ops.advertised(id).map(wire::advertised);
-    send(DaemonMessage::Agent {
-        request_id,
-        agent: info,
-    })
-}
-
-async fn restart_agent(ops: &Ops, request_id: Id, r: rq::RestartAgent) -> Answered {
-    let id = parse_agent(&r.agent_id)?;
-    ops.restart_agent(CALLER, id).await?;
-    ok(request_id, id)
+    reply(request_id, answers::Agent { agent: info })
 }
 
 async fn sign_in(ops: &Ops, request_id: Id, r: rq::SignIn) -> Answered {
     let retried = ops.sign_in(&r.provider, &r.method_id, r.vars).await?;
-    send(DaemonMessage::SignedIn {
+    reply(
         request_id,
-        provider: r.provider,
-        method_id: r.method_id,
-        retried: retried.iter().map(ToString::to_string).collect(),
-    })
+        answers::SignedIn {
+            provider: r.provider,
+            method_id: r.method_id,
+            retried: retried.iter().map(ToString::to_string).collect(),
+        },
+    )
 }
 
 async fn import_paseo(ops: &Ops, request_id: Id, r: rq::ImportPaseo) -> Answered {
@@ -300,44 +250,47 @@ async fn wait_idle(ops: &Ops, request_id: Id, r: rq::WaitIdle) -> Answered {
     let idle = ops
         .wait_idle(id, r.timeout_ms.map(Duration::from_millis))
         .await?;
-    send(DaemonMessage::Idle {
+    reply(
         request_id,
-        agent_id: id.to_string(),
-        idle,
-    })
+        answers::Idle {
+            agent_id: id.to_string(),
+            idle,
+        },
+    )
 }
 
 fn list_workspaces(ops: &Ops, request_id: Id, r: &rq::ListWorkspaces) -> Answered {
-    send(DaemonMessage::Workspaces {
+    reply(
         request_id,
-        workspaces: workspace_infos(ops, r.include_archived)
-            .into_iter()
-            .chain(
-                ops.hosts
-                    .workspaces()
-                    .into_iter()
-                    .filter_map(|w| serde_json::from_value(w).ok()),
-            )
-            .filter(|w: &drover_protocol::WorkspaceInfo| {
-                r.include_archived || w.archived_at.is_none()
-            })
-            .collect(),
-    })
+        answers::Workspaces {
+            workspaces: workspace_infos(ops, r.include_archived)
+                .into_iter()
+                .chain(
+                    ops.hosts
+                        .workspaces()
+                        .into_iter()
+                        .filter_map(|w| serde_json::from_value(w).ok()),
+                )
+                .filter(|w: &drover_protocol::WorkspaceInfo| {
+                    r.include_archived || w.archived_at.is_none()
+                })
+                .collect(),
+        },
+    )
 }
 
 fn take_notices(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::Notices {
+    reply(
         request_id,
-        notices: ops.notices(),
-    })
+        answers::Notices {
+            notices: ops.notices(),
+        },
+    )
 }
 
 fn ack_notices(ops: &Ops, request_id: Id, r: &rq::AckNotices) -> Answered {
     ops.ack_notices(&r.ids)?;
-    send(DaemonMessage::Ok {
-        request_id,
-        agent_id: None,
-    })
+    reply(request_id, answers::Ok { agent_id: None })
 }
 
 async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) -> Answered {
@@ -348,31 +301,34 @@ async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) ->
 }
 
 fn list_hosts(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::Hosts {
+    reply(
         request_id,
-        hosts: ops.hosts.list(),
-    })
+        answers::Hosts {
+            hosts: ops.hosts.list(),
+        },
+    )
 }
 
 fn add_host(ops: &Ops, request_id: Id, r: rq::AddHost) -> Answered {
-    send(DaemonMessage::Hosts {
+    reply(
         request_id,
-        hosts: ops.hosts.add(r.host)?,
-    })
+        answers::Hosts {
+            hosts: ops.hosts.add(r.host)?,
+        },
+    )
 }
 
 fn remove_host(ops: &Ops, request_id: Id, r: &rq::RemoveHost) -> Answered {
-    send(DaemonMessage::Hosts {
+    reply(
         request_id,
-        hosts: ops.hosts.remove(&r.name)?,
-    })
+        answers::Hosts {
+            hosts: ops.hosts.remove(&r.name)?,
+        },
+    )
 }
 
 fn ping(request_id: Id) -> Answered {
-    send(DaemonMessage::Ok {
-        request_id,
-        agent_id: None,
-    })
+    reply(request_id, answers::Ok { agent_id: None })
 }
 
 async fn create_schedule(ops: &Ops, request_id: Id, r: rq::CreateSchedule) -> Answered {
@@ -393,107 +349,127 @@ async fn create_schedule(ops: &Ops, request_id: Id, r: rq::CreateSchedule) -> An
         title: r.title,
     };
     let schedule = ops.create_schedule(CALLER, request).await?;
-    send(DaemonMessage::Schedule {
+    reply(
         request_id,
-        schedule: wire::schedule(&schedule),
-    })
+        answers::Schedule {
+            schedule: wire::schedule(&schedule),
+        },
+    )
 }
 
 fn list_schedules(ops: &Ops, request_id: Id, r: &rq::ListSchedules) -> Answered {
-    send(DaemonMessage::Schedules {
+    reply(
         request_id,
-        schedules: ops
-            .list_schedules(CALLER, r.agent_id.as_deref())?
-            .iter()
-            .map(wire::schedule)
-            .collect(),
-    })
+        answers::Schedules {
+            schedules: ops
+                .list_schedules(CALLER, r.agent_id.as_deref())?
+                .iter()
+                .map(wire::schedule)
+                .collect(),
+        },
+    )
 }
 
 async fn pause_schedule(ops: &Ops, request_id: Id, r: rq::PauseSchedule) -> Answered {
-    send(DaemonMessage::Schedule {
+    reply(
         request_id,
-        schedule: wire::schedule(&ops.pause_schedule(CALLER, &r.schedule_id).await?),
-    })
+        answers::Schedule {
+            schedule: wire::schedule(&ops.pause_schedule(CALLER, &r.schedule_id).await?),
+        },
+    )
 }
 
 async fn resume_schedule(ops: &Ops, request_id: Id, r: rq::ResumeSchedule) -> Answered {
-    send(DaemonMessage::Schedule {
+    reply(
         request_id,
-        schedule: wire::schedule(&ops.resume_schedule(CALLER, &r.schedule_id).await?),
-    })
+        answers::Schedule {
+            schedule: wire::schedule(&ops.resume_schedule(CALLER, &r.schedule_id).await?),
+        },
+    )
 }
 
 async fn delete_schedule(ops: &Ops, request_id: Id, r: rq::DeleteSchedule) -> Answered {
-    send(DaemonMessage::ScheduleDeleted {
+    reply(
         request_id,
-        schedule_id: ops
-            .delete_schedule(CALLER, &r.schedule_id)
-            .await?
-            .to_string(),
-    })
+        answers::ScheduleDeleted {
+            schedule_id: ops
+                .delete_schedule(CALLER, &r.schedule_id)
+                .await?
+                .to_string(),
+        },
+    )
 }
 
 fn notify_status(ops: &Ops, request_id: Id) -> Answered {
-    send(DaemonMessage::NotifyStatus {
+    reply(
         request_id,
-        sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
-    })
+        answers::NotifyStatus {
+            sinks: ops.notify_status().iter().map(wire::notify_sink).collect(),
+        },
+    )
 }
 
 async fn notify_test(ops: &Ops, request_id: Id, r: rq::NotifyTest) -> Answered {
-    send(DaemonMessage::NotifyTested {
+    reply(
         request_id,
-        results: ops
-            .notify_test(r.sink.as_deref())
-            .await?
-            .into_iter()
-            .map(|(sink, outcome)| drover_protocol::NotifyTestResult {
-                sink,
-                delivered: outcome.is_ok(),
-                error: outcome.err(),
-            })
-            .collect(),
-    })
+        answers::NotifyTested {
+            results: ops
+                .notify_test(r.sink.as_deref())
+                .await?
+                .into_iter()
+                .map(|(sink, outcome)| drover_protocol::NotifyTestResult {
+                    sink,
+                    delivered: outcome.is_ok(),
+                    error: outcome.err(),
+                })
+                .collect(),
+        },
+    )
 }
 
 /// `fetch_timeline`: one page of the agent's timeline, `before` or `after` a seq.
 async fn fetch_timeline(ops: &Ops, request_id: Id, r: rq::FetchTimeline) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let page = ops.timeline(id, r.before, r.after, r.limit).await?;
-    send(DaemonMessage::TimelinePage {
+    reply(
         request_id,
-        agent_id: id.to_string(),
-        items: page
-            .items
-            .iter()
-            .filter_map(|i| serde_json::to_value(i).ok())
-            .collect(),
-        has_older: page.has_older,
-        has_newer: page.has_newer,
-    })
+        answers::TimelinePage {
+            agent_id: id.to_string(),
+            items: page
+                .items
+                .iter()
+                .filter_map(|i| serde_json::to_value(i).ok())
+                .collect(),
+            has_older: page.has_older,
+            has_newer: page.has_newer,
+        },
+    )
 }
 
 async fn archive(ops: &Ops, request_id: Id, r: rq::Archive) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let outcome = ops.archive(CALLER, id, r.stop_activity, r.dry_run).await?;
-    send(DaemonMessage::Archived {
+    reply(
         request_id,
-        agent_id: id.to_string(),
-        archived: outcome.archived.iter().map(ToString::to_string).collect(),
-        stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
-    })
+        answers::Archived {
+            agent_id: id.to_string(),
+            archived: outcome.archived.iter().map(ToString::to_string).collect(),
+            stopped: serde_json::to_value(&outcome.stopped).unwrap_or(Value::Null),
+        },
+    )
 }
 
 async fn archive_idle_children(ops: &Ops, request_id: Id, r: rq::ArchiveIdleChildren) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let outcome = ops.archive_idle_children(CALLER, id).await?;
-    send(DaemonMessage::ChildrenArchived {
+    reply(
         request_id,
-        agent_id: id.to_string(),
-        archived: outcome.archived.iter().map(ToString::to_string).collect(),
-        skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
-    })
+        answers::ChildrenArchived {
+            agent_id: id.to_string(),
+            archived: outcome.archived.iter().map(ToString::to_string).collect(),
+            skipped: serde_json::to_value(&outcome.skipped).unwrap_or(Value::Null),
+        },
+    )
 }
 
 async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> Answered {
@@ -510,34 +486,40 @@ async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> An
         )
         .await?;
     let ws = &created.workspace;
-    send(DaemonMessage::WorktreeCreated {
+    reply(
         request_id,
-        workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
-        setup: created.setup.iter().map(wire::command_run).collect(),
-    })
+        answers::WorktreeCreated {
+            workspace: wire::workspace_info(ws, ops.workspace_activity(ws.id)),
+            setup: created.setup.iter().map(wire::command_run).collect(),
+        },
+    )
 }
 
 async fn get_worktree_status(ops: &Ops, request_id: Id, r: rq::GetWorktreeStatus) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let status = ops.worktree_status(id).await?;
-    send(DaemonMessage::WorktreeStatus {
+    reply(
         request_id,
-        workspace_id: id.to_string(),
-        status: wire::worktree_status(&status),
-    })
+        answers::WorktreeStatus {
+            workspace_id: id.to_string(),
+            status: wire::worktree_status(&status),
+        },
+    )
 }
 
 async fn archive_workspace(ops: &Ops, request_id: Id, r: rq::ArchiveWorkspace) -> Answered {
     let id = parse_workspace(&r.workspace_id)?;
     let outcome = ops.archive_workspace(CALLER, id, r.force).await?;
-    send(DaemonMessage::WorkspaceArchived {
+    reply(
         request_id,
-        workspace_id: id.to_string(),
-        archived_at: outcome.archived_at.map(|t| t.to_string()),
-        already_archived: outcome.already_archived,
-        agents: outcome.agents.iter().map(ToString::to_string).collect(),
-        worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
-    })
+        answers::WorkspaceArchived {
+            workspace_id: id.to_string(),
+            archived_at: outcome.archived_at.map(|t| t.to_string()),
+            already_archived: outcome.already_archived,
+            agents: outcome.agents.iter().map(ToString::to_string).collect(),
+            worktree: outcome.worktree.as_ref().map(wire::worktree_removal),
+        },
+    )
 }
 
 // Always `Ok`: it gives a plain answer the `Answered` shape every handler returns.
@@ -546,36 +528,59 @@ fn send(message: DaemonMessage) -> Answered {
     Ok(Reply::Send(message))
 }
 
+/// A request on one agent whose answer is a plain `ok`: the agent's id parsed, `op` done.
+async fn on_agent<T, F: Future<Output = Result<T, OpError>>>(
+    request_id: Id,
+    agent_id: &str,
+    op: impl FnOnce(AgentId) -> F,
+) -> Answered {
+    let id = parse_agent(agent_id)?;
+    op(id).await?;
+    ok(request_id, id)
+}
+
+/// Sends the answer `body` to the request `request_id` came with.
+fn reply<T>(request_id: Id, body: T) -> Answered
+where
+    drover_protocol::Answer<T>: Into<DaemonMessage>,
+{
+    send(DaemonMessage::answer(request_id, body))
+}
+
 fn ok(request_id: Id, agent: AgentId) -> Answered {
-    send(DaemonMessage::Ok {
+    reply(
         request_id,
-        agent_id: Some(agent.to_string()),
-    })
+        answers::Ok {
+            agent_id: Some(agent.to_string()),
+        },
+    )
 }
 
 async fn initialize_agent(ops: &Ops, request_id: Id, r: rq::InitializeAgentRequest) -> Answered {
     let id = parse_agent(&r.agent_id)?;
     let opened = ops.initialize_agent(id, r.limit).await?;
     let agent = &opened.agent;
-    let message = DaemonMessage::AgentInitialized {
-        agent_id: id.to_string(),
-        info: wire::agent_info_now(ops, agent),
-        updates: opened
-            .page
-            .items
-            .iter()
-            .map(|i| wire::item_update(agent, i))
-            .collect(),
-        has_older: opened.page.has_older,
-        cursor: opened.page.items.first().map(|i| i.seq),
-        pending_permissions: opened
-            .pending
-            .iter()
-            .filter_map(|p| serde_json::to_value(p).ok())
-            .collect(),
-        revision: opened.page.revision,
+    let message = DaemonMessage::answer(
         request_id,
-    };
+        answers::AgentInitialized {
+            agent_id: id.to_string(),
+            info: wire::agent_info_now(ops, agent),
+            updates: opened
+                .page
+                .items
+                .iter()
+                .map(|i| wire::item_update(agent, i))
+                .collect(),
+            has_older: opened.page.has_older,
+            cursor: opened.page.items.first().map(|i| i.seq),
+            pending_permissions: opened
+                .pending
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect(),
+            revision: opened.page.revision,
+        },
+    );
     Ok(Reply::Initialized {
         agent: id,
         revision: opened.page.revision,
@@ -673,13 +678,15 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
                 format!("host `{host}` answered an agent this daemon cannot read: {e}"),
             )
         })?;
-        return send(DaemonMessage::AgentCreated { request_id, agent });
+        return reply(request_id, answers::AgentCreated { agent });
     }
     let created = ops.create_agent(CALLER, request).await?;
-    send(DaemonMessage::AgentCreated {
+    reply(
         request_id,
-        agent: wire::agent_info_now(ops, &created.agent),
-    })
+        answers::AgentCreated {
+            agent: wire::agent_info_now(ops, &created.agent),
+        },
+    )
 }
 
 fn worktree_options(worktree: NewWorktree) -> WorktreeOptions {

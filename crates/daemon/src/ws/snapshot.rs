@@ -12,6 +12,7 @@ use axum::extract::ws::Utf8Bytes;
 use drover_acp::LiveSession;
 use drover_core::{Agent, AgentId};
 use drover_protocol::DaemonMessage;
+use drover_protocol::answers;
 
 use crate::ops::Ops;
 use crate::ops::agents::AgentScope;
@@ -96,10 +97,10 @@ impl AgentCache {
     ) -> Utf8Bytes {
         // The message with no agents, then the agents in its place: whatever else it says
         // (the request id) is encoded by its own type.
-        let empty = serde_json::to_string(&DaemonMessage::Agents {
+        let empty = serde_json::to_string(&DaemonMessage::answer(
             request_id,
-            agents: Vec::new(),
-        })
+            answers::Agents { agents: Vec::new() },
+        ))
         .unwrap_or_default();
         let Some(at) = empty.find(r#""agents":[]"#) else {
             return Utf8Bytes::from(empty);

@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 use tempfile::TempDir;
 
-use crate::processes::{DaemonProcess, alive, config, create, printed_pids, said, said_pid};
+use crate::processes::{DaemonProcess, Home, alive, config, create, printed_pids, said, said_pid};
 
 const WAIT: Duration = Duration::from_secs(20);
 /// What the issue promises: every process ends within 2 s of the daemon's death.
@@ -106,11 +106,8 @@ pub(crate) async fn assert_all_gone_within(
 #[expect(clippy::too_many_lines)]
 async fn nothing_outlives_the_daemon(cgroups: bool, signal: Signal) {
     let cgroups = cgroups && cgroups_here();
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let env: &[(&str, &str)] = if cgroups {
         &[]
     } else {
@@ -272,11 +269,8 @@ async fn orphans_archive_ends_what_left_the_agents_tree_through_its_cgroup() {
         // Without cgroups nothing can find that process: the limit ARCHITECTURE.md states.
         return;
     }
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
     let agent = create(
@@ -320,11 +314,8 @@ async fn orphans_a_crashed_agent_leaves_nothing_through_its_cgroup() {
         // Without cgroups nothing can find that process: the limit ARCHITECTURE.md states.
         return;
     }
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
     let agent = create(&mut client, "scripted", &cwd, "spawn-escapee").await;
@@ -355,11 +346,8 @@ async fn orphans_the_next_daemon_ends_what_a_daemon_killed_with_its_guard_left_i
         // Without cgroups nothing can find that process: the limit ARCHITECTURE.md states.
         return;
     }
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let mut daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
     let agent = create(&mut client, "scripted", &cwd, "spawn-escapee").await;

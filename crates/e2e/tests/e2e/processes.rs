@@ -123,6 +123,36 @@ impl Drop for DaemonProcess {
     }
 }
 
+/// A daemon home of its own whose `config.toml` is what `config` makes of the scripted agent's
+/// state directory (one of its own), and a working directory.
+pub(crate) struct Home {
+    dir: TempDir,
+    _state: TempDir,
+    _cwd: TempDir,
+    /// The working directory, canonical.
+    pub(crate) cwd: PathBuf,
+}
+
+impl Home {
+    pub(crate) fn new(config: fn(&Path) -> String) -> Home {
+        let home = TempDir::new().expect("home");
+        let state = TempDir::new().expect("agent state");
+        let work = TempDir::new().expect("cwd");
+        let cwd = std::fs::canonicalize(work.path()).expect("cwd");
+        std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+        Home {
+            dir: home,
+            _state: state,
+            _cwd: work,
+            cwd,
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 pub(crate) fn config(state: &Path) -> String {
     let bin = env!("CARGO_BIN_EXE_drover-scripted-agent");
     let scripted = drover_fakes::scripted_agent::provider_config(Path::new(bin), state);
@@ -187,11 +217,8 @@ fn recorded_leaders(home: &Path) -> Vec<(String, i32)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_pid() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let mut daemon = DaemonProcess::start_with(home.path(), MARKER_ONLY).await;
     let mut client = daemon.client().await;
 
@@ -322,11 +349,8 @@ pub(crate) fn printed_pids(text: &str) -> Vec<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_a_sigkilled_daemon_leaves_no_job_running_and_the_next_boot_marks_it_lost() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let mut daemon = DaemonProcess::start_with(home.path(), MARKER_ONLY).await;
     let mut client = daemon.client().await;
     let agent = create(&mut client, "scripted", &cwd, "say hi").await;

@@ -220,6 +220,21 @@ async fn idle_agent(client: &mut Client, daemon: &TestDaemon, title: &str) -> St
     id
 }
 
+/// A subagent of `parent` that waits (idle), created in the daemon's cwd.
+async fn idle_child(client: &mut Client, daemon: &TestDaemon, parent: &str, title: &str) -> String {
+    let fields = json!({"cwd": daemon.cwd(), "title": title, "parentAgentId": parent});
+    let id = create(client, fields).await;
+    wait_idle(client, &id).await;
+    id
+}
+
+/// A root agent `parent` and its subagent `child`, both idle.
+async fn parent_and_child(client: &mut Client, daemon: &TestDaemon) -> (String, String) {
+    let parent = idle_agent(client, daemon, "parent").await;
+    let child = idle_child(client, daemon, &parent, "child").await;
+    (parent, child)
+}
+
 /// Waits until agent `id` asks for a permission (`what` names the wait in a failure).
 async fn wait_permission(client: &mut Client, id: &str, what: &str) {
     eventually(what, WAIT, async || {
@@ -346,26 +361,41 @@ fn the_pages_javascript_passes_eslint() {
         .parent()
         .expect("the tools' directory")
         .join("eslint.config.js");
+    let mut files = page_scripts();
+    assert!(files.len() >= 5, "{files:?}");
+    files.push(repo().join("crates/e2e/ui/driver.mjs"));
+    let mut eslint = std::process::Command::new("node");
+    eslint
+        .arg(tools.join("eslint/bin/eslint.js"))
+        .arg("--max-warnings=0")
+        .arg("-c")
+        .arg(&config)
+        .args(&files);
+    passes("eslint", &mut eslint);
+}
+
+/// The page's JavaScript files (`crates/daemon/src/ui/assets/*.js`), sorted.
+fn page_scripts() -> Vec<PathBuf> {
     let assets = repo().join("crates/daemon/src/ui/assets");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&assets)
         .expect("the assets")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "js"))
         .collect();
-    assert!(files.len() >= 5, "{files:?}");
-    files.push(repo().join("crates/e2e/ui/driver.mjs"));
-    let out = std::process::Command::new("node")
-        .arg(tools.join("eslint/bin/eslint.js"))
-        .arg("--max-warnings=0")
-        .arg("-c")
-        .arg(&config)
-        .args(&files)
+    files.sort();
+    files
+}
+
+/// Runs `command` (a Node.js tool) in the repository; it must succeed, or what it said fails
+/// the test.
+fn passes(tool: &str, command: &mut std::process::Command) {
+    let out = command
         .current_dir(repo())
         .output()
         .expect("node runs (Node.js is installed by scripts/test)");
     assert!(
         out.status.success(),
-        "eslint:\n{}{}",
+        "{tool}:\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -383,34 +413,21 @@ fn the_pages_javascript_type_checks() {
         "typescript is not installed under {}: run scripts/install-ui-tests (scripts/test does)",
         tools.display()
     );
-    let assets = repo().join("crates/daemon/src/ui/assets");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&assets)
-        .expect("the assets")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "js"))
-        .collect();
-    files.sort();
+    let files = page_scripts();
     assert!(
         files.iter().any(|f| f.ends_with("protocol.gen.js")),
         "{files:?}"
     );
-    let out = std::process::Command::new("node")
+    let mut tsc_run = std::process::Command::new("node");
+    tsc_run
         .arg(&tsc)
         .args(["--noEmit", "--allowJs", "--checkJs", "--skipLibCheck"])
         .args(["--target", "es2022", "--module", "es2022"])
         .args(["--moduleResolution", "bundler"])
         .args(["--lib", "es2023,dom,dom.iterable"])
         .args(["--pretty", "false"])
-        .args(&files)
-        .current_dir(repo())
-        .output()
-        .expect("node runs (Node.js is installed by scripts/test)");
-    assert!(
-        out.status.success(),
-        "tsc:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args(&files);
+    passes("tsc", &mut tsc_run);
 }
 
 #[tokio::test]
@@ -551,13 +568,7 @@ async fn closing_a_root_tab_archives_it_and_asks_first_when_it_runs() {
 async fn closing_a_subagent_tab_is_layout_only_and_it_reopens_from_the_track() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    let parent = idle_agent(&mut client, &daemon, "parent").await;
-    let child = create(
-        &mut client,
-        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
-    )
-    .await;
-    wait_idle(&mut client, &child).await;
+    let (parent, child) = parent_and_child(&mut client, &daemon).await;
     let mut s = Scenario::start(
         "subagentTabClose",
         &daemon,
@@ -578,13 +589,7 @@ async fn closing_a_subagent_tab_is_layout_only_and_it_reopens_from_the_track() {
 async fn the_track_x_archives_after_a_confirm_and_the_row_leaves_a_second_browser() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    let parent = idle_agent(&mut client, &daemon, "parent").await;
-    let child = create(
-        &mut client,
-        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
-    )
-    .await;
-    wait_idle(&mut client, &child).await;
+    let (parent, child) = parent_and_child(&mut client, &daemon).await;
     Scenario::run(
         "trackArchive",
         &daemon,
@@ -599,13 +604,7 @@ async fn the_track_x_archives_after_a_confirm_and_the_row_leaves_a_second_browse
 async fn detach_makes_the_subagent_a_root_on_both_browsers() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    let parent = idle_agent(&mut client, &daemon, "parent").await;
-    let child = create(
-        &mut client,
-        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
-    )
-    .await;
-    wait_idle(&mut client, &child).await;
+    let (parent, child) = parent_and_child(&mut client, &daemon).await;
     Scenario::run("detach", &daemon, json!({"parent": parent, "child": child})).await;
     let info = agent(&mut client, &child).await;
     assert!(info["parentAgentId"].is_null(), "{info}");
@@ -646,18 +645,8 @@ async fn archiving_the_parent_elsewhere_empties_the_track_and_closes_the_tabs() 
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
     let parent = idle_agent(&mut client, &daemon, "parent").await;
-    let child = create(
-        &mut client,
-        json!({"cwd": daemon.cwd(), "title": "first", "parentAgentId": parent}),
-    )
-    .await;
-    let second = create(
-        &mut client,
-        json!({"cwd": daemon.cwd(), "title": "second", "parentAgentId": parent}),
-    )
-    .await;
-    wait_idle(&mut client, &child).await;
-    wait_idle(&mut client, &second).await;
+    let child = idle_child(&mut client, &daemon, &parent, "first").await;
+    idle_child(&mut client, &daemon, &parent, "second").await;
     let mut s = Scenario::start(
         "cascade",
         &daemon,
@@ -1311,13 +1300,7 @@ async fn the_page_that_made_an_agent_shows_it_running_while_its_first_turn_strea
 async fn collapsing_the_track_and_the_jobs_shows_their_heads_and_never_null() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    let parent = idle_agent(&mut client, &daemon, "parent").await;
-    let child = create(
-        &mut client,
-        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
-    )
-    .await;
-    wait_idle(&mut client, &child).await;
+    let (parent, child) = parent_and_child(&mut client, &daemon).await;
     let job = client
         .request(json!({"type": "start_job", "agentId": parent, "command": "sleep 1000", "notifyOnExit": false}))
         .await;
@@ -1360,13 +1343,7 @@ async fn after_stop_the_queue_shown_is_the_daemons_and_the_dropped_text_comes_ba
 async fn a_root_tab_archives_a_subagent_tab_only_closes_and_an_archive_is_undone_from_its_toast() {
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    let parent = idle_agent(&mut client, &daemon, "parent").await;
-    let child = create(
-        &mut client,
-        json!({"cwd": daemon.cwd(), "title": "child", "parentAgentId": parent}),
-    )
-    .await;
-    wait_idle(&mut client, &child).await;
+    let (parent, child) = parent_and_child(&mut client, &daemon).await;
     let mut s = Scenario::start(
         "archiveUndo",
         &daemon,

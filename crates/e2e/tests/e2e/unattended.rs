@@ -9,9 +9,8 @@ use drover_testkit::daemon::Client;
 use drover_testkit::wait::eventually;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
-use crate::processes::{DaemonProcess, said};
+use crate::processes::{DaemonProcess, Home, said};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -82,11 +81,8 @@ async fn running(client: &mut Client, agent: &str) {
 // shutdown cuts that continuation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unattended_a_cut_turn_continues_once_by_policy() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let mut daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
@@ -219,11 +215,8 @@ async fn ends(client: &mut Client, agent: &str) -> Vec<String> {
 #[expect(clippy::too_many_lines)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), limits_config(state.path())).expect("config");
+    let home = Home::new(limits_config);
+    let cwd = home.cwd.clone();
     let mut daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
@@ -433,11 +426,8 @@ fn spent(spend: &Value) -> (Option<u64>, Option<f64>) {
 // nothing, kept across a restart (whose new process counts from zero again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unattended_spend_is_recorded_per_agent_and_per_tree() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
@@ -511,11 +501,8 @@ fn refused(answer: &Value, code: &str) -> Value {
 // the spend by agent, and raising the budget lets the send through.
 #[tokio::test]
 async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
@@ -622,11 +609,8 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
 // the agent's `send_prompt` to it is refused with `budget_exhausted` and the spend by agent.
 #[tokio::test]
 async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
@@ -697,11 +681,8 @@ async fn started_subagent(client: &mut Client, agent: &str) -> String {
 // (a subagent's long turn, and the turn that spent it), not only new ones refused.
 #[tokio::test]
 async fn unattended_a_hard_budget_cancels_the_turns_running_in_the_tree() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
@@ -779,11 +760,8 @@ async fn schedule_errors(client: &mut Client, id: &str) -> Vec<String> {
 // not replayed: its client was told.
 #[tokio::test]
 async fn unattended_a_spent_budget_holds_what_drover_queues_until_raised() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(home.path().join("config.toml"), config(state.path())).expect("config");
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 
@@ -935,15 +913,8 @@ async fn lead_heard_of_the_fallback(client: &mut Client, lead: &str, spare: &str
 // nothing, and the agent that sent the prompt hears why, then how the new agent's turn ends.
 #[tokio::test]
 async fn unattended_a_usage_limit_falls_back_to_another_provider() {
-    let home = TempDir::new().expect("home");
-    let state = TempDir::new().expect("agent state");
-    let cwd = TempDir::new().expect("cwd");
-    let cwd = std::fs::canonicalize(cwd.path()).expect("cwd");
-    std::fs::write(
-        home.path().join("config.toml"),
-        fallback_config(state.path()),
-    )
-    .expect("config");
+    let home = Home::new(fallback_config);
+    let cwd = home.cwd.clone();
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
 

@@ -1219,6 +1219,7 @@ export const DaemonType = Object.freeze({
  *} | {
  *  type: 'agent_initialized',
  *  payload: {
+ *    requestId?: string | null,
  *    agentId: string,
  *    info: AgentInfo,
  *    updates: Array<AgentUpdate>,
@@ -1226,7 +1227,6 @@ export const DaemonType = Object.freeze({
  *    cursor?: number | null,
  *    pendingPermissions: Array<any>,
  *    revision?: number,
- *    requestId?: string | null,
  *  },
  *} | {
  *  type: 'agent_status',
