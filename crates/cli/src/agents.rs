@@ -17,6 +17,17 @@ use crate::error::{CliError, exit};
 use crate::output::{self};
 use crate::resolve::{Prefer, ShortIds, resolve};
 
+/// How `drover send` delivers: `--steer`, `--inject`, or after the turn.
+pub fn delivery(steer: bool, inject: bool) -> Delivery {
+    if steer {
+        Delivery::Steer
+    } else if inject {
+        Delivery::Inject
+    } else {
+        Delivery::Followup
+    }
+}
+
 pub async fn send(
     ctx: &Ctx,
     id: &str,

@@ -10,15 +10,30 @@ use drover_daemon::http_client::HttpClient;
 use drover_daemon::{DaemonConfig, DaemonInfo, DataDirLock};
 use serde_json::Value;
 
-use crate::args::ServeArgs;
+use crate::args::{DaemonAction, DaemonArgs, ServeArgs};
 use crate::client::{not_published, read_info, read_token};
 use crate::error::{CliError, exit};
 
 /// How long `/health` may take to answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `drover daemon` and its actions.
+pub fn run(home: &Path, daemon: DaemonArgs) -> anyhow::Result<()> {
+    match daemon.action {
+        None => foreground(home, &daemon.serve),
+        Some(DaemonAction::Start { serve, timeout }) => start(home, &serve, seconds(timeout)?),
+        Some(DaemonAction::Stop { timeout }) => stop(home, seconds(timeout)?),
+        Some(DaemonAction::Status { json }) => status(home, json),
+    }
+}
+
+/// A `--timeout` in seconds.
+fn seconds(s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("{s} is not a number of seconds"))
+}
+
 /// `drover daemon`: serves until Ctrl-C or SIGTERM.
-pub fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
+fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
     let mut config = DaemonConfig::new(home, serve.listen)?;
     config.no_token = serve.no_token;
     config.allowed_hosts.clone_from(&serve.allow_hosts);
@@ -73,7 +88,7 @@ pub fn running(home: &Path) -> Option<(DaemonInfo, Value)> {
 
 /// `drover daemon start`: spawns `drover daemon` in its own process group, detached from this
 /// terminal, and waits until it answers.
-pub fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Result<()> {
+fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Result<()> {
     if let Some((info, _)) = running(home) {
         eprintln!("drover: a daemon already runs for {}", home.display());
         outln!("{}  pid {}", info.url, info.pid);
@@ -157,7 +172,7 @@ pub fn launch(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Resu
 }
 
 /// `drover daemon stop`: SIGTERM, then wait (bounded) until the data directory is free.
-pub fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
+fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
     let Some(info) = read_info(home).filter(|_| lock_held(home)) else {
         return Err(CliError::NotRunning {
             home: home.to_path_buf(),
@@ -193,7 +208,7 @@ pub fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
 }
 
 /// `drover daemon status`: exit code 0 when running, 3 when not.
-pub fn status(home: &Path, json: bool) -> anyhow::Result<()> {
+fn status(home: &Path, json: bool) -> anyhow::Result<()> {
     if let Some((info, health)) = running(home) {
         if json {
             outln!("{}", serde_json::to_string_pretty(&health)?);

@@ -11,16 +11,26 @@ use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{DaemonMessage, ImportedAgentInfo};
 
+use crate::args::ImportSource;
 use crate::commands::{Ctx, print_json, unexpected};
 use crate::error::CliError;
 use crate::output::{self, Paint, Style};
 
-pub async fn paseo(
-    ctx: &Ctx,
-    path: Option<PathBuf>,
-    apply: bool,
-    json: bool,
-) -> anyhow::Result<()> {
+/// `drover import ...`.
+pub async fn run(ctx: &Ctx, source: ImportSource) -> anyhow::Result<()> {
+    match source {
+        ImportSource::Paseo { path, apply, json } => paseo(ctx, path, apply, json).await,
+        ImportSource::Sessions {
+            provider,
+            cwd,
+            sessions,
+            apply,
+            json,
+        } => self::sessions(ctx, &provider, cwd, sessions, apply, json).await,
+    }
+}
+
+async fn paseo(ctx: &Ctx, path: Option<PathBuf>, apply: bool, json: bool) -> anyhow::Result<()> {
     let path = match path {
         Some(path) => path,
         None => default_home()?,
@@ -39,7 +49,7 @@ pub async fn paseo(
 }
 
 /// `drover import sessions`: the provider's sessions (in `cwd`, made absolute, when given).
-pub async fn sessions(
+async fn sessions(
     ctx: &Ctx,
     provider: &str,
     cwd: Option<PathBuf>,

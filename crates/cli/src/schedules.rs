@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 
-use crate::args::ScheduleAdd;
+use crate::args::{ScheduleAction, ScheduleAdd};
 use crate::client::SessionState;
 use crate::commands::{Ctx, print_json, unexpected, working_directory};
 use crate::error::{CliError, arguments_refused};
@@ -100,7 +100,18 @@ pub(crate) fn next_run(at: Option<&str>, now: Timestamp) -> String {
     at.map_or_else(|| "-".to_string(), |at| output::when_ahead(at, now))
 }
 
-pub async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
+/// `drover schedule ...`.
+pub async fn run(ctx: &Ctx, action: ScheduleAction) -> anyhow::Result<()> {
+    match action {
+        ScheduleAction::Add(add) => self::add(ctx, add).await,
+        ScheduleAction::Ls { agent, json } => list(ctx, agent.as_deref(), json).await,
+        ScheduleAction::Rm { schedule } => remove(ctx, &schedule).await,
+        ScheduleAction::Pause { schedule } => set_paused(ctx, &schedule, true).await,
+        ScheduleAction::Resume { schedule } => set_paused(ctx, &schedule, false).await,
+    }
+}
+
+async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
     let when = when_of(&add)?;
     let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
     let find = |query: &str| -> Result<String, CliError> {
@@ -146,7 +157,7 @@ pub async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> {
+async fn list(ctx: &Ctx, agent: Option<&str>, json: bool) -> anyhow::Result<()> {
     let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
     let agent_id = agent
         .map(|q| resolve(&agents, q, Prefer::Live).map(|a| a.id.clone()))
@@ -208,7 +219,7 @@ fn table(schedules: &[ScheduleInfo], agents: &[AgentInfo]) -> Table {
     table
 }
 
-pub async fn remove(ctx: &Ctx, schedule: &str) -> anyhow::Result<()> {
+async fn remove(ctx: &Ctx, schedule: &str) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
     let schedule_id = schedule_id(schedule);
     let answer = connection
@@ -221,7 +232,7 @@ pub async fn remove(ctx: &Ctx, schedule: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn set_paused(ctx: &Ctx, schedule: &str, paused: bool) -> anyhow::Result<()> {
+async fn set_paused(ctx: &Ctx, schedule: &str, paused: bool) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
     let schedule_id = schedule_id(schedule);
     let answer = connection

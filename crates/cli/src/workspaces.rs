@@ -15,6 +15,7 @@ use drover_protocol::{
 };
 use serde_json::json;
 
+use crate::args::WorktreeAction;
 use crate::client::SessionState;
 use crate::commands::{Ctx, print_json, unexpected, working_directory};
 use crate::error::{CliError, exit};
@@ -26,6 +27,22 @@ use crate::resolve::{Prefer, ShortIds, resolve_workspace};
 fn handles(workspaces: &[WorkspaceInfo]) -> ShortIds {
     let ids: Vec<&str> = workspaces.iter().map(|w| w.id.as_str()).collect();
     ShortIds::of(&ids)
+}
+
+/// `drover worktree ...`.
+pub async fn worktree(ctx: &Ctx, action: WorktreeAction) -> anyhow::Result<()> {
+    match action {
+        WorktreeAction::Ls { all, json } => list(ctx, all, true, json).await,
+        WorktreeAction::New {
+            name,
+            repo,
+            branch,
+            base,
+            json,
+        } => new(ctx, name, repo, branch, base, json).await,
+        WorktreeAction::Status { ws, json } => status(ctx, &ws, json).await,
+        WorktreeAction::Rm { ws, force, json } => remove(ctx, &ws, force, json).await,
+    }
 }
 
 /// `drover workspaces` (every kind) and `drover worktree ls` (`worktrees`: worktrees only).
@@ -139,7 +156,7 @@ fn activity(w: &WorkspaceInfo) -> (String, Paint) {
 
 /// `drover worktree new`: prints the new worktree's path on stdout; what was made, and the
 /// setup commands with their output, on stderr.
-pub async fn new(
+async fn new(
     ctx: &Ctx,
     name: Option<String>,
     repo: Option<PathBuf>,
@@ -243,7 +260,7 @@ fn is_clean(status: &WorktreeStatusInfo) -> bool {
 
 /// `drover worktree status`: exit 0 when the worktree holds nothing that exists nowhere else,
 /// 1 when it does.
-pub async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
+async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
     let (mut connection, SessionState { workspaces, .. }) = ctx.connect().await?;
     let workspace = resolve_workspace(&workspaces, query, Prefer::Live)?;
     let handle = handles(&workspaces).get(&workspace.id).to_string();
@@ -282,7 +299,7 @@ pub async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
 }
 
 /// `drover worktree rm`: archives the worktree's workspace (and agents), which removes it.
-pub async fn remove(ctx: &Ctx, query: &str, force: bool, json: bool) -> anyhow::Result<()> {
+async fn remove(ctx: &Ctx, query: &str, force: bool, json: bool) -> anyhow::Result<()> {
     let (mut connection, SessionState { workspaces, .. }) = ctx.connect().await?;
     let workspace = resolve_workspace(&workspaces, query, Prefer::Live)?.clone();
     let handle = handles(&workspaces).get(&workspace.id).to_string();
