@@ -422,6 +422,18 @@ fn the_pages_javascript_type_checks() {
     tsc_run
         .arg(&tsc)
         .args(["--noEmit", "--allowJs", "--checkJs", "--skipLibCheck"])
+        // `--strict`'s flags that pass so far (`--noImplicitAny` to come).
+        .args([
+            "--alwaysStrict",
+            "--noImplicitThis",
+            "--useUnknownInCatchVariables",
+        ])
+        .args([
+            "--strictBindCallApply",
+            "--strictFunctionTypes",
+            "--strictNullChecks",
+        ])
+        .args(["--strictPropertyInitialization"])
         .args(["--target", "es2022", "--module", "es2022"])
         .args(["--moduleResolution", "bundler"])
         .args(["--lib", "es2023,dom,dom.iterable"])

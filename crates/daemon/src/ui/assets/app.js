@@ -1,61 +1,125 @@
 // drover's web UI: the sidebar of workspaces and agents, per-browser tabs, the agent pane with
 // its timeline, jobs, subagents track and composer, and the dialogs. It speaks the client protocol
 // (docs/protocol.md) and nothing else.
-import { Conn, ProtocolError } from './conn.js';
+import { Conn, ProtocolError, errorMessage, isOffline } from './conn.js';
 import { ClientType, DaemonType, HostState } from './protocol.gen.js';
-import { h, plural, modal, confirmDialog, ago } from './dom.js';
+import { h, plural, modal, confirmDialog, ago, byId, within } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
 import { Sidebar } from './sidebar.js';
 import { Terminals } from './terminal.js';
+/** @typedef {import('./protocol.gen.js').AgentInfo} AgentInfo */
+/** @typedef {import('./protocol.gen.js').ProviderInfo} ProviderInfo */
+/** @typedef {import('./protocol.gen.js').DaemonMessage} DaemonMessage */
+/** @typedef {import('./protocol.gen.js').Delivery} Delivery */
+/** @typedef {import('./protocol.gen.js').HostInfo} HostInfo */
+/** @typedef {import('./protocol.gen.js').JobInfo} JobInfo */
+/** @typedef {import('./protocol.gen.js').QueuedMessageInfo} QueuedMessageInfo */
+/** @typedef {import('./protocol.gen.js').ScheduleInfo} ScheduleInfo */
+/** @typedef {import('./protocol.gen.js').WorkspaceInfo} WorkspaceInfo */
+/** @typedef {import('./protocol.gen.js').ClientRequest} ClientRequest */
+/** @typedef {import('./protocol.gen.js').PermissionPolicy} PermissionPolicy */
+/**
+ * A message in an agent's queue as this browser keeps it: the daemon's inbox (`theirs`: sent
+ * by another client) and what this browser sent since (`at`: when, in ms).
+ * @typedef {{messageId: string, text: string, delivery: Delivery, at: number, theirs?: boolean}} Queued
+ */
+/**
+ * A timeline item as the page reads it: the protocol leaves an update's notification, and so
+ * an item's `data`, open (each kind carries its own fields).
+ * @typedef {{kind: string, seq?: number, data?: any}} Item
+ */
+/**
+ * An open job-output dialog's follow (`S.follows`).
+ * @typedef {{session: string | null, push: (payload: JobOutputPush) => void, restart: () => void}} Follow
+ */
+/**
+ * An agent's pane: its parts, and the key of what each part last showed (a part is built
+ * again only when its key changes).
+ * @typedef {{
+ *   id: string, loaded: boolean, loading: boolean, root: HTMLElement, view: TimelineView,
+ *   header: HTMLElement, headerKey?: string, startEl: HTMLElement, startKey?: string,
+ *   startTimer?: ReturnType<typeof setTimeout>, jobsEl: HTMLElement, jobsKey?: string,
+ *   terms: {el: HTMLElement, render: (workspaceId: string | null, usable: boolean) => void},
+ *   track: HTMLElement, trackKey?: string, tree?: import('./protocol.gen.js').TreeSpendInfo | null,
+ *   treeKey?: string, schedulesEl: HTMLElement, schedulesKey?: string, queuedEl: HTMLElement,
+ *   queuedFor?: string | null, queuedTimer?: ReturnType<typeof setTimeout> | null, archivedEl: HTMLElement,
+ *   archivedKey?: string, archivedElsewhere?: boolean, droppedEl: HTMLElement, droppedKey?: string,
+ *   seen?: string | null, input: HTMLTextAreaElement, send: HTMLButtonElement, composerError: HTMLElement,
+ * }} Pane
+ */
+/** What a job's output answer or push carries. */
+/** @typedef {Extract<DaemonMessage, {type: 'job_output_update'}>['payload']} JobOutputPush */
 
 // ---- state ------------------------------------------------------------------------------
 
 const store = {
+  /**
+   * @template T
+   * @param {string} key
+   * @param {T} fallback
+   * @returns {T}
+   */
   get(key, fallback) {
-    try { const v = JSON.parse(localStorage.getItem(key)); return v ?? fallback; } catch { return fallback; }
+    try { const v = JSON.parse(localStorage.getItem(key) ?? 'null'); return v ?? fallback; } catch { return fallback; }
   },
+  /**
+   * @param {string} key
+   * @param {unknown} value
+   */
   set(key, value) {
     try { localStorage.setItem(key, JSON.stringify(value)); } catch { /* private mode: layout is per page then */ }
   },
 };
 
 const S = {
+  /** @type {Map<string, AgentInfo>} */
   agents: new Map(),
   // The hosts this daemon links to, by name (`session_state`, then `host_update`).
+  /** @type {Map<string, HostInfo>} */
   hosts: new Map(),
   // Every schedule by id (`list_schedules`, then `schedule_update`).
+  /** @type {Map<string, ScheduleInfo>} */
   schedules: new Map(),
+  /** @type {Map<string, WorkspaceInfo>} */
   workspaces: new Map(),
   // Every job of the daemon by id (`list_jobs` after each `session_state`, then `job_update`).
+  /** @type {Map<string, JobInfo>} */
   jobs: new Map(),
   // The jobs whose output an open dialog follows, by id: `{session, push(payload), restart()}`.
+  /** @type {Map<string, Follow>} */
   follows: new Map(),
   // The session's id (`welcome`): a new one after a reconnect.
+  /** @type {string | null} */
   sessionId: null,
+  /** @type {ProviderInfo[] | null} */
   providers: null,
   state: 'connecting',
   retryAt: 0,
   filter: '',
   // A quick filter: `needs` (needs me), `running`, `errors`, or none.
+  /** @type {string | null} */
   quick: null,
   showArchived: false,
   // The agents whose track shows their archived subagents too.
+  /** @type {Set<string>} */
   trackArchived: new Set(),
   // This browser's layout: which agents have tabs, which is in front.
-  layout: store.get('drover.layout', { tabs: [], active: null }),
+  layout: store.get('drover.layout', /** @type {{tabs: string[], active: string | null}} */ ({ tabs: [], active: null })),
   // What the user typed and has not sent, per agent: survives reconnects and reloads.
-  drafts: store.get('drover.drafts', {}),
+  drafts: store.get('drover.drafts', /** @type {Record<string, string>} */ ({})),
   // The messages queued for each agent that have not started yet: the daemon's inbox as
   // `get_agent` last said it, with what this browser sent since.
-  queued: store.get('drover.queued', {}),
+  queued: store.get('drover.queued', /** @type {Record<string, Queued[]>} */ ({})),
   // Text of messages this browser queued that the daemon dropped before they ran (a Stop, an
   // archive, another client), per agent: offered back to the composer until taken or dismissed.
-  dropped: store.get('drover.dropped', {}),
+  dropped: store.get('drover.dropped', /** @type {Record<string, string[]>} */ ({})),
+  /** @type {Record<string, Delivery>} */
   delivery: {},
   notify: store.get('drover.notify', false),
+  /** @type {Map<string, Pane>} */
   panes: new Map(),
-  collapsed: store.get('drover.collapsed', {}),
+  collapsed: store.get('drover.collapsed', /** @type {Record<string, boolean>} */ ({})),
   synced: false,
 };
 
@@ -92,20 +156,20 @@ const terminals = new Terminals({ conn, failed, store, changed: () => render({ s
 
 // ---- messages from the daemon -----------------------------------------------------------
 
+/** @param {DaemonMessage} msg */
 function onMessage(msg) {
-  const p = msg.payload || {};
   if (terminals.onMessage(msg)) return;
   switch (msg.type) {
     case DaemonType.SessionState:
       if (!timing.stateAt) timing.stateAt = performance.now();
-      S.agents = new Map(p.agents.map((a) => [a.id, a]));
-      S.workspaces = new Map(p.workspaces.map((w) => [w.id, w]));
-      S.hosts = new Map((p.hosts || []).map((x) => [x.name, x]));
+      S.agents = new Map(msg.payload.agents.map((a) => [a.id, a]));
+      S.workspaces = new Map(msg.payload.workspaces.map((w) => [w.id, w]));
+      S.hosts = new Map((msg.payload.hosts || []).map((x) => [x.name, x]));
       S.synced = true;
       // Every subscription is gone after a reconnect or a resync: panes load again.
       for (const pane of S.panes.values()) pane.loaded = false;
       pruneLayout();
-      if (linkedAgent && S.agents.has(linkedAgent) && !S.agents.get(linkedAgent).archivedAt) {
+      if (linkedAgent && S.agents.has(linkedAgent) && !S.agents.get(linkedAgent)?.archivedAt) {
         if (!S.layout.tabs.includes(linkedAgent)) S.layout.tabs.push(linkedAgent);
         S.layout.active = linkedAgent;
         saveLayout();
@@ -125,7 +189,7 @@ function onMessage(msg) {
       break;
     case DaemonType.AgentStatus:
     case DaemonType.AgentCreated: {
-      const a = p.agent;
+      const a = msg.payload.agent;
       const before = S.agents.get(a.id);
       S.agents.set(a.id, a);
       if (a.archivedAt) archived(a);
@@ -138,35 +202,35 @@ function onMessage(msg) {
       break;
     }
     case DaemonType.HostUpdate:
-      if (p.host) S.hosts.set(p.name, p.host);
-      else S.hosts.delete(p.name);
+      if (msg.payload.host) S.hosts.set(msg.payload.name, msg.payload.host);
+      else S.hosts.delete(msg.payload.name);
       render();
       break;
     case DaemonType.WorkspaceUpdate:
-      if (p.workspace) S.workspaces.set(p.workspace.id, p.workspace);
-      else if (S.workspaces.has(p.workspaceId)) S.workspaces.get(p.workspaceId).activity = p.activity;
+      if (msg.payload.workspace) S.workspaces.set(msg.payload.workspace.id, msg.payload.workspace);
+      else { const w = S.workspaces.get(msg.payload.workspaceId); if (w) w.activity = msg.payload.activity; }
       render();
       break;
     case DaemonType.AgentUpdate: {
-      const pane = S.panes.get(p.agentId);
+      const pane = S.panes.get(msg.payload.agentId);
       if (pane && pane.loaded) {
-        const item = pane.view.apply(p.notification);
-        if (item) settleQueued(p.agentId, [item]);
+        const item = pane.view.apply(msg.payload.notification);
+        if (item) settleQueued(msg.payload.agentId, [item]);
       }
       break;
     }
     case DaemonType.ScheduleUpdate:
-      if (p.schedule) S.schedules.set(p.scheduleId, p.schedule);
-      else S.schedules.delete(p.scheduleId);
+      if (msg.payload.schedule) S.schedules.set(msg.payload.scheduleId, msg.payload.schedule);
+      else S.schedules.delete(msg.payload.scheduleId);
       render({ sidebar: false });
       break;
     case DaemonType.JobUpdate:
-      S.jobs.set(p.job.id, p.job);
+      S.jobs.set(msg.payload.job.id, msg.payload.job);
       render({ sidebar: false });
       break;
     case DaemonType.JobOutputUpdate: {
-      const f = S.follows.get(p.jobId);
-      if (f) f.push(p);
+      const f = S.follows.get(msg.payload.jobId);
+      if (f) f.push(msg.payload);
       break;
     }
     case DaemonType.ResyncRequired:
@@ -190,8 +254,8 @@ function learn(info) {
 
 function pruneLayout() {
   const before = S.layout.tabs.length;
-  S.layout.tabs = S.layout.tabs.filter((id) => S.agents.has(id) && !S.agents.get(id).archivedAt);
-  if (!S.layout.tabs.includes(S.layout.active)) S.layout.active = S.layout.tabs[0] ?? null;
+  S.layout.tabs = S.layout.tabs.filter((id) => S.agents.has(id) && !S.agents.get(id)?.archivedAt);
+  if (!S.layout.active || !S.layout.tabs.includes(S.layout.active)) S.layout.active = S.layout.tabs[0] ?? null;
   if (before !== S.layout.tabs.length) saveLayout();
 }
 
@@ -239,6 +303,7 @@ function notifyAttention(a) {
   n.onclick = () => { window.focus(); openAgent(a.id); };
 }
 
+/** @type {Record<string, string>} */
 const REASON = {
   permission: 'asks for a permission',
   finished: 'finished',
@@ -272,10 +337,15 @@ function dot(status, extra = '') {
 /** A passing message; `action` (`{text, run}`) adds a button that runs it and ends the toast. */
 function saveDropped() { store.set('drover.dropped', S.dropped); }
 
+/**
+ * @param {string} text
+ * @param {'info' | 'error'} [kind]
+ * @param {{action?: {text: string, run: () => unknown} | null, ms?: number}} [options]
+ */
 function toast(text, kind = 'info', { action = null, ms = kind === 'error' ? 8000 : 4000 } = {}) {
   const el = h('div', { class: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text,
     action ? h('button', { type: 'button', class: 'small toast-action', onclick: () => { el.remove(); action.run(); } }, action.text) : null);
-  document.getElementById('toasts').appendChild(el);
+  byId('toasts').appendChild(el);
   setTimeout(() => el.remove(), ms);
   return el;
 }
@@ -298,7 +368,7 @@ function unarchive(id) {
 }
 
 function failed(what) {
-  return (e) => toast(`${what}: ${e.message}`, 'error');
+  return (e) => toast(`${what}: ${errorMessage(e)}`, 'error');
 }
 
 // ---- rendering ----------------------------------------------------------------------------
@@ -307,6 +377,7 @@ let frame = 0;
 // What this page shows, as the daemon last heard it (`watching`): it sends no notification
 // about the agent in front of the user. Told here, not in the animation frame, which a hidden
 // page does not get.
+/** @type {{session: string | null, agentId: string | null | undefined}} */
 let watchingSent = { session: null, agentId: undefined };
 function reportWatching() {
   if (S.state !== 'online' || !S.synced) return;
@@ -356,7 +427,7 @@ function hostKey(name) {
   return name ? `${name}|${host?.state}|${host?.since}|${host?.error}` : '';
 }
 
-const sidebarView = new Sidebar(document.getElementById('workspaces'), document.querySelector('#sidebar nav'), {
+const sidebarView = new Sidebar(byId('workspaces'), within(document, '#sidebar nav'), {
   S, label, dot, hostBadge, hostKey, attentionMark, quickMatch, openAgent, unarchive, newAgentDialog, showChanges,
   reason: (a) => REASON[a.attentionReason] || 'needs you',
   toggleWorkspace(id) {
@@ -371,7 +442,7 @@ const sidebarView = new Sidebar(document.getElementById('workspaces'), document.
 });
 
 function renderConnection() {
-  const el = document.getElementById('connection');
+  const el = byId('connection');
   el.replaceChildren();
   el.className = `connection ${S.state}`;
   if (S.state === 'online') {
@@ -384,8 +455,8 @@ function renderConnection() {
     el.append(S.state === 'offline' ? `Offline: the daemon does not answer. Retrying${secs ? ` in ${secs} s` : ''}…` : 'Connecting…',
       S.state === 'offline' ? h('button', { type: 'button', onclick: () => conn.retry() }, 'Retry now') : '');
   }
-  document.getElementById('login').hidden = S.state !== 'unauthorized';
-  document.getElementById('app').hidden = S.state === 'unauthorized';
+  byId('login').hidden = S.state !== 'unauthorized';
+  byId('app').hidden = S.state === 'unauthorized';
 }
 setInterval(() => { if (S.state === 'offline') renderConnection(); }, 1000);
 
@@ -444,7 +515,7 @@ function openAgent(id) {
 
 function closeDrawer() {
   document.body.classList.remove('drawer-open');
-  document.getElementById('drawer-toggle').setAttribute('aria-expanded', 'false');
+  byId('drawer-toggle').setAttribute('aria-expanded', 'false');
 }
 
 function closeTabLayoutOnly(id) {
@@ -468,6 +539,10 @@ async function closeTab(id) {
 /**
  * Archives `a`. An idle agent goes at once (or after `ask` confirms); when the daemon refuses
  * because work still runs, the dialog lists that work from the refusal and offers to stop it.
+ */
+/**
+ * @param {AgentInfo} a
+ * @param {{ask?: {title: string, body: string, confirm: string} | null, undo?: boolean}} [options]
  */
 async function archiveAgent(a, { ask = null, undo = false } = {}) {
   if (ask && !(await confirmDialog(ask))) return false;
@@ -497,6 +572,7 @@ const archivingHere = new Set();
 /** Tabs kept open with a draft after an archive from elsewhere, whose pane is not built yet. */
 const keptArchived = new Set();
 
+/** @type {Record<string, [string, string]>} */
 const FAMILY = {
   turn: ['turn is running', 'turns are running'],
   subagent: ['subagent is running', 'subagents are running'],
@@ -528,7 +604,7 @@ function stopAndArchiveDialog(a, report) {
 }
 
 function renderTabs() {
-  const bar = document.getElementById('tabs');
+  const bar = byId('tabs');
   const tabs = S.layout.tabs.map((id) => {
     const a = S.agents.get(id);
     if (!a) return null;
@@ -544,7 +620,7 @@ function renderTabs() {
         ? h('button', { type: 'button', class: 'tab-close tab-archive', 'aria-label': `Archive ${label(a)}`, title: 'Archive: closes its tab on every browser (Unarchive for a few seconds after)', onclick: () => closeTab(id) }, '⊟')
         : h('button', { type: 'button', class: 'tab-close tab-hide', 'aria-label': `Close the tab of ${label(a)}`, title: a.archivedAt ? 'Close this tab' : 'Close this tab only: the subagent keeps running in its parent’s track', onclick: () => closeTab(id) }, '×'));
   });
-  bar.replaceChildren(...tabs.filter(Boolean));
+  bar.replaceChildren(...tabs.filter((t) => t !== null));
 }
 
 function tabKeys(e) {
@@ -576,12 +652,13 @@ function tabKeys(e) {
  * each one tap away; subagents too, named with their root.
  */
 function renderLanding() {
+  /** @type {Record<string, number>} */
   const rank = { permission: 0, auth_required: 1, error: 2, limited: 3, interrupted: 4, budget_warning: 5 };
   const needs = [...S.agents.values()]
-    .filter((a) => !a.archivedAt && a.requiresAttention && a.attentionReason in rank)
-    .sort((x, y) => rank[x.attentionReason] - rank[y.attentionReason] || (y.attentionTimestamp || '').localeCompare(x.attentionTimestamp || ''));
+    .filter((a) => !a.archivedAt && a.requiresAttention && (a.attentionReason ?? '') in rank)
+    .sort((x, y) => rank[x.attentionReason ?? ''] - rank[y.attentionReason ?? ''] || (y.attentionTimestamp || '').localeCompare(x.attentionTimestamp || ''));
   const key = JSON.stringify(needs.map((a) => [a.id, a.attentionReason, a.title]));
-  const host = document.getElementById('empty');
+  const host = byId('empty');
   if (host.dataset.key === key) return;
   host.dataset.key = key;
   const rootOf = (a) => { let r = a; for (let i = 0; i < 64 && r.parentAgentId && S.agents.has(r.parentAgentId); i++) r = S.agents.get(r.parentAgentId); return r; };
@@ -594,7 +671,7 @@ function renderLanding() {
           h('button', { type: 'button', class: `need reason-${a.attentionReason}`, onclick: () => openAgent(a.id) },
             dot(a.status), h('span', { class: 'title' }, label(a)),
             root.id !== a.id ? h('span', { class: 'muted' }, `under ${label(root)}`) : null,
-            h('span', { class: 'why' }, REASON[a.attentionReason])));
+            h('span', { class: 'why' }, REASON[a.attentionReason ?? ''])));
       })))
     : h('p', null, 'Nothing needs you. Open an agent from the sidebar, or start a new one.'));
 }
@@ -602,11 +679,11 @@ function renderLanding() {
 // ---- the agent pane -----------------------------------------------------------------------
 
 function renderPane() {
-  const host = document.getElementById('pane');
+  const host = byId('pane');
   const id = S.layout.active;
   const a = id && S.agents.get(id);
   for (const [pid, pane] of S.panes) pane.root.hidden = pid !== id;
-  document.getElementById('empty').hidden = Boolean(a);
+  byId('empty').hidden = Boolean(a);
   if (!a) { renderLanding(); return; }
   let pane = S.panes.get(id);
   if (!pane) {
@@ -679,7 +756,7 @@ function renderDropped(pane) {
 
 function makePane(a) {
   const id = a.id;
-  const pane = { id, loaded: false, loading: false };
+  const pane = /** @type {Pane} */ ({ id, loaded: false, loading: false });
   pane.view = new TimelineView(id, {
     answer: (seq, optionId) => conn.request({ type: ClientType.AnswerPermission, agentId: id, seq, optionId }).catch((e) => { failed('Answer')(e); throw e; }),
     older: () => loadOlder(pane),
@@ -696,7 +773,7 @@ function makePane(a) {
   if (keptArchived.delete(id)) pane.archivedElsewhere = true;
   pane.input = h('textarea', {
     class: 'composer-input', rows: '2', 'aria-label': 'Message', placeholder: 'Message (Enter sends; Shift+Enter for a new line)',
-    oninput: (e) => { S.drafts[id] = e.target.value; store.set('drover.drafts', S.drafts); },
+    oninput: (e) => { S.drafts[id] = /** @type {HTMLTextAreaElement} */ (e.target).value; store.set('drover.drafts', S.drafts); },
     onkeydown: (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
@@ -707,12 +784,13 @@ function makePane(a) {
     },
   });
   pane.input.value = S.drafts[id] || '';
+  /** @type {Array<[Delivery, string, string]>} */
+  const choices = [['followup', 'Follow up', 'Queued for the next turn; never interrupts'], ['steer', 'Steer', 'Stops the current turn and runs first (Ctrl+Enter)'], ['inject', 'Inject', 'Context for the next prompt; does not wake the agent (Alt+Enter)']];
   const deliveries = h('div', { class: 'delivery', role: 'radiogroup', 'aria-label': 'Delivery' },
-    [['followup', 'Follow up', 'Queued for the next turn; never interrupts'], ['steer', 'Steer', 'Stops the current turn and runs first (Ctrl+Enter)'], ['inject', 'Inject', 'Context for the next prompt; does not wake the agent (Alt+Enter)']]
-      .map(([value, text, title]) => h('label', { title }, h('input', {
-        type: 'radio', name: `delivery-${id}`, value, checked: (S.delivery[id] || 'followup') === value,
-        onchange: () => { S.delivery[id] = value; },
-      }), text)));
+    choices.map(([value, text, title]) => h('label', { title }, h('input', {
+      type: 'radio', name: `delivery-${id}`, value, checked: (S.delivery[id] || 'followup') === value,
+      onchange: () => { S.delivery[id] = value; },
+    }), text)));
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
   pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.startEl, pane.view.el,
@@ -736,7 +814,7 @@ async function loadPane(pane) {
     loadQueued(pane);
     render();
   } catch (e) {
-    if (e.code !== 'offline') failed('Opening the agent')(e);
+    if (!isOffline(e)) failed('Opening the agent')(e);
   } finally {
     pane.loading = false;
   }
@@ -763,11 +841,11 @@ function renderHeader(pane, a) {
   const modes = a.availableModes || [];
   const mode = h('select', {
     'aria-label': 'Mode', disabled: !modes.length,
-    onchange: (e) => conn.request({ type: ClientType.SetMode, agentId: a.id, modeId: e.target.value }).catch(failed('Mode')),
+    onchange: (e) => conn.request({ type: ClientType.SetMode, agentId: a.id, modeId: /** @type {HTMLSelectElement} */ (e.target).value }).catch(failed('Mode')),
   }, (modes.length ? modes : [{ id: a.currentModeId || '', name: a.currentModeId || 'mode' }]).map((m) => h('option', { value: m.id, selected: m.id === a.currentModeId }, m.name || m.id)));
   const model = h('input', {
     class: 'model', 'aria-label': 'Model', value: a.model || '', placeholder: 'model', size: '14',
-    onchange: (e) => { if (e.target.value.trim()) conn.request({ type: ClientType.SetModel, agentId: a.id, modelId: e.target.value.trim() }).catch(failed('Model')); },
+    onchange: (e) => { const v = /** @type {HTMLInputElement} */ (e.target).value.trim(); if (v) conn.request({ type: ClientType.SetModel, agentId: a.id, modelId: v }).catch(failed('Model')); },
   });
   // What the live session offers to set (ACP config options) replaces the older controls of
   // the same category.
@@ -775,7 +853,7 @@ function renderHeader(pane, a) {
   const offers = (category) => options.some((o) => o.category === category);
   const settings = options.map((o) => h('select', {
     class: 'setting', 'aria-label': o.name, title: o.description || o.name,
-    onchange: (e) => conn.request({ type: ClientType.SetConfigOption, agentId: a.id, configId: o.id, value: e.target.value }).catch(failed(o.name)),
+    onchange: (e) => conn.request({ type: ClientType.SetConfigOption, agentId: a.id, configId: o.id, value: /** @type {HTMLSelectElement} */ (e.target).value }).catch(failed(o.name)),
   }, o.values.map((v) => h('option', { value: v.value, selected: v.value === o.currentValue, title: v.description || '' },
     // A value says what it is of, but for the mode's and the model's, which speak for themselves.
     ['mode', 'model'].includes(o.category) ? v.name : `${o.category === 'thought_level' ? 'effort' : o.name}: ${v.name}`))));
@@ -901,7 +979,7 @@ function renderStartCard(pane, a) {
   const when = pane.startEl.querySelector('.start-when');
   if (when && a.startFailure) when.textContent = startWhen(a);
   clearTimeout(pane.startTimer);
-  if (a.startFailure && retryIn(a) > 0) pane.startTimer = setTimeout(() => render({ sidebar: false }), 1000);
+  if (a.startFailure && (retryIn(a) ?? 0) > 0) pane.startTimer = setTimeout(() => render({ sidebar: false }), 1000);
   if (a.startFailure && pane.loaded && pane.queuedFor !== a.startFailure.at) {
     pane.queuedFor = a.startFailure.at;
     loadQueued(pane);
@@ -1027,6 +1105,7 @@ async function startJobDialog(a) {
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
+      /** @type {Extract<ClientRequest, {type: 'start_job'}>} */
       const msg = { type: ClientType.StartJob, agentId: a.id, command: command.value, notifyOnExit: notify.checked };
       if (cwd.value.trim()) msg.cwd = cwd.value.trim();
       try {
@@ -1036,7 +1115,7 @@ async function startJobDialog(a) {
         close(true);
         render({ sidebar: false });
         toast(`Started ${m.payload.job.id}`);
-      } catch (err) { error.textContent = err.message; }
+      } catch (err) { error.textContent = errorMessage(err); }
     };
     return h('form', { onsubmit: submit },
       h('h2', null, `Run a command for “${label(a)}”`),
@@ -1058,6 +1137,8 @@ async function startJobDialog(a) {
  */
 function jobOutputDialog(id) {
   let open = true;
+  /** What `job_output` pushes reach while the dialog is open (`S.follows`). */
+  /** @type {Follow} */
   const follow = { session: null, push: () => {}, restart: () => {} };
   modal(`Output of ${id}`, (close) => {
     const j = S.jobs.get(id);
@@ -1084,7 +1165,7 @@ function jobOutputDialog(id) {
       offset = p.nextOffset;
       const now = S.jobs.get(id);
       if (now) show(now);
-      if (p.eof) ended().catch((e) => { if (open) state.textContent = e.message; });
+      if (p.eof) ended().catch((e) => { if (open) state.textContent = errorMessage(e); });
     };
     // A push of an earlier follow (before a reconnect) is not where this one stands: skip it.
     follow.push = (p) => { if (open && p.offset - p.skipped === offset) append(p); };
@@ -1099,7 +1180,7 @@ function jobOutputDialog(id) {
         S.follows.set(id, follow);
         await conn.request({ type: ClientType.FollowJob, jobId: id, offset });
       } catch (e) {
-        if (open) state.textContent = e.message;
+        if (open) state.textContent = errorMessage(e);
       }
     };
     follow.restart();
@@ -1148,7 +1229,7 @@ function renderTrack(pane, a) {
       archivedToggle(a, showArchived)),
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
       h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type), hostBadge(k.host),
-        h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason] || '●') : null),
+        h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason ?? ''] || '●') : null),
       h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: ClientType.Detach, agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
       h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
         onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' }, undo: true }) }, '×'))).concat(
@@ -1229,6 +1310,7 @@ async function scheduleDialog(a) {
       error.textContent = '';
       const when = kind.value === 'cron' ? { cron: cron.value.trim(), timeZone: zone.value.trim() || 'UTC' }
         : { [kind.value === 'in' ? 'inSeconds' : 'everySeconds']: Math.round(Number(minutes.value) * 60) };
+      /** @type {Extract<ClientRequest, {type: 'create_schedule'}>} */
       const msg = { type: ClientType.CreateSchedule, agentId: a.id, prompt: prompt.value, when };
       if (title.value.trim()) msg.title = title.value.trim();
       try {
@@ -1237,7 +1319,7 @@ async function scheduleDialog(a) {
         if (!S.schedules.has(m.payload.schedule.id)) S.schedules.set(m.payload.schedule.id, m.payload.schedule);
         close();
         render({ sidebar: false });
-      } catch (err) { error.textContent = err.message; }
+      } catch (err) { error.textContent = errorMessage(err); }
     };
     const field = (text, el) => h('label', { class: 'field' }, h('span', null, text), el);
     return h('form', { class: 'schedule-form', onsubmit: submit },
@@ -1279,7 +1361,7 @@ async function sendMessage(pane, delivery) {
     store.set('drover.queued', S.queued);
     renderQueued(pane);
   } catch (e) {
-    pane.composerError.textContent = e.code === 'offline' ? 'Not sent: the daemon is offline. Your text is kept; send again once connected.' : `Not sent: ${e.message}`;
+    pane.composerError.textContent = isOffline(e) ? 'Not sent: the daemon is offline. Your text is kept; send again once connected.' : `Not sent: ${errorMessage(e)}`;
   }
 }
 
@@ -1332,7 +1414,7 @@ function showChanges(w) {
             h('details', null, h('summary', null, h('span', { class: `badge st-${f.status}` }, f.status), ' ', f.path, ' ',
               f.added == null ? null : h('span', { class: 'add' }, `+${f.added}`), ' ', f.removed == null ? null : h('span', { class: 'del' }, `−${f.removed}`)),
             h('pre', { class: 'code diff-body' }, (f.diff || '').split('\n').map((l) => h('span', { class: l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx' }, `${l}\n`))))))));
-      } catch (e) { body.replaceChildren(h('p', { class: 'error-text' }, e.message)); }
+      } catch (e) { body.replaceChildren(h('p', { class: 'error-text' }, errorMessage(e))); }
     };
     load();
     openChanges = { workspaceId: w.id, load };
@@ -1344,10 +1426,11 @@ function showChanges(w) {
 // ---- new agent ----------------------------------------------------------------------------
 
 async function newAgentDialog(workspaceId = null) {
-  if (!S.providers) {
-    try { S.providers = (await conn.request({ type: ClientType.ListProviders })).payload.providers; } catch (e) { failed('Providers')(e); return; }
+  let known = S.providers;
+  if (!known) {
+    try { known = S.providers = /** @type {ProviderInfo[]} */ ((await conn.request({ type: ClientType.ListProviders })).payload.providers); } catch (e) { failed('Providers')(e); return; }
   }
-  const providers = S.providers;
+  const providers = known;
   const firstAvailable = providers.find((p) => p.available);
   const wss = [...S.workspaces.values()].filter((w) => !w.archivedAt);
   await modal('New agent', (close) => {
@@ -1383,8 +1466,9 @@ async function newAgentDialog(workspaceId = null) {
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
+      /** @type {Extract<ClientRequest, {type: 'create_agent'}>} */
       const msg = { type: ClientType.CreateAgent, provider: provider.value };
-      const ws = where.value && S.workspaces.get(where.value);
+      const ws = where.value ? S.workspaces.get(where.value) : undefined;
       if (worktree.checked) {
         msg.cwd = ws ? (ws.worktree?.source || ws.path) : dir.value.trim();
         msg.worktree = { name: wtName.value.trim() || null, base: wtBase.value.trim() || null };
@@ -1393,9 +1477,11 @@ async function newAgentDialog(workspaceId = null) {
       // A workspace's agent goes to the workspace's host by itself; a directory names one.
       if (ws?.host) msg.host = ws.host;
       else if (!ws && host.value) msg.host = host.value;
-      for (const [k, el] of [['title', title], ['mode', mode], ['model', model], ['effort', effort], ['prompt', prompt]]) if (el.value.trim()) msg[k] = el.value.trim();
+      /** @type {Array<['title' | 'mode' | 'model' | 'effort' | 'prompt', HTMLInputElement | HTMLTextAreaElement]>} */
+      const texts = [['title', title], ['mode', mode], ['model', model], ['effort', effort], ['prompt', prompt]];
+      for (const [k, el] of texts) if (el.value.trim()) msg[k] = el.value.trim();
       msg.autoArchive = autoArchive.checked;
-      msg.permissionPolicy = policy.value;
+      msg.permissionPolicy = /** @type {PermissionPolicy} */ (policy.value);
       // A budget for the agent and its subagents: at 100 % no new turn starts in its tree.
       if (budgetTokens.value || budgetCost.value) {
         msg.budget = { hard: budgetHard.checked };
@@ -1407,7 +1493,7 @@ async function newAgentDialog(workspaceId = null) {
         close();
         learn(m.payload.agent);
         openAgent(m.payload.agent.id);
-      } catch (err) { error.textContent = err.message; }
+      } catch (err) { error.textContent = errorMessage(err); }
     };
     const field = (text, el) => h('label', { class: 'field' }, h('span', null, text), el);
     return h('form', { class: 'new-agent', onsubmit: submit },
@@ -1431,30 +1517,30 @@ async function newAgentDialog(workspaceId = null) {
 // ---- page wiring --------------------------------------------------------------------------
 
 function wire() {
-  document.getElementById('filter').addEventListener('input', (e) => { S.filter = /** @type {HTMLInputElement} */ (e.target).value; render(); });
+  byId('filter').addEventListener('input', (e) => { S.filter = /** @type {HTMLInputElement} */ (e.target).value; render(); });
   const chips = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll('.quick .chip'));
   for (const chip of chips) {
     chip.addEventListener('click', () => {
-      S.quick = S.quick === chip.dataset.quick ? null : chip.dataset.quick;
+      S.quick = S.quick === chip.dataset.quick ? null : (chip.dataset.quick ?? null);
       for (const c of chips) c.setAttribute('aria-pressed', String(c.dataset.quick === S.quick));
       render();
     });
   }
-  const archived = /** @type {HTMLInputElement} */ (document.getElementById('show-archived'));
+  const archived = /** @type {HTMLInputElement} */ (byId('show-archived'));
   archived.addEventListener('change', () => {
     S.showArchived = archived.checked;
     if (S.showArchived) loadArchived();
     render();
   });
-  document.getElementById('new-agent').addEventListener('click', () => newAgentDialog(null));
-  const drawer = document.getElementById('drawer-toggle');
+  byId('new-agent').addEventListener('click', () => newAgentDialog(null));
+  const drawer = byId('drawer-toggle');
   drawer.addEventListener('click', () => {
     const open = document.body.classList.toggle('drawer-open');
     drawer.setAttribute('aria-expanded', String(open));
   });
   // Outside the open drawer is its backdrop: a tap there closes it, as Escape does.
-  document.getElementById('backdrop').addEventListener('click', closeDrawer);
-  const notify = document.getElementById('notify');
+  byId('backdrop').addEventListener('click', closeDrawer);
+  const notify = byId('notify');
   const showNotify = () => { notify.setAttribute('aria-pressed', String(S.notify)); notify.textContent = S.notify ? 'Notifications on' : 'Notify me'; };
   showNotify();
   notify.addEventListener('click', async () => {
@@ -1465,9 +1551,9 @@ function wire() {
     store.set('drover.notify', S.notify);
     showNotify();
   });
-  document.getElementById('token-form').addEventListener('submit', (e) => {
+  byId('token-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    const raw = /** @type {HTMLInputElement} */ (document.getElementById('token-input')).value.trim();
+    const raw = /** @type {HTMLInputElement} */ (byId('token-input')).value.trim();
     const m = /token=([^&\s]+)/.exec(raw);
     const token = m ? decodeURIComponent(m[1]) : raw;
     if (!token) return;
@@ -1484,7 +1570,7 @@ function wire() {
       return;
     }
     if (target.closest('input, textarea, select, dialog')) return;
-    if (e.key === '/') { e.preventDefault(); document.getElementById('filter').focus(); }
+    if (e.key === '/') { e.preventDefault(); byId('filter').focus(); }
     if (e.key === 'n' && !e.ctrlKey && !e.metaKey) { e.preventDefault(); newAgentDialog(null); }
   });
 }

@@ -18,6 +18,23 @@ export class ProtocolError extends Error {
   }
 }
 
+/**
+ * What a caught error says: a ProtocolError's message, or the page's own error's.
+ * @param {unknown} e
+ * @returns {string}
+ */
+export function errorMessage(e) {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * Whether a caught error is a request refused because the daemon is offline.
+ * @param {unknown} e
+ */
+export function isOffline(e) {
+  return e instanceof ProtocolError && e.code === 'offline';
+}
+
 export class Conn {
   /**
    * `onMessage(msg)` gets every daemon message; `onState(state, info)` gets `connecting`,

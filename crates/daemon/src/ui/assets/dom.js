@@ -1,17 +1,66 @@
 // Small DOM helpers. Text always goes in as text nodes: nothing from the daemon or an agent is
 // ever parsed as HTML.
 
-/** h('button', {class: 'x', onclick: f, 'aria-label': 'Close'}, 'text', child…) */
+/**
+ * The page's element with this id, which index.html always has.
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+export function byId(id) {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`the page has no #${id}`);
+  return el;
+}
+
+/**
+ * The element under `root` that `selector` finds, which the page's own markup always has.
+ * @param {ParentNode} root
+ * @param {string} selector
+ * @returns {HTMLElement}
+ */
+export function within(root, selector) {
+  const el = root.querySelector(selector);
+  if (!(el instanceof HTMLElement)) throw new Error(`nothing matches ${selector}`);
+  return el;
+}
+
+/**
+ * One of `h`'s children: a node or text (numbers too); null, undefined and false are skipped
+ * (so `cond && h(…)` works).
+ * @typedef {Node | string | number | boolean | null | undefined} Leaf
+ */
+
+/**
+ * What `h` takes as children: leaves, and lists of them (two deep: a JSDoc type cannot nest
+ * itself).
+ * @typedef {Leaf | Array<Leaf | Array<Leaf>>} Child
+ */
+
+/**
+ * An attribute's value: skipped when null, undefined or false; `on…` take a listener, `dataset`
+ * an object.
+ * @typedef {{[E in keyof HTMLElementEventMap as `on${E}`]?: (e: HTMLElementEventMap[E]) => unknown} & Record<string, unknown>} Attrs
+ */
+
+/**
+ * h('button', {class: 'x', onclick: f, 'aria-label': 'Close'}, 'text', child…)
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Attrs | null} [attrs]
+ * @param {...Child} children
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   if (attrs) {
     for (const [k, v] of Object.entries(attrs)) {
       if (v === undefined || v === null || v === false) continue;
-      if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
-      else if (k === 'class') el.className = v;
+      if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), /** @type {EventListener} */ (v));
+      else if (k === 'class') el.className = String(v);
       else if (k === 'dataset') Object.assign(el.dataset, v);
-      else if (k === 'value') el.value = v;
-      else if (k === 'checked' || k === 'disabled' || k === 'selected') el[k] = Boolean(v);
+      // Properties of the form controls (inputs, selects, options, buttons), not attributes.
+      else if (k === 'value') Reflect.set(el, k, v);
+      else if (k === 'checked' || k === 'disabled' || k === 'selected') Reflect.set(el, k, Boolean(v));
       else el.setAttribute(k, v === true ? '' : String(v));
     }
   }
@@ -19,6 +68,10 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+/**
+ * @param {Element} el
+ * @param {Array<Leaf | Array<Leaf | Array<Leaf>>>} children
+ */
 function append(el, children) {
   for (const c of children) {
     if (c === undefined || c === null || c === false) continue;
@@ -28,7 +81,12 @@ function append(el, children) {
   }
 }
 
-/** `n thing`/`n things`. */
+/**
+ * `n thing`/`n things`.
+ * @param {number} n
+ * @param {string} one
+ * @param {string} many
+ */
 export function plural(n, one, many) {
   return `${n} ${n === 1 ? one : many}`;
 }
@@ -37,10 +95,18 @@ export function plural(n, one, many) {
  * A modal dialog (native <dialog>: the page behind is inert, so focus stays inside, and Escape
  * closes it). `build(close)` returns the body; resolves with what `close` was given, or null.
  */
+/**
+ * @template T
+ * @param {string} label
+ * @param {(close: (value?: T | null) => void) => Node} build
+ * @param {{className?: string}} [options]
+ * @returns {Promise<T | null>}
+ */
 export function modal(label, build, { className = '' } = {}) {
   return new Promise((resolve) => {
     const dialog = h('dialog', { class: `dialog ${className}`, 'aria-label': label, 'aria-modal': 'true' });
     let done = false;
+    /** @param {T | null} [value] */
     const close = (value) => {
       if (done) return;
       done = true;
@@ -53,7 +119,9 @@ export function modal(label, build, { className = '' } = {}) {
     // controls: keep it cycling through the dialog.
     dialog.addEventListener('keydown', (e) => {
       if (e.key !== 'Tab') return;
-      const items = [...dialog.querySelectorAll('button, input, select, textarea, summary, [href], [tabindex]:not([tabindex="-1"])')]
+      /** @type {NodeListOf<HTMLElement & {disabled?: boolean}>} */
+      const focusable = dialog.querySelectorAll('button, input, select, textarea, summary, [href], [tabindex]:not([tabindex="-1"])');
+      const items = [...focusable]
         .filter((el) => !el.disabled && el.offsetParent !== null);
       if (!items.length) return;
       const first = items[0];
@@ -64,12 +132,17 @@ export function modal(label, build, { className = '' } = {}) {
     dialog.appendChild(build(close));
     document.body.appendChild(dialog);
     dialog.showModal();
+    /** @type {HTMLElement | null} */
     const first = dialog.querySelector('[autofocus]') || dialog.querySelector('button, input, select, textarea');
     if (first) first.focus();
   });
 }
 
-/** A yes/no dialog; resolves true on confirm. */
+/**
+ * A yes/no dialog; resolves true on confirm.
+ * @param {{title: string, body?: Child, confirm: string, danger?: boolean}} question
+ * @returns {Promise<boolean>}
+ */
 export function confirmDialog({ title, body, confirm, danger = true }) {
   return modal(title, (close) => h('form', { method: 'dialog', onsubmit: (e) => { e.preventDefault(); close(true); } },
     h('h2', null, title),
@@ -79,7 +152,10 @@ export function confirmDialog({ title, body, confirm, danger = true }) {
       h('button', { type: 'submit', class: danger ? 'danger' : 'primary', autofocus: true }, confirm)))).then(Boolean);
 }
 
-/** Relative time, short: `5s`, `3m`, `2h`, `4d`. */
+/**
+ * Relative time, short: `5s`, `3m`, `2h`, `4d`.
+ * @param {string | null | undefined} iso
+ */
 export function ago(iso) {
   if (!iso) return '';
   const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);

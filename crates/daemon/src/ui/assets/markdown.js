@@ -2,11 +2,15 @@
 // node, so an agent's output can never inject markup, and links are kept only for http(s).
 import { h } from './dom.js';
 
-/** Renders `text` into a fragment: headings, paragraphs, lists, quotes, fenced code, rules. */
+/**
+ * Renders `text` into a fragment: headings, paragraphs, lists, quotes, fenced code, rules.
+ * @param {string} text
+ */
 export function renderMarkdown(text) {
   const out = document.createDocumentFragment();
   const lines = String(text).replace(/\r\n?/g, '\n').split('\n');
   let i = 0;
+  /** @type {string[]} */
   let para = [];
   const flush = () => {
     if (para.length) out.appendChild(h('p', null, inline(para.join('\n'))));
@@ -28,7 +32,7 @@ export function renderMarkdown(text) {
     const heading = /^(#{1,6})\s+(.*)$/.exec(line);
     if (heading) {
       flush();
-      out.appendChild(h(`h${Math.min(6, heading[1].length + 2)}`, { class: 'md-h' }, inline(heading[2])));
+      out.appendChild(h(/** @type {'h3' | 'h4' | 'h5' | 'h6'} */ (`h${Math.min(6, heading[1].length + 2)}`), { class: 'md-h' }, inline(heading[2])));
       i += 1;
       continue;
     }
@@ -76,7 +80,11 @@ export function renderMarkdown(text) {
 
 const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*([\s\S]+?)\*\*|__([\s\S]+?)__|\*([^*\s][^*]*?)\*|\b_([^_\s][^_]*?)_\b|\[([^\]]+)\]\(([^)\s]+)\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])|\n/g;
 
-/** Inline spans: code, bold, italic, links, autolinks, line breaks. */
+/**
+ * Inline spans: code, bold, italic, links, autolinks, line breaks.
+ * @param {string} text
+ * @returns {DocumentFragment}
+ */
 export function inline(text) {
   const out = document.createDocumentFragment();
   let last = 0;
@@ -97,6 +105,10 @@ export function inline(text) {
   return out;
 }
 
+/**
+ * @param {string} href
+ * @param {Node | string} label
+ */
 function link(href, label) {
   // Only web links: `javascript:` and friends become plain text.
   if (!/^https?:\/\//i.test(href)) return h('span', null, label);

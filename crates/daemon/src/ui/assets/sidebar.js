@@ -220,6 +220,7 @@ export class Sidebar {
     while (last < n && tops[last] < viewBottom) last++;
     first = Math.max(0, first - OVERSCAN);
     last = Math.min(n, last + OVERSCAN);
+    /** @type {HTMLElement[]} */
     const els = [];
     for (let i = first; i < last; i++) els.push(this.row(entries[i]));
     this.list.style.paddingTop = `${tops[first]}px`;

@@ -3,6 +3,7 @@
 // with the agent's own words, when it tries again, and Retry. It only builds the card; the
 // requests (`sign_in`, `restart_agent`) are the caller's.
 import { h } from './dom.js';
+import { errorMessage } from './conn.js';
 
 /**
  * The card for `a`, or null when its last start did not fail. `provider` is the provider's
@@ -57,7 +58,7 @@ function signInCard(a, methods, { provider, signIn }) {
       status.textContent = 'Signed in: the agent starts again.';
     } catch (e) {
       status.textContent = '';
-      error.textContent = e.message;
+      error.textContent = errorMessage(e);
     } finally {
       button.disabled = false;
     }
@@ -123,7 +124,7 @@ function failedCard(a, { restart }) {
     onclick: async () => {
       error.textContent = '';
       button.disabled = true;
-      try { await restart(); } catch (e) { error.textContent = e.message; button.disabled = false; }
+      try { await restart(); } catch (e) { error.textContent = errorMessage(e); button.disabled = false; }
     },
   }, 'Retry');
   return h('section', { class: 'start-card failed', 'aria-label': 'Could not start' },

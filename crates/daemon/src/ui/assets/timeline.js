@@ -209,7 +209,7 @@ export class TimelineView {
         onclick: (e) => {
           for (const b of card.querySelectorAll('button')) b.disabled = true;
           this.actions.answer(item.seq, o.optionId).catch(() => { for (const b of card.querySelectorAll('button')) b.disabled = false; });
-          e.currentTarget.classList.add('chosen');
+          /** @type {HTMLElement} */ (e.currentTarget).classList.add('chosen');
         },
       }, o.name ?? o.optionId))));
     } else {
