@@ -401,9 +401,10 @@ fn passes(tool: &str, command: &mut std::process::Command) {
     );
 }
 
-/// The page's JavaScript type-checks (`tsc --checkJs`, typescript pinned in scripts/ui-tests/)
-/// against the types generated from drover-protocol (`protocol.gen.js`): a request whose
-/// `type` or fields the daemon would refuse, or a misspelt constant, fails here.
+/// The page's JavaScript type-checks (`tsc --checkJs --strict`, typescript pinned in
+/// scripts/ui-tests/) against the types generated from drover-protocol (`protocol.gen.js`): a
+/// request whose `type` or fields the daemon would refuse, a misspelt constant, a value that may
+/// be null used as if it were there, or a parameter without a type, fails here.
 #[test]
 fn the_pages_javascript_type_checks() {
     let tools = node_modules();
@@ -422,18 +423,7 @@ fn the_pages_javascript_type_checks() {
     tsc_run
         .arg(&tsc)
         .args(["--noEmit", "--allowJs", "--checkJs", "--skipLibCheck"])
-        // `--strict`'s flags that pass so far (`--noImplicitAny` to come).
-        .args([
-            "--alwaysStrict",
-            "--noImplicitThis",
-            "--useUnknownInCatchVariables",
-        ])
-        .args([
-            "--strictBindCallApply",
-            "--strictFunctionTypes",
-            "--strictNullChecks",
-        ])
-        .args(["--strictPropertyInitialization"])
+        .arg("--strict")
         .args(["--target", "es2022", "--module", "es2022"])
         .args(["--moduleResolution", "bundler"])
         .args(["--lib", "es2023,dom,dom.iterable"])

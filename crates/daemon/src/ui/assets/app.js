@@ -17,18 +17,19 @@ import { Terminals } from './terminal.js';
 /** @typedef {import('./protocol.gen.js').QueuedMessageInfo} QueuedMessageInfo */
 /** @typedef {import('./protocol.gen.js').ScheduleInfo} ScheduleInfo */
 /** @typedef {import('./protocol.gen.js').WorkspaceInfo} WorkspaceInfo */
-/** @typedef {import('./protocol.gen.js').ClientRequest} ClientRequest */
+/** @typedef {import('./protocol.gen.js').ClientMessage} ClientMessage */
+/**
+ * What an agent's tree is busy with (an `agent_active` refusal's details, `archive_finished`'s
+ * skipped agents): items per activity family.
+ * @typedef {{families?: Record<string, Array<{title?: string, detail?: string}>>}} ActivityReport
+ */
 /** @typedef {import('./protocol.gen.js').PermissionPolicy} PermissionPolicy */
 /**
  * A message in an agent's queue as this browser keeps it: the daemon's inbox (`theirs`: sent
  * by another client) and what this browser sent since (`at`: when, in ms).
  * @typedef {{messageId: string, text: string, delivery: Delivery, at: number, theirs?: boolean}} Queued
  */
-/**
- * A timeline item as the page reads it: the protocol leaves an update's notification, and so
- * an item's `data`, open (each kind carries its own fields).
- * @typedef {{kind: string, seq?: number, data?: any}} Item
- */
+/** @typedef {import('./timeline.js').Item} Item */
 /**
  * An open job-output dialog's follow (`S.follows`).
  * @typedef {{session: string | null, push: (payload: JobOutputPush) => void, restart: () => void}} Follow
@@ -38,13 +39,13 @@ import { Terminals } from './terminal.js';
  * again only when its key changes).
  * @typedef {{
  *   id: string, loaded: boolean, loading: boolean, root: HTMLElement, view: TimelineView,
- *   header: HTMLElement, headerKey?: string, startEl: HTMLElement, startKey?: string,
- *   startTimer?: ReturnType<typeof setTimeout>, jobsEl: HTMLElement, jobsKey?: string,
+ *   header: HTMLElement, headerKey?: string | null, startEl: HTMLElement, startKey?: string | null,
+ *   startTimer?: ReturnType<typeof setTimeout>, jobsEl: HTMLElement, jobsKey?: string | null,
  *   terms: {el: HTMLElement, render: (workspaceId: string | null, usable: boolean) => void},
- *   track: HTMLElement, trackKey?: string, tree?: import('./protocol.gen.js').TreeSpendInfo | null,
- *   treeKey?: string, schedulesEl: HTMLElement, schedulesKey?: string, queuedEl: HTMLElement,
+ *   track: HTMLElement, trackKey?: string | null, tree?: import('./protocol.gen.js').TreeSpendInfo | null,
+ *   treeKey?: string | null, schedulesEl: HTMLElement, schedulesKey?: string | null, queuedEl: HTMLElement,
  *   queuedFor?: string | null, queuedTimer?: ReturnType<typeof setTimeout> | null, archivedEl: HTMLElement,
- *   archivedKey?: string, archivedElsewhere?: boolean, droppedEl: HTMLElement, droppedKey?: string,
+ *   archivedKey?: string | null, archivedElsewhere?: boolean, droppedEl: HTMLElement, droppedKey?: string | null,
  *   seen?: string | null, input: HTMLTextAreaElement, send: HTMLButtonElement, composerError: HTMLElement,
  * }} Pane
  */
@@ -143,8 +144,8 @@ const conn = new Conn({
   onMessage,
   onState(state, info) {
     S.state = state;
-    if (state === 'online') S.sessionId = info.sessionId;
-    if (state === 'offline') S.retryAt = Date.now() + info.retryInMs;
+    if (state === 'online') S.sessionId = info.sessionId ?? null;
+    if (state === 'offline') S.retryAt = Date.now() + (info.retryInMs ?? 0);
     if (state !== 'online') S.synced = false;
     renderConnection();
     render();
@@ -177,7 +178,7 @@ function onMessage(msg) {
       linkedAgent = null;
       if (S.showArchived) loadArchived();
       conn.request({ type: ClientType.ListSchedules }).then((m) => {
-        S.schedules = new Map(m.payload.schedules.map((x) => [x.id, x]));
+        S.schedules = new Map(/** @type {ScheduleInfo[]} */ (m.payload.schedules).map((x) => [x.id, x]));
         render({ sidebar: false });
       }).catch(() => {});
       loadJobs();
@@ -247,6 +248,7 @@ function onMessage(msg) {
  * request (`agent_created` to `create_agent`, `initialize_agent_request`, `agents`, `agent`)
  * was read at some moment and may reach this page after a newer event: it only fills in an
  * agent this page has not heard of yet, and never overwrites what an event said.
+ * @param {AgentInfo} info
  */
 function learn(info) {
   if (!S.agents.has(info.id)) S.agents.set(info.id, info);
@@ -263,6 +265,7 @@ function pruneLayout() {
  * An agent was archived. A tab whose message box holds unsent text stays open when the archive
  * came from elsewhere (another browser, the CLI, an agent, a cascade): its pane says so, keeps
  * the text and offers Unarchive. Otherwise its tab closes.
+ * @param {AgentInfo} a
  */
 function archived(a) {
   const here = archivingHere.delete(a.id);
@@ -276,6 +279,9 @@ function archived(a) {
   dropTabs(a.id);
 }
 
+/**
+ * @param {string} id
+ */
 function dropTabs(id) {
   // An agent archived anywhere (here, another browser, the CLI, an agent, a cascade) leaves
   // this layout; its draft and queue go with it.
@@ -296,10 +302,13 @@ function attentionCount() {
   return n;
 }
 
+/**
+ * @param {AgentInfo} a
+ */
 function notifyAttention(a) {
   if (!S.notify || typeof Notification === 'undefined' || Notification.permission !== 'granted') return;
   if (!document.hidden && S.layout.active === a.id) return;
-  const n = new Notification(`${label(a)} ${REASON[a.attentionReason] || 'needs you'}`, { body: a.cwd, tag: a.id });
+  const n = new Notification(`${label(a)} ${REASON[a.attentionReason ?? ''] || 'needs you'}`, { body: a.cwd, tag: a.id });
   n.onclick = () => { window.focus(); openAgent(a.id); };
 }
 
@@ -316,20 +325,38 @@ const REASON = {
 
 // ---- helpers ------------------------------------------------------------------------------
 
+/**
+ * @param {{id: string, type: string, title?: string | null}} a
+ */
 function label(a) { return a.title || `${a.type} ${a.id.slice(-6)}`; }
+/**
+ * @param {AgentInfo} a
+ */
 function isRoot(a) { return !a.parentAgentId; }
+/**
+ * @param {string} id
+ */
 function children(id) {
   const out = [];
   for (const a of S.agents.values()) if (a.parentAgentId === id && !a.archivedAt) out.push(a);
   return out.sort((x, y) => x.createdAt.localeCompare(y.createdAt));
 }
+/**
+ * @param {AgentInfo} a
+ */
 function busy(a) { return a.status === 'running' || a.status === 'initializing'; }
+/**
+ * @param {AgentInfo} a
+ */
 function live(a) {
   if (typeof a.runtime === 'string') return a.runtime;
-  if (typeof a.live === 'boolean') return a.live ? 'live' : 'cold';
   return a.availableModes ? 'live' : 'cold';
 }
 
+/**
+ * @param {string} status
+ * @param {string} [extra]
+ */
 function dot(status, extra = '') {
   return h('span', { class: `dot status-${status} ${extra}`, role: 'img', 'aria-label': status, title: status });
 }
@@ -353,13 +380,17 @@ function toast(text, kind = 'info', { action = null, ms = kind === 'error' ? 800
 /** How long the Unarchive of an archive made from a tab or the track is offered. */
 const UNDO_MS = 8000;
 
+/**
+ * @param {string} id
+ */
 function unarchive(id) {
   const a = S.agents.get(id);
   // The subagents archived with it (by its archive's cascade: at the same moment or just after).
   const since = a?.archivedAt ? Date.parse(a.archivedAt) - 1000 : null;
   const cascaded = since === null ? [] : [...S.agents.values()].filter((x) => x.parentAgentId === id && x.archivedAt && Date.parse(x.archivedAt) >= since);
   return conn.request({ type: ClientType.Unarchive, agentId: id }).then(() => {
-    if (!cascaded.length) return;
+    // (Some were cascaded only if the agent is known.)
+    if (!cascaded.length || !a) return;
     toast(`${plural(cascaded.length, 'subagent was', 'subagents were')} archived with “${label(a)}”.`, 'info', {
       action: { text: 'Bring back too', run: () => Promise.all(cascaded.map((x) => conn.request({ type: ClientType.Unarchive, agentId: x.id }))).catch(failed('Unarchive')) },
       ms: UNDO_MS,
@@ -367,8 +398,11 @@ function unarchive(id) {
   }, failed('Unarchive'));
 }
 
+/**
+ * @param {string} what
+ */
 function failed(what) {
-  return (e) => toast(`${what}: ${errorMessage(e)}`, 'error');
+  return (/** @type {unknown} */ e) => toast(`${what}: ${errorMessage(e)}`, 'error');
 }
 
 // ---- rendering ----------------------------------------------------------------------------
@@ -411,7 +445,11 @@ function render({ sidebar = true } = {}) {
 const timing = { stateAt: 0, renderedAt: 0, rows: 0 };
 /** @type {any} */ (window).droverTiming = timing;
 
-/** What a sidebar row shows of an agent (`touch`), or where it goes (`invalidate`). */
+/**
+ * What a sidebar row shows of an agent (`touch`), or where it goes (`invalidate`).
+ * @param {AgentInfo | undefined} before
+ * @param {AgentInfo} a
+ */
 function sidebarChange(before, a) {
   if (!before || before.workspaceId !== a.workspaceId || before.parentAgentId !== a.parentAgentId || before.archivedAt !== a.archivedAt) {
     sidebarView.invalidate();
@@ -421,7 +459,10 @@ function sidebarChange(before, a) {
   }
 }
 
-/** The host a project is on, as its badge shows it: a change redraws the badge. */
+/**
+ * The host a project is on, as its badge shows it: a change redraws the badge.
+ * @param {string | null | undefined} name
+ */
 function hostKey(name) {
   const host = name ? S.hosts.get(name) : null;
   return name ? `${name}|${host?.state}|${host?.since}|${host?.error}` : '';
@@ -429,12 +470,14 @@ function hostKey(name) {
 
 const sidebarView = new Sidebar(byId('workspaces'), within(document, '#sidebar nav'), {
   S, label, dot, hostBadge, hostKey, attentionMark, quickMatch, openAgent, unarchive, newAgentDialog, showChanges,
-  reason: (a) => REASON[a.attentionReason] || 'needs you',
+  reason: (/** @type {AgentInfo} */ a) => REASON[a.attentionReason ?? ''] || 'needs you',
+  /** @param {string} id */
   toggleWorkspace(id) {
     S.collapsed[id] = !S.collapsed[id];
     store.set('drover.collapsed', S.collapsed);
     render();
   },
+  /** @param {number} rows */
   onPaint(rows) {
     if (!timing.renderedAt && S.synced) timing.renderedAt = performance.now();
     timing.rows = rows;
@@ -460,7 +503,10 @@ function renderConnection() {
 }
 setInterval(() => { if (S.state === 'offline') renderConnection(); }, 1000);
 
-/** What a quick filter keeps. */
+/**
+ * What a quick filter keeps.
+ * @param {AgentInfo} a
+ */
 function quickMatch(a) {
   switch (S.quick) {
     case 'needs': return a.requiresAttention && a.attentionReason !== 'finished';
@@ -470,7 +516,10 @@ function quickMatch(a) {
   }
 }
 
-/** The host a project is on, and whether it can be reached now (nothing for this machine). */
+/**
+ * The host a project is on, and whether it can be reached now (nothing for this machine).
+ * @param {string | null | undefined} name
+ */
 function hostBadge(name) {
   if (!name) return null;
   const host = S.hosts.get(name);
@@ -480,7 +529,10 @@ function hostBadge(name) {
   return h('span', { class: `host-badge${up ? '' : ' down'}`, title }, up ? `@${name}` : `@${name} · ${host?.state ?? 'gone'}`);
 }
 
-/** What a row shows of the agent's attention: a sign-in it waits for is said in words. */
+/**
+ * What a row shows of the agent's attention: a sign-in it waits for is said in words.
+ * @param {AgentInfo} a
+ */
 function attentionMark(a) {
   if (!a.requiresAttention) return null;
   if (a.attentionReason === 'auth_required') return h('span', { class: 'badge attention reason-auth_required', title: REASON.auth_required }, 'sign-in needed');
@@ -489,7 +541,7 @@ function attentionMark(a) {
     const when = at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
     return h('span', { class: 'badge attention reason-limited', title: `${REASON.limited}: ${a.limited.error}` }, `limited until ${when}`);
   }
-  return h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason] }, a.attentionReason === 'permission' ? '!' : '●');
+  return h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason ?? ''] }, a.attentionReason === 'permission' ? '!' : '●');
 }
 
 function loadArchived() {
@@ -505,6 +557,9 @@ function loadArchived() {
 
 // ---- tabs ---------------------------------------------------------------------------------
 
+/**
+ * @param {string} id
+ */
 function openAgent(id) {
   if (!S.layout.tabs.includes(id)) S.layout.tabs.push(id);
   S.layout.active = id;
@@ -518,6 +573,9 @@ function closeDrawer() {
   byId('drawer-toggle').setAttribute('aria-expanded', 'false');
 }
 
+/**
+ * @param {string} id
+ */
 function closeTabLayoutOnly(id) {
   const i = S.layout.tabs.indexOf(id);
   if (i < 0) return;
@@ -529,7 +587,10 @@ function closeTabLayoutOnly(id) {
   render();
 }
 
-/** A root agent's tab is its home: closing it archives it. A subagent's is only a view. */
+/**
+ * A root agent's tab is its home: closing it archives it. A subagent's is only a view.
+ * @param {string} id
+ */
 async function closeTab(id) {
   const a = S.agents.get(id);
   if (!a || a.archivedAt || !isRoot(a)) { closeTabLayoutOnly(id); return; }
@@ -580,7 +641,10 @@ const FAMILY = {
   schedule: ['schedule is active', 'schedules are active'],
 };
 
-/** Plain-words lines for an activity report: `1 turn is running`, `2 subagents are running`. */
+/**
+ * Plain-words lines for an activity report: `1 turn is running`, `2 subagents are running`.
+ * @param {ActivityReport | null | undefined} report
+ */
 export function activityLines(report) {
   const lines = [];
   for (const [family, items] of Object.entries(report?.families || {})) {
@@ -591,6 +655,10 @@ export function activityLines(report) {
   return lines;
 }
 
+/**
+ * @param {AgentInfo} a
+ * @param {ActivityReport | null | undefined} report
+ */
 function stopAndArchiveDialog(a, report) {
   const lines = activityLines(report);
   return modal('Stop and archive', (close) => h('form', { onsubmit: (e) => { e.preventDefault(); close(true); } },
@@ -623,9 +691,14 @@ function renderTabs() {
   bar.replaceChildren(...tabs.filter((t) => t !== null));
 }
 
+/**
+ * @param {KeyboardEvent} e
+ */
 function tabKeys(e) {
   // The tab with the focus, which need not be the one in front.
-  const id = e.currentTarget.closest('.tab')?.dataset.agentId ?? S.layout.active;
+  const tab = /** @type {HTMLElement | null} */ (/** @type {HTMLElement} */ (e.currentTarget).closest('.tab'));
+  const id = tab?.dataset.agentId ?? S.layout.active;
+  if (!id) return;
   const i = S.layout.tabs.indexOf(id);
   let next = null;
   if (e.key === 'ArrowRight') next = S.layout.tabs[(i + 1) % S.layout.tabs.length];
@@ -661,7 +734,16 @@ function renderLanding() {
   const host = byId('empty');
   if (host.dataset.key === key) return;
   host.dataset.key = key;
-  const rootOf = (a) => { let r = a; for (let i = 0; i < 64 && r.parentAgentId && S.agents.has(r.parentAgentId); i++) r = S.agents.get(r.parentAgentId); return r; };
+  /** @param {AgentInfo} a */
+  const rootOf = (a) => {
+    let r = a;
+    for (let i = 0; i < 64 && r.parentAgentId; i++) {
+      const up = S.agents.get(r.parentAgentId);
+      if (!up) break;
+      r = up;
+    }
+    return r;
+  };
   host.replaceChildren(needs.length
     ? h('section', { class: 'landing', 'aria-label': 'Needs you' },
       h('h2', null, needs.length === 1 ? '1 agent needs you' : `${needs.length} agents need you`),
@@ -712,13 +794,21 @@ function renderPane() {
   pane.send.disabled = S.state !== 'online' || Boolean(a.archivedAt);
 }
 
-/** The Terminals panel of the agent's workspace: terminals of this daemon, in a live workspace. */
+/**
+ * The Terminals panel of the agent's workspace: terminals of this daemon, in a live workspace.
+ * @param {Pane} pane
+ * @param {AgentInfo} a
+ */
 function renderTerminals(pane, a) {
   const w = S.workspaces.get(a.workspaceId);
   pane.terms.render(a.workspaceId, !a.archivedAt && !a.host && !w?.archivedAt);
 }
 
-/** An archived agent's pane says so where one types, keeps the text, and offers Unarchive. */
+/**
+ * An archived agent's pane says so where one types, keeps the text, and offers Unarchive.
+ * @param {Pane} pane
+ * @param {AgentInfo} a
+ */
 function renderArchivedNote(pane, a) {
   const key = a.archivedAt ? `${a.archivedAt}|${Boolean(pane.archivedElsewhere)}` : '';
   if (pane.archivedKey === key) return;
@@ -732,7 +822,10 @@ function renderArchivedNote(pane, a) {
     h('button', { type: 'button', class: 'small primary', onclick: () => unarchive(a.id) }, 'Unarchive'));
 }
 
-/** Messages the daemon dropped before they ran: their text, offered back to the composer. */
+/**
+ * Messages the daemon dropped before they ran: their text, offered back to the composer.
+ * @param {Pane} pane
+ */
 function renderDropped(pane) {
   const dropped = S.dropped[pane.id] || [];
   const key = JSON.stringify(dropped);
@@ -754,6 +847,9 @@ function renderDropped(pane) {
     h('button', { type: 'button', class: 'small', onclick: forget }, 'Dismiss'));
 }
 
+/**
+ * @param {AgentInfo} a
+ */
 function makePane(a) {
   const id = a.id;
   const pane = /** @type {Pane} */ ({ id, loaded: false, loading: false });
@@ -799,13 +895,16 @@ function makePane(a) {
   return pane;
 }
 
+/**
+ * @param {Pane} pane
+ */
 async function loadPane(pane) {
   pane.loading = true;
   try {
     const m = await conn.request({ type: ClientType.InitializeAgentRequest, agentId: pane.id, limit: 200 });
     const p = m.payload;
     learn(p.info);
-    const items = p.updates.map((u) => u.notification.item);
+    const items = /** @type {import('./protocol.gen.js').AgentUpdate[]} */ (p.updates).map((u) => u.notification.item);
     pane.view.reset(items, p.hasOlder);
     settleQueued(pane.id, items);
     pane.loaded = true;
@@ -820,6 +919,9 @@ async function loadPane(pane) {
   }
 }
 
+/**
+ * @param {Pane} pane
+ */
 async function loadOlder(pane) {
   const first = pane.view.firstSeq();
   if (first === null || pane.view.loadingOlder) return;
@@ -830,6 +932,10 @@ async function loadOlder(pane) {
   } catch (e) { failed('Loading older messages')(e); } finally { pane.view.loadingOlder = false; }
 }
 
+/**
+ * @param {Pane} pane
+ * @param {AgentInfo} a
+ */
 function renderHeader(pane, a) {
   const w = S.workspaces.get(a.workspaceId);
   const tree = a.budget ? treeSpend(pane, a) : null;
@@ -842,7 +948,7 @@ function renderHeader(pane, a) {
   const mode = h('select', {
     'aria-label': 'Mode', disabled: !modes.length,
     onchange: (e) => conn.request({ type: ClientType.SetMode, agentId: a.id, modeId: /** @type {HTMLSelectElement} */ (e.target).value }).catch(failed('Mode')),
-  }, (modes.length ? modes : [{ id: a.currentModeId || '', name: a.currentModeId || 'mode' }]).map((m) => h('option', { value: m.id, selected: m.id === a.currentModeId }, m.name || m.id)));
+  }, (modes.length ? modes : [{ id: a.currentModeId || '', name: a.currentModeId || 'mode' }]).map((/** @type {{id: string, name?: string}} */ m) => h('option', { value: m.id, selected: m.id === a.currentModeId }, m.name || m.id)));
   const model = h('input', {
     class: 'model', 'aria-label': 'Model', value: a.model || '', placeholder: 'model', size: '14',
     onchange: (e) => { const v = /** @type {HTMLInputElement} */ (e.target).value.trim(); if (v) conn.request({ type: ClientType.SetModel, agentId: a.id, modelId: v }).catch(failed('Model')); },
@@ -850,13 +956,13 @@ function renderHeader(pane, a) {
   // What the live session offers to set (ACP config options) replaces the older controls of
   // the same category.
   const options = a.configOptions || [];
-  const offers = (category) => options.some((o) => o.category === category);
+  const offers = (/** @type {string} */ category) => options.some((o) => o.category === category);
   const settings = options.map((o) => h('select', {
     class: 'setting', 'aria-label': o.name, title: o.description || o.name,
     onchange: (e) => conn.request({ type: ClientType.SetConfigOption, agentId: a.id, configId: o.id, value: /** @type {HTMLSelectElement} */ (e.target).value }).catch(failed(o.name)),
   }, o.values.map((v) => h('option', { value: v.value, selected: v.value === o.currentValue, title: v.description || '' },
     // A value says what it is of, but for the mode's and the model's, which speak for themselves.
-    ['mode', 'model'].includes(o.category) ? v.name : `${o.category === 'thought_level' ? 'effort' : o.name}: ${v.name}`))));
+    ['mode', 'model'].includes(o.category ?? '') ? v.name : `${o.category === 'thought_level' ? 'effort' : o.name}: ${v.name}`))));
   const parent = a.parentAgentId && S.agents.get(a.parentAgentId);
   pane.header.replaceChildren(
     h('div', { class: 'head-row' }, dot(a.status), title,
@@ -879,7 +985,10 @@ function renderHeader(pane, a) {
 
 // ---- spend and budget --------------------------------------------------------------------
 
-/** `1000 tok · 0.0010 USD`; `unknown` when the agent reported nothing (never zero). */
+/**
+ * `1000 tok · 0.0010 USD`; `unknown` when the agent reported nothing (never zero).
+ * @param {import('./protocol.gen.js').SpendInfo | null | undefined} s
+ */
 function spendText(s) {
   const parts = [];
   if (s && s.tokens !== null && s.tokens !== undefined) parts.push(`${s.tokens} tok`);
@@ -890,15 +999,20 @@ function spendText(s) {
 /**
  * What the agent's tree spent, as `get_agent` says (archived subagents included). Asked again
  * when a spend in its tree as this browser sees it changes; until the answer, this browser's sum.
+ * @param {Pane} pane
+ * @param {AgentInfo} a
  */
 function treeSpend(pane, a) {
+  /** @type {{tokens: number | null, cost: number | null, currency: string | null | undefined}} */
   const sum = { tokens: null, cost: null, currency: null };
+  /** @param {AgentInfo} x */
   const add = (x) => {
     if (x.spend?.tokens !== null && x.spend?.tokens !== undefined) sum.tokens = (sum.tokens || 0) + x.spend.tokens;
     if (x.spend?.cost !== null && x.spend?.cost !== undefined) { sum.cost = (sum.cost || 0) + x.spend.cost; sum.currency ||= x.spend.currency; }
   };
+  /** @param {AgentInfo} x */
   const inTree = (x) => {
-    for (let at = x, depth = 0; at && depth < 64; at = S.agents.get(at.parentAgentId), depth++) {
+    for (let /** @type {AgentInfo | undefined} */ at = x, depth = 0; at && depth < 64; at = S.agents.get(at.parentAgentId ?? ''), depth++) {
       if (at.id === a.id) return true;
     }
     return false;
@@ -918,6 +1032,8 @@ function treeSpend(pane, a) {
 /**
  * The header's spend: the agent's own, and for an agent with a budget its tree's against it
  * (the larger share of its limits), in the warning colour past 80 % and the danger one at 100 %.
+ * @param {AgentInfo} a
+ * @param {{tokens?: number | null, cost?: number | null, currency?: string | null} | null | undefined} tree
  */
 function spendBadge(a, tree) {
   const own = h('span', { class: 'spend', title: 'what this agent reported spending' }, `spent ${spendText(a.spend)}`);
@@ -941,10 +1057,13 @@ function spendBadge(a, tree) {
       `tree ${limits.join(', ')} (${Math.round(share * 100)} %${b.hard ? ', hard' : ''})`));
 }
 
-/** The header's overflow menu: what is used less often, so the header stays one row. */
+/**
+ * The header's overflow menu: what is used less often, so the header stays one row.
+ * @param {AgentInfo} a
+ */
 function moreMenu(a) {
   const menu = h('details', { class: 'more' });
-  const pick = (run) => () => { menu.open = false; run(); };
+  const pick = (/** @type {() => void} */ run) => () => { menu.open = false; run(); };
   menu.append(h('summary', { class: 'icon', title: 'More', 'aria-label': `More for ${label(a)}` }, '⋯'),
     h('div', { class: 'more-items', role: 'menu' },
       h('button', { type: 'button', class: 'schedule-new', role: 'menuitem', title: 'Send this agent a prompt on a timetable', onclick: pick(() => scheduleDialog(a)) }, 'Schedule…'),
@@ -954,6 +1073,9 @@ function moreMenu(a) {
 
 // ---- failed starts and sign-in -----------------------------------------------------------
 
+/**
+ * @param {string} name
+ */
 function providerLabel(name) {
   return (S.providers || []).find((p) => p.name === name)?.label || name;
 }
@@ -961,6 +1083,8 @@ function providerLabel(name) {
 /**
  * The "Sign in to …" or "Could not start" card while the agent's last start failed. Nothing
  * here starts the agent: only the card's buttons do (`sign_in`, `restart_agent`).
+ * @param {Pane} pane
+ * @param {AgentInfo} a
  */
 function renderStartCard(pane, a) {
   const provider = providerLabel(a.type);
@@ -986,14 +1110,21 @@ function renderStartCard(pane, a) {
   }
 }
 
-/** Reads the agent's inbox again soon (once for a burst of changes). */
+/**
+ * Reads the agent's inbox again soon (once for a burst of changes).
+ * @param {string} id
+ */
 function refreshQueued(id) {
   const pane = S.panes.get(id);
   if (!pane || pane.queuedTimer) return;
   pane.queuedTimer = setTimeout(() => { pane.queuedTimer = null; if (pane.loaded) loadQueued(pane); }, 150);
 }
 
-/** Whether the pane's timeline shows the turn of message `m` (or, for context, any use of it). */
+/**
+ * Whether the pane's timeline shows the turn of message `m` (or, for context, any use of it).
+ * @param {Pane} pane
+ * @param {Queued} m
+ */
 function started(pane, m) {
   for (const { item } of pane.view.items.values()) {
     if ((item.kind === 'user_message' || item.kind === 'turn_started') && item.data?.messageId === m.messageId) return true;
@@ -1006,13 +1137,14 @@ function started(pane, m) {
  * The queued list is the daemon's inbox (`get_agent`'s `queued`), with what this browser sent
  * after asking. A message this browser queued that is neither there nor started was dropped:
  * its text is offered back (once the timeline had a moment to show a turn that just started).
+ * @param {Pane} pane
  */
 async function loadQueued(pane) {
   const asked = Date.now();
   try {
     const m = await conn.request({ type: ClientType.GetAgent, agentId: pane.id });
     const mine = S.queued[pane.id] || [];
-    const kept = (m.payload.agent.queued || []).map((q) => mine.find((x) => x.messageId === q.id)
+    const kept = /** @type {QueuedMessageInfo[]} */ (m.payload.agent.queued || []).map((q) => mine.find((x) => x.messageId === q.id)
       || { messageId: q.id, text: q.text, delivery: q.delivery, at: Date.parse(q.queuedAt), theirs: true });
     // What this browser sent after asking is not in the answer yet.
     const later = mine.filter((x) => x.at > asked && !kept.includes(x));
@@ -1023,8 +1155,9 @@ async function loadQueued(pane) {
     if (missing.length) {
       setTimeout(() => {
         // Only what the loaded timeline covers can be told apart from a turn that started.
-        const first = pane.view.items.get(pane.view.firstSeq())?.item;
-        const covered = (x) => !pane.view.hasOlder || (first && Date.parse(first.at) <= x.at);
+        const seq = pane.view.firstSeq();
+        const first = seq === null ? undefined : pane.view.items.get(seq)?.item;
+        const covered = (/** @type {Queued} */ x) => !pane.view.hasOlder || (first && Date.parse(first.at) <= x.at);
         const dropped = missing.filter((x) => covered(x) && !started(pane, x));
         if (!dropped.length) return;
         S.dropped[pane.id] = [...(S.dropped[pane.id] || []), ...dropped.map((x) => x.text)];
@@ -1035,9 +1168,13 @@ async function loadQueued(pane) {
   } catch { /* read again at the next change or opening */ }
 }
 
+/**
+ * @param {Pane} pane
+ * @param {AgentInfo} a
+ */
 function editTitle(pane, a) {
   const input = h('input', { class: 'title-input', value: a.title || '', 'aria-label': 'Title' });
-  const done = (save) => {
+  const done = (/** @type {boolean} */ save) => {
     if (save && input.value.trim() !== (a.title || '')) conn.request({ type: ClientType.SetTitle, agentId: a.id, title: input.value.trim() || null }).catch(failed('Rename'));
     pane.headerKey = null;
     render();
@@ -1047,7 +1184,7 @@ function editTitle(pane, a) {
     if (e.key === 'Escape') { e.preventDefault(); done(false); }
   });
   input.addEventListener('blur', () => done(true));
-  pane.header.querySelector('.agent-title').replaceChildren(input);
+  within(pane.header, '.agent-title').replaceChildren(input);
   input.focus();
   input.select();
 }
@@ -1056,14 +1193,20 @@ function editTitle(pane, a) {
 
 function loadJobs() {
   conn.request({ type: ClientType.ListJobs }).then((m) => {
-    S.jobs = new Map(m.payload.jobs.map((j) => [j.id, j]));
+    S.jobs = new Map(/** @type {JobInfo[]} */ (m.payload.jobs).map((j) => [j.id, j]));
     render({ sidebar: false });
   }).catch(() => {});
 }
 
+/**
+ * @param {number} ms
+ */
 function seconds(ms) { return ms < 10000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 1000)} s`; }
 
-/** How a job stands, in words: `running`, `exit 0 · 1.2 s`, `killed (request)`, `lost`. */
+/**
+ * How a job stands, in words: `running`, `exit 0 · 1.2 s`, `killed (request)`, `lost`.
+ * @param {JobInfo} j
+ */
 export function jobState(j) {
   if (j.status === 'running') return 'running';
   const took = j.durationMs == null ? '' : ` · ${seconds(j.durationMs)}`;
@@ -1072,11 +1215,18 @@ export function jobState(j) {
   return j.status;
 }
 
+/**
+ * @param {JobInfo} j
+ */
 function jobDot(j) {
   if (j.status === 'running') return 'running';
   return j.status === 'exited' && j.exitCode === 0 ? 'idle' : 'error';
 }
 
+/**
+ * @param {Pane} pane
+ * @param {AgentInfo} a
+ */
 function renderJobs(pane, a) {
   const jobs = [...S.jobs.values()].filter((j) => j.agentId === a.id);
   const key = JSON.stringify(jobs.map((j) => [j.id, j.status, j.exitCode, j.killedBy])) + S.collapsed[`jobs-${a.id}`];
@@ -1096,16 +1246,20 @@ function renderJobs(pane, a) {
       j.status === 'running' ? h('button', { type: 'button', class: 'small danger', onclick: () => conn.request({ type: ClientType.KillJob, jobId: j.id }).catch(failed('Kill')) }, 'Kill') : null)))]));
 }
 
+/**
+ * @param {AgentInfo} a
+ */
 async function startJobDialog(a) {
   await modal('Run a command', (close) => {
     const error = h('div', { class: 'error-text', role: 'alert' });
     const command = h('input', { name: 'command', required: true, autofocus: true, class: 'wide-input', placeholder: 'cargo test 2>&1', 'aria-label': 'Command' });
     const cwd = h('input', { name: 'cwd', class: 'wide-input', placeholder: a.cwd, 'aria-label': 'Directory' });
     const notify = h('input', { type: 'checkbox', name: 'notify', checked: true });
+    /** @param {Event} e */
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
-      /** @type {Extract<ClientRequest, {type: 'start_job'}>} */
+      /** @type {Extract<ClientMessage, {type: 'start_job'}>} */
       const msg = { type: ClientType.StartJob, agentId: a.id, command: command.value, notifyOnExit: notify.checked };
       if (cwd.value.trim()) msg.cwd = cwd.value.trim();
       try {
@@ -1134,6 +1288,7 @@ async function startJobDialog(a) {
  * The job's output while the dialog is open: its last 256 KiB, then what the daemon pushes as
  * the job writes (`follow_job` → `job_output_update`), by byte offset, so never a byte twice;
  * followed again from the same offset after a reconnect (a new session has no follows).
+ * @param {string} id
  */
 function jobOutputDialog(id) {
   let open = true;
@@ -1145,8 +1300,9 @@ function jobOutputDialog(id) {
     const out = h('pre', { class: 'code job-output', tabindex: '0', 'aria-label': 'Output' });
     const state = h('p', { class: 'muted job-state' }, j ? jobState(j) : '');
     const kill = h('button', { type: 'button', class: 'danger', hidden: !j || j.status !== 'running', onclick: () => conn.request({ type: ClientType.KillJob, jobId: id }).catch(failed('Kill')) }, 'Kill');
-    const show = (job) => { state.textContent = jobState(job); kill.hidden = job.status !== 'running'; };
+    const show = (/** @type {JobInfo} */ job) => { state.textContent = jobState(job); kill.hidden = job.status !== 'running'; };
     // Where the next byte shown starts.
+    /** @type {number | null} */
     let offset = null;
     const ended = async () => {
       if (S.follows.get(id) === follow) S.follows.delete(id);
@@ -1157,6 +1313,7 @@ function jobOutputDialog(id) {
       show(w.payload.job);
       render({ sidebar: false });
     };
+    /** @param {JobOutputPush} p */
     const append = (p) => {
       const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
       if (p.skipped && offset != null) out.append(`\n[… ${p.skipped} bytes no longer kept …]\n`);
@@ -1198,6 +1355,10 @@ function jobOutputDialog(id) {
 
 // ---- the subagents track ------------------------------------------------------------------
 
+/**
+ * @param {Pane} pane
+ * @param {AgentInfo} a
+ */
 function renderTrack(pane, a) {
   const kids = children(a.id);
   // The subagents the agent's process runs itself: shown, not driven (they end with it).
@@ -1242,7 +1403,11 @@ function renderTrack(pane, a) {
         h('button', { type: 'button', class: 'small', onclick: () => unarchive(g.id) }, 'Unarchive')))))]));
 }
 
-/** The track head's switch to list the agent's archived subagents (loaded when first asked). */
+/**
+ * The track head's switch to list the agent's archived subagents (loaded when first asked).
+ * @param {AgentInfo} a
+ * @param {boolean} shown
+ */
 function archivedToggle(a, shown) {
   return h('button', {
     type: 'button', class: 'small track-archived', 'aria-pressed': String(shown),
@@ -1255,16 +1420,26 @@ function archivedToggle(a, shown) {
 
 // ---- schedules ----------------------------------------------------------------------------
 
-/** The schedules that are this agent's: sending to it, or creating its subagents. */
+/**
+ * The schedules that are this agent's: sending to it, or creating its subagents.
+ * @param {AgentInfo} a
+ */
 function schedulesOf(a) {
   return [...S.schedules.values()].filter((x) => x.state !== 'finished'
     && (x.agentId === a.id || x.newAgent?.parentAgentId === a.id));
 }
 
+/**
+ * @param {string | null | undefined} iso
+ */
 function localTime(iso) {
   return iso ? new Date(iso).toLocaleString() : '';
 }
 
+/**
+ * @param {Pane} pane
+ * @param {AgentInfo} a
+ */
 function renderSchedules(pane, a) {
   const list = schedulesOf(a);
   const key = JSON.stringify(list.map((x) => [x.id, x.state, x.nextRunAt, x.description, x.title, x.prompt, x.runs.length]));
@@ -1292,7 +1467,10 @@ function renderSchedules(pane, a) {
     })));
 }
 
-/** Schedules a prompt to `a`: once in N minutes, every N minutes, or by cron in a time zone. */
+/**
+ * Schedules a prompt to `a`: once in N minutes, every N minutes, or by cron in a time zone.
+ * @param {AgentInfo} a
+ */
 async function scheduleDialog(a) {
   await modal('Schedule', (close) => {
     const error = h('div', { class: 'error-text', role: 'alert' });
@@ -1305,12 +1483,13 @@ async function scheduleDialog(a) {
     const minutes = h('input', { name: 'minutes', type: 'number', min: '1', value: '60', 'aria-label': 'Minutes' });
     const cron = h('input', { name: 'cron', placeholder: '0 9 * * 1-5', 'aria-label': 'Cron expression' });
     const zone = h('input', { name: 'timeZone', value: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC', 'aria-label': 'Time zone' });
+    /** @param {Event} e */
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
       const when = kind.value === 'cron' ? { cron: cron.value.trim(), timeZone: zone.value.trim() || 'UTC' }
         : { [kind.value === 'in' ? 'inSeconds' : 'everySeconds']: Math.round(Number(minutes.value) * 60) };
-      /** @type {Extract<ClientRequest, {type: 'create_schedule'}>} */
+      /** @type {Extract<ClientMessage, {type: 'create_schedule'}>} */
       const msg = { type: ClientType.CreateSchedule, agentId: a.id, prompt: prompt.value, when };
       if (title.value.trim()) msg.title = title.value.trim();
       try {
@@ -1321,7 +1500,7 @@ async function scheduleDialog(a) {
         render({ sidebar: false });
       } catch (err) { error.textContent = errorMessage(err); }
     };
-    const field = (text, el) => h('label', { class: 'field' }, h('span', null, text), el);
+    const field = (/** @type {string} */ text, /** @type {HTMLElement} */ el) => h('label', { class: 'field' }, h('span', null, text), el);
     return h('form', { class: 'schedule-form', onsubmit: submit },
       h('h2', null, `Schedule a prompt to “${label(a)}”`),
       field('Prompt (a followup each time: it never interrupts a turn)', prompt),
@@ -1333,13 +1512,16 @@ async function scheduleDialog(a) {
   }, { className: 'wide' });
 }
 
+/**
+ * @param {AgentInfo} a
+ */
 async function archiveFinished(a) {
   try {
     const m = await conn.request({ type: ClientType.ArchiveIdleChildren, agentId: a.id });
     const { archived, skipped } = m.payload;
     const parts = [`Archived ${plural(archived.length, 'subagent', 'subagents')}.`];
     if (skipped.length) {
-      parts.push(`Skipped ${skipped.map((s) => `${label(S.agents.get(s.agentId) || { id: s.agentId, type: 'agent' })} (${activityLines(s.activity).map((l) => l.text).join(', ') || s.status})`).join('; ')}.`);
+      parts.push(`Skipped ${skipped.map((/** @type {{agentId: string, status: string, activity?: ActivityReport | null}} */ s) => `${label(S.agents.get(s.agentId) || { id: s.agentId, type: 'agent' })} (${activityLines(s.activity).map((l) => l.text).join(', ') || s.status})`).join('; ')}.`);
     }
     toast(parts.join(' '));
   } catch (e) { failed('Archive finished')(e); }
@@ -1347,6 +1529,10 @@ async function archiveFinished(a) {
 
 // ---- composer -----------------------------------------------------------------------------
 
+/**
+ * @param {Pane} pane
+ * @param {Delivery} delivery
+ */
 async function sendMessage(pane, delivery) {
   const text = pane.input.value;
   if (!text.trim()) return;
@@ -1365,7 +1551,11 @@ async function sendMessage(pane, delivery) {
   }
 }
 
-/** Messages leave the queue once their turn starts (their `user_message` is recorded). */
+/**
+ * Messages leave the queue once their turn starts (their `user_message` is recorded).
+ * @param {string} id
+ * @param {Item[]} items
+ */
 function settleQueued(id, items) {
   const q = S.queued[id];
   if (!q || !q.length) return;
@@ -1385,6 +1575,9 @@ function settleQueued(id, items) {
   if (pane) renderQueued(pane);
 }
 
+/**
+ * @param {Pane} pane
+ */
 function renderQueued(pane) {
   const q = S.queued[pane.id] || [];
   // While the agent's start failed, nothing queued reaches it: said as such.
@@ -1399,8 +1592,12 @@ function renderQueued(pane) {
 
 // ---- changes ------------------------------------------------------------------------------
 
+/** The open changes dialog: its workspace, and how to read git again. @type {{workspaceId: string, load: () => void} | null} */
 let openChanges = null;
 
+/**
+ * @param {WorkspaceInfo} w
+ */
 function showChanges(w) {
   modal(`Changes in ${w.name}`, (close) => {
     const body = h('div', { class: 'changes-body' }, 'Reading git…');
@@ -1410,7 +1607,7 @@ function showChanges(w) {
         const c = m.payload.changes;
         body.replaceChildren(
           h('p', { class: 'muted' }, `${plural(c.files.length, 'file', 'files')} changed against ${c.base}${c.truncated ? ' (diff cut: too large)' : ''}`),
-          h('ul', { class: 'files' }, c.files.map((f) => h('li', null,
+          h('ul', { class: 'files' }, /** @type {import('./protocol.gen.js').ChangedFileInfo[]} */ (c.files).map((f) => h('li', null,
             h('details', null, h('summary', null, h('span', { class: `badge st-${f.status}` }, f.status), ' ', f.path, ' ',
               f.added == null ? null : h('span', { class: 'add' }, `+${f.added}`), ' ', f.removed == null ? null : h('span', { class: 'del' }, `−${f.removed}`)),
             h('pre', { class: 'code diff-body' }, (f.diff || '').split('\n').map((l) => h('span', { class: l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx' }, `${l}\n`))))))));
@@ -1425,6 +1622,9 @@ function showChanges(w) {
 
 // ---- new agent ----------------------------------------------------------------------------
 
+/**
+ * @param {string | null} [workspaceId]
+ */
 async function newAgentDialog(workspaceId = null) {
   let known = S.providers;
   if (!known) {
@@ -1463,10 +1663,11 @@ async function newAgentDialog(workspaceId = null) {
     const budgetTokens = h('input', { name: 'budgetTokens', type: 'number', min: '1', step: '1', placeholder: 'no limit', 'aria-label': 'Budget in tokens' });
     const budgetCost = h('input', { name: 'budgetCost', type: 'number', min: '0', step: 'any', placeholder: 'no limit', 'aria-label': 'Budget in cost' });
     const budgetHard = h('input', { type: 'checkbox', name: 'budgetHard' });
+    /** @param {Event} e */
     const submit = async (e) => {
       e.preventDefault();
       error.textContent = '';
-      /** @type {Extract<ClientRequest, {type: 'create_agent'}>} */
+      /** @type {Extract<ClientMessage, {type: 'create_agent'}>} */
       const msg = { type: ClientType.CreateAgent, provider: provider.value };
       const ws = where.value ? S.workspaces.get(where.value) : undefined;
       if (worktree.checked) {
@@ -1495,7 +1696,7 @@ async function newAgentDialog(workspaceId = null) {
         openAgent(m.payload.agent.id);
       } catch (err) { error.textContent = errorMessage(err); }
     };
-    const field = (text, el) => h('label', { class: 'field' }, h('span', null, text), el);
+    const field = (/** @type {string} */ text, /** @type {HTMLElement} */ el) => h('label', { class: 'field' }, h('span', null, text), el);
     return h('form', { class: 'new-agent', onsubmit: submit },
       h('h2', null, 'New agent'),
       field('Provider', provider), hint,

@@ -3,7 +3,13 @@
 
 import { PROTOCOL_VERSION, ClientType, DaemonType, ErrorCode } from './protocol.gen.js';
 /** @typedef {import('./protocol.gen.js').ClientMessage} ClientMessage */
+/** @typedef {import('./protocol.gen.js').ClientRequest} ClientRequest */
 /** @typedef {import('./protocol.gen.js').DaemonMessage} DaemonMessage */
+/** @typedef {'connecting' | 'online' | 'offline' | 'unauthorized'} ConnState */
+/**
+ * What comes with a state: `welcome`'s payload when online, when the next try is when offline.
+ * @typedef {{sessionId?: string, retryInMs?: number}} StateInfo
+ */
 
 /** Backoff between reconnection attempts: doubles from the first, capped at the last. */
 const BACKOFF_MS = [250, 5000];
@@ -11,6 +17,7 @@ const BACKOFF_MS = [250, 5000];
 const REQUEST_TIMEOUT_MS = 60000;
 
 export class ProtocolError extends Error {
+  /** @param {{code: string, message?: string | null, details?: unknown}} payload a `request_error`'s */
   constructor(payload) {
     super(payload.message || payload.code);
     this.code = payload.code;
@@ -39,17 +46,27 @@ export class Conn {
   /**
    * `onMessage(msg)` gets every daemon message; `onState(state, info)` gets `connecting`,
    * `online`, `offline` (with `retryInMs`) and `unauthorized`.
+   * @param {{token: string | null, onMessage: (msg: DaemonMessage) => void, onState: (state: ConnState, info: StateInfo) => void}} options
    */
   constructor({ token, onMessage, onState }) {
     this.token = token;
     this.onMessage = onMessage;
     this.onState = onState;
+    /**
+     * The requests without an answer yet, by `requestId`; an answer's shape depends on its
+     * request (see `request`).
+     * @type {Map<string, {resolve: (msg: any) => void, reject: (e: ProtocolError) => void, timer: ReturnType<typeof setTimeout>}>}
+     */
     this.pending = new Map();
     this.next = 0;
     this.attempt = 0;
+    /** @type {WebSocket | null} */
     this.ws = null;
+    /** @type {ConnState} */
     this.state = 'connecting';
     this.includeArchived = false;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.timer = undefined;
   }
 
   connect() {
@@ -95,31 +112,41 @@ export class Conn {
     this.connect();
   }
 
+  /**
+   * @param {ConnState} state
+   * @param {StateInfo} [info]
+   */
   setState(state, info = {}) {
     this.state = state;
     this.onState(state, info);
   }
 
+  /**
+   * One message off the socket: answers settle their request, then everything goes to
+   * `onMessage`.
+   * @param {DaemonMessage} msg
+   */
   receive(msg) {
-    const payload = msg.payload || {};
     if (msg.type === DaemonType.Welcome) {
       this.attempt = 0;
-      this.setState('online', payload);
+      this.setState('online', msg.payload);
     }
-    if (msg.type === DaemonType.RequestError && payload.code === ErrorCode.Unauthorized) {
+    if (msg.type === DaemonType.RequestError && msg.payload.code === ErrorCode.Unauthorized) {
       this.setState('unauthorized');
     }
-    const id = payload.requestId;
-    if (id != null && this.pending.has(id)) {
-      const p = this.pending.get(id);
+    const payload = msg.payload || {};
+    const id = 'requestId' in payload ? payload.requestId : null;
+    const p = id != null ? this.pending.get(id) : undefined;
+    if (id != null && p) {
       this.pending.delete(id);
       clearTimeout(p.timer);
-      if (msg.type === DaemonType.RequestError) p.reject(new ProtocolError(payload));
+      if (msg.type === DaemonType.RequestError) p.reject(new ProtocolError(msg.payload));
       else p.resolve(msg);
     }
     this.onMessage(msg);
   }
 
+  /** @param {ClientRequest} msg */
   send(msg) {
     if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
     this.ws.send(JSON.stringify(msg));
@@ -146,6 +173,7 @@ export class Conn {
     });
   }
 
+  /** @param {string} code */
   failPending(code) {
     for (const p of this.pending.values()) {
       clearTimeout(p.timer);

@@ -8,6 +8,8 @@
 // it may change follows within `REORDER_MS` with one model build, however many changed.
 import { h, plural } from './dom.js';
 import { WorkspaceKind } from './protocol.gen.js';
+/** @typedef {import('./protocol.gen.js').AgentInfo} AgentInfo */
+/** @typedef {import('./protocol.gen.js').WorkspaceInfo} WorkspaceInfo */
 
 /** Rows kept in the DOM above and below the visible ones, so a fast scroll shows no gap. */
 const OVERSCAN = 20;
@@ -15,9 +17,15 @@ const OVERSCAN = 20;
 const REORDER_MS = 250;
 
 /**
- * @typedef {{ kind: 'project', key: string, project: string, host: string | null }
- *   | { kind: 'workspace', key: string, w: any, count: number, collapsed: boolean }
- *   | { kind: 'agent', key: string, a: any, kids: number, roll: any, sub: boolean }} Entry
+ * What a root's subagents ask of their user: how many, and the one to open.
+ * @typedef {{n: number, first: AgentInfo}} Rollup
+ */
+
+/**
+ * @typedef {{ kind: 'project', key: string, project: string, host: string | null }} ProjectEntry
+ * @typedef {{ kind: 'workspace', key: string, w: WorkspaceInfo, count: number, collapsed: boolean }} WorkspaceEntry
+ * @typedef {{ kind: 'agent', key: string, a: AgentInfo, kids: number, roll: Rollup | null, sub: boolean }} AgentEntry
+ * @typedef {ProjectEntry | WorkspaceEntry | AgentEntry} Entry
  */
 
 export class Sidebar {
@@ -36,18 +44,26 @@ export class Sidebar {
     this.entries = [];
     /** Each entry's top, and the whole list's height last. */
     this.tops = new Float64Array(1);
-    /** Row elements by entry key: `{sig, el}`, `sig` saying what the row shows. */
+    /**
+     * Row elements by entry key: `{sig, el}`, `sig` saying what the row shows.
+     * @type {Map<string, {sig: string, el: HTMLElement}>}
+     */
     this.rows = new Map();
-    /** Each agent object's searchable text and activity time (a new object on each change). */
+    /**
+     * Each agent object's searchable text and activity time (a new object on each change).
+     * @type {WeakMap<AgentInfo, {text: string, at: number}>}
+     */
     this.index = new WeakMap();
     /** @type {Element[]} */
     this.shown = [];
+    /** @type {{project: number, workspace: number, agent: number} | null} */
     this.heights = null;
     this.stale = true;
     this.narrowed = false;
     /** How many root rows the model holds (read by the benchmark). */
     this.agentRows = 0;
     this.frame = 0;
+    /** @type {ReturnType<typeof setTimeout> | 0} */
     this.reorder = 0;
     scroller.addEventListener('scroll', () => this.schedule(), { passive: true });
     addEventListener('resize', () => { this.heights = null; this.stale = true; this.schedule(); });
@@ -83,7 +99,9 @@ export class Sidebar {
   }
 
   /** An agent's text the filter looks in, and when it was last active, computed once per
-   * version of the agent. */
+   * version of the agent.
+   * @param {AgentInfo} a
+   */
   indexed(a) {
     let found = this.index.get(a);
     if (!found) {
@@ -103,38 +121,44 @@ export class Sidebar {
     // The text filter and the quick filter look at every agent, subagents too: a root shows
     // when it or one of its subagents matches, with the subagents that do under it.
     const narrowed = Boolean(filter || S.quick);
+    /** @param {AgentInfo} a */
     const matches = (a) => (!filter || this.indexed(a).text.includes(filter)) && this.ctx.quickMatch(a);
+    /** @type {Map<string, AgentInfo[]>} */
     const roots = new Map();
+    /** @type {Map<string, AgentInfo[]>} */
     const kidsOf = new Map();
+    /** @type {Map<string, number>} */
     const childCount = new Map();
     // What subagents ask of their user rolls up to their root: how many, and the one to open
     // (a permission first, since it blocks a turn).
+    /** @type {Map<string, Rollup>} */
     const rollup = new Map();
     for (const a of S.agents.values()) {
       if (!a.parentAgentId) {
         if (a.archivedAt && !S.showArchived) continue;
-        if (!roots.has(a.workspaceId)) roots.set(a.workspaceId, []);
-        roots.get(a.workspaceId).push(a);
+        pushTo(roots, a.workspaceId, a);
         continue;
       }
       if (a.archivedAt) continue;
       childCount.set(a.parentAgentId, (childCount.get(a.parentAgentId) || 0) + 1);
       if (narrowed) {
-        if (!kidsOf.has(a.parentAgentId)) kidsOf.set(a.parentAgentId, []);
-        kidsOf.get(a.parentAgentId).push(a);
+        pushTo(kidsOf, a.parentAgentId, a);
       }
       if (!a.requiresAttention || a.attentionReason === 'finished') continue;
       let root = a;
       for (let i = 0; i < 64 && root.parentAgentId && S.agents.has(root.parentAgentId); i++) root = S.agents.get(root.parentAgentId);
-      const r = rollup.get(root.id) || { n: 0, first: null };
+      // A new roll-up's first is this agent (what the test below would make it).
+      const r = rollup.get(root.id) || { n: 0, first: a };
       r.n += 1;
       if (!r.first || (a.attentionReason === 'permission' && r.first.attentionReason !== 'permission')) r.first = a;
       rollup.set(root.id, r);
     }
+    /** @type {Map<string, AgentInfo[]>} */
     const hits = new Map();
     if (narrowed) {
       for (const [workspaceId, list] of roots) {
         const kept = list.filter((a) => {
+          /** @type {AgentInfo[]} */
           const found = [];
           const queue = [...(kidsOf.get(a.id) || [])];
           for (let i = 0; i < queue.length && i < 10000; i++) {
@@ -151,14 +175,14 @@ export class Sidebar {
     }
     // Group by project: a worktree counts under the checkout it was made from; another host's
     // checkout is another project, even at the same path.
+    /** @type {Map<string, WorkspaceInfo[]>} */
     const projects = new Map();
     for (const w of S.workspaces.values()) {
       if (w.archivedAt && !S.showArchived) continue;
       const agents = roots.get(w.id) || [];
       if (narrowed && !agents.length && (S.quick || !w.name.toLowerCase().includes(filter))) continue;
       const project = `${w.host ? `${w.host}:` : ''}${w.worktree?.source || w.path}`;
-      if (!projects.has(project)) projects.set(project, []);
-      projects.get(project).push(w);
+      pushTo(projects, project, w);
     }
     /** @type {Entry[]} */
     const entries = [];
@@ -194,6 +218,10 @@ export class Sidebar {
   rowHeights() {
     if (!this.heights) {
       const style = getComputedStyle(this.list);
+      /**
+       * @param {string} name
+       * @param {number} fallback
+       */
       const px = (name, fallback) => parseFloat(style.getPropertyValue(name)) || fallback;
       this.heights = { project: px('--row-project', 28), workspace: px('--row-workspace', 32), agent: px('--row-agent', 32) };
     }
@@ -240,7 +268,11 @@ export class Sidebar {
     this.shown = els;
   }
 
-  /** One row's element: the one built before while what it shows is the same. */
+  /**
+   * One row's element: the one built before while what it shows is the same.
+   * @param {Entry} entry
+   * @returns {HTMLElement}
+   */
   row(entry) {
     const sig = this.signature(entry);
     const hit = this.rows.get(entry.key);
@@ -252,6 +284,7 @@ export class Sidebar {
     return el;
   }
 
+  /** @param {Entry} entry */
   signature(entry) {
     const { S } = this.ctx;
     switch (entry.kind) {
@@ -267,11 +300,13 @@ export class Sidebar {
     }
   }
 
+  /** @param {ProjectEntry} entry */
   projectRow({ project, host }) {
     return h('li', { class: 'project-head', dataset: { project } },
       h('span', { class: 'project-name', title: project }, basename(project)), this.ctx.hostBadge(host));
   }
 
+  /** @param {WorkspaceEntry} entry */
   workspaceRow({ w, count, collapsed }) {
     const { ctx } = this;
     return h('li', { class: 'workspace', dataset: { workspaceId: w.id } },
@@ -284,7 +319,10 @@ export class Sidebar {
         h('button', { type: 'button', class: 'icon', title: 'New agent here', 'aria-label': `New agent in ${w.name}`, onclick: () => ctx.newAgentDialog(w.id) }, '+')));
   }
 
-  /** A root's row, or (`sub`) a subagent's that a filter found, under its root. */
+  /**
+   * A root's row, or (`sub`) a subagent's that a filter found, under its root.
+   * @param {AgentEntry} entry
+   */
   agentRow({ a, kids, roll, sub }) {
     const { ctx } = this;
     const active = ctx.S.layout.active === a.id;
@@ -305,7 +343,24 @@ export class Sidebar {
   }
 }
 
-/** The index of the first row whose bottom is below `y` (binary search over the tops). */
+/**
+ * Appends `value` to the list at `key` in `map`, made on first use.
+ * @template K, V
+ * @param {Map<K, V[]>} map
+ * @param {K} key
+ * @param {V} value
+ */
+function pushTo(map, key, value) {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
+}
+
+/**
+ * The index of the first row whose bottom is below `y` (binary search over the tops).
+ * @param {Float64Array} tops
+ * @param {number} y
+ */
 function firstBelow(tops, y) {
   let lo = 0;
   let hi = tops.length - 1;
@@ -317,4 +372,8 @@ function firstBelow(tops, y) {
   return lo;
 }
 
+/**
+ * A path's last part.
+ * @param {string} p
+ */
 export function basename(p) { return (p || '').replace(/\/+$/, '').split('/').pop() || p; }

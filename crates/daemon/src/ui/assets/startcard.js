@@ -4,10 +4,19 @@
 // requests (`sign_in`, `restart_agent`) are the caller's.
 import { h } from './dom.js';
 import { errorMessage } from './conn.js';
+/** @typedef {import('./protocol.gen.js').AgentInfo} AgentInfo */
+/** @typedef {import('./protocol.gen.js').AuthMethod} AuthMethod */
+/**
+ * What a sign-in sends: a method, with the values of its variables for an `env_var` one.
+ * @typedef {(methodId: string, vars: Record<string, string> | null) => Promise<unknown>} SignIn
+ */
+/** @typedef {(methodId: string, vars: Record<string, string> | null, button: HTMLButtonElement) => Promise<void>} Run */
 
 /**
  * The card for `a`, or null when its last start did not fail. `provider` is the provider's
  * label; `signIn(methodId, vars)` and `restart()` return promises.
+ * @param {AgentInfo} a
+ * @param {{provider: string, signIn: SignIn, restart: () => Promise<unknown>}} actions
  */
 export function startCard(a, { provider, signIn, restart }) {
   const failure = a.startFailure;
@@ -19,6 +28,7 @@ export function startCard(a, { provider, signIn, restart }) {
 /**
  * The key a rendered card stands for: the same key, the same card (and what is typed in it, and
  * what a Retry said). The countdown is not in it: `startWhen` updates that text in place.
+ * @param {AgentInfo} a
  */
 export function startCardKey(a) {
   const f = a.startFailure;
@@ -26,29 +36,43 @@ export function startCardKey(a) {
   return JSON.stringify([f.at, f.signIn, a.error, a.status, a.runtime?.state, a.runtime?.retryAt]);
 }
 
-/** When a failed agent starts again: the line under its words, updated as the seconds pass. */
+/**
+ * When a failed agent starts again: the line under its words, updated as the seconds pass.
+ * @param {AgentInfo} a
+ */
 export function startWhen(a) {
   const secs = retryIn(a);
   return starting(a) ? 'Starting again…'
-    : secs !== null ? `It tries again by itself in ${secs} s (${new Date(a.runtime.retryAt).toLocaleTimeString()}).`
+    : secs !== null ? `It tries again by itself in ${secs} s (${new Date(a.runtime?.retryAt ?? '').toLocaleTimeString()}).`
       : 'It does not try again by itself: fix what it says, then Retry.';
 }
 
-/** Whole seconds until the next automatic try, or null when there is none. */
+/**
+ * Whole seconds until the next automatic try, or null when there is none.
+ * @param {AgentInfo} a
+ * @returns {number | null}
+ */
 export function retryIn(a) {
   const at = a.runtime?.retryAt;
   if (!at) return null;
   return Math.max(0, Math.ceil((Date.parse(at) - Date.now()) / 1000));
 }
 
+/** @param {AgentInfo} a */
 function starting(a) {
   return a.status === 'initializing' || a.runtime?.state === 'starting' || a.runtime?.state === 'queued';
 }
 
+/**
+ * @param {AgentInfo} a
+ * @param {AuthMethod[]} methods
+ * @param {{provider: string, signIn: SignIn}} actions
+ */
 function signInCard(a, methods, { provider, signIn }) {
   // A sign-in just sent restarts the agent: the card built meanwhile says so.
   const status = h('p', { class: 'start-status', role: 'status' }, starting(a) ? 'Starting again…' : '');
   const error = h('p', { class: 'error-text', role: 'alert' });
+  /** @type {Run} */
   const run = async (methodId, vars, button) => {
     error.textContent = '';
     status.textContent = 'Signing in…';
@@ -75,7 +99,12 @@ function signInCard(a, methods, { provider, signIn }) {
     status, error);
 }
 
-/** How to use one method: a form for a key, the command for a terminal login, or a button. */
+/**
+ * How to use one method: a form for a key, the command for a terminal login, or a button.
+ * @param {AgentInfo} a
+ * @param {AuthMethod} m
+ * @param {Run} run
+ */
 function way(a, m, run) {
   if (m.type === 'env_var') {
     const inputs = (m.vars || []).map((v) => h('input', {
@@ -89,6 +118,7 @@ function way(a, m, run) {
       class: 'sign-in-form',
       onsubmit: (e) => {
         e.preventDefault();
+        /** @type {Record<string, string>} */
         const vars = {};
         for (const input of inputs) if (input.value) vars[input.name] = input.value;
         for (const input of inputs) input.value = '';
@@ -103,11 +133,15 @@ function way(a, m, run) {
       h('span', { class: 'muted' }, 'in a terminal on the daemon’s machine: '),
       h('code', { class: 'sign-in-command' }, `drover login ${a.type} --method ${m.id}`));
   }
+  /** @type {HTMLButtonElement} */
   const button = h('button', { type: 'button', class: 'primary', onclick: () => run(m.id, null, button) }, `Sign in with ${m.name || m.id}`);
   return button;
 }
 
-/** Only a web address is a link; anything else an agent sends (`javascript:`…) is not. */
+/**
+ * Only a web address is a link; anything else an agent sends (`javascript:`…) is not.
+ * @param {string | null | undefined} link
+ */
 function safeLink(link) {
   if (!link) return null;
   try {
@@ -116,9 +150,14 @@ function safeLink(link) {
   } catch { return null; }
 }
 
+/**
+ * @param {AgentInfo} a
+ * @param {{restart: () => Promise<unknown>}} actions
+ */
 function failedCard(a, { restart }) {
   const error = h('p', { class: 'error-text', role: 'alert' });
   const when = startWhen(a);
+  /** @type {HTMLButtonElement} */
   const button = h('button', {
     type: 'button', class: 'primary start-retry', disabled: starting(a),
     onclick: async () => {

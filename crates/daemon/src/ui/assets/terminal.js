@@ -8,6 +8,11 @@
 // its shell and everything it runs (`close_terminal`).
 import { ClientType, DaemonType } from './protocol.gen.js';
 import { h, plural } from './dom.js';
+import { ProtocolError, isOffline } from './conn.js';
+/** @typedef {import('./conn.js').Conn} Conn */
+/** @typedef {import('./protocol.gen.js').TerminalInfo} TerminalInfo */
+/** @typedef {import('./protocol.gen.js').DaemonMessage} DaemonMessage */
+/** @typedef {import('./protocol.gen.js').ClientMessage} ClientMessage */
 
 // Not literal imports: the 340 KB library loads only when a terminal is shown (and the type
 // checker does not read the minified library).
@@ -40,14 +45,18 @@ class View {
     this.owner = owner;
     this.id = id;
     this.el = h('div', { class: 'term-view', dataset: { terminalId: id } });
-    // The offset of the next byte to show; null until the first output.
+    /** The offset of the next byte to show; null until the first output. @type {number | null} */
     this.next = null;
+    /** @type {string | null} */
     this.session = null;
+    this.disposed = false;
     this.ended = false;
     /** @type {any} */
     this.term = null;
+    /** xterm.js's fit addon (untyped, as `term`). @type {any} */
     this.fit = null;
-    this.resizing = 0;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.resizing = undefined;
     this.observer = new ResizeObserver(() => this.fitNow());
   }
 
@@ -69,11 +78,11 @@ class View {
       if (e.type === 'keydown') /** @type {HTMLElement | null} */ (this.el.closest('section.terminals')?.querySelector('.term-tab.active .term-open'))?.focus();
       return false;
     });
-    this.term.onData((data) => {
+    this.term.onData((/** @type {string} */ data) => {
       if (this.ended) return;
       this.owner.conn.request({ type: ClientType.TerminalInput, terminalId: this.id, data }).catch(this.owner.failed('Typing'));
     });
-    this.term.onResize(({ cols, rows }) => {
+    this.term.onResize((/** @type {{cols: number, rows: number}} */ { cols, rows }) => {
       clearTimeout(this.resizing);
       this.resizing = setTimeout(() => {
         if (!this.ended) this.owner.conn.request({ type: ClientType.ResizeTerminal, terminalId: this.id, cols, rows }).catch(() => {});
@@ -95,11 +104,12 @@ class View {
   attach() {
     if (!this.term || this.ended || this.owner.conn.state !== 'online') return;
     this.session = this.owner.sessionId;
+    /** @type {Extract<ClientMessage, {type: 'attach_terminal'}>} */
     const msg = { type: ClientType.AttachTerminal, terminalId: this.id };
     if (this.next != null) msg.offset = this.next;
     this.owner.conn.request(msg).catch((e) => {
-      if (e.code === 'unknown_terminal') this.exit({ status: 'ended' });
-      else if (e.code !== 'offline') this.owner.failed('Attaching the terminal')(e);
+      if (e instanceof ProtocolError && e.code === 'unknown_terminal') this.exit({ status: 'ended' });
+      else if (!isOffline(e)) this.owner.failed('Attaching the terminal')(e);
     });
   }
 
@@ -135,30 +145,34 @@ class View {
 /** The daemon's workspace terminals as this page knows them, and their views. */
 export class Terminals {
   /**
-   * @param {{conn: any, failed: (what: string) => (e: any) => void, changed: () => void, store: {get: Function, set: Function}}} deps
+   * @param {{conn: Conn, failed: (what: string) => (e: unknown) => void, changed: () => void, store: {get: <T>(key: string, fallback: T) => T, set: (key: string, value: unknown) => void}}} deps
    */
   constructor({ conn, failed, changed, store }) {
     this.conn = conn;
     this.failed = failed;
     this.changed = changed;
     this.store = store;
-    /** @type {Map<string, any>} every running terminal by id (`TerminalInfo`) */
+    /** @type {Map<string, TerminalInfo>} every running terminal by id */
     this.all = new Map();
     /** @type {Map<string, View>} */
     this.views = new Map();
+    /** @type {string | null} */
     this.sessionId = null;
     // Per workspace: whether its panel is open and which terminal is in front.
-    this.prefs = store.get('drover.terminals', {});
+    this.prefs = store.get('drover.terminals', /** @type {Record<string, {open: boolean, active: string | null}>} */ ({}));
     dark.addEventListener('change', () => { for (const v of this.views.values()) v.theme(); });
   }
 
   savePrefs() { this.store.set('drover.terminals', this.prefs); }
 
-  /** After every `session_state`: the list read again, the shown terminals attached again. */
+  /**
+   * After every `session_state`: the list read again, the shown terminals attached again.
+   * @param {string | null} sessionId
+   */
   synced(sessionId) {
     this.sessionId = sessionId;
     this.conn.request({ type: ClientType.ListTerminals }).then((m) => {
-      this.all = new Map(m.payload.terminals.map((t) => [t.id, t]));
+      this.all = new Map(/** @type {TerminalInfo[]} */ (m.payload.terminals).map((t) => [t.id, t]));
       for (const [id, view] of this.views) {
         if (!this.all.has(id)) view.exit({ status: 'ended' });
         else if (view.session !== sessionId) view.attach();
@@ -167,30 +181,37 @@ export class Terminals {
     }).catch(() => {});
   }
 
-  /** The daemon's terminal messages; whether `msg` was one. */
+  /**
+   * The daemon's terminal messages; whether `msg` was one.
+   * @param {DaemonMessage} msg
+   */
   onMessage(msg) {
-    const p = msg.payload || {};
     switch (msg.type) {
-      case DaemonType.TerminalUpdate:
+      case DaemonType.TerminalUpdate: {
+        const p = msg.payload;
         if (p.terminal) this.all.set(p.terminalId, p.terminal);
         else { this.all.delete(p.terminalId); this.views.get(p.terminalId)?.exit({ status: 'ended' }); }
         this.changed();
         return true;
+      }
       case DaemonType.TerminalOutput:
-        this.views.get(p.terminalId)?.output(p);
+        this.views.get(msg.payload.terminalId)?.output(msg.payload);
         return true;
       case DaemonType.TerminalExit:
-        this.views.get(p.terminalId)?.exit(p);
+        this.views.get(msg.payload.terminalId)?.exit(msg.payload);
         return true;
       default:
         return false;
     }
   }
 
+  /** @param {string} workspaceId */
   of(workspaceId) { return [...this.all.values()].filter((t) => t.workspaceId === workspaceId); }
 
+  /** @param {string} workspaceId */
   prefsOf(workspaceId) { return this.prefs[workspaceId] || { open: false, active: null }; }
 
+  /** @param {string} workspaceId */
   async create(workspaceId) {
     try {
       const m = await this.conn.request({ type: ClientType.CreateTerminal, workspaceId, cols: 100, rows: 24 });
@@ -202,6 +223,7 @@ export class Terminals {
     } catch (e) { this.failed('New terminal')(e); }
   }
 
+  /** @param {TerminalInfo} t */
   async close(t) {
     try {
       await this.conn.request({ type: ClientType.CloseTerminal, terminalId: t.id });
@@ -210,6 +232,7 @@ export class Terminals {
     } catch (e) { this.failed('Closing the terminal')(e); }
   }
 
+  /** @param {string} id */
   view(id) {
     let v = this.views.get(id);
     if (!v) {
@@ -235,7 +258,12 @@ export class Terminals {
   panel() {
     const el = h('section', { class: 'terminals', 'aria-label': 'Terminals' });
     const body = h('div', { class: 'term-body' });
+    /** @type {string | null} */
     let key = null;
+    /**
+     * @param {string | null} workspaceId
+     * @param {boolean} usable
+     */
     const render = (workspaceId, usable) => {
       if (!workspaceId || !usable) { el.hidden = true; key = null; return; }
       el.hidden = false;

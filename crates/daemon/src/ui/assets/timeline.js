@@ -4,6 +4,21 @@ import { h } from './dom.js';
 import { renderMarkdown } from './markdown.js';
 import { CancelCause, InterruptCause, ItemKind, TurnEnd } from './protocol.gen.js';
 
+/**
+ * A timeline item. Its `data` is its kind's own, much of it ACP's free-form content (tool
+ * input and output, plan entries): the protocol leaves it open, so it is `any` here.
+ * @typedef {{seq: number, kind: string, at: string, data: any, updatedAt?: string}} Item
+ */
+/** @typedef {{item: Item, el: HTMLElement}} Entry */
+/**
+ * An `agent_update`'s notification: a new item, text appended to one of an item's fields, or
+ * fields patched.
+ * @typedef {{op: 'item', item: Item}
+ *   | {op: 'append', seq: number, field: string, text: string}
+ *   | {op: 'patch', seq: number, fields: Record<string, unknown>, at?: string}} Notification
+ */
+
+/** @type {Record<string, string>} */
 const TURN_END = {
   [TurnEnd.Completed]: 'Turn completed',
   [TurnEnd.Failed]: 'Turn failed',
@@ -13,6 +28,7 @@ const TURN_END = {
 };
 
 // Why a turn was canceled or cut off (`cause`), as a reader says it.
+/** @type {Record<string, string>} */
 const CAUSE = {
   [CancelCause.User]: 'by the user',
   [CancelCause.Parent]: 'by its parent',
@@ -23,12 +39,22 @@ const CAUSE = {
 };
 
 export class TimelineView {
-  /** `actions.answer(seq, optionId)` answers a permission; `actions.older()` pages back. */
+  /**
+   * `actions.answer(seq, optionId)` answers a permission; `actions.older()` pages back.
+   * @param {string} agentId
+   * @param {{answer: (seq: number, optionId: string) => Promise<unknown>, older: () => unknown}} actions
+   */
   constructor(agentId, actions) {
     this.agentId = agentId;
     this.actions = actions;
+    /** @type {Map<number, Entry>} */
     this.items = new Map();
+    /** @type {Set<Entry>} */
     this.dirty = new Set();
+    /** @type {number | null} */
+    this.frame = null;
+    /** The height the last frame left; undefined before the first. @type {number | undefined} */
+    this.lastHeight = undefined;
     this.hasOlder = false;
     this.loadingOlder = false;
     this.older = h('button', { class: 'older', type: 'button', hidden: true, onclick: () => this.actions.older() }, 'Load older messages');
@@ -41,12 +67,17 @@ export class TimelineView {
   }
 
   firstSeq() {
+    /** @type {number | null} */
     let min = null;
     for (const seq of this.items.keys()) if (min === null || seq < min) min = seq;
     return min;
   }
 
-  /** Replaces everything with `items` (oldest first). */
+  /**
+   * Replaces everything with `items` (oldest first).
+   * @param {Item[]} items
+   * @param {boolean} hasOlder
+   */
   reset(items, hasOlder) {
     this.items.clear();
     this.list.replaceChildren();
@@ -55,12 +86,17 @@ export class TimelineView {
     this.stick();
   }
 
+  /** @param {boolean} hasOlder */
   setOlder(hasOlder) {
     this.hasOlder = hasOlder;
     this.older.hidden = !hasOlder;
   }
 
-  /** Older items (a `timeline_page`) go in before the first, keeping the scroll position. */
+  /**
+   * Older items (a `timeline_page`) go in before the first, keeping the scroll position.
+   * @param {Item[]} items
+   * @param {boolean} hasOlder
+   */
   prepend(items, hasOlder) {
     const before = this.el.scrollHeight - this.el.scrollTop;
     const first = this.list.firstChild;
@@ -74,12 +110,17 @@ export class TimelineView {
     this.lastHeight = this.el.scrollHeight;
   }
 
+  /** @param {Item} item */
   add(item) {
     if (this.items.has(item.seq)) return;
     const entry = this.build(item);
     this.list.appendChild(entry.el);
   }
 
+  /**
+   * @param {Item} item
+   * @returns {Entry}
+   */
   build(item) {
     const entry = { item, el: h('div', { class: `item kind-${item.kind}`, dataset: { seq: item.seq } }) };
     this.items.set(item.seq, entry);
@@ -90,6 +131,8 @@ export class TimelineView {
   /**
    * Applies one notification; returns the item it touched. It reads no layout (a streaming
    * agent sends dozens a second): the frame that follows re-renders and scrolls.
+   * @param {Notification} n
+   * @returns {Item | null}
    */
   apply(n) {
     let entry = null;
@@ -114,7 +157,10 @@ export class TimelineView {
     return entry?.item ?? null;
   }
 
-  /** Re-renders an item at the next frame, however many chunks arrive before it. */
+  /**
+   * Re-renders an item at the next frame, however many chunks arrive before it.
+   * @param {Entry} entry
+   */
   later(entry) {
     this.dirty.add(entry);
     this.schedule();
@@ -143,17 +189,19 @@ export class TimelineView {
     this.lastHeight = this.el.scrollHeight;
   }
 
+  /** @param {Entry} entry */
   render(entry) {
     const { item, el } = entry;
     const d = item.data || {};
-    const open = el.querySelector(':scope > details')?.open;
+    const open = /** @type {HTMLDetailsElement | null} */ (el.querySelector(':scope > details'))?.open;
+    /** @type {Array<Node | Node[]>} */
     let body;
     switch (item.kind) {
       case ItemKind.UserMessage:
         body = [
           h('div', { class: 'who' }, 'You', d.delivery && d.delivery !== 'followup' ? h('span', { class: 'badge' }, d.delivery) : null,
             d.source && d.source !== 'user' ? h('span', { class: 'badge' }, `from ${d.source}`) : null),
-          (d.context || []).map((c) => h('div', { class: 'context' }, typeof c === 'string' ? c : c.text ?? JSON.stringify(c))),
+          (d.context || []).map((/** @type {any} */ c) => h('div', { class: 'context' }, typeof c === 'string' ? c : c.text ?? JSON.stringify(c))),
           h('div', { class: 'text plain' }, d.text ?? ''),
         ];
         break;
@@ -171,7 +219,7 @@ export class TimelineView {
         break;
       case ItemKind.Plan:
         body = [h('div', { class: 'plan', role: 'group', 'aria-label': 'Plan' }, h('div', { class: 'who' }, 'Plan'),
-          h('ul', { class: 'checklist' }, (d.entries || []).map((e) => h('li', { class: `plan-${e.status}` },
+          h('ul', { class: 'checklist' }, (d.entries || []).map((/** @type {any} */ e) => h('li', { class: `plan-${e.status}` },
             h('input', { type: 'checkbox', disabled: true, checked: e.status === 'completed', 'aria-label': e.status }),
             ' ', e.content ?? ''))))];
         break;
@@ -195,6 +243,7 @@ export class TimelineView {
     el.replaceChildren(...body.flat());
   }
 
+  /** @param {Item} item */
   permission(item) {
     const d = item.data;
     const pending = d.status === 'pending';
@@ -202,7 +251,7 @@ export class TimelineView {
       h('div', { class: 'who' }, pending ? 'Permission needed' : 'Permission'),
       h('div', { class: 'perm-title' }, d.title ?? 'The agent asks for permission'));
     if (pending) {
-      card.appendChild(h('div', { class: 'perm-options' }, (d.options || []).map((o) => h('button', {
+      card.appendChild(h('div', { class: 'perm-options' }, (d.options || []).map((/** @type {any} */ o) => h('button', {
         type: 'button',
         class: o.kind?.startsWith('allow') ? 'primary' : '',
         dataset: { optionId: o.optionId },
@@ -213,7 +262,7 @@ export class TimelineView {
         },
       }, o.name ?? o.optionId))));
     } else {
-      const chosen = (d.options || []).find((o) => o.optionId === d.optionId || o.optionId === d.outcome?.optionId);
+      const chosen = (d.options || []).find((/** @type {any} */ o) => o.optionId === d.optionId || o.optionId === d.outcome?.optionId);
       const what = chosen?.name ?? d.kind ?? (typeof d.outcome === 'string' ? d.outcome : d.outcome?.outcome) ?? 'answered';
       card.appendChild(h('div', { class: 'perm-answer' }, `Answered: ${what}`));
     }
@@ -221,8 +270,13 @@ export class TimelineView {
   }
 }
 
+/**
+ * @param {any} d a tool call's data: ACP's, open (see `Item`)
+ * @param {boolean | undefined} open
+ */
 function toolCall(d, open) {
   const status = d.status || 'pending';
+  /** @type {Node[]} */
   const parts = [];
   if (d.rawInput !== undefined) parts.push(h('div', { class: 'label' }, 'Input'), h('pre', { class: 'code' }, fmt(d.rawInput)));
   for (const c of d.content || []) {
@@ -238,17 +292,25 @@ function toolCall(d, open) {
     h('div', { class: 'tool-body' }, parts.length ? parts : h('div', { class: 'muted' }, 'no details')));
 }
 
+/** @param {unknown} v */
 function fmt(v) {
   return typeof v === 'string' ? v : JSON.stringify(v, null, 2);
 }
 
-/** A diff from ACP's `{path, oldText, newText}`: a line-level unified view (small LCS). */
+/**
+ * A diff from ACP's `{path, oldText, newText}`: a line-level unified view (small LCS).
+ * @param {{path?: string, oldText?: string | null, newText?: string | null}} c
+ */
 function diff(c) {
   const a = (c.oldText ?? '').split('\n');
   const b = (c.newText ?? '').split('\n');
   return h('div', { class: 'diff' }, h('div', { class: 'label' }, c.path ?? 'diff'), diffLines(a, b));
 }
 
+/**
+ * @param {string[]} a
+ * @param {string[]} b
+ */
 export function diffLines(a, b) {
   const pre = h('pre', { class: 'code diff-body' });
   // Past this size the quadratic table is too big: show old and new whole.
