@@ -443,7 +443,7 @@ function render({ sidebar = true } = {}) {
 // When the first state arrived, when the sidebar first showed it, and how many root rows it
 // holds (read by the benchmark).
 const timing = { stateAt: 0, renderedAt: 0, rows: 0 };
-/** @type {any} */ (window).droverTiming = timing;
+/** @type {Window & {droverTiming?: typeof timing}} */ (window).droverTiming = timing;
 
 /**
  * What a sidebar row shows of an agent (`touch`), or where it goes (`invalidate`).

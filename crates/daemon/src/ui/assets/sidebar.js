@@ -17,6 +17,24 @@ const OVERSCAN = 20;
 const REORDER_MS = 250;
 
 /**
+ * What the rows show and do: the page's state (`S`, the parts the sidebar reads) and its
+ * helpers, from app.js.
+ * @typedef {{
+ *   S: {agents: Map<string, AgentInfo>, workspaces: Map<string, WorkspaceInfo>, filter: string,
+ *     quick: string | null, showArchived: boolean, synced: boolean, collapsed: Record<string, boolean>,
+ *     layout: {active: string | null}},
+ *   label: (a: AgentInfo) => string, dot: (status: string) => HTMLElement,
+ *   hostBadge: (name: string | null | undefined) => HTMLElement | null,
+ *   hostKey: (name: string | null | undefined) => string,
+ *   attentionMark: (a: AgentInfo) => HTMLElement | null, quickMatch: (a: AgentInfo) => boolean,
+ *   reason: (a: AgentInfo) => string, openAgent: (id: string) => void,
+ *   unarchive: (id: string) => unknown, newAgentDialog: (workspaceId: string | null) => unknown,
+ *   showChanges: (w: WorkspaceInfo) => unknown, toggleWorkspace: (id: string) => void,
+ *   onPaint: (rows: number) => void,
+ * }} SidebarCtx
+ */
+
+/**
  * What a root's subagents ask of their user: how many, and the one to open.
  * @typedef {{n: number, first: AgentInfo}} Rollup
  */
@@ -32,9 +50,7 @@ export class Sidebar {
   /**
    * @param {HTMLElement} list the `<ul>` the rows go in
    * @param {HTMLElement} scroller the element that scrolls it
-   * @param {any} ctx what the rows show and do: `S` (the page's state), `label`, `dot`,
-   *   `hostBadge`, `hostKey`, `attentionMark`, `quickMatch`, `reason`, `openAgent`,
-   *   `unarchive`, `newAgentDialog`, `showChanges`, `toggleWorkspace`, `onPaint`
+   * @param {SidebarCtx} ctx what the rows show and do
    */
   constructor(list, scroller, ctx) {
     this.list = list;
@@ -146,7 +162,11 @@ export class Sidebar {
       }
       if (!a.requiresAttention || a.attentionReason === 'finished') continue;
       let root = a;
-      for (let i = 0; i < 64 && root.parentAgentId && S.agents.has(root.parentAgentId); i++) root = S.agents.get(root.parentAgentId);
+      for (let i = 0; i < 64 && root.parentAgentId; i++) {
+        const up = S.agents.get(root.parentAgentId);
+        if (!up) break;
+        root = up;
+      }
       // A new roll-up's first is this agent (what the test below would make it).
       const r = rollup.get(root.id) || { n: 0, first: a };
       r.n += 1;

@@ -10,6 +10,7 @@ import { CancelCause, InterruptCause, ItemKind, TurnEnd } from './protocol.gen.j
  * @typedef {{seq: number, kind: string, at: string, data: any, updatedAt?: string}} Item
  */
 /** @typedef {{item: Item, el: HTMLElement}} Entry */
+/** One of a permission's options (ACP's). @typedef {{optionId: string, name?: string, kind?: string}} PermissionOption */
 /**
  * An `agent_update`'s notification: a new item, text appended to one of an item's fields, or
  * fields patched.
@@ -201,7 +202,7 @@ export class TimelineView {
         body = [
           h('div', { class: 'who' }, 'You', d.delivery && d.delivery !== 'followup' ? h('span', { class: 'badge' }, d.delivery) : null,
             d.source && d.source !== 'user' ? h('span', { class: 'badge' }, `from ${d.source}`) : null),
-          (d.context || []).map((/** @type {any} */ c) => h('div', { class: 'context' }, typeof c === 'string' ? c : c.text ?? JSON.stringify(c))),
+          (d.context || []).map((/** @type {string | {text?: string}} */ c) => h('div', { class: 'context' }, typeof c === 'string' ? c : c.text ?? JSON.stringify(c))),
           h('div', { class: 'text plain' }, d.text ?? ''),
         ];
         break;
@@ -219,7 +220,7 @@ export class TimelineView {
         break;
       case ItemKind.Plan:
         body = [h('div', { class: 'plan', role: 'group', 'aria-label': 'Plan' }, h('div', { class: 'who' }, 'Plan'),
-          h('ul', { class: 'checklist' }, (d.entries || []).map((/** @type {any} */ e) => h('li', { class: `plan-${e.status}` },
+          h('ul', { class: 'checklist' }, (d.entries || []).map((/** @type {{status?: string, content?: string}} */ e) => h('li', { class: `plan-${e.status}` },
             h('input', { type: 'checkbox', disabled: true, checked: e.status === 'completed', 'aria-label': e.status }),
             ' ', e.content ?? ''))))];
         break;
@@ -251,7 +252,7 @@ export class TimelineView {
       h('div', { class: 'who' }, pending ? 'Permission needed' : 'Permission'),
       h('div', { class: 'perm-title' }, d.title ?? 'The agent asks for permission'));
     if (pending) {
-      card.appendChild(h('div', { class: 'perm-options' }, (d.options || []).map((/** @type {any} */ o) => h('button', {
+      card.appendChild(h('div', { class: 'perm-options' }, (d.options || []).map((/** @type {PermissionOption} */ o) => h('button', {
         type: 'button',
         class: o.kind?.startsWith('allow') ? 'primary' : '',
         dataset: { optionId: o.optionId },
@@ -262,7 +263,7 @@ export class TimelineView {
         },
       }, o.name ?? o.optionId))));
     } else {
-      const chosen = (d.options || []).find((/** @type {any} */ o) => o.optionId === d.optionId || o.optionId === d.outcome?.optionId);
+      const chosen = (d.options || []).find((/** @type {PermissionOption} */ o) => o.optionId === d.optionId || o.optionId === d.outcome?.optionId);
       const what = chosen?.name ?? d.kind ?? (typeof d.outcome === 'string' ? d.outcome : d.outcome?.outcome) ?? 'answered';
       card.appendChild(h('div', { class: 'perm-answer' }, `Answered: ${what}`));
     }
