@@ -3,7 +3,7 @@
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError, errorMessage, isOffline } from './conn.js';
 import { ClientType, DaemonType, HostState } from './protocol.gen.js';
-import { h, plural, modal, confirmDialog, ago, byId, within } from './dom.js';
+import { h, plural, modal, confirmDialog, ago, byId, within, byText } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
 import { Sidebar } from './sidebar.js';
@@ -339,7 +339,7 @@ function isRoot(a) { return !a.parentAgentId; }
 function children(id) {
   const out = [];
   for (const a of S.agents.values()) if (a.parentAgentId === id && !a.archivedAt) out.push(a);
-  return out.sort((x, y) => x.createdAt.localeCompare(y.createdAt));
+  return out.sort((x, y) => byText(x.createdAt, y.createdAt));
 }
 /**
  * @param {AgentInfo} a
@@ -729,7 +729,7 @@ function renderLanding() {
   const rank = { permission: 0, auth_required: 1, error: 2, limited: 3, interrupted: 4, budget_warning: 5 };
   const needs = [...S.agents.values()]
     .filter((a) => !a.archivedAt && a.requiresAttention && (a.attentionReason ?? '') in rank)
-    .sort((x, y) => rank[x.attentionReason ?? ''] - rank[y.attentionReason ?? ''] || (y.attentionTimestamp || '').localeCompare(x.attentionTimestamp || ''));
+    .sort((x, y) => rank[x.attentionReason ?? ''] - rank[y.attentionReason ?? ''] || byText(y.attentionTimestamp || '', x.attentionTimestamp || ''));
   const key = JSON.stringify(needs.map((a) => [a.id, a.attentionReason, a.title]));
   const host = byId('empty');
   if (host.dataset.key === key) return;

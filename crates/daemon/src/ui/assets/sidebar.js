@@ -6,7 +6,7 @@
 // rows in view and a screen's worth around them, each row built once and rebuilt only when
 // what it shows changed. So with 10,000 agents a status change redraws one row, and the order
 // it may change follows within `REORDER_MS` with one model build, however many changed.
-import { h, plural } from './dom.js';
+import { h, plural, byText } from './dom.js';
 import { WorkspaceKind } from './protocol.gen.js';
 /** @typedef {import('./protocol.gen.js').AgentInfo} AgentInfo */
 /** @typedef {import('./protocol.gen.js').WorkspaceInfo} WorkspaceInfo */
@@ -206,10 +206,10 @@ export class Sidebar {
     }
     /** @type {Entry[]} */
     const entries = [];
-    const byName = [...projects].sort((x, y) => basename(x[0]).localeCompare(basename(y[0])));
+    const byName = [...projects].sort((x, y) => byText(basename(x[0]), basename(y[0])));
     for (const [project, wss] of byName) {
       entries.push({ kind: 'project', key: `p:${project}`, project, host: wss[0].host ?? null });
-      wss.sort((x, y) => Number(x.kind === WorkspaceKind.Worktree) - Number(y.kind === WorkspaceKind.Worktree) || x.name.localeCompare(y.name));
+      wss.sort((x, y) => Number(x.kind === WorkspaceKind.Worktree) - Number(y.kind === WorkspaceKind.Worktree) || byText(x.name, y.name));
       for (const w of wss) {
         const agents = roots.get(w.id) || [];
         const collapsed = Boolean(S.collapsed[w.id]);
