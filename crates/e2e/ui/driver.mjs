@@ -631,6 +631,63 @@ const scenarios = {
     await page.locator(`${p} .track-row[data-agent-id]`).first().waitFor();
     await page.locator(`${p} .job-row[data-job-id]`).first().waitFor();
     await shot(page, 'demo');
+    // The replies streamed in a few words at a time read exactly as they do whole, after a
+    // reload (bold, code, lists, paragraphs).
+    await page.locator(`${p} .kind-agent_message:has-text("drover tells me when each is done.")`).waitFor();
+    const replies = () => page.evaluate((sel) => Object.fromEntries([...document.querySelectorAll(`${sel} .kind-agent_message`)]
+      .map((e) => [/** @type {HTMLElement} */ (e).dataset.seq, e.innerHTML])), p);
+    const streamed = await replies();
+    if (Object.keys(streamed).length < 2) fail(`the tour streamed ${JSON.stringify(streamed)}`);
+    await page.reload();
+    await ready(page);
+    await page.locator(`${p} .kind-agent_message:has-text("drover tells me when each is done.")`).waitFor();
+    const whole = await replies();
+    for (const [seq, html] of Object.entries(streamed)) {
+      if (whole[seq] !== html) fail(`reply ${seq} streamed as ${html}\nbut reads whole as ${whole[seq]}`);
+    }
+  },
+
+  // A reply rendered as it streams, in pieces of any size, is the reply rendered whole: random
+  // Markdown (paragraphs, long runs of plain lines, fences, lists, quotes, spans across lines)
+  // cut at random places, in the page's own renderer.
+  async markdown() {
+    const page = await open();
+    await ready(page);
+    const r = await page.evaluate(async () => {
+      const { renderMarkdown, MarkdownStream } = await import('/ui/markdown.js');
+      const pieces = ['a `code` bit', 'a **bold\nacross** lines', '', '```js', '```', '~~~', '- item', '1. one', '2) two',
+        '> quote', '# head', '---', 'see https://example.com/z.', '_em_ here', '[a link](https://example.com)', '* star',
+        '- [x] task', 'opens `a tick', 'closes it`', '\r', ' '];
+      let seed = 7;
+      const rnd = (/** @type {number} */ n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
+      const bad = [];
+      let cuts = 0;
+      for (let t = 0; t < 600; t++) {
+        // Half the texts are mostly long runs of plain lines, which settle in the middle of a paragraph.
+        const lines = [];
+        for (let i = 0, n = rnd(3) === 0 ? 300 : 1 + rnd(40); i < n; i++) {
+          const plain = t % 2 ? rnd(2) === 0 : rnd(60) !== 0;
+          lines.push(plain ? `plain line ${i}` : pieces[rnd(pieces.length)]);
+        }
+        const text = lines.join('\n') + (rnd(2) ? '\n' : '');
+        const whole = document.createElement('div');
+        whole.append(renderMarkdown(text));
+        const box = document.createElement('div');
+        const stream = new MarkdownStream(box);
+        for (let i = 0; i < text.length;) {
+          const k = 1 + rnd(rnd(5) === 0 ? 400 : 12);
+          stream.push(text.slice(i, i + k));
+          i += k;
+          if (rnd(3) === 0) { stream.render(); if (stream.open) cuts += 1; }
+        }
+        stream.render();
+        if (box.innerHTML !== whole.innerHTML) bad.push({ text, streamed: box.innerHTML, whole: whole.innerHTML });
+      }
+      return { bad: bad.slice(0, 2), failed: bad.length, cuts };
+    });
+    if (r.failed) fail(`${r.failed} of 600 texts render differently streamed: ${JSON.stringify(r.bad)}`);
+    // The long plain runs were settled in the middle of their paragraph, not only at blank lines.
+    if (r.cuts < 50) fail(`only ${r.cuts} renders settled inside a paragraph`);
   },
 
   async newAgent() {

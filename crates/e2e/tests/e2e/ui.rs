@@ -953,6 +953,16 @@ async fn the_demo_provider_tours_streaming_a_permission_a_subagent_and_a_job() {
     assert!(jobs.iter().any(|j| j["agentId"] == demo["id"]), "{jobs:?}");
 }
 
+/// A reply rendered as it streams, however it is cut, reads as the reply rendered whole (the
+/// page renders only what is not settled yet at each frame).
+#[tokio::test]
+async fn a_reply_rendered_piece_by_piece_reads_as_it_does_whole() {
+    let daemon = TestDaemon::start().await;
+    let (mut client, _) = daemon.client().await;
+    idle_agent(&mut client, &daemon, "one").await;
+    Scenario::run("markdown", &daemon, json!({})).await;
+}
+
 #[tokio::test]
 async fn a_command_run_from_the_pane_is_a_job_followed_to_its_end_and_another_is_killed() {
     let daemon = TestDaemon::start().await;

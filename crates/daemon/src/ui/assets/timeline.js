@@ -1,7 +1,7 @@
 // One agent's timeline as DOM: items keyed by `seq`, built once, then changed in place by the
 // `append` and `patch` notifications (streamed text re-renders only its own item, once a frame).
 import { h } from './dom.js';
-import { renderMarkdown } from './markdown.js';
+import { MarkdownStream } from './markdown.js';
 import { CancelCause, InterruptCause, ItemKind, TurnEnd } from './protocol.gen.js';
 
 /**
@@ -9,7 +9,11 @@ import { CancelCause, InterruptCause, ItemKind, TurnEnd } from './protocol.gen.j
  * input and output, plan entries): the protocol leaves it open, so it is `any` here.
  * @typedef {{seq: number, kind: string, at: string, data: any, updatedAt?: string}} Item
  */
-/** @typedef {{item: Item, el: HTMLElement}} Entry */
+/**
+ * An item shown. An agent's message is rendered as it streams (`stream`), which takes its text
+ * out of `item.data.text` at each frame: the page keeps the rest only as what it shows.
+ * @typedef {{item: Item, el: HTMLElement, stream?: MarkdownStream | null}} Entry
+ */
 /** One of a permission's options (ACP's). @typedef {{optionId: string, name?: string, kind?: string}} PermissionOption */
 /**
  * An `agent_update`'s notification: a new item, text appended to one of an item's fields, or
@@ -150,6 +154,8 @@ export class TimelineView {
     } else if (n.op === 'patch') {
       entry = this.items.get(n.seq);
       if (entry) {
+        // New text for a message replaces it whole: render it again from the start.
+        if ('text' in n.fields) entry.stream = null;
         Object.assign(entry.item.data, n.fields);
         if (n.at) entry.item.updatedAt = n.at;
         this.later(entry);
@@ -194,6 +200,17 @@ export class TimelineView {
   render(entry) {
     const { item, el } = entry;
     const d = item.data || {};
+    if (item.kind === ItemKind.AgentMessage) {
+      if (!entry.stream) {
+        const box = h('div', { class: 'text md' });
+        entry.stream = new MarkdownStream(box);
+        el.replaceChildren(box);
+      }
+      entry.stream.push(d.text ?? '');
+      d.text = '';
+      entry.stream.render();
+      return;
+    }
     const open = /** @type {HTMLDetailsElement | null} */ (el.querySelector(':scope > details'))?.open;
     /** @type {Array<Node | Node[]>} */
     let body;
@@ -205,9 +222,6 @@ export class TimelineView {
           (d.context || []).map((/** @type {string | {text?: string}} */ c) => h('div', { class: 'context' }, typeof c === 'string' ? c : c.text ?? JSON.stringify(c))),
           h('div', { class: 'text plain' }, d.text ?? ''),
         ];
-        break;
-      case ItemKind.AgentMessage:
-        body = [h('div', { class: 'text md' }, renderMarkdown(d.text ?? ''))];
         break;
       case ItemKind.AgentThought:
         body = [h('details', { open }, h('summary', null, 'Thought'), h('div', { class: 'text plain muted' }, d.text ?? ''))];
