@@ -306,8 +306,15 @@ fn rows(figures: &Value, agents: usize, memory_secs: u64, turns: usize) -> Vec<R
             format!("{:.0} ms", ms(&figures["driverMs"])),
         ),
         Row::info(
-            "of which the page: session_state to sidebar drawn",
-            format!("{:.0} ms", ms(&figures["renderMs"])),
+            "its phases from navigation: modules run, socket open, session_state in, parsed, drawn",
+            format!(
+                "{:.0} / {:.0} / {:.0} ({}) / {:.0} / {sidebar:.0} ms",
+                ms(&figures["phases"]["dcl"]),
+                ms(&figures["phases"]["openAt"]),
+                ms(&figures["phases"]["stateAt"]),
+                fmt_heap(ms(&figures["phases"]["bytes"])),
+                ms(&figures["parsedAt"]),
+            ),
         ),
         Row::target(
             format!("filter keystroke to paint, p95 of {}", keys.len()),

@@ -23,6 +23,23 @@ try {
   page.setDefaultTimeout(60000);
   // Long tasks and frame gaps from the first script on.
   await page.addInitScript(() => {
+    // When the page's socket opened and the session_state began to arrive (before its parse):
+    // the page's own listeners are set after these, so these run first.
+    window.__ws = {};
+    const Socket = window.WebSocket;
+    window.WebSocket = class extends Socket {
+      constructor(...args) {
+        super(...args);
+        window.__ws.createdAt ??= performance.now();
+        this.addEventListener('open', () => { window.__ws.openAt ??= performance.now(); });
+        this.addEventListener('message', (e) => {
+          if (!window.__ws.stateAt && e.data.startsWith('{"type":"session_state"')) {
+            window.__ws.stateAt = performance.now();
+            window.__ws.bytes = e.data.length;
+          }
+        });
+      }
+    };
     window.__long = [];
     new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__long.push(e.duration); })
       .observe({ type: 'longtask', buffered: true });
@@ -35,6 +52,9 @@ try {
   // ... and the page's: from the navigation's start to the sidebar drawn, of which its own part
   // is from the session_state's arrival to the sidebar drawn.
   const timing = await page.evaluate(() => window.droverTiming);
+  // Where the page's time went: its modules run (the socket made), the socket open, the
+  // session_state arrived, parsed and applied, the sidebar drawn.
+  const phases = await page.evaluate(() => ({ ...window.__ws, dcl: performance.getEntriesByType('navigation')[0]?.domContentLoadedEventEnd }));
   const sidebarMs = timing.renderedAt;
   // Now the storm of status changes: everything below is measured while it goes on.
   process.stdout.write('storm\n');
@@ -104,7 +124,7 @@ try {
     samples.push(await heap());
   }
   const dom = await page.evaluate(() => document.getElementsByTagName('*').length);
-  process.stdout.write(`${JSON.stringify({ sidebarMs, driverMs, renderMs: timing.renderedAt - timing.stateAt, traffic, rows, keystrokes, ...stream, samples, dom })}\n`);
+  process.stdout.write(`${JSON.stringify({ sidebarMs, driverMs, phases, parsedAt: timing.stateAt, traffic, rows, keystrokes, ...stream, samples, dom })}\n`);
 } finally {
   await browser.close();
 }

@@ -251,7 +251,9 @@ function onMessage(msg) {
  * @param {AgentInfo} info
  */
 function learn(info) {
-  if (!S.agents.has(info.id)) S.agents.set(info.id, info);
+  if (S.agents.has(info.id)) return;
+  S.agents.set(info.id, info);
+  sidebarView.invalidate();
 }
 
 function pruneLayout() {
@@ -424,11 +426,14 @@ function reportWatching() {
 
 /**
  * Draws what changed at the next frame. The sidebar is the costly part with thousands of
- * agents: its rows are built again only when `sidebar` is true (what they are made of
- * changed); `render({ sidebar: false })` leaves them alone.
+ * agents: `sidebar: 'model'` (what its rows are made of changed: agents, workspaces, the
+ * filter) builds its model again; `'rows'` (which agent is open) redraws only the rows in view
+ * whose look changed; `false` leaves it alone.
+ * @param {{sidebar?: 'model' | 'rows' | false}} [what]
  */
-function render({ sidebar = true } = {}) {
-  if (sidebar) sidebarView.invalidate();
+function render({ sidebar = 'model' } = {}) {
+  if (sidebar === 'model') sidebarView.invalidate();
+  else if (sidebar === 'rows') sidebarView.schedule();
   reportWatching();
   if (frame) return;
   frame = requestAnimationFrame(() => {
@@ -565,7 +570,7 @@ function openAgent(id) {
   S.layout.active = id;
   saveLayout();
   closeDrawer();
-  render();
+  render({ sidebar: 'rows' });
 }
 
 function closeDrawer() {
@@ -584,7 +589,7 @@ function closeTabLayoutOnly(id) {
   saveLayout();
   const pane = S.panes.get(id);
   if (pane) { pane.root.remove(); S.panes.delete(id); }
-  render();
+  render({ sidebar: 'rows' });
 }
 
 /**
@@ -911,7 +916,7 @@ async function loadPane(pane) {
     // A failed start's kept messages are read again (`renderStartCard`).
     pane.queuedFor = null;
     loadQueued(pane);
-    render();
+    render({ sidebar: false });
   } catch (e) {
     if (!isOffline(e)) failed('Opening the agent')(e);
   } finally {
@@ -1177,7 +1182,7 @@ function editTitle(pane, a) {
   const done = (/** @type {boolean} */ save) => {
     if (save && input.value.trim() !== (a.title || '')) conn.request({ type: ClientType.SetTitle, agentId: a.id, title: input.value.trim() || null }).catch(failed('Rename'));
     pane.headerKey = null;
-    render();
+    render({ sidebar: false });
   };
   input.addEventListener('keydown', (e) => {
     if (e.key === 'Enter') { e.preventDefault(); done(true); }
@@ -1385,7 +1390,7 @@ function renderTrack(pane, a) {
   const provider = providerLabel(a.type);
   pane.track.replaceChildren(
     h('div', { class: 'track-head' },
-      h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`track-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render(); } }, summary),
+      h('button', { type: 'button', class: 'track-toggle', 'aria-expanded': String(!collapsed), onclick: () => { S.collapsed[`track-${a.id}`] = !collapsed; store.set('drover.collapsed', S.collapsed); render({ sidebar: false }); } }, summary),
       kids.length ? h('button', { type: 'button', class: 'small', onclick: () => archiveFinished(a) }, 'Archive finished') : null,
       archivedToggle(a, showArchived)),
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
@@ -1413,7 +1418,7 @@ function archivedToggle(a, shown) {
     type: 'button', class: 'small track-archived', 'aria-pressed': String(shown),
     onclick: () => {
       if (shown) S.trackArchived.delete(a.id); else { S.trackArchived.add(a.id); loadArchived(); }
-      render();
+      render({ sidebar: false });
     },
   }, shown ? 'Hide archived' : 'Show archived');
 }
@@ -1762,7 +1767,7 @@ function wire() {
     conn.token = token;
     conn.retry();
   });
-  document.addEventListener('visibilitychange', () => render());
+  document.addEventListener('visibilitychange', () => render({ sidebar: false }));
   document.addEventListener('keydown', (e) => {
     const target = /** @type {Element} */ (e.target);
     if (e.key === 'Escape' && document.body.classList.contains('drawer-open') && !target.closest('dialog')) {

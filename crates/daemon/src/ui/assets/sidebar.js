@@ -75,6 +75,8 @@ export class Sidebar {
     /** @type {{project: number, workspace: number, agent: number} | null} */
     this.heights = null;
     this.stale = true;
+    /** The window was resized: row heights may have changed (a phone's rows are taller). */
+    this.resized = false;
     this.narrowed = false;
     /** How many root rows the model holds (read by the benchmark). */
     this.agentRows = 0;
@@ -82,7 +84,7 @@ export class Sidebar {
     /** @type {ReturnType<typeof setTimeout> | 0} */
     this.reorder = 0;
     scroller.addEventListener('scroll', () => this.schedule(), { passive: true });
-    addEventListener('resize', () => { this.heights = null; this.stale = true; this.schedule(); });
+    addEventListener('resize', () => { this.resized = true; this.schedule(); });
   }
 
   /** What the rows are made of changed (agents added, archived or moved, the filter): the
@@ -108,6 +110,8 @@ export class Sidebar {
       if (this.stale) {
         this.stale = false;
         this.build();
+      } else if (this.resized) {
+        this.layout();
       }
       this.paint();
       this.ctx.onPaint(this.agentRows);
@@ -225,13 +229,25 @@ export class Sidebar {
     this.entries = entries;
     this.agentRows = entries.reduce((n, e) => n + Number(e.kind === 'agent' && !e.sub), 0);
     this.narrowed = narrowed;
-    const heights = this.rowHeights();
-    const tops = new Float64Array(entries.length + 1);
-    for (let i = 0; i < entries.length; i++) tops[i + 1] = tops[i] + heights[entries[i].kind];
-    this.tops = tops;
+    this.tops = new Float64Array(0);
+    this.layout();
     // Rows that are no longer in the model go (their agents archived, filtered out).
     const keys = new Set(entries.map((e) => e.key));
     for (const key of this.rows.keys()) if (!keys.has(key)) this.rows.delete(key);
+  }
+
+  /** Each row's top, from each kind of row's height: again only when a resize changed one. */
+  layout() {
+    const before = this.heights;
+    if (this.resized) this.heights = null;
+    this.resized = false;
+    const heights = this.rowHeights();
+    const same = before && heights.project === before.project && heights.workspace === before.workspace && heights.agent === before.agent;
+    if (same && this.tops.length === this.entries.length + 1) return;
+    const { entries } = this;
+    const tops = new Float64Array(entries.length + 1);
+    for (let i = 0; i < entries.length; i++) tops[i + 1] = tops[i] + heights[entries[i].kind];
+    this.tops = tops;
   }
 
   /** Each kind of row's height in pixels, as the stylesheet fixes it (`--row-*` on the list). */
