@@ -2,7 +2,7 @@
 // its timeline, jobs, subagents track and composer, and the dialogs. It speaks the client protocol
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError, errorMessage, isOffline } from './conn.js';
-import { ClientType, DaemonType, HostState } from './protocol.gen.js';
+import { ClientType, DaemonType, HostState, RuntimeState } from './protocol.gen.js';
 import { h, plural, modal, confirmDialog, ago, byId, within, byText } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
@@ -348,12 +348,20 @@ function children(id) {
  */
 function busy(a) { return a.status === 'running' || a.status === 'initializing'; }
 /**
+ * Whether a process runs for the agent: its runtime's state, as the daemon says it.
  * @param {AgentInfo} a
  */
 function live(a) {
-  if (typeof a.runtime === 'string') return a.runtime;
-  return a.availableModes ? 'live' : 'cold';
+  return a.runtime?.state ?? RuntimeState.Cold;
 }
+
+/** What each runtime state means, on its badge's hover. */
+const RUNTIME_TITLE = {
+  [RuntimeState.Live]: 'the agent process runs',
+  [RuntimeState.Starting]: 'its process is starting',
+  [RuntimeState.Queued]: 'waits for a free slot under max_live',
+  [RuntimeState.Cold]: 'no process: it starts when it gets work',
+};
 
 /**
  * @param {string} status
@@ -972,7 +980,7 @@ function renderHeader(pane, a) {
   pane.header.replaceChildren(
     h('div', { class: 'head-row' }, dot(a.status), title,
       h('span', { class: 'badge' }, a.type), h('span', { class: `status-text status-${a.status}` }, a.status),
-      h('span', { class: `badge runtime-${live(a)}`, title: live(a) === 'live' ? 'the agent process runs' : 'no process: it starts when it gets work' }, live(a)),
+      h('span', { class: `badge runtime-${live(a)}`, title: RUNTIME_TITLE[live(a)] }, live(a)),
       hostBadge(a.host),
       h('span', { class: 'spacer' }),
       offers('mode') ? null : mode, offers('model') ? null : model, ...settings,
