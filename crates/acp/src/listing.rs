@@ -77,12 +77,15 @@ impl RuntimeManager {
             message,
         };
         let process::Connected {
-            pid,
+            running:
+                process::Running {
+                    pid,
+                    stderr,
+                    mut exited,
+                    cgroup,
+                },
             rpc,
             incoming,
-            stderr,
-            mut exited,
-            cgroup,
         } = process::spawn_connected(&spec)
             .await
             .map_err(|e| listing_error(e.to_string()))?;

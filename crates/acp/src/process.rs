@@ -124,12 +124,11 @@ impl StderrTail {
     }
 }
 
-/// A running agent process.
+/// A running agent process as the daemon watches it: its pid, its stderr, its exit and its
+/// cgroup.
 #[derive(Debug)]
-pub struct AgentProcess {
+pub struct Running {
     pub pid: u32,
-    pub stdin: ChildStdin,
-    pub stdout: ChildStdout,
     pub stderr: StderrTail,
     /// Becomes `Some(status)` when the process (the group's leader) exits.
     pub exited: watch::Receiver<Option<ExitStatus>>,
@@ -138,36 +137,35 @@ pub struct AgentProcess {
     pub cgroup: Option<std::path::PathBuf>,
 }
 
+/// A running agent process with its stdin and stdout.
+#[derive(Debug)]
+pub struct AgentProcess {
+    pub running: Running,
+    pub stdin: ChildStdin,
+    pub stdout: ChildStdout,
+}
+
 /// An agent process with its ACP connection open on its stdio.
 #[derive(Debug)]
 pub struct Connected {
-    pub pid: u32,
+    pub running: Running,
     pub rpc: RpcClient,
     /// What the agent sends that is not an answer (requests, notifications, the close).
     pub incoming: mpsc::Receiver<Incoming>,
-    pub stderr: StderrTail,
-    pub exited: watch::Receiver<Option<ExitStatus>>,
-    pub cgroup: Option<std::path::PathBuf>,
 }
 
 /// Starts the process ([`spawn`]) and opens the ACP connection on its stdin and stdout.
 pub async fn spawn_connected(spec: &SpawnSpec) -> Result<Connected, SpawnError> {
     let AgentProcess {
-        pid,
+        running,
         stdin,
         stdout,
-        stderr,
-        exited,
-        cgroup,
     } = spawn(spec).await?;
     let (rpc, incoming) = rpc::connect(stdout, stdin);
     Ok(Connected {
-        pid,
+        running,
         rpc,
         incoming,
-        stderr,
-        exited,
-        cgroup,
     })
 }
 
@@ -231,12 +229,14 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, SpawnError> {
     let (exit_tx, exited) = watch::channel(None);
     tokio::spawn(wait_child(child, exit_tx));
     Ok(AgentProcess {
-        pid,
+        running: Running {
+            pid,
+            stderr,
+            exited,
+            cgroup,
+        },
         stdin,
         stdout,
-        stderr,
-        exited,
-        cgroup,
     })
 }
 

@@ -71,22 +71,22 @@ pub(crate) struct Spare {
 
 impl Spare {
     fn alive(&self) -> bool {
-        self.process.exited.borrow().is_none()
+        self.process.running.exited.borrow().is_none()
     }
 
     /// Ends its processes and removes its record.
     pub(crate) async fn end(mut self, home: &Path) {
         let marker = self.id.to_string();
         process::terminate_group(
-            self.process.pid,
+            self.process.running.pid,
             Some(&marker),
-            self.process.cgroup.as_deref(),
-            &mut self.process.exited,
+            self.process.running.cgroup.as_deref(),
+            &mut self.process.running.exited,
             crate::CLOSE_GRACE,
         )
         .await;
         records::remove_named(home, &marker);
-        tracing::debug!(spare = %self.id, pid = self.process.pid, provider = %self.provider.name, "spare ended");
+        tracing::debug!(spare = %self.id, pid = self.process.running.pid, provider = %self.provider.name, "spare ended");
     }
 }
 
@@ -324,7 +324,7 @@ fn look(shared: &Arc<Shared>, spares: &Arc<Spares>) -> bool {
                     Ok(spare)
                         if !doomed && !closing && pool.provider.as_ref() == Some(&provider) =>
                     {
-                        tracing::info!(provider = %name, pid = spare.process.pid, "a spare is ready");
+                        tracing::info!(provider = %name, pid = spare.process.running.pid, "a spare is ready");
                         pool.failures = 0;
                         pool.ready.push(spare);
                         None
@@ -369,7 +369,7 @@ async fn start(
     let mut process = process::spawn_connected(&spec)
         .await
         .map_err(|e| e.to_string())?;
-    let pid = process.pid;
+    let pid = process.running.pid;
     if let Some(record) = records::RuntimeRecord::of(id, pid)
         && let Err(e) = records::write(home, &record)
     {
@@ -381,7 +381,7 @@ async fn start(
     );
     let answer = tokio::select! {
         answer = request => answer.map_err(|e| e.to_string()),
-        _ = process.exited.wait_for(Option::is_some) => Err("the process exited".to_string()),
+        _ = process.running.exited.wait_for(Option::is_some) => Err("the process exited".to_string()),
         () = tokio::time::sleep(INITIALIZE_TIMEOUT) => Err(format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}")),
     };
     let spare = Spare {
@@ -395,7 +395,7 @@ async fn start(
     match answer {
         Ok(init) => Ok(Spare { init, ..spare }),
         Err(e) => {
-            let stderr = spare.process.stderr.clone();
+            let stderr = spare.process.running.stderr.clone();
             spare.end(home).await;
             let tail = stderr.last_words(3).await;
             Err(if tail.is_empty() {

@@ -345,47 +345,63 @@ pub enum Directive {
 
 impl Directive {
     /// Parses one trimmed, non-empty line; a line that fits no directive is `Other`.
-    // One arm per directive word: the table reads best as one match.
-    #[expect(clippy::too_many_lines)]
     pub fn parse(line: &str) -> Directive {
         let (word, rest) = match line.split_once(char::is_whitespace) {
             Some((word, rest)) => (word, rest.trim()),
             None => (line, ""),
         };
-        let other = || Directive::Other(line.to_string());
-        let ms = |s: &str| s.parse::<u64>().ok().map(Duration::from_millis);
-        match word {
-            "say" => Directive::Say(rest.to_string()),
-            "stream" | "stream-stamped" => {
-                let mut args = rest.split_whitespace();
-                let count = args.next().and_then(|n| n.parse().ok());
-                let delay = match args.next() {
-                    Some(d) => ms(d),
-                    None => Some(Duration::ZERO),
-                };
-                match (count, delay, args.next()) {
-                    (Some(count), Some(delay), None) if word == "stream" => {
-                        Directive::Stream { count, delay }
-                    }
-                    (Some(count), Some(delay), None) => Directive::StreamStamped { count, delay },
-                    _ => other(),
-                }
-            }
-            "think" => Directive::Think(rest.to_string()),
-            "tool" => Directive::Tool(rest.to_string()),
+        let bare = if rest.is_empty() {
+            Directive::bare(word)
+        } else {
+            None
+        };
+        bare.or_else(|| Directive::with_text(word, rest))
+            .or_else(|| Directive::with_numbers(word, rest))
+            .unwrap_or_else(|| Directive::Other(line.to_string()))
+    }
+
+    /// A directive that takes no argument, by its word.
+    fn bare(word: &str) -> Option<Directive> {
+        Some(match word {
+            "hang" => Directive::Hang,
+            "crash" => Directive::Crash(3),
+            "garbage" => Directive::Garbage,
+            "usage" => Directive::Usage,
+            "unknown" => Directive::Unknown,
+            "cwd" => Directive::Cwd,
+            "session-cwd" => Directive::SessionCwd,
+            "mcp-servers" => Directive::McpServers,
+            "spawn-child" => Directive::SpawnChild,
+            "spawn-tool" => Directive::SpawnTool,
+            "spawn-session" => Directive::SpawnSession,
+            "spawn-escapee" => Directive::SpawnEscapee,
+            "echo-prompt" => Directive::EchoPrompt,
+            "recall" => Directive::Recall,
+            "own-task-done" => Directive::OwnTaskDone,
+            "own-subagent-done" => Directive::OwnSubagentDone,
+            "tour" => Directive::Tour,
+            "help" => Directive::Help,
+            _ => return None,
+        })
+    }
+
+    /// A directive whose argument is text (some may be empty, some not), by its word.
+    fn with_text(word: &str, rest: &str) -> Option<Directive> {
+        let text = rest.to_string();
+        Some(match word {
+            "say" => Directive::Say(text),
+            "think" => Directive::Think(text),
+            "tool" => Directive::Tool(text),
+            "fail" => Directive::Fail(text),
+            "stderr" => Directive::Stderr(text),
             "permission" | "permission-first" | "permission-only" => Directive::Permission {
-                title: rest.to_string(),
+                title: text,
                 order: match word {
                     "permission" => PermissionOrder::AnnounceFirst,
                     "permission-first" => PermissionOrder::AskFirst,
                     _ => PermissionOrder::AskOnly,
                 },
             },
-            "sleep" => ms(rest).map_or_else(other, Directive::Sleep),
-            "hang" if rest.is_empty() => Directive::Hang,
-            "crash" if rest.is_empty() => Directive::Crash(3),
-            "crash" => rest.parse().map_or_else(|_| other(), Directive::Crash),
-            "garbage" if rest.is_empty() => Directive::Garbage,
             "plan" => Directive::Plan(
                 rest.split(';')
                     .map(str::trim)
@@ -393,33 +409,17 @@ impl Directive {
                     .map(str::to_string)
                     .collect(),
             ),
-            "usage" if rest.is_empty() => Directive::Usage,
-            "unknown" if rest.is_empty() => Directive::Unknown,
-            "fail" => Directive::Fail(rest.to_string()),
-            "limit" => {
-                let words: Vec<&str> = rest.split_whitespace().collect();
-                match words.as_slice() {
-                    [agent @ ("codex" | "claude" | "gemini"), seconds, more @ ..]
-                        if more.is_empty() || more == ["noreset"] =>
-                    {
-                        match seconds.parse() {
-                            Ok(seconds) => Directive::Limit {
-                                agent: (*agent).to_string(),
-                                seconds,
-                                reset: more.is_empty(),
-                            },
-                            Err(_) => Directive::Other(line.to_string()),
-                        }
-                    }
-                    _ => Directive::Other(line.to_string()),
-                }
+            _ if rest.is_empty() => return None,
+            "stop" => Directive::Stop(text),
+            "env" => Directive::Env(text),
+            "subagent" => Directive::Subagent(rest.replace("\\n", "\n")),
+            "own-task" => Directive::OwnTask(text),
+            "own-subagent" => Directive::OwnSubagent(text),
+            "job" => Directive::Job(text),
+            "terminal-output" if !rest.contains(char::is_whitespace) => {
+                Directive::TerminalOutput(text)
             }
-            "stop" if !rest.is_empty() => Directive::Stop(rest.to_string()),
-            "env" if !rest.is_empty() => Directive::Env(rest.to_string()),
-            "cwd" if rest.is_empty() => Directive::Cwd,
-            "session-cwd" if rest.is_empty() => Directive::SessionCwd,
-            "mcp-servers" if rest.is_empty() => Directive::McpServers,
-            "mcp" if !rest.is_empty() => {
+            "mcp" => {
                 let (tool, arguments) =
                     rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
                 Directive::Mcp {
@@ -427,39 +427,52 @@ impl Directive {
                     arguments: arguments.trim().to_string(),
                 }
             }
-            "spawn-child" if rest.is_empty() => Directive::SpawnChild,
-            "spawn-tool" if rest.is_empty() => Directive::SpawnTool,
-            "spawn-session" if rest.is_empty() => Directive::SpawnSession,
-            "spawn-escapee" if rest.is_empty() => Directive::SpawnEscapee,
-            "stderr" => Directive::Stderr(rest.to_string()),
-            "echo-prompt" if rest.is_empty() => Directive::EchoPrompt,
-            "recall" if rest.is_empty() => Directive::Recall,
-            "subagent" if !rest.is_empty() => Directive::Subagent(rest.replace("\\n", "\n")),
-            "own-task" if !rest.is_empty() => Directive::OwnTask(rest.to_string()),
-            "own-task-done" if rest.is_empty() => Directive::OwnTaskDone,
-            "own-subagent" if !rest.is_empty() => Directive::OwnSubagent(rest.to_string()),
-            "own-subagent-done" if rest.is_empty() => Directive::OwnSubagentDone,
-            "job" if !rest.is_empty() => Directive::Job(rest.to_string()),
-            "tour" if rest.is_empty() => Directive::Tour,
-            "help" if rest.is_empty() => Directive::Help,
-            "terminal-output" if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
-                Directive::TerminalOutput(rest.to_string())
+            _ => return None,
+        })
+    }
+
+    /// A directive whose arguments start with numbers or words it checks (`stream`, `sleep`,
+    /// `crash <code>`, `limit`, the `terminal` family), by its word; `None` when they do not
+    /// fit.
+    fn with_numbers(word: &str, rest: &str) -> Option<Directive> {
+        let ms = |s: &str| s.parse::<u64>().ok().map(Duration::from_millis);
+        match word {
+            "stream" | "stream-stamped" => {
+                let mut args = rest.split_whitespace();
+                let count = args.next()?.parse().ok()?;
+                let delay = args.next().map_or(Some(Duration::ZERO), ms)?;
+                if args.next().is_some() {
+                    return None;
+                }
+                Some(if word == "stream" {
+                    Directive::Stream { count, delay }
+                } else {
+                    Directive::StreamStamped { count, delay }
+                })
             }
+            "sleep" => ms(rest).map(Directive::Sleep),
+            "crash" => rest.parse().ok().map(Directive::Crash),
+            "limit" => match rest.split_whitespace().collect::<Vec<_>>().as_slice() {
+                [agent @ ("codex" | "claude" | "gemini"), seconds, more @ ..]
+                    if more.is_empty() || more == ["noreset"] =>
+                {
+                    Some(Directive::Limit {
+                        agent: (*agent).to_string(),
+                        seconds: seconds.parse().ok()?,
+                        reset: more.is_empty(),
+                    })
+                }
+                _ => None,
+            },
             "terminal" | "terminal-kill" | "terminal-release" | "terminal-limit"
             | "terminal-start" => {
                 let mut words = rest.split_whitespace().map(str::to_string);
                 let limit = if word == "terminal-limit" {
-                    match words.next().and_then(|n| n.parse().ok()) {
-                        Some(n) => Some(n),
-                        None => return other(),
-                    }
+                    Some(words.next()?.parse().ok()?)
                 } else {
                     None
                 };
-                let Some(program) = words.next() else {
-                    return other();
-                };
-                Directive::Terminal {
+                Some(Directive::Terminal {
                     how: match word {
                         "terminal-kill" => TerminalUse::Kill,
                         "terminal-release" => TerminalUse::Release,
@@ -467,11 +480,11 @@ impl Directive {
                         _ => TerminalUse::Wait,
                     },
                     limit,
-                    program,
+                    program: words.next()?,
                     args: words.collect(),
-                }
+                })
             }
-            _ => other(),
+            _ => None,
         }
     }
 
@@ -864,6 +877,24 @@ impl Turn {
             // Sessions are never dropped, so this cannot happen; never cancel if it does.
             std::future::pending::<()>().await;
         }
+    }
+
+    /// Waits `delay`; false when the turn was cancelled first.
+    async fn waited(&mut self, delay: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => true,
+            () = self.until_cancelled() => false,
+        }
+    }
+
+    /// `recall`: what the session's earlier prompts were (their first lines).
+    fn recall(&self) -> String {
+        let firsts: Vec<&str> = self
+            .earlier
+            .iter()
+            .map(|p| p.lines().next().unwrap_or_default())
+            .collect();
+        format!("recall: {} earlier: {}", firsts.len(), firsts.join(" / "))
     }
 }
 
@@ -1539,11 +1570,8 @@ impl Agent {
     async fn say_slowly(&self, turn: &mut Turn, text: &str) -> Flow {
         let words: Vec<&str> = text.split_inclusive(' ').collect();
         for (i, chunk) in words.chunks(3).enumerate() {
-            if i > 0 {
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(40)) => {}
-                    () = turn.until_cancelled() => return cancelled(),
-                }
+            if i > 0 && !turn.waited(Duration::from_millis(40)).await {
+                return cancelled();
             }
             self.say(turn, &chunk.concat()).await;
         }
@@ -1671,330 +1699,311 @@ impl Agent {
         })
     }
 
-    // One arm per script directive: the fake's whole repertoire reads best as one match.
-    #[expect(clippy::too_many_lines)]
+    /// Plays one directive: one line each, the directive's work in a function of its own.
     async fn play(&self, turn: &mut Turn, directive: Directive) -> Flow {
         let session_id = turn.session_id.clone();
-        match directive {
+        let said = match directive {
             Directive::Say(text) if self.config.demo => return self.say_slowly(turn, &text).await,
-            Directive::Say(text) => self.say(turn, &text).await,
-            Directive::Stream { count, delay } | Directive::StreamStamped { count, delay } => {
-                let stamped = matches!(directive, Directive::StreamStamped { .. });
-                for i in 1..=count {
-                    if i > 1 && !delay.is_zero() {
-                        tokio::select! {
-                            () = tokio::time::sleep(delay) => {}
-                            () = turn.until_cancelled() => return cancelled(),
-                        }
-                    }
-                    if turn.cancelled() {
-                        return cancelled();
-                    }
-                    let text = if stamped {
-                        let ns = SystemTime::now()
-                            .duration_since(UNIX_EPOCH)
-                            .map_or(0, |d| d.as_nanos());
-                        format!("chunk {i} @{ns}\n")
-                    } else {
-                        format!("chunk {i}\n")
-                    };
-                    self.say(turn, &text).await;
-                }
+            Directive::Say(text) => text,
+            Directive::Stream { count, delay } => {
+                return self.stream(turn, count, delay, false).await;
             }
-            Directive::Think(text) => {
-                self.record(&session_id, &json!({"type": "thought", "text": text}));
-                self.out
-                    .update(
-                        &session_id,
-                        json!({"sessionUpdate": "agent_thought_chunk", "content": text_content(&text)}),
-                    )
-                    .await;
+            Directive::StreamStamped { count, delay } => {
+                return self.stream(turn, count, delay, true).await;
             }
-            Directive::Tool(title) => {
-                let tool_call = self.tool_call(&title);
-                let tool_call_id = tool_call["toolCallId"].clone();
-                self.out
-                    .update(&session_id, with_kind("tool_call", tool_call))
-                    .await;
-                self.complete_tool(&session_id, &tool_call_id, &title).await;
-            }
+            Directive::Think(text) => return self.think(&session_id, &text).await,
+            Directive::Tool(title) => return self.tool(&session_id, &title).await,
             Directive::Permission { title, order } => {
                 return self.permission(turn, &title, order).await;
             }
-            Directive::Sleep(duration) => {
-                tokio::select! {
-                    () = tokio::time::sleep(duration) => {}
-                    () = turn.until_cancelled() => return cancelled(),
-                }
-            }
+            Directive::Sleep(duration) if turn.waited(duration).await => return Flow::Continue,
+            Directive::Sleep(_) => return cancelled(),
             Directive::Hang => return Flow::Hang,
-            Directive::Crash(code) => {
-                self.out.flush().await;
-                eprintln!("{CRASH_MESSAGE}");
-                std::process::exit(code);
+            Directive::Crash(code) => return self.crash(code).await,
+            Directive::Garbage => {
+                self.out.line(GARBAGE_LINE.to_string()).await;
+                return Flow::Continue;
             }
-            Directive::Garbage => self.out.line(GARBAGE_LINE.to_string()).await,
-            Directive::Plan(steps) => {
-                let entries: Vec<Value> = steps
-                    .iter()
-                    .map(|s| json!({"content": s, "priority": "medium", "status": "pending"}))
-                    .collect();
-                self.out
-                    .update(
-                        &session_id,
-                        json!({"sessionUpdate": "plan", "entries": entries}),
-                    )
-                    .await;
+            Directive::Plan(steps) => return self.plan(&session_id, &steps).await,
+            Directive::Usage => {
+                self.usage(&session_id).await;
+                return Flow::Continue;
             }
-            Directive::Usage => self.usage(&session_id).await,
-            Directive::Unknown => {
-                self.out
-                    .update(
-                        &session_id,
-                        json!({"sessionUpdate": "scripted_unknown_kind", "detail": "a kind no client knows"}),
-                    )
-                    .await;
-                self.out
-                    .notify(
-                        "_scripted/status",
-                        json!({"sessionId": session_id, "status": "busy"}),
-                    )
-                    .await;
-            }
+            Directive::Unknown => return self.unknown(&session_id).await,
             Directive::Fail(message) => return Flow::Fail(message),
             Directive::Limit {
                 agent,
                 seconds,
                 reset,
-            } => {
-                if let Some((code, message, data)) =
-                    self.limited(&turn.text, &agent, seconds, reset)
-                {
-                    return Flow::FailWith(code, message, data);
-                }
-            }
+            } => return self.limit(&turn.text, &agent, seconds, reset),
             Directive::Stop(reason) => return Flow::End(reason),
-            Directive::Env(name) => {
-                let value = std::env::var(&name).unwrap_or_else(|_| "<unset>".to_string());
-                self.say(turn, &value).await;
+            Directive::Env(name) => std::env::var(&name).unwrap_or_else(|_| "<unset>".to_string()),
+            Directive::Cwd => std::env::current_dir().map_or_else(
+                |e| format!("<cwd unknown: {e}>"),
+                |d| d.display().to_string(),
+            ),
+            Directive::SessionCwd => self.session_said(&session_id, |s| s.cwd.clone()),
+            Directive::Mcp { tool, arguments } => self.mcp(&session_id, &tool, &arguments).await,
+            Directive::McpServers => self.session_said(&session_id, |s| s.mcp_servers.to_string()),
+            Directive::SpawnChild => spawn_sleeper("child", false),
+            Directive::SpawnTool => spawn_sleeper("tool", true),
+            Directive::SpawnSession => spawn_session(),
+            Directive::SpawnEscapee => spawn_escapee().await,
+            Directive::Stderr(text) => {
+                eprintln!("{text}");
+                return Flow::Continue;
             }
-            Directive::Cwd => {
-                let cwd = std::env::current_dir().map_or_else(
-                    |e| format!("<cwd unknown: {e}>"),
-                    |d| d.display().to_string(),
-                );
-                self.say(turn, &cwd).await;
-            }
-            Directive::SessionCwd => {
-                let cwd = self
-                    .with_session(&session_id, |s| s.cwd.clone())
-                    .unwrap_or_default();
-                self.say(turn, &cwd).await;
-            }
-            Directive::Mcp { tool, arguments } => {
-                let text = match serde_json::from_str::<Value>(&arguments) {
-                    Err(e) => format!("mcp {tool} error: arguments are not JSON: {e}"),
-                    Ok(arguments) => match self.call_mcp(&session_id, &tool, &arguments).await {
-                        Ok(result) => format!("mcp {tool}: {result}"),
-                        Err(e) => format!("mcp {tool} error: {e}"),
-                    },
-                };
-                self.say(turn, &text).await;
-            }
-            Directive::McpServers => {
-                let servers = self
-                    .with_session(&session_id, |s| s.mcp_servers.to_string())
-                    .unwrap_or_default();
-                self.say(turn, &servers).await;
-            }
-            Directive::SpawnChild => {
-                // Same process group (no setsid), stdio null so it holds none of our pipes.
-                // Dropping the handle leaves it running.
-                let spawned = tokio::process::Command::new("sleep")
-                    .arg("1000")
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn();
-                let text = match spawned {
-                    Ok(child) => format!("child {}", child.id().unwrap_or_default()),
-                    Err(e) => format!("spawn failed: {e}"),
-                };
-                self.say(turn, &text).await;
-            }
-            Directive::SpawnTool => {
-                let spawned = tokio::process::Command::new("sleep")
-                    .arg("1000")
-                    .process_group(0)
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn();
-                let text = match spawned {
-                    Ok(child) => format!("tool {}", child.id().unwrap_or_default()),
-                    Err(e) => format!("spawn failed: {e}"),
-                };
-                self.say(turn, &text).await;
-            }
-            Directive::SpawnSession => {
-                // `setsid` is not a group leader here, so it calls setsid(2) and execs the
-                // shell in place: the pid is the shell's.
-                let spawned = tokio::process::Command::new("setsid")
-                    .args(["sh", "-c", "sleep 1000 & wait"])
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn();
-                let text = match spawned {
-                    Ok(child) => format!("session {}", child.id().unwrap_or_default()),
-                    Err(e) => format!("spawn failed: {e}"),
-                };
-                self.say(turn, &text).await;
-            }
-            Directive::SpawnEscapee => {
-                let spawned = tokio::process::Command::new("sh")
-                    .args([
-                        "-c",
-                        "env -i setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $!",
-                    ])
-                    .stdin(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .output()
-                    .await;
-                let text = match spawned {
-                    Ok(out) => format!("escapee {}\n", String::from_utf8_lossy(&out.stdout).trim()),
-                    Err(e) => format!("spawn failed: {e}"),
-                };
-                self.say(turn, &text).await;
-            }
-            Directive::Stderr(text) => eprintln!("{text}"),
-            Directive::EchoPrompt => {
-                let text = turn.text.clone();
-                self.say(turn, &text).await;
-            }
-            Directive::Recall => {
-                let firsts: Vec<&str> = turn
-                    .earlier
-                    .iter()
-                    .map(|p| p.lines().next().unwrap_or_default())
-                    .collect();
-                let text = format!("recall: {} earlier: {}", firsts.len(), firsts.join(" / "));
-                self.say(turn, &text).await;
-            }
+            Directive::EchoPrompt => turn.text.clone(),
+            Directive::Recall => turn.recall(),
             Directive::Terminal {
                 how,
                 limit,
                 program,
                 args,
             } => {
-                let text = self
-                    .terminal(&session_id, how, limit, &program, &args)
-                    .await;
-                self.say(turn, &text).await;
+                self.terminal(&session_id, how, limit, &program, &args)
+                    .await
             }
-            Directive::TerminalOutput(id) => {
-                let terminal = json!({"sessionId": session_id, "terminalId": id});
-                let text = match self.call("terminal/output", terminal).await {
-                    Ok(out) => format!("terminal {id} output {out}"),
-                    Err(e) => format!("terminal {id} output error: {e}"),
-                };
-                self.say(turn, &text).await;
-            }
-            Directive::Other(line) => self.say(turn, &format!("ok: {line}")).await,
-            Directive::OwnTask(title) => {
-                let n = self.next_tool.fetch_add(1, Ordering::Relaxed);
-                let id = format!("scripted-task-{}-{n}", std::process::id());
-                let update = json!({
-                    "sessionUpdate": "tool_call", "toolCallId": id, "title": title,
-                    "kind": "think", "status": "in_progress",
-                    "_meta": {"claudeCode": {"toolName": "Task"}},
-                });
-                self.out.update(&session_id, update).await;
-                *lock(&self.own_task) = Some(id);
-            }
-            Directive::OwnTaskDone => {
-                let id = lock(&self.own_task).take();
-                if let Some(id) = id {
-                    let update = json!({
-                        "sessionUpdate": "tool_call_update", "toolCallId": id, "status": "completed",
-                        "_meta": {"claudeCode": {"toolName": "Task"}},
-                    });
-                    self.out.update(&session_id, update).await;
-                }
-            }
-            Directive::OwnSubagent(title) => {
-                if !self.client_subagents.load(Ordering::Relaxed) {
-                    self.say(turn, "no subagents").await;
-                    return Flow::Continue;
-                }
-                let n = self.next_session.fetch_add(1, Ordering::Relaxed);
-                let child = format!("{session_id}-child-{n}");
-                let announce = json!({
-                    "sessionUpdate": "subagent_update", "sessionId": child, "title": title,
-                    "description": "a scripted child session", "state": {"state": "running"},
-                });
-                self.out.update(&session_id, announce).await;
-                let words = json!({
-                    "sessionUpdate": "agent_message_chunk",
-                    "content": text_content(&format!("child working on {title}")),
-                });
-                self.out.update(&child, words).await;
-                let call = with_kind("tool_call", self.tool_call("child tool"));
-                self.out.update(&child, call).await;
-                *lock(&self.own_child) = Some(child);
-            }
-            Directive::OwnSubagentDone => {
-                let child = lock(&self.own_child).take();
-                if let Some(child) = child {
-                    let update = json!({
-                        "sessionUpdate": "subagent_update", "sessionId": child,
-                        "state": {"state": "idle"},
-                    });
-                    self.out.update(&session_id, update).await;
-                }
-            }
-            Directive::Subagent(prompt) => {
-                let title: String = prompt
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(40)
-                    .collect();
-                let arguments = json!({
-                    "relationship": {"kind": "subagent"},
-                    "workspace": {"kind": "current"},
-                    "prompt": prompt,
-                    "title": format!("subagent: {title}"),
-                });
-                let text = match self.call_mcp(&session_id, "create_agent", &arguments).await {
-                    Ok(result) => format!("started subagent {}", answer_field(&result, "agentId")),
-                    Err(e) => format!("subagent error: {e}"),
-                };
-                self.say(turn, &format!("{text}\n")).await;
-            }
-            Directive::Job(command) => {
-                let arguments = json!({"command": command});
-                let text = match self.call_mcp(&session_id, "start_job", &arguments).await {
-                    Ok(result) => {
-                        format!("started job {}: {command}", answer_field(&result, "jobId"))
-                    }
-                    Err(e) => format!("job error: {e}"),
-                };
-                self.say(turn, &format!("{text}\n")).await;
-            }
-            Directive::Tour => {
-                for directive in tour() {
-                    if turn.cancelled() {
-                        return cancelled();
-                    }
-                    match Box::pin(self.play(turn, directive)).await {
-                        Flow::Continue => {}
-                        other => return other,
-                    }
-                }
-            }
+            Directive::TerminalOutput(id) => self.terminal_output(&session_id, &id).await,
+            Directive::Other(line) => format!("ok: {line}"),
+            Directive::OwnTask(title) => return self.own_task(&session_id, &title).await,
+            Directive::OwnTaskDone => return self.own_task_done(&session_id).await,
+            Directive::OwnSubagent(title) => return self.own_subagent(turn, &title).await,
+            Directive::OwnSubagentDone => return self.own_subagent_done(&session_id).await,
+            Directive::Subagent(prompt) => self.subagent(&session_id, &prompt).await,
+            Directive::Job(command) => self.job(&session_id, &command).await,
+            Directive::Tour => return self.tour(turn).await,
             Directive::Help => return self.say_slowly(turn, HELP).await,
+        };
+        self.say(turn, &said).await;
+        Flow::Continue
+    }
+
+    /// `stream`: `count` chunks, `delay` apart (stamped with the wall clock when asked);
+    /// cancellable.
+    async fn stream(&self, turn: &mut Turn, count: u64, delay: Duration, stamped: bool) -> Flow {
+        for i in 1..=count {
+            if i > 1 && !delay.is_zero() && !turn.waited(delay).await {
+                return cancelled();
+            }
+            if turn.cancelled() {
+                return cancelled();
+            }
+            let text = if stamped {
+                let ns = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                format!("chunk {i} @{ns}\n")
+            } else {
+                format!("chunk {i}\n")
+            };
+            self.say(turn, &text).await;
+        }
+        Flow::Continue
+    }
+
+    async fn think(&self, session_id: &str, text: &str) -> Flow {
+        self.record(session_id, &json!({"type": "thought", "text": text}));
+        self.out
+            .update(
+                session_id,
+                json!({"sessionUpdate": "agent_thought_chunk", "content": text_content(text)}),
+            )
+            .await;
+        Flow::Continue
+    }
+
+    /// `tool`: a tool call, completed at once.
+    async fn tool(&self, session_id: &str, title: &str) -> Flow {
+        let tool_call = self.tool_call(title);
+        let tool_call_id = tool_call["toolCallId"].clone();
+        self.out
+            .update(session_id, with_kind("tool_call", tool_call))
+            .await;
+        self.complete_tool(session_id, &tool_call_id, title).await;
+        Flow::Continue
+    }
+
+    /// `crash`: flushes stdout, says so on stderr and exits with `code`.
+    async fn crash(&self, code: i32) -> Flow {
+        self.out.flush().await;
+        eprintln!("{CRASH_MESSAGE}");
+        std::process::exit(code);
+    }
+
+    async fn plan(&self, session_id: &str, steps: &[String]) -> Flow {
+        let entries: Vec<Value> = steps
+            .iter()
+            .map(|s| json!({"content": s, "priority": "medium", "status": "pending"}))
+            .collect();
+        self.out
+            .update(
+                session_id,
+                json!({"sessionUpdate": "plan", "entries": entries}),
+            )
+            .await;
+        Flow::Continue
+    }
+
+    /// `unknown`: an update of a kind no client knows, and an unknown notification.
+    async fn unknown(&self, session_id: &str) -> Flow {
+        self.out
+            .update(
+                session_id,
+                json!({"sessionUpdate": "scripted_unknown_kind", "detail": "a kind no client knows"}),
+            )
+            .await;
+        self.out
+            .notify(
+                "_scripted/status",
+                json!({"sessionId": session_id, "status": "busy"}),
+            )
+            .await;
+        Flow::Continue
+    }
+
+    /// `limit`: the prompt fails as `agent` fails it while the limit lasts; then goes on.
+    fn limit(&self, prompt: &str, agent: &str, seconds: u64, reset: bool) -> Flow {
+        self.limited(prompt, agent, seconds, reset)
+            .map_or(Flow::Continue, |(code, message, data)| {
+                Flow::FailWith(code, message, data)
+            })
+    }
+
+    /// What the session holds, as `f` says it (empty for a session it does not know).
+    fn session_said(&self, session_id: &str, f: impl FnOnce(&mut Session) -> String) -> String {
+        self.with_session(session_id, f).unwrap_or_default()
+    }
+
+    /// `mcp`: calls `tool` on the session's MCP server; what to say about it.
+    async fn mcp(&self, session_id: &str, tool: &str, arguments: &str) -> String {
+        match serde_json::from_str::<Value>(arguments) {
+            Err(e) => format!("mcp {tool} error: arguments are not JSON: {e}"),
+            Ok(arguments) => match self.call_mcp(session_id, tool, &arguments).await {
+                Ok(result) => format!("mcp {tool}: {result}"),
+                Err(e) => format!("mcp {tool} error: {e}"),
+            },
+        }
+    }
+
+    /// `terminal-output`: asks the client for terminal `id`'s output; what to say about it.
+    async fn terminal_output(&self, session_id: &str, id: &str) -> String {
+        let terminal = json!({"sessionId": session_id, "terminalId": id});
+        match self.call("terminal/output", terminal).await {
+            Ok(out) => format!("terminal {id} output {out}"),
+            Err(e) => format!("terminal {id} output error: {e}"),
+        }
+    }
+
+    /// `own-task`: claude's Task tool call, left running.
+    async fn own_task(&self, session_id: &str, title: &str) -> Flow {
+        let n = self.next_tool.fetch_add(1, Ordering::Relaxed);
+        let id = format!("scripted-task-{}-{n}", std::process::id());
+        let update = json!({
+            "sessionUpdate": "tool_call", "toolCallId": id, "title": title,
+            "kind": "think", "status": "in_progress",
+            "_meta": {"claudeCode": {"toolName": "Task"}},
+        });
+        self.out.update(session_id, update).await;
+        *lock(&self.own_task) = Some(id);
+        Flow::Continue
+    }
+
+    /// `own-task-done`: the last `own-task` call completed.
+    async fn own_task_done(&self, session_id: &str) -> Flow {
+        let id = lock(&self.own_task).take();
+        if let Some(id) = id {
+            let update = json!({
+                "sessionUpdate": "tool_call_update", "toolCallId": id, "status": "completed",
+                "_meta": {"claudeCode": {"toolName": "Task"}},
+            });
+            self.out.update(session_id, update).await;
+        }
+        Flow::Continue
+    }
+
+    /// `own-subagent`: an ACP child session, announced running, that says something and starts
+    /// a tool.
+    async fn own_subagent(&self, turn: &Turn, title: &str) -> Flow {
+        if !self.client_subagents.load(Ordering::Relaxed) {
+            self.say(turn, "no subagents").await;
+            return Flow::Continue;
+        }
+        let session_id = &turn.session_id;
+        let n = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let child = format!("{session_id}-child-{n}");
+        let announce = json!({
+            "sessionUpdate": "subagent_update", "sessionId": child, "title": title,
+            "description": "a scripted child session", "state": {"state": "running"},
+        });
+        self.out.update(session_id, announce).await;
+        let words = json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": text_content(&format!("child working on {title}")),
+        });
+        self.out.update(&child, words).await;
+        let call = with_kind("tool_call", self.tool_call("child tool"));
+        self.out.update(&child, call).await;
+        *lock(&self.own_child) = Some(child);
+        Flow::Continue
+    }
+
+    /// `own-subagent-done`: the last child session idle.
+    async fn own_subagent_done(&self, session_id: &str) -> Flow {
+        let child = lock(&self.own_child).take();
+        if let Some(child) = child {
+            let update = json!({
+                "sessionUpdate": "subagent_update", "sessionId": child,
+                "state": {"state": "idle"},
+            });
+            self.out.update(session_id, update).await;
+        }
+        Flow::Continue
+    }
+
+    /// `subagent`: creates one through the session's MCP server; what to say about it.
+    async fn subagent(&self, session_id: &str, prompt: &str) -> String {
+        let title: String = prompt
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(40)
+            .collect();
+        let arguments = json!({
+            "relationship": {"kind": "subagent"},
+            "workspace": {"kind": "current"},
+            "prompt": prompt,
+            "title": format!("subagent: {title}"),
+        });
+        match self.call_mcp(session_id, "create_agent", &arguments).await {
+            Ok(result) => format!("started subagent {}\n", answer_field(&result, "agentId")),
+            Err(e) => format!("subagent error: {e}\n"),
+        }
+    }
+
+    /// `job`: starts one through the session's MCP server; what to say about it.
+    async fn job(&self, session_id: &str, command: &str) -> String {
+        let arguments = json!({"command": command});
+        match self.call_mcp(session_id, "start_job", &arguments).await {
+            Ok(result) => format!(
+                "started job {}: {command}\n",
+                answer_field(&result, "jobId")
+            ),
+            Err(e) => format!("job error: {e}\n"),
+        }
+    }
+
+    /// `tour`: the demo's show, played directive by directive.
+    async fn tour(&self, turn: &mut Turn) -> Flow {
+        for directive in tour() {
+            if turn.cancelled() {
+                return cancelled();
+            }
+            match Box::pin(self.play(turn, directive)).await {
+                Flow::Continue => {}
+                other => return other,
+            }
         }
         Flow::Continue
     }
@@ -2222,6 +2231,58 @@ impl Agent {
             .send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
         (key, rx)
+    }
+}
+
+/// `spawn-child` and `spawn-tool`: `sleep 1000` in the agent's process group, or in one of its
+/// own (as real agents run their tools); what to say about it.
+fn spawn_sleeper(label: &str, own_group: bool) -> String {
+    let mut command = tokio::process::Command::new("sleep");
+    command.arg("1000");
+    if own_group {
+        command.process_group(0);
+    }
+    spawn_detached(label, &mut command)
+}
+
+/// `spawn-session`: a shell in a session of its own that starts `sleep 1000` and waits.
+fn spawn_session() -> String {
+    // `setsid` is not a group leader here, so it calls setsid(2) and execs the shell in place:
+    // the pid is the shell's.
+    let mut command = tokio::process::Command::new("setsid");
+    command.args(["sh", "-c", "sleep 1000 & wait"]);
+    spawn_detached("session", &mut command)
+}
+
+/// Starts `command` with stdio null (so it holds none of the agent's pipes) and leaves it
+/// running; says `<label> <pid>`.
+fn spawn_detached(label: &str, command: &mut tokio::process::Command) -> String {
+    let spawned = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    match spawned {
+        Ok(child) => format!("{label} {}", child.id().unwrap_or_default()),
+        Err(e) => format!("spawn failed: {e}"),
+    }
+}
+
+/// `spawn-escapee`: `sleep 1000` started through a shell that exits at once, in a session of
+/// its own with an empty environment; what to say about it.
+async fn spawn_escapee() -> String {
+    let spawned = tokio::process::Command::new("sh")
+        .args([
+            "-c",
+            "env -i setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $!",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .await;
+    match spawned {
+        Ok(out) => format!("escapee {}\n", String::from_utf8_lossy(&out.stdout).trim()),
+        Err(e) => format!("spawn failed: {e}"),
     }
 }
 

@@ -170,7 +170,7 @@ impl Actor {
         };
         let view = RuntimeView {
             state,
-            pid: self.live.as_ref().map(|l| l.pid),
+            pid: self.live.as_ref().map(|l| l.running.pid),
             hibernate_at: self
                 .live
                 .as_ref()
@@ -235,7 +235,11 @@ impl Actor {
 
     /// Reads which processes are the agent's own, once its session is ready.
     pub(super) async fn note_own_processes(&mut self) {
-        let Some((pid, marker)) = self.live.as_ref().map(|l| (l.pid, l.marker.clone())) else {
+        let Some((pid, marker)) = self
+            .live
+            .as_ref()
+            .map(|l| (l.running.pid, l.marker.clone()))
+        else {
             return;
         };
         let own = tokio::task::spawn_blocking(move || process::own_processes(pid, Some(&marker)))
@@ -252,7 +256,7 @@ impl Actor {
         let found = match self.live.as_ref() {
             Some(live) => match live.own.clone() {
                 Some(own) => {
-                    let (pid, marker) = (live.pid, live.marker.clone());
+                    let (pid, marker) = (live.running.pid, live.marker.clone());
                     tokio::task::spawn_blocking(move || {
                         process::background_processes(pid, Some(&marker), &own)
                     })

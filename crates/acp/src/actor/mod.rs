@@ -20,7 +20,6 @@ mod updates;
 
 use std::collections::HashMap;
 use std::future::pending;
-use std::process::ExitStatus;
 use std::sync::Arc;
 
 use drover_core::inbox::{Delivery, Inbox, InboxMessage};
@@ -213,16 +212,13 @@ pub(crate) fn spawn(
 
 /// The agent's process and ACP session, while it runs.
 struct Live {
-    pid: u32,
+    /// Its pid, stderr, exit and cgroup.
+    running: process::Running,
     /// The `DROVER_AGENT_ID` its processes carry: the agent's id, or the id of the warm spare
     /// it took (see `crate::warm`).
     marker: String,
-    /// Its leaf cgroup, where the daemon has them (see `drover_core::guard`).
-    cgroup: Option<std::path::PathBuf>,
     rpc: RpcClient,
     incoming: mpsc::Receiver<Incoming>,
-    exited: watch::Receiver<Option<ExitStatus>>,
-    stderr: process::StderrTail,
     session_id: String,
     /// The agent offers `session/close`: a stopping runtime closes its session first.
     close_session: bool,
@@ -449,7 +445,7 @@ impl Actor {
             ..
         } = self;
         let (incoming, exited) = match live {
-            Some(l) => (Some(&mut l.incoming), Some(&mut l.exited)),
+            Some(l) => (Some(&mut l.incoming), Some(&mut l.running.exited)),
             None => (None, None),
         };
         // An arm whose source is absent waits forever.
@@ -589,7 +585,7 @@ impl Actor {
                 let _ = reply.send(self.inbox.pending().cloned().collect());
             }
             Command::Pid { reply } => {
-                let _ = reply.send(self.live.as_ref().map(|l| l.pid));
+                let _ = reply.send(self.live.as_ref().map(|l| l.running.pid));
             }
             Command::Close { cause, reply } => {
                 // Later senders find the channel closed and start a fresh task.

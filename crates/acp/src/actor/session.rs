@@ -422,7 +422,7 @@ impl Actor {
             slot: spare_slot,
             ..
         } = spare;
-        let (pid, rpc) = (process.pid, process.rpc.clone());
+        let (pid, rpc) = (process.running.pid, process.rpc.clone());
         let marker = spare_id.to_string();
         // The agent's record replaces the spare's, naming the marker.
         let written = records::RuntimeRecord::of(self.id, pid).map(|mut record| {
@@ -457,7 +457,7 @@ impl Actor {
     ) -> Result<Launched, LaunchError> {
         let spec = provider.spawn_spec(program, agent.cwd.clone(), Some(self.id.to_string()));
         let process = process::spawn_connected(&spec).await?;
-        let (pid, rpc) = (process.pid, process.rpc.clone());
+        let (pid, rpc) = (process.running.pid, process.rpc.clone());
         self.record_runtime(pid);
         let marker = self.id.to_string();
         self.live = Some(self.new_live(process, marker, slot));
@@ -473,21 +473,15 @@ impl Actor {
 
     fn new_live(&self, process: process::Connected, marker: String, slot: SlotGuard) -> Live {
         let process::Connected {
-            pid,
+            running,
             rpc,
             incoming,
-            stderr,
-            exited,
-            cgroup,
         } = process;
         Live {
-            pid,
+            running,
             marker,
-            cgroup,
             rpc,
             incoming,
-            exited,
-            stderr,
             session_id: String::new(),
             close_session: false,
             modes: None,
@@ -731,7 +725,7 @@ impl Actor {
                         // The same failure as the stream's end below, told the same way
                         // whichever the runtime sees first: with the exit status.
                         let status = match self.live.as_mut() {
-                            Some(live) => wait_exit(&mut live.exited).await,
+                            Some(live) => wait_exit(&mut live.running.exited).await,
                             None => "gone".to_string(),
                         };
                         return Err(LaunchError::Exited { method, status, stderr: self.last_words().await });
@@ -740,7 +734,7 @@ impl Actor {
                 }
                 message = live.incoming.recv() => match message {
                     Some(Incoming::Closed) | None => {
-                        let status = wait_exit(&mut live.exited).await;
+                        let status = wait_exit(&mut live.running.exited).await;
                         return Err(LaunchError::Exited { method, status, stderr: self.last_words().await });
                     }
                     Some(message) => self.on_incoming(message).await,
@@ -762,7 +756,7 @@ impl Actor {
     /// after 1 s): the exit can be seen before its last words are read, and a failure must
     /// read the same whichever comes first.
     async fn last_words(&mut self) -> LastStderr {
-        let tail = self.live.as_ref().map(|l| l.stderr.clone());
+        let tail = self.live.as_ref().map(|l| l.running.stderr.clone());
         match tail {
             Some(tail) => LastStderr(tail.last_words(5).await),
             None => LastStderr(Vec::new()),
@@ -773,7 +767,7 @@ impl Actor {
         LastStderr(
             self.live
                 .as_ref()
-                .map(|l| l.stderr.last(5))
+                .map(|l| l.running.stderr.last(5))
                 .unwrap_or_default(),
         )
     }
@@ -828,15 +822,15 @@ impl Actor {
                 }
             }
             process::terminate_group(
-                live.pid,
+                live.running.pid,
                 Some(&live.marker),
-                live.cgroup.as_deref(),
-                &mut live.exited,
+                live.running.cgroup.as_deref(),
+                &mut live.running.exited,
                 CLOSE_GRACE,
             )
             .await;
             records::remove(&self.shared.home, self.id);
-            tracing::info!(agent = %self.id, pid = live.pid, "agent process stopped");
+            tracing::info!(agent = %self.id, pid = live.running.pid, "agent process stopped");
         }
         self.turn = None;
     }
@@ -846,9 +840,13 @@ impl Actor {
         let Some(live) = self.live.as_mut() else {
             return;
         };
-        let status = wait_exit(&mut live.exited).await;
+        let status = wait_exit(&mut live.running.exited).await;
         // Whatever else is in its group or its cgroup goes too, and the terminals it opened.
-        process::kill_group_now(live.pid, Some(&live.marker), live.cgroup.as_deref());
+        process::kill_group_now(
+            live.running.pid,
+            Some(&live.marker),
+            live.running.cgroup.as_deref(),
+        );
         self.end_terminals();
         records::remove(&self.shared.home, self.id);
         // The exit can be seen before the reader has passed on what the agent wrote just
@@ -859,7 +857,7 @@ impl Actor {
         };
         self.publish_session();
         // Its last words explain the exit: let the reader take them all.
-        let tail = live.stderr.last_words(10).await;
+        let tail = live.running.stderr.last_words(10).await;
         let mut message = format!("the agent process exited unexpectedly ({status})");
         if !tail.is_empty() {
             // Writing to a `String` cannot fail.

@@ -26,7 +26,9 @@ impl Ops {
             _ => None,
         };
         let message = InboxMessage::new(delivery, text, caller.source()).notifying(notify);
-        let message_id = self.queue_message(caller, target.id, message).await?;
+        let message_id = self
+            .queue_message(caller, target.id, message, WhenSpent::Refuse)
+            .await?;
         Ok(SentMessage {
             message_id,
             notify: notify.is_some(),
@@ -51,38 +53,28 @@ impl Ops {
         let notify = upstream.filter(|_| delivery.wakes());
         let source = upstream.map_or_else(|| Caller::User.source(), |u| format!("agent:{u}"));
         let message = InboxMessage::new(delivery, text, source).notifying(notify);
-        let message_id = self.queue_message(Caller::User, id, message).await?;
+        let message_id = self
+            .queue_message(Caller::User, id, message, WhenSpent::Refuse)
+            .await?;
         Ok(SentMessage {
             message_id,
             notify: notify.is_some(),
         })
     }
 
-    /// Queues a message the caller built (a schedule's run, whose id it chose and recorded
-    /// first); returns its id once it is durable.
+    /// Queues a message the caller built for `id` (whom `caller` controls); returns its id
+    /// once it is durable. A schedule's run is one: it chose the id and recorded it first.
     pub(crate) async fn queue_message(
         &self,
         caller: Caller,
         id: AgentId,
         message: InboxMessage,
+        when_spent: WhenSpent,
     ) -> Result<String, OpError> {
         let target = self.controlled(caller, id)?;
-        if message.delivery.wakes() {
+        if when_spent == WhenSpent::Refuse && message.delivery.wakes() {
             self.check_budget(target.id)?;
         }
-        self.enqueue(caller, target.id, message).await
-    }
-
-    /// Queues a message for `id` (whom `caller` controls) without the budget's check: what
-    /// drover queues itself for a spent tree (a schedule's run) waits in the inbox, held,
-    /// until the budget is raised.
-    pub(crate) async fn enqueue(
-        &self,
-        caller: Caller,
-        id: AgentId,
-        message: InboxMessage,
-    ) -> Result<String, OpError> {
-        let target = self.controlled(caller, id)?;
         let delivery = match message.delivery {
             Delivery::Followup => "followup",
             Delivery::Steer => "steer",
@@ -111,6 +103,16 @@ impl Ops {
             .cancel_turn(target.id, cause, keep_inbox)
             .await?)
     }
+}
+
+/// What queueing does with a message that would wake an agent whose tree's budget is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WhenSpent {
+    /// Refuses it: what a client or an agent sends.
+    Refuse,
+    /// Queues it held in the inbox until the budget is raised: what drover queues itself for
+    /// a spent tree (a schedule's run).
+    Hold,
 }
 
 /// A queued message.

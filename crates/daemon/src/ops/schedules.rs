@@ -17,6 +17,7 @@ use drover_protocol::{ScheduleNewAgent, ScheduleWhen};
 use jiff::{SignedDuration, Timestamp};
 
 use super::agents::{CreateAgent, Placement};
+use super::messages::WhenSpent;
 use super::{Caller, OpError, Ops, parse_agent, parse_workspace};
 use crate::schedules::{
     Cadence, Deliver, NewAgentSpec, NewSchedule, RUN_LABEL, SCHEDULE_LABEL, Schedule,
@@ -363,7 +364,7 @@ impl Deliver for Ops {
                     ));
                 }
             }
-            ops.enqueue(caller, agent, message)
+            ops.queue_message(caller, agent, message, WhenSpent::Hold)
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())
@@ -416,7 +417,7 @@ impl Deliver for Ops {
                 }
             };
             // As the user: the new agent is the schedule's own, whoever its parent is.
-            ops.queue_message(Caller::User, agent, message)
+            ops.queue_message(Caller::User, agent, message, WhenSpent::Refuse)
                 .await
                 .map_err(|e| {
                     format!("agent `{agent}` was created, but its prompt was not queued: {e}")
