@@ -119,6 +119,27 @@ impl TestDaemon {
         Self::start_with(home, keep, false, state, config, "127.0.0.1:0").await
     }
 
+    /// A daemon on a fresh home with this `config.toml` (the scripted provider is not added).
+    pub async fn start_fresh_with_config(config: String) -> TestDaemon {
+        let home = TempDir::new().expect("home");
+        Self::start_with_config(home.path().to_path_buf(), Some(home), config).await
+    }
+
+    /// A daemon on a fresh home with the scripted provider, `env` (TOML `KEY = "value"` pairs,
+    /// or nothing) added to the provider's environment and `extra` appended to `config.toml`;
+    /// the agents' state dir goes with it.
+    pub async fn start_scripted(env: &str, extra: &str) -> (TestDaemon, TempDir) {
+        let state = TempDir::new().expect("agent state");
+        let mut config = crate::scripted_config(&crate::scripted_agent_bin(), state.path());
+        if !env.is_empty() {
+            config = config.replacen("env = { ", &format!("env = {{ {env}, "), 1);
+        }
+        if !extra.is_empty() {
+            config = format!("{config}\n{extra}\n");
+        }
+        (Self::start_fresh_with_config(config).await, state)
+    }
+
     async fn start_with(
         home: PathBuf,
         keep: Option<TempDir>,
@@ -402,10 +423,77 @@ impl Client {
         }
         let created = self.request(message).await;
         assert_eq!(created["type"], "agent_created", "{created}");
-        created["payload"]["agent"]["id"]
-            .as_str()
-            .expect("the agent's id")
-            .to_string()
+        string_at(&created["payload"]["agent"]["id"])
+    }
+
+    /// Creates an agent of the scripted provider in `cwd` with `fields` (those of
+    /// `create_agent`: prompt, title, ...); its id. Fails the test unless it was created.
+    pub async fn create_scripted(&mut self, cwd: &Path, fields: Value) -> String {
+        let mut all = json!({"provider": "scripted", "cwd": cwd});
+        for (k, v) in fields.as_object().expect("create_agent's fields") {
+            all[k] = v.clone();
+        }
+        self.create_agent(all).await
+    }
+
+    /// `initialize_agent_request`: this client catches up on the agent's timeline. Fails the
+    /// test unless the daemon answers `agent_initialized`.
+    pub async fn initialize_agent(&mut self, agent: &str) {
+        let init = self
+            .request(json!({"type": "initialize_agent_request", "agentId": agent}))
+            .await;
+        assert_eq!(init["type"], "agent_initialized", "{init}");
+    }
+
+    /// `send_message` of `text` to the agent, delivered as the daemon's default does. Fails
+    /// the test unless it was queued.
+    pub async fn send_message(&mut self, agent: &str, text: &str) {
+        let queued = self
+            .request(json!({"type": "send_message", "agentId": agent, "text": text}))
+            .await;
+        assert_eq!(queued["type"], "message_queued", "{queued}");
+    }
+
+    /// `get_agent`: the agent's record. Fails the test unless the daemon answers `agent`.
+    pub async fn get_agent(&mut self, agent: &str) -> Value {
+        let got = self
+            .request(json!({"type": "get_agent", "agentId": agent}))
+            .await;
+        assert_eq!(got["type"], "agent", "{got}");
+        got["payload"]["agent"].clone()
+    }
+
+    /// The agent as `list_agents` (archived ones included) shows it; fails the test when it is
+    /// not listed.
+    pub async fn listed_agent(&mut self, agent: &str) -> Value {
+        self.agents(true)
+            .await
+            .into_iter()
+            .find(|a| a["id"] == agent)
+            .unwrap_or_else(|| panic!("agent {agent} not listed"))
+    }
+
+    /// Waits (at most [`WAIT`]) until `list_agents` shows the agent with this `status`.
+    pub async fn wait_status(&mut self, agent: &str, status: &str) {
+        crate::wait::eventually(format!("agent {agent} to be {status}"), WAIT, async || {
+            self.listed_agent(agent).await["status"] == status
+        })
+        .await;
+    }
+
+    /// The texts of the agent's `notice` items, in order.
+    pub async fn notices(&mut self, agent: &str) -> Vec<String> {
+        self.texts_of(agent, "notice").await
+    }
+
+    /// The `text` of each of the agent's timeline items of this `kind`, in order.
+    pub async fn texts_of(&mut self, agent: &str, kind: &str) -> Vec<String> {
+        self.timeline(agent)
+            .await
+            .iter()
+            .filter(|i| i["kind"] == kind)
+            .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
+            .collect()
     }
 
     /// Waits (at most 20 s) for the agent to be idle with nothing queued; fails if it is not.
@@ -418,12 +506,7 @@ impl Client {
 
     /// The texts of the agent's `agent_message` items, in order.
     pub async fn replies(&mut self, agent: &str) -> Vec<String> {
-        self.timeline(agent)
-            .await
-            .iter()
-            .filter(|i| i["kind"] == "agent_message")
-            .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-            .collect()
+        self.texts_of(agent, "agent_message").await
     }
 
     /// The agent's timeline items (`fetch_timeline`, up to 1000).
@@ -472,6 +555,25 @@ impl Client {
         })
         .await
     }
+}
+
+/// The string at `value` (an id in an answer, say), owned; fails the test when there is none.
+pub fn string_at(value: &Value) -> String {
+    value
+        .as_str()
+        .unwrap_or_else(|| panic!("a string, not {value}"))
+        .to_string()
+}
+
+/// The first entry of the array `list` that `want` picks, owned; fails the test, naming
+/// `what`, when there is none.
+pub fn find_where(list: &Value, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("{what}: no list in {list}"))
+        .iter()
+        .find(|v| want(v))
+        .cloned()
+        .unwrap_or_else(|| panic!("{what}: not in {list}"))
 }
 
 /// Writes the scripted provider into an existing home's config (for a daemon started as a

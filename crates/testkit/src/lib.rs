@@ -458,3 +458,110 @@ pub fn git(dir: &Path, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// What a real agent runs against in a test: the scripted model server on 127.0.0.1 it is
+/// pointed at, a working directory (canonical, so that paths the agent reports compare equal
+/// to ours) and a scratch folder for its own files. The folders go with it.
+#[derive(Debug)]
+pub struct RealGround {
+    pub model: drover_fakes::model::ModelServer,
+    pub cwd: PathBuf,
+    pub scratch: tempfile::TempDir,
+    /// The folder `cwd` names, held so that it lasts as long as this.
+    pub cwd_dir: tempfile::TempDir,
+}
+
+impl RealGround {
+    pub async fn new() -> RealGround {
+        let cwd_dir = tempfile::TempDir::new().expect("cwd");
+        let scratch = tempfile::TempDir::new().expect("scratch");
+        let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
+        RealGround {
+            model: model_server().await,
+            cwd,
+            scratch,
+            cwd_dir,
+        }
+    }
+
+    /// How to run `agent` here: its config written under the scratch folder, in the working
+    /// directory, against the model.
+    pub fn command(
+        &self,
+        agent: drover_fakes::real_agents::RealAgent,
+    ) -> drover_fakes::acp_client::AgentCommand {
+        agent
+            .command(
+                &drover_fakes::real_agents::agents_dir(),
+                &self.model.url(),
+                self.scratch.path(),
+                &self.cwd,
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// The scripted model, served on a fresh port of 127.0.0.1.
+pub async fn model_server() -> drover_fakes::model::ModelServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the model server");
+    drover_fakes::model::serve(listener)
+}
+
+/// The three records a boot must leave alone, made from `template` (a record as drover writes
+/// it, whose `id` is `{prefix}-1`), each with what it is: one unreadable, one naming another
+/// id (`{prefix}-4`) and one written by a newer drover (`version` 99).
+pub fn records_boot_leaves_alone(
+    template: &serde_json::Value,
+    prefix: &str,
+) -> [(&'static str, Vec<u8>); 3] {
+    let mut other_id = template.clone();
+    other_id["id"] = serde_json::json!(format!("{prefix}-4"));
+    let mut newer = template.clone();
+    newer["version"] = serde_json::json!(99);
+    [
+        (
+            "unreadable",
+            format!("{{\"version\": 1, \"id\": \"{prefix}-1\", torn").into_bytes(),
+        ),
+        (
+            "naming another id",
+            serde_json::to_vec_pretty(&other_id).expect("json"),
+        ),
+        (
+            "written by a newer drover",
+            serde_json::to_vec_pretty(&newer).expect("json"),
+        ),
+    ]
+}
+
+/// A child process a test kills: with SIGKILL when dropped (a failing assertion included), or
+/// on purpose with [`KillOnDrop::kill_and_drain`].
+#[derive(Debug)]
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    /// Kills the process with SIGKILL, fails the test if it had exited successfully by then,
+    /// then adds to `lines` what it printed before dying (still in the pipe `reader` reads
+    /// into `rx`), once `reader` has ended.
+    pub fn kill_and_drain<T>(
+        &mut self,
+        reader: std::thread::JoinHandle<()>,
+        rx: &std::sync::mpsc::Receiver<T>,
+        lines: &mut Vec<T>,
+    ) {
+        self.0.kill().expect("SIGKILL the driver");
+        let status = self.0.wait().expect("reap the driver");
+        assert!(!status.success(), "the driver was not killed: {status:?}");
+        reader.join().expect("reader thread");
+        lines.extend(rx.try_iter());
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, string_at};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -17,19 +17,11 @@ async fn daemon_with(env: &str) -> (TestDaemon, TempDir) {
     crate::hibernation::daemon_with("idle_timeout = \"500ms\"", env).await
 }
 
-async fn get_agent(client: &mut Client, agent: &str) -> Value {
-    let got = client
-        .request(json!({"type": "get_agent", "agentId": agent}))
-        .await;
-    assert_eq!(got["type"], "agent", "{got}");
-    got["payload"]["agent"].clone()
-}
-
 /// Waits until the agent's runtime is cold (hibernated).
 async fn cold(client: &mut Client, agent: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        if get_agent(client, agent).await["runtime"]["state"] == "cold" {
+        if client.get_agent(agent).await["runtime"]["state"] == "cold" {
             return;
         }
         assert!(
@@ -65,7 +57,7 @@ async fn first_turn(client: &mut Client, daemon: &TestDaemon) -> (String, Value)
         .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": "say first"}))
         .await;
     client.wait_idle(&id).await;
-    let agent = get_agent(client, &id).await;
+    let agent = client.get_agent(&id).await;
     (id, agent)
 }
 
@@ -96,7 +88,7 @@ async fn a_session_is_closed_when_its_runtime_stops_and_resumed_without_replay()
         history(&state, &session)
     );
     // What the agent advertised is still known while it is cold.
-    let asleep = get_agent(&mut client, &id).await;
+    let asleep = client.get_agent(&id).await;
     assert_eq!(asleep["runtime"]["agent"], *advertised, "{asleep}");
 
     // The next message continues the same session through session/resume: the agent knows
@@ -110,10 +102,7 @@ async fn a_session_is_closed_when_its_runtime_stops_and_resumed_without_replay()
         Some("recall: 1 earlier: say first")
     );
     assert_eq!(resumed_via(&mut client, &id).await, ["session/resume"]);
-    assert_eq!(
-        get_agent(&mut client, &id).await["sessionId"],
-        session.as_str()
-    );
+    assert_eq!(client.get_agent(&id).await["sessionId"], session.as_str());
     daemon.stop().await;
 }
 
@@ -160,7 +149,7 @@ async fn an_agent_that_speaks_another_acp_version_fails_its_start_saying_so() {
         .await;
     let deadline = tokio::time::Instant::now() + WAIT;
     let agent = loop {
-        let agent = get_agent(&mut client, &id).await;
+        let agent = client.get_agent(&id).await;
         if agent["status"] == "error" {
             break agent;
         }
@@ -214,10 +203,7 @@ async fn mode_and_model_are_set_through_config_options_where_the_agent_offers_th
             }))
             .await;
         client.wait_idle(&id).await;
-        let session = get_agent(&mut client, &id).await["sessionId"]
-            .as_str()
-            .expect("a session")
-            .to_string();
+        let session = string_at(&client.get_agent(&id).await["sessionId"]);
         assert_eq!(
             settings(&state, &session, "mode"),
             [("plan".to_string(), mode_via.to_string())],
@@ -266,7 +252,7 @@ async fn reasoning_effort_and_the_agents_settings_are_shown_and_set_as_config_op
         }))
         .await;
     client.wait_idle(&id).await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     let session = agent["sessionId"].as_str().expect("a session").to_string();
     // The effort asked for at creation reached the agent through its `thought_level` option.
     assert_eq!(
@@ -325,14 +311,14 @@ async fn reasoning_effort_and_the_agents_settings_are_shown_and_set_as_config_op
     // Cold, the options are gone from view but the choice is kept, and a new runtime shows
     // (and has) it.
     cold(&mut client, &id).await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(agent["configOptions"], Value::Null, "{agent}");
     assert_eq!(agent["effort"], "low", "{agent}");
     client
         .request(json!({"type": "send_message", "agentId": id, "text": "say again"}))
         .await;
     client.wait_idle(&id).await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(option(&agent, "effort")["currentValue"], "low", "{agent}");
     daemon.stop().await;
 }
@@ -347,13 +333,7 @@ async fn an_effort_the_agent_cannot_take_is_said_in_its_timeline() {
         }))
         .await;
     client.wait_idle(&id).await;
-    let notices: Vec<String> = client
-        .timeline(&id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "notice")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect();
+    let notices = client.notices(&id).await;
     assert!(
         notices
             .iter()

@@ -8,13 +8,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use drover_core::{AgentId, NoRuntimes, Registry};
+use drover_testkit::KillOnDrop as Driver;
 use drover_testkit::crash::{Ack, AgentState, Begin, Failed, Op, XorShift};
 
 /// Kills per run, all on the same data directory; `DROVER_CRASH_ROUNDS` overrides it.
@@ -25,16 +26,6 @@ const MIN_ACKS: (u64, u64) = (2, 8);
 const KILL_AFTER_MS: (u64, u64) = (30, 300);
 /// A round that takes longer than this means the driver hangs or never acks.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Kills the driver if the test panics before it does.
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One line of the driver's stdout; `complete` is false for a last line cut by the kill.
 struct Line {
@@ -385,12 +376,8 @@ fn run_until_killed(
             }
         }
     }
-    driver.0.kill().expect("SIGKILL the driver");
-    let status = driver.0.wait().expect("reap the driver");
-    assert!(!status.success(), "the driver was not killed: {status:?}");
-    reader.join().expect("reader thread");
     // Whatever it printed before dying is still in the pipe.
-    lines.extend(rx.try_iter());
+    driver.kill_and_drain(reader, &rx, &mut lines);
     lines
 }
 

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use drover_core::AgentId;
 use drover_core::inbox::Inbox;
 use drover_core::timeline::{Page, Timeline};
+use drover_testkit::KillOnDrop as Driver;
 use drover_testkit::crash::XorShift;
 use drover_testkit::daemon::TestDaemon;
 use drover_testkit::msgdriver::MessageOp;
@@ -31,16 +32,6 @@ const SOAK_ROUNDS: &str = "DROVER_SOAK_ROUNDS";
 const ROUND_CAP: Duration = Duration::from_secs(5);
 /// How long one boot of the driver may take.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Kills the driver when dropped (a failing assertion included).
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn spawn_driver(home: &Path, cwd: &Path, seed: u64, mode: &str, stderr: &Path) -> Driver {
     let stderr = fs::File::create(stderr).expect("stderr file");
@@ -130,11 +121,7 @@ fn run_until_killed(
             ),
         }
     }
-    driver.0.kill().expect("SIGKILL the driver");
-    let status = driver.0.wait().expect("reap the driver");
-    assert!(!status.success(), "the driver was not killed: {status:?}");
-    reader.join().expect("reader thread");
-    lines.extend(rx.try_iter());
+    driver.kill_and_drain(reader, &rx, &mut lines);
     lines
 }
 
@@ -314,14 +301,9 @@ async fn a_connections_requests_are_bounded_and_end_with_it() {
     const SENT: usize = 300;
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": "sleep 60000"}))
+    let id = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": "sleep 60000"}))
         .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    let id = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
     client
         .recv_where(|m| {
             m["type"] == "agent_status"

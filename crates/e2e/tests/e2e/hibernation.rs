@@ -24,19 +24,7 @@ const WAIT: Duration = Duration::from_secs(20);
 /// A daemon whose `config.toml` has the scripted provider (with `env` added to its
 /// environment) and this `[runtimes]` section; the agents' state dir goes with it.
 pub(crate) async fn daemon_with(runtimes: &str, env: &str) -> (TestDaemon, TempDir) {
-    let state = TempDir::new().expect("agent state");
-    let home = TempDir::new().expect("home");
-    let mut config =
-        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path());
-    if !env.is_empty() {
-        config = config.replacen("env = { ", &format!("env = {{ {env}, "), 1);
-    }
-    let config = format!("{config}\n[runtimes]\n{runtimes}\n");
-    let path = home.path().to_path_buf();
-    (
-        TestDaemon::start_with_config(path, Some(home), config).await,
-        state,
-    )
+    TestDaemon::start_scripted(env, &format!("[runtimes]\n{runtimes}")).await
 }
 
 /// Sets its flag when dropped: a sampling thread ends with the test, even a failed one.
@@ -50,15 +38,8 @@ impl Drop for StopOnDrop {
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> String {
     client
-        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
+        .create_scripted(&daemon.cwd(), json!({"prompt": prompt}))
         .await
-}
-
-async fn send(client: &mut Client, agent: &str, text: &str) {
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": agent, "text": text}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
 }
 
 /// The `agent_status` that shows `agent`'s runtime in `state` (an agent is announced `cold`
@@ -74,24 +55,6 @@ async fn runtime_becomes(client: &mut Client, agent: &str, state: &str) -> Value
         .clone()
 }
 
-async fn get_agent(client: &mut Client, agent: &str) -> Value {
-    let got = client
-        .request(json!({"type": "get_agent", "agentId": agent}))
-        .await;
-    assert_eq!(got["type"], "agent", "{got}");
-    got["payload"]["agent"].clone()
-}
-
-async fn notices(client: &mut Client, agent: &str) -> Vec<String> {
-    client
-        .timeline(agent)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "notice")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hibernation_ends_the_tree_and_a_message_resumes_the_conversation() {
     // The agent and the helper it starts before its session (as real agents start an engine
@@ -101,13 +64,10 @@ async fn hibernation_ends_the_tree_and_a_message_resumes_the_conversation() {
     let (mut client, _) = daemon.client().await;
     let id = create(&mut client, &daemon, "say first").await;
     // A client watching the agent does not keep its runtime (see docs/lifecycle.md).
-    let opened = client
-        .request(json!({"type": "initialize_agent_request", "agentId": id}))
-        .await;
-    assert_eq!(opened["type"], "agent_initialized", "{opened}");
+    client.initialize_agent(&id).await;
     client.wait_idle(&id).await;
 
-    let live = get_agent(&mut client, &id).await;
+    let live = client.get_agent(&id).await;
     let runtime = &live["runtime"];
     assert_eq!(runtime["state"], "live", "{live}");
     assert!(runtime["pid"].as_u64().is_some(), "{live}");
@@ -128,13 +88,13 @@ async fn hibernation_ends_the_tree_and_a_message_resumes_the_conversation() {
         "left running: {:?}",
         drover_testkit::agent_processes(&id)
     );
-    let measured = get_agent(&mut client, &id).await;
+    let measured = client.get_agent(&id).await;
     assert_eq!(measured["runtime"]["state"], "cold", "{measured}");
     assert_eq!(measured["runtime"]["rssBytes"], Value::Null, "{measured}");
     assert_eq!(daemon.health().await["liveRuntimes"], 0);
 
     // The next message resumes it through session/load: the agent knows its first prompt.
-    send(&mut client, &id, "recall").await;
+    client.send_message(&id, "recall").await;
     client.wait_idle(&id).await;
     let replies = client.replies(&id).await;
     assert_eq!(
@@ -142,7 +102,7 @@ async fn hibernation_ends_the_tree_and_a_message_resumes_the_conversation() {
         Some("recall: 1 earlier: say first"),
         "{replies:?}"
     );
-    let said = notices(&mut client, &id).await;
+    let said = client.notices(&id).await;
     assert!(
         said.iter()
             .any(|n| n == "the runtime hibernated (idle timeout); the next message resumes it"),
@@ -179,7 +139,7 @@ async fn hibernation_of_an_agent_that_cannot_load_tells_it_context_was_lost() {
     runtime_becomes(&mut client, &id, "cold").await;
     assert!(drover_testkit::no_agent_processes_left(&id).await);
 
-    send(&mut client, &id, "echo-prompt").await;
+    client.send_message(&id, "echo-prompt").await;
     client.wait_idle(&id).await;
     let replies = client.replies(&id).await;
     let echoed = replies.last().cloned().unwrap_or_default();
@@ -192,14 +152,14 @@ async fn hibernation_of_an_agent_that_cannot_load_tells_it_context_was_lost() {
             && echoed.ends_with("before.\n\necho-prompt"),
         "the first prompt of the new session says so: {echoed:?}"
     );
-    let said = notices(&mut client, &id).await;
+    let said = client.notices(&id).await;
     assert!(
         said.iter()
             .any(|n| n.starts_with("context was not restored")),
         "{said:?}"
     );
     // Only the first prompt of the new session carries it.
-    send(&mut client, &id, "echo-prompt").await;
+    client.send_message(&id, "echo-prompt").await;
     client.wait_idle(&id).await;
     assert_eq!(
         client.replies(&id).await.last().map(String::as_str),
@@ -261,7 +221,7 @@ async fn hibernation_max_live_caps_the_processes_and_every_message_runs() {
     }
     // A second round: the hibernated ones resume (with their conversation), others make room.
     for id in &ids {
-        send(&mut client, id, "recall").await;
+        client.send_message(id, "recall").await;
     }
     for id in &ids {
         client.wait_idle(id).await;
@@ -288,7 +248,7 @@ async fn hibernation_max_live_caps_the_processes_and_every_message_runs() {
     assert_eq!(health["liveRuntimes"], 3, "{health}");
     assert_eq!(health["queuedRuntimes"], 0, "{health}");
     // Nothing hibernates on a timer here.
-    let live = get_agent(&mut client, &ids[4]).await;
+    let live = client.get_agent(&ids[4]).await;
     assert_eq!(live["runtime"]["state"], "live", "{live}");
     assert_eq!(live["runtime"]["hibernateAt"], Value::Null, "{live}");
     daemon.stop().await;
@@ -303,14 +263,14 @@ async fn hibernation_waits_for_a_running_turn_and_a_queued_start_can_be_archived
     runtime_becomes(&mut client, &busy, "live").await;
     let waiting = create(&mut client, &daemon, "say never").await;
     runtime_becomes(&mut client, &waiting, "queued").await;
-    let pid = get_agent(&mut client, &busy).await["runtime"]["pid"].clone();
+    let pid = client.get_agent(&busy).await["runtime"]["pid"].clone();
     // The queued one is archived while it waits: nothing of it ever runs.
     let archived = client
         .request(json!({"type": "archive", "agentId": waiting, "stopActivity": true}))
         .await;
     assert_eq!(archived["type"], "archived", "{archived}");
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let still = get_agent(&mut client, &busy).await;
+    let still = client.get_agent(&busy).await;
     assert_eq!(still["runtime"]["state"], "live", "mid-turn: {still}");
     assert_eq!(still["runtime"]["pid"], pid, "the same process: {still}");
     client.wait_idle(&busy).await;
@@ -364,7 +324,7 @@ async fn hibernation_keeps_a_runtime_with_background_work_live_until_it_ends() {
     let work: Vec<i32> = [said_pids(&replies, "child "), said_pids(&replies, "tool ")].concat();
     assert_eq!(work.len(), 2, "{replies:?}");
     let kept = wait::eventually("the runtime kept live by 2 processes", WAIT, async || {
-        let agent = get_agent(&mut client, &busy).await;
+        let agent = client.get_agent(&busy).await;
         (agent["runtime"]["backgroundProcesses"] == 2).then_some(agent)
     })
     .await;
@@ -382,7 +342,7 @@ async fn hibernation_keeps_a_runtime_with_background_work_live_until_it_ends() {
     runtime_becomes(&mut client, &other, "queued").await;
     // Past the idle timeout and several looks: nothing hibernated, nothing was killed.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let still = get_agent(&mut client, &busy).await;
+    let still = client.get_agent(&busy).await;
     assert_eq!(still["runtime"]["state"], "live", "{still}");
     assert_eq!(still["runtime"]["pid"], pid, "{still}");
     assert_eq!(still["runtime"]["backgroundProcesses"], 2, "{still}");
@@ -392,7 +352,7 @@ async fn hibernation_keeps_a_runtime_with_background_work_live_until_it_ends() {
         "{:?}",
         procs::of_agent(&busy)
     );
-    let waiting = get_agent(&mut client, &other).await;
+    let waiting = client.get_agent(&other).await;
     assert_eq!(waiting["runtime"]["state"], "queued", "{waiting}");
 
     // The work ends: the runtime is idle, hibernates for the waiting start, and it runs.
@@ -401,7 +361,7 @@ async fn hibernation_keeps_a_runtime_with_background_work_live_until_it_ends() {
     }
     client.wait_idle(&other).await;
     assert_eq!(client.replies(&other).await, ["other"]);
-    let cold = get_agent(&mut client, &busy).await;
+    let cold = client.get_agent(&busy).await;
     assert_eq!(cold["runtime"]["state"], "cold", "{cold}");
     assert_eq!(cold["status"], "idle", "{cold}");
     assert!(
@@ -409,7 +369,7 @@ async fn hibernation_keeps_a_runtime_with_background_work_live_until_it_ends() {
         "left running: {:?}",
         drover_testkit::agent_processes(&busy)
     );
-    let said = notices(&mut client, &busy).await;
+    let said = client.notices(&busy).await;
     assert!(
         said.iter()
             .any(|n| n.starts_with("the runtime hibernated (")),
@@ -427,7 +387,7 @@ async fn hibernation_follows_the_idle_timeout_once_background_work_ends() {
     let work = said_pids(&client.replies(&id).await, "tool ");
     assert_eq!(work.len(), 1);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let kept = get_agent(&mut client, &id).await;
+    let kept = client.get_agent(&id).await;
     assert_eq!(kept["runtime"]["state"], "live", "{kept}");
     assert_eq!(kept["runtime"]["backgroundProcesses"], 1, "{kept}");
     assert!(procs::Process::read(work[0]).is_some_and(|p| !p.zombie()));

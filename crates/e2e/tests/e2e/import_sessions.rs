@@ -9,26 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use drover_fakes::acp_client::{AcpClient, AgentCommand, ClientOptions};
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, string_at};
 use serde_json::{Value, json};
 use tempfile::TempDir;
-
-/// A daemon with the scripted provider (`env` added to its environment); the agents' state
-/// dir goes with it.
-async fn daemon_with(env: &str) -> (TestDaemon, TempDir) {
-    let state = TempDir::new().expect("agent state");
-    let home = TempDir::new().expect("home");
-    let mut config =
-        drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path());
-    if !env.is_empty() {
-        config = config.replacen("env = { ", &format!("env = {{ {env}, "), 1);
-    }
-    let path = home.path().to_path_buf();
-    (
-        TestDaemon::start_with_config(path, Some(home), config).await,
-        state,
-    )
-}
 
 /// A session the user had with the scripted agent outside drover (through another client),
 /// in `cwd`, with these prompts; its id.
@@ -137,19 +120,18 @@ async fn own_agent(client: &mut Client, cwd: &Path) -> (String, String) {
         .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "say mine"}))
         .await;
     client.wait_idle(&own).await;
-    let session = client
-        .request(json!({"type": "get_agent", "agentId": own}))
-        .await["payload"]["agent"]["sessionId"]
-        .as_str()
-        .expect("a session")
-        .to_string();
+    let session = string_at(
+        &client
+            .request(json!({"type": "get_agent", "agentId": own}))
+            .await["payload"]["agent"]["sessionId"],
+    );
     (own, session)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_providers_sessions_come_in_once_and_continue_where_they_were() {
     // One session a page: the listing follows the agent's cursor.
-    let (daemon, state) = daemon_with("SCRIPTED_AGENT_LIST_PAGE = \"1\"").await;
+    let (daemon, state) = TestDaemon::start_scripted("SCRIPTED_AGENT_LIST_PAGE = \"1\"", "").await;
     let (mut client, _) = daemon.client().await;
     let cwd = daemon.cwd();
     let elsewhere = TempDir::new().expect("another directory");
@@ -259,7 +241,7 @@ async fn a_providers_sessions_come_in_once_and_continue_where_they_were() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_whose_agent_cannot_list_says_so() {
-    let (daemon, _state) = daemon_with("SCRIPTED_AGENT_NO_LIST = \"1\"").await;
+    let (daemon, _state) = TestDaemon::start_scripted("SCRIPTED_AGENT_NO_LIST = \"1\"", "").await;
     let (mut client, _) = daemon.client().await;
     let answer = client
         .request(json!({"type": "import_sessions", "provider": "scripted", "apply": true}))

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use drover_fakes::procs;
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, string_at};
 use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 
@@ -15,9 +15,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
     client
-        .create_agent(
-            json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}),
-        )
+        .create_scripted(&daemon.cwd(), json!({"prompt": prompt, "title": title}))
         .await
 }
 
@@ -627,10 +625,7 @@ async fn jobs_an_agent_keeps_its_last_twenty_ended_jobs_and_older_files_are_dele
             .request(json!({"type": "start_job", "agentId": agent,
                 "command": format!("echo run {i}"), "notifyOnExit": false}))
             .await;
-        let id = started["payload"]["job"]["id"]
-            .as_str()
-            .expect("id")
-            .to_string();
+        let id = string_at(&started["payload"]["job"]["id"]);
         let waited = client
             .request(json!({"type": "wait_job", "jobId": id, "timeoutMs": 15000}))
             .await;
@@ -917,29 +912,10 @@ async fn jobs_never_reuse_the_id_of_a_record_boot_left_alone() {
     let file = home.join("jobs").join(&agent).join("job-1.json");
     let template: Value =
         serde_json::from_slice(&std::fs::read(&file).expect("job-1.json")).expect("JSON");
-    let mut other_id = template.clone();
-    other_id["id"] = json!("job-4");
-    let mut newer = template.clone();
-    newer["version"] = json!(99);
-    let cases: [(&str, Vec<u8>, &str); 3] = [
-        (
-            "unreadable",
-            b"{\"version\": 1, \"id\": \"job-1\", torn".to_vec(),
-            "job-2",
-        ),
-        (
-            "naming another job",
-            serde_json::to_vec_pretty(&other_id).expect("json"),
-            "job-5",
-        ),
-        (
-            "written by a newer drover",
-            serde_json::to_vec_pretty(&newer).expect("json"),
-            "job-2",
-        ),
-    ];
+    let left_alone = drover_testkit::records_boot_leaves_alone(&template, "job");
+    let cases = left_alone.into_iter().zip(["job-2", "job-5", "job-2"]);
     let (mut home, mut keep) = (home, keep);
-    for (case, bytes, expected) in cases {
+    for ((case, bytes), expected) in cases {
         std::fs::write(&file, &bytes).expect("write the record");
         // Only the record under test: the previous case's job goes.
         for entry in std::fs::read_dir(file.parent().expect("owner dir")).expect("dir") {

@@ -1,16 +1,14 @@
 //! Agents driving drover through its MCP server: the scripted agent calls the tools at the URL
 //! it got in `session/new`, through the real daemon.
 
-use drover_testkit::daemon::{Client, TestDaemon, WAIT};
+use drover_testkit::daemon::{Client, TestDaemon, WAIT, find_where, string_at};
 use drover_testkit::git_repository;
 use drover_testkit::wait::poll_until;
 use serde_json::{Value, json};
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
     client
-        .create_agent(
-            json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}),
-        )
+        .create_scripted(&daemon.cwd(), json!({"prompt": prompt, "title": title}))
         .await
 }
 
@@ -186,10 +184,7 @@ async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
         [worktree.display().to_string()],
         "the child runs in the worktree"
     );
-    let workspace = result["workspaceId"]
-        .as_str()
-        .expect("workspace")
-        .to_string();
+    let workspace = string_at(&result["workspaceId"]);
     assert_ne!(workspace, "", "a workspace of its own");
 
     // The lead archives the worktree: its agent goes with it, the directory is removed.
@@ -206,13 +201,7 @@ async fn a_subagent_in_a_new_worktree_and_the_worktree_archived() {
     let all = client
         .request(json!({"type": "list_agents", "includeArchived": true}))
         .await;
-    let kid = all["payload"]["agents"]
-        .as_array()
-        .expect("agents")
-        .iter()
-        .find(|a| a["id"] == child)
-        .cloned()
-        .expect("child");
+    let kid = find_where(&all["payload"]["agents"], "child", |a| a["id"] == child);
     assert!(
         kid["archivedAt"].is_string(),
         "the worktree's agent is archived: {kid}"
@@ -243,13 +232,7 @@ async fn an_auto_archived_agent_takes_the_worktree_made_for_it() {
     let all = client
         .request(json!({"type": "list_agents", "includeArchived": true}))
         .await;
-    let kid = all["payload"]["agents"]
-        .as_array()
-        .expect("agents")
-        .iter()
-        .find(|a| a["id"] == child)
-        .cloned()
-        .expect("child");
+    let kid = find_where(&all["payload"]["agents"], "child", |a| a["id"] == child);
     assert!(kid["archivedAt"].is_string(), "{kid}");
     daemon.stop().await;
 }

@@ -146,11 +146,7 @@ pub(crate) async fn daemon_with(notify: &str) -> TestDaemon {
 }
 
 async fn create(client: &mut Client, daemon: &TestDaemon, fields: Value) -> String {
-    let mut all = json!({"provider": "scripted", "cwd": daemon.cwd()});
-    for (k, v) in fields.as_object().expect("fields") {
-        all[k] = v.clone();
-    }
-    client.create_agent(all).await
+    client.create_scripted(&daemon.cwd(), fields).await
 }
 
 async fn send(client: &mut Client, id: &str, text: &str) {

@@ -7,6 +7,7 @@
 //! a job's grandchild that cleared its whole environment is caught too) and once with
 //! `DROVER_NO_CGROUPS=1` (the marker alone).
 
+use drover_testkit::daemon::string_at;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -102,17 +103,22 @@ pub(crate) async fn assert_all_gone_within(
     );
 }
 
+/// The daemon's environment for a run with its cgroups or without (`DROVER_NO_CGROUPS`).
+pub(crate) fn cgroups_env(cgroups: bool) -> &'static [(&'static str, &'static str)] {
+    if cgroups {
+        &[]
+    } else {
+        &[("DROVER_NO_CGROUPS", "1")]
+    }
+}
+
 // One story: every kind of process started, then one death.
 #[expect(clippy::too_many_lines)]
 async fn nothing_outlives_the_daemon(cgroups: bool, signal: Signal) {
     let cgroups = cgroups && cgroups_here();
     let home = Home::new(config);
     let cwd = home.cwd.clone();
-    let env: &[(&str, &str)] = if cgroups {
-        &[]
-    } else {
-        &[("DROVER_NO_CGROUPS", "1")]
-    };
+    let env = cgroups_env(cgroups);
     let mut daemon = DaemonProcess::start_with(home.path(), env).await;
     let mut client = daemon.client().await;
 
@@ -153,10 +159,7 @@ async fn nothing_outlives_the_daemon(cgroups: bool, signal: Signal) {
         )}))
         .await;
     assert_eq!(started["type"], "job", "{started}");
-    let job = started["payload"]["job"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let job = string_at(&started["payload"]["job"]["id"]);
     let job_leader =
         i32::try_from(started["payload"]["job"]["pid"].as_u64().expect("pid")).expect("pid");
     let expected = if cgroups { 3 } else { 2 };

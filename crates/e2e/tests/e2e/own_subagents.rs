@@ -7,16 +7,8 @@ use drover_testkit::daemon::{Client, TestDaemon, WAIT};
 use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 
-async fn get_agent(client: &mut Client, agent: &str) -> Value {
-    let got = client
-        .request(json!({"type": "get_agent", "agentId": agent}))
-        .await;
-    assert_eq!(got["type"], "agent", "{got}");
-    got["payload"]["agent"].clone()
-}
-
 async fn own(client: &mut Client, agent: &str) -> Vec<Value> {
-    get_agent(client, agent).await["ownSubagents"]
+    client.get_agent(agent).await["ownSubagents"]
         .as_array()
         .cloned()
         .unwrap_or_default()
@@ -137,7 +129,7 @@ async fn stop_activity_archives_an_agent_whose_child_session_runs_and_ends_it_wi
         .await;
     assert_ne!(archived["type"], "request_error", "{archived}");
     eventually("the process and its subagents gone", WAIT, async || {
-        let agent = get_agent(&mut client, &id).await;
+        let agent = client.get_agent(&id).await;
         agent["runtime"]["state"] == "cold" && agent.get("ownSubagents").is_none()
     })
     .await;

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use drover_fakes::procs;
-use drover_testkit::daemon::Client;
+use drover_testkit::daemon::{Client, string_at};
 use drover_testkit::wait::{eventually, poll_until};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -306,10 +306,7 @@ async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_
     assert_cut_off(&mut client, &streaming).await;
 
     // Never two runtimes for one agent: started again, it has exactly one process.
-    let init = client
-        .request(json!({"type": "initialize_agent_request", "agentId": stubborn}))
-        .await;
-    assert_eq!(init["type"], "agent_initialized", "{init}");
+    client.initialize_agent(&stubborn).await;
     let ran = client
         .request(json!({"type": "send_message", "agentId": stubborn, "text": "say again"}))
         .await;
@@ -360,10 +357,7 @@ async fn processes_a_sigkilled_daemon_leaves_no_job_running_and_the_next_boot_ma
             "command": "sleep 1000 & echo pid=$!; setsid sleep 1000 & echo pid=$!; wait"}))
         .await;
     assert_eq!(started["type"], "job", "{started}");
-    let id = started["payload"]["job"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let id = string_at(&started["payload"]["job"]["id"]);
     let leader =
         i32::try_from(started["payload"]["job"]["pid"].as_u64().expect("pid")).expect("pid");
     let children = eventually("the job's children", WAIT, async || {

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use drover_fakes::procs;
-use drover_testkit::daemon::{Client, TestDaemon, WAIT};
+use drover_testkit::daemon::{Client, TestDaemon, WAIT, find_where};
 use drover_testkit::wait::poll_until;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -1051,13 +1051,9 @@ async fn providers_that_cannot_run() {
         TestDaemon::start_with_config(home.path().to_path_buf(), None, config.to_string()).await;
     let (mut client, _) = daemon.client().await;
     let providers = client.request(json!({"type": "list_providers"})).await;
-    let ghost = providers["payload"]["providers"]
-        .as_array()
-        .expect("providers")
-        .iter()
-        .find(|p| p["name"] == "ghost")
-        .cloned()
-        .expect("ghost");
+    let ghost = find_where(&providers["payload"]["providers"], "ghost", |p| {
+        p["name"] == "ghost"
+    });
     assert_eq!(ghost["available"], false, "{ghost}");
     assert!(ghost["detail"].as_str().is_some_and(|d| !d.is_empty()));
     let answer = client
@@ -1542,13 +1538,11 @@ async fn mode_model_providers_and_wait_idle() {
     let (mut client, _) = daemon.client().await;
     let providers = client.request(json!({"type": "list_providers"})).await;
     assert_eq!(providers["type"], "providers", "{providers}");
-    let scripted = providers["payload"]["providers"]
-        .as_array()
-        .expect("providers")
-        .iter()
-        .find(|p| p["name"] == "scripted")
-        .cloned()
-        .expect("the scripted provider");
+    let scripted = find_where(
+        &providers["payload"]["providers"],
+        "the scripted provider",
+        |p| p["name"] == "scripted",
+    );
     assert_eq!(scripted["available"], true, "{scripted}");
     assert_eq!(scripted["label"], "Scripted");
 

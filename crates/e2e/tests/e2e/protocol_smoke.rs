@@ -8,18 +8,10 @@ async fn create_run_and_initialize() {
     let daemon = TestDaemon::start().await;
     let (mut client, state) = daemon.client().await;
     assert_eq!(state["agents"], json!([]));
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hello"}))
+    let id = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hello"}))
         .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    let id = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let init = client
-        .request(json!({"type": "initialize_agent_request", "agentId": id}))
-        .await;
-    assert_eq!(init["type"], "agent_initialized", "{init}");
+    client.initialize_agent(&id).await;
     let idle = client
         .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 10000}))
         .await;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use drover_fakes::acp_client::{AcpClient, PermissionAnswer, Turn};
-use drover_fakes::model::{self, FINAL_REPLY, ModelServer};
+use drover_fakes::model::{FINAL_REPLY, ModelServer};
 use drover_fakes::procs;
 use drover_fakes::real_agents::{RealAgent, agents_dir};
 use drover_testkit::wait::poll_until;
@@ -38,10 +38,7 @@ impl Harness {
         let root = dir.path().canonicalize().expect("canonical temp dir");
         let cwd = root.join("workspace");
         std::fs::create_dir_all(&cwd).expect("workspace");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind model");
-        let model = model::serve(listener);
+        let model = drover_testkit::model_server().await;
         let cmd = agent
             .command(&agents, &model.url(), &root.join("scratch"), &cwd)
             .expect("agent command");

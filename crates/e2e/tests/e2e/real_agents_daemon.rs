@@ -12,22 +12,15 @@
 
 use std::path::{Path, PathBuf};
 
-use drover_fakes::model::{self, ModelServer};
-use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
-use drover_testkit::daemon::{Client, TestDaemon};
-use drover_testkit::{agent_processes, no_agent_processes_left};
+use drover_fakes::model::ModelServer;
+use drover_fakes::real_agents::{RealAgent, provider_toml};
+use drover_testkit::daemon::{Client, TestDaemon, string_at};
+use drover_testkit::{RealGround, agent_processes, no_agent_processes_left};
 use serde_json::json;
 use tempfile::TempDir;
 
 /// Generous: claude's `session/new` alone takes a second or two on 2 cores.
 const TURN_MS: u64 = 90_000;
-
-fn config(agent: RealAgent, model: &ModelServer, scratch: &Path, cwd: &Path) -> String {
-    let command = agent
-        .command(&agents_dir(), &model.url(), scratch, cwd)
-        .unwrap_or_else(|e| panic!("{e}"));
-    provider_toml(agent.name(), &command)
-}
 
 /// What a test of a real agent through the daemon runs on: its own folders, the scripted model
 /// it asks, and a daemon whose `config.toml` is the agent's provider then `extra`.
@@ -42,16 +35,19 @@ struct RealSetup {
 
 async fn real_setup(agent: RealAgent, extra: &str) -> RealSetup {
     let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let config = format!("{}{extra}", config(agent, &model, scratch.path(), &cwd));
+    let ground = RealGround::new().await;
+    let config = format!(
+        "{}{extra}",
+        provider_toml(agent.name(), &ground.command(agent))
+    );
     let daemon =
         TestDaemon::start_with_config(home.path().to_path_buf(), None, config.clone()).await;
+    let RealGround {
+        model,
+        cwd,
+        scratch,
+        cwd_dir,
+    } = ground;
     RealSetup {
         cwd,
         model,
@@ -88,13 +84,6 @@ async fn settle(client: &mut Client, name: &str, id: &str, turns: usize) {
     );
 }
 
-async fn send(client: &mut Client, id: &str, text: &str) {
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": id, "text": text}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
-}
-
 async fn answer_permission(client: &mut Client, name: &str, id: &str, kind: &str) {
     // The request shows up as a `permission` item on the agent's stream.
     client
@@ -129,14 +118,8 @@ async fn run_everything(agent: RealAgent) {
         }))
         .await;
     assert_eq!(created["type"], "agent_created", "{name}: {created}");
-    let id = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let init = client
-        .request(json!({"type": "initialize_agent_request", "agentId": id}))
-        .await;
-    assert_eq!(init["type"], "agent_initialized", "{init}");
+    let id = string_at(&created["payload"]["agent"]["id"]);
+    client.initialize_agent(&id).await;
     settle(&mut client, name, &id, 1).await;
     assert_eq!(client.turn_events(&id).await, ["turn_completed"], "{name}");
     let reply = last_reply(&mut client, &id).await;
@@ -174,7 +157,7 @@ async fn run_everything(agent: RealAgent) {
 
     // 2. A shell command whose permission is allowed runs for real.
     client.clear_backlog();
-    send(&mut client, &id, "shell touch allowed.txt").await;
+    client.send_message(&id, "shell touch allowed.txt").await;
     answer_permission(&mut client, name, &id, "allow_once").await;
     settle(&mut client, name, &id, 2).await;
     assert!(
@@ -184,7 +167,7 @@ async fn run_everything(agent: RealAgent) {
 
     // 3. One that is rejected does not.
     client.clear_backlog();
-    send(&mut client, &id, "shell touch rejected.txt").await;
+    client.send_message(&id, "shell touch rejected.txt").await;
     answer_permission(&mut client, name, &id, "reject_once").await;
     settle(&mut client, name, &id, 3).await;
     assert!(
@@ -215,7 +198,9 @@ async fn run_everything(agent: RealAgent) {
 
     // 4. Three more turns in one session.
     for n in 1..=3 {
-        send(&mut client, &id, &format!("reply turn number {n}")).await;
+        client
+            .send_message(&id, &format!("reply turn number {n}"))
+            .await;
         settle(&mut client, name, &id, 3 + n).await;
         let reply = last_reply(&mut client, &id).await;
         assert!(
@@ -228,7 +213,7 @@ async fn run_everything(agent: RealAgent) {
     //    0.23 answers the next prompt after a cancel at once with an empty `end_turn`
     //    (upstream agentclientprotocol/claude-agent-acp#551), and drover sends it once more.
     client.clear_backlog();
-    send(&mut client, &id, "stream 400 25").await;
+    client.send_message(&id, "stream 400 25").await;
     client
         .update_where(&id, |n| {
             n["op"] == "append" || (n["op"] == "item" && n["item"]["kind"] == "agent_message")
@@ -244,7 +229,7 @@ async fn run_everything(agent: RealAgent) {
         !agent_processes(&id).is_empty(),
         "{name}: the agent runs under its marker"
     );
-    send(&mut client, &id, "reply after cancel").await;
+    client.send_message(&id, "reply after cancel").await;
     settle(&mut client, name, &id, 8).await;
     let reply = last_reply(&mut client, &id).await;
     assert!(reply.contains("after cancel"), "{name}: {reply}");
@@ -270,17 +255,11 @@ async fn run_everything(agent: RealAgent) {
         Some(json!("idle")),
         "{name}"
     );
-    send(&mut client, &id, "reply after the restart").await;
+    client.send_message(&id, "reply after the restart").await;
     settle(&mut client, name, &id, 9).await;
     let reply = last_reply(&mut client, &id).await;
     assert!(reply.contains("after the restart"), "{name}: {reply}");
-    let notices: Vec<String> = client
-        .timeline(&id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "notice")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect();
+    let notices = client.notices(&id).await;
     assert!(
         notices.iter().any(
             |n| n == "resumed the agent's session" || n.starts_with("context was not restored")
@@ -334,10 +313,7 @@ async fn resume_after_hibernation(agent: RealAgent) {
         }))
         .await;
     assert_eq!(created["type"], "agent_created", "{name}: {created}");
-    let id = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let id = string_at(&created["payload"]["agent"]["id"]);
     settle(&mut client, name, &id, 1).await;
     assert!(
         !agent_processes(&id).is_empty(),
@@ -357,17 +333,11 @@ async fn resume_after_hibernation(agent: RealAgent) {
         agent_processes(&id)
     );
     let before = model.requests().len();
-    send(&mut client, &id, "reply the second turn").await;
+    client.send_message(&id, "reply the second turn").await;
     settle(&mut client, name, &id, 2).await;
     let reply = last_reply(&mut client, &id).await;
     assert!(reply.contains("the second turn"), "{name}: {reply}");
-    let notices: Vec<String> = client
-        .timeline(&id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "notice")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect();
+    let notices = client.notices(&id).await;
     assert!(
         notices.iter().any(|n| n == "resumed the agent's session"),
         "{name}: {notices:?}"
@@ -410,10 +380,7 @@ async fn background_shell_keeps_the_runtime_live(agent: RealAgent, prompt: &str)
         }))
         .await;
     assert_eq!(created["type"], "agent_created", "{name}: {created}");
-    let id = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let id = string_at(&created["payload"]["agent"]["id"]);
     settle(&mut client, name, &id, 1).await;
     let pid = std::fs::read_to_string(cwd.join("server.pid"))
         .unwrap_or_else(|e| panic!("{name}: the shell did not run: {e}"));

@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use drover_fakes::model;
-use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_fakes::real_agents::{RealAgent, provider_toml};
+use drover_testkit::RealGround;
+use drover_testkit::daemon::TestDaemon;
 use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -19,44 +19,27 @@ use tempfile::TempDir;
 /// Generous: codex's start and turns on 2 loaded cores.
 const WAIT: Duration = Duration::from_secs(90);
 
-async fn get_agent(client: &mut Client, agent: &str) -> Value {
-    let got = client
-        .request(json!({"type": "get_agent", "agentId": agent}))
-        .await;
-    assert_eq!(got["type"], "agent", "{got}");
-    got["payload"]["agent"].clone()
-}
-
 /// `agent` (with `env` added) against the scripted model, whose first answers to the prompt
 /// are 429 for 1 s without a reset time: the agent waits `limited` (its error holds `words`)
 /// and its prompt is answered after the 2 s backoff.
 async fn waits_and_resumes(agent: RealAgent, env: &[(&str, &str)], words: &str) {
     let name = agent.name();
-    let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let mut command = agent
-        .command(&agents_dir(), &model.url(), scratch.path(), &cwd)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ground = RealGround::new().await;
+    let mut command = ground.command(agent);
     for (k, v) in env {
         command.env.insert((*k).to_string(), (*v).to_string());
     }
     let config = format!("{}limit_backoff = \"2s\"\n", provider_toml(name, &command));
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let daemon = TestDaemon::start_fresh_with_config(config).await;
     let (mut client, _) = daemon.client().await;
     let id = client
         .create_agent(json!({
-            "provider": name, "cwd": cwd,
+            "provider": name, "cwd": ground.cwd,
             "prompt": "limit 1 noreset\nreply back after the limit",
         }))
         .await;
     let info = drover_testkit::wait::poll_until(WAIT, async || {
-        let info = get_agent(&mut client, &id).await;
+        let info = client.get_agent(&id).await;
         (info["attentionReason"] == "limited").then_some(info)
     })
     .await;
@@ -79,7 +62,8 @@ async fn waits_and_resumes(agent: RealAgent, env: &[(&str, &str)], words: &str) 
     let said: String = client.replies(&id).await.concat();
     if !said.contains("back after the limit") {
         let timeline = client.timeline(&id).await;
-        let played: Vec<Value> = model
+        let played: Vec<Value> = ground
+            .model
             .requests()
             .into_iter()
             .map(|r| r["played"].clone())
@@ -87,7 +71,7 @@ async fn waits_and_resumes(agent: RealAgent, env: &[(&str, &str)], words: &str) 
         panic!("{name} said {said:?}: {timeline:#?} {played:?}");
     }
     daemon.stop().await;
-    model.shutdown().await;
+    ground.model.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,30 +95,21 @@ async fn real_agents_limits_gemini_waits_for_its_usage_limit_and_resumes() {
 async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
     let agent = RealAgent::Codex;
     let name = agent.name();
-    let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let command = agent
-        .command(&agents_dir(), &model.url(), scratch.path(), &cwd)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ground = RealGround::new().await;
+    let command = ground.command(agent);
     let config = format!("{}limit_backoff = \"2s\"\n", provider_toml(name, &command));
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let daemon = TestDaemon::start_fresh_with_config(config).await;
     let (mut client, _) = daemon.client().await;
 
     // The model refuses this message for 1 s.
     let id = client
         .create_agent(json!({
-            "provider": name, "cwd": cwd,
+            "provider": name, "cwd": ground.cwd,
             "prompt": "limit 1 noreset\nreply back after the limit",
         }))
         .await;
     let info = eventually("codex to hit the limit", WAIT, async || {
-        let info = get_agent(&mut client, &id).await;
+        let info = client.get_agent(&id).await;
         (info["attentionReason"] == "limited").then_some(info)
     })
     .await;
@@ -156,10 +131,11 @@ async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
     );
     let said: String = client.replies(&id).await.concat();
     assert!(said.contains("back after the limit"), "{said}");
-    let info = get_agent(&mut client, &id).await;
+    let info = client.get_agent(&id).await;
     assert!(info["limited"].is_null(), "{info}");
     // The model saw the 429 and then the prompt it answered.
-    let played: Vec<Value> = model
+    let played: Vec<Value> = ground
+        .model
         .requests()
         .into_iter()
         .filter(|r| r["api"] == "openai")
@@ -177,12 +153,12 @@ async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
     // With a reset time codex names it; drover waits until that minute is over.
     let id = client
         .create_agent(json!({
-            "provider": name, "cwd": cwd,
+            "provider": name, "cwd": ground.cwd,
             "prompt": "limit 600\nreply never",
         }))
         .await;
     let info = eventually("codex to hit the limit", WAIT, async || {
-        let info = get_agent(&mut client, &id).await;
+        let info = client.get_agent(&id).await;
         (info["attentionReason"] == "limited").then_some(info)
     })
     .await;
@@ -196,7 +172,7 @@ async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
     let off = reset.duration_since(expected).as_secs().abs();
     assert!(off <= 120, "reset {reset}, expected about {expected}");
     daemon.stop().await;
-    model.shutdown().await;
+    ground.model.shutdown().await;
 }
 
 // codex with `on_limit = { fallback = "scripted" }`: its real usage-limit error hands the work
@@ -206,18 +182,9 @@ async fn real_agents_limits_codex_waits_for_its_usage_limit_and_resumes() {
 async fn real_agents_limits_codex_falls_back_to_another_provider() {
     let agent = RealAgent::Codex;
     let name = agent.name();
-    let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
+    let ground = RealGround::new().await;
     let state = TempDir::new().expect("scripted state");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let command = agent
-        .command(&agents_dir(), &model.url(), scratch.path(), &cwd)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let command = ground.command(agent);
     let scripted =
         drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path())
             .replace(" }", ", SCRIPTED_AGENT_UNLIMITED = \"1\" }");
@@ -225,11 +192,13 @@ async fn real_agents_limits_codex_falls_back_to_another_provider() {
         "{}on_limit = {{ fallback = \"scripted\" }}\n{scripted}",
         provider_toml(name, &command)
     );
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
+    let daemon = TestDaemon::start_fresh_with_config(config).await;
     let (mut client, _) = daemon.client().await;
     let id = client
-        .create_agent(json!({"provider": name, "cwd": cwd, "title": "coder",
-            "prompt": "reply the first answer"}))
+        .create_agent(
+            json!({"provider": name, "cwd": ground.cwd, "title": "coder",
+            "prompt": "reply the first answer"}),
+        )
         .await;
     eventually("codex's first turn", WAIT, async || {
         client.turn_events(&id).await == ["turn_completed"]
@@ -257,7 +226,7 @@ async fn real_agents_limits_codex_falls_back_to_another_provider() {
         .unwrap_or_else(|| panic!("no fallback: {ended}"))
         .to_string();
     client.wait_idle(&spare).await;
-    let info = get_agent(&mut client, &spare).await;
+    let info = client.get_agent(&spare).await;
     assert_eq!(info["type"], "scripted", "{info}");
     assert_eq!(info["parentAgentId"], id.as_str(), "{info}");
     let prompt = client
@@ -275,10 +244,10 @@ async fn real_agents_limits_codex_falls_back_to_another_provider() {
             && prompt.ends_with("limit 600 noreset\nreply never from codex"),
         "{prompt}"
     );
-    let info = get_agent(&mut client, &id).await;
+    let info = client.get_agent(&id).await;
     assert_eq!(info["status"], "idle", "{info}");
     assert!(info["limited"].is_null(), "{info}");
     assert_eq!(info["queued"].as_array().map(Vec::len), Some(0), "{info}");
     daemon.stop().await;
-    model.shutdown().await;
+    ground.model.shutdown().await;
 }

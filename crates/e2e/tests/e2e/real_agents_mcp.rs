@@ -10,11 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use drover_fakes::model::{self, FINAL_REPLY, ModelServer};
+use drover_fakes::model::{FINAL_REPLY, ModelServer};
 use drover_fakes::procs;
 use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
 use drover_fakes::scripted_agent;
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, string_at};
 use drover_testkit::wait::{eventually, poll_until};
 use drover_testkit::{agent_processes, git, no_agent_processes_left};
 use serde_json::{Value, json};
@@ -65,15 +65,6 @@ async fn settle(client: &mut Client, id: &str, turns: usize) {
     assert_eq!(events.len(), turns, "{:#?}", client.timeline(id).await);
 }
 
-async fn agent(client: &mut Client, id: &str) -> Value {
-    client
-        .agents(true)
-        .await
-        .into_iter()
-        .find(|a| a["id"] == id)
-        .unwrap_or_else(|| panic!("agent {id} not listed"))
-}
-
 // One story: codex drives drover's MCP tools end to end, checked at every step.
 #[expect(clippy::too_many_lines)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,10 +95,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     git(&repo, &["add", "README", ".gitignore", "drover.toml"]);
     git(&repo, &["commit", "-q", "-m", "first"]);
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
+    let model = drover_testkit::model_server().await;
     let config = config(&model, scratch.path(), &repo, state.path());
     let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), None, config).await;
     let (mut client, _) = daemon.client().await;
@@ -128,14 +116,8 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         }))
         .await;
     assert_eq!(created["type"], "agent_created", "{created}");
-    let parent = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let init = client
-        .request(json!({"type": "initialize_agent_request", "agentId": parent}))
-        .await;
-    assert_eq!(init["type"], "agent_initialized", "{init}");
+    let parent = string_at(&created["payload"]["agent"]["id"]);
+    client.initialize_agent(&parent).await;
 
     // Codex asks before running an MCP tool (approval policy `untrusted`): the user allows it.
     let asked = client
@@ -260,7 +242,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         .await;
     assert_eq!(sent["type"], "message_queued", "{sent}");
     eventually("the child to start working", TURN, async || {
-        agent(&mut client, &child_id).await["status"] == "running"
+        client.listed_agent(&child_id).await["status"] == "running"
     })
     .await;
     let refused = client
@@ -276,8 +258,8 @@ async fn codex_creates_a_subagent_in_a_worktree() {
         subagents.iter().any(|s| s["agentId"] == child_id.as_str()),
         "{refused}"
     );
-    assert!(agent(&mut client, &parent).await["archivedAt"].is_null());
-    assert!(agent(&mut client, &child_id).await["archivedAt"].is_null());
+    assert!(client.listed_agent(&parent).await["archivedAt"].is_null());
+    assert!(client.listed_agent(&child_id).await["archivedAt"].is_null());
     assert!(
         !agent_processes(&child_id).is_empty(),
         "the child still runs"
@@ -299,7 +281,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
     both.sort_unstable();
     assert_eq!(list, both, "{archived}");
     for id in [&parent, &child_id] {
-        assert!(agent(&mut client, id).await["archivedAt"].is_string());
+        assert!(client.listed_agent(id).await["archivedAt"].is_string());
         assert!(
             no_agent_processes_left(id).await,
             "processes of {id} left: {:?}",

@@ -9,16 +9,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use drover_fakes::model::{self, ModelServer};
 use drover_fakes::procs;
 use drover_fakes::real_agents::{RealAgent, agents_dir, provider_toml};
+use drover_testkit::RealGround;
 use drover_testkit::daemon::Client;
 use drover_testkit::wait::eventually;
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tempfile::TempDir;
 
-use crate::orphans::{assert_all_gone_within, cgroup_dir, cgroups_here, guard_of};
+use crate::orphans::{assert_all_gone_within, cgroup_dir, cgroups_env, cgroups_here, guard_of};
 use crate::processes::{DaemonProcess, said};
 
 /// Generous: claude's `session/new` alone takes a second or two on 2 cores.
@@ -27,10 +27,8 @@ const TURN: Duration = Duration::from_secs(90);
 /// The agent's provider as a user installs it: the npm launcher on `PATH` (`codex-acp`, a Node
 /// script that starts the native binary; `claude-agent-acp`), with the scripted model's
 /// settings.
-pub(crate) fn config(agent: RealAgent, model: &ModelServer, scratch: &Path, cwd: &Path) -> String {
-    let mut command = agent
-        .command(&agents_dir(), &model.url(), scratch, cwd)
-        .unwrap_or_else(|e| panic!("{e}"));
+pub(crate) fn config(agent: RealAgent, ground: &RealGround) -> String {
+    let mut command = ground.command(agent);
     let bin = agents_dir().join("node_modules/.bin");
     let launcher = match agent {
         RealAgent::Codex => "codex-acp",
@@ -73,27 +71,14 @@ fn tree_of(agent: &str) -> Vec<i32> {
 async fn nothing_of_a_wrapped_agent_outlives_the_daemon(agent: RealAgent, cgroups: bool) {
     let name = agent.name();
     let home = TempDir::new().expect("home");
-    let cwd_dir = TempDir::new().expect("cwd");
-    let scratch = TempDir::new().expect("scratch");
-    let cwd = std::fs::canonicalize(cwd_dir.path()).expect("cwd");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    std::fs::write(
-        home.path().join("config.toml"),
-        config(agent, &model, scratch.path(), &cwd),
-    )
-    .expect("config");
-    let env: &[(&str, &str)] = if cgroups {
-        &[]
-    } else {
-        &[("DROVER_NO_CGROUPS", "1")]
-    };
+    let ground = RealGround::new().await;
+    let cwd = &ground.cwd;
+    std::fs::write(home.path().join("config.toml"), config(agent, &ground)).expect("config");
+    let env = cgroups_env(cgroups);
     let mut daemon = DaemonProcess::start_with(home.path(), env).await;
     let mut client = daemon.client().await;
 
-    let idle = create(&mut client, name, &cwd, "reply idle now").await;
+    let idle = create(&mut client, name, cwd, "reply idle now").await;
     let idle_done = client
         .request(json!({"type": "wait_idle", "agentId": idle, "timeoutMs": TURN.as_millis()}))
         .await;
@@ -101,7 +86,7 @@ async fn nothing_of_a_wrapped_agent_outlives_the_daemon(agent: RealAgent, cgroup
 
     // Waiting on a tool: a shell command, allowed (if the agent asks), that runs until it is
     // killed.
-    let on_tool = create(&mut client, name, &cwd, "shell sleep 1000").await;
+    let on_tool = create(&mut client, name, cwd, "shell sleep 1000").await;
     let tool = eventually("the tool's `sleep 1000`", TURN, async || {
         let found = tree_of(&on_tool)
             .into_iter()
@@ -119,7 +104,7 @@ async fn nothing_of_a_wrapped_agent_outlives_the_daemon(agent: RealAgent, cgroup
     .await;
 
     // Streaming a long reply.
-    let streaming = create(&mut client, name, &cwd, "stream 4000 25").await;
+    let streaming = create(&mut client, name, cwd, "stream 4000 25").await;
     eventually("the agent to stream", TURN, async || {
         said(&mut client, &streaming).await.contains("chunk")
     })
@@ -153,7 +138,7 @@ async fn nothing_of_a_wrapped_agent_outlives_the_daemon(agent: RealAgent, cgroup
     }
 
     assert_all_gone_within(&mut daemon, Signal::SIGKILL, &watched, name).await;
-    drop(model);
+    drop(ground);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

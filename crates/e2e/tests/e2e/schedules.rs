@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use drover_testkit::daemon::{Client, TestDaemon, write_scripted_config};
+use drover_testkit::daemon::{Client, TestDaemon, string_at, write_scripted_config};
 
 use crate::processes::DaemonProcess;
 use drover_testkit::wait::eventually;
@@ -16,7 +16,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 async fn create(client: &mut Client, cwd: &Path, prompt: &str, title: &str) -> String {
     client
-        .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": prompt, "title": title}))
+        .create_scripted(cwd, json!({"prompt": prompt, "title": title}))
         .await
 }
 
@@ -121,10 +121,7 @@ async fn schedules_deliver_followups_and_create_agents_on_time() {
                 && m["payload"]["schedule"]["runs"][0]["agentId"].is_string()
         })
         .await;
-    let child = made["payload"]["schedule"]["runs"][0]["agentId"]
-        .as_str()
-        .expect("agent")
-        .to_string();
+    let child = string_at(&made["payload"]["schedule"]["runs"][0]["agentId"]);
     client.wait_idle(&child).await;
     assert_eq!(client.replies(&child).await, ["made by a schedule"]);
     let listed = client.agents(false).await;
@@ -216,12 +213,9 @@ async fn schedules_archive_is_refused_listing_the_schedule_and_stop_activity_del
     let (mut client, _) = daemon.client().await;
     let parent = create(&mut client, &daemon.cwd(), "say parent", "parent").await;
     client.wait_idle(&parent).await;
-    let child = client
+    let child = string_at(&client
         .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say child", "parentAgentId": parent}))
-        .await["payload"]["agent"]["id"]
-        .as_str()
-        .expect("child")
-        .to_string();
+        .await["payload"]["agent"]["id"]);
     client.wait_idle(&child).await;
     // The child's schedule counts for the parent's archive too: the cascade would hide it.
     let s = schedule(
@@ -510,30 +504,13 @@ async fn schedules_never_reuse_the_id_of_a_file_boot_left_alone() {
     assert_eq!(made["id"], "sched-1", "{made}");
     let (home, keep) = daemon.stop().await;
     let template = schedule_file(&home, "sched-1");
-    let mut other_id = template.clone();
-    other_id["id"] = json!("sched-4");
-    let mut newer = template.clone();
-    newer["version"] = json!(99);
-    let cases: [(&str, Vec<u8>, &str); 3] = [
-        (
-            "unreadable",
-            b"{\"version\": 1, \"id\": \"sched-1\", torn".to_vec(),
-            "sched-2",
-        ),
-        (
-            "naming another id",
-            serde_json::to_vec_pretty(&other_id).expect("json"),
-            "sched-5",
-        ),
-        // Past sched-5 too, which the case before made and deleted.
-        (
-            "written by a newer drover",
-            serde_json::to_vec_pretty(&newer).expect("json"),
-            "sched-6",
-        ),
-    ];
+    let left_alone = drover_testkit::records_boot_leaves_alone(&template, "sched");
+    // The last past sched-5 too, which the case before made and deleted.
+    let cases = left_alone
+        .into_iter()
+        .zip(["sched-2", "sched-5", "sched-6"]);
     let (mut home, mut keep) = (home, keep);
-    for (case, bytes, expected) in cases {
+    for ((case, bytes), expected) in cases {
         let file = home.join("schedules").join("sched-1.json");
         std::fs::write(&file, &bytes).expect("write the file");
         let daemon = TestDaemon::start_in(home, keep, false).await;

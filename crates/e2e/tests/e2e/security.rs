@@ -5,7 +5,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
-use drover_testkit::daemon::{Client, TestDaemon, WAIT, http};
+use drover_testkit::daemon::{Client, TestDaemon, WAIT, find_where, http, string_at};
 use drover_testkit::git_repository;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -19,7 +19,7 @@ fn expect_error(message: &Value, code: &str) {
 
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> String {
     client
-        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt}))
+        .create_scripted(&daemon.cwd(), json!({"prompt": prompt}))
         .await
 }
 
@@ -312,14 +312,8 @@ async fn an_agent_archives_only_worktrees_it_owns() {
         .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "worktree": {"name": "b-work"}}))
         .await;
     assert_eq!(created["type"], "agent_created", "{created}");
-    let b = created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let b_workspace = created["payload"]["agent"]["workspaceId"]
-        .as_str()
-        .expect("workspace")
-        .to_string();
+    let b = string_at(&created["payload"]["agent"]["id"]);
+    let b_workspace = string_at(&created["payload"]["agent"]["workspaceId"]);
     let b_dir = std::path::PathBuf::from(created["payload"]["agent"]["cwd"].as_str().expect("cwd"));
     std::fs::write(b_dir.join("draft.txt"), "not committed\n").expect("draft");
 
@@ -357,13 +351,11 @@ async fn an_agent_archives_only_worktrees_it_owns() {
         .unwrap_or_else(|| panic!("{made}"))
         .to_string();
     let workspaces = client.request(json!({"type": "list_workspaces"})).await;
-    let listed = workspaces["payload"]["workspaces"]
-        .as_array()
-        .expect("workspaces")
-        .iter()
-        .find(|w| w["id"] == c_workspace.as_str())
-        .cloned()
-        .expect("C's worktree listed");
+    let listed = find_where(
+        &workspaces["payload"]["workspaces"],
+        "C's worktree listed",
+        |w| w["id"] == c_workspace.as_str(),
+    );
     assert_eq!(listed["worktree"]["createdBy"], c.as_str(), "{listed}");
     let call =
         format!("mcp archive_worktree {{\"workspaceId\": \"{c_workspace}\", \"force\": true}}");

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, find_where};
 use drover_testkit::scripted_agent_bin;
 use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
@@ -28,18 +28,9 @@ fn locked_config(state: &Path, extra: &str) -> String {
 }
 
 async fn daemon_with(config: String) -> (TestDaemon, Client) {
-    let home = TempDir::new().expect("home");
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let daemon = TestDaemon::start_fresh_with_config(config).await;
     let (client, _) = daemon.client().await;
     (daemon, client)
-}
-
-async fn get_agent(client: &mut Client, id: &str) -> Value {
-    let answer = client
-        .request(json!({"type": "get_agent", "agentId": id}))
-        .await;
-    assert_eq!(answer["type"], "agent", "{answer}");
-    answer["payload"]["agent"].clone()
 }
 
 /// The agent's notices that say it did not start.
@@ -57,7 +48,7 @@ async fn start_notices(client: &mut Client, id: &str) -> Vec<String> {
 
 async fn wait_for_sign_in(client: &mut Client, id: &str) -> Value {
     eventually("the agent to wait for a sign-in", WAIT, async || {
-        let agent = get_agent(client, id).await;
+        let agent = client.get_agent(id).await;
         (agent["attentionReason"] == "auth_required").then_some(agent)
     })
     .await
@@ -75,17 +66,13 @@ async fn a_key_in_the_providers_env_signs_in_without_asking() {
         .await;
     client.wait_idle(&id).await;
     assert_eq!(client.replies(&id).await, ["signed in by key"]);
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(agent["status"], "idle", "{agent}");
     assert!(agent["startFailure"].is_null(), "{agent}");
     let providers = client.request(json!({"type": "list_providers"})).await;
-    let locked = providers["payload"]["providers"]
-        .as_array()
-        .expect("providers")
-        .iter()
-        .find(|p| p["name"] == "locked")
-        .cloned()
-        .expect("locked");
+    let locked = find_where(&providers["payload"]["providers"], "locked", |p| {
+        p["name"] == "locked"
+    });
     assert_eq!(locked["signIn"]["state"], "signed_in", "{locked}");
     assert!(
         !providers.to_string().contains(KEY),
@@ -103,7 +90,7 @@ async fn wrong_sign_ins_are_refused(client: &mut Client, id: &str) {
     assert_eq!(wrong["type"], "signed_in", "{wrong}");
     assert_eq!(wrong["payload"]["retried"], json!([id]));
     let agent = eventually("the wrong key to be refused", WAIT, async || {
-        let agent = get_agent(client, id).await;
+        let agent = client.get_agent(id).await;
         agent["error"]
             .as_str()
             .is_some_and(|e| e.contains("signing in with `scripted-key` failed"))
@@ -171,12 +158,9 @@ async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_si
         .request(json!({"type": "send_message", "agentId": id, "text": "say second"}))
         .await;
     assert_eq!(sent["type"], "message_queued", "{sent}");
-    let opened = client
-        .request(json!({"type": "initialize_agent_request", "agentId": id}))
-        .await;
-    assert_eq!(opened["type"], "agent_initialized", "{opened}");
+    client.initialize_agent(&id).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(agent["runtime"]["state"], "cold", "{agent}");
     let queued: Vec<&str> = agent["queued"]
         .as_array()
@@ -199,7 +183,7 @@ async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_si
     })
     .await;
     client.wait_idle(&id).await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(agent["status"], "idle", "{agent}");
     assert!(agent["startFailure"].is_null(), "{agent}");
     assert!(agent["attentionReason"] != "auth_required", "{agent}");
@@ -261,7 +245,7 @@ async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
         .await;
     // The first start, then the backoff's tries after 1 s and 5 s more.
     let agent = eventually("the first failure", WAIT, async || {
-        let agent = get_agent(&mut client, &id).await;
+        let agent = client.get_agent(&id).await;
         (agent["status"] == "error").then_some(agent)
     })
     .await;
@@ -284,7 +268,7 @@ async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
     // Then 30 s: nothing meanwhile, whatever the user does short of a retry. The third
     // start wrote its line before it failed: the next try is announced once it has.
     eventually("the next try announced", WAIT, async || {
-        let agent = get_agent(&mut client, &id).await;
+        let agent = client.get_agent(&id).await;
         agent["runtime"]["retryAt"].is_string()
     })
     .await;
@@ -321,7 +305,7 @@ async fn a_failed_start_backs_off_says_it_once_and_restarts_on_request() {
         client.replies(&id).await == ["hello", "again"]
     })
     .await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert!(agent["startFailure"].is_null(), "{agent}");
     assert!(agent["runtime"]["retryAt"].is_null(), "{agent}");
     assert_eq!(count(), 3);
@@ -347,7 +331,7 @@ async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_d
         TestDaemon::start_with_config(path, Some(home), locked_config(state.path(), "")).await;
     let (mut client, _) = daemon.client().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(agent["attentionReason"], "auth_required", "{agent}");
     assert_eq!(
         agent["runtime"]["state"], "cold",
@@ -356,13 +340,9 @@ async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_d
     assert_eq!(agent["queued"][0]["text"], "say kept", "{agent}");
     assert_eq!(start_notices(&mut client, &id).await.len(), 1);
     let providers = client.request(json!({"type": "list_providers"})).await;
-    let locked = providers["payload"]["providers"]
-        .as_array()
-        .expect("providers")
-        .iter()
-        .find(|p| p["name"] == "locked")
-        .cloned()
-        .expect("locked");
+    let locked = find_where(&providers["payload"]["providers"], "locked", |p| {
+        p["name"] == "locked"
+    });
     assert_eq!(locked["signIn"]["state"], "needs_sign_in", "{locked}");
     assert_eq!(
         locked["signIn"]["methods"].as_array().map(Vec::len),
@@ -376,7 +356,7 @@ async fn an_agent_whose_start_failed_waits_for_the_user_after_a_restart_of_the_d
         drover_testkit::wait::poll_until(WAIT, async || client.replies(&id).await == ["kept"])
             .await;
     let timeline = client.timeline(&id).await;
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert!(
         ran.is_some(),
         "the kept prompt runs: {timeline:#?} {agent:#}"
@@ -395,17 +375,17 @@ async fn reading_an_agent_never_waits_for_its_start() {
         .create_agent(json!({"provider": "slow", "cwd": daemon.cwd(), "prompt": "say late"}))
         .await;
     eventually("the start to begin", WAIT, async || {
-        get_agent(&mut client, &id).await["runtime"]["state"] == "starting"
+        client.get_agent(&id).await["runtime"]["state"] == "starting"
     })
     .await;
     // Asked while the agent starts: answered now, with the prompt still queued (an answer
     // that waited for the start would show it delivered).
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(agent["runtime"]["state"], "starting", "{agent}");
     assert_eq!(agent["queued"][0]["text"], "say late", "{agent}");
     eventually("the prompt to run", WAIT, async || {
         client.replies(&id).await == ["late"]
     })
     .await;
-    assert_eq!(get_agent(&mut client, &id).await["queued"], json!([]));
+    assert_eq!(client.get_agent(&id).await["queued"], json!([]));
 }

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, string_at};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -21,22 +21,14 @@ fn stream_text(n: usize) -> String {
 
 /// Creates an idle scripted agent and initializes it for `client`; returns its id.
 async fn initialized_agent(daemon: &TestDaemon, client: &mut Client) -> String {
-    let answer = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd()}))
+    let id = client
+        .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd()}))
         .await;
-    assert_eq!(answer["type"], "agent_created", "{answer}");
-    let id = answer["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
     let idle = client
         .request(json!({"type": "wait_idle", "agentId": id, "timeoutMs": 15_000}))
         .await;
     assert_eq!(idle["payload"]["idle"], true, "{idle}");
-    let init = client
-        .request(json!({"type": "initialize_agent_request", "agentId": id}))
-        .await;
-    assert_eq!(init["type"], "agent_initialized", "{init}");
+    client.initialize_agent(&id).await;
     id
 }
 
@@ -208,12 +200,7 @@ async fn session_state_from_cached_encodings_is_what_list_agents_says() {
         let answer = client
             .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "title": format!("a{i}")}))
             .await;
-        ids.push(
-            answer["payload"]["agent"]["id"]
-                .as_str()
-                .expect("id")
-                .to_string(),
-        );
+        ids.push(string_at(&answer["payload"]["agent"]["id"]));
     }
     for id in &ids {
         let idle = client

@@ -18,22 +18,9 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// Creates a scripted agent with `prompt`; returns its id.
 async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &str) -> String {
-    let created = client
-        .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": prompt, "title": title}))
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
-}
-
-/// Queues `text` as a followup to `agent`.
-async fn send(client: &mut Client, agent: &str, text: &str) {
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": agent, "text": text}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client
+        .create_scripted(&daemon.cwd(), json!({"prompt": prompt, "title": title}))
+        .await
 }
 
 /// Every job `list_jobs` shows, by id.
@@ -128,7 +115,7 @@ async fn terminals_answer_exit_status_output_truncation_and_errors_naming_the_te
         "terminal no-such-program-for-drover".to_string(),
     ]
     .join("\n");
-    send(&mut client, &agent, &prompt).await;
+    client.send_message(&agent, &prompt).await;
     client.wait_idle(&agent).await;
     let said = answers(&mut client, &agent).await;
     assert_eq!(said.len(), 6, "{said:#?}");
@@ -195,7 +182,7 @@ async fn terminals_kill_and_release_whole_groups_are_listed_as_jobs_and_never_no
     let prompt = format!(
         "terminal-kill sleep 1000\nterminal-release sh {sleeper}\nterminal-limit 10 printf done"
     );
-    send(&mut client, &agent, &prompt).await;
+    client.send_message(&agent, &prompt).await;
     client.wait_idle(&agent).await;
     let said = answers(&mut client, &agent).await;
     assert_eq!(
@@ -307,7 +294,7 @@ async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_th
     );
 
     // The agent's process crashing ends its terminals, whole groups.
-    send(&mut client, &agent, "crash 5").await;
+    client.send_message(&agent, "crash 5").await;
     let crashed = ended(&mut client, "job-1").await;
     assert_eq!(crashed["status"], "killed", "{crashed}");
     assert_eq!(crashed["killedBy"], "runtime_ended", "{crashed}");
@@ -318,7 +305,7 @@ async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_th
     )
     .await;
     // The next runtime does not know the old one's terminal.
-    send(&mut client, &agent, "terminal-output job-1").await;
+    client.send_message(&agent, "terminal-output job-1").await;
     let said = eventually("the restarted agent's answer", WAIT, async || {
         client
             .replies(&agent)

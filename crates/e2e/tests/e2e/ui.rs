@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use drover_testkit::daemon::{Client, TestDaemon, WAIT};
+use drover_testkit::daemon::{Client, TestDaemon, WAIT, find_where, string_at};
 use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -170,33 +170,10 @@ impl Scenario {
 
 // ---- protocol helpers ---------------------------------------------------------------------
 
-async fn create(client: &mut Client, fields: Value) -> String {
-    let mut message = json!({"type": "create_agent", "provider": "scripted"});
-    for (k, v) in fields.as_object().expect("fields") {
-        message[k] = v.clone();
-    }
-    let answer = client.request(message).await;
-    assert_eq!(answer["type"], "agent_created", "{answer}");
-    answer["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
-}
-
-async fn agent(client: &mut Client, id: &str) -> Value {
-    client
-        .agents(true)
-        .await
-        .into_iter()
-        .find(|a| a["id"] == id)
-        .unwrap_or_else(|| panic!("no agent {id}"))
-}
-
-async fn wait_status(client: &mut Client, id: &str, status: &str) {
-    eventually(format!("agent {id} to be {status}"), WAIT, async || {
-        agent(client, id).await["status"] == status
-    })
-    .await;
+/// A scripted agent made with `fields` (those of `create_agent`); its id.
+async fn create(client: &mut Client, mut fields: Value) -> String {
+    fields["provider"] = json!("scripted");
+    client.create_agent(fields).await
 }
 
 async fn wait_idle(client: &mut Client, id: &str) {
@@ -210,7 +187,7 @@ async fn wait_idle(client: &mut Client, id: &str) {
 }
 
 async fn archived(client: &mut Client, id: &str) -> bool {
-    !agent(client, id).await["archivedAt"].is_null()
+    !client.listed_agent(id).await["archivedAt"].is_null()
 }
 
 /// A root agent that waits (idle), created in the daemon's cwd.
@@ -238,7 +215,7 @@ async fn parent_and_child(client: &mut Client, daemon: &TestDaemon) -> (String, 
 /// Waits until agent `id` asks for a permission (`what` names the wait in a failure).
 async fn wait_permission(client: &mut Client, id: &str, what: &str) {
     eventually(what, WAIT, async || {
-        agent(client, id).await["attentionReason"] == "permission"
+        client.listed_agent(id).await["attentionReason"] == "permission"
     })
     .await;
 }
@@ -450,7 +427,7 @@ async fn set_title_renames_an_agent_for_every_client() {
         .request(json!({"type": "set_title", "agentId": id, "title": null}))
         .await;
     assert_eq!(answer["type"], "ok", "{answer}");
-    assert!(agent(&mut client, &id).await["title"].is_null());
+    assert!(client.listed_agent(&id).await["title"].is_null());
     let answer = client
         .request(json!({"type": "set_title", "agentId": "0193b1c2-7d4e-7a10-8000-0123456789ab", "title": "x"}))
         .await;
@@ -507,7 +484,7 @@ async fn workspace_changes_lists_files_and_diffs_against_the_base() {
     // A workspace that is no git checkout says so.
     let plain = TempDir::new().expect("plain");
     let id = create(&mut client, json!({"cwd": plain.path()})).await;
-    let ws_id = agent(&mut client, &id).await["workspaceId"].clone();
+    let ws_id = client.listed_agent(&id).await["workspaceId"].clone();
     let answer = client
         .request(json!({"type": "workspace_changes", "workspaceId": ws_id}))
         .await;
@@ -539,7 +516,7 @@ async fn closing_a_root_tab_archives_it_and_asks_first_when_it_runs() {
         json!({"cwd": daemon.cwd(), "title": "busy root", "prompt": LONG_TURN}),
     )
     .await;
-    wait_status(&mut client, &running, "running").await;
+    client.wait_status(&running, "running").await;
     let mut s = Scenario::start(
         "rootTabClose",
         &daemon,
@@ -608,7 +585,7 @@ async fn detach_makes_the_subagent_a_root_on_both_browsers() {
     let (mut client, _) = daemon.client().await;
     let (parent, child) = parent_and_child(&mut client, &daemon).await;
     Scenario::run("detach", &daemon, json!({"parent": parent, "child": child})).await;
-    let info = agent(&mut client, &child).await;
+    let info = client.listed_agent(&child).await;
     assert!(info["parentAgentId"].is_null(), "{info}");
     assert!(info["archivedAt"].is_null(), "{info}");
 }
@@ -623,8 +600,8 @@ async fn stop_and_archive_lists_the_turn_and_a_running_subagent_then_archives_bo
     )
     .await;
     let child = create(&mut client, json!({"cwd": daemon.cwd(), "title": "sub-worker", "parentAgentId": parent, "prompt": LONG_TURN})).await;
-    wait_status(&mut client, &parent, "running").await;
-    wait_status(&mut client, &child, "running").await;
+    client.wait_status(&parent, "running").await;
+    client.wait_status(&child, "running").await;
     Scenario::run(
         "stopAndArchive",
         &daemon,
@@ -675,8 +652,7 @@ async fn the_settings_an_agent_offers_are_set_from_its_header_on_every_browser()
     let config =
         drover_testkit::scripted_config(&drover_testkit::scripted_agent_bin(), state.path())
             .replace(" }", ", SCRIPTED_AGENT_CONFIG_OPTIONS = \"1\" }");
-    let home = TempDir::new().expect("home");
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await;
+    let daemon = TestDaemon::start_fresh_with_config(config).await;
     let (mut client, _) = daemon.client().await;
     let id = create(
         &mut client,
@@ -689,10 +665,10 @@ async fn the_settings_an_agent_offers_are_set_from_its_header_on_every_browser()
     wait_idle(&mut client, &id).await;
     Scenario::run("settings", &daemon, json!({"agent": id})).await;
     eventually("the effort the page set", WAIT, async || {
-        agent(&mut client, &id).await["effort"] == "low"
+        client.listed_agent(&id).await["effort"] == "low"
     })
     .await;
-    let item = agent(&mut client, &id).await;
+    let item = client.listed_agent(&id).await;
     let effort = item["configOptions"]
         .as_array()
         .and_then(|all| all.iter().find(|o| o["id"] == "effort"))
@@ -731,7 +707,7 @@ async fn filters_find_subagents_and_archived_subagents_come_back_from_the_track(
     )
     .await;
     eventually("the worker's permission request", WAIT, async || {
-        agent(&mut client, &worker).await["attentionReason"] == "permission"
+        client.listed_agent(&worker).await["attentionReason"] == "permission"
     })
     .await;
     let archived_sub = create(
@@ -750,7 +726,7 @@ async fn filters_find_subagents_and_archived_subagents_come_back_from_the_track(
         json!({"cwd": daemon.cwd(), "title": "broken", "prompt": "fail it broke"}),
     )
     .await;
-    wait_status(&mut client, &broken, "error").await;
+    client.wait_status(&broken, "error").await;
     let lead2 = idle_agent(&mut client, &daemon, "second lead").await;
     let archived_lead = idle_agent(&mut client, &daemon, "old lead").await;
     let kid = create(
@@ -806,14 +782,14 @@ async fn a_followup_waits_for_the_turn_and_a_steer_interrupts_it() {
         json!({"cwd": daemon.cwd(), "title": "worker", "prompt": LONG_TURN}),
     )
     .await;
-    wait_status(&mut client, &id, "running").await;
+    client.wait_status(&id, "running").await;
     let mut s = Scenario::start("followupAndSteer", &daemon, json!({"agent": id})).await;
     s.step("followup-queued").await;
     assert!(
         client.turn_events(&id).await.is_empty(),
         "a followup interrupted the turn"
     );
-    assert_eq!(agent(&mut client, &id).await["status"], "running");
+    assert_eq!(client.listed_agent(&id).await["status"], "running");
     s.go().await;
     s.done().await;
     let events = client.turn_events(&id).await;
@@ -823,13 +799,7 @@ async fn a_followup_waits_for_the_turn_and_a_steer_interrupts_it() {
         "{events:?}"
     );
     // The steer ran first, then the followup.
-    let said: Vec<String> = client
-        .timeline(&id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "agent_message")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect();
+    let said = client.replies(&id).await;
     let steered = said.iter().position(|t| t.contains("steered"));
     let followed = said.iter().position(|t| t.contains("followed up"));
     assert!(steered.is_some() && steered < followed, "{said:?}");
@@ -890,7 +860,7 @@ async fn the_changes_view_shows_a_worktrees_files() {
     )
     .await;
     wait_idle(&mut client, &id).await;
-    let info = agent(&mut client, &id).await;
+    let info = client.listed_agent(&id).await;
     let path = PathBuf::from(info["cwd"].as_str().expect("cwd"));
     std::fs::write(path.join("README.md"), "hello\nworld\n").expect("edit");
     std::fs::write(path.join("notes.txt"), "new\n").expect("untracked");
@@ -996,13 +966,9 @@ async fn a_command_run_from_the_pane_is_a_job_followed_to_its_end_and_another_is
     let jobs = client
         .request(json!({"type": "list_jobs", "agentId": id}))
         .await;
-    let killed = jobs["payload"]["jobs"]
-        .as_array()
-        .expect("jobs")
-        .iter()
-        .find(|j| j["id"] == other)
-        .cloned()
-        .expect("the second job");
+    let killed = find_where(&jobs["payload"]["jobs"], "the second job", |j| {
+        j["id"] == other
+    });
     assert_eq!(killed["status"], "killed", "{killed}");
     assert_eq!(killed["killedBy"], "request", "{killed}");
     // The first job told its agent how it ended (a queued followup, not an interruption).
@@ -1029,7 +995,7 @@ async fn opening_an_agent_marks_its_finished_turn_seen_and_the_title_counts_the_
         )
         .await;
         eventually(format!("{title} to finish"), WAIT, async || {
-            agent(&mut client, &id).await["attentionReason"] == "finished"
+            client.listed_agent(&id).await["attentionReason"] == "finished"
         })
         .await;
         ids.push(id);
@@ -1037,10 +1003,13 @@ async fn opening_an_agent_marks_its_finished_turn_seen_and_the_title_counts_the_
     let mut s = Scenario::start("attention", &daemon, json!({"seen": ids[0]})).await;
     s.step("opened").await;
     assert_eq!(
-        agent(&mut client, &ids[0]).await["requiresAttention"],
+        client.listed_agent(&ids[0]).await["requiresAttention"],
         false
     );
-    assert_eq!(agent(&mut client, &ids[1]).await["requiresAttention"], true);
+    assert_eq!(
+        client.listed_agent(&ids[1]).await["requiresAttention"],
+        true
+    );
     s.go().await;
     s.done().await;
 }
@@ -1119,10 +1088,7 @@ async fn a_workspace_terminal_runs_what_is_typed_survives_a_reload_and_ends_with
     let daemon = TestDaemon::start().await;
     let (mut client, _) = daemon.client().await;
     let id = idle_agent(&mut client, &daemon, "with a terminal").await;
-    let workspace = agent(&mut client, &id).await["workspaceId"]
-        .as_str()
-        .expect("a workspace")
-        .to_string();
+    let workspace = string_at(&client.listed_agent(&id).await["workspaceId"]);
     let cwd = std::fs::canonicalize(daemon.cwd()).expect("cwd");
     let dir = cwd
         .file_name()
@@ -1162,16 +1128,7 @@ async fn locked_daemon(state: &Path) -> TestDaemon {
         bin = drover_testkit::scripted_agent_bin().display().to_string(),
         state = state.display().to_string(),
     );
-    let home = TempDir::new().expect("home");
-    TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), config).await
-}
-
-async fn get_agent(client: &mut Client, id: &str) -> Value {
-    let answer = client
-        .request(json!({"type": "get_agent", "agentId": id}))
-        .await;
-    assert_eq!(answer["type"], "agent", "{answer}");
-    answer["payload"]["agent"].clone()
+    TestDaemon::start_fresh_with_config(config).await
 }
 
 #[tokio::test]
@@ -1183,7 +1140,7 @@ async fn an_agent_waiting_for_a_sign_in_is_signed_in_from_its_card_and_its_kept_
         .create_agent(json!({"provider": "locked", "cwd": daemon.cwd(), "title": "locked out", "prompt": "say first"}))
         .await;
     eventually("the agent to wait for a sign-in", WAIT, async || {
-        get_agent(&mut client, &id).await["attentionReason"] == "auth_required"
+        client.get_agent(&id).await["attentionReason"] == "auth_required"
     })
     .await;
     let mut s = Scenario::start(
@@ -1194,7 +1151,7 @@ async fn an_agent_waiting_for_a_sign_in_is_signed_in_from_its_card_and_its_kept_
     .await;
     s.step("opened").await;
     // Two browsers opened it: it still waits, cold, with its prompt and its attention.
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert_eq!(
         agent["runtime"]["state"], "cold",
         "opening started it: {agent}"
@@ -1204,7 +1161,7 @@ async fn an_agent_waiting_for_a_sign_in_is_signed_in_from_its_card_and_its_kept_
     s.go().await;
     s.done().await;
     assert_eq!(client.replies(&id).await, ["first"]);
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert!(agent["startFailure"].is_null(), "{agent}");
     let config = std::fs::read_to_string(daemon.home.join("config.toml")).expect("config");
     assert!(
@@ -1228,7 +1185,7 @@ async fn a_sign_in_the_agent_does_by_itself_is_one_click_on_the_card() {
         )
         .await;
     eventually("the agent to wait for a sign-in", WAIT, async || {
-        get_agent(&mut client, &id).await["attentionReason"] == "auth_required"
+        client.get_agent(&id).await["attentionReason"] == "auth_required"
     })
     .await;
     Scenario::run("signInByAgent", &daemon, json!({"agent": id})).await;
@@ -1245,8 +1202,7 @@ async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
         "[providers.broken]\ncommand = [\"/bin/sh\", \"-c\", \"echo x >> {}; echo cannot start >&2; exit 3\"]\n",
         starts.display()
     );
-    let home = TempDir::new().expect("home");
-    let daemon = TestDaemon::start_with_config(home.path().to_path_buf(), Some(home), broken).await;
+    let daemon = TestDaemon::start_fresh_with_config(broken).await;
     let (mut client, _) = daemon.client().await;
     let count = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
     let id = client
@@ -1255,7 +1211,7 @@ async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
     // The first start and the backoff's tries 1 s and 5 s later: the next is 30 s away.
     eventually("three failed starts", WAIT, async || count() == 3).await;
     eventually("the third failure", WAIT, async || {
-        get_agent(&mut client, &id).await["runtime"]["retryAt"].is_string()
+        client.get_agent(&id).await["runtime"]["retryAt"].is_string()
     })
     .await;
     let mut s = Scenario::start("failedStart", &daemon, json!({"agent": id})).await;
@@ -1269,7 +1225,7 @@ async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
     s.go().await;
     s.done().await;
     assert_eq!(client.replies(&id).await, ["hello"]);
-    let agent = get_agent(&mut client, &id).await;
+    let agent = client.get_agent(&id).await;
     assert!(agent["startFailure"].is_null(), "{agent}");
     assert_eq!(
         count(),
@@ -1334,14 +1290,14 @@ async fn after_stop_the_queue_shown_is_the_daemons_and_the_dropped_text_comes_ba
         json!({"cwd": daemon.cwd(), "title": "worker", "prompt": LONG_TURN}),
     )
     .await;
-    wait_status(&mut client, &id, "running").await;
+    client.wait_status(&id, "running").await;
     let mut s = Scenario::start("stopDropsQueued", &daemon, json!({"agent": id})).await;
     s.step("queued").await;
-    let queued = get_agent(&mut client, &id).await["queued"].clone();
+    let queued = client.get_agent(&id).await["queued"].clone();
     assert_eq!(queued[0]["text"], "say never ran", "{queued}");
     s.go().await;
     s.done().await;
-    let info = get_agent(&mut client, &id).await;
+    let info = client.get_agent(&id).await;
     assert_eq!(info["queued"], json!([]), "{info}");
     assert!(
         !client.timeline(&id).await.iter().any(|i| i["data"]["text"]
@@ -1557,10 +1513,7 @@ async fn a_hosts_agents_are_under_their_host_and_a_lost_host_says_so() {
         .await;
     assert_eq!(made["type"], "agent_created", "{made}");
     assert_eq!(made["payload"]["agent"]["host"], "b", "{made}");
-    let remote = made["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let remote = string_at(&made["payload"]["agent"]["id"]);
     let idle = client
         .request(json!({"type": "wait_idle", "agentId": remote, "timeoutMs": 20000}))
         .await;
@@ -1582,10 +1535,7 @@ async fn a_hosts_agents_are_under_their_host_and_a_lost_host_says_so() {
         parent.as_str(),
         "{made}"
     );
-    let kid = made["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let kid = string_at(&made["payload"]["agent"]["id"]);
 
     let mut s = Scenario::start(
         "hosts",

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use drover_testkit::daemon::Client;
+use drover_testkit::daemon::{Client, string_at};
 use drover_testkit::wait::eventually;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -28,14 +28,6 @@ fn config(state: &Path) -> String {
          [providers.relapsing]\ncommand = [{bin:?}]\non_interrupt = \"continue\"\n\
          env = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}, SCRIPTED_AGENT_ON_DROVER = \"hang\" }}\n"
     )
-}
-
-async fn get_agent(client: &mut Client, agent: &str) -> Value {
-    let got = client
-        .request(json!({"type": "get_agent", "agentId": agent}))
-        .await;
-    assert_eq!(got["type"], "agent", "{got}");
-    got["payload"]["agent"].clone()
 }
 
 /// The `user_message` items of the agent: (source, text).
@@ -66,11 +58,11 @@ async fn continues(client: &mut Client, agent: &str) -> Vec<String> {
 
 async fn running(client: &mut Client, agent: &str) {
     let ran = drover_testkit::wait::poll_until(WAIT, async || {
-        get_agent(client, agent).await["status"] == "running"
+        client.get_agent(agent).await["status"] == "running"
     })
     .await;
     if ran.is_none() {
-        let info = get_agent(client, agent).await;
+        let info = client.get_agent(agent).await;
         let timeline = client.timeline(agent).await;
         panic!("{agent} does not run a turn: {info}\n{timeline:#?}");
     }
@@ -102,10 +94,7 @@ async fn unattended_a_cut_turn_continues_once_by_policy() {
             json!({"provider": "scripted", "cwd": cwd, "prompt": "hang", "onInterrupt": "continue"}),
         )
         .await;
-    assert_eq!(
-        get_agent(&mut client, &own).await["onInterrupt"],
-        "continue"
-    );
+    assert_eq!(client.get_agent(&own).await["onInterrupt"], "continue");
     let left = client
         .create_agent(json!({"provider": "scripted", "cwd": cwd, "prompt": "hang"}))
         .await;
@@ -138,7 +127,7 @@ async fn unattended_a_cut_turn_continues_once_by_policy() {
         );
         let events = client.turn_events(agent).await;
         assert_eq!(events, ["turn_interrupted", "turn_completed"], "{agent}");
-        let info = get_agent(&mut client, agent).await;
+        let info = client.get_agent(agent).await;
         assert_eq!(info["status"], "idle", "{info}");
         assert_eq!(info["attentionReason"], "finished", "{info}");
     }
@@ -156,7 +145,7 @@ async fn unattended_a_cut_turn_continues_once_by_policy() {
 
     // `notify`: the agent waits for its user.
     client.wait_idle(&left).await;
-    let info = get_agent(&mut client, &left).await;
+    let info = client.get_agent(&left).await;
     assert_eq!(info["attentionReason"], "interrupted", "{info}");
     assert!(continues(&mut client, &left).await.is_empty());
     assert_eq!(client.turn_events(&left).await, ["turn_interrupted"]);
@@ -169,7 +158,7 @@ async fn unattended_a_cut_turn_continues_once_by_policy() {
     let mut client = daemon.client().await;
     client.wait_idle(&relapsing).await;
     // Not twice: a continued turn cut off again is left to the user.
-    let info = get_agent(&mut client, &relapsing).await;
+    let info = client.get_agent(&relapsing).await;
     assert_eq!(info["status"], "idle", "{info}");
     assert_eq!(info["attentionReason"], "interrupted", "{info}");
     assert_eq!(continues(&mut client, &relapsing).await.len(), 1);
@@ -263,7 +252,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
 
     for agent in [&gemini, &claude, &bare, &child] {
         let info = eventually("the agent to wait for its limit", WAIT, async || {
-            let info = get_agent(&mut client, agent).await;
+            let info = client.get_agent(agent).await;
             (info["attentionReason"] == "limited").then_some(info)
         })
         .await;
@@ -280,13 +269,13 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
         assert_eq!(info["queued"].as_array().map(Vec::len), Some(1), "{info}");
         assert_eq!(ends(&mut client, agent).await, ["turn_limited"]);
     }
-    let info = get_agent(&mut client, &gemini).await;
+    let info = client.get_agent(&gemini).await;
     assert!(info["limited"]["resetAt"].is_string(), "{info}");
-    let info = get_agent(&mut client, &bare).await;
+    let info = client.get_agent(&bare).await;
     assert!(info["limited"]["resetAt"].is_null(), "{info}");
     // `fail`: an error like any other.
     let info = eventually("the failing agent's turn to fail", WAIT, async || {
-        let info = get_agent(&mut client, &failing).await;
+        let info = client.get_agent(&failing).await;
         (info["attentionReason"] == "error").then_some(info)
     })
     .await;
@@ -294,7 +283,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     assert_eq!(ends(&mut client, &failing).await, ["turn_failed"]);
     // A cancel that drops the inbox drops the waiting prompt, and the wait.
     eventually("the agent to wait for its limit", WAIT, async || {
-        get_agent(&mut client, &dropped).await["attentionReason"] == "limited"
+        client.get_agent(&dropped).await["attentionReason"] == "limited"
     })
     .await;
     let cancelled = client
@@ -302,7 +291,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
         .await;
     assert_eq!(cancelled["type"], "ok", "{cancelled}");
     let info = eventually("the wait to end", WAIT, async || {
-        let info = get_agent(&mut client, &dropped).await;
+        let info = client.get_agent(&dropped).await;
         info["limited"].is_null().then_some(info)
     })
     .await;
@@ -326,7 +315,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
 
     // A runtime hibernates while it waits (idle 1 s; claude's limit lasts 4 s).
     let info = eventually("the waiting runtime to hibernate", WAIT, async || {
-        let info = get_agent(&mut client, &claude).await;
+        let info = client.get_agent(&claude).await;
         (info["runtime"]["state"] == "cold").then_some(info)
     })
     .await;
@@ -344,7 +333,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     daemon.die_by(Signal::SIGKILL);
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
-    let info = get_agent(&mut client, &gemini).await;
+    let info = client.get_agent(&gemini).await;
     assert!(
         info["attentionReason"] == "limited" || info["status"] == "running",
         "{info}"
@@ -378,7 +367,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
         assert_eq!(sent[0].1, sent[1].1);
         // The turn's end reaches the record just after the timeline.
         let info = eventually("the record to say the turn finished", WAIT, async || {
-            let info = get_agent(&mut client, agent).await;
+            let info = client.get_agent(agent).await;
             (info["attentionReason"] == "finished").then_some(info)
         })
         .await;
@@ -450,13 +439,13 @@ async fn unattended_spend_is_recorded_per_agent_and_per_tree() {
     client.wait_idle(&parent).await;
     // Recorded as reported, just after the turn's end.
     let info = eventually("the spend recorded", WAIT, async || {
-        let info = get_agent(&mut client, &parent).await;
+        let info = client.get_agent(&parent).await;
         (spent(&info["treeSpend"]).0 == Some(3000)).then_some(info)
     })
     .await;
     assert_eq!(spent(&info["spend"]), (Some(2000), Some(0.002)), "{info}");
     assert_eq!(info["spend"]["currency"], "USD", "{info}");
-    let quiet = get_agent(&mut client, &children[1]).await;
+    let quiet = client.get_agent(&children[1]).await;
     assert_eq!(
         spent(&quiet["spend"]),
         (None, None),
@@ -471,7 +460,7 @@ async fn unattended_spend_is_recorded_per_agent_and_per_tree() {
     daemon.stop().await;
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
-    let info = get_agent(&mut client, &children[0]).await;
+    let info = client.get_agent(&children[0]).await;
     assert_eq!(spent(&info["spend"]), (Some(1000), Some(0.001)), "{info}");
     let queued = client
         .request(json!({"type": "send_message", "agentId": children[0], "text": "usage"}))
@@ -479,12 +468,12 @@ async fn unattended_spend_is_recorded_per_agent_and_per_tree() {
     assert_eq!(queued["type"], "message_queued", "{queued}");
     client.wait_idle(&children[0]).await;
     let info = eventually("the spend recorded", WAIT, async || {
-        let info = get_agent(&mut client, &children[0]).await;
+        let info = client.get_agent(&children[0]).await;
         (spent(&info["spend"]).0 == Some(2000)).then_some(info)
     })
     .await;
     assert_eq!(spent(&info["spend"]), (Some(2000), Some(0.002)), "{info}");
-    let tree = get_agent(&mut client, &parent).await["treeSpend"].clone();
+    let tree = client.get_agent(&parent).await["treeSpend"].clone();
     assert_eq!(spent(&tree), (Some(4000), Some(0.004)), "{tree}");
     daemon.stop().await;
 }
@@ -513,7 +502,7 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
             "budget": {"tokens": 1500},
             "prompt": "usage\nsubagent subagent usage"}))
         .await;
-    let info = get_agent(&mut client, &root).await;
+    let info = client.get_agent(&root).await;
     assert_eq!(info["budget"], json!({"tokens": 1500}), "{info}");
     client.wait_idle(&root).await;
     let child = said(&mut client, &root)
@@ -531,7 +520,7 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
         .expect("the sub-subagent's id");
     client.wait_idle(&grandchild).await;
     eventually("the tree's spend recorded", WAIT, async || {
-        let info = get_agent(&mut client, &root).await;
+        let info = client.get_agent(&root).await;
         (spent(&info["treeSpend"]).0 == Some(2000)).then_some(())
     })
     .await;
@@ -540,7 +529,7 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
     }
     // The budgeted root was warned when the tree went past 80 %, and its later turns' ends
     // keep the warning.
-    let info = get_agent(&mut client, &root).await;
+    let info = client.get_agent(&root).await;
     assert_eq!(info["attentionReason"], "budget_warning", "{info}");
 
     // A send to the root is refused, with what each agent spent.
@@ -600,7 +589,7 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
     daemon.stop().await;
     let daemon = DaemonProcess::start(home.path()).await;
     let mut client = daemon.client().await;
-    let info = get_agent(&mut client, &root).await;
+    let info = client.get_agent(&root).await;
     assert_eq!(info["budget"], json!({"tokens": 5000}), "{info}");
     daemon.stop().await;
 }
@@ -627,7 +616,7 @@ async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
         .map_or_else(|| panic!("the subagent's id: {said_lead}"), str::to_string);
     client.wait_idle(&sub).await;
     let info = eventually("the subagent's spend", WAIT, async || {
-        let info = get_agent(&mut client, &sub).await;
+        let info = client.get_agent(&sub).await;
         (spent(&info["spend"]).0 == Some(1000)).then_some(info)
     })
     .await;
@@ -692,7 +681,7 @@ async fn unattended_a_hard_budget_cancels_the_turns_running_in_the_tree() {
             "budget": {"cost": 0.0015, "hard": true},
             "prompt": "subagent sleep 60000\\nsay never"}))
         .await;
-    let info = get_agent(&mut client, &root).await;
+    let info = client.get_agent(&root).await;
     assert_eq!(
         info["budget"],
         json!({"cost": 0.0015, "hard": true}),
@@ -724,14 +713,14 @@ async fn unattended_a_hard_budget_cancels_the_turns_running_in_the_tree() {
     for agent in [&child, &root] {
         assert!(!said(&mut client, agent).await.contains("never"), "{agent}");
     }
-    let info = get_agent(&mut client, &root).await;
+    let info = client.get_agent(&root).await;
     assert_eq!(spent(&info["treeSpend"]).1, Some(0.002), "{info}");
     daemon.stop().await;
 }
 
 /// The texts of the messages queued for `agent` and not delivered yet.
 async fn queued_texts(client: &mut Client, agent: &str) -> Vec<String> {
-    get_agent(client, agent).await["queued"]
+    client.get_agent(agent).await["queued"]
         .as_array()
         .map(|q| {
             q.iter()
@@ -786,10 +775,7 @@ async fn unattended_a_spent_budget_holds_what_drover_queues_until_raised() {
             "prompt": "say scheduled", "when": {"everySeconds": 1}}))
         .await;
     assert_eq!(answer["type"], "schedule", "{answer}");
-    let schedule = answer["payload"]["schedule"]["id"]
-        .as_str()
-        .expect("schedule id")
-        .to_string();
+    let schedule = string_at(&answer["payload"]["schedule"]["id"]);
     let errors = eventually("a run refused behind the waiting one", WAIT, async || {
         let errors = schedule_errors(&mut client, &schedule).await;
         (!errors.is_empty()).then_some(errors)
@@ -957,7 +943,7 @@ async fn unattended_a_usage_limit_falls_back_to_another_provider() {
 
     // The new agent: on `spare`, under the worker, its prompt the conversation and the work.
     client.wait_idle(&spare).await;
-    let info = get_agent(&mut client, &spare).await;
+    let info = client.get_agent(&spare).await;
     assert_eq!(info["type"], "spare", "{info}");
     assert_eq!(info["parentAgentId"], worker.as_str(), "{info}");
     assert_eq!(
@@ -981,7 +967,7 @@ async fn unattended_a_usage_limit_falls_back_to_another_provider() {
     assert!(said(&mut client, &spare).await.contains("the work is done"));
 
     // The worker waits for nothing and sends nothing again.
-    let info = get_agent(&mut client, &worker).await;
+    let info = client.get_agent(&worker).await;
     assert_eq!(info["status"], "idle", "{info}");
     assert!(info["limited"].is_null(), "{info}");
     assert!(queued_texts(&mut client, &worker).await.is_empty());

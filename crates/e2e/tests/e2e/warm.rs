@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use drover_fakes::procs;
-use drover_testkit::daemon::Client;
+use drover_testkit::daemon::{Client, find_where};
 use drover_testkit::wait::{eventually, poll_until};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -86,27 +86,15 @@ async fn spares_of(
 /// The provider's spares as `list_providers` says: (ready, wanted).
 async fn warm_of(client: &mut Client, provider: &str) -> (usize, usize) {
     let providers = client.request(json!({"type": "list_providers"})).await;
-    let warmed = providers["payload"]["providers"]
-        .as_array()
-        .expect("providers")
-        .iter()
-        .find(|p| p["name"] == provider)
-        .cloned()
-        .expect("provider listed");
+    let warmed = find_where(&providers["payload"]["providers"], "provider listed", |p| {
+        p["name"] == provider
+    });
     let n = |k: &str| usize::try_from(warmed["warm"][k].as_u64().unwrap_or(99)).expect("n");
     (n("ready"), n("wanted"))
 }
 
-async fn agent(client: &mut Client, id: &str) -> Value {
-    let got = client
-        .request(json!({"type": "get_agent", "agentId": id}))
-        .await;
-    assert_eq!(got["type"], "agent", "{got}");
-    got["payload"]["agent"].clone()
-}
-
 async fn pid_of(client: &mut Client, id: &str) -> i32 {
-    let runtime = agent(client, id).await["runtime"].clone();
+    let runtime = client.get_agent(id).await["runtime"].clone();
     i32::try_from(runtime["pid"].as_i64().expect("a live runtime")).expect("pid")
 }
 
@@ -172,7 +160,7 @@ async fn warm_an_agent_takes_a_spare_and_works_as_its_own_and_the_spare_is_repla
         )
         .expect("tool result");
         let kid = made["agentId"].as_str().expect("the kid").to_string();
-        assert_eq!(agent(&mut client, &kid).await["parentAgentId"], id.as_str());
+        assert_eq!(client.get_agent(&kid).await["parentAgentId"], id.as_str());
         // Whatever it starts carries one marker, which no other agent's processes carry.
         let marker = procs::Process::read(pid)
             .and_then(|p| p.env("DROVER_AGENT_ID"))
@@ -328,18 +316,13 @@ async fn warm_no_spare_outlives_a_sigkilled_daemon() {
 /// SIGKILL of the daemon leaves nothing of either (the launchers and their native children).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_codex_takes_a_spare_and_works_in_its_own_directory_with_its_own_mcp() {
-    use drover_fakes::model;
     use drover_fakes::real_agents::RealAgent;
     const TURN: Duration = Duration::from_secs(90);
     let home = TempDir::new().expect("home");
     let state = TempDir::new().expect("scripted state");
-    let scratch = TempDir::new().expect("scratch");
-    let (_dir, cwd) = canonical_dir();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = model::serve(listener);
-    let codex = crate::real_agents_orphans::config(RealAgent::Codex, &model, scratch.path(), &cwd);
+    let ground = drover_testkit::RealGround::new().await;
+    let cwd = &ground.cwd;
+    let codex = crate::real_agents_orphans::config(RealAgent::Codex, &ground);
     std::fs::write(
         home.path().join("config.toml"),
         format!("{}{codex}warm = 1\n", config(state.path(), 0, "one", "")),
@@ -358,7 +341,7 @@ async fn warm_codex_takes_a_spare_and_works_in_its_own_directory_with_its_own_mc
     let id = create(
         &mut client,
         "codex",
-        &cwd,
+        cwd,
         &format!("write note.txt warm\ncall create_agent {call}\nreply finished"),
     )
     .await;
@@ -419,7 +402,7 @@ async fn warm_codex_takes_a_spare_and_works_in_its_own_directory_with_its_own_mc
         "codex spare and agent",
     )
     .await;
-    drop(model);
+    drop(ground);
 }
 
 /// Without its guard (killed first) and without cgroups, what an agent on a spare started in a

@@ -15,16 +15,7 @@ use tempfile::TempDir;
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn create(client: &mut Client, cwd: &Path, prompt: &str) -> String {
-    let created = client
-        .request(
-            json!({"type": "create_agent", "provider": "scripted", "cwd": cwd, "prompt": prompt}),
-        )
-        .await;
-    assert_eq!(created["type"], "agent_created", "{created}");
-    created["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    client.create_scripted(cwd, json!({"prompt": prompt})).await
 }
 
 /// Polls the agent's timeline until `want` holds.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use drover_testkit::daemon::{Client, TestDaemon};
+use drover_testkit::daemon::{Client, TestDaemon, string_at};
 use drover_testkit::wait::eventually;
 use drover_testkit::{git, git_lines, git_repository};
 use serde_json::{Value, json};
@@ -194,13 +194,7 @@ async fn an_agent_in_a_new_worktree_from_the_protocol() {
     );
     // The agent ran in the worktree, then autoArchive took the worktree with it.
     client.wait_idle(&id).await;
-    let said: Vec<String> = client
-        .timeline(&id)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "agent_message")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect();
+    let said = client.replies(&id).await;
     assert_eq!(said, [cwd.display().to_string()]);
     eventually(
         "the worktree removed with its autoArchived agent",
@@ -231,18 +225,9 @@ async fn a_failed_create_in_a_new_worktree_leaves_nothing_behind() {
             json!({"type": "create_agent", "provider": "scripted", "cwd": repo, "prompt": call}),
         )
         .await;
-    let lead = lead["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let lead = string_at(&lead["payload"]["agent"]["id"]);
     client.wait_idle(&lead).await;
-    let said: String = client
-        .timeline(&lead)
-        .await
-        .iter()
-        .filter(|i| i["kind"] == "agent_message")
-        .filter_map(|i| i["data"]["text"].as_str().map(str::to_string))
-        .collect();
+    let said = client.replies(&lead).await.concat();
     assert!(
         said.contains("mcp create_agent error: unknown provider `nope`")
             && said.contains("code: unknown_provider"),
@@ -361,20 +346,14 @@ async fn mcp_tool_errors_carry_the_protocol_codes() {
     let other = client
         .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd()}))
         .await;
-    let other = other["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let other = string_at(&other["payload"]["agent"]["id"]);
     let script = format!(
         "mcp cancel_agent {{\"agentId\": \"{other}\"}}\nmcp get_agent {{\"agentId\": \"nope\"}}\nmcp archive_worktree {{\"workspaceId\": \"nope\"}}"
     );
     let caller = client
         .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd(), "prompt": script}))
         .await;
-    let caller = caller["payload"]["agent"]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let caller = string_at(&caller["payload"]["agent"]["id"]);
     client.wait_idle(&caller).await;
     let said: String = client
         .timeline(&caller)
