@@ -157,11 +157,7 @@ async fn activity_belongs_to_the_workspace_id_never_to_the_cwd() {
 async fn buckets_follow_the_urgency_order() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let ws = reg
-        .register_workspace(fx.cwd(0), None)
-        .await
-        .expect("register")
-        .id;
+    let ws = fx.workspace(0).await;
     assert_eq!(reg.workspace_activity(ws), None);
     let mut agents: Vec<AgentId> = Vec::new();
     for _ in 0..5 {

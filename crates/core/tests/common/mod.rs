@@ -60,6 +60,15 @@ impl Fixture {
 
     /// A fresh registry over the same home, with a fresh runtime double (the current registry
     /// is left alone; drop it first to simulate a restart).
+    /// A new workspace on directory `i`; its id.
+    pub async fn workspace(&self, i: usize) -> WorkspaceId {
+        self.registry
+            .register_workspace(self.cwd(i), None)
+            .await
+            .expect("register")
+            .id
+    }
+
     pub fn reopen(&self) -> (Registry, BootReport, Arc<TestRuntime>) {
         let runtime = TestRuntime::new();
         let (registry, report) = open(self.home.path(), &runtime);
