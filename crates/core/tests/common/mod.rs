@@ -90,6 +90,16 @@ impl Fixture {
     }
 
     /// The agent's record file under this fixture's home.
+    /// `create_agent` in the first cwd of the agent [`new_agent`] makes, as `edit` changes it.
+    pub async fn try_create(
+        &self,
+        edit: impl FnOnce(&mut NewAgent),
+    ) -> Result<Agent, drover_core::RegistryError> {
+        let mut new = new_agent(&self.cwd(0));
+        edit(&mut new);
+        self.registry.create_agent(new).await
+    }
+
     /// A root agent and its subagent, in the first cwd.
     pub async fn pair(&self) -> (Agent, Agent) {
         let parent = self.create(0, None).await;
