@@ -2021,14 +2021,7 @@ fn imported_agents_keep_their_records(fx: &Fixture, applied: &Value) -> String {
 fn a_paseo_home_is_imported_once_after_a_dry_run_and_its_agents_run() {
     let fx = Fixture::start();
     let paseo = TempDir::new().expect("paseo home");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/paseo-home");
-    let made = Command::new(script)
-        .arg(paseo.path())
-        .arg(fx.cwd())
-        .arg("scripted")
-        .output()
-        .expect("run scripts/paseo-home");
-    assert!(made.status.success(), "{made:?}");
+    drover_testkit::paseo_home(paseo.path(), &fx.cwd(), "scripted");
     let source = files_under(paseo.path());
     let home = paseo.path().display().to_string();
 

@@ -429,12 +429,7 @@ fn log_format_json_writes_one_object_a_line_and_a_line_per_turn_end() {
         .arg("say hello\nsleep 50")
         .output()
         .expect("drover run");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drover_testkit::assert_succeeded(&out, "drover run");
     daemon.signal(libc::SIGTERM);
     assert!(daemon.wait().success());
 

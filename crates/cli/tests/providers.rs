@@ -22,11 +22,7 @@ fn lists_presets_and_custom_providers_with_availability() {
         .arg(home.path())
         .output()
         .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drover_testkit::assert_succeeded(&out, "drover providers");
     let table = String::from_utf8_lossy(&out.stdout);
     let line = |name: &str| {
         table

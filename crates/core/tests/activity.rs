@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use common::{Fixture, create, expected_activity, idle, reported_activity, running, set};
 use drover_core::{
-    ActivityBucket, AgentId, AgentStatus, ArchiveOptions, AttentionReason, NewAgent, TurnOutcome,
+    ActivityBucket, AgentId, AgentStatus, ArchiveOptions, AttentionReason, TurnOutcome,
     WorkspaceId, WorkspaceKind,
 };
 
@@ -83,11 +83,7 @@ async fn agents_in_one_cwd_join_one_workspace() {
         .expect_err("relative");
     assert_eq!(err.code(), "invalid_input");
     let err = fx
-        .registry
-        .create_agent(NewAgent {
-            workspace_id: Some(WorkspaceId::new()),
-            ..common::new_agent(&fx.cwd(0))
-        })
+        .try_create(|a| a.workspace_id = Some(WorkspaceId::new()))
         .await
         .expect_err("unknown workspace");
     assert_eq!(err.code(), "unknown_workspace");
@@ -111,11 +107,8 @@ async fn activity_belongs_to_the_workspace_id_never_to_the_cwd() {
         "nobody there yet"
     );
 
-    let other = reg
-        .create_agent(NewAgent {
-            workspace_id: Some(second_ws.id),
-            ..common::new_agent(&fx.cwd(0))
-        })
+    let other = fx
+        .try_create(|a| a.workspace_id = Some(second_ws.id))
         .await
         .expect("create in the second workspace");
     assert_eq!(other.workspace_id, second_ws.id);
@@ -157,11 +150,7 @@ async fn activity_belongs_to_the_workspace_id_never_to_the_cwd() {
 async fn buckets_follow_the_urgency_order() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let ws = reg
-        .register_workspace(fx.cwd(0), None)
-        .await
-        .expect("register")
-        .id;
+    let ws = fx.workspace(0).await;
     assert_eq!(reg.workspace_activity(ws), None);
     let mut agents: Vec<AgentId> = Vec::new();
     for _ in 0..5 {

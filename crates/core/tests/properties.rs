@@ -470,11 +470,7 @@ fn check_activity(reg: &Registry, agents: &[Agent]) -> Result<(), TestCaseError>
 async fn activity_stays_equal_to_a_recomputation(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut fx = Fixture::with_dirs(2);
     let reg = &fx.registry;
-    let second = reg
-        .register_workspace(fx.cwd(0), None)
-        .await
-        .expect("register")
-        .id;
+    let second = fx.workspace(0).await;
     let mut ids: Vec<AgentId> = Vec::new();
     for op in &ops {
         let pick = |ix: &Index| ids[ix.index(ids.len())];

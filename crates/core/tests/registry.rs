@@ -325,11 +325,8 @@ async fn creating_under_an_unknown_or_archived_parent_is_refused() {
     let fx = Fixture::new();
     let reg = &fx.registry;
     let ghost = AgentId::new();
-    let err = reg
-        .create_agent(NewAgent {
-            parent: Some(ghost),
-            ..common::new_agent(&fx.cwd(0))
-        })
+    let err = fx
+        .try_create(|a| a.parent = Some(ghost))
         .await
         .expect_err("no such parent");
     assert_eq!(err.code(), "unknown_agent");
@@ -338,11 +335,8 @@ async fn creating_under_an_unknown_or_archived_parent_is_refused() {
     let parent = fx.create(0, None).await;
     idle(reg, parent.id).await;
     reg.archive(parent.id, PLAIN).await.expect("archive");
-    let err = reg
-        .create_agent(NewAgent {
-            parent: Some(parent.id),
-            ..common::new_agent(&fx.cwd(0))
-        })
+    let err = fx
+        .try_create(|a| a.parent = Some(parent.id))
         .await
         .expect_err("archived parent");
     assert_eq!(err.code(), "agent_archived");
@@ -373,10 +367,9 @@ async fn the_parent_label_is_not_a_plain_label() {
         .await
         .expect_err("cannot detach by label");
     assert_eq!(err.code(), "invalid_input");
-    let err = reg
-        .create_agent(NewAgent {
-            labels: BTreeMap::from([(PARENT_LABEL.to_string(), parent.id.to_string())]),
-            ..common::new_agent(&fx.cwd(0))
+    let err = fx
+        .try_create(|a| {
+            a.labels = BTreeMap::from([(PARENT_LABEL.to_string(), parent.id.to_string())]);
         })
         .await
         .expect_err("parent comes from `parent`");
@@ -613,11 +606,8 @@ async fn cascade_over_a_label_cycle_in_damaged_data_terminates() {
 async fn a_plain_archive_of_a_running_turn_is_refused_and_writes_nothing() {
     let fx = Fixture::new();
     let reg = &fx.registry;
-    let agent = reg
-        .create_agent(NewAgent {
-            title: Some("worker".to_string()),
-            ..common::new_agent(&fx.cwd(0))
-        })
+    let agent = fx
+        .try_create(|a| a.title = Some("worker".to_string()))
         .await
         .expect("create");
     let agent = running(reg, agent.id).await;
@@ -1105,11 +1095,8 @@ async fn auto_archive_follows_the_first_terminal_turn_event() {
     let mut archived = Vec::new();
     for outcome in outcomes {
         let name = outcome.event_name().as_str();
-        let agent = reg
-            .create_agent(NewAgent {
-                auto_archive: true,
-                ..common::new_agent(&fx.cwd(0))
-            })
+        let agent = fx
+            .try_create(|a| a.auto_archive = true)
             .await
             .expect("create");
         let helper = fx.create(0, Some(agent.id)).await;

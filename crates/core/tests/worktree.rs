@@ -87,12 +87,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drover_testkit::assert_succeeded(&out, &format!("git {args:?} in {}", dir.display()));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

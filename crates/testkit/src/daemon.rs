@@ -37,6 +37,13 @@ impl TestDaemon {
         Self::start_in(path, Some(home), false).await
     }
 
+    /// A daemon on a fresh home and a client of it that has said `hello`.
+    pub async fn start_with_client() -> (TestDaemon, Client) {
+        let daemon = Self::start().await;
+        let (client, _) = daemon.client().await;
+        (daemon, client)
+    }
+
     /// A daemon on `home` (kept by the caller); with `no_token`, one that lets clients in
     /// without the token (`--no-token`).
     pub async fn start_in(home: PathBuf, keep: Option<TempDir>, no_token: bool) -> TestDaemon {
@@ -520,6 +527,21 @@ impl Client {
             .unwrap_or_default()
     }
 
+    /// The agent's `user_message` items whose `source` starts with `source` (`job:`,
+    /// `schedule:`, ...), in order.
+    pub async fn messages_from(&mut self, agent: &str, source: &str) -> Vec<Value> {
+        self.timeline(agent)
+            .await
+            .into_iter()
+            .filter(|i| {
+                i["kind"] == "user_message"
+                    && i["data"]["source"]
+                        .as_str()
+                        .is_some_and(|s| s.starts_with(source))
+            })
+            .collect()
+    }
+
     /// The `event` of each `turn_ended` item of the agent, in order.
     pub async fn turn_events(&mut self, agent: &str) -> Vec<String> {
         self.timeline(agent)
@@ -592,6 +614,18 @@ pub async fn http(
     host: &str,
     headers: &[&str],
 ) -> (u16, String) {
+    http_with_body(addr, method, path, host, headers, "").await
+}
+
+/// As [`http`], with `body` after the head (give its `Content-Length` among `headers`).
+pub async fn http_with_body(
+    addr: &str,
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[&str],
+    body: &str,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
@@ -600,6 +634,7 @@ pub async fn http(
         request.push_str("\r\n");
     }
     request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).await.expect("write");
     let mut response = Vec::new();
     tokio::time::timeout(WAIT, stream.read_to_end(&mut response))

@@ -452,11 +452,7 @@ pub fn git(dir: &Path, args: &[&str]) {
         .current_dir(dir)
         .output()
         .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out, &format!("git {args:?}"));
 }
 
 /// What a real agent runs against in a test: the scripted model server on 127.0.0.1 it is
@@ -564,4 +560,36 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Fails the test unless the process whose output is `out` exited successfully, naming it
+/// `what` and showing what it printed.
+pub fn assert_succeeded(out: &std::process::Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes a Paseo home into `paseo` with `scripts/paseo-home`: agents of `provider` working
+/// in `cwd`.
+pub fn paseo_home(paseo: &Path, cwd: &Path, provider: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/paseo-home");
+    let made = std::process::Command::new(script)
+        .arg(paseo)
+        .arg(cwd)
+        .arg(provider)
+        .output()
+        .expect("run scripts/paseo-home");
+    assert!(made.status.success(), "{made:?}");
+}
+
+/// `path`, a program or folder a test needs from the machine; fails the test, saying how to
+/// install it (`how`), when it is not there.
+pub fn installed(path: PathBuf, how: &str) -> PathBuf {
+    assert!(path.exists(), "no {}: {how}", path.display());
+    path
 }

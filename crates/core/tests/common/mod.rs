@@ -60,6 +60,15 @@ impl Fixture {
 
     /// A fresh registry over the same home, with a fresh runtime double (the current registry
     /// is left alone; drop it first to simulate a restart).
+    /// A new workspace on directory `i`; its id.
+    pub async fn workspace(&self, i: usize) -> WorkspaceId {
+        self.registry
+            .register_workspace(self.cwd(i), None)
+            .await
+            .expect("register")
+            .id
+    }
+
     pub fn reopen(&self) -> (Registry, BootReport, Arc<TestRuntime>) {
         let runtime = TestRuntime::new();
         let (registry, report) = open(self.home.path(), &runtime);
@@ -81,6 +90,16 @@ impl Fixture {
     }
 
     /// The agent's record file under this fixture's home.
+    /// `create_agent` in the first cwd of the agent [`new_agent`] makes, as `edit` changes it.
+    pub async fn try_create(
+        &self,
+        edit: impl FnOnce(&mut NewAgent),
+    ) -> Result<Agent, drover_core::RegistryError> {
+        let mut new = new_agent(&self.cwd(0));
+        edit(&mut new);
+        self.registry.create_agent(new).await
+    }
+
     /// A root agent and its subagent, in the first cwd.
     pub async fn pair(&self) -> (Agent, Agent) {
         let parent = self.create(0, None).await;

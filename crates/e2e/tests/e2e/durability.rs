@@ -299,8 +299,7 @@ fn sigkill_after_message_queued_loses_no_message_and_runs_none_twice_or_after_ar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connections_requests_are_bounded_and_end_with_it() {
     const SENT: usize = 300;
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = client
         .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": "sleep 60000"}))
         .await;

@@ -120,8 +120,7 @@ fn mode(path: &Path) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_output_is_read_by_offset_across_the_ring_and_survives_a_restart() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
     // About 2.6 MB: more than the 1 MiB ring, so a follower from 0 reads through the log, and
@@ -203,8 +202,7 @@ async fn jobs_output_is_read_by_offset_across_the_ring_and_survives_a_restart() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_kill_ends_the_whole_process_group_even_when_it_ignores_term() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
     for (command, killed_by_term) in [
@@ -299,19 +297,17 @@ async fn jobs_kill_ends_the_whole_process_group_even_when_it_ignores_term() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_exit_notice_reaches_the_owner_as_a_queued_followup_never_an_interruption() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     // The job ends while the turn that started it still runs: its notice waits for the turn.
     let script =
         "mcp start_job {\"command\": \"echo hello-from-job; exit 3\"}\nsleep 1500\nsay turn done";
     let agent = create(&mut client, &daemon, script, "owner").await;
     let notice = eventually("the exit notice", WAIT, async || {
-        client.timeline(&agent).await.into_iter().find(|i| {
-            i["kind"] == "user_message"
-                && i["data"]["source"]
-                    .as_str()
-                    .is_some_and(|s| s.starts_with("job:"))
-        })
+        client
+            .messages_from(&agent, "job:")
+            .await
+            .into_iter()
+            .next()
     })
     .await;
     client.wait_idle(&agent).await;
@@ -354,8 +350,7 @@ async fn jobs_exit_notice_reaches_the_owner_as_a_queued_followup_never_an_interr
 /// protocol and over MCP alike, then answers that the job still runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_wait_job_waits_one_default_over_the_protocol_and_over_mcp() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let owner = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&owner).await;
     let job = start_job(&mut client, &owner, "exec sleep 1000").await;
@@ -363,10 +358,7 @@ async fn jobs_wait_job_waits_one_default_over_the_protocol_and_over_mcp() {
 
     let start = Instant::now();
     let call = format!("mcp wait_job {{\"jobId\": \"{id}\"}}");
-    let sent = client
-        .request(json!({"type": "send_message", "agentId": owner, "text": call}))
-        .await;
-    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client.send_message(&owner, &call).await;
     client
         .send(json!({"type": "wait_job", "requestId": "waited", "jobId": id}))
         .await;
@@ -413,8 +405,7 @@ async fn jobs_wait_job_waits_one_default_over_the_protocol_and_over_mcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_an_agent_sees_and_controls_only_its_own_and_its_subagents_jobs() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let owner = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&owner).await;
     let started = start_job(&mut client, &owner, "exec sleep 1000").await;
@@ -501,8 +492,7 @@ async fn jobs_an_agent_sees_and_controls_only_its_own_and_its_subagents_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_archive_is_refused_listing_the_job_then_stop_activity_kills_it() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
     let started = start_job(&mut client, &agent, "sleep 1000 & echo pid=$!; wait").await;
@@ -596,17 +586,7 @@ async fn jobs_a_loop_of_self_wakes_is_cut_after_five_and_its_last_notice_waits_a
     assert_eq!(jobs.len(), cap + 1, "{jobs:?}");
     assert!(jobs.iter().all(|j| j["status"] == "exited"), "{jobs:?}");
     assert_eq!(client.turn_events(&agent).await.len(), cap + 1);
-    let wakes = client
-        .timeline(&agent)
-        .await
-        .into_iter()
-        .filter(|i| {
-            i["kind"] == "user_message"
-                && i["data"]["source"]
-                    .as_str()
-                    .is_some_and(|s| s.starts_with("job:"))
-        })
-        .count();
+    let wakes = client.messages_from(&agent, "job:").await.len();
     assert_eq!(wakes, cap);
     daemon.stop().await;
 }
@@ -703,8 +683,7 @@ async fn jobs_an_agent_keeps_its_last_twenty_ended_jobs_and_older_files_are_dele
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_a_follower_from_offset_0_is_pushed_every_byte_once_in_order_then_eof() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
     // About 2.6 MB, more than the 1 MiB ring, with a multi-byte character at the end.
@@ -749,8 +728,7 @@ async fn jobs_a_follower_from_offset_0_is_pushed_every_byte_once_in_order_then_e
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_a_late_follower_from_offset_0_gets_the_log_then_the_live_output() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
     // 2.1 MB, then it waits for the test to open the gate: the first MiB is only in the log
@@ -796,8 +774,7 @@ async fn jobs_a_late_follower_from_offset_0_gets_the_log_then_the_live_output() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_a_follow_of_an_ended_job_sends_the_rest_then_eof_and_unfollow_stops_the_pushes() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
     let started = start_job(&mut client, &agent, "printf 'héllo wörld\n'").await;
@@ -869,8 +846,7 @@ async fn jobs_a_follow_of_an_ended_job_sends_the_rest_then_eof_and_unfollow_stop
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_a_follower_that_stops_reading_lags_then_gets_every_byte() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
     let (mut reader, _) = daemon.client().await;
@@ -898,8 +874,7 @@ async fn jobs_a_follower_that_stops_reading_lags_then_gets_every_byte() {
 /// stays byte for byte what it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_never_reuse_the_id_of_a_record_boot_left_alone() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "say ready", "worker").await;
     client.wait_idle(&agent).await;
     let first = start_job(&mut client, &agent, "true").await;

@@ -14,8 +14,7 @@ async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str, title: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_creates_a_subagent_and_hears_back() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let call = r#"mcp create_agent {"relationship": {"kind": "subagent"}, "workspace": {"kind": "current"}, "title": "kid", "prompt": "say child reporting"}"#;
     let parent = create(&mut client, &daemon, call, "parent").await;
     client.wait_idle(&parent).await;
@@ -52,10 +51,7 @@ async fn an_agent_creates_a_subagent_and_hears_back() {
 
     // Archiving the parent takes the subagent with it, and the subagent's running turn ends
     // canceled by its parent.
-    let sent = client
-        .request(json!({"type": "send_message", "agentId": child, "text": "sleep 100000"}))
-        .await;
-    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client.send_message(&child, "sleep 100000").await;
     poll_until(WAIT, async || {
         let agents = client.agents(false).await;
         agents
@@ -89,8 +85,7 @@ async fn an_agent_creates_a_subagent_and_hears_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_errors_name_the_field_and_agents_only_control_their_own() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let other = create(&mut client, &daemon, "say I am someone else", "other").await;
     client.wait_idle(&other).await;
     let script = format!(
@@ -257,10 +252,7 @@ async fn mcp_answers_on_another_loopback_address_and_an_allowed_name() {
         said[0].starts_with("mcp list_agents: ") && said[0].contains(&agent),
         "the agent's own MCP call on 127.0.0.2 failed: {said:?}"
     );
-    let sent = client
-        .request(json!({"type": "send_message", "agentId": agent, "text": "mcp-servers"}))
-        .await;
-    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client.send_message(&agent, "mcp-servers").await;
     let servers = poll_until(WAIT, async || {
         let said = client.replies(&agent).await;
         serde_json::from_str::<Value>(said.get(1)?).ok()
@@ -282,7 +274,8 @@ async fn mcp_answers_on_another_loopback_address_and_an_allowed_name() {
                 "Accept: application/json, text/event-stream",
                 length.as_str(),
             ];
-            http_with_body(&addr, &path, &host, &headers, body).await
+            drover_testkit::daemon::http_with_body(&addr, "POST", &path, &host, &headers, body)
+                .await
         }
     };
     let (status, answer) = call(format!("drover.test:{port}")).await;
@@ -295,45 +288,11 @@ async fn mcp_answers_on_another_loopback_address_and_an_allowed_name() {
     daemon.stop().await;
 }
 
-/// A POST with `body`, written by hand so that `Host` is exactly `host`.
-async fn http_with_body(
-    addr: &str,
-    path: &str,
-    host: &str,
-    headers: &[&str],
-    body: &str,
-) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut request = format!("POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for header in headers {
-        request.push_str(header);
-        request.push_str("\r\n");
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut response = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
-        .await
-        .expect("an answer in time")
-        .expect("read");
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_string())
-}
-
 /// `list_agents` over MCP: the caller's subagents by default, its workspace's agents, or all;
 /// never an archived one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_agents_scopes_are_the_callers_subagents_workspace_or_all() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let elsewhere = tempfile::tempdir().expect("tempdir");
     let far = client
         .create_agent(json!({"provider": "scripted", "cwd": elsewhere.path(), "prompt": "say far"}))

@@ -50,23 +50,17 @@ fn value(samples: &HashMap<String, f64>, series: &str) -> f64 {
 }
 
 fn promtool() -> PathBuf {
-    let path = PathBuf::from("/usr/bin/promtool");
-    assert!(
-        path.exists(),
-        "no promtool at {}: install Debian's prometheus with `apt-get install -y prometheus` (scripts/test does)",
-        path.display()
-    );
-    path
+    drover_testkit::installed(
+        PathBuf::from("/usr/bin/promtool"),
+        "install Debian's prometheus with `apt-get install -y prometheus` (scripts/test does)",
+    )
 }
 
 fn prometheus() -> PathBuf {
-    let path = PathBuf::from("/usr/bin/prometheus");
-    assert!(
-        path.exists(),
-        "no prometheus at {}: install Debian's with `apt-get install -y prometheus` (scripts/test does)",
-        path.display()
-    );
-    path
+    drover_testkit::installed(
+        PathBuf::from("/usr/bin/prometheus"),
+        "install Debian's with `apt-get install -y prometheus` (scripts/test does)",
+    )
 }
 
 /// `promtool check metrics` reads the exposition on stdin; its complaints fail the test.
@@ -91,19 +85,12 @@ async fn promtool_check(exposition: &str, home: &Path) {
         .await
         .expect("promtool answers in time")
         .expect("promtool's output");
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed ({}): {}{}\n{exposition}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drover_testkit::assert_succeeded(&out, &format!("promtool check metrics of\n{exposition}\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_need_the_token_and_count_agents_turns_jobs_and_schedules() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let cwd = daemon.cwd();
 
     // Strangers get nothing: no token, a wrong one, another scheme.
@@ -203,8 +190,7 @@ async fn metrics_need_the_token_and_count_agents_turns_jobs_and_schedules() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_an_agent_waiting_for_permission_and_how_long_it_has_waited() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let cwd = daemon.cwd();
     // An agent waiting for a permission: counted, with how long it has waited (what the
     // "needs permission for 10 minutes" alert reads).
@@ -316,8 +302,7 @@ impl Prometheus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_prometheus_scrapes_the_daemon_with_the_token_and_answers_a_query() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = client
         .create_agent(json!({"provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi"}))
         .await;
@@ -386,12 +371,7 @@ async fn promtool_in(dir: &Path, args: &[&str]) {
         .await
         .expect("promtool answers in time")
         .expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "promtool {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drover_testkit::assert_succeeded(&out, &format!("promtool {args:?}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -767,14 +767,7 @@ async fn notify_imported_agents_bring_their_attention_as_history_not_news() {
     ))
     .await;
     let paseo = TempDir::new().expect("paseo home");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/paseo-home");
-    let made = std::process::Command::new(script)
-        .arg(paseo.path())
-        .arg(daemon.cwd())
-        .arg("scripted")
-        .output()
-        .expect("run scripts/paseo-home");
-    assert!(made.status.success(), "{made:?}");
+    drover_testkit::paseo_home(paseo.path(), &daemon.cwd(), "scripted");
     let (mut client, _) = daemon.client().await;
     let imported = client
         .request(json!({"type": "import_paseo", "path": paseo.path(), "apply": true}))

@@ -17,7 +17,9 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 use tempfile::TempDir;
 
-use crate::processes::{DaemonProcess, Home, alive, config, create, printed_pids, said, said_pid};
+use crate::processes::{
+    DaemonProcess, Home, alive, config, create, create_each, printed_pids, said, said_pid,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 /// What the issue promises: every process ends within 2 s of the daemon's death.
@@ -122,15 +124,30 @@ async fn nothing_outlives_the_daemon(cgroups: bool, signal: Signal) {
     let mut daemon = DaemonProcess::start_with(home.path(), env).await;
     let mut client = daemon.client().await;
 
-    let idle = create(&mut client, "scripted", &cwd, "say hi").await;
-    let streaming = create(&mut client, "scripted", &cwd, "stream 1000000 20").await;
-    let on_tool = create(&mut client, "scripted", &cwd, "spawn-tool\nhang").await;
-    let with_child = create(&mut client, "scripted", &cwd, "spawn-child").await;
-    let with_session = create(&mut client, "scripted", &cwd, "spawn-session").await;
-    let stubborn = create(&mut client, "stubborn", &cwd, "say hi").await;
-    // Only a cgroup can find what this one starts.
+    // Only a cgroup can find what the last one starts.
     let escaping = if cgroups { "spawn-escapee" } else { "say hi" };
-    let escaping = create(&mut client, "scripted", &cwd, escaping).await;
+    let [
+        idle,
+        streaming,
+        on_tool,
+        with_child,
+        with_session,
+        stubborn,
+        escaping,
+    ] = create_each(
+        &mut client,
+        &cwd,
+        [
+            ("scripted", "say hi"),
+            ("scripted", "stream 1000000 20"),
+            ("scripted", "spawn-tool\nhang"),
+            ("scripted", "spawn-child"),
+            ("scripted", "spawn-session"),
+            ("stubborn", "say hi"),
+            ("scripted", escaping),
+        ],
+    )
+    .await;
     for agent in [&idle, &with_child, &with_session, &stubborn, &escaping] {
         let idle = client
             .request(json!({"type": "wait_idle", "agentId": agent, "timeoutMs": 15000}))
@@ -328,10 +345,7 @@ async fn orphans_a_crashed_agent_leaves_nothing_through_its_cgroup() {
     assert_eq!(idle["payload"]["idle"], true, "{idle}");
     let escapee = said_pid(&mut client, &agent, "escapee").await;
     assert!(alive(escapee));
-    let sent = client
-        .request(json!({"type": "send_message", "agentId": agent, "text": "crash"}))
-        .await;
-    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client.send_message(&agent, "crash").await;
     let gone = poll_until(WAIT, async || !alive(escapee)).await;
     assert!(gone.is_some(), "the escapee outlived its crashed agent");
     assert!(

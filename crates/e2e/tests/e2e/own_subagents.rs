@@ -25,8 +25,7 @@ async fn refused_archive(client: &mut Client, agent: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_tool_call_is_the_agents_own_subagent_while_its_turn_runs_it() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = client
         .create_agent(json!({
             "provider": "scripted", "cwd": daemon.cwd(),
@@ -68,8 +67,7 @@ async fn a_task_tool_call_is_the_agents_own_subagent_while_its_turn_runs_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_session_runs_past_the_turn_and_holds_the_archive_until_it_is_idle() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = client
         .create_agent(json!({
             "provider": "scripted", "cwd": daemon.cwd(),
@@ -115,8 +113,7 @@ async fn a_child_session_runs_past_the_turn_and_holds_the_archive_until_it_is_id
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_activity_archives_an_agent_whose_child_session_runs_and_ends_it_with_the_process() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = client
         .create_agent(json!({
             "provider": "scripted", "cwd": daemon.cwd(), "prompt": "own-subagent Reviewer",

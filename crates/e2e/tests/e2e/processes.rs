@@ -174,6 +174,19 @@ pub(crate) async fn create(
         .await
 }
 
+/// One agent for each (provider, prompt), in order, all in `cwd`: their ids.
+pub(crate) async fn create_each<const N: usize>(
+    client: &mut Client,
+    cwd: &Path,
+    agents: [(&str, &str); N],
+) -> [String; N] {
+    let mut ids = Vec::with_capacity(N);
+    for (provider, prompt) in agents {
+        ids.push(create(client, provider, cwd, prompt).await);
+    }
+    ids.try_into().expect("one id for each agent")
+}
+
 /// The text of every agent message in the agent's timeline, joined.
 pub(crate) async fn said(client: &mut Client, agent: &str) -> String {
     client
@@ -222,12 +235,19 @@ async fn processes_nothing_survives_a_sigkilled_daemon_and_boot_spares_a_reused_
     let mut daemon = DaemonProcess::start_with(home.path(), MARKER_ONLY).await;
     let mut client = daemon.client().await;
 
-    let idle = create(&mut client, "scripted", &cwd, "say hi").await;
-    let streaming = create(&mut client, "scripted", &cwd, "stream 1000000 20").await;
-    let hung = create(&mut client, "scripted", &cwd, "hang").await;
-    let with_child = create(&mut client, "scripted", &cwd, "spawn-child").await;
-    let with_tool = create(&mut client, "scripted", &cwd, "spawn-tool").await;
-    let stubborn = create(&mut client, "stubborn", &cwd, "say hi").await;
+    let [idle, streaming, hung, with_child, with_tool, stubborn] = create_each(
+        &mut client,
+        &cwd,
+        [
+            ("scripted", "say hi"),
+            ("scripted", "stream 1000000 20"),
+            ("scripted", "hang"),
+            ("scripted", "spawn-child"),
+            ("scripted", "spawn-tool"),
+            ("stubborn", "say hi"),
+        ],
+    )
+    .await;
     let agents = [&idle, &streaming, &hung, &with_child, &with_tool, &stubborn];
     for agent in [&idle, &with_child, &with_tool, &stubborn] {
         let idle = client

@@ -405,8 +405,7 @@ async fn handshake_sends_welcome_then_session_state_without_archived_agents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_hello_sends_the_state_again_and_keeps_subscriptions() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = id_of(&create(&mut client, &daemon.cwd(), None).await);
     wait_idle(&mut client, &id).await;
     let init = client
@@ -945,8 +944,7 @@ async fn malformed_input_gets_an_error_and_the_connection_stays_usable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_over_the_limit_closes_with_1009() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     // Exactly at the limit is fine.
     let filler = drover_protocol::MAX_CLIENT_FRAME
         - json!({"type": "list_agents", "requestId": ""})
@@ -974,8 +972,7 @@ async fn a_frame_over_the_limit_closes_with_1009() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_agent_validates_its_input() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let cwd = daemon.cwd();
     let cases = [
         (json!({"provider": "nope", "cwd": cwd}), "unknown_provider"),
@@ -1086,8 +1083,7 @@ async fn providers_that_cannot_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followup_steer_and_inject_show_in_the_timeline() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = id_of(&create(&mut client, &daemon.cwd(), None).await);
     wait_idle(&mut client, &id).await;
 
@@ -1178,8 +1174,7 @@ async fn followup_steer_and_inject_show_in_the_timeline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_with_and_without_the_inbox() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = id_of(&create(&mut client, &daemon.cwd(), None).await);
     wait_idle(&mut client, &id).await;
     client
@@ -1222,8 +1217,7 @@ async fn cancel_with_and_without_the_inbox() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archive_refuses_running_work_and_stop_activity_stops_it() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = id_of(&create(&mut client, &daemon.cwd(), Some("sleep 10000")).await);
     status_where(&mut client, &id, |a| a["status"] == "running").await;
 
@@ -1314,8 +1308,7 @@ async fn archive_refuses_running_work_and_stop_activity_stops_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subagents_detach_and_archive_idle_children() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let cwd = daemon.cwd();
     let parent = id_of(&create(&mut client, &cwd, None).await);
     let idle_child = create_with(
@@ -1434,8 +1427,7 @@ fn assert_answered(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_are_answered_by_kind_option_or_cancel() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = id_of(&create(&mut client, &daemon.cwd(), None).await);
     wait_idle(&mut client, &id).await;
     let answer = client
@@ -1534,8 +1526,7 @@ async fn permissions_are_answered_by_kind_option_or_cancel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mode_model_providers_and_wait_idle() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let providers = client.request(json!({"type": "list_providers"})).await;
     assert_eq!(providers["type"], "providers", "{providers}");
     let scripted = find_where(
@@ -1589,8 +1580,7 @@ async fn mode_model_providers_and_wait_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_timeline_pages_through_history() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let mut prompt = String::new();
     for i in 1..=30 {
         writeln!(prompt, "tool t{i}").expect("write to a String");
@@ -1685,8 +1675,7 @@ async fn fetch_timeline_pages_through_history() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_about_unknown_agents_say_unknown_agent() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     for bogus in ["nope", "0193b1c2-7d4e-7a10-8000-0123456789ab", ""] {
         for message in [
             json!({"type": "initialize_agent_request", "agentId": bogus}),

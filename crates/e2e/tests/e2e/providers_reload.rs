@@ -6,8 +6,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_added_while_the_daemon_runs_is_used_at_once() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let create = json!({"type": "create_agent", "provider": "late", "cwd": daemon.cwd()});
     let refused = client.request(create.clone()).await;
     assert_eq!(refused["payload"]["code"], "unknown_provider", "{refused}");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use drover_fakes::real_agents::{RealAgent, provider_toml};
 use drover_testkit::RealGround;
-use drover_testkit::daemon::TestDaemon;
+use drover_testkit::daemon::{TestDaemon, string_at};
 use drover_testkit::wait::eventually;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -208,11 +208,9 @@ async fn real_agents_limits_codex_falls_back_to_another_provider() {
     assert!(first.contains("the first answer"), "{first}");
 
     // The model refuses the next prompt for ten minutes, without a reset time.
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": id,
-            "text": "limit 600 noreset\nreply never from codex"}))
+    client
+        .send_message(&id, "limit 600 noreset\nreply never from codex")
         .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
     let ended = eventually("codex's turn handed over", WAIT, async || {
         client
             .timeline(&id)
@@ -221,10 +219,7 @@ async fn real_agents_limits_codex_falls_back_to_another_provider() {
             .find(|i| i["kind"] == "turn_ended" && i["data"]["event"] == "turn_limited")
     })
     .await;
-    let spare = ended["data"]["fallbackAgentId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no fallback: {ended}"))
-        .to_string();
+    let spare = string_at(&ended["data"]["fallbackAgentId"]);
     client.wait_idle(&spare).await;
     let info = client.get_agent(&spare).await;
     assert_eq!(info["type"], "scripted", "{info}");

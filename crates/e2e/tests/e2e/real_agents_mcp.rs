@@ -237,10 +237,7 @@ async fn codex_creates_a_subagent_in_a_worktree() {
 
     // 4. The child works again (a long turn); archiving codex without stopActivity is refused
     //    and names the child as running subagent work.
-    let sent = client
-        .request(json!({"type": "send_message", "agentId": child_id, "text": "sleep 60000"}))
-        .await;
-    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client.send_message(&child_id, "sleep 60000").await;
     eventually("the child to start working", TURN, async || {
         client.listed_agent(&child_id).await["status"] == "running"
     })

@@ -41,23 +41,12 @@ async fn list(client: &mut Client) -> Vec<Value> {
 
 /// The `user_message` items of the agent's timeline that a schedule sent.
 async fn scheduled_messages(client: &mut Client, agent: &str) -> Vec<Value> {
-    client
-        .timeline(agent)
-        .await
-        .into_iter()
-        .filter(|i| {
-            i["kind"] == "user_message"
-                && i["data"]["source"]
-                    .as_str()
-                    .is_some_and(|s| s.starts_with("schedule:"))
-        })
-        .collect()
+    client.messages_from(agent, "schedule:").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_deliver_followups_and_create_agents_on_time() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon.cwd(), "say ready", "worker").await;
     client.wait_idle(&agent).await;
 
@@ -134,8 +123,7 @@ async fn schedules_deliver_followups_and_create_agents_on_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_refuse_bad_input_by_name() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon.cwd(), "say ready", "worker").await;
     let cases = [
         (
@@ -209,8 +197,7 @@ async fn schedules_refuse_bad_input_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_archive_is_refused_listing_the_schedule_and_stop_activity_deletes_it() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let parent = create(&mut client, &daemon.cwd(), "say parent", "parent").await;
     client.wait_idle(&parent).await;
     let child = string_at(&client
@@ -275,8 +262,7 @@ async fn schedules_archive_is_refused_listing_the_schedule_and_stop_activity_del
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_an_agent_manages_only_its_own_over_mcp() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let other = create(&mut client, &daemon.cwd(), "say other", "other").await;
     client.wait_idle(&other).await;
     let theirs = schedule(
@@ -437,8 +423,7 @@ async fn schedules_sigkills_while_runs_fire_never_lose_or_repeat_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_an_agent_made_for_a_subagent_pause_once_it_is_detached() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let parent = create(&mut client, &daemon.cwd(), "say parent", "parent").await;
     client.wait_idle(&parent).await;
     let child = client
@@ -493,8 +478,7 @@ async fn schedules_an_agent_made_for_a_subagent_pause_once_it_is_detached() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedules_never_reuse_the_id_of_a_file_boot_left_alone() {
     // A schedule file as this drover writes it, to derive the others from.
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon.cwd(), "say ready", "worker").await;
     let made = schedule(
         &mut client,

@@ -26,10 +26,7 @@ async fn create(client: &mut Client, daemon: &TestDaemon, prompt: &str) -> Strin
 /// Sends `text` and waits for the turn to end; what the agent said in it.
 async fn say(client: &mut Client, id: &str, text: &str) -> String {
     let before = client.replies(id).await.len();
-    let sent = client
-        .request(json!({"type": "send_message", "agentId": id, "text": text}))
-        .await;
-    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client.send_message(id, text).await;
     client.wait_idle(id).await;
     client.replies(id).await[before..].concat()
 }
@@ -253,8 +250,7 @@ async fn health_tells_a_stranger_only_that_it_is_alive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_mcp_token_dies_with_its_archive_and_works_only_at_its_exact_path() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = create(&mut client, &daemon, "mcp-servers").await;
     client.wait_idle(&agent).await;
     let servers: Value =
@@ -493,8 +489,7 @@ async fn websocket_violations_are_closed_with_their_codes() {
 /// agent: clients are never shown the host's version, requests for it stay here.
 #[tokio::test]
 async fn a_host_cannot_claim_the_hubs_own_agents() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let local = create(&mut client, &daemon, "say mine").await;
     client.wait_idle(&local).await;
     let fake = json!({"id": local, "status": "error", "title": "stolen", "cwd": "/", "type": "x"});
@@ -550,8 +545,7 @@ async fn a_host_cannot_claim_the_hubs_own_agents() {
 /// The host is a script speaking the protocol on the link's stdio.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hosts_notices_reach_only_its_parents_and_only_once() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let bystander = create(&mut client, &daemon, "say mine").await;
     client.wait_idle(&bystander).await;
     let kid = "0193b1c2-7d4e-7a10-8000-00000000000b";

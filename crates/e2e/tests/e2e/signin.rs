@@ -154,10 +154,7 @@ async fn without_a_way_to_sign_in_the_agent_waits_and_keeps_its_prompts_until_si
     );
 
     // More messages and opening the agent start nothing: they are kept, shown as queued.
-    let sent = client
-        .request(json!({"type": "send_message", "agentId": id, "text": "say second"}))
-        .await;
-    assert_eq!(sent["type"], "message_queued", "{sent}");
+    client.send_message(&id, "say second").await;
     client.initialize_agent(&id).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let agent = client.get_agent(&id).await;

@@ -77,8 +77,7 @@ async fn follow_message(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_text_arrives_in_few_appends_with_every_byte() {
     const CHUNKS: usize = 300;
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = initialized_agent(&daemon, &mut client).await;
     // A chunk every millisecond: about ten of them fall in each window.
     let (first, appends) = follow_message(&mut client, &id, &format!("stream {CHUNKS} 1")).await;
@@ -126,8 +125,7 @@ async fn fast_text_arrives_in_few_appends_with_every_byte() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_text_is_never_held_for_the_next_chunk() {
     const CHUNKS: usize = 5;
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = initialized_agent(&daemon, &mut client).await;
     // Chunks 150 ms apart, well beyond the window: each must reach the client on its own,
     // before the agent writes the next one.
@@ -193,8 +191,7 @@ async fn a_create_is_answered_before_the_agent_process_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_state_from_cached_encodings_is_what_list_agents_says() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let mut ids = Vec::new();
     for i in 0..3 {
         let answer = client

@@ -89,8 +89,7 @@ async fn answers(client: &mut Client, agent: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminals_answer_exit_status_output_truncation_and_errors_naming_the_terminal() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let scripts = tempfile::tempdir().expect("tempdir");
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
@@ -169,8 +168,7 @@ async fn terminals_answer_exit_status_output_truncation_and_errors_naming_the_te
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminals_kill_and_release_whole_groups_are_listed_as_jobs_and_never_notify() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let scripts = tempfile::tempdir().expect("tempdir");
     let agent = create(&mut client, &daemon, "say ready", "owner").await;
     client.wait_idle(&agent).await;
@@ -256,8 +254,7 @@ async fn terminals_kill_and_release_whole_groups_are_listed_as_jobs_and_never_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminals_block_a_plain_archive_and_end_with_the_runtime_that_opened_them() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let scripts = tempfile::tempdir().expect("tempdir");
     let sleeper = script(
         scripts.path(),

@@ -33,10 +33,9 @@ fn node_modules() -> PathBuf {
     let dir = std::env::var_os("DROVER_UI_TESTS_DIR")
         .map_or_else(|| repo().join(".ui-tests"), PathBuf::from)
         .join("node_modules");
-    assert!(
-        dir.join("playwright-core/package.json").exists(),
-        "playwright-core is not installed under {}: run scripts/install-ui-tests (scripts/test does)",
-        dir.display()
+    drover_testkit::installed(
+        dir.join("playwright-core/package.json"),
+        "playwright-core is not installed: run scripts/install-ui-tests (scripts/test does)",
     );
     dir
 }
@@ -44,12 +43,10 @@ fn node_modules() -> PathBuf {
 fn chromium() -> PathBuf {
     let path = std::env::var_os("DROVER_CHROMIUM")
         .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
-    assert!(
-        path.exists(),
-        "no Chromium at {}: install Debian's with `apt-get install -y chromium` (scripts/test does)",
-        path.display()
-    );
-    path
+    drover_testkit::installed(
+        path,
+        "install Debian's Chromium with `apt-get install -y chromium` (scripts/test does)",
+    )
 }
 
 /// `target/ui-screenshots`.
@@ -370,12 +367,7 @@ fn passes(tool: &str, command: &mut std::process::Command) {
         .current_dir(repo())
         .output()
         .expect("node runs (Node.js is installed by scripts/test)");
-    assert!(
-        out.status.success(),
-        "{tool}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drover_testkit::assert_succeeded(&out, tool);
 }
 
 /// The page's JavaScript type-checks (`tsc --checkJs --strict`, typescript pinned in
@@ -411,8 +403,7 @@ fn the_pages_javascript_type_checks() {
 
 #[tokio::test]
 async fn set_title_renames_an_agent_for_every_client() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let (mut other, _) = daemon.client().await;
     let id = idle_agent(&mut client, &daemon, "before").await;
     let answer = client
@@ -436,8 +427,7 @@ async fn set_title_renames_an_agent_for_every_client() {
 
 #[tokio::test]
 async fn workspace_changes_lists_files_and_diffs_against_the_base() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (_daemon, mut client) = TestDaemon::start_with_client().await;
     let repo = TempDir::new().expect("repo");
     drover_testkit::git_repository(
         repo.path(),
@@ -508,8 +498,7 @@ async fn a_page_without_the_token_says_how_to_get_one_and_the_token_leaves_the_a
 
 #[tokio::test]
 async fn closing_a_root_tab_archives_it_and_asks_first_when_it_runs() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let idle = idle_agent(&mut client, &daemon, "idle root").await;
     let running = create(
         &mut client,
@@ -545,8 +534,7 @@ async fn closing_a_root_tab_archives_it_and_asks_first_when_it_runs() {
 
 #[tokio::test]
 async fn closing_a_subagent_tab_is_layout_only_and_it_reopens_from_the_track() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let (parent, child) = parent_and_child(&mut client, &daemon).await;
     let mut s = Scenario::start(
         "subagentTabClose",
@@ -566,8 +554,7 @@ async fn closing_a_subagent_tab_is_layout_only_and_it_reopens_from_the_track() {
 
 #[tokio::test]
 async fn the_track_x_archives_after_a_confirm_and_the_row_leaves_a_second_browser() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let (parent, child) = parent_and_child(&mut client, &daemon).await;
     Scenario::run(
         "trackArchive",
@@ -581,8 +568,7 @@ async fn the_track_x_archives_after_a_confirm_and_the_row_leaves_a_second_browse
 
 #[tokio::test]
 async fn detach_makes_the_subagent_a_root_on_both_browsers() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let (parent, child) = parent_and_child(&mut client, &daemon).await;
     Scenario::run("detach", &daemon, json!({"parent": parent, "child": child})).await;
     let info = client.listed_agent(&child).await;
@@ -592,8 +578,7 @@ async fn detach_makes_the_subagent_a_root_on_both_browsers() {
 
 #[tokio::test]
 async fn stop_and_archive_lists_the_turn_and_a_running_subagent_then_archives_both() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let parent = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "orchestrator", "prompt": LONG_TURN}),
@@ -621,8 +606,7 @@ async fn stop_and_archive_lists_the_turn_and_a_running_subagent_then_archives_bo
 
 #[tokio::test]
 async fn archiving_the_parent_elsewhere_empties_the_track_and_closes_the_tabs() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let parent = idle_agent(&mut client, &daemon, "parent").await;
     let child = idle_child(&mut client, &daemon, &parent, "first").await;
     idle_child(&mut client, &daemon, &parent, "second").await;
@@ -679,8 +663,7 @@ async fn the_settings_an_agent_offers_are_set_from_its_header_on_every_browser()
 
 #[tokio::test]
 async fn the_agents_own_subagents_are_in_its_track_read_only() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "lead", "prompt": "own-subagent Reviewer\nsay delegated"}),
@@ -698,8 +681,7 @@ async fn the_agents_own_subagents_are_in_its_track_read_only() {
 
 #[tokio::test]
 async fn filters_find_subagents_and_archived_subagents_come_back_from_the_track() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let lead = idle_agent(&mut client, &daemon, "lead").await;
     let worker = create(
         &mut client,
@@ -760,8 +742,7 @@ async fn filters_find_subagents_and_archived_subagents_come_back_from_the_track(
 
 #[tokio::test]
 async fn a_permission_answered_in_one_browser_settles_in_the_other() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "asks", "prompt": "permission run the tests"}),
@@ -775,8 +756,7 @@ async fn a_permission_answered_in_one_browser_settles_in_the_other() {
 
 #[tokio::test]
 async fn a_followup_waits_for_the_turn_and_a_steer_interrupts_it() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "worker", "prompt": LONG_TURN}),
@@ -836,8 +816,7 @@ async fn the_page_reconnects_after_a_daemon_restart_and_keeps_what_was_typed() {
 
 #[tokio::test]
 async fn at_390_pixels_the_sidebar_is_a_drawer_and_a_permission_takes_one_tap() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "phone", "prompt": "permission deploy"}),
@@ -850,8 +829,7 @@ async fn at_390_pixels_the_sidebar_is_a_drawer_and_a_permission_takes_one_tap() 
 
 #[tokio::test]
 async fn the_changes_view_shows_a_worktrees_files() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let repo = TempDir::new().expect("repo");
     drover_testkit::git_repository(repo.path(), &[("README.md", "hello\n")]);
     let id = create(
@@ -874,8 +852,7 @@ async fn the_changes_view_shows_a_worktrees_files() {
 
 #[tokio::test]
 async fn a_new_agent_made_in_the_browser_runs_and_can_be_renamed() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     idle_agent(&mut client, &daemon, "already here").await;
     Scenario::run("newAgent", &daemon, json!({})).await;
     let agents = client.agents(false).await;
@@ -935,8 +912,7 @@ async fn a_reply_rendered_piece_by_piece_reads_as_it_does_whole() {
 
 #[tokio::test]
 async fn a_command_run_from_the_pane_is_a_job_followed_to_its_end_and_another_is_killed() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = idle_agent(&mut client, &daemon, "builder").await;
     let lines: Vec<String> = (1..=40).map(|i| format!("line {i}")).collect();
     // Slow enough that the page follows it live, not only reads it at the end.
@@ -985,8 +961,7 @@ async fn a_command_run_from_the_pane_is_a_job_followed_to_its_end_and_another_is
 
 #[tokio::test]
 async fn opening_an_agent_marks_its_finished_turn_seen_and_the_title_counts_the_rest() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let mut ids = Vec::new();
     for title in ["seen", "unseen"] {
         let id = create(
@@ -1016,8 +991,7 @@ async fn opening_an_agent_marks_its_finished_turn_seen_and_the_title_counts_the_
 
 #[tokio::test]
 async fn older_history_is_paged_in_when_scrolling_up() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     // Each `tool` line is an item of its own: more than the first page's 200.
     let prompt: Vec<String> = (1..=230).map(|i| format!("tool step {i}")).collect();
     let id = create(
@@ -1033,8 +1007,7 @@ async fn older_history_is_paged_in_when_scrolling_up() {
 
 #[tokio::test]
 async fn the_timeline_renders_each_kind_and_never_the_agents_markup() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let prompt = [
         "say <img src=x onerror=window.pwned=1> **bold** `code` [bad](javascript:window.pwned=2) [good](https://example.com/)",
         "think pondering the tests",
@@ -1053,8 +1026,7 @@ async fn the_timeline_renders_each_kind_and_never_the_agents_markup() {
 
 #[tokio::test]
 async fn schedules_are_made_paused_and_deleted_from_the_agent_pane() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let agent = idle_agent(&mut client, &daemon, "scheduled").await;
     let mut s = Scenario::start("schedules", &daemon, json!({"agent": agent})).await;
     s.step("created").await;
@@ -1085,8 +1057,7 @@ async fn schedules_are_made_paused_and_deleted_from_the_agent_pane() {
 
 #[tokio::test]
 async fn a_workspace_terminal_runs_what_is_typed_survives_a_reload_and_ends_with_its_tab() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = idle_agent(&mut client, &daemon, "with a terminal").await;
     let workspace = string_at(&client.listed_agent(&id).await["workspaceId"]);
     let cwd = std::fs::canonicalize(daemon.cwd()).expect("cwd");
@@ -1266,8 +1237,7 @@ async fn the_page_that_made_an_agent_shows_it_running_while_its_first_turn_strea
 
 #[tokio::test]
 async fn collapsing_the_track_and_the_jobs_shows_their_heads_and_never_null() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let (parent, child) = parent_and_child(&mut client, &daemon).await;
     let job = client
         .request(json!({"type": "start_job", "agentId": parent, "command": "sleep 1000", "notifyOnExit": false}))
@@ -1283,8 +1253,7 @@ async fn collapsing_the_track_and_the_jobs_shows_their_heads_and_never_null() {
 
 #[tokio::test]
 async fn after_stop_the_queue_shown_is_the_daemons_and_the_dropped_text_comes_back() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "worker", "prompt": LONG_TURN}),
@@ -1309,8 +1278,7 @@ async fn after_stop_the_queue_shown_is_the_daemons_and_the_dropped_text_comes_ba
 
 #[tokio::test]
 async fn a_root_tab_archives_a_subagent_tab_only_closes_and_an_archive_is_undone_from_its_toast() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let (parent, child) = parent_and_child(&mut client, &daemon).await;
     let mut s = Scenario::start(
         "archiveUndo",
@@ -1329,8 +1297,7 @@ async fn a_root_tab_archives_a_subagent_tab_only_closes_and_an_archive_is_undone
 
 #[tokio::test]
 async fn an_archive_from_another_browser_keeps_the_draft_says_so_and_offers_unarchive() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = idle_agent(&mut client, &daemon, "shared").await;
     let mut s = Scenario::start("archivedWhileTyping", &daemon, json!({"agent": id})).await;
     s.step("archived").await;
@@ -1342,16 +1309,14 @@ async fn an_archive_from_another_browser_keeps_the_draft_says_so_and_offers_unar
 
 #[tokio::test]
 async fn at_390_pixels_the_drawer_has_a_backdrop_and_closes_on_a_tap_outside_or_escape() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let id = idle_agent(&mut client, &daemon, "phone").await;
     Scenario::run("phoneDrawer", &daemon, json!({"agent": id})).await;
 }
 
 #[tokio::test]
 async fn a_subagents_permission_shows_on_its_root_and_one_click_opens_it() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let parent = idle_agent(&mut client, &daemon, "orchestrator").await;
     let child = create(
         &mut client,
@@ -1418,8 +1383,7 @@ async fn the_page_says_which_agent_is_in_front_and_nothing_is_notified_about_it(
 
 #[tokio::test]
 async fn an_agents_header_shows_its_spend_and_its_trees_against_the_budget() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let root = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "frugal", "prompt": "usage",
@@ -1447,10 +1411,7 @@ async fn an_agents_header_shows_its_spend_and_its_trees_against_the_budget() {
     let mut s = Scenario::start("budget", &daemon, json!({"root": root, "child": child})).await;
     s.step("warned").await;
     // The subagent spends past the budget.
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": child, "text": "usage"}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.send_message(&child, "usage").await;
     s.go().await;
     s.done().await;
 }

@@ -302,10 +302,7 @@ async fn unattended_a_usage_limit_waits_and_sends_the_prompt_again_once() {
     assert_eq!(ends(&mut client, &parent).await, ["turn_completed"]);
     // A parent that asks (MCP `get_agent`) sees why its subagent waits, and until when.
     let ask = format!("mcp get_agent {{\"agentId\": \"{child}\"}}");
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": parent, "text": ask}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.send_message(&parent, &ask).await;
     client.wait_idle(&parent).await;
     let answer = said(&mut client, &parent).await;
     assert!(
@@ -578,10 +575,7 @@ async fn unattended_a_spent_budget_refuses_new_turns_in_the_tree_until_raised() 
         .request(json!({"type": "set_budget", "agentId": root, "budget": {"tokens": 5000}}))
         .await;
     assert_eq!(raised["type"], "ok", "{raised}");
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": root, "text": "say again"}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.send_message(&root, "say again").await;
     client.wait_idle(&root).await;
     assert!(said(&mut client, &root).await.contains("again"));
 
@@ -624,10 +618,7 @@ async fn unattended_an_agent_budgets_its_subagent_over_mcp() {
     client.wait_idle(&lead).await;
 
     let call = format!(r#"mcp send_prompt {{"agentId": "{sub}", "prompt": "say hi"}}"#);
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": lead, "text": call}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.send_message(&lead, &call).await;
     client.wait_idle(&lead).await;
     let said_lead = said(&mut client, &lead).await;
     let error = said_lead
@@ -693,11 +684,9 @@ async fn unattended_a_hard_budget_cancels_the_turns_running_in_the_tree() {
 
     // The root spends 0.001, then 0.002 in all: past the budget, in the middle of its turn.
     let started = std::time::Instant::now();
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": root,
-            "text": "usage\nusage\nsleep 60000\nsay never"}))
+    client
+        .send_message(&root, "usage\nusage\nsleep 60000\nsay never")
         .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
     for agent in [&child, &root] {
         eventually("the turn cancelled by the budget", WAIT, async || {
             let ends = turn_ends(&mut client, agent).await;
@@ -923,10 +912,7 @@ async fn unattended_a_usage_limit_falls_back_to_another_provider() {
     let call = format!(
         r#"mcp send_prompt {{"agentId": "{worker}", "prompt": "limit codex 600\nsay the work is done"}}"#
     );
-    let queued = client
-        .request(json!({"type": "send_message", "agentId": lead, "text": call}))
-        .await;
-    assert_eq!(queued["type"], "message_queued", "{queued}");
+    client.send_message(&lead, &call).await;
     let ended = eventually("the worker's turn handed over", WAIT, async || {
         let timeline = client.timeline(&worker).await;
         timeline
@@ -934,10 +920,7 @@ async fn unattended_a_usage_limit_falls_back_to_another_provider() {
             .find(|i| i["kind"] == "turn_ended" && i["data"]["event"] == "turn_limited")
     })
     .await;
-    let spare = ended["data"]["fallbackAgentId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no fallback: {ended}"))
-        .to_string();
+    let spare = string_at(&ended["data"]["fallbackAgentId"]);
     assert_eq!(ended["data"]["fallbackProvider"], "spare", "{ended}");
     assert!(ended["data"]["retryAt"].is_null(), "{ended}");
 

@@ -136,8 +136,7 @@ async fn a_client_makes_inspects_and_archives_a_worktree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workspace_requests_name_what_is_wrong() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let not_a_repo = client
         .request(json!({"type": "create_worktree", "repository": daemon.cwd()}))
         .await;
@@ -268,8 +267,7 @@ async fn a_failed_create_in_a_new_worktree_leaves_nothing_behind() {
 /// the new directory's workspace record goes with it; the directory, the user's, stays as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_create_in_a_new_directory_leaves_no_workspace_and_keeps_the_directory() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let elsewhere = tempfile::tempdir().expect("tempdir");
     let dir = std::fs::canonicalize(elsewhere.path()).expect("canonical");
     std::fs::write(dir.join("notes.txt"), "mine\n").expect("write");
@@ -325,8 +323,7 @@ async fn a_failed_create_in_a_new_directory_leaves_no_workspace_and_keeps_the_di
 /// Neither `cwd` nor `workspaceId`: the operation's refusal, as the protocol answers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_with_neither_cwd_nor_workspace_is_refused() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let refused = client
         .request(json!({"type": "create_agent", "provider": "scripted", "prompt": "say hi"}))
         .await;
@@ -341,8 +338,7 @@ async fn a_create_with_neither_cwd_nor_workspace_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_tool_errors_carry_the_protocol_codes() {
-    let daemon = TestDaemon::start().await;
-    let (mut client, _) = daemon.client().await;
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
     let other = client
         .request(json!({"type": "create_agent", "provider": "scripted", "cwd": daemon.cwd()}))
         .await;
