@@ -26,9 +26,11 @@
 //! 2. `session_state` with 10,000 agents (500 workspaces, written in the store's format by
 //!    `drover_bench::fleet_gen`, as `drover-bench` does): a raw WebSocket sends `hello`;
 //!    from that moment, the time to the first byte of `welcome`, to the first and the last
-//!    byte of `session_state`, and its size. Best and median of 20 connections; targets: the
-//!    last byte's median ≤ 30 ms, and `VmRSS` after the 20th no more than 4 MB above the first. The
-//!    daemon's `VmRSS` is shown. Then `list_agents` on 10 connections that read their
+//!    byte of `session_state`, and its size. Best and median of 60 connections, each closed
+//!    (and its session over) before the next; targets: the last byte's median ≤ 30 ms, `VmRSS`
+//!    after the 60th no more than 4 MB above the first, and no more than 1 MB above the 20th
+//!    (the growth stops). The daemon's `VmRSS` is shown after each, and with 5 connections kept
+//!    open after their `session_state` (each holds a write buffer the size of that message). Then `list_agents` on 10 connections that read their
 //!    `session_state`: from the request's write to the last byte of the answer, median ≤ 30 ms
 //!    for the same agents as `session_state` (it is answered from the same cached encodings);
 //!    with the archived ones too, shown.
@@ -38,8 +40,11 @@
 //!
 //! 4. Fleets and creates (`protocol/fleet.rs`): 10 agents × {1, 10, 50} clients that parse
 //!    every message, and 50 × 50 light clients (one message in 8 parsed) with joining on and
-//!    off, each agent streaming a chunk every 40 ms for 20 s; create → `agent_created` and
-//!    create → ready.
+//!    off, each agent streaming a chunk every 40 ms for 20 s, at the machine's load and with
+//!    busy processes beside it; create → `agent_created` and create → ready.
+//!
+//! `DROVER_BENCH_ONLY` (a comma-separated list of `fanout`, `state`, `fleet`, `light`,
+//! `creates`) runs only those parts; `DROVER_BENCH_STATE_ROUNDS` changes the 60 snapshots.
 //!
 //! Binaries: `drover` is `$DROVER_BIN`, else the one of this build; the scripted
 //! agent is `$DROVER_SCRIPTED_AGENT`, else `drover-scripted-agent` of this build
@@ -89,7 +94,15 @@ const BARE_CAPACITY: usize = 4096;
 
 const STATE_AGENTS: usize = 10_000;
 const STATE_WORKSPACES: usize = 500;
-const STATE_ROUNDS: usize = 20;
+const STATE_ROUNDS: usize = 60;
+/// The snapshot after which the growth must have stopped (see `STATE_PLATEAU_SLACK_KB`).
+const STATE_SETTLED: usize = 20;
+/// `VmRSS` may grow this much from the `STATE_SETTLED`th snapshot to the last.
+const STATE_PLATEAU_SLACK_KB: u64 = 1024;
+/// How long after a connection closed its memory is read.
+const STATE_SETTLE: Duration = Duration::from_millis(200);
+/// Connections kept open after their `session_state`, to show what an open one holds.
+const STATE_HELD: usize = 5;
 const STATE_TARGET: Duration = Duration::from_millis(30);
 /// `VmRSS` may grow this much from the first snapshot to the last (allocator slack).
 const STATE_RSS_SLACK_KB: u64 = 4096;
@@ -139,12 +152,16 @@ async fn run() -> Result<()> {
 
     let mut rows = Vec::new();
     let started = Instant::now();
-    fanout_bench(&drover, &scripted, &root, &mut rows).await?;
-    let home = root.join("state-home");
-    let daemon = state_bench(&drover, &home, &root, &mut rows)?;
-    ls_bench(&drover, &home, &mut rows)?;
-    daemon.stop()?;
-    fleet::fleet_bench(&drover, &scripted, &root, &mut rows).await?;
+    if part("fanout") {
+        fanout_bench(&drover, &scripted, &root, &mut rows).await?;
+    }
+    if part("state") {
+        let home = root.join("state-home");
+        let daemon = state_bench(&drover, &home, &root, &mut rows)?;
+        ls_bench(&drover, &home, &mut rows)?;
+        daemon.stop()?;
+    }
+    fleet::fleet_bench(&drover, &scripted, &root, &mut rows, part).await?;
 
     bench::print_summary(&rows, started);
     if keep {
@@ -153,6 +170,21 @@ async fn run() -> Result<()> {
     // Removing the 10,000-agent home can take seconds on a busy disk.
     drop(scratch);
     Ok(())
+}
+
+/// `DROVER_BENCH_STATE_ROUNDS`, else `STATE_ROUNDS`.
+fn state_rounds() -> usize {
+    std::env::var("DROVER_BENCH_STATE_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(STATE_ROUNDS)
+}
+
+/// Whether the part `name` runs: `DROVER_BENCH_ONLY` (a comma-separated list of `fanout`,
+/// `state`, `fleet`, `light`, `creates`) when set, else every part.
+fn part(name: &str) -> bool {
+    std::env::var("DROVER_BENCH_ONLY")
+        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }
 
 // ---- 1. fan-out -----------------------------------------------------------------------------
@@ -900,7 +932,8 @@ struct StateRound {
 fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> Result<DaemonProc> {
     println!(
         "== 2. session_state with {STATE_AGENTS} agents in {STATE_WORKSPACES} workspaces \
-         (raw WebSocket, {STATE_ROUNDS} connections) =="
+         (raw WebSocket, {} connections, each closed before the next) ==",
+        state_rounds()
     );
     let t = Instant::now();
     let stats = generate_fleet(
@@ -934,8 +967,8 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         fmt_kb(rss_boot)
     );
     let mut rounds = Vec::with_capacity(STATE_ROUNDS);
-    let mut rss_first = 0;
-    for round in 0..STATE_ROUNDS {
+    let (mut rss_first, mut rss_settled) = (0, 0);
+    for round in 0..state_rounds() {
         let (r, payload) = session_state_round(daemon.addr)?;
         if round == 0 {
             let state: Value = serde_json::from_slice(&payload)?;
@@ -948,17 +981,26 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
                 "session_state lists {agents} agents and {workspaces} workspaces, expected {live} and {STATE_WORKSPACES}"
             );
         }
+        // The daemon closes the socket before it frees what the session held (a write
+        // buffer the size of the snapshot): read at the close, `VmRSS` would catch it half
+        // the time.
+        std::thread::sleep(STATE_SETTLE);
+        let (rss_now, _) = daemon.mem()?;
         println!(
-            "  #{}: welcome {}, session_state first byte {}, last byte {}, {}",
+            "  #{}: welcome {}, session_state first byte {}, last byte {}, {}; daemon VmRSS {}",
             round + 1,
             fmt_dur(r.welcome),
             fmt_dur(r.first_byte),
             fmt_dur(r.last_byte),
-            fmt_bytes(r.bytes as u64)
+            fmt_bytes(r.bytes as u64),
+            fmt_kb(rss_now)
         );
         rounds.push(r);
         if round == 0 {
-            rss_first = daemon.mem()?.0;
+            rss_first = rss_now;
+        }
+        if round + 1 == STATE_SETTLED {
+            rss_settled = rss_now;
         }
     }
     let (rss, hwm) = daemon.mem()?;
@@ -966,6 +1008,28 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         "  daemon VmRSS after the connections {} (VmHWM {})",
         fmt_kb(rss),
         fmt_kb(hwm)
+    );
+    // What a connection that stays open holds after its `session_state`.
+    let mut held = Vec::with_capacity(STATE_HELD);
+    for _ in 0..STATE_HELD {
+        let (_, _, socket, _) = session_state_connection(daemon.addr)?;
+        held.push(socket);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let (rss_held, _) = daemon.mem()?;
+    let per_held = rss_held.saturating_sub(rss) / STATE_HELD as u64;
+    println!(
+        "  {STATE_HELD} connections kept open after their session_state: daemon VmRSS {} ({} each)",
+        fmt_kb(rss_held),
+        fmt_kb(per_held)
+    );
+    for socket in held {
+        close_and_wait(socket)?;
+    }
+    std::thread::sleep(STATE_SETTLE);
+    println!(
+        "  … and once they are closed: daemon VmRSS {}",
+        fmt_kb(daemon.mem()?.0)
     );
     // The same agents as `session_state` (the target), and with archived ones too.
     let (mut listed, mut listed_all) = (Vec::new(), Vec::new());
@@ -1001,14 +1065,34 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         format!("≤ {}", fmt_dur(STATE_TARGET)),
         median(&last) <= STATE_TARGET,
     ));
+    let n = rounds.len();
     rows.push(Row::target(
         format!(
-            "session_state, {}k agents: VmRSS growth over {STATE_ROUNDS} snapshots",
+            "session_state, {}k agents: VmRSS growth over {n} snapshots (each connection closed)",
             STATE_AGENTS / 1000
         ),
         format!("{} → {}", fmt_kb(rss_first), fmt_kb(rss)),
         format!("≤ +{}", fmt_kb(STATE_RSS_SLACK_KB)),
         rss <= rss_first + STATE_RSS_SLACK_KB,
+    ));
+    rows.push(Row::target(
+        format!(
+            "session_state, {}k agents: VmRSS growth from snapshot #{STATE_SETTLED} to #{n} (it stops)",
+            STATE_AGENTS / 1000
+        ),
+        format!("{} → {}", fmt_kb(rss_settled), fmt_kb(rss)),
+        format!("≤ +{}", fmt_kb(STATE_PLATEAU_SLACK_KB)),
+        rss <= rss_settled + STATE_PLATEAU_SLACK_KB,
+    ));
+    rows.push(Row::info(
+        format!(
+            "session_state, {}k agents: what an open connection holds after it",
+            STATE_AGENTS / 1000
+        ),
+        format!(
+            "{} each ({STATE_HELD} open; the WebSocket layer's write buffer keeps the size of the largest message written)",
+            fmt_kb(per_held)
+        ),
     ));
     rows.push(Row::info(
         format!(
@@ -1053,7 +1137,7 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
     rows.push(Row::info(
         format!("daemon VmRSS, {}k agents", STATE_AGENTS / 1000),
         format!(
-            "{} after boot, {} after {STATE_ROUNDS} session_states (VmHWM {})",
+            "{} after boot, {} after {n} session_states (VmHWM {})",
             fmt_kb(rss_boot),
             fmt_kb(rss),
             fmt_kb(hwm)
@@ -1064,9 +1148,31 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
 
 /// One connection: upgrade, `hello`, and the frames up to the end of `session_state`, over a
 /// plain socket so that the first byte can be timed. Returns the figures and the payload.
+/// The connection is closed, and the daemon has ended its session, when this returns.
 fn session_state_round(addr: SocketAddr) -> Result<(StateRound, Vec<u8>)> {
-    let (round, payload, _, _) = session_state_connection(addr)?;
+    let (round, payload, socket, _) = session_state_connection(addr)?;
+    close_and_wait(socket)?;
     Ok((round, payload))
+}
+
+/// Sends a close frame and reads until the daemon closes the connection: its session has
+/// ended (and dropped what it held) when this returns.
+fn close_and_wait(mut socket: TcpStream) -> Result<()> {
+    // Close, code 1000, masked.
+    let mask = [0x0fu8, 0x1e, 0x2d, 0x3c];
+    let mut frame = vec![0x88, 0x82];
+    frame.extend_from_slice(&mask);
+    frame.extend([0x03u8, 0xe8].iter().enumerate().map(|(i, b)| b ^ mask[i]));
+    socket.write_all(&frame)?;
+    let mut chunk = vec![0u8; 1 << 16];
+    let deadline = Instant::now() + WAIT;
+    while socket.read(&mut chunk)? > 0 {
+        ensure!(
+            Instant::now() < deadline,
+            "the daemon did not close the connection"
+        );
+    }
+    Ok(())
 }
 
 /// On a connection that has read its `session_state`, `list_agents` (with archived agents if

@@ -261,8 +261,8 @@ const MMAP_THRESHOLD: i32 = 1 << 20;
 /// the session) every later one comes from that thread's heap, and each thread's heap keeps
 /// the freed megabytes: the daemon's memory grew with each snapshot served on another thread
 /// (49.9 → 68.1 MB over 20 snapshots of 10,000 agents). With the threshold fixed, a snapshot's
-/// buffers are mapped and unmapped: 50.2 → 56.1 MB over the same 20 (`drover-bench-protocol`,
-/// section 2; what is left is not these buffers, and is not yet explained).
+/// buffers are mapped and unmapped: 56.2 → 56.1 MB over 60 (`drover-bench-protocol`, section
+/// 2, each read once the connection's session has ended; see ARCHITECTURE.md, `snapshot.rs`).
 fn return_big_blocks() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[expect(unsafe_code)] // `mallopt` only sets an allocator parameter.

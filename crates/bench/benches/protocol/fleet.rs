@@ -14,9 +14,13 @@
 //! twice, with the daemon as it ships (a client that is behind gets what waits for it joined)
 //! and with every kind of joining off (`DROVER_STREAM_WINDOW_MS=0`, `DROVER_STREAM_JOIN=0`).
 //! Targets: ≥ 99 % of the chunks delivered with no resync, p99 ≤ 25 ms, and p99 at least 1.5×
-//! better than with joining off. The runs alternate (on, off, and for comparison joining
-//! with no window, twice) and the p99s compared are medians. The window stays in the
-//! daemon's environment as the caller's shell says unless a run sets it.
+//! better than with joining off. The runs alternate (on, off, three times each) and the p99s
+//! compared are medians. The case runs at the machine's load, then with two busy processes
+//! per CPU beside it (`DROVER_BENCH_BURN` sets how many): joining can only join what waits
+//! for a client, and at light load a client rarely has two chunks of one agent waiting (they
+//! are 40 ms apart), so both modes send nearly the same messages; "chunks per message" shows
+//! how much was joined. The window stays in the daemon's environment as the caller's shell
+//! says unless a run sets it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -37,7 +41,7 @@ const CASES: [(usize, usize); 3] = [(10, 1), (10, 10), (10, 50)];
 /// Light clients (see the module's doc), with joining and without.
 const LIGHT: (usize, usize) = (50, 50);
 /// Runs of the light case with joining on, then off, in turn.
-const LIGHT_PASSES: usize = 2;
+const LIGHT_PASSES: usize = 3;
 /// A light client parses one message in this many as JSON.
 const PARSE_ONE_IN: usize = 8;
 const DELIVERED_TARGET: f64 = 0.99;
@@ -48,11 +52,6 @@ const JOIN_GAIN_TARGET: f64 = 1.5;
 const JOINING_OFF: [(&str, &str); 2] = [
     ("DROVER_STREAM_WINDOW_MS", "0"),
     ("DROVER_STREAM_JOIN", "0"),
-];
-/// Joining for sessions that are behind, but no per-agent window (for comparison).
-const NO_WINDOW: [(&str, &str); 2] = [
-    ("DROVER_STREAM_WINDOW_MS", "0"),
-    ("DROVER_STREAM_JOIN", "1"),
 ];
 /// The daemon as it ships, whatever the caller's shell says.
 const JOINING_ON: [(&str, &str); 1] = [("DROVER_STREAM_JOIN", "1")];
@@ -86,14 +85,17 @@ pub(crate) async fn fleet_bench(
     scripted: &Path,
     root: &Path,
     rows: &mut Vec<Row>,
+    part: fn(&str) -> bool,
 ) -> Result<()> {
     let secs = case_secs();
     let chunks = usize::try_from(secs * 1000 / CHUNK_MS).unwrap_or(usize::MAX);
-    println!(
-        "== 4. fleets: agents × clients, each agent `stream-stamped {chunks} {CHUNK_MS}` ({secs} s), \
+    if part("fleet") {
+        println!(
+            "== 4. fleets: agents × clients, each agent `stream-stamped {chunks} {CHUNK_MS}` ({secs} s), \
          clients parse every message =="
-    );
-    for (agents, clients) in CASES {
+        );
+    }
+    for (agents, clients) in CASES.into_iter().filter(|_| part("fleet")) {
         let (f, rss) = run_case(
             drover,
             scripted,
@@ -113,26 +115,92 @@ pub(crate) async fn fleet_bench(
             line,
         ));
     }
+    if part("light") {
+        println!(
+            "== 4b. {} × {} light clients, joining on and off in turn ({LIGHT_PASSES} runs each), \
+             at the machine's load, then with {} busy processes beside it ==",
+            LIGHT.0,
+            LIGHT.1,
+            burners()
+        );
+        light_bench(drover, scripted, root, rows, chunks, 0).await?;
+        light_bench(drover, scripted, root, rows, chunks, burners()).await?;
+    }
+    println!();
+    if part("creates") {
+        create_bench(drover, scripted, root, rows).await?;
+    }
+    Ok(())
+}
+
+/// How many busy processes the loaded light case runs beside the daemon:
+/// `DROVER_BENCH_BURN`, else two per CPU.
+fn burners() -> usize {
+    std::env::var("DROVER_BENCH_BURN")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2 * drover_bench::cpus())
+}
+
+/// Processes that spin (`sh -c 'while :; do :; done'`) until dropped: the machine under load.
+struct Burners(Vec<std::process::Child>);
+
+impl Burners {
+    fn start(n: usize) -> Result<Burners> {
+        let mut burners = Burners(Vec::with_capacity(n));
+        for _ in 0..n {
+            burners.0.push(
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(std::process::Stdio::null())
+                    .spawn()?,
+            );
+        }
+        Ok(burners)
+    }
+}
+
+impl Drop for Burners {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The light case with joining on and off in turn (`LIGHT_PASSES` each), with `burn` busy
+/// processes beside it; its rows.
+async fn light_bench(
+    drover: &Path,
+    scripted: &Path,
+    root: &Path,
+    rows: &mut Vec<Row>,
+    chunks: usize,
+    burn: usize,
+) -> Result<()> {
+    let load = if burn == 0 {
+        "no added load".to_string()
+    } else {
+        format!("{burn} busy processes")
+    };
+    let _burners = Burners::start(burn)?;
     let (agents, clients) = LIGHT;
     let offered = agents * chunks * clients;
     // Interleaved, so that a change in the machine's load falls on both alike.
-    let (mut on, mut off, mut unwindowed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut on, mut off) = (Vec::new(), Vec::new());
     for pass in 1..=LIGHT_PASSES {
         for (joining, env, runs) in [
             ("on ", &JOINING_ON[..], &mut on),
             ("off", &JOINING_OFF[..], &mut off),
-            ("on, no window", &NO_WINDOW[..], &mut unwindowed),
         ] {
-            let tag = format!(
-                "-light-{}-{pass}",
-                joining.trim().replace(", ", "-").replace(' ', "-")
-            );
+            let tag = format!("-light-{}-{burn}-{pass}", joining.trim());
             let (f, rss) = run_case(
                 drover, scripted, root, agents, clients, chunks, true, env, &tag,
             )
             .await?;
             println!(
-                "  {agents} × {clients}, light clients, joining {joining} #{pass}: {}; load average {}",
+                "  {agents} × {clients}, {load}, joining {joining} #{pass}: {}; load average {}",
                 f.line(offered, rss),
                 drover_bench::load_average()
             );
@@ -141,7 +209,7 @@ pub(crate) async fn fleet_bench(
     }
     let p99 = |runs: &[CaseFigures]| median(&runs.iter().map(|f| f.p99).collect::<Vec<_>>());
     let (on_p99, off_p99) = (p99(&on), p99(&off));
-    let what = format!("fleet {agents} × {clients}, light clients");
+    let what = format!("fleet {agents} × {clients}, light clients, {load}");
     let delivered = on.iter().map(|f| f.delivered).min().unwrap_or(0);
     let resyncs: usize = on.iter().map(|f| f.resyncs).sum();
     let share = delivered as f64 / offered.max(1) as f64;
@@ -164,10 +232,6 @@ pub(crate) async fn fleet_bench(
         format!("≥ {JOIN_GAIN_TARGET:.1}×"),
         gain >= JOIN_GAIN_TARGET,
     ));
-    rows.push(Row::info(
-        format!("{what}: p99 joining on with no window (DROVER_STREAM_WINDOW_MS=0)"),
-        fmt_dur(p99(&unwindowed)),
-    ));
     let per_message = |runs: &[CaseFigures]| {
         runs.iter().map(|f| f.delivered).sum::<usize>() as f64
             / runs.iter().map(|f| f.stamped).sum::<usize>().max(1) as f64
@@ -176,8 +240,7 @@ pub(crate) async fn fleet_bench(
         format!("{what}: chunks per message carrying text, on / off"),
         format!("{:.2} / {:.2}", per_message(&on), per_message(&off)),
     ));
-    println!();
-    create_bench(drover, scripted, root, rows).await
+    Ok(())
 }
 
 /// Runs one case on a fresh daemon with `env`; its figures and the daemon's `VmRSS` at the end.
