@@ -11,6 +11,7 @@ pub mod admission;
 pub mod agent;
 pub mod child;
 pub mod error;
+pub mod file_error;
 pub mod guard;
 pub mod ids;
 pub mod inbox;

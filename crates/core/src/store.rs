@@ -25,6 +25,7 @@ use crate::agent::{
     Agent, AuthMethod, Limited, OnInterrupt, OnLimit, PermissionPolicy, ProviderConfig,
     ResumeHandle, Spend, StartFailure,
 };
+use crate::file_error::FileError;
 use crate::ids::{AgentId, WorkspaceId};
 use crate::lifecycle::{AgentStatus, Attention, AttentionReason};
 use crate::workspace::{Workspace, WorkspaceKind};
@@ -41,13 +42,8 @@ const MAX_DIR_NAME: usize = 200;
 /// A store operation that failed, naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot {op} `{}`: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FileError),
     #[error("cannot encode the record for `{}`: {source}", path.display())]
     Encode {
         path: PathBuf,
@@ -57,21 +53,15 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn io<'a>(
-        op: &'static str,
-        path: &'a Path,
-    ) -> impl FnOnce(io::Error) -> StoreError + 'a {
-        move |source| StoreError::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        }
+    /// What `map_err` takes: the failure of `op` on `path`.
+    pub fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+        FileError::on(op, path)
     }
 
     /// The file the failed operation was about.
     pub fn path(&self) -> &Path {
         match self {
-            StoreError::Io { path, .. } | StoreError::Encode { path, .. } => path,
+            StoreError::Io(FileError { path, .. }) | StoreError::Encode { path, .. } => path,
         }
     }
 }
@@ -271,11 +261,7 @@ impl Store {
                     let _ = fs::remove_file(tmp);
                 }
                 self.restore(&changes[..i]);
-                return Err(StoreError::Io {
-                    op: "replace",
-                    path: path.clone(),
-                    source,
-                });
+                return Err(StoreError::io("replace", path)(source));
             }
             let dir = path.parent().unwrap_or(&self.home);
             if !dirs.contains(&dir) {
@@ -592,11 +578,7 @@ fn stage(path: &Path, bytes: &[u8]) -> Result<PathBuf, StoreError> {
         Err(source) => {
             let _ = fs::remove_file(&tmp);
             // Name the file the caller asked for: the temp name means nothing to a user.
-            Err(StoreError::Io {
-                op: "write",
-                path: path.to_path_buf(),
-                source,
-            })
+            Err(StoreError::io("write", path)(source))
         }
     }
 }
@@ -606,11 +588,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let tmp = stage(path, bytes)?;
     if let Err(source) = fs::rename(&tmp, path) {
         let _ = fs::remove_file(&tmp);
-        return Err(StoreError::Io {
-            op: "replace",
-            path: path.to_path_buf(),
-            source,
-        });
+        return Err(StoreError::io("replace", path)(source));
     }
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }

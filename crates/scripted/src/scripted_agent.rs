@@ -830,6 +830,41 @@ impl Session {
     }
 }
 
+/// What `session/set_mode`, `session/set_model` and `session/set_config_option` set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Mode,
+    Model,
+    Effort,
+}
+
+impl Choice {
+    /// How the history names it.
+    fn kind(self) -> &'static str {
+        match self {
+            Choice::Mode => "mode",
+            Choice::Model => "model",
+            Choice::Effort => "effort",
+        }
+    }
+
+    fn offers(self, value: &str) -> bool {
+        match self {
+            Choice::Mode => MODES.iter().any(|(id, _)| *id == value),
+            Choice::Model => MODELS.iter().any(|(id, _)| *id == value),
+            Choice::Effort => EFFORTS.contains(&value),
+        }
+    }
+
+    fn of(self, session: &mut Session) -> &mut String {
+        match self {
+            Choice::Mode => &mut session.mode,
+            Choice::Model => &mut session.model,
+            Choice::Effort => &mut session.effort,
+        }
+    }
+}
+
 type Answer = Result<Value, Value>;
 
 #[derive(Debug)]
@@ -1015,7 +1050,7 @@ impl Agent {
             "session/close" if self.config.resume_session => self.close_session(&params),
             "session/list" if self.config.list_sessions => self.list_sessions(&params),
             "session/set_mode" => self.set_mode(&params).await,
-            "session/set_model" => self.set_model(&params),
+            "session/set_model" => self.set_model(&params).await,
             "session/set_config_option" if self.config.config_options => {
                 self.set_config_option(&params).await
             }
@@ -1367,85 +1402,71 @@ impl Agent {
     }
 
     async fn set_mode(&self, params: &Value) -> Result<Value, (i64, String)> {
-        let session_id = params["sessionId"].as_str().unwrap_or_default();
-        let mode = params["modeId"].as_str().unwrap_or_default();
-        if !MODES.iter().any(|(id, _)| *id == mode) {
-            return Err((INVALID_PARAMS, format!("unknown mode `{mode}`")));
-        }
-        self.with_session(session_id, |s| s.mode = mode.to_string())?;
-        self.record(
-            session_id,
-            &json!({"type": "mode", "text": mode, "via": "session/set_mode"}),
-        );
-        self.out
-            .update(
-                session_id,
-                json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
-            )
-            .await;
+        let value = params["modeId"].as_str().unwrap_or_default();
+        self.choose(params, Choice::Mode, value, "session/set_mode")
+            .await?;
         Ok(json!({}))
     }
 
-    fn set_model(&self, params: &Value) -> Result<Value, (i64, String)> {
-        let session_id = params["sessionId"].as_str().unwrap_or_default();
-        let model = params["modelId"].as_str().unwrap_or_default();
-        if !MODELS.iter().any(|(id, _)| *id == model) {
-            return Err((INVALID_PARAMS, format!("unknown model `{model}`")));
-        }
-        self.with_session(session_id, |s| s.model = model.to_string())?;
-        self.record(
-            session_id,
-            &json!({"type": "model", "text": model, "via": "session/set_model"}),
-        );
+    async fn set_model(&self, params: &Value) -> Result<Value, (i64, String)> {
+        let value = params["modelId"].as_str().unwrap_or_default();
+        self.choose(params, Choice::Model, value, "session/set_model")
+            .await?;
         Ok(json!({}))
     }
 
-    /// `session/set_config_option`: one of the session's `configOptions`.
+    /// `session/set_config_option`: one of the session's `configOptions`; answers them all.
     async fn set_config_option(&self, params: &Value) -> Result<Value, (i64, String)> {
-        let session_id = params["sessionId"].as_str().unwrap_or_default();
         let id = params["configId"].as_str().unwrap_or_default();
         let value = params["value"].as_str().unwrap_or_default();
-        let offered = match id {
-            "session-mode" => MODES.iter().any(|(m, _)| *m == value),
-            "llm" => MODELS.iter().any(|(m, _)| *m == value),
-            "effort" => EFFORTS.contains(&value),
+        let choice = match id {
+            "session-mode" => Choice::Mode,
+            "llm" => Choice::Model,
+            "effort" => Choice::Effort,
             _ => return Err((INVALID_PARAMS, format!("unknown config option `{id}`"))),
         };
-        if !offered {
+        if !choice.offers(value) {
             return Err((INVALID_PARAMS, format!("`{id}` has no value `{value}`")));
         }
-        let options = self.with_session(session_id, |s| {
-            match id {
-                "session-mode" => s.mode = value.to_string(),
-                "llm" => s.model = value.to_string(),
-                _ => s.effort = value.to_string(),
-            }
-            s.config_options()
-        })?;
-        let via = "session/set_config_option";
-        match id {
-            "session-mode" => {
-                self.record(
-                    session_id,
-                    &json!({"type": "mode", "text": value, "via": via}),
-                );
-                self.out
-                    .update(
-                        session_id,
-                        json!({"sessionUpdate": "current_mode_update", "currentModeId": value}),
-                    )
-                    .await;
-            }
-            "llm" => self.record(
-                session_id,
-                &json!({"type": "model", "text": value, "via": via}),
-            ),
-            _ => self.record(
-                session_id,
-                &json!({"type": "effort", "text": value, "via": via}),
-            ),
-        }
+        self.choose(params, choice, value, "session/set_config_option")
+            .await?;
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        let options = self.with_session(session_id, |s| s.config_options())?;
         Ok(json!({"configOptions": options}))
+    }
+
+    /// Sets the session's mode, model or effort to `value` (one it offers) as the method
+    /// `via` asked: kept in the session and in its history; a mode is also told to the
+    /// client (`current_mode_update`).
+    async fn choose(
+        &self,
+        params: &Value,
+        choice: Choice,
+        value: &str,
+        via: &str,
+    ) -> Result<(), (i64, String)> {
+        if !choice.offers(value) {
+            return Err((
+                INVALID_PARAMS,
+                format!("unknown {} `{value}`", choice.kind()),
+            ));
+        }
+        let session_id = params["sessionId"].as_str().unwrap_or_default();
+        self.with_session(session_id, |s| *choice.of(s) = value.to_string())?;
+        let kind = choice.kind();
+        self.record(
+            session_id,
+            &json!({"type": kind, "text": value, "via": via}),
+        );
+        if choice == Choice::Mode {
+            self.out
+                .update(
+                    session_id,
+                    json!({"sessionUpdate": "current_mode_update", "currentModeId": value}),
+                )
+                .await;
+        }
+        Ok(())
     }
 
     fn with_session<T>(

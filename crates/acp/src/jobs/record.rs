@@ -119,11 +119,7 @@ pub fn log_path(home: &Path, owner: AgentId, id: &str) -> PathBuf {
 /// Writes the record: temporary file, fsync, rename, folder fsync.
 pub fn write(home: &Path, record: &JobRecord) -> Result<(), StoreError> {
     let dir = owner_dir(home, record.owner);
-    drover_core::private::create_dir_all(&dir).map_err(|source| StoreError::Io {
-        op: "create",
-        path: dir.clone(),
-        source,
-    })?;
+    drover_core::private::create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
     let target = path(home, record.owner, &record.id);
     let bytes = serde_json::to_vec_pretty(record).map_err(|source| StoreError::Encode {
         path: target.clone(),

@@ -30,6 +30,7 @@ use git::{branch_exists, delete_branch, git, git_serial, make_branch, repo_lock,
 use project::run_commands;
 pub use project::{DEFAULT_COMMAND_TIMEOUT, PROJECT_FILE, ProjectConfig, WorktreeConfig};
 
+use crate::file_error::FileError;
 use crate::ids::AgentId;
 use drover_protocol::ErrorCode;
 
@@ -69,13 +70,8 @@ pub enum WorktreeError {
     Dirty(Box<WorktreeStatus>),
     #[error("workspace `{0}` is being archived already")]
     Busy(String),
-    #[error("cannot {op} `{}`: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FileError),
 }
 
 impl WorktreeError {
@@ -90,16 +86,12 @@ impl WorktreeError {
             WorktreeError::TeardownFailed { .. } => ErrorCode::WorktreeTeardownFailed,
             WorktreeError::Dirty(_) => ErrorCode::WorktreeDirty,
             WorktreeError::Busy(_) => ErrorCode::WorktreeBusy,
-            WorktreeError::Io { .. } => ErrorCode::WorktreeIoFailed,
+            WorktreeError::Io(_) => ErrorCode::WorktreeIoFailed,
         }
     }
 
     fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> WorktreeError + 'a {
-        move |source| WorktreeError::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        }
+        FileError::on(op, path)
     }
 
     fn invalid(field: &'static str, message: impl Into<String>) -> WorktreeError {

@@ -130,43 +130,7 @@ impl Ops {
         if let Some(me) = &me {
             self.check_budget(me.id)?;
         }
-        let provider = request
-            .provider
-            .or_else(|| me.as_ref().map(|m| m.provider.clone()))
-            .ok_or_else(|| OpError::invalid("provider", "name a provider"))?;
-        let budget = request
-            .budget
-            .map(super::budgets::valid_budget)
-            .transpose()?;
-        let mut new = NewAgent {
-            provider,
-            budget,
-            cwd: PathBuf::new(),
-            workspace_id: None,
-            title: request.title,
-            labels: request.labels,
-            parent: request.parent,
-            upstream: request.upstream,
-            auto_archive: request.auto_archive,
-            config: ProviderConfig {
-                model: request
-                    .model
-                    .or_else(|| me.as_ref().and_then(|m| m.config.model.clone())),
-                mode: request.mode,
-                effort: request.effort,
-                options: BTreeMap::new(),
-                permission_policy: request
-                    .permission_policy
-                    .or_else(|| me.as_ref().map(|m| m.config.permission_policy))
-                    .unwrap_or_default(),
-                on_interrupt: request
-                    .on_interrupt
-                    .or_else(|| me.as_ref().and_then(|m| m.config.on_interrupt)),
-                on_limit: request
-                    .on_limit
-                    .or_else(|| me.as_ref().and_then(|m| m.config.on_limit)),
-            },
-        };
+        let mut new = new_agent(&request, me.as_ref())?;
         if let Some(parent) = new.parent
             && new.upstream != Some(parent)
         {
@@ -179,15 +143,35 @@ impl Ops {
             self.agent(notify)?;
         }
         self.runtimes.prepare(&mut new)?;
-        let my_cwd = me.as_ref().map(|m| m.cwd.clone());
-        let (agent, worktree) = match request.placement {
+        let (agent, worktree) = self
+            .create_placed(caller, request.placement, new, me.as_ref())
+            .await?;
+        self.runtimes
+            .start_new(&agent, request.prompt, caller.source(), request.notify)
+            .await?;
+        // In the client request's span (its `request_id`), when one asked.
+        tracing::info!(agent = %agent.id, provider = %agent.provider, parent = agent.parent_id().map(tracing::field::display),
+            by = caller.agent().map(tracing::field::display), "agent created");
+        Ok(Created { agent, worktree })
+    }
+
+    /// Records `new` where `placement` says (a new worktree, a new directory, or an existing
+    /// workspace or folder, `me`'s by default); the worktree it made, if any.
+    async fn create_placed(
+        &self,
+        caller: Caller,
+        placement: Placement,
+        mut new: NewAgent,
+        me: Option<&Agent>,
+    ) -> Result<(Agent, Option<CreatedWorktree>), OpError> {
+        Ok(match placement {
             Placement::NewWorktree {
                 source,
                 mut options,
             } => {
                 options.created_by = caller.agent();
                 let source = source
-                    .or(my_cwd)
+                    .or_else(|| me.map(|m| m.cwd.clone()))
                     .ok_or_else(|| OpError::invalid("cwd", "name the repository"))?;
                 let (agent, made) = self
                     .registry
@@ -203,7 +187,7 @@ impl Ops {
                 )
             }
             Placement::Existing { cwd, workspace } => {
-                let workspace = workspace.or(me.as_ref().map(|m| m.workspace_id));
+                let workspace = workspace.or(me.map(|m| m.workspace_id));
                 new.cwd = match (cwd, workspace) {
                     (Some(cwd), _) => cwd,
                     (None, Some(ws)) => self.workspace(ws)?.path,
@@ -214,14 +198,7 @@ impl Ops {
                 new.workspace_id = workspace;
                 (self.registry.create_agent(new).await?, None)
             }
-        };
-        self.runtimes
-            .start_new(&agent, request.prompt, caller.source(), request.notify)
-            .await?;
-        // In the client request's span (its `request_id`), when one asked.
-        tracing::info!(agent = %agent.id, provider = %agent.provider, parent = agent.parent_id().map(tracing::field::display),
-            by = caller.agent().map(tracing::field::display), "agent created");
-        Ok(Created { agent, worktree })
+        })
     }
 
     /// Starts the agent's runtime if needed and reads what a client shows when it opens it:
@@ -439,4 +416,50 @@ impl Ops {
         }
         Ok(())
     }
+}
+
+/// The agent a create records, from the request and the caller's defaults (`me`, an agent
+/// creating another): its provider, model, permission policy and what to do on an interrupt
+/// or a limit.
+fn new_agent(request: &CreateAgent, me: Option<&Agent>) -> Result<NewAgent, OpError> {
+    let provider = request
+        .provider
+        .clone()
+        .or_else(|| me.map(|m| m.provider.clone()))
+        .ok_or_else(|| OpError::invalid("provider", "name a provider"))?;
+    let budget = request
+        .budget
+        .clone()
+        .map(super::budgets::valid_budget)
+        .transpose()?;
+    Ok(NewAgent {
+        provider,
+        budget,
+        cwd: PathBuf::new(),
+        workspace_id: None,
+        title: request.title.clone(),
+        labels: request.labels.clone(),
+        parent: request.parent,
+        upstream: request.upstream,
+        auto_archive: request.auto_archive,
+        config: ProviderConfig {
+            model: request
+                .model
+                .clone()
+                .or_else(|| me.and_then(|m| m.config.model.clone())),
+            mode: request.mode.clone(),
+            effort: request.effort.clone(),
+            options: BTreeMap::new(),
+            permission_policy: request
+                .permission_policy
+                .or_else(|| me.map(|m| m.config.permission_policy))
+                .unwrap_or_default(),
+            on_interrupt: request
+                .on_interrupt
+                .or_else(|| me.and_then(|m| m.config.on_interrupt)),
+            on_limit: request
+                .on_limit
+                .or_else(|| me.and_then(|m| m.config.on_limit)),
+        },
+    })
 }

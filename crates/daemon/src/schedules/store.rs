@@ -199,11 +199,7 @@ pub(crate) fn path(home: &Path, id: ScheduleId) -> PathBuf {
 /// Writes the schedule's file (the folder made 0700 first if missing).
 pub(crate) fn write(home: &Path, schedule: &Schedule) -> Result<(), StoreError> {
     let dir = dir(home);
-    drover_core::private::create_dir_all(&dir).map_err(|source| StoreError::Io {
-        op: "create",
-        path: dir.clone(),
-        source,
-    })?;
+    drover_core::private::create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
     let path = path(home, schedule.id);
     let bytes = serde_json::to_vec_pretty(schedule).map_err(|source| StoreError::Encode {
         path: path.clone(),
@@ -219,11 +215,7 @@ const LAST_ID: &str = "last-id";
 /// Records `n` as the highest id given.
 pub(crate) fn write_last_id(home: &Path, n: u64) -> Result<(), StoreError> {
     let dir = dir(home);
-    drover_core::private::create_dir_all(&dir).map_err(|source| StoreError::Io {
-        op: "create",
-        path: dir.clone(),
-        source,
-    })?;
+    drover_core::private::create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
     write_atomic(&dir.join(LAST_ID), format!("{n}\n").as_bytes())
 }
 
@@ -234,21 +226,13 @@ pub(crate) fn remove(home: &Path, id: ScheduleId) -> Result<(), StoreError> {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(source) => {
-            return Err(StoreError::Io {
-                op: "remove",
-                path,
-                source,
-            });
+            return Err(StoreError::io("remove", &path)(source));
         }
     }
     let dir = dir(home);
     std::fs::File::open(&dir)
         .and_then(|d| d.sync_all())
-        .map_err(|source| StoreError::Io {
-            op: "sync",
-            path: dir,
-            source,
-        })
+        .map_err(StoreError::io("sync", &dir))
 }
 
 /// What [`load`] found.

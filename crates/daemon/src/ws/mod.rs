@@ -153,8 +153,7 @@ impl Hub {
                                 ready.extend(coalescer.push(event, now));
                             }
                             Err(broadcast::error::RecvError::Lagged(n)) => {
-                                dropped.inc_by(n);
-                                let _ = out.send(Arc::new(resync(format!("the daemon dropped {n} timeline updates"))));
+                                let _ = out.send(Arc::new(dropped_events(&dropped, n, "timeline updates")));
                             }
                             Err(broadcast::error::RecvError::Closed) => break,
                         }
@@ -168,10 +167,7 @@ impl Hub {
                             }
                             Some(status_message(&event, &ops, &cache))
                         }
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            dropped.inc_by(n);
-                            Some(resync(format!("the daemon dropped {n} registry events")))
-                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => Some(dropped_events(&dropped, n, "registry events")),
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
                     // A runtime went cold, queued, starting or live, or will hibernate at
@@ -184,18 +180,12 @@ impl Hub {
                             }
                             Err(_) => None,
                         },
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            dropped.inc_by(n);
-                            Some(resync(format!("the daemon dropped {n} runtime changes")))
-                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => Some(dropped_events(&dropped, n, "runtime changes")),
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
                     change = schedules.recv(), if schedules_open => match change {
                         Ok(event) => Some(schedule_message(&event)),
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            dropped.inc_by(n);
-                            Some(resync(format!("the daemon dropped {n} schedule events")))
-                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => Some(dropped_events(&dropped, n, "schedule events")),
                         // Nothing more to hear (the schedules went first at shutdown).
                         Err(broadcast::error::RecvError::Closed) => {
                             schedules_open = false;
@@ -246,8 +236,7 @@ impl Hub {
                         status_of,
                     },
                     Err(broadcast::error::RecvError::Lagged(n)) => {
-                        dropped.inc_by(n);
-                        resync(format!("the daemon dropped {n} events from other hosts"))
+                        dropped_events(&dropped, n, "events from other hosts")
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 };
@@ -266,7 +255,7 @@ impl Hub {
             |notice| DaemonMessage::NoticeQueued {
                 notice: wire::notice_info(&notice),
             },
-            |_| "the daemon dropped notices for the hub".to_string(),
+            |_| resync("the daemon dropped notices for the hub".to_string()),
         );
     }
 
@@ -281,10 +270,7 @@ impl Hub {
                 terminal_id: event.id.clone(),
                 terminal: event.terminal.as_deref().map(wire::terminal_info),
             },
-            move |n| {
-                dropped.inc_by(n);
-                format!("the daemon dropped {n} terminal updates")
-            },
+            move |n| dropped_events(&dropped, n, "terminal updates"),
         );
     }
 
@@ -301,27 +287,24 @@ impl Hub {
             |event| DaemonMessage::JobUpdate {
                 job: wire::job_info(&event.record),
             },
-            move |n| {
-                dropped.inc_by(n);
-                format!("the daemon dropped {n} job updates")
-            },
+            move |n| dropped_events(&dropped, n, "job updates"),
         );
     }
 }
 
 /// Sends every event of `events` to every session as `message` makes it, until the sender is
-/// gone; events missed for lagging behind are a `resync_required` with `lagged`'s reason.
+/// gone; events missed for lagging behind are the `resync_required` `lagged` makes.
 fn forward_each<T: Clone + Send + 'static>(
     out: broadcast::Sender<Arc<Outgoing>>,
     mut events: broadcast::Receiver<T>,
     message: impl Fn(T) -> DaemonMessage + Send + 'static,
-    lagged: impl Fn(u64) -> String + Send + 'static,
+    lagged: impl Fn(u64) -> Outgoing + Send + 'static,
 ) {
     tokio::spawn(async move {
         loop {
             let outgoing = match events.recv().await {
                 Ok(event) => Outgoing::to_all(&message(event)),
-                Err(broadcast::error::RecvError::Lagged(n)) => resync(lagged(n)),
+                Err(broadcast::error::RecvError::Lagged(n)) => lagged(n),
                 Err(broadcast::error::RecvError::Closed) => break,
             };
             let _ = out.send(Arc::new(outgoing));
@@ -336,6 +319,13 @@ pub(super) fn encode(message: &DaemonMessage) -> Utf8Bytes {
 
 fn resync(reason: String) -> Outgoing {
     Outgoing::to_all(&DaemonMessage::ResyncRequired { reason })
+}
+
+/// The `resync_required` for `n` events of a source (`what`) the hub dropped for lagging
+/// behind, counted in `dropped`.
+fn dropped_events(dropped: &Counter, n: u64, what: &str) -> Outgoing {
+    dropped.inc_by(n);
+    resync(format!("the daemon dropped {n} {what}"))
 }
 
 /// The `agent_status` announcing `agent` as clients see it now.
