@@ -4,8 +4,9 @@
 //! (50 status changes a second, the storm), the filter's keystroke to paint (p95 ≤ 50 ms), the
 //! longest main-thread task while a streaming tab is open (target < 50 ms), and the page's JS
 //! heap over the streaming (target: flat within 10 %). `DROVER_UI_BENCH_MEMORY_SECS` sets how
-//! long the heap is watched (default 600, the ten minutes). Needs Debian's `chromium`
-//! and `scripts/install-ui-tests`.
+//! long the heap is watched (default 600, the ten minutes); with
+//! `DROVER_UI_BENCH_HEAP_DIFF=1` it also prints what grew over that time, by constructor.
+//! Needs Debian's `chromium` and `scripts/install-ui-tests`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -219,6 +220,12 @@ async fn browser_half(
     let status = child.wait().await?;
     let errors = errors.await.unwrap_or_default();
     ensure!(status.success(), "the browser half failed: {errors}");
+    for line in errors
+        .lines()
+        .filter(|l| l.starts_with("heap grew") || l.starts_with("profile:"))
+    {
+        eprintln!("{line}");
+    }
     serde_json::from_str(&last).context("the browser's figures")
 }
 
@@ -306,15 +313,24 @@ fn rows(figures: &Value, agents: usize, memory_secs: u64, turns: usize) -> Vec<R
             format!("{:.0} ms", ms(&figures["driverMs"])),
         ),
         Row::info(
-            "its phases from navigation: modules run, socket open, session_state in, parsed, drawn",
+            "its phases from navigation: modules run, socket made, open, session_state in, parsed, drawn",
             format!(
-                "{:.0} / {:.0} / {:.0} ({}) / {:.0} / {sidebar:.0} ms",
+                "{:.0} / {:.0} / {:.0} / {:.0} ({}) / {:.0} / {sidebar:.0} ms",
                 ms(&figures["phases"]["dcl"]),
+                ms(&figures["phases"]["createdAt"]),
                 ms(&figures["phases"]["openAt"]),
                 ms(&figures["phases"]["stateAt"]),
                 fmt_heap(ms(&figures["phases"]["bytes"])),
                 ms(&figures["parsedAt"]),
             ),
+        ),
+        Row::info(
+            "tasks ≥ 50 ms until then (start, duration)",
+            figures["phases"]["longTasks"].to_string(),
+        ),
+        Row::info(
+            "frames until then (start, duration)",
+            figures["phases"]["frames"].to_string(),
         ),
         Row::target(
             format!("filter keystroke to paint, p95 of {}", keys.len()),

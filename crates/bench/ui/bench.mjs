@@ -41,9 +41,30 @@ try {
       }
     };
     window.__long = [];
-    new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__long.push(e.duration); })
+    window.__boot = [];
+    window.__frames = [];
+    const raf = window.requestAnimationFrame.bind(window);
+    window.requestAnimationFrame = (cb) => raf((t) => {
+      const at = performance.now();
+      cb(t);
+      if (!window.droverTiming?.renderedAt || window.__frames.length < 40) window.__frames.push([Math.round(at), Math.round(performance.now() - at)]);
+    });
+    new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        window.__long.push(e.duration);
+        if (!window.droverTiming?.renderedAt) window.__boot.push([Math.round(e.startTime), Math.round(e.duration)]);
+      }
+    })
       .observe({ type: 'longtask', buffered: true });
   });
+  // With DROVER_UI_BENCH_PROFILE set, where the page's time went up to the first sidebar: the
+  // functions with the most time of their own, from a CPU profile.
+  const profiler = process.env.DROVER_UI_BENCH_PROFILE ? await context.newCDPSession(page) : null;
+  if (profiler) {
+    await profiler.send('Profiler.enable');
+    await profiler.send('Profiler.setSamplingInterval', { interval: 200 });
+    await profiler.send('Profiler.start');
+  }
   const t0 = Date.now();
   await page.goto(`${A.url}#token=${encodeURIComponent(A.token || '')}`);
   await page.waitForFunction((n) => window.droverTiming.renderedAt && window.droverTiming.rows >= n, A.rows, { polling: 'raf' });
@@ -54,8 +75,22 @@ try {
   const timing = await page.evaluate(() => window.droverTiming);
   // Where the page's time went: its modules run (the socket made), the socket open, the
   // session_state arrived, parsed and applied, the sidebar drawn.
-  const phases = await page.evaluate(() => ({ ...window.__ws, dcl: performance.getEntriesByType('navigation')[0]?.domContentLoadedEventEnd }));
+  const phases = await page.evaluate(() => ({ ...window.__ws, dcl: performance.getEntriesByType('navigation')[0]?.domContentLoadedEventEnd, longTasks: window.__boot, frames: window.__frames }));
   const sidebarMs = timing.renderedAt;
+  if (profiler) {
+    const { profile } = await profiler.send('Profiler.stop');
+    const self = new Map();
+    const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+    const gaps = profile.timeDeltas;
+    profile.samples.forEach((id, i) => {
+      const f = byId.get(id).callFrame;
+      const key = `${f.functionName || '(anonymous)'} ${f.url.split('/').pop()}:${f.lineNumber + 1}`;
+      self.set(key, (self.get(key) || 0) + (gaps[i] || 0) / 1000);
+    });
+    for (const [k, ms] of [...self].sort((x, y) => y[1] - x[1]).slice(0, 20)) {
+      process.stderr.write(`profile: ${ms.toFixed(1)} ms ${k}\n`);
+    }
+  }
   // Now the storm of status changes: everything below is measured while it goes on.
   process.stdout.write('storm\n');
   await page.waitForTimeout(2000);
@@ -117,11 +152,39 @@ try {
     await cdp.send('HeapProfiler.collectGarbage');
     return (await cdp.send('Runtime.getHeapUsage')).usedSize;
   };
+  // With DROVER_UI_BENCH_HEAP_DIFF set, what grew over the watch: the heap's objects by
+  // constructor (or kind), bytes at the end less bytes at the start, the largest first.
+  const census = process.env.DROVER_UI_BENCH_HEAP_DIFF ? async () => {
+    const chunks = [];
+    const take = (e) => chunks.push(e.chunk);
+    cdp.on('HeapProfiler.addHeapSnapshotChunk', take);
+    await cdp.send('HeapProfiler.takeHeapSnapshot', { reportProgress: false });
+    cdp.off('HeapProfiler.addHeapSnapshotChunk', take);
+    const snap = JSON.parse(chunks.join(''));
+    const fields = snap.snapshot.meta.node_fields;
+    const types = snap.snapshot.meta.node_types[0];
+    const [type, name, size] = ['type', 'name', 'self_size'].map((f) => fields.indexOf(f));
+    const by = new Map();
+    for (let i = 0; i < snap.nodes.length; i += fields.length) {
+      const kind = types[snap.nodes[i + type]];
+      const key = kind === 'object' || kind === 'closure' ? `${kind} ${snap.strings[snap.nodes[i + name]]}` : kind;
+      const had = by.get(key) || [0, 0];
+      by.set(key, [had[0] + snap.nodes[i + size], had[1] + 1]);
+    }
+    return by;
+  } : null;
+  const before = census && await census();
   const samples = [await heap()];
   const every = Math.max(1000, Math.floor(A.memoryMs / 6));
   for (let t = 0; t < A.memoryMs; t += every) {
     await page.waitForTimeout(every);
     samples.push(await heap());
+  }
+  if (census) {
+    const after = await census();
+    const grew = [...after].map(([k, [b, n]]) => [k, b - (before.get(k)?.[0] ?? 0), n - (before.get(k)?.[1] ?? 0)])
+      .sort((x, y) => y[1] - x[1]).slice(0, 15);
+    for (const [k, b, n] of grew) process.stderr.write(`heap grew: ${b} bytes, ${n} objects: ${k}\n`);
   }
   const dom = await page.evaluate(() => document.getElementsByTagName('*').length);
   process.stdout.write(`${JSON.stringify({ sidebarMs, driverMs, phases, parsedAt: timing.stateAt, traffic, rows, keystrokes, ...stream, samples, dom })}\n`);

@@ -510,13 +510,18 @@ fn wound_up(
         },
     };
     tracing::info!(terminal = %pty.id, status = %ended.status, "workspace terminal ended");
-    pty.progress.send_modify(|p| p.ended = Some(ended));
-    if let Some(inner) = ptys.upgrade() {
+    // Out of the list before anyone hears that it ended (`terminal_exit`, a close's answer):
+    // a client that lists terminals after either never sees it.
+    let inner = ptys.upgrade();
+    if let Some(inner) = &inner {
         inner
             .terminals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&number);
+    }
+    pty.progress.send_modify(|p| p.ended = Some(ended));
+    if let Some(inner) = inner {
         let _ = inner.events.send(PtyEvent {
             id: pty.id.clone(),
             terminal: None,

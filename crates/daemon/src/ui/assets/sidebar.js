@@ -66,8 +66,9 @@ export class Sidebar {
      */
     this.rows = new Map();
     /**
-     * Each agent object's searchable text and activity time (a new object on each change).
-     * @type {WeakMap<AgentInfo, {text: string, at: number}>}
+     * Each agent object's activity time and, once a filter looked, its searchable text (a new
+     * object on each change).
+     * @type {WeakMap<AgentInfo, {text: string | null, at: number}>}
      */
     this.index = new WeakMap();
     /** @type {Element[]} */
@@ -118,20 +119,26 @@ export class Sidebar {
     });
   }
 
-  /** An agent's text the filter looks in, and when it was last active, computed once per
-   * version of the agent.
+  /** When an agent was last active, read once per version of the agent.
    * @param {AgentInfo} a
    */
   indexed(a) {
     let found = this.index.get(a);
     if (!found) {
-      found = {
-        text: `${a.title ?? ''} ${a.type} ${a.id} ${a.cwd}`.toLowerCase(),
-        at: Date.parse(a.lastActivityAt || a.createdAt) || 0,
-      };
+      found = { text: null, at: Date.parse(a.lastActivityAt || a.createdAt) || 0 };
       this.index.set(a, found);
     }
     return found;
+  }
+
+  /** The text the filter looks in, made once per version of the agent (and only once a
+   * filter looks).
+   * @param {AgentInfo} a
+   */
+  text(a) {
+    const found = this.indexed(a);
+    found.text ??= `${a.title ?? ''} ${a.type} ${a.id} ${a.cwd}`.toLowerCase();
+    return found.text;
   }
 
   /** The model: every row in order, from the page's state. */
@@ -142,7 +149,7 @@ export class Sidebar {
     // when it or one of its subagents matches, with the subagents that do under it.
     const narrowed = Boolean(filter || S.quick);
     /** @param {AgentInfo} a */
-    const matches = (a) => (!filter || this.indexed(a).text.includes(filter)) && this.ctx.quickMatch(a);
+    const matches = (a) => (!filter || this.text(a).includes(filter)) && this.ctx.quickMatch(a);
     /** @type {Map<string, AgentInfo[]>} */
     const roots = new Map();
     /** @type {Map<string, AgentInfo[]>} */
@@ -210,6 +217,7 @@ export class Sidebar {
     }
     /** @type {Entry[]} */
     const entries = [];
+    let agentRows = 0;
     const byName = [...projects].sort((x, y) => byText(basename(x[0]), basename(y[0])));
     for (const [project, wss] of byName) {
       entries.push({ kind: 'project', key: `p:${project}`, project, host: wss[0].host ?? null });
@@ -219,21 +227,20 @@ export class Sidebar {
         const collapsed = Boolean(S.collapsed[w.id]);
         entries.push({ kind: 'workspace', key: `w:${w.id}`, w, count: agents.length, collapsed });
         if (collapsed) continue;
-        agents.sort((x, y) => this.indexed(y).at - this.indexed(x).at);
-        for (const a of agents) {
+        // The most recently active first; each agent's time read once, not at each comparison.
+        const recent = agents.map((a) => ({ at: this.indexed(a).at, a })).sort((x, y) => y.at - x.at);
+        agentRows += recent.length;
+        for (const { a } of recent) {
           entries.push({ kind: 'agent', key: `a:${a.id}`, a, kids: childCount.get(a.id) || 0, roll: rollup.get(a.id) ?? null, sub: false });
           for (const d of hits.get(a.id) || []) entries.push({ kind: 'agent', key: `s:${d.id}`, a: d, kids: 0, roll: null, sub: true });
         }
       }
     }
     this.entries = entries;
-    this.agentRows = entries.reduce((n, e) => n + Number(e.kind === 'agent' && !e.sub), 0);
+    this.agentRows = agentRows;
     this.narrowed = narrowed;
     this.tops = new Float64Array(0);
     this.layout();
-    // Rows that are no longer in the model go (their agents archived, filtered out).
-    const keys = new Set(entries.map((e) => e.key));
-    for (const key of this.rows.keys()) if (!keys.has(key)) this.rows.delete(key);
   }
 
   /** Each row's top, from each kind of row's height: again only when a resize changed one. */
@@ -287,6 +294,12 @@ export class Sidebar {
     /** @type {HTMLElement[]} */
     const els = [];
     for (let i = first; i < last; i++) els.push(this.row(entries[i]));
+    // Only the rows in the window are kept: one scrolled back into it is built again.
+    if (this.rows.size > els.length) {
+      const kept = new Set();
+      for (let i = first; i < last; i++) kept.add(entries[i].key);
+      for (const key of this.rows.keys()) if (!kept.has(key)) this.rows.delete(key);
+    }
     this.list.style.paddingTop = `${tops[first]}px`;
     this.list.style.paddingBottom = `${tops[n] - tops[last]}px`;
     if (els.length === this.shown.length && els.every((el, i) => el === this.shown[i])) return;
