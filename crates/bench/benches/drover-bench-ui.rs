@@ -329,6 +329,10 @@ fn rows(figures: &Value, agents: usize, memory_secs: u64, turns: usize) -> Vec<R
             figures["phases"]["longTasks"].to_string(),
         ),
         Row::info(
+            "messages handled in ≥ 2 ms until then (start, duration, type)",
+            figures["phases"]["handled"].to_string(),
+        ),
+        Row::info(
             "frames until then (start, duration)",
             figures["phases"]["frames"].to_string(),
         ),

@@ -32,6 +32,18 @@ try {
         super(...args);
         window.__ws.createdAt ??= performance.now();
         this.addEventListener('open', () => { window.__ws.openAt ??= performance.now(); });
+        // The page's own handling of each message until the first sidebar: when, how long, what.
+        window.__ws.handled = [];
+        const proto = Object.getOwnPropertyDescriptor(Socket.prototype, 'onmessage');
+        Object.defineProperty(this, 'onmessage', {
+          get: () => proto.get.call(this),
+          set: (fn) => proto.set.call(this, (e) => {
+            const at = performance.now();
+            fn(e);
+            const took = performance.now() - at;
+            if (!window.droverTiming?.renderedAt && took >= 2) window.__ws.handled.push([Math.round(at), Math.round(took), e.data.slice(9, 30)]);
+          }),
+        });
         this.addEventListener('message', (e) => {
           if (!window.__ws.stateAt && e.data.startsWith('{"type":"session_state"')) {
             window.__ws.stateAt = performance.now();
@@ -65,6 +77,13 @@ try {
     await profiler.send('Profiler.setSamplingInterval', { interval: 200 });
     await profiler.send('Profiler.start');
   }
+  // With DROVER_UI_BENCH_TRACE=FILE, a Chromium trace of the way to the first sidebar.
+  const tracer = process.env.DROVER_UI_BENCH_TRACE ? await browser.newBrowserCDPSession() : null;
+  const traced = [];
+  if (tracer) {
+    tracer.on('Tracing.dataCollected', (e) => traced.push(...e.value));
+    await tracer.send('Tracing.start', { traceConfig: { includedCategories: ['devtools.timeline', 'disabled-by-default-devtools.timeline', 'v8', 'blink', 'toplevel', 'cc', 'gpu', 'viz', 'benchmark'] }, transferMode: 'ReportEvents' });
+  }
   const t0 = Date.now();
   await page.goto(`${A.url}#token=${encodeURIComponent(A.token || '')}`);
   await page.waitForFunction((n) => window.droverTiming.renderedAt && window.droverTiming.rows >= n, A.rows, { polling: 'raf' });
@@ -77,6 +96,13 @@ try {
   // session_state arrived, parsed and applied, the sidebar drawn.
   const phases = await page.evaluate(() => ({ ...window.__ws, dcl: performance.getEntriesByType('navigation')[0]?.domContentLoadedEventEnd, longTasks: window.__boot, frames: window.__frames }));
   const sidebarMs = timing.renderedAt;
+  if (tracer) {
+    const done = new Promise((r) => tracer.once('Tracing.tracingComplete', r));
+    await tracer.send('Tracing.end');
+    await done;
+    const { writeFileSync } = await import('node:fs');
+    writeFileSync(process.env.DROVER_UI_BENCH_TRACE, JSON.stringify({ traceEvents: traced }));
+  }
   if (profiler) {
     const { profile } = await profiler.send('Profiler.stop');
     const self = new Map();

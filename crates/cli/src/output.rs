@@ -480,8 +480,8 @@ impl<W: Write> Renderer<W> {
         self.break_line()
     }
 
-    /// A `tool_call` item: counted, kept for its patches, and shown once it settles.
-    /// A `tool_call` item, made at `at` and last changed at `changed`.
+    /// A `tool_call` item, made at `at` and last changed at `changed`: counted, kept for its
+    /// patches, and shown once it settles.
     fn tool_call(
         &mut self,
         seq: u64,
