@@ -5,8 +5,10 @@
 //! longest main-thread task while a streaming tab is open (target < 50 ms), and the page's JS
 //! heap over the streaming (target: flat within 10 %). `DROVER_UI_BENCH_MEMORY_SECS` sets how
 //! long the heap is watched (default 600, the ten minutes); with
-//! `DROVER_UI_BENCH_HEAP_DIFF=1` it also prints what grew over that time, by constructor.
-//! Needs Debian's `chromium` and `scripts/install-ui-tests`.
+//! `DROVER_UI_BENCH_HEAP_DIFF=1` it also prints what grew over that time, by constructor;
+//! `DROVER_UI_BENCH_PROFILE=1` prints the functions that took the page's time until its first
+//! sidebar, and `DROVER_UI_BENCH_TRACE=FILE` writes a Chromium trace of it (for a trace
+//! viewer). Needs Debian's `chromium` and `scripts/install-ui-tests`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
