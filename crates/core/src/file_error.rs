@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// `cannot <op> `<path>`: <source>`.
+/// Says ``cannot read `/a/b`: No such file or directory``: the operation, the path, the cause.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {op} `{}`: {source}", path.display())]
 pub struct FileError {

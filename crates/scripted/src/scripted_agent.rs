@@ -1566,14 +1566,7 @@ impl Agent {
         self.out.reply(id, answer).await;
         if self.config.late_updates {
             self.usage(&turn.session_id).await;
-            let title: String = turn
-                .text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .chars()
-                .take(40)
-                .collect();
+            let title = title_of(&turn.text);
             self.out
                 .update(
                     &turn.session_id,
@@ -1984,13 +1977,7 @@ impl Agent {
 
     /// `subagent`: creates one through the session's MCP server; what to say about it.
     async fn subagent(&self, session_id: &str, prompt: &str) -> String {
-        let title: String = prompt
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(40)
-            .collect();
+        let title = title_of(prompt);
         let arguments = json!({
             "relationship": {"kind": "subagent"},
             "workspace": {"kind": "current"},
@@ -2349,6 +2336,17 @@ fn answer_field(answer: &str, field: &str) -> String {
         .ok()
         .and_then(|v| v.get(field).and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| "?".to_string())
+}
+
+/// A title made from a prompt: its first line, at most 40 characters.
+fn title_of(prompt: &str) -> String {
+    prompt
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(40)
+        .collect()
 }
 
 /// What the demo says to a prompt without directives.
