@@ -58,8 +58,9 @@ try {
     const raf = window.requestAnimationFrame.bind(window);
     window.requestAnimationFrame = (cb) => raf((t) => {
       const at = performance.now();
+      const before = !window.droverTiming?.renderedAt;
       cb(t);
-      if (!window.droverTiming?.renderedAt || window.__frames.length < 40) window.__frames.push([Math.round(at), Math.round(performance.now() - at)]);
+      if (before) window.__frames.push([Math.round(at), Math.round(performance.now() - at)]);
     });
     new PerformanceObserver((list) => {
       for (const e of list.getEntries()) {

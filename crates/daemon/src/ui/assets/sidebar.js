@@ -239,18 +239,21 @@ export class Sidebar {
     this.entries = entries;
     this.agentRows = agentRows;
     this.narrowed = narrowed;
-    this.tops = new Float64Array(0);
-    this.layout();
+    this.layout(true);
   }
 
-  /** Each row's top, from each kind of row's height: again only when a resize changed one. */
-  layout() {
+  /**
+   * Each row's top, from each kind of row's height: after a build (`rebuilt`), else only when
+   * a resize changed a height.
+   * @param {boolean} [rebuilt]
+   */
+  layout(rebuilt = false) {
     const before = this.heights;
     if (this.resized) this.heights = null;
     this.resized = false;
     const heights = this.rowHeights();
     const same = before && heights.project === before.project && heights.workspace === before.workspace && heights.agent === before.agent;
-    if (same && this.tops.length === this.entries.length + 1) return;
+    if (same && !rebuilt) return;
     const { entries } = this;
     const tops = new Float64Array(entries.length + 1);
     for (let i = 0; i < entries.length; i++) tops[i + 1] = tops[i] + heights[entries[i].kind];
