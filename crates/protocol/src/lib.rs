@@ -230,7 +230,9 @@ pub struct NewWorktree {
 
 // ---- daemon → client ----------------------------------------------------------------------
 
-/// An agent as clients see it (`session_state`, `agent_status`, answers).
+/// An agent as clients see it (`session_state`, `agent_status`, answers). A field that is
+/// `None` is left out of the JSON, here and in [`RuntimeInfo`] and [`SpendInfo`]: most are for
+/// most agents, and a `session_state` carries thousands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInfo {
@@ -243,48 +245,58 @@ pub struct AgentInfo {
     #[serde(rename = "type")]
     pub provider: String,
     /// The provider's own session id (ACP), for resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// The last error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_mode_id: Option<String>,
     /// Modes the live runtime offers (`null` while it is cold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_modes: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// The recorded reasoning effort (`thought_level` config option).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<String>,
     /// The settings the live session offers (ACP config options: mode, model, reasoning
     /// effort, the agent's own), with their current values; `null` while it is cold or when
     /// the agent offers none. Set one with `set_config_option`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Vec<ConfigOptionInfo>>,
     /// The subagents the agent runs itself (claude's Task tool, ACP `subagent_update`), while
     /// its process lives: read-only (they end with it), and `subagent` activity in archive
     /// admission while they run. Not drover agents: see `parentAgentId` for those.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_subagents: Vec<OwnSubagentInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     pub cwd: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_agent_id: Option<String>,
     pub workspace_id: String,
     pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived_at: Option<String>,
     pub requires_attention: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_reason: Option<AttentionReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_timestamp: Option<String>,
     pub auto_archive: bool,
     pub permission_policy: PermissionPolicy,
     /// What happens to a turn a daemon restart cuts off, as the agent was created with
     /// (`null`: its provider's `on_interrupt`, else `notify`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_interrupt: Option<OnInterrupt>,
     /// What happens when a turn hits the provider's usage limit, as the agent was created with
     /// (`null`: its provider's `on_limit`, else `wait`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_limit: Option<OnLimit>,
     /// Set while the agent waits for its provider's usage limit to reset (attention
     /// `limited`): its failed prompt is sent again at `retryAt`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limited: Option<LimitedInfo>,
     /// What the agent spent, as its agent reported it (`null` fields: it reported none,
     /// unknown rather than zero).
@@ -302,7 +314,7 @@ pub struct AgentInfo {
     pub runtime: RuntimeInfo,
     /// Set while the agent's last start failed: it does not start again on its own (but for
     /// the retries `runtime.retryAt` announces) until `restart_agent` or a `sign_in`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_failure: Option<StartFailureInfo>,
     /// The messages queued for it and not delivered yet, oldest first: only in the `agent`
     /// answer (read then).
@@ -366,8 +378,11 @@ pub struct ConfigValueInfo {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SpendInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
 }
 
@@ -472,16 +487,20 @@ pub struct QueuedMessageInfo {
 pub struct RuntimeInfo {
     pub state: RuntimeState,
     /// The agent process (its process group leader), while there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// When the idle runtime hibernates; `null` while busy or cold, or when it never does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hibernate_at: Option<String>,
     /// How many processes its tree holds: only in the `agent` answer (measured then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<u64>,
     /// The resident memory of its tree, in bytes: only in the `agent` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_bytes: Option<u64>,
     /// When the runtime tries to start again by itself after a failed start (1 s, 5 s, then
     /// 30 s after the first, second and third failures; then only on request).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<String>,
     /// How many background processes keep the otherwise idle runtime live: work the agent
     /// started itself and left running (a background shell, a dev server, a build), which
@@ -491,7 +510,7 @@ pub struct RuntimeInfo {
     pub background_processes: u64,
     /// What the agent's process said of itself at its last start (`initialize`): only in the
     /// `agent` answer, `null` before any start.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentAdvertised>,
 }
 
@@ -1220,6 +1239,24 @@ mod tests {
         let e = decode_client(r#"{"type":"send_message","agentId":"a","text":"x","typo":1}"#)
             .expect_err("unknown field");
         assert!(e.message.contains("typo"), "{}", e.message);
+    }
+
+    /// A cold agent (most of a fleet) is sent without one `null`, and reads back the same: a
+    /// new optional field that forgets to be left out when `None` fails here.
+    #[test]
+    fn an_agent_leaves_out_what_is_null() {
+        let cold = serde_json::json!({
+            "id": "a1", "status": "idle", "createdAt": "2026-12-01T10:00:00Z",
+            "updatedAt": "2026-12-01T10:00:00Z", "lastActivityAt": "2026-12-01T10:00:00Z",
+            "type": "codex", "cwd": "/r", "workspaceId": "w1", "labels": {},
+            "requiresAttention": false, "autoArchive": false, "permissionPolicy": "ask",
+            "spend": {}, "runtime": {"state": "cold", "backgroundProcesses": 0},
+        });
+        let info: AgentInfo = serde_json::from_value(cold.clone()).expect("a cold agent");
+        assert_eq!(info.session_id, None);
+        assert_eq!(info.runtime.pid, None);
+        let sent = serde_json::to_value(&info).expect("encodes");
+        assert_eq!(sent, cold, "{sent}");
     }
 
     #[test]
