@@ -502,7 +502,7 @@ async fn get_worktree_status(ops: &Ops, request_id: Id, r: rq::GetWorktreeStatus
         request_id,
         answers::WorktreeStatus {
             workspace_id: id.to_string(),
-            status: wire::worktree_status(&status),
+            status,
         },
     )
 }
