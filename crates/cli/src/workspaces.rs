@@ -10,8 +10,8 @@ use drover_protocol::Answer;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceActivity, WorkspaceInfo,
-    WorktreeStatusInfo,
+    AgentInfo, CommandRunInfo, DaemonMessage, ErrorCode, NewWorktree, WorkspaceActivity,
+    WorkspaceInfo, WorktreeStatusInfo,
 };
 use serde_json::json;
 
@@ -173,9 +173,7 @@ async fn new(
     let answer = connection
         .request(rq::CreateWorktree {
             repository: repo.display().to_string(),
-            name,
-            branch,
-            base,
+            worktree: NewWorktree { name, branch, base },
         })
         .await?;
     connection.close().await;

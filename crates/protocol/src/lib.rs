@@ -1275,6 +1275,29 @@ mod tests {
     }
 
     #[test]
+    fn a_flattened_request_still_refuses_unknown_fields() {
+        let ok = decode_client(
+            r#"{"type":"create_worktree","repository":"/r","name":"n","base":"main","requestId":"r1"}"#,
+        )
+        .expect("valid");
+        let ClientMessage::CreateWorktree(r) = ok.message else {
+            panic!("not create_worktree: {ok:?}");
+        };
+        assert_eq!(
+            (r.repository.as_str(), r.worktree.name.as_deref()),
+            ("/r", Some("n"))
+        );
+        assert_eq!(
+            (r.worktree.branch, r.worktree.base.as_deref()),
+            (None, Some("main"))
+        );
+        let e = decode_client(r#"{"type":"create_worktree","repository":"/r","typo":1}"#)
+            .expect_err("unknown field");
+        assert_eq!(e.code, ErrorCode::InvalidMessage);
+        assert!(e.message.contains("typo"), "{}", e.message);
+    }
+
+    #[test]
     fn every_client_type_is_listed() {
         let schema = serde_json::to_string(&schemars::schema_for!(ClientMessage)).expect("schema");
         for t in CLIENT_TYPES {

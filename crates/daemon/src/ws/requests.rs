@@ -473,16 +473,11 @@ async fn archive_idle_children(ops: &Ops, request_id: Id, r: rq::ArchiveIdleChil
 }
 
 async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> Answered {
-    let worktree = NewWorktree {
-        name: r.name,
-        branch: r.branch,
-        base: r.base,
-    };
     let created = ops
         .create_worktree(
             CALLER,
             Some(PathBuf::from(r.repository)),
-            worktree_options(worktree),
+            worktree_options(r.worktree),
         )
         .await?;
     let ws = &created.workspace;
