@@ -201,7 +201,7 @@ impl Actors {
 }
 
 /// A runtime's failure as the registry's `RuntimeError`.
-pub(crate) fn registry_error(agent: AgentId, error: &AcpError) -> RuntimeError {
+fn registry_error(agent: AgentId, error: &AcpError) -> RuntimeError {
     RuntimeError {
         agent,
         message: error.to_string(),

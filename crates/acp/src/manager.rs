@@ -9,14 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use drover_core::inbox::Inbox;
 use drover_core::outbox::Outbox;
-use drover_core::{
-    Agent, AgentId, BootReport, BoxFuture, CancelCause, Registry, RegistryError, RuntimeControl,
-    RuntimeError,
-};
+use drover_core::{Agent, AgentId, BootReport, Registry, RegistryError, RuntimeControl};
 use tokio::sync::broadcast;
 
 use crate::actor::Command;
-use crate::actors::{ActorHandle, Actors, Runtimes, ask_to_hibernate, registry_error};
+use crate::actors::{ActorHandle, Actors, Runtimes, ask_to_hibernate};
 use crate::providers::{LiveProviders, Provider, Providers, RuntimeSettings};
 use crate::shared::OwnSubagentFamily;
 use crate::{
@@ -368,42 +365,10 @@ impl RuntimeManager {
     }
 }
 
-/// The manager is the runtimes too, for its owner (the daemon's shutdown, tests): the same
-/// operations as `Runtimes`, through the manager's checks.
-impl RuntimeControl for RuntimeManager {
-    fn cancel(
-        &self,
-        agent: AgentId,
-        cause: CancelCause,
-        keep_inbox: bool,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
-        let manager = self.clone();
-        Box::pin(async move {
-            manager
-                .cancel_turn(agent, cause, keep_inbox)
-                .await
-                .map_err(|e| registry_error(agent, &e))
-        })
-    }
-
-    fn close(
-        &self,
-        agent: AgentId,
-        cause: CancelCause,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
-        let actors = self.shared.actors.clone();
-        Box::pin(async move {
-            actors.close(agent, cause).await;
-            Ok(())
-        })
-    }
-
-    fn shutdown(&self) -> BoxFuture<'static, ()> {
-        let actors = self.shared.actors.clone();
-        let jobs = self.shared.jobs.clone();
-        // Every job is killed (TERM, grace, KILL) while the runtimes close.
-        Box::pin(async move {
-            tokio::join!(actors.shutdown(), jobs.shutdown());
-        })
+impl RuntimeManager {
+    /// Closes every runtime and kills every job (TERM, grace, KILL) at once, for the owner's
+    /// shutdown (the daemon's, a test's).
+    pub async fn shutdown(&self) {
+        tokio::join!(self.shared.actors.shutdown(), self.shared.jobs.shutdown());
     }
 }

@@ -31,7 +31,7 @@ use drover_acp::{
 };
 use drover_bench::{self as bench, DaemonProc, Row, fmt_dur, fmt_kb, median};
 use drover_core::inbox::Delivery;
-use drover_core::{AgentId, NewAgent, Registry, RuntimeControl};
+use drover_core::{AgentId, NewAgent, Registry};
 use drover_fakes::model;
 use drover_fakes::procs;
 use drover_fakes::real_agents::{self, RealAgent};

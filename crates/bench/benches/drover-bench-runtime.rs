@@ -40,7 +40,7 @@ use drover_acp::{Provider, Providers, RuntimeManager, TimelineUpdate, no_mcp_ser
 use drover_bench::{self as bench, Row, fmt_bytes, fmt_dur, fmt_kb, median, median_f64};
 use drover_core::inbox::Delivery;
 use drover_core::timeline::{Page, TimelineItem};
-use drover_core::{AgentId, NewAgent, Registry, RuntimeControl};
+use drover_core::{AgentId, NewAgent, Registry};
 use drover_fakes::acp_client::{AcpClient, ClientOptions};
 use drover_fakes::model;
 use drover_fakes::real_agents::{self, RealAgent};

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use drover_acp::{Provider, Providers, RuntimeManager, TimelineUpdate, no_mcp_servers};
 use drover_bench::{self as bench, Row, fmt_dur, median};
-use drover_core::{AgentId, ArchiveOptions, NewAgent, Registry, RuntimeControl};
+use drover_core::{AgentId, ArchiveOptions, NewAgent, Registry};
 use drover_fakes::model;
 use drover_fakes::real_agents::{self, RealAgent};
 use tokio::sync::broadcast;

@@ -301,6 +301,21 @@ impl View {
     }
 }
 
+/// When an item was made and last changed.
+#[derive(Debug, Clone, Copy)]
+struct Dates<'a> {
+    made: &'a str,
+    changed: &'a str,
+}
+
+impl<'a> Dates<'a> {
+    /// The time to show: a settled tool call or an answered permission is dated by its last
+    /// change, anything else by when it was made.
+    fn shown(self, settled: bool) -> &'a str {
+        if settled { self.changed } else { self.made }
+    }
+}
+
 #[derive(Debug)]
 struct Tool {
     title: String,
@@ -392,8 +407,10 @@ impl<W: Write> Renderer<W> {
     pub fn item(&mut self, item: &Value) -> std::io::Result<Option<TurnEnd>> {
         let seq = item.get("seq").and_then(Value::as_u64).unwrap_or(0);
         let at = item.get("at").and_then(Value::as_str).unwrap_or_default();
-        // A settled tool call or an answered permission is dated by its last change.
-        let changed = item.get("updatedAt").and_then(Value::as_str).unwrap_or(at);
+        let dates = Dates {
+            made: at,
+            changed: item.get("updatedAt").and_then(Value::as_str).unwrap_or(at),
+        };
         // A kind this drover does not know is skipped, like the ones it does not show.
         let kind = item
             .get("kind")
@@ -418,8 +435,8 @@ impl<W: Write> Renderer<W> {
                 self.open = Some((seq, paint));
             }
             Some(ItemKind::UserMessage) if self.view.show_user => self.user_message(at, data)?,
-            Some(ItemKind::ToolCall) => self.tool_call(seq, at, changed, data)?,
-            Some(ItemKind::Permission) => self.permission(seq, at, changed, data)?,
+            Some(ItemKind::ToolCall) => self.tool_call(seq, dates, data)?,
+            Some(ItemKind::Permission) => self.permission(seq, dates, data)?,
             Some(ItemKind::Plan) => self.plan(at, data)?,
             Some(ItemKind::Mode) => {
                 let mode = data.get("modeId").and_then(Value::as_str).unwrap_or("?");
@@ -480,15 +497,8 @@ impl<W: Write> Renderer<W> {
         self.break_line()
     }
 
-    /// A `tool_call` item, made at `at` and last changed at `changed`: counted, kept for its
-    /// patches, and shown once it settles.
-    fn tool_call(
-        &mut self,
-        seq: u64,
-        at: &str,
-        changed: &str,
-        data: &Value,
-    ) -> std::io::Result<()> {
+    /// A `tool_call` item: counted, kept for its patches, and shown once it settles.
+    fn tool_call(&mut self, seq: u64, dates: Dates<'_>, data: &Value) -> std::io::Result<()> {
         self.tool_count += 1;
         let status = data
             .get("status")
@@ -503,7 +513,7 @@ impl<W: Write> Renderer<W> {
                 .get("permission")
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            at: if settled { changed } else { at }.to_string(),
+            at: dates.shown(settled).to_string(),
             printed: false,
         };
         self.tools.insert(seq, tool);
@@ -512,30 +522,20 @@ impl<W: Write> Renderer<W> {
     }
 
     /// A `permission` item: the question while pending, else how it was answered.
-    fn permission(
-        &mut self,
-        seq: u64,
-        at: &str,
-        changed: &str,
-        data: &Value,
-    ) -> std::io::Result<()> {
+    fn permission(&mut self, seq: u64, dates: Dates<'_>, data: &Value) -> std::io::Result<()> {
         let title = data
             .get("title")
             .and_then(Value::as_str)
             .unwrap_or("a tool call")
             .to_string();
         self.permissions.insert(seq, title.clone());
-        if data.get("status").and_then(Value::as_str) == Some("pending") {
-            self.line(at, "perm", Paint::Yellow, &self.permission_question(&title))
+        let pending = data.get("status").and_then(Value::as_str) == Some("pending");
+        let text = if pending {
+            self.permission_question(&title)
         } else {
-            let answer = permission_answer(data);
-            self.line(
-                changed,
-                "perm",
-                Paint::Yellow,
-                &format!("permission for {title}: {answer}"),
-            )
-        }
+            format!("permission for {title}: {}", permission_answer(data))
+        };
+        self.line(dates.shown(!pending), "perm", Paint::Yellow, &text)
     }
 
     /// A `plan` item: a heading, then one line per entry.

@@ -10,8 +10,8 @@ use drover_protocol::Answer;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, CommandRunInfo, DaemonMessage, ErrorCode, WorkspaceActivity, WorkspaceInfo,
-    WorktreeStatusInfo,
+    AgentInfo, CommandRunInfo, DaemonMessage, ErrorCode, NewWorktree, WorkspaceActivity,
+    WorkspaceInfo, WorktreeStatusInfo,
 };
 use serde_json::json;
 
@@ -173,9 +173,7 @@ async fn new(
     let answer = connection
         .request(rq::CreateWorktree {
             repository: repo.display().to_string(),
-            name,
-            branch,
-            base,
+            worktree: NewWorktree { name, branch, base },
         })
         .await?;
     connection.close().await;
@@ -254,10 +252,6 @@ fn status_lines(status: &WorktreeStatusInfo) -> Vec<String> {
     lines
 }
 
-fn is_clean(status: &WorktreeStatusInfo) -> bool {
-    status.uncommitted_count == 0 && status.unpushed_count == 0
-}
-
 /// `drover worktree status`: exit 0 when the worktree holds nothing that exists nowhere else,
 /// 1 when it does.
 async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
@@ -281,14 +275,14 @@ async fn status(ctx: &Ctx, query: &str, json: bool) -> anyhow::Result<()> {
             status.branch,
             status.path
         );
-        if is_clean(&status) {
+        if status.is_clean() {
             outln!("clean: nothing uncommitted, nothing unpushed");
         }
         for line in status_lines(&status) {
             outln!("{line}");
         }
     }
-    if is_clean(&status) {
+    if status.is_clean() {
         return Ok(());
     }
     Err(CliError::Reported {
@@ -383,7 +377,7 @@ async fn remove(ctx: &Ctx, query: &str, force: bool, json: bool) -> anyhow::Resu
             removal.status.branch
         );
     }
-    if !is_clean(&removal.status) {
+    if !removal.status.is_clean() {
         outln!("  discarded:");
         for line in status_lines(&removal.status) {
             outln!("    {line}");
@@ -466,7 +460,7 @@ mod tests {
                 "  abc1234 subject",
             ]
         );
-        assert!(!is_clean(&status));
+        assert!(!status.is_clean());
     }
 
     #[test]

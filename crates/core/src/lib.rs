@@ -47,5 +47,5 @@ pub use registry::{
 pub use runtime::{BoxFuture, CancelCause, NoRuntimes, RuntimeControl, RuntimeError};
 pub use workspace::{Workspace, WorkspaceKind};
 pub use worktree::{
-    CommandRun, WorktreeError, WorktreeInfo, WorktreeOptions, WorktreeRemoval, WorktreeStatus,
+    CommandRun, WorktreeError, WorktreeInfo, WorktreeOptions, WorktreeRemoval, WorktreeStatusInfo,
 };

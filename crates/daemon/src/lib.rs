@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use drover_core::{RegistryError, RuntimeControl};
+use drover_core::RegistryError;
 use jiff::Timestamp;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};

@@ -2,14 +2,11 @@
 
 use drover_acp::jobs::JobRecord;
 use drover_acp::{LiveSession, RuntimeMemory, RuntimeView, TimelineEvent, TimelineUpdate};
-use drover_core::{
-    ActivityBucket, Agent, CommandRun, RegistryError, Workspace, WorktreeRemoval, WorktreeStatus,
-};
+use drover_core::{ActivityBucket, Agent, CommandRun, RegistryError, Workspace, WorktreeRemoval};
 use drover_protocol::answers;
 use drover_protocol::{
     AgentInfo, AgentUpdate, CommandRunInfo, DaemonMessage, ImportSkip, ImportedAgentInfo, JobInfo,
     ProviderInfo, RuntimeInfo, SignInState, WorkspaceActivity, WorkspaceInfo, WorktreeRemovalInfo,
-    WorktreeStatusInfo,
 };
 
 use crate::ops::import::ImportReport;
@@ -26,7 +23,7 @@ pub(crate) fn error_details(error: &OpError) -> Option<Value> {
         OpError::BudgetExhausted(info) => serde_json::to_value(info).ok(),
         OpError::Remote { details, .. } => details.clone(),
         OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(status))) => {
-            serde_json::to_value(worktree_status(status)).ok()
+            serde_json::to_value(status).ok()
         }
         _ => None,
     }
@@ -248,21 +245,9 @@ pub(crate) fn command_run(run: &CommandRun) -> CommandRunInfo {
     }
 }
 
-pub(crate) fn worktree_status(status: &WorktreeStatus) -> WorktreeStatusInfo {
-    WorktreeStatusInfo {
-        path: status.path.display().to_string(),
-        branch: status.branch.clone(),
-        missing: status.missing,
-        uncommitted: status.uncommitted.clone(),
-        uncommitted_count: status.uncommitted_count,
-        unpushed: status.unpushed.clone(),
-        unpushed_count: status.unpushed_count,
-    }
-}
-
 pub(crate) fn worktree_removal(removal: &WorktreeRemoval) -> WorktreeRemovalInfo {
     WorktreeRemovalInfo {
-        status: worktree_status(&removal.status),
+        status: removal.status.clone(),
         teardown: removal.teardown.iter().map(command_run).collect(),
         removed: removal.removed,
         branch_deleted: removal.branch_deleted,

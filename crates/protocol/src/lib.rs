@@ -591,7 +591,7 @@ pub struct CommandRunInfo {
 }
 
 /// What a worktree holds that exists nowhere else.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorktreeStatusInfo {
     pub path: String,
@@ -605,6 +605,58 @@ pub struct WorktreeStatusInfo {
     /// most 200.
     pub unpushed: Vec<String>,
     pub unpushed_count: usize,
+}
+
+impl WorktreeStatusInfo {
+    /// Nothing would be lost by removing the worktree.
+    pub fn is_clean(&self) -> bool {
+        self.uncommitted_count == 0 && self.unpushed_count == 0
+    }
+
+    /// "2 uncommitted changes (M a.txt, ?? b.txt) and 1 unpushed commit on `drover/x` (…)".
+    pub fn summary(&self) -> String {
+        fn some(items: &[String]) -> String {
+            let shown: Vec<&str> = items.iter().take(5).map(String::as_str).collect();
+            let more = if items.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            };
+            format!("{}{more}", shown.join(", "))
+        }
+        let plural = |n: usize, one: &str, many: &str| {
+            if n == 1 {
+                format!("1 {one}")
+            } else {
+                format!("{n} {many}")
+            }
+        };
+        let mut parts = Vec::new();
+        if self.uncommitted_count > 0 {
+            parts.push(format!(
+                "{} ({})",
+                plural(
+                    self.uncommitted_count,
+                    "uncommitted change",
+                    "uncommitted changes"
+                ),
+                some(&self.uncommitted)
+            ));
+        }
+        if self.unpushed_count > 0 {
+            parts.push(format!(
+                "{} on `{}` ({})",
+                plural(self.unpushed_count, "unpushed commit", "unpushed commits"),
+                self.branch,
+                some(&self.unpushed)
+            ));
+        }
+        if parts.is_empty() {
+            "nothing uncommitted or unpushed".to_string()
+        } else {
+            parts.join(" and ")
+        }
+    }
 }
 
 /// What removing a worktree did.
@@ -1257,6 +1309,29 @@ mod tests {
         assert_eq!(info.runtime.pid, None);
         let sent = serde_json::to_value(&info).expect("encodes");
         assert_eq!(sent, cold, "{sent}");
+    }
+
+    #[test]
+    fn a_flattened_request_still_refuses_unknown_fields() {
+        let ok = decode_client(
+            r#"{"type":"create_worktree","repository":"/r","name":"n","base":"main","requestId":"r1"}"#,
+        )
+        .expect("valid");
+        let ClientMessage::CreateWorktree(r) = ok.message else {
+            panic!("not create_worktree: {ok:?}");
+        };
+        assert_eq!(
+            (r.repository.as_str(), r.worktree.name.as_deref()),
+            ("/r", Some("n"))
+        );
+        assert_eq!(
+            (r.worktree.branch, r.worktree.base.as_deref()),
+            (None, Some("main"))
+        );
+        let e = decode_client(r#"{"type":"create_worktree","repository":"/r","typo":1}"#)
+            .expect_err("unknown field");
+        assert_eq!(e.code, ErrorCode::InvalidMessage);
+        assert!(e.message.contains("typo"), "{}", e.message);
     }
 
     #[test]

@@ -535,13 +535,9 @@ pub struct ListWorkspaces {
 pub struct CreateWorktree {
     /// An existing git checkout (absolute path).
     pub repository: String,
-    /// As in [`NewWorktree`].
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub branch: Option<String>,
-    #[serde(default)]
-    pub base: Option<String>,
+    /// The worktree's own fields sit beside `repository` (one flat object).
+    #[serde(flatten)]
+    pub worktree: NewWorktree,
 }
 
 /// What a worktree workspace holds that exists nowhere else (uncommitted changes,

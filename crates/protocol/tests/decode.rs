@@ -408,17 +408,15 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                 }),
             }
         }),
-        (opt_string(), any::<String>(), new_worktree()).prop_map(|(request_id, repository, w)| {
-            ClientRequest {
+        (opt_string(), any::<String>(), new_worktree()).prop_map(
+            |(request_id, repository, worktree)| ClientRequest {
                 request_id,
                 message: ClientMessage::CreateWorktree(requests::CreateWorktree {
                     repository,
-                    name: w.name,
-                    branch: w.branch,
-                    base: w.base,
+                    worktree,
                 }),
             }
-        }),
+        ),
         (opt_string(), any::<String>()).prop_map(|(request_id, workspace_id)| {
             ClientRequest {
                 request_id,

@@ -23,7 +23,7 @@ use crate::crash::XorShift;
 use anyhow::{Context, bail};
 use drover_acp::{Provider, Providers, RuntimeManager, no_mcp_servers};
 use drover_core::inbox::Delivery;
-use drover_core::{AgentId, ArchiveOptions, NewAgent, RuntimeControl};
+use drover_core::{AgentId, ArchiveOptions, NewAgent};
 use serde::{Deserialize, Serialize};
 
 /// How many agents the driver keeps.

@@ -429,15 +429,8 @@ impl Registry {
         self.blocking(move |inner| {
             let _w = lock(&inner.writer);
             inner.mutate(id, |a| {
-                if a.is_archived() && a.status != AgentStatus::Running {
+                if !has_turn_to_end(a, AgentStatus::Idle)? {
                     return Ok(());
-                }
-                if a.status != AgentStatus::Running {
-                    return Err(RegistryError::IllegalTransition {
-                        agent: id,
-                        from: a.status,
-                        to: AgentStatus::Idle,
-                    });
                 }
                 let now = Timestamp::now();
                 a.status = AgentStatus::Idle;
@@ -520,10 +513,7 @@ impl Registry {
         id: AgentId,
         budget: Option<crate::Budget>,
     ) -> Result<Agent, RegistryError> {
-        self.update(id, move |a| {
-            a.budget = budget;
-        })
-        .await
+        self.update(id, move |a| a.budget = budget).await
     }
 
     /// What each agent of `id`'s tree (itself first) spent.
@@ -619,10 +609,7 @@ impl Registry {
     }
 
     pub async fn clear_attention(&self, id: AgentId) -> Result<Agent, RegistryError> {
-        self.update(id, |a| {
-            a.attention = None;
-        })
-        .await
+        self.update(id, |a| a.attention = None).await
     }
 
     pub async fn set_title(
@@ -675,10 +662,7 @@ impl Registry {
         id: AgentId,
         config: ProviderConfig,
     ) -> Result<Agent, RegistryError> {
-        self.update(id, move |a| {
-            a.config = config;
-        })
-        .await
+        self.update(id, move |a| a.config = config).await
     }
 
     pub async fn set_resume_handle(
@@ -686,10 +670,7 @@ impl Registry {
         id: AgentId,
         resume: Option<ResumeHandle>,
     ) -> Result<Agent, RegistryError> {
-        self.update(id, move |a| {
-            a.resume = resume;
-        })
-        .await
+        self.update(id, move |a| a.resume = resume).await
     }
 
     /// Removes the parent label, nothing else: the agent keeps running (or not), keeps its cwd
@@ -1068,17 +1049,8 @@ impl Inner {
                 TurnOutcome::Failed { .. } => AgentStatus::Error,
                 _ => AgentStatus::Idle,
             };
-            if a.is_archived() && a.status != AgentStatus::Running {
-                // The archive ended this turn already (it normalized `running` away); the
-                // runtime's own report of the end comes after and changes nothing.
+            if !has_turn_to_end(a, to)? {
                 return Ok(());
-            }
-            if a.status != AgentStatus::Running {
-                return Err(RegistryError::IllegalTransition {
-                    agent: id,
-                    from: a.status,
-                    to,
-                });
             }
             let now = Timestamp::now();
             a.status = to;
@@ -1105,6 +1077,23 @@ impl Inner {
                 TurnOutcome::Canceled => a.attention = None,
             }
             Ok(())
+        })
+    }
+}
+
+/// Whether `a` has a running turn for its runtime's report of the end to end (as `to`):
+/// `false` when an archive ended it already (it normalized `running` away, so the report comes
+/// after and changes nothing); an illegal transition when it is not running otherwise.
+fn has_turn_to_end(a: &Agent, to: AgentStatus) -> Result<bool, RegistryError> {
+    if a.status == AgentStatus::Running {
+        Ok(true)
+    } else if a.is_archived() {
+        Ok(false)
+    } else {
+        Err(RegistryError::IllegalTransition {
+            agent: a.id,
+            from: a.status,
+            to,
         })
     }
 }

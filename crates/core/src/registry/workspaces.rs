@@ -14,7 +14,7 @@ use crate::error::RegistryError;
 use crate::ids::{AgentId, WorkspaceId};
 use crate::workspace::{Workspace, WorkspaceKind};
 use crate::worktree::WorktreeOptions;
-use crate::worktree::{self, CommandRun, WorktreeError, WorktreeRemoval, WorktreeStatus};
+use crate::worktree::{self, CommandRun, WorktreeError, WorktreeRemoval, WorktreeStatusInfo};
 
 /// A worktree made by [`Registry::create_worktree_workspace`].
 #[derive(Debug, Clone)]
@@ -144,7 +144,10 @@ impl Registry {
 
     /// What the worktree of a workspace drover made holds that exists nowhere else:
     /// uncommitted changes, unpushed commits, or whether its folder vanished.
-    pub async fn worktree_status(&self, id: WorkspaceId) -> Result<WorktreeStatus, RegistryError> {
+    pub async fn worktree_status(
+        &self,
+        id: WorkspaceId,
+    ) -> Result<WorktreeStatusInfo, RegistryError> {
         self.blocking(move |inner| {
             let ws = inner.workspace(id)?;
             let info = made_worktree(&ws)?;

@@ -33,6 +33,8 @@ pub use project::{DEFAULT_COMMAND_TIMEOUT, PROJECT_FILE, ProjectConfig, Worktree
 use crate::file_error::FileError;
 use crate::ids::AgentId;
 use drover_protocol::ErrorCode;
+/// What a worktree holds that exists nowhere else, as clients see it too.
+pub use drover_protocol::WorktreeStatusInfo;
 
 /// How many status entries and commits a status lists (the counts are exact).
 const LIST_LIMIT: usize = 200;
@@ -64,10 +66,10 @@ pub enum WorktreeError {
     TeardownFailed { run: Box<CommandRun> },
     #[error(
         "worktree `{}` has {}; commit and push (or merge) it, or archive with force",
-        .0.path.display(),
+        .0.path,
         .0.summary()
     )]
-    Dirty(Box<WorktreeStatus>),
+    Dirty(Box<WorktreeStatusInfo>),
     #[error("workspace `{0}` is being archived already")]
     Busy(String),
     #[error(transparent)]
@@ -176,77 +178,6 @@ impl fmt::Display for CommandRun {
     }
 }
 
-/// What a worktree holds that exists nowhere else.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WorktreeStatus {
-    pub path: PathBuf,
-    pub branch: String,
-    /// The folder (or its `.git` link) is gone: removed outside drover.
-    pub missing: bool,
-    /// `git status --porcelain` entries (`XY path`), files drover copied in left out; at most
-    /// 200.
-    pub uncommitted: Vec<String>,
-    pub uncommitted_count: usize,
-    /// Commits on the worktree's HEAD or branch reachable neither from the source checkout's
-    /// HEAD, nor from any remote-tracking branch, nor from the base (`abc1234 subject`, newest
-    /// first); at most 200.
-    pub unpushed: Vec<String>,
-    pub unpushed_count: usize,
-}
-
-impl WorktreeStatus {
-    /// Nothing would be lost by removing the worktree.
-    pub fn is_clean(&self) -> bool {
-        self.uncommitted_count == 0 && self.unpushed_count == 0
-    }
-
-    /// "2 uncommitted changes (M a.txt, ?? b.txt) and 1 unpushed commit on `drover/x` (…)".
-    pub fn summary(&self) -> String {
-        fn some(items: &[String]) -> String {
-            let shown: Vec<&str> = items.iter().take(5).map(String::as_str).collect();
-            let more = if items.len() > shown.len() {
-                ", …"
-            } else {
-                ""
-            };
-            format!("{}{more}", shown.join(", "))
-        }
-        let plural = |n: usize, one: &str, many: &str| {
-            if n == 1 {
-                format!("1 {one}")
-            } else {
-                format!("{n} {many}")
-            }
-        };
-        let mut parts = Vec::new();
-        if self.uncommitted_count > 0 {
-            parts.push(format!(
-                "{} ({})",
-                plural(
-                    self.uncommitted_count,
-                    "uncommitted change",
-                    "uncommitted changes"
-                ),
-                some(&self.uncommitted)
-            ));
-        }
-        if self.unpushed_count > 0 {
-            parts.push(format!(
-                "{} on `{}` ({})",
-                plural(self.unpushed_count, "unpushed commit", "unpushed commits"),
-                self.branch,
-                some(&self.unpushed)
-            ));
-        }
-        if parts.is_empty() {
-            "nothing uncommitted or unpushed".to_string()
-        } else {
-            parts.join(" and ")
-        }
-    }
-}
-
 /// A worktree made by [`create`], with its setup done.
 #[derive(Debug, Clone)]
 pub struct Created {
@@ -262,7 +193,7 @@ pub struct Created {
 #[serde(rename_all = "camelCase")]
 pub struct WorktreeRemoval {
     /// What the worktree held just before (what `force` discarded, if anything).
-    pub status: WorktreeStatus,
+    pub status: WorktreeStatusInfo,
     pub teardown: Vec<CommandRun>,
     /// The folder was removed by drover (`false` when it had vanished already).
     pub removed: bool,
@@ -660,12 +591,15 @@ pub fn is_missing(path: &Path) -> bool {
     !path.join(".git").exists()
 }
 
-/// What the worktree at `path` holds that exists nowhere else.
-pub fn status(path: &Path, info: &WorktreeInfo) -> Result<WorktreeStatus, WorktreeError> {
-    let mut status = WorktreeStatus {
-        path: path.to_path_buf(),
+/// What the worktree at `path` holds that exists nowhere else: its `git status` entries
+/// (files drover copied in left out), and the commits on its HEAD or branch reachable neither
+/// from the source checkout's HEAD, nor from any remote-tracking branch, nor from the base
+/// (newest first); at most [`LIST_LIMIT`] of each, the counts exact.
+pub fn status(path: &Path, info: &WorktreeInfo) -> Result<WorktreeStatusInfo, WorktreeError> {
+    let mut status = WorktreeStatusInfo {
+        path: path.display().to_string(),
         branch: info.branch.clone(),
-        ..WorktreeStatus::default()
+        ..WorktreeStatusInfo::default()
     };
     if is_missing(path) {
         // Uncommitted work went with the folder; the branch's commits stay in the repository
@@ -748,11 +682,11 @@ pub fn remove(
     let source_gone = !info.source.is_dir();
     let status = if source_gone {
         // Without its repository there is nothing git can tell or do.
-        WorktreeStatus {
-            path: path.to_path_buf(),
+        WorktreeStatusInfo {
+            path: path.display().to_string(),
             branch: info.branch.clone(),
             missing: is_missing(path),
-            ..WorktreeStatus::default()
+            ..WorktreeStatusInfo::default()
         }
     } else {
         self::status(path, info)?

@@ -341,7 +341,41 @@ impl Deliver for Ops {
         })
     }
 
-    fn followup(
+    fn deliver(
+        &self,
+        schedule: &Schedule,
+        message: InboxMessage,
+        existing: Option<AgentId>,
+    ) -> BoxFuture<'static, Result<AgentId, String>> {
+        match &schedule.target {
+            Target::Agent { agent_id } => {
+                let (agent, sent) = (*agent_id, self.follow_up_run(schedule, *agent_id, message));
+                Box::pin(async move { sent.await.map(|()| agent) })
+            }
+            Target::NewAgent(spec) => self.create_for_run(schedule, spec, message, existing),
+        }
+    }
+
+    fn reached(&self, agent: AgentId, message_id: &str) -> bool {
+        Inbox::reached(self.registry.home(), agent, message_id)
+    }
+
+    fn created_by_run(&self, schedule: ScheduleId, message_id: &str) -> Option<AgentId> {
+        let schedule = schedule.to_string();
+        self.registry
+            .agents()
+            .into_iter()
+            .find(|a| {
+                a.labels.get(SCHEDULE_LABEL) == Some(&schedule)
+                    && a.labels.get(RUN_LABEL).map(String::as_str) == Some(message_id)
+            })
+            .map(|a| a.id)
+    }
+}
+
+impl Ops {
+    /// A run's prompt as a followup to the schedule's agent, as its creator.
+    fn follow_up_run(
         &self,
         schedule: &Schedule,
         agent: AgentId,
@@ -371,7 +405,9 @@ impl Deliver for Ops {
         })
     }
 
-    fn create(
+    /// A run's agent, created as the schedule's creator (unless `existing`, one a crashed run
+    /// created), with the run's prompt as its first message.
+    fn create_for_run(
         &self,
         schedule: &Schedule,
         spec: &NewAgentSpec,
@@ -424,21 +460,5 @@ impl Deliver for Ops {
                 })?;
             Ok(agent)
         })
-    }
-
-    fn reached(&self, agent: AgentId, message_id: &str) -> bool {
-        Inbox::reached(self.registry.home(), agent, message_id)
-    }
-
-    fn created_by_run(&self, schedule: ScheduleId, message_id: &str) -> Option<AgentId> {
-        let schedule = schedule.to_string();
-        self.registry
-            .agents()
-            .into_iter()
-            .find(|a| {
-                a.labels.get(SCHEDULE_LABEL) == Some(&schedule)
-                    && a.labels.get(RUN_LABEL).map(String::as_str) == Some(message_id)
-            })
-            .map(|a| a.id)
     }
 }

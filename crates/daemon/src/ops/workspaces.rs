@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use drover_core::{
     Agent, CreatedWorktree, Workspace, WorkspaceArchiveOutcome, WorkspaceId, WorktreeOptions,
-    WorktreeStatus,
+    WorktreeStatusInfo,
 };
 
 use super::{Caller, OpError, Ops};
@@ -43,7 +43,10 @@ impl Ops {
     }
 
     /// What the worktree holds that exists nowhere else.
-    pub(crate) async fn worktree_status(&self, id: WorkspaceId) -> Result<WorktreeStatus, OpError> {
+    pub(crate) async fn worktree_status(
+        &self,
+        id: WorkspaceId,
+    ) -> Result<WorktreeStatusInfo, OpError> {
         if self.workspace(id)?.worktree.is_none() {
             return Err(OpError::NotAWorktree(id));
         }

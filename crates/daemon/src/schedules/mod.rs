@@ -52,19 +52,13 @@ pub(crate) trait Deliver: Send + Sync + 'static {
     /// Why the schedule must not fire now (its agent or lineage is archived, or the agent that
     /// made it no longer controls its agent), if so.
     fn blocked(&self, schedule: &Schedule) -> Option<String>;
-    /// Queues `message` as a followup to `agent`; resolves once it is durable.
-    fn followup(
+    /// Delivers `message`, a run's prompt, to the schedule's target, and resolves with the
+    /// agent it went to once it is durable: a followup to its agent, or the first prompt of
+    /// the agent its spec describes, created labelled with the schedule and the run (unless
+    /// `existing`, one a crashed run already created).
+    fn deliver(
         &self,
         schedule: &Schedule,
-        agent: AgentId,
-        message: InboxMessage,
-    ) -> BoxFuture<'static, Result<(), String>>;
-    /// Creates the agent `spec` describes, labelled with the schedule and the run, and queues
-    /// `message` as its first prompt. `existing` is an agent a crashed run already created.
-    fn create(
-        &self,
-        schedule: &Schedule,
-        spec: &NewAgentSpec,
         message: InboxMessage,
         existing: Option<AgentId>,
     ) -> BoxFuture<'static, Result<AgentId, String>>;
@@ -505,13 +499,7 @@ impl Schedules {
             format!("schedule:{}", s.id),
         );
         message.id = message_id.to_string();
-        match &s.target {
-            Target::Agent { agent_id } => sink
-                .followup(s, *agent_id, message)
-                .await
-                .map(|()| *agent_id),
-            Target::NewAgent(spec) => sink.create(s, spec, message, existing).await,
-        }
+        sink.deliver(s, message, existing).await
     }
 
     /// Records a run's outcome, clears the pending run and arms the next occurrence.

@@ -60,14 +60,13 @@ impl<'de> Deserialize<'de> for ScheduleId {
 
 /// What a schedule delivers its prompt to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(
-    tag = "kind",
-    rename_all = "snake_case",
-    rename_all_fields = "camelCase"
-)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Target {
     /// A followup to an existing agent.
-    Agent { agent_id: AgentId },
+    Agent {
+        #[serde(rename = "agentId")]
+        agent_id: AgentId,
+    },
     /// A new agent each time it fires, its first message the prompt.
     NewAgent(NewAgentSpec),
 }

@@ -32,28 +32,16 @@ impl Deliver for Recorder {
         self.blocked.lock().expect("lock").clone()
     }
 
-    fn followup(
+    fn deliver(
         &self,
-        _: &Schedule,
-        agent: AgentId,
-        message: InboxMessage,
-    ) -> BoxFuture<'static, Result<(), String>> {
-        self.reached
-            .lock()
-            .expect("lock")
-            .insert(message.id.clone());
-        self.delivered.lock().expect("lock").push((agent, message));
-        Box::pin(async { Ok(()) })
-    }
-
-    fn create(
-        &self,
-        _: &Schedule,
-        _: &NewAgentSpec,
+        s: &Schedule,
         message: InboxMessage,
         existing: Option<AgentId>,
     ) -> BoxFuture<'static, Result<AgentId, String>> {
-        let agent = existing.unwrap_or_default();
+        let agent = match &s.target {
+            Target::Agent { agent_id } => *agent_id,
+            Target::NewAgent(_) => existing.unwrap_or_default(),
+        };
         self.reached
             .lock()
             .expect("lock")
@@ -89,7 +77,6 @@ fn followup(agent: AgentId, cadence: Cadence) -> NewSchedule {
     }
 }
 
-/// Sleeps on tokio's paused clock in steps, so the timer task runs in between.
 /// Every `n` seconds, the first time `n` seconds after `base`.
 fn every(base: Timestamp, n: u64) -> Cadence {
     Cadence::Every {
@@ -98,6 +85,7 @@ fn every(base: Timestamp, n: u64) -> Cadence {
     }
 }
 
+/// Sleeps on tokio's paused clock in steps, so the timer task runs in between.
 async fn pass(d: Duration) {
     let step = Duration::from_millis(500);
     let mut left = d;
@@ -106,6 +94,19 @@ async fn pass(d: Duration) {
         tokio::time::sleep(s).await;
         left -= s;
     }
+}
+
+/// The schedules kept in `home`, their clock at `now` (moving with tokio's), and their timer
+/// started, firing into `sink`.
+fn start(
+    home: &Path,
+    now: Timestamp,
+    sink: Recorder,
+) -> (Schedules, Arc<Recorder>, tokio::task::JoinHandle<()>) {
+    let schedules = Schedules::open(home, Clock::tokio_from(now));
+    let sink = Arc::new(sink);
+    let task = schedules.start(sink.clone());
+    (schedules, sink, task)
 }
 
 fn due_times(s: &Schedules, id: ScheduleId) -> Vec<Timestamp> {
@@ -121,9 +122,7 @@ fn due_times(s: &Schedules, id: ScheduleId) -> Vec<Timestamp> {
 async fn every_n_fires_on_its_grid() {
     let home = tempfile::tempdir().expect("tempdir");
     let base = ts("2026-12-01T10:00:00Z");
-    let schedules = Schedules::open(home.path(), Clock::tokio_from(base));
-    let sink = Arc::new(Recorder::default());
-    let task = schedules.start(sink.clone());
+    let (schedules, sink, task) = start(home.path(), base, Recorder::default());
     let agent = AgentId::new();
     let s = schedules
         .create(followup(agent, every(base, 10)))
@@ -157,9 +156,7 @@ async fn a_daily_cron_follows_the_local_clock_across_dst() {
     let home = tempfile::tempdir().expect("tempdir");
     // Paris leaves summer time in the night of 2026-10-24 to 25.
     let base = ts("2026-10-24T06:00:00Z");
-    let schedules = Schedules::open(home.path(), Clock::tokio_from(base));
-    let sink = Arc::new(Recorder::default());
-    let _task = schedules.start(sink.clone());
+    let (schedules, sink, _task) = start(home.path(), base, Recorder::default());
     let s = schedules
         .create(followup(
             AgentId::new(),
@@ -200,9 +197,7 @@ async fn after_downtime_a_recurring_schedule_catches_up_once() {
     };
     // It comes back 1 h 0 m 30 s later: 60 occurrences were missed.
     let later = base + secs(3630);
-    let schedules = Schedules::open(home.path(), Clock::tokio_from(later));
-    let sink = Arc::new(Recorder::default());
-    let _task = schedules.start(sink.clone());
+    let (schedules, sink, _task) = start(home.path(), later, Recorder::default());
     pass(Duration::from_secs(5)).await;
     assert_eq!(
         due_times(&schedules, id),
@@ -235,9 +230,7 @@ async fn a_once_schedule_whose_time_passed_runs_at_boot() {
             .expect("create")
             .id
     };
-    let schedules = Schedules::open(home.path(), Clock::tokio_from(base + secs(7200)));
-    let sink = Arc::new(Recorder::default());
-    let _task = schedules.start(sink.clone());
+    let (schedules, sink, _task) = start(home.path(), base + secs(7200), Recorder::default());
     pass(Duration::from_secs(1)).await;
     let s = schedules.get(id).expect("schedule");
     assert_eq!(due_times(&schedules, id), vec![base + secs(600)]);
@@ -278,15 +271,14 @@ async fn a_run_a_crash_cut_off_is_delivered_exactly_once() {
         }
         (ids[0].clone(), ids[1].clone())
     };
-    let schedules = Schedules::open(home.path(), Clock::tokio_from(base + secs(5)));
-    let sink = Arc::new(Recorder::default());
     let reached_id = reached.pending.clone().expect("pending").message_id;
     let lost_id = lost.pending.clone().expect("pending").message_id;
+    let sink = Recorder::default();
     sink.reached
         .lock()
         .expect("lock")
         .insert(reached_id.clone());
-    let _task = schedules.start(sink.clone());
+    let (schedules, sink, _task) = start(home.path(), base + secs(5), sink);
     pass(Duration::from_secs(2)).await;
     let delivered = sink.delivered();
     assert_eq!(delivered.len(), 1, "{delivered:?}");
@@ -305,10 +297,9 @@ async fn a_run_a_crash_cut_off_is_delivered_exactly_once() {
 async fn a_schedule_for_an_archived_agent_never_fires() {
     let home = tempfile::tempdir().expect("tempdir");
     let base = ts("2026-12-01T10:00:00Z");
-    let schedules = Schedules::open(home.path(), Clock::tokio_from(base));
-    let sink = Arc::new(Recorder::default());
+    let sink = Recorder::default();
     *sink.blocked.lock().expect("lock") = Some("agent `x` is archived".into());
-    let _task = schedules.start(sink.clone());
+    let (schedules, sink, _task) = start(home.path(), base, sink);
     let s = schedules
         .create(followup(AgentId::new(), every(base, 10)))
         .await
@@ -332,9 +323,7 @@ async fn a_schedule_for_an_archived_agent_never_fires() {
 async fn pause_resume_and_delete_reach_the_timer_and_the_disk() {
     let home = tempfile::tempdir().expect("tempdir");
     let base = ts("2026-12-01T10:00:00Z");
-    let schedules = Schedules::open(home.path(), Clock::tokio_from(base));
-    let sink = Arc::new(Recorder::default());
-    let _task = schedules.start(sink.clone());
+    let (schedules, sink, _task) = start(home.path(), base, Recorder::default());
     let s = schedules
         .create(followup(AgentId::new(), every(base, 10)))
         .await
@@ -367,4 +356,16 @@ async fn pause_resume_and_delete_reach_the_timer_and_the_disk() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o700);
+}
+
+#[test]
+fn a_target_is_stored_by_its_kind_with_camel_case_fields() {
+    let agent = AgentId::new();
+    let stored = serde_json::to_value(Target::Agent { agent_id: agent }).expect("json");
+    assert_eq!(
+        stored,
+        serde_json::json!({"kind": "agent", "agentId": agent.to_string()})
+    );
+    let read: Target = serde_json::from_value(stored).expect("read");
+    assert_eq!(read, Target::Agent { agent_id: agent });
 }

@@ -473,16 +473,11 @@ async fn archive_idle_children(ops: &Ops, request_id: Id, r: rq::ArchiveIdleChil
 }
 
 async fn create_worktree(ops: &Ops, request_id: Id, r: rq::CreateWorktree) -> Answered {
-    let worktree = NewWorktree {
-        name: r.name,
-        branch: r.branch,
-        base: r.base,
-    };
     let created = ops
         .create_worktree(
             CALLER,
             Some(PathBuf::from(r.repository)),
-            worktree_options(worktree),
+            worktree_options(r.worktree),
         )
         .await?;
     let ws = &created.workspace;
@@ -502,7 +497,7 @@ async fn get_worktree_status(ops: &Ops, request_id: Id, r: rq::GetWorktreeStatus
         request_id,
         answers::WorktreeStatus {
             workspace_id: id.to_string(),
-            status: wire::worktree_status(&status),
+            status,
         },
     )
 }
@@ -589,30 +584,8 @@ async fn initialize_agent(ops: &Ops, request_id: Id, r: rq::InitializeAgentReque
 }
 
 async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered {
-    let rq::CreateAgent {
-        provider,
-        cwd,
-        workspace_id,
-        prompt,
-        title,
-        model,
-        mode,
-        effort,
-        labels,
-        parent_agent_id,
-        auto_archive,
-        permission_policy,
-        on_interrupt,
-        on_limit,
-        budget,
-        worktree,
-        // Another host's is forwarded before it gets here (`crate::hosts`), unless its parent
-        // is this daemon's.
-        host,
-        upstream,
-    } = r;
-    let workspace = workspace_id.as_deref().map(parse_workspace).transpose()?;
-    let placement = match (worktree, cwd) {
+    let workspace = r.workspace_id.as_deref().map(parse_workspace).transpose()?;
+    let placement = match (r.worktree, r.cwd) {
         (Some(_), _) if workspace.is_some() => {
             return Err(OpError::invalid(
                 "worktree",
@@ -635,9 +608,9 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
             workspace,
         },
     };
-    let mut parent = parent_agent_id.as_deref().map(parse_agent).transpose()?;
+    let mut parent = r.parent_agent_id.as_deref().map(parse_agent).transpose()?;
     let mut notify = None;
-    let upstream = match upstream {
+    let upstream = match r.upstream {
         Some(upstream) => {
             let agent = parse_agent(&upstream.agent_id)?;
             if upstream.subagent {
@@ -651,24 +624,26 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         None => None,
     };
     let request = CreateAgent {
-        provider: Some(provider),
+        provider: Some(r.provider),
         placement,
-        prompt,
-        title,
-        model,
-        mode,
-        effort,
-        labels,
+        prompt: r.prompt,
+        title: r.title,
+        model: r.model,
+        mode: r.mode,
+        effort: r.effort,
+        labels: r.labels,
         parent,
-        auto_archive,
-        permission_policy: Some(permission_policy),
+        auto_archive: r.auto_archive,
+        permission_policy: Some(r.permission_policy),
         notify,
-        on_interrupt,
-        on_limit,
-        budget,
+        on_interrupt: r.on_interrupt,
+        on_limit: r.on_limit,
+        budget: r.budget,
         upstream,
     };
-    if let Some(host) = host
+    // Another host's is forwarded before it gets here (`crate::hosts`), unless its parent is
+    // this daemon's.
+    if let Some(host) = r.host
         && let Some(host) = ops.hosts.resolve(&host)?
     {
         let agent = ops.create_on_host(CALLER, request, &host).await?;

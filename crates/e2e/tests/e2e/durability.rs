@@ -353,8 +353,8 @@ async fn a_connections_requests_are_bounded_and_end_with_it() {
 #[expect(clippy::too_many_lines)] // one story, told in the order it happens
 async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() {
     use drover_acp::{RuntimeManager, no_mcp_servers};
+    use drover_core::NewAgent;
     use drover_core::inbox::Delivery;
-    use drover_core::{NewAgent, RuntimeControl};
     use drover_testkit::disk::{Tmpfs, fill};
     use drover_testkit::msgdriver::providers;
 
@@ -493,7 +493,7 @@ async fn a_full_disk_during_streaming_and_messages_loses_nothing_acknowledged() 
 async fn a_followup_racing_the_archive_of_a_cold_agent_never_runs_later() {
     use drover_acp::{RuntimeManager, no_mcp_servers};
     use drover_core::inbox::Delivery;
-    use drover_core::{ArchiveOptions, NewAgent, RuntimeControl};
+    use drover_core::{ArchiveOptions, NewAgent};
     use drover_testkit::msgdriver::providers;
 
     const ROUNDS: usize = 12;
@@ -589,7 +589,7 @@ async fn a_followup_racing_the_archive_of_a_cold_agent_never_runs_later() {
 async fn an_unarchive_during_the_archives_close_finds_the_queue_discarded() {
     use drover_acp::{RuntimeManager, no_mcp_servers};
     use drover_core::inbox::Delivery;
-    use drover_core::{ArchiveOptions, NewAgent, RuntimeControl};
+    use drover_core::{ArchiveOptions, NewAgent};
     use drover_testkit::msgdriver::providers;
 
     const WAIT: Duration = Duration::from_secs(20);

@@ -13,7 +13,7 @@ use drover_core::inbox::Delivery;
 use drover_core::timeline::{Page, TimelineItem};
 use drover_core::{
     AgentId, AgentStatus, ArchiveOptions, AttentionReason, CancelCause, NewAgent, PermissionPolicy,
-    ProviderConfig, Registry, RuntimeControl,
+    ProviderConfig, Registry,
 };
 use drover_fakes::procs;
 use drover_testkit::wait::{eventually, poll_until};
