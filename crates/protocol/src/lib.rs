@@ -230,9 +230,11 @@ pub struct NewWorktree {
 
 // ---- daemon → client ----------------------------------------------------------------------
 
-/// An agent as clients see it (`session_state`, `agent_status`, answers). A field that is
-/// `None` is left out of the JSON, here and in [`RuntimeInfo`] and [`SpendInfo`]: most are for
-/// most agents, and a `session_state` carries thousands.
+/// An agent as clients see it (`session_state`, `agent_status`, answers). The lifecycle's own
+/// optional fields (`sessionId`, `error`, `currentModeId`, `availableModes`, `title`,
+/// `parentAgentId`, `archivedAt`, `attentionReason`) are there even when `null`; any other
+/// field that is `None` is left out of the JSON, here and in [`RuntimeInfo`] and
+/// [`SpendInfo`]: most are for most agents, and a `session_state` carries thousands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInfo {
@@ -245,15 +247,11 @@ pub struct AgentInfo {
     #[serde(rename = "type")]
     pub provider: String,
     /// The provider's own session id (ACP), for resume.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// The last error.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_mode_id: Option<String>,
     /// Modes the live runtime offers (`null` while it is cold).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_modes: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -270,17 +268,13 @@ pub struct AgentInfo {
     /// admission while they run. Not drover agents: see `parentAgentId` for those.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_subagents: Vec<OwnSubagentInfo>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     pub cwd: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_agent_id: Option<String>,
     pub workspace_id: String,
     pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived_at: Option<String>,
     pub requires_attention: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_reason: Option<AttentionReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_timestamp: Option<String>,
@@ -1293,15 +1287,18 @@ mod tests {
         assert!(e.message.contains("typo"), "{}", e.message);
     }
 
-    /// A cold agent (most of a fleet) is sent without one `null`, and reads back the same: a
-    /// new optional field that forgets to be left out when `None` fails here.
+    /// A cold agent (most of a fleet) is sent with no `null` but the lifecycle's own fields,
+    /// and reads back the same: a new optional field that forgets to be left out when `None`
+    /// fails here.
     #[test]
     fn an_agent_leaves_out_what_is_null() {
         let cold = serde_json::json!({
             "id": "a1", "status": "idle", "createdAt": "2026-12-01T10:00:00Z",
             "updatedAt": "2026-12-01T10:00:00Z", "lastActivityAt": "2026-12-01T10:00:00Z",
-            "type": "codex", "cwd": "/r", "workspaceId": "w1", "labels": {},
-            "requiresAttention": false, "autoArchive": false, "permissionPolicy": "ask",
+            "type": "codex", "sessionId": null, "error": null, "currentModeId": null,
+            "availableModes": null, "title": null, "cwd": "/r", "parentAgentId": null,
+            "workspaceId": "w1", "labels": {}, "archivedAt": null, "requiresAttention": false,
+            "attentionReason": null, "autoArchive": false, "permissionPolicy": "ask",
             "spend": {}, "runtime": {"state": "cold", "backgroundProcesses": 0},
         });
         let info: AgentInfo = serde_json::from_value(cold.clone()).expect("a cold agent");

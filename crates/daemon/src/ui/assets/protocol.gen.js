@@ -355,7 +355,11 @@ export const DaemonType = Object.freeze({
  */
 
 /**
- * An agent as clients see it (`session_state`, `agent_status`, answers).
+ * An agent as clients see it (`session_state`, `agent_status`, answers). The lifecycle's own
+ * optional fields (`sessionId`, `error`, `currentModeId`, `availableModes`, `title`,
+ * `parentAgentId`, `archivedAt`, `attentionReason`) are there even when `null`; any other
+ * field that is `None` is left out of the JSON, here and in [`RuntimeInfo`] and
+ * [`SpendInfo`]: most are for most agents, and a `session_state` carries thousands.
  * @typedef {Object} AgentInfo
  * @property {string} id
  * @property {AgentStatus} status
