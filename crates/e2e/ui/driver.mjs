@@ -649,7 +649,7 @@ const scenarios = {
 
   // A reply rendered as it streams, in pieces of any size, is the reply rendered whole: random
   // Markdown (paragraphs, long runs of plain lines, fences, lists, quotes, spans across lines,
-  // long fences whose lines look like Markdown, long lists) cut at random places, in the page's
+  // long fences whose lines look like Markdown, long lists and quotes) cut at random places, in the page's
   // own renderer.
   async markdown() {
     const page = await open();
@@ -678,9 +678,13 @@ const scenarios = {
       };
       /** A list of 100 to 300 items, now and then broken by an item of the other kind or a line that is not one. */
       const list = () => Array.from({ length: 100 + rnd(201) }, (_, i) => (rnd(100) === 0 ? ['1. one', '2) two', 'plain', '', '# head'][rnd(5)] : rnd(3) ? `- item ${i}` : items[rnd(items.length)]));
+      /** A quote of 100 to 300 lines, Markdown of their own: runs of plain lines, fences, lists, quotes in it. */
+      const quote = () => Array.from({ length: 100 + rnd(201) }, (_, i) => (rnd(40) === 0 ? ['', 'plain', '# head'][rnd(3)]
+        : `${['> ', '>', ' > ', '> > '][rnd(8) ? 0 : rnd(4)]}${rnd(3) ? `plain line ${i}` : pieces[rnd(pieces.length)]}`));
       const bad = [];
       /** @type {Record<string, number>} */
-      const cuts = { para: 0, fence: 0, list: 0 };
+      /** By the kind of block a render settled inside; `quoted`: inside a block inside a quote. */
+      const cuts = { para: 0, fence: 0, list: 0, quote: 0, quoted: 0 };
       for (let t = 0; t < 600; t++) {
         // Half the texts are mostly long runs of plain lines, which settle in the middle of a paragraph.
         let lines = [];
@@ -688,7 +692,8 @@ const scenarios = {
           const plain = t % 2 ? rnd(2) === 0 : rnd(60) !== 0;
           lines.push(plain ? `plain line ${i}` : pieces[rnd(pieces.length)]);
         }
-        // A third have a long fence somewhere, closed or (at the end) not; a third a long list.
+        // A third have a long fence somewhere, closed or (at the end) not; a third a long list; a
+        // quarter a long quote.
         if (rnd(3) === 0) {
           const at = rnd(lines.length + 1);
           const closed = at < lines.length || rnd(2) === 0;
@@ -697,6 +702,10 @@ const scenarios = {
         if (rnd(3) === 0) {
           const at = rnd(lines.length + 1);
           lines = [...lines.slice(0, at), ...list(), ...lines.slice(at)];
+        }
+        if (rnd(4) === 0) {
+          const at = rnd(lines.length + 1);
+          lines = [...lines.slice(0, at), ...quote(), ...lines.slice(at)];
         }
         const text = lines.join('\n') + (rnd(2) ? '\n' : '');
         const whole = document.createElement('div');
@@ -707,7 +716,11 @@ const scenarios = {
           const k = 1 + rnd(rnd(5) === 0 ? 400 : 12);
           stream.push(text.slice(i, i + k));
           i += k;
-          if (rnd(3) === 0) { stream.render(); if (stream.open) cuts[stream.open.kind] += 1; }
+          if (rnd(3) === 0) {
+            stream.render();
+            if (stream.open) cuts[stream.open.kind] += 1;
+            if (stream.open?.kind === 'quote' && stream.open.inner.open) cuts.quoted += 1;
+          }
         }
         stream.render();
         if (box.innerHTML !== whole.innerHTML) bad.push({ text, streamed: box.innerHTML, whole: whole.innerHTML });
@@ -737,7 +750,7 @@ const scenarios = {
     });
     process.stdout.write(`a 3,000-line fence streamed 5 lines a frame: ${r.fenceMs[0]} ms to render, ${r.fenceMs[1]} ms laid out in the page\n`);
     if (r.failed) fail(`${r.failed} of 600 texts render differently streamed: ${JSON.stringify(r.bad)}`);
-    // The long plain runs, fences and lists were settled in their middle, not only at blank
+    // The long plain runs, fences, lists and quotes were settled in their middle, not only at blank
     // lines and closing fences.
     for (const [kind, n] of Object.entries(r.cuts)) if (n < 50) fail(`only ${n} renders settled inside a ${kind}: ${JSON.stringify(r.cuts)}`);
   },

@@ -7,6 +7,8 @@ const FENCE = /^\s*(```+|~~~+)\s*([\w+.-]*)/;
 const HEADING = /^(#{1,6})\s+(.*)$/;
 const RULE = /^\s*([-*_])(\s*\1){2,}\s*$/;
 const QUOTE = /^\s*>/;
+/** What a quote's line starts with, which its text is without. */
+const UNQUOTE = /^\s*>\s?/;
 const ITEM = /^\s*([-*+]|\d+[.)])\s+(.*)$/;
 
 /**
@@ -64,7 +66,7 @@ export function renderMarkdown(text) {
       i += 1;
     } else if (kind === 'quote') {
       const body = [];
-      while (i < lines.length && QUOTE.test(lines[i])) body.push(lines[i++].replace(/^\s*>\s?/, ''));
+      while (i < lines.length && QUOTE.test(lines[i])) body.push(lines[i++].replace(UNQUOTE, ''));
       out.appendChild(h('blockquote', null, renderMarkdown(body.join('\n'))));
     } else if (kind === 'item') {
       i = list(lines, i, out);
@@ -119,8 +121,9 @@ function items(lines, i, el, ordered) {
 /**
  * Where settled text ended in the middle of a block, which the next lines go on: a paragraph
  * of plain lines (`el` its `<p>`), a code fence (`el` its `<code>`, `marker` the run of
- * backticks or tildes that closes it), a list (`el` its `<ul>` or `<ol>`).
- * @typedef {{kind: 'para', el: HTMLElement} | {kind: 'fence', el: HTMLElement, marker: string} | {kind: 'list', el: HTMLElement, ordered: boolean}} Open
+ * backticks or tildes that closes it), a list (`el` its `<ul>` or `<ol>`), a quote (`el` its
+ * `<blockquote>`, `inner` the stream its lines, Markdown of their own, go on in).
+ * @typedef {{kind: 'para', el: HTMLElement} | {kind: 'fence', el: HTMLElement, marker: string} | {kind: 'list', el: HTMLElement, ordered: boolean} | {kind: 'quote', el: HTMLElement, inner: MarkdownStream}} Open
  */
 
 /**
@@ -128,9 +131,10 @@ function items(lines, i, el, ordered) {
  * whole, but each frame renders only what is not settled yet. Settled is what no later text can
  * change: everything up to a blank line or a closed fence; in a long paragraph of plain lines
  * (none of the characters that open an inline span, so no span can cross a line), all but its
- * last lines; in an open code fence, its complete lines; in a long list, its complete items.
- * The lines settled inside a block go on the same element (the `<p>`, `<code>`, `<ul>`) as the
- * block's first lines did. Settled text is rendered once and let go, so a reply that streams
+ * last lines; in an open code fence, its complete lines; in a long list, its complete items;
+ * in a quote, its complete lines, which go on in a stream of their own inside the quote (its
+ * lines are Markdown too). The lines settled inside a block go on the same element (the `<p>`,
+ * `<code>`, `<ul>`, `<blockquote>`) as the block's first lines did. Settled text is rendered once and let go, so a reply that streams
  * for hours (or prints a file of thousands of lines in one fence) costs a frame only its last
  * lines, and keeps its text only in the page.
  */
@@ -151,8 +155,12 @@ export class MarkdownStream {
     this.pending += text;
   }
 
-  /** Shows everything pushed so far. */
-  render() {
+  /**
+   * Shows everything pushed so far, and after it `extra`, which is not kept (a quote's last
+   * lines, shown by its own stream until they are settled).
+   * @param {string} [extra]
+   */
+  render(extra = '') {
     for (const n of this.shown) n.remove();
     // A lone `\r` may be half of a `\r\n` still on its way.
     const text = this.pending.endsWith('\r') ? this.pending : this.pending.replace(/\r\n?/g, '\n');
@@ -160,29 +168,32 @@ export class MarkdownStream {
     if (end > 0) {
       // Inside a fence the settled text ends with a line of the code, not after it: the code
       // takes the newline only with the next line.
-      const last = this.place(text.slice(0, cut?.kind === 'fence' ? end - 1 : end)).last;
-      this.open = !cut || !last ? null
-        : cut.kind === 'fence' ? { ...cut, el: /** @type {HTMLElement} */ (last.firstElementChild) }
-          : { ...cut, el: last };
+      this.open = this.place(text.slice(0, cut?.kind === 'fence' ? end - 1 : end), cut).open;
     }
     this.pending = text.slice(end);
-    this.shown = this.place(this.pending).added;
+    this.shown = this.place(this.pending + extra).added;
   }
 
   /**
    * Renders `text` at the end of the element: its first lines go on the open block as far as
-   * they continue it, the rest as `renderMarkdown` renders it.
+   * they continue it, the rest as `renderMarkdown` renders it. `cut`, given when `text` is
+   * settled: the block it ends in the middle of (see `settled`); without it, `text` is only
+   * shown, until the next render takes it away.
    * @param {string} text
-   * @returns {{added: ChildNode[], last: HTMLElement | null}} `last`: the last block, which
-   *   the settled text may end in the middle of (a fence's `<pre>`).
+   * @param {Cut | null} [cut]
+   * @returns {{added: ChildNode[], open: Open | null}} `open`: the block settled text ends in
+   *   the middle of, which the next lines go on.
    */
-  place(text) {
+  place(text, cut) {
+    const keep = cut !== undefined;
     /** @type {ChildNode[]} */
     const added = [];
     let rest = text.replace(/\r\n?/g, '\n');
     const open = this.open;
-    /** @type {HTMLElement | null} */
+    /** The last block placed. @type {HTMLElement | null} */
     let last = null;
+    /** The stream of the last quote placed. @type {MarkdownStream | null} */
+    let quote = null;
     if (open?.kind === 'fence') {
       const lines = rest.split('\n');
       let i = 0;
@@ -193,8 +204,7 @@ export class MarkdownStream {
         added.push(code);
       }
       last = open.el.parentElement;
-      if (i === lines.length) return { added, last };
-      rest = lines.slice(i + 1).join('\n');
+      rest = i === lines.length ? '' : lines.slice(i + 1).join('\n');
     } else if (open?.kind === 'list') {
       const lines = rest.split('\n');
       const before = open.el.childNodes.length;
@@ -202,6 +212,31 @@ export class MarkdownStream {
       added.push(...[...open.el.childNodes].slice(before));
       last = open.el;
       rest = lines.slice(i).join('\n');
+    } else if (open?.kind === 'quote') {
+      // The quote's stream has a line already: each next one goes on after a newline.
+      const lines = rest.split('\n');
+      let i = 0;
+      while (i < lines.length && QUOTE.test(lines[i])) i += 1;
+      const more = lines.slice(0, i).map((l) => `\n${l.replace(UNQUOTE, '')}`).join('');
+      if (keep) {
+        open.inner.push(more);
+        open.inner.render();
+      } else {
+        open.inner.render(more);
+      }
+      last = open.el;
+      quote = open.inner;
+      rest = lines.slice(i).join('\n');
+    }
+    // Settled text that ends in a quote: the quote's lines go in a stream of its own.
+    /** @type {string[]} */
+    let run = [];
+    if (cut?.kind === 'quote') {
+      const lines = rest.split('\n');
+      let k = lines.length - 1;
+      while (k > 0 && QUOTE.test(lines[k - 1])) k -= 1;
+      run = lines.slice(k, -1);
+      if (run.length) rest = lines.slice(0, k).join('\n');
     }
     const frag = renderMarkdown(rest);
     const first = frag.firstChild;
@@ -216,7 +251,17 @@ export class MarkdownStream {
     this.el.append(frag);
     added.push(...top);
     if (top.length) last = /** @type {HTMLElement} */ (top[top.length - 1]);
-    return { added, last };
+    if (run.length) {
+      last = this.el.appendChild(h('blockquote'));
+      added.push(last);
+      quote = new MarkdownStream(last);
+      quote.push(run.map((l) => l.replace(UNQUOTE, '')).join('\n'));
+      quote.render();
+    }
+    if (!cut || !last) return { added, open: null };
+    if (cut.kind === 'fence') return { added, open: { ...cut, el: /** @type {HTMLElement} */ (last.firstElementChild) } };
+    if (cut.kind === 'quote') return { added, open: quote && { ...cut, el: last, inner: quote } };
+    return { added, open: { ...cut, el: last } };
   }
 }
 
@@ -227,7 +272,7 @@ const SPAN_OPENER = /[`*_[]/;
 
 /**
  * What the text settled inside a block leaves open: the block's kind and how it ends.
- * @typedef {{kind: 'para'} | {kind: 'fence', marker: string} | {kind: 'list', ordered: boolean}} Cut
+ * @typedef {{kind: 'para'} | {kind: 'fence', marker: string} | {kind: 'list', ordered: boolean} | {kind: 'quote'}} Cut
  */
 
 /**
@@ -284,6 +329,11 @@ function settled(text, open) {
         cut = { kind: 'para' };
         run = 0;
       }
+    } else if (kind === 'quote') {
+      // Its line is settled at once: the quote's own stream settles what it makes of it.
+      list = null;
+      end = next + 1;
+      cut = { kind: 'quote' };
     } else if (kind === 'item') {
       const ordered = /\d/.test(/** @type {RegExpExecArray} */ (ITEM.exec(line))[1]);
       if (list !== ordered) { list = ordered; run = 0; }
