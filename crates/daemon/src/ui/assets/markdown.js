@@ -134,9 +134,9 @@ function items(lines, i, el, ordered) {
  * last lines; in an open code fence, its complete lines; in a long list, its complete items;
  * in a quote, its complete lines, which go on in a stream of their own inside the quote (its
  * lines are Markdown too). The lines settled inside a block go on the same element (the `<p>`,
- * `<code>`, `<ul>`, `<blockquote>`) as the block's first lines did. Settled text is rendered once and let go, so a reply that streams
- * for hours (or prints a file of thousands of lines in one fence) costs a frame only its last
- * lines, and keeps its text only in the page.
+ * `<code>`, `<ul>`, `<blockquote>`) as the block's first lines did. Settled text is rendered
+ * once and let go, so a reply that streams for hours (or prints a file of thousands of lines
+ * in one fence) costs a frame only its last lines, and keeps its text only in the page.
  */
 export class MarkdownStream {
   /** @param {HTMLElement} el */
@@ -265,7 +265,8 @@ export class MarkdownStream {
   }
 }
 
-/** Lines a paragraph of plain lines, a fence or a list runs before they are settled. */
+/** Lines a paragraph of plain lines, a fence or a list runs before they are settled (a quote's
+ * are settled at once, into its own stream). */
 const PIECE = 64;
 /** The characters that open an inline span (code, emphasis, a link's label). */
 const SPAN_OPENER = /[`*_[]/;
