@@ -648,8 +648,9 @@ const scenarios = {
   },
 
   // A reply rendered as it streams, in pieces of any size, is the reply rendered whole: random
-  // Markdown (paragraphs, long runs of plain lines, fences, lists, quotes, spans across lines)
-  // cut at random places, in the page's own renderer.
+  // Markdown (paragraphs, long runs of plain lines, fences, lists, quotes, spans across lines,
+  // long fences whose lines look like Markdown, long lists and quotes) cut at random places, in the page's
+  // own renderer.
   async markdown() {
     const page = await open();
     await ready(page);
@@ -658,16 +659,53 @@ const scenarios = {
       const pieces = ['a `code` bit', 'a **bold\nacross** lines', '', '```js', '```', '~~~', '- item', '1. one', '2) two',
         '> quote', '# head', '---', 'see https://example.com/z.', '_em_ here', '[a link](https://example.com)', '* star',
         '- [x] task', 'opens `a tick', 'closes it`', '\r', ' '];
+      // Lines of code that would be Markdown outside the fence.
+      const code = ['# x', '- y', '`z`', '***', '', '  ', '> q', '1. n', '``', '~~', 'a **b', '[l](https://example.com)', '\r', '   ```'];
+      const items = ['- item', '* star', '+ plus', '- [x] done', '- [ ] todo', '- a `code` bit', '- **bold**', '- - -'];
       let seed = 7;
-      const rnd = (/** @type {number} */ n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
+      // The high bits: the low ones of this generator repeat every few draws.
+      const rnd = (/** @type {number} */ n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return (seed >>> 12) % n; };
+      /** A code fence of 100 to 400 lines; `~~~` and four-backtick fences hold lines of three backticks. */
+      const fence = (/** @type {boolean} */ closed) => {
+        const open = ['```', '```rust', '``` js', '~~~', '~~~diff', '````md'][rnd(6)];
+        const marker = /** @type {RegExpExecArray} */ (/^[`~]+/.exec(open))[0];
+        const body = [];
+        for (let i = 0, n = 100 + rnd(301); i < n; i++) {
+          const odd = rnd(4) === 0;
+          body.push(odd && marker !== '```' && rnd(8) === 0 ? '```' : odd ? code[rnd(code.length)] : `  let line_${i} = ${i};`);
+        }
+        return [open, ...body, ...(closed ? [rnd(2) ? marker : `  ${marker}  `] : [])];
+      };
+      /** A list of 100 to 300 items, now and then broken by an item of the other kind or a line that is not one. */
+      const list = () => Array.from({ length: 100 + rnd(201) }, (_, i) => (rnd(100) === 0 ? ['1. one', '2) two', 'plain', '', '# head'][rnd(5)] : rnd(3) ? `- item ${i}` : items[rnd(items.length)]));
+      /** A quote of 100 to 300 lines, Markdown of their own: runs of plain lines, fences, lists, quotes in it. */
+      const quote = () => Array.from({ length: 100 + rnd(201) }, (_, i) => (rnd(40) === 0 ? ['', 'plain', '# head'][rnd(3)]
+        : `${['> ', '>', ' > ', '> > '][rnd(8) ? 0 : rnd(4)]}${rnd(3) ? `plain line ${i}` : pieces[rnd(pieces.length)]}`));
       const bad = [];
-      let cuts = 0;
+      /** @type {Record<string, number>} */
+      /** By the kind of block a render settled inside; `quoted`: inside a block inside a quote. */
+      const cuts = { para: 0, fence: 0, list: 0, quote: 0, quoted: 0 };
       for (let t = 0; t < 600; t++) {
         // Half the texts are mostly long runs of plain lines, which settle in the middle of a paragraph.
-        const lines = [];
+        let lines = [];
         for (let i = 0, n = rnd(3) === 0 ? 300 : 1 + rnd(40); i < n; i++) {
           const plain = t % 2 ? rnd(2) === 0 : rnd(60) !== 0;
           lines.push(plain ? `plain line ${i}` : pieces[rnd(pieces.length)]);
+        }
+        // A third have a long fence somewhere, closed or (at the end) not; a third a long list; a
+        // quarter a long quote.
+        if (rnd(3) === 0) {
+          const at = rnd(lines.length + 1);
+          const closed = at < lines.length || rnd(2) === 0;
+          lines = [...lines.slice(0, at), ...fence(closed), ...lines.slice(at)];
+        }
+        if (rnd(3) === 0) {
+          const at = rnd(lines.length + 1);
+          lines = [...lines.slice(0, at), ...list(), ...lines.slice(at)];
+        }
+        if (rnd(4) === 0) {
+          const at = rnd(lines.length + 1);
+          lines = [...lines.slice(0, at), ...quote(), ...lines.slice(at)];
         }
         const text = lines.join('\n') + (rnd(2) ? '\n' : '');
         const whole = document.createElement('div');
@@ -678,16 +716,43 @@ const scenarios = {
           const k = 1 + rnd(rnd(5) === 0 ? 400 : 12);
           stream.push(text.slice(i, i + k));
           i += k;
-          if (rnd(3) === 0) { stream.render(); if (stream.open) cuts += 1; }
+          if (rnd(3) === 0) {
+            stream.render();
+            if (stream.open) cuts[stream.open.kind] += 1;
+            if (stream.open?.kind === 'quote' && stream.open.inner.open) cuts.quoted += 1;
+          }
         }
         stream.render();
         if (box.innerHTML !== whole.innerHTML) bad.push({ text, streamed: box.innerHTML, whole: whole.innerHTML });
       }
-      return { bad: bad.slice(0, 2), failed: bad.length, cuts };
+      // What a long code block costs as it streams: 3,000 lines, 5 a frame.
+      const long = Array.from({ length: 3000 }, (_, i) => `    let x${i} = f(${i}); // - ${i} *`);
+      const fenced = document.createElement('div');
+      fenced.append(renderMarkdown(`\`\`\`rust\n${long.join('\n')}\n`));
+      // Rendered alone, then in the page and laid out after each frame as the browser would.
+      const fenceMs = [false, true].map((laidOut) => {
+        const streamed = document.createElement('div');
+        if (laidOut) document.body.append(streamed);
+        const stream = new MarkdownStream(streamed);
+        const at = performance.now();
+        stream.push('```rust\n');
+        for (let i = 0; i < long.length; i += 5) {
+          stream.push(long.slice(i, i + 5).map((l) => `${l}\n`).join(''));
+          stream.render();
+          if (laidOut) void streamed.offsetHeight;
+        }
+        const ms = Math.round(performance.now() - at);
+        streamed.remove();
+        if (streamed.innerHTML !== fenced.innerHTML) bad.push({ text: 'the 3,000-line fence', streamed: streamed.innerHTML.slice(-300), whole: fenced.innerHTML.slice(-300) });
+        return ms;
+      });
+      return { bad: bad.slice(0, 2), failed: bad.length, cuts, fenceMs };
     });
+    process.stdout.write(`a 3,000-line fence streamed 5 lines a frame: ${r.fenceMs[0]} ms to render, ${r.fenceMs[1]} ms laid out in the page\n`);
     if (r.failed) fail(`${r.failed} of 600 texts render differently streamed: ${JSON.stringify(r.bad)}`);
-    // The long plain runs were settled in the middle of their paragraph, not only at blank lines.
-    if (r.cuts < 50) fail(`only ${r.cuts} renders settled inside a paragraph`);
+    // The long plain runs, fences, lists and quotes were settled in their middle, not only at blank
+    // lines and closing fences.
+    for (const [kind, n] of Object.entries(r.cuts)) if (n < 50) fail(`only ${n} renders settled inside a ${kind}: ${JSON.stringify(r.cuts)}`);
   },
 
   async newAgent() {

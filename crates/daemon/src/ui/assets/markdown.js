@@ -7,6 +7,8 @@ const FENCE = /^\s*(```+|~~~+)\s*([\w+.-]*)/;
 const HEADING = /^(#{1,6})\s+(.*)$/;
 const RULE = /^\s*([-*_])(\s*\1){2,}\s*$/;
 const QUOTE = /^\s*>/;
+/** What a quote's line starts with, which its text is without. */
+const UNQUOTE = /^\s*>\s?/;
 const ITEM = /^\s*([-*+]|\d+[.)])\s+(.*)$/;
 
 /**
@@ -64,7 +66,7 @@ export function renderMarkdown(text) {
       i += 1;
     } else if (kind === 'quote') {
       const body = [];
-      while (i < lines.length && QUOTE.test(lines[i])) body.push(lines[i++].replace(/^\s*>\s?/, ''));
+      while (i < lines.length && QUOTE.test(lines[i])) body.push(lines[i++].replace(UNQUOTE, ''));
       out.appendChild(h('blockquote', null, renderMarkdown(body.join('\n'))));
     } else if (kind === 'item') {
       i = list(lines, i, out);
@@ -86,6 +88,20 @@ export function renderMarkdown(text) {
 function list(lines, i, out) {
   const ordered = /\d/.test(/** @type {RegExpExecArray} */ (ITEM.exec(lines[i]))[1]);
   const el = h(ordered ? 'ol' : 'ul');
+  i = items(lines, i, el, ordered);
+  out.appendChild(el);
+  return i;
+}
+
+/**
+ * Appends to the list `el` the items that start at `lines[i]` (of its kind, ordered or not);
+ * returns the index of the first line that is not one.
+ * @param {string[]} lines
+ * @param {number} i
+ * @param {HTMLElement} el
+ * @param {boolean} ordered
+ */
+function items(lines, i, el, ordered) {
   while (i < lines.length) {
     const m = ITEM.exec(lines[i]);
     if (!m || /\d/.test(m[1]) !== ordered) break;
@@ -99,17 +115,28 @@ function list(lines, i, out) {
     }
     i += 1;
   }
-  out.appendChild(el);
   return i;
 }
 
 /**
+ * Where settled text ended in the middle of a block, which the next lines go on: a paragraph
+ * of plain lines (`el` its `<p>`), a code fence (`el` its `<code>`, `marker` the run of
+ * backticks or tildes that closes it), a list (`el` its `<ul>` or `<ol>`), a quote (`el` its
+ * `<blockquote>`, `inner` the stream its lines, Markdown of their own, go on in).
+ * @typedef {{kind: 'para', el: HTMLElement} | {kind: 'fence', el: HTMLElement, marker: string} | {kind: 'list', el: HTMLElement, ordered: boolean} | {kind: 'quote', el: HTMLElement, inner: MarkdownStream}} Open
+ */
+
+/**
  * Text that keeps growing (a streamed reply), rendered into `el` as `renderMarkdown` renders the
  * whole, but each frame renders only what is not settled yet. Settled is what no later text can
- * change: everything up to a blank line or a closed fence, and in a long paragraph of plain
- * lines (none of the characters that open an inline span, so no span can cross a line), all
- * but its last lines. Settled blocks are rendered once and their text let go, so a reply that
- * streams for hours costs a frame only its last lines, and keeps its text only in the page.
+ * change: everything up to a blank line or a closed fence; in a long paragraph of plain lines
+ * (none of the characters that open an inline span, so no span can cross a line), all but its
+ * last lines; in an open code fence, its complete lines; in a long list, its complete items;
+ * in a quote, its complete lines, which go on in a stream of their own inside the quote (its
+ * lines are Markdown too). The lines settled inside a block go on the same element (the `<p>`,
+ * `<code>`, `<ul>`, `<blockquote>`) as the block's first lines did. Settled text is rendered
+ * once and let go, so a reply that streams for hours (or prints a file of thousands of lines
+ * in one fence) costs a frame only its last lines, and keeps its text only in the page.
  */
 export class MarkdownStream {
   /** @param {HTMLElement} el */
@@ -117,7 +144,7 @@ export class MarkdownStream {
     this.el = el;
     /** The text not settled yet. */
     this.pending = '';
-    /** A paragraph the settled text ended in the middle of, which the next lines go on. @type {HTMLElement | null} */
+    /** The block the settled text ended in the middle of, which the next lines go on. @type {Open | null} */
     this.open = null;
     /** What the last `render` added for the pending text, taken away by the next. @type {ChildNode[]} */
     this.shown = [];
@@ -128,94 +155,196 @@ export class MarkdownStream {
     this.pending += text;
   }
 
-  /** Shows everything pushed so far. */
-  render() {
+  /**
+   * Shows everything pushed so far, and after it `extra`, which is not kept (a quote's last
+   * lines, shown by its own stream until they are settled).
+   * @param {string} [extra]
+   */
+  render(extra = '') {
     for (const n of this.shown) n.remove();
     // A lone `\r` may be half of a `\r\n` still on its way.
     const text = this.pending.endsWith('\r') ? this.pending : this.pending.replace(/\r\n?/g, '\n');
-    const { end, cut } = this.pending.endsWith('\r') ? { end: 0, cut: false } : settled(text, this.open !== null);
+    const { end, cut } = this.pending.endsWith('\r') ? { end: 0, cut: null } : settled(text, this.open);
     if (end > 0) {
-      const last = this.place(text.slice(0, end)).last;
-      this.open = cut ? last : null;
+      // Inside a fence the settled text ends with a line of the code, not after it: the code
+      // takes the newline only with the next line.
+      this.open = this.place(text.slice(0, cut?.kind === 'fence' ? end - 1 : end), cut).open;
     }
     this.pending = text.slice(end);
-    this.shown = this.place(this.pending).added;
+    this.shown = this.place(this.pending + extra).added;
   }
 
   /**
-   * Renders `text` at the end of the element; a first paragraph that goes on from the open one
-   * joins it, as the lines of one paragraph would.
+   * Renders `text` at the end of the element: its first lines go on the open block as far as
+   * they continue it, the rest as `renderMarkdown` renders it. `cut`, given when `text` is
+   * settled: the block it ends in the middle of (see `settled`); without it, `text` is only
+   * shown, until the next render takes it away.
    * @param {string} text
-   * @returns {{added: ChildNode[], last: HTMLElement | null}}
+   * @param {Cut | null} [cut]
+   * @returns {{added: ChildNode[], open: Open | null}} `open`: the block settled text ends in
+   *   the middle of, which the next lines go on.
    */
-  place(text) {
-    const frag = renderMarkdown(text);
+  place(text, cut) {
+    const keep = cut !== undefined;
     /** @type {ChildNode[]} */
     const added = [];
+    let rest = text.replace(/\r\n?/g, '\n');
+    const open = this.open;
+    /** The last block placed. @type {HTMLElement | null} */
     let last = null;
+    /** The stream of the last quote placed. @type {MarkdownStream | null} */
+    let quote = null;
+    if (open?.kind === 'fence') {
+      const lines = rest.split('\n');
+      let i = 0;
+      while (i < lines.length && !lines[i].trim().startsWith(open.marker)) i += 1;
+      if (i > 0) {
+        const code = document.createTextNode(`\n${lines.slice(0, i).join('\n')}`);
+        open.el.append(code);
+        added.push(code);
+      }
+      last = open.el.parentElement;
+      rest = i === lines.length ? '' : lines.slice(i + 1).join('\n');
+    } else if (open?.kind === 'list') {
+      const lines = rest.split('\n');
+      const before = open.el.childNodes.length;
+      const i = items(lines, 0, open.el, open.ordered);
+      added.push(...[...open.el.childNodes].slice(before));
+      last = open.el;
+      rest = lines.slice(i).join('\n');
+    } else if (open?.kind === 'quote') {
+      // The quote's stream has a line already: each next one goes on after a newline.
+      const lines = rest.split('\n');
+      let i = 0;
+      while (i < lines.length && QUOTE.test(lines[i])) i += 1;
+      const more = lines.slice(0, i).map((l) => `\n${l.replace(UNQUOTE, '')}`).join('');
+      if (keep) {
+        open.inner.push(more);
+        open.inner.render();
+      } else {
+        open.inner.render(more);
+      }
+      last = open.el;
+      quote = open.inner;
+      rest = lines.slice(i).join('\n');
+    }
+    // Settled text that ends in a quote: the quote's lines go in a stream of its own.
+    /** @type {string[]} */
+    let run = [];
+    if (cut?.kind === 'quote') {
+      const lines = rest.split('\n');
+      let k = lines.length - 1;
+      while (k > 0 && QUOTE.test(lines[k - 1])) k -= 1;
+      run = lines.slice(k, -1);
+      if (run.length) rest = lines.slice(0, k).join('\n');
+    }
+    const frag = renderMarkdown(rest);
     const first = frag.firstChild;
-    if (this.open && first instanceof HTMLParagraphElement && lineKind(text.split('\n', 1)[0]) === 'para') {
+    if (open?.kind === 'para' && first instanceof HTMLParagraphElement && lineKind(rest.split('\n', 1)[0]) === 'para') {
       const joined = [h('br'), ...first.childNodes];
-      this.open.append(...joined);
+      open.el.append(...joined);
       added.push(...joined);
       first.remove();
-      last = this.open;
+      last = open.el;
     }
     const top = [...frag.childNodes];
     this.el.append(frag);
     added.push(...top);
     if (top.length) last = /** @type {HTMLElement} */ (top[top.length - 1]);
-    return { added, last };
+    if (run.length) {
+      last = this.el.appendChild(h('blockquote'));
+      added.push(last);
+      quote = new MarkdownStream(last);
+      quote.push(run.map((l) => l.replace(UNQUOTE, '')).join('\n'));
+      quote.render();
+    }
+    if (!cut || !last) return { added, open: null };
+    if (cut.kind === 'fence') return { added, open: { ...cut, el: /** @type {HTMLElement} */ (last.firstElementChild) } };
+    if (cut.kind === 'quote') return { added, open: quote && { ...cut, el: last, inner: quote } };
+    return { added, open: { ...cut, el: last } };
   }
 }
 
-/** Plain lines a paragraph runs before they are settled. */
-const PARAGRAPH_PIECE = 64;
+/** Lines a paragraph of plain lines, a fence or a list runs before they are settled (a quote's
+ * are settled at once, into its own stream). */
+const PIECE = 64;
 /** The characters that open an inline span (code, emphasis, a link's label). */
 const SPAN_OPENER = /[`*_[]/;
 
 /**
- * Where the settled part of `text` ends (a line's start), and whether it ends inside a paragraph.
- * `open`: `text` goes on a paragraph of plain lines.
+ * What the text settled inside a block leaves open: the block's kind and how it ends.
+ * @typedef {{kind: 'para'} | {kind: 'fence', marker: string} | {kind: 'list', ordered: boolean} | {kind: 'quote'}} Cut
+ */
+
+/**
+ * Where the settled part of `text` ends (a line's start), and which block it ends inside, if
+ * any. `open`: the block `text` goes on.
  * @param {string} text
- * @param {boolean} open
+ * @param {Open | null} open
+ * @returns {{end: number, cut: Cut | null}}
  */
 function settled(text, open) {
   let end = 0;
-  let cut = false;
-  /** @type {string | null} */
-  let fence = null;
+  /** @type {Cut | null} */
+  let cut = null;
+  /** In a fence: what closes it. @type {string | null} */
+  let fence = open?.kind === 'fence' ? open.marker : null;
   /** In a paragraph: 'plain' while none of its lines could open a span. @type {'plain' | 'mixed' | null} */
-  let para = open ? 'plain' : null;
-  let plain = 0;
+  let para = open?.kind === 'para' ? 'plain' : null;
+  /** In a list: whether it is ordered. @type {boolean | null} */
+  let list = open?.kind === 'list' ? open.ordered : null;
+  /** Lines of the current block since it began or was last cut. */
+  let run = 0;
   for (let start = 0, next = text.indexOf('\n'); next >= 0; start = next + 1, next = text.indexOf('\n', start)) {
     const line = text.slice(start, next);
     if (fence !== null) {
       if (line.trim().startsWith(fence)) {
         fence = null;
         end = next + 1;
-        cut = false;
+        cut = null;
+      } else if (++run >= PIECE) {
+        end = next + 1;
+        cut = { kind: 'fence', marker: fence };
+        run = 0;
       }
       continue;
     }
-    const kind = lineKind(line);
+    // A list goes on over every line that reads as one of its items (`- - -` too).
+    const item = list === null ? null : ITEM.exec(line);
+    const kind = item && /\d/.test(item[1]) === list ? 'item' : lineKind(line);
+    if (kind !== 'para') para = null;
     if (kind === 'fence') {
       fence = /** @type {RegExpExecArray} */ (FENCE.exec(line))[1];
-      para = null;
+      list = null;
+      run = 0;
     } else if (kind === 'blank') {
-      para = null;
+      list = null;
       end = next + 1;
-      cut = false;
+      cut = null;
     } else if (kind === 'para') {
+      list = null;
       const opens = SPAN_OPENER.test(line);
-      if (para === null || (para === 'plain' && opens)) { para = opens ? 'mixed' : 'plain'; plain = 0; }
-      if (para === 'plain' && ++plain >= PARAGRAPH_PIECE) {
+      if (para === null || (para === 'plain' && opens)) { para = opens ? 'mixed' : 'plain'; run = 0; }
+      if (para === 'plain' && ++run >= PIECE) {
         end = next + 1;
-        cut = true;
-        plain = 0;
+        cut = { kind: 'para' };
+        run = 0;
+      }
+    } else if (kind === 'quote') {
+      // Its line is settled at once: the quote's own stream settles what it makes of it.
+      list = null;
+      end = next + 1;
+      cut = { kind: 'quote' };
+    } else if (kind === 'item') {
+      const ordered = /\d/.test(/** @type {RegExpExecArray} */ (ITEM.exec(line))[1]);
+      if (list !== ordered) { list = ordered; run = 0; }
+      if (++run >= PIECE) {
+        end = next + 1;
+        cut = { kind: 'list', ordered };
+        run = 0;
       }
     } else {
-      para = null;
+      list = null;
     }
   }
   return { end, cut };
