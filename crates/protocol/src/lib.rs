@@ -278,6 +278,10 @@ pub struct AgentInfo {
     pub attention_reason: Option<AttentionReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_timestamp: Option<String>,
+    /// Set while the agent waits for its provider's usage limit to reset (attention
+    /// `limited`): its failed prompt is sent again at `retryAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited: Option<LimitedInfo>,
     pub auto_archive: bool,
     pub permission_policy: PermissionPolicy,
     /// What happens to a turn a daemon restart cuts off, as the agent was created with
@@ -288,10 +292,6 @@ pub struct AgentInfo {
     /// (`null`: its provider's `on_limit`, else `wait`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_limit: Option<OnLimit>,
-    /// Set while the agent waits for its provider's usage limit to reset (attention
-    /// `limited`): its failed prompt is sent again at `retryAt`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limited: Option<LimitedInfo>,
     /// What the agent spent, as its agent reported it (`null` fields: it reported none,
     /// unknown rather than zero).
     #[serde(default)]

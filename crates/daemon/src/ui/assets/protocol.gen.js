@@ -384,11 +384,11 @@ export const DaemonType = Object.freeze({
  * @property {boolean} requiresAttention
  * @property {AttentionReason | null} [attentionReason]
  * @property {string | null} [attentionTimestamp]
+ * @property {LimitedInfo | null} [limited] - Set while the agent waits for its provider's usage limit to reset (attention `limited`): its failed prompt is sent again at `retryAt`.
  * @property {boolean} autoArchive
  * @property {PermissionPolicy} permissionPolicy
  * @property {OnInterrupt | null} [onInterrupt] - What happens to a turn a daemon restart cuts off, as the agent was created with (`null`: its provider's `on_interrupt`, else `notify`).
  * @property {OnLimit | null} [onLimit] - What happens when a turn hits the provider's usage limit, as the agent was created with (`null`: its provider's `on_limit`, else `wait`).
- * @property {LimitedInfo | null} [limited] - Set while the agent waits for its provider's usage limit to reset (attention `limited`): its failed prompt is sent again at `retryAt`.
  * @property {SpendInfo} [spend] - What the agent spent, as its agent reported it (`null` fields: it reported none, unknown rather than zero).
  * @property {Budget | null} [budget] - The budget set on this agent, for it and its subtree (`null`: none here; an ancestor's may apply).
  * @property {TreeSpendInfo | null} [treeSpend] - What the agent and every agent below it spent: only in the `agent` answer.
