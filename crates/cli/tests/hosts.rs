@@ -412,6 +412,47 @@ fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
     assert!(added.status.success(), "host add: {}", text(&added));
     // A turn that outlasts the cut.
     let id = fleet.run_on_b("sleep 9000\nsay finished on b");
+    // A subagent b refuses (it has no such folder) leaves its parent nothing there.
+    let hub_work = fleet.hub.work.display().to_string();
+    let made = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--cwd",
+            &hub_work,
+            "--provider",
+            "demo",
+            "--detach",
+            "say hi",
+        ],
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let parent = String::from_utf8_lossy(&made.stdout).trim().to_string();
+    let refused = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "b",
+            "--parent",
+            &parent,
+            "--cwd",
+            "/no/such/folder",
+            "--provider",
+            "demo",
+            "--detach",
+            "hi",
+        ],
+    );
+    assert!(
+        !refused.status.success(),
+        "b made an agent in a missing folder"
+    );
+    assert!(
+        text(&refused).contains("/no/such/folder"),
+        "{}",
+        text(&refused)
+    );
 
     fleet
         .b
@@ -427,6 +468,11 @@ fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
     assert!(!host["error"].is_null(), "{host}");
     let table = String::from_utf8_lossy(&drover(&fleet.hub, &["ls"]).stdout).to_string();
     assert!(table.contains("b (unreachable"), "{table}");
+    // So archiving it need not ask b.
+    let waited = drover(&fleet.hub, &["wait", &parent, "--timeout", "30"]);
+    assert!(waited.status.success(), "{}", text(&waited));
+    let archived = drover(&fleet.hub, &["archive", &parent]);
+    assert!(archived.status.success(), "{}", text(&archived));
 
     // A request for it fails at once, naming the host.
     let asked = Instant::now();

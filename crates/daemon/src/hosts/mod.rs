@@ -543,12 +543,18 @@ impl Hosts {
     /// This daemon's `agent` has an agent made on `host` that reports to it (a subagent, or
     /// one that tells it how its first turn went): remembered before the host is asked, so
     /// that archiving `agent` asks that host even after a restart, and its notices are taken.
+    /// The host's answer is told with [`Hosts::parent_answered`].
     pub(crate) fn will_parent(&self, host: &str, agent: AgentId) -> Result<(), HostError> {
         self.link(host)?;
         self.inner
             .parents
             .add(host, agent)
             .map_err(HostError::Store)
+    }
+
+    /// `host` answered the creation [`Hosts::will_parent`] announced: `made` unless it refused.
+    pub(crate) fn parent_answered(&self, host: &str, agent: AgentId, made: bool) {
+        self.inner.parents.answered(host, agent, made);
     }
 
     /// The unarchived subagents other hosts hold of the agents in `tree` (this daemon's

@@ -102,7 +102,8 @@ impl Ops {
                 "notifyOnFinish": request.notify == Some(agent),
             })
         });
-        if let Some(agent) = request.parent.or(request.notify) {
+        let reports_to = request.parent.or(request.notify);
+        if let Some(agent) = reports_to {
             self.hosts.will_parent(host, agent)?;
         }
         let permission_policy = request
@@ -128,7 +129,13 @@ impl Ops {
             "upstream": upstream,
         });
         let message = strip_nulls(message);
-        let mut payload = self.ask_host(host, message).await?;
+        let answer = self.ask_host(host, message).await;
+        if let Some(agent) = reports_to {
+            // A refusal made nothing; a link that broke before the answer may have.
+            let made = !matches!(answer, Err(OpError::Remote { .. }));
+            self.hosts.parent_answered(host, agent, made);
+        }
+        let mut payload = answer?;
         let agent = payload
             .get_mut("agent")
             .map(Value::take)
