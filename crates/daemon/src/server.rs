@@ -181,6 +181,7 @@ async fn upgrade(
     let context = state.ws.clone();
     let stop = state.stop.clone();
     upgrade
+        .read_buffer_size(ws::READ_BUFFER)
         .max_message_size(drover_protocol::MAX_CLIENT_FRAME)
         .max_frame_size(drover_protocol::MAX_CLIENT_FRAME)
         .on_upgrade(move |socket| ws::session(socket, context, stop))
