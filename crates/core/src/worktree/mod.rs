@@ -594,7 +594,7 @@ pub fn is_missing(path: &Path) -> bool {
 /// What the worktree at `path` holds that exists nowhere else: its `git status` entries
 /// (files drover copied in left out), and the commits on its HEAD or branch reachable neither
 /// from the source checkout's HEAD, nor from any remote-tracking branch, nor from the base
-/// (newest first); at most [`LIST_LIMIT`] of each, the counts exact.
+/// (newest first); at most 200 of each (`LIST_LIMIT`), the counts exact.
 pub fn status(path: &Path, info: &WorktreeInfo) -> Result<WorktreeStatusInfo, WorktreeError> {
     let mut status = WorktreeStatusInfo {
         path: path.display().to_string(),
