@@ -700,6 +700,81 @@ mod tests {
     }
 
     #[test]
+    fn sign_ins_written_at_the_same_time_keep_every_key() {
+        let home = tempfile::TempDir::new().expect("home");
+        let writers = 8;
+        let rounds = 4;
+        let barrier = Arc::new(std::sync::Barrier::new(writers));
+        let threads: Vec<_> = (0..writers)
+            .map(|w| {
+                let (home, barrier) = (home.path().to_path_buf(), barrier.clone());
+                std::thread::spawn(move || {
+                    for r in 0..rounds {
+                        barrier.wait();
+                        let vars = BTreeMap::from([(format!("KEY_{w}_{r}"), format!("v{w}{r}"))]);
+                        store_sign_in(&home, "codex", &SignInEntry::Env(vars)).expect("stored");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("writer");
+        }
+        let text = std::fs::read_to_string(home.path().join("config.toml")).expect("config");
+        let codex = Providers::load(home.path()).expect("reads");
+        let env = &codex.get("codex").expect("codex").env;
+        let lost: Vec<String> = (0..writers)
+            .flat_map(|w| (0..rounds).map(move |r| format!("KEY_{w}_{r}")))
+            .filter(|k| !env.contains_key(k))
+            .collect();
+        assert!(lost.is_empty(), "keys lost: {lost:?}\n{text}");
+    }
+
+    #[test]
+    fn a_sign_in_writes_through_a_symlinked_config_and_keeps_the_link() {
+        let root = tempfile::TempDir::new().expect("root");
+        let (home, dotfiles) = (root.path().join("home"), root.path().join("dotfiles"));
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::create_dir_all(&dotfiles).expect("dotfiles");
+        let mine = "# kept in my dotfiles\n[runtimes]\nidle_timeout = \"1h\"\n";
+        std::fs::write(dotfiles.join("drover.toml"), mine).expect("target");
+        // A relative link, through a second link, as dotfile managers make them.
+        std::os::unix::fs::symlink("../dotfiles/drover.toml", dotfiles.join("current.toml"))
+            .expect("link");
+        std::os::unix::fs::symlink("../dotfiles/current.toml", home.join("config.toml"))
+            .expect("link");
+        store_sign_in(&home, "codex", &SignInEntry::Auth("chatgpt".to_string())).expect("stored");
+        let link = std::fs::symlink_metadata(home.join("config.toml")).expect("link");
+        assert!(link.file_type().is_symlink(), "the link was replaced");
+        let text = std::fs::read_to_string(dotfiles.join("drover.toml")).expect("target");
+        assert!(text.starts_with(mine), "{text}");
+        assert!(text.contains("auth = \"chatgpt\""), "{text}");
+        let mode = std::fs::metadata(dotfiles.join("drover.toml")).expect("target");
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
+        let left: Vec<_> = std::fs::read_dir(&dotfiles)
+            .expect("dotfiles")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "no temp file left: {left:?}");
+
+        // A link to a file not made yet: the file is made where the link points.
+        std::fs::remove_file(home.join("config.toml")).expect("unlink");
+        std::os::unix::fs::symlink("../dotfiles/new.toml", home.join("config.toml")).expect("link");
+        store_sign_in(&home, "codex", &SignInEntry::Auth("chatgpt".to_string())).expect("stored");
+        assert!(
+            std::fs::symlink_metadata(home.join("config.toml"))
+                .expect("link")
+                .file_type()
+                .is_symlink()
+        );
+        let made = std::fs::read_to_string(dotfiles.join("new.toml")).expect("made");
+        assert!(made.contains("auth = \"chatgpt\""), "{made}");
+    }
+
+    #[test]
     fn unattended_policies_read_and_a_fallback_names_another_provider() {
         let text = r#"
             [providers.codex]
@@ -872,10 +947,20 @@ pub enum SignInEntry {
 /// Writes `entry` into `[providers.<provider>]` of `home`'s `config.toml`, keeping every other
 /// line, comment and key of the file as it was; the file is written atomically and private
 /// (0600). The daemon reads it again at the next start of an agent.
+///
+/// Writers take turns (`config.toml.lock` in `home`, an advisory lock): two sign-ins at the
+/// same moment each read what the other wrote, so neither key is lost. A `config.toml` that is
+/// a symbolic link (dotfiles kept in a repository) keeps its link: the file it points to is
+/// the one replaced, atomically, in its own folder.
 pub fn store_sign_in(home: &Path, provider: &str, entry: &SignInEntry) -> Result<(), ConfigError> {
     use toml_edit::{DocumentMut, InlineTable, Item, Table, value};
     let path = home.join("config.toml");
-    let text = match std::fs::read_to_string(&path) {
+    let _turn = config_write_lock(home)?;
+    let target = link_target(&path).map_err(|source| ConfigError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let text = match std::fs::read_to_string(&target) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(source) => return Err(ConfigError::Read { path, source }),
@@ -920,5 +1005,46 @@ pub fn store_sign_in(home: &Path, provider: &str, entry: &SignInEntry) -> Result
     let text = doc.to_string();
     // What the daemon will read must read: a write that breaks the file is not made.
     Providers::presets().with_config(&path, &text)?;
-    drover_core::store::write_atomic(&path, text.as_bytes()).map_err(|e| invalid(e.to_string()))
+    drover_core::store::write_atomic(&target, text.as_bytes()).map_err(|e| invalid(e.to_string()))
+}
+
+/// Held while `config.toml` is read, edited and written: one writer at a time, across threads
+/// and processes (released when dropped, or by the kernel if the writer dies).
+fn config_write_lock(home: &Path) -> Result<std::fs::File, ConfigError> {
+    let path = home.join("config.toml.lock");
+    let io = |source| ConfigError::Read {
+        path: path.clone(),
+        source,
+    };
+    let file = drover_core::private::open_options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    file.lock().map_err(io)?;
+    Ok(file)
+}
+
+/// The file `path` stands for: itself, or where its symbolic links lead (relative links from
+/// the link's folder), followed as the kernel would, to a file that may not exist yet.
+fn link_target(path: &Path) -> std::io::Result<PathBuf> {
+    // The kernel's own limit on links followed (ELOOP).
+    const MAX_LINKS: usize = 40;
+    let mut path = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let next = std::fs::read_link(&path)?;
+                path = match path.parent() {
+                    Some(dir) => dir.join(next),
+                    None => next,
+                };
+            }
+            Ok(_) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(nix::errno::Errno::ELOOP.into())
 }
