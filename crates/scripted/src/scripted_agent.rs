@@ -101,6 +101,10 @@
 //! gets a welcome streamed a few words at a time (what it is and what to type), a notice from
 //! drover (a prompt starting with `[drover]`: a subagent finished, a job ended) is
 //! acknowledged in one line and never read as directives, and `say` streams its text too.
+//! It plays only the directives `docs/demo.md` lists (`tour`, `help`, `say`, `think`, `plan`,
+//! `tool`, `permission`, `subagent`, `job`, `stream`, `sleep`, `recall`, `usage`, `fail`,
+//! `stop`, `mcp`); any other line is plain text (`ok: <line>`): what makes an agent misbehave
+//! for drover's tests (`spawn-escapee`, `env`, `crash`, `hang`, ...) is not a person's to reach.
 //!
 //! # Environment
 //! - `SCRIPTED_AGENT_STATE_DIR`: where session histories are kept (one `<sessionId>.jsonl` per
@@ -344,6 +348,33 @@ pub enum Directive {
 }
 
 impl Directive {
+    /// Whether the demo plays it (the directives docs/demo.md lists).
+    fn is_demos(&self) -> bool {
+        matches!(
+            self,
+            Directive::Tour
+                | Directive::Help
+                | Directive::Say(_)
+                | Directive::Think(_)
+                | Directive::Plan(_)
+                | Directive::Tool(_)
+                | Directive::Permission {
+                    order: PermissionOrder::AnnounceFirst,
+                    ..
+                }
+                | Directive::Subagent(_)
+                | Directive::Job(_)
+                | Directive::Stream { .. }
+                | Directive::Sleep(_)
+                | Directive::Recall
+                | Directive::Usage
+                | Directive::Fail(_)
+                | Directive::Stop(_)
+                | Directive::Mcp { .. }
+                | Directive::Other(_)
+        )
+    }
+
     /// Parses one trimmed, non-empty line; a line that fits no directive is `Other`.
     pub fn parse(line: &str) -> Directive {
         let (word, rest) = match line.split_once(char::is_whitespace) {
@@ -1513,10 +1544,11 @@ impl Agent {
             &turn.session_id,
             &json!({"type": "user", "text": turn.text}),
         );
-        let mut directives = Directive::parse_all(&turn.text, self.config.read_quotes);
-        if self.config.demo {
-            directives = demo_directives(&turn.text, directives);
-        }
+        let mut directives = if self.config.demo {
+            demo_directives(&turn.text)
+        } else {
+            Directive::parse_all(&turn.text, self.config.read_quotes)
+        };
         if let Some(script) = &self.config.on_drover
             && turn.text.starts_with("[drover]")
         {
@@ -2385,12 +2417,24 @@ fn tour() -> Vec<Directive> {
 
 /// In demo mode: a notice from drover is acknowledged and never read as directives; a
 /// prompt without any directive gets the welcome and the help.
-fn demo_directives(text: &str, directives: Vec<Directive>) -> Vec<Directive> {
+fn demo_directives(text: &str) -> Vec<Directive> {
     let text = text.trim_start();
     if text.starts_with("[drover]") {
         let first = text.lines().next().unwrap_or_default();
         return vec![Directive::Say(format!("Noted: {first}\n"))];
     }
+    // Only the demo's own directives (docs/demo.md): the ones that test drover against a
+    // misbehaving agent (a process left outside drover's tree, the environment printed, a
+    // crash, a hang) are not a person's to reach; their lines are plain text here.
+    let directives: Vec<Directive> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|line| match Directive::parse(line) {
+            d if d.is_demos() => d,
+            _ => Directive::Other(line.to_string()),
+        })
+        .collect();
     if directives.iter().all(|d| matches!(d, Directive::Other(_))) {
         return vec![
             Directive::Think(
@@ -2492,20 +2536,65 @@ mod tests {
 
     #[test]
     fn the_demo_welcomes_a_plain_prompt_and_notes_drover_notices() {
-        let plain = demo_directives("hello there", Directive::parse_all("hello there", false));
+        let plain = demo_directives("hello there");
         assert!(
             matches!(plain.as_slice(), [Directive::Think(_), Directive::Say(w), Directive::Help] if w == WELCOME)
         );
         // A notice quoting a reply with directive-like lines is never played.
         let notice = "[drover] Job job-1 exited (exit status 0)\n> crash";
         assert_eq!(
-            demo_directives(notice, Directive::parse_all(notice, false)),
+            demo_directives(notice),
             [Directive::Say(
                 "Noted: [drover] Job job-1 exited (exit status 0)\n".into()
             )]
         );
         let scripted = Directive::parse_all("say hi\nhello", false);
-        assert_eq!(demo_directives("say hi\nhello", scripted.clone()), scripted);
+        assert_eq!(demo_directives("say hi\nhello"), scripted);
+    }
+
+    #[test]
+    fn the_demo_plays_only_its_own_directives() {
+        let text = "say hi\nspawn-escapee\nenv OPENAI_API_KEY\ncrash\nhang\nspawn-session\n\
+                    terminal sh -c id\npermission-only rm\nlimit codex 60\nstream 2";
+        let played = demo_directives(text);
+        let mut expected = vec![Directive::Say("hi".into())];
+        expected.extend(
+            text.lines()
+                .skip(1)
+                .take(8)
+                .map(|l| Directive::Other(l.to_string())),
+        );
+        expected.push(Directive::Stream {
+            count: 2,
+            delay: Duration::ZERO,
+        });
+        assert_eq!(played, expected);
+        // Nothing but test directives: the welcome, as for any text.
+        assert!(matches!(
+            demo_directives("spawn-escapee\nenv HOME").as_slice(),
+            [Directive::Think(_), Directive::Say(w), Directive::Help] if w == WELCOME
+        ));
+        // Every directive the demo documents still plays.
+        for line in [
+            "tour",
+            "help",
+            "say a",
+            "think a",
+            "plan a; b",
+            "tool a",
+            "permission a",
+            "subagent say a",
+            "job echo a",
+            "stream 3 10",
+            "sleep 5",
+            "recall",
+            "usage",
+            "fail a",
+            "stop refusal",
+            "mcp list_agents {}",
+        ] {
+            assert_eq!(demo_directives(line), [Directive::parse(line)], "{line}");
+        }
     }
 
     #[test]
