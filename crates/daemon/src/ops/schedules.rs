@@ -384,9 +384,11 @@ impl Ops {
         let ops = self.clone();
         let caller = creator(schedule);
         Box::pin(async move {
-            // A spent budget holds the run in the agent's inbox until it is raised; one run at
-            // a time: while an earlier one of this schedule waits, the next is refused.
-            if let Err(spent) = ops.check_budget(agent) {
+            // An agent that cannot run its queue now (its budget is spent, its start failed
+            // and waits for a sign-in or a retry, its provider's limit was hit) keeps the run
+            // queued until it can; one run at a time: while an earlier one of this schedule
+            // waits, the next is refused, so nobody finds a pile of stale runs played at once.
+            if let Some(held) = ops.why_held(agent) {
                 let queued = ops
                     .runtimes
                     .queued(agent)
@@ -394,7 +396,7 @@ impl Ops {
                     .map_err(|e| e.to_string())?;
                 if queued.iter().any(|m| m.source == message.source) {
                     return Err(format!(
-                        "{spent}; an earlier run of this schedule waits for it"
+                        "{held}; an earlier run of this schedule waits for it"
                     ));
                 }
             }
@@ -403,6 +405,50 @@ impl Ops {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
+    }
+
+    /// Why `agent` cannot run what is queued for it now, if it cannot: its tree's budget is
+    /// spent, its last start failed (waiting for a sign-in, its next try or the user), or it
+    /// waits for its provider's usage limit.
+    fn why_held(&self, agent: AgentId) -> Option<String> {
+        if let Err(spent) = self.check_budget(agent) {
+            return Some(spent.to_string());
+        }
+        let record = self.registry.get(agent)?;
+        if let Some(failure) = &record.start_failure {
+            return Some(if failure.sign_in.is_some() {
+                format!(
+                    "agent `{agent}` waits for a sign-in to {} (`drover login {}`)",
+                    record.provider, record.provider
+                )
+            } else {
+                format!("agent `{agent}` did not start (`drover retry {agent}` starts it again)")
+            });
+        }
+        record.limited.as_ref().map(|_| {
+            format!(
+                "agent `{agent}` waits for {}'s usage limit",
+                record.provider
+            )
+        })
+    }
+
+    /// Why the next run of a schedule that creates agents would only wait: an agent an
+    /// earlier run made (not archived) waits for a sign-in.
+    fn made_and_waits(&self, schedule: &Schedule) -> Option<String> {
+        let id = schedule.id.to_string();
+        let waiting = self.registry.agents().into_iter().find(|a| {
+            a.labels.get(SCHEDULE_LABEL) == Some(&id)
+                && !a.is_archived()
+                && a.start_failure
+                    .as_ref()
+                    .is_some_and(|f| f.sign_in.is_some())
+        })?;
+        Some(format!(
+            "agent `{}`, made by an earlier run of this schedule, waits for a sign-in to {} \
+             (`drover login {}`); this run's agent would wait too",
+            waiting.id, waiting.provider, waiting.provider
+        ))
     }
 
     /// A run's agent, created as the schedule's creator (unless `existing`, one a crashed run
@@ -441,7 +487,16 @@ impl Ops {
             budget: None,
             upstream: None,
         };
+        let waiting = existing
+            .is_none()
+            .then(|| self.made_and_waits(schedule))
+            .flatten();
         Box::pin(async move {
+            // Its agents would all wait for the same sign-in, each with its run, to be played
+            // at once after it: one at a time.
+            if let Some(why) = waiting {
+                return Err(why);
+            }
             let agent = match existing {
                 Some(agent) => agent,
                 None => {

@@ -386,3 +386,111 @@ async fn reading_an_agent_never_waits_for_its_start() {
     .await;
     assert_eq!(client.get_agent(&id).await["queued"], json!([]));
 }
+
+/// The errors of a schedule's runs so far.
+async fn run_errors(client: &mut Client, schedule: &str) -> Vec<String> {
+    let answer = client.request(json!({"type": "list_schedules"})).await;
+    answer["payload"]["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .filter(|s| s["id"] == schedule)
+        .flat_map(|s| s["runs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["error"].as_str().map(str::to_string))
+        .collect()
+}
+
+async fn create_schedule(client: &mut Client, request: Value) -> String {
+    let mut message = json!({"type": "create_schedule", "when": {"everySeconds": 1}});
+    for (k, v) in request.as_object().expect("object") {
+        message[k] = v.clone();
+    }
+    let answer = client.request(message).await;
+    assert_eq!(answer["type"], "schedule", "{answer}");
+    answer["payload"]["schedule"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+/// The agents a schedule made.
+async fn made_by(client: &mut Client, schedule: &str) -> Vec<String> {
+    client
+        .agents(false)
+        .await
+        .iter()
+        .filter(|a| a["labels"]["drover.schedule"] == schedule)
+        .filter_map(|a| a["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+// A schedule that fires every second into an agent waiting for a sign-in leaves one run
+// waiting, not one per second; one that makes agents makes one that waits, not one per second.
+// Signing in then plays what waited, once: nobody finds a pile of stale runs played at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_leave_one_run_waiting_for_a_sign_in_not_a_pile() {
+    let state = TempDir::new().expect("state");
+    let (daemon, mut client) = daemon_with(locked_config(state.path(), "")).await;
+    let id = client
+        .create_agent(json!({"provider": "locked", "cwd": daemon.cwd(), "prompt": "say first"}))
+        .await;
+    wait_for_sign_in(&mut client, &id).await;
+    let into = create_schedule(
+        &mut client,
+        json!({"agentId": id, "prompt": "say scheduled"}),
+    )
+    .await;
+    let making = create_schedule(
+        &mut client,
+        json!({"newAgent": {"provider": "locked", "cwd": daemon.cwd()}, "prompt": "say made"}),
+    )
+    .await;
+
+    for schedule in [&into, &making] {
+        let errors = eventually("a run refused behind the waiting one", WAIT, async || {
+            let errors = run_errors(&mut client, schedule).await;
+            (!errors.is_empty()).then_some(errors)
+        })
+        .await;
+        assert!(
+            errors[0].contains("waits for a sign-in to locked")
+                && errors[0].contains("drover login locked")
+                && errors[0].contains("an earlier run of this schedule"),
+            "{errors:?}"
+        );
+    }
+    let made = made_by(&mut client, &making).await;
+    // Three more seconds of runs change nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let agent = client.get_agent(&id).await;
+    let queued: Vec<&str> = agent["queued"]
+        .as_array()
+        .expect("queued")
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(queued, ["say first", "say scheduled"], "{agent}");
+    assert_eq!(made_by(&mut client, &making).await, made, "no agent more");
+    assert!(run_errors(&mut client, &into).await.len() >= 3);
+
+    for schedule in [&into, &making] {
+        let deleted = client
+            .request(json!({"type": "delete_schedule", "scheduleId": schedule}))
+            .await;
+        assert_eq!(deleted["type"], "schedule_deleted", "{deleted}");
+    }
+    let signed = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"SCRIPTED_KEY": KEY}}))
+        .await;
+    assert_eq!(signed["type"], "signed_in", "{signed}");
+    eventually("what waited to run, once", WAIT, async || {
+        client.replies(&id).await == ["first", "scheduled"]
+    })
+    .await;
+    for agent in &made {
+        eventually("the made agent's run", WAIT, async || {
+            client.replies(agent).await == ["made"]
+        })
+        .await;
+    }
+}
