@@ -207,6 +207,9 @@ pub enum AcpError {
     /// Listing the provider's sessions failed (see [`RuntimeManager::provider_sessions`]).
     #[error("listing the sessions of provider `{provider}` failed: {message}")]
     Listing { provider: String, message: String },
+    /// Asking the provider's agent how it signs in failed (see `RuntimeManager::sign_in`).
+    #[error("asking the agent of provider `{provider}` how it signs in failed: {message}")]
+    Asking { provider: String, message: String },
 }
 
 impl AcpError {
@@ -222,7 +225,9 @@ impl AcpError {
                 ErrorCode::NoSuchPermission
             }
             AcpError::StartFailed { .. } => ErrorCode::AgentStartFailed,
-            AcpError::Agent { .. } | AcpError::Listing { .. } => ErrorCode::AgentError,
+            AcpError::Agent { .. } | AcpError::Listing { .. } | AcpError::Asking { .. } => {
+                ErrorCode::AgentError
+            }
             AcpError::Stopped(_) => ErrorCode::RuntimeStopped,
             AcpError::ShuttingDown => ErrorCode::ShuttingDown,
             AcpError::InvalidSignIn { .. }

@@ -1,6 +1,8 @@
 //! A provider's own past sessions, listed through ACP `session/list`: its agent starts once,
 //! outside any agent's runtime and without a session, is asked for every page of the list
 //! (following `nextCursor`, bounded), and ends. What it asks the client meanwhile is refused.
+//! The same short start, `initialize` only, tells which sign-in methods a provider offers
+//! when none of its agents started since the daemon did (`offered_sign_ins`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -45,6 +47,45 @@ impl RuntimeManager {
         provider: &str,
         cwd: Option<&Path>,
     ) -> Result<Vec<ProviderSession>, AcpError> {
+        let alone = self.start_alone(provider, cwd, listing_failed).await?;
+        let listed = list(&alone.rpc, &alone.provider, &alone.env, cwd).await;
+        let (provider, stderr) = alone.end().await;
+        listed.map_err(|e| match e {
+            Failure::Unsupported => AcpError::CannotList { provider },
+            Failure::Agent(message) => {
+                listing_failed(provider, format!("{message}{}", tail(&stderr)))
+            }
+        })
+    }
+
+    /// The sign-in methods `provider`'s agent offers in its `initialize` answer, asked of the
+    /// agent started once as the daemon starts it (its environment, the user's home).
+    pub(crate) async fn offered_sign_ins(
+        &self,
+        provider: &str,
+    ) -> Result<Vec<drover_core::AuthMethod>, AcpError> {
+        let alone = self.start_alone(provider, None, asking_failed).await?;
+        let init = ask(
+            &alone.rpc,
+            "initialize",
+            handshake::initialize_params(&handshake::runtime_capabilities()),
+        )
+        .await;
+        let (provider, stderr) = alone.end().await;
+        match init {
+            Ok(init) => Ok(auth::parse_methods(&init)),
+            Err(e) => Err(asking_failed(provider, format!("{e}{}", tail(&stderr)))),
+        }
+    }
+
+    /// `provider`'s agent started alone: outside any runtime, in `cwd` (else the user's home,
+    /// else drover's), what it asks refused; `failed` names a start that failed.
+    async fn start_alone(
+        &self,
+        provider: &str,
+        cwd: Option<&Path>,
+        failed: fn(String, String) -> AcpError,
+    ) -> Result<Alone, AcpError> {
         let providers = self.providers()?;
         let provider = providers
             .get(provider)
@@ -72,33 +113,60 @@ impl RuntimeManager {
         if let Some(dir) = cwd.map(Path::to_path_buf).or(home) {
             spec.cwd = dir;
         }
-        let listing_error = |message: String| AcpError::Listing {
-            provider: provider.name.clone(),
-            message,
-        };
         let process::Connected {
-            running:
-                process::Running {
-                    pid,
-                    stderr,
-                    mut exited,
-                    cgroup,
-                },
+            running,
             rpc,
             incoming,
         } = process::spawn_connected(&spec)
             .await
-            .map_err(|e| listing_error(e.to_string()))?;
+            .map_err(|e| failed(provider.name.clone(), e.to_string()))?;
         let refusals = tokio::spawn(refuse_requests(rpc.clone(), incoming));
-        let listed = list(&rpc, &provider, &spec.env, cwd).await;
-        refusals.abort();
-        process::terminate_group(pid, None, cgroup.as_deref(), &mut exited, CLOSE_GRACE).await;
-        listed.map_err(|e| match e {
-            Failure::Unsupported => AcpError::CannotList {
-                provider: provider.name.clone(),
-            },
-            Failure::Agent(message) => listing_error(format!("{message}{}", tail(&stderr))),
+        Ok(Alone {
+            provider,
+            env: spec.env,
+            rpc,
+            running,
+            refusals,
         })
+    }
+}
+
+fn listing_failed(provider: String, message: String) -> AcpError {
+    AcpError::Listing { provider, message }
+}
+
+fn asking_failed(provider: String, message: String) -> AcpError {
+    AcpError::Asking { provider, message }
+}
+
+/// A provider's agent started alone ([`RuntimeManager::start_alone`]); [`Alone::end`] ends its
+/// process group.
+struct Alone {
+    provider: Provider,
+    env: BTreeMap<String, String>,
+    rpc: RpcClient,
+    running: process::Running,
+    refusals: tokio::task::JoinHandle<()>,
+}
+
+impl Alone {
+    /// Ends it (its whole group); its provider's name and what it wrote on stderr.
+    async fn end(self) -> (String, StderrTail) {
+        let Alone {
+            provider,
+            running,
+            refusals,
+            ..
+        } = self;
+        refusals.abort();
+        let process::Running {
+            pid,
+            stderr,
+            mut exited,
+            cgroup,
+        } = running;
+        process::terminate_group(pid, None, cgroup.as_deref(), &mut exited, CLOSE_GRACE).await;
+        (provider.name, stderr)
     }
 }
 
@@ -247,7 +315,9 @@ async fn refuse_requests(rpc: RpcClient, mut incoming: mpsc::Receiver<Incoming>)
                     id,
                     Err((
                         METHOD_NOT_FOUND,
-                        format!("drover is only listing sessions: `{method}` is not available"),
+                        format!(
+                            "drover is only asking about the agent: `{method}` is not available"
+                        ),
                     )),
                 )
                 .await;

@@ -45,8 +45,10 @@ impl RuntimeManager {
 
     /// Signs `provider` in with `method_id` (see `ClientMessage::SignIn`): an `env_var`
     /// method's `vars` go into the provider's `env` in `config.toml`, an `agent` method
-    /// becomes its `auth`, a `terminal` one (run by the user) needs nothing kept. Then every
-    /// agent of the provider waiting for a sign-in starts again; their ids are returned.
+    /// becomes its `auth`, a `terminal` one (run by the user) needs nothing kept. Only a
+    /// method the provider's agent offers, with its own variables, is kept: when no agent of
+    /// it started since the daemon did, its agent is started once to ask. Then every agent of
+    /// the provider waiting for a sign-in starts again; their ids are returned.
     pub async fn sign_in(
         &self,
         provider_name: &str,
@@ -60,50 +62,52 @@ impl RuntimeManager {
                 name: provider_name.to_string(),
                 known: providers.all().map(|p| p.name.clone()).collect(),
             })?;
-        let (_, methods, _) = self.sign_in_status(provider);
-        let method = methods.iter().find(|m| m.id == method_id);
-        if method.is_none() && !methods.is_empty() {
-            let ids: Vec<&str> = methods.iter().map(|m| m.id.as_str()).collect();
-            return Err(AcpError::InvalidSignIn {
-                message: format!(
-                    "{provider_name} offers no sign-in method `{method_id}`; its methods are {}",
-                    ids.join(", ")
-                ),
-            });
+        let (_, mut methods, _) = self.sign_in_status(provider);
+        if methods.is_empty() {
+            // None of its agents started since the daemon did: its agent says, started as
+            // the daemon starts it. What is kept is checked against what it offers.
+            methods = self.offered_sign_ins(provider_name).await?;
         }
-        let unlisted = if vars.is_empty() {
-            drover_protocol::AuthKind::Agent
-        } else {
-            drover_protocol::AuthKind::EnvVar
+        let invalid = |message: String| AcpError::InvalidSignIn { message };
+        let Some(method) = methods.iter().find(|m| m.id == method_id) else {
+            if methods.is_empty() {
+                return Err(invalid(format!(
+                    "{provider_name} offers no sign-in method over ACP: give it its key in \
+                     config.toml ([providers.{provider_name}] env), or sign in with its own CLI"
+                )));
+            }
+            let ids: Vec<&str> = methods.iter().map(|m| m.id.as_str()).collect();
+            return Err(invalid(format!(
+                "{provider_name} offers no sign-in method `{method_id}`; its methods are {}",
+                ids.join(", ")
+            )));
         };
-        let kind = method.map_or(unlisted, |m| m.kind);
-        let entry = match kind {
+        if method.kind != drover_protocol::AuthKind::EnvVar && !vars.is_empty() {
+            return Err(invalid(format!(
+                "sign-in `{method_id}` of {provider_name} takes no variables"
+            )));
+        }
+        let entry = match method.kind {
             drover_protocol::AuthKind::EnvVar => {
-                if let Some(method) = method {
-                    let missing: Vec<&str> = method
-                        .vars
-                        .iter()
-                        .filter(|v| !v.optional && vars.get(&v.name).is_none_or(String::is_empty))
-                        .map(|v| v.name.as_str())
-                        .collect();
-                    if !missing.is_empty() {
-                        return Err(AcpError::InvalidSignIn {
-                            message: format!(
-                                "sign-in `{method_id}` of {provider_name} needs {}",
-                                missing.join(", ")
-                            ),
-                        });
-                    }
-                    if let Some(extra) = vars
-                        .keys()
-                        .find(|k| !method.vars.iter().any(|v| &v.name == *k))
-                    {
-                        return Err(AcpError::InvalidSignIn {
-                            message: format!(
-                                "sign-in `{method_id}` of {provider_name} takes no variable `{extra}`"
-                            ),
-                        });
-                    }
+                let missing: Vec<&str> = method
+                    .vars
+                    .iter()
+                    .filter(|v| !v.optional && vars.get(&v.name).is_none_or(String::is_empty))
+                    .map(|v| v.name.as_str())
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(invalid(format!(
+                        "sign-in `{method_id}` of {provider_name} needs {}",
+                        missing.join(", ")
+                    )));
+                }
+                if let Some(extra) = vars
+                    .keys()
+                    .find(|k| !method.vars.iter().any(|v| &v.name == *k))
+                {
+                    return Err(invalid(format!(
+                        "sign-in `{method_id}` of {provider_name} takes no variable `{extra}`"
+                    )));
                 }
                 Some(providers::SignInEntry::Env(vars))
             }

@@ -494,3 +494,78 @@ async fn schedules_leave_one_run_waiting_for_a_sign_in_not_a_pile() {
         .await;
     }
 }
+
+// Before any agent of a provider started, the daemon has seen none of its sign-in methods: it
+// asks the provider's agent, and keeps only a method it offers, with that method's variables.
+// A provider whose agent offers none is told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_before_any_start_is_checked_against_what_the_agent_offers() {
+    let state = TempDir::new().expect("state");
+    let open = format!(
+        "[providers.open]\ncommand = [{:?}]\n",
+        scripted_agent_bin().display().to_string()
+    );
+    let config = format!("{}{open}", locked_config(state.path(), ""));
+    let (daemon, mut client) = daemon_with(config).await;
+    let config_path = daemon.home.join("config.toml");
+    let before = std::fs::read_to_string(&config_path).expect("config");
+    let refused = [
+        (json!({"methodId": "magic"}), "scripted-login"),
+        (
+            json!({"methodId": "scripted-key", "vars": {"SCRIPTED_KEY": KEY, "LD_PRELOAD": "/tmp/x.so"}}),
+            "LD_PRELOAD",
+        ),
+        (
+            json!({"methodId": "scripted-key", "vars": {}}),
+            "SCRIPTED_KEY",
+        ),
+        (
+            json!({"methodId": "scripted-login", "vars": {"NODE_OPTIONS": "--require /tmp/x.js"}}),
+            "takes no variables",
+        ),
+    ];
+    for (asked, named) in refused {
+        let mut request = json!({"type": "sign_in", "provider": "locked"});
+        for (k, v) in asked.as_object().expect("object") {
+            request[k] = v.clone();
+        }
+        let answer = client.request(request).await;
+        assert_eq!(
+            answer["payload"]["code"], "invalid_input",
+            "{asked}: {answer}"
+        );
+        assert!(answer.to_string().contains(named), "{asked}: {answer}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&config_path).expect("config"),
+        before,
+        "nothing refused is kept"
+    );
+    let none = client
+        .request(json!({"type": "sign_in", "provider": "open", "methodId": "anything"}))
+        .await;
+    assert_eq!(none["payload"]["code"], "invalid_input", "{none}");
+    assert!(
+        none.to_string().contains("offers no sign-in method"),
+        "{none}"
+    );
+
+    // What it offers is kept.
+    let signed = client
+        .request(json!({"type": "sign_in", "provider": "locked", "methodId": "scripted-key", "vars": {"SCRIPTED_KEY": KEY}}))
+        .await;
+    assert_eq!(signed["type"], "signed_in", "{signed}");
+    let config = std::fs::read_to_string(&config_path).expect("config");
+    assert!(
+        config.contains(&format!("SCRIPTED_KEY = \"{KEY}\"")),
+        "{config}"
+    );
+    // The agent asked ended with its answer.
+    let dir = state.path().display().to_string();
+    eventually("the agent asked to end", WAIT, async || {
+        !drover_fakes::procs::live()
+            .iter()
+            .any(|p| p.has_env("SCRIPTED_AGENT_STATE_DIR", &dir))
+    })
+    .await;
+}
