@@ -11,6 +11,14 @@
 //!
 //! The methods come from the daemon (what its agents' last starts saw); when it has not seen
 //! any, the agent is started here once to ask (`initialize`).
+//!
+//! What runs here is the CLI's own: its agent (and the terminal method's command) dies with
+//! this process, by any signal, at any depth, as the daemon's children die with the daemon:
+//! the same guard (`drover_core::guard`: the marker, a cgroup, `PR_SET_PDEATHSIG`), started
+//! for the login. It runs in this process's environment (the variables drover passes to
+//! agents, then the provider's `env`), not the daemon's: a sign-in the agent keeps in the
+//! user's files (under `HOME`) is found by the daemon's agents only when the daemon runs as
+//! the same user with the same `HOME`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -62,6 +70,8 @@ pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::R
             return Err(refusal("provider_unavailable", reason));
         }
     };
+    // Before the agent starts: it ends what the login started if this process is killed.
+    let _guard = drover_core::guard::start();
     let agent = AgentCommand {
         program: program.display().to_string(),
         args: spec.command[1..].to_vec(),
@@ -247,11 +257,10 @@ impl AgentCommand {
 
     /// The `terminal` method: the agent's own command with the method's arguments, here.
     fn run_terminal_login(&self, method: &AuthMethod) -> anyhow::Result<()> {
-        let status = self
-            .command()
-            .args(&method.args)
-            .envs(&method.env)
-            .status()
+        let mut command = self.command();
+        command.args(&method.args).envs(&method.env);
+        let status = drover_core::child::spawn_tied(command)
+            .and_then(|mut child| child.wait())
             .with_context(|| format!("cannot run {}", self.program))?;
         if status.success() {
             Ok(())
@@ -269,11 +278,12 @@ impl AgentCommand {
         let mut command = self.command();
         // A group of its own, so what an npm launcher starts ends with it (see `Drop`).
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = command
+        command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
+            .stderr(Stdio::inherit());
+        // Dies with this process; what it starts carries the guard's marker.
+        let mut child = drover_core::child::spawn_tied(command)
             .with_context(|| format!("cannot run {}", self.program))?;
         let stdin = child.stdin.take().context("no stdin")?;
         let stdout = child.stdout.take().context("no stdout")?;
@@ -374,10 +384,11 @@ impl Acp {
 }
 
 impl Drop for Acp {
-    /// Ends the agent's whole process group: a launcher's native agent too, not only the
-    /// launcher.
+    /// Ends the agent's whole tree: its process group and its descendants in other groups or
+    /// sessions (a launcher's native agent too, not only the launcher); the guard then sweeps
+    /// anything carrying the marker that escaped both.
     fn drop(&mut self) {
-        drover_core::child::signal_group(self.child.id(), Some(nix::sys::signal::Signal::SIGKILL));
+        drover_acp::process::kill_group_now(self.child.id(), None, None);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

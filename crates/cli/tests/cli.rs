@@ -754,10 +754,13 @@ fn a_usage_limit_shows_in_ls_inspect_and_send_and_retry_sends_the_prompt_now() {
 #[test]
 fn login_with_the_agents_own_method_runs_it_here_and_leaves_no_process() {
     let fx = Fixture::new();
-    // The scripted agent asking for a sign-in, as codex-acp does; its own method signs in.
+    // The scripted agent asking for a sign-in, as codex-acp does; its own method signs in. It
+    // starts a worker that leaves its process group (a session of its own), as a launcher's
+    // real agent may.
     fx.add_scripted_provider(
         "locked",
-        "SCRIPTED_AGENT_AUTH = \"1\", DROVER_LOGIN_PROBE = \"cli-login\"",
+        "SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_HELPER = \"session\", \
+         DROVER_LOGIN_PROBE = \"cli-login\"",
     );
     let fx = fx.serve(Command::new(DROVER), &[]);
     let out = fx.drover(&["login", "locked", "--method", "scripted-login"]);
@@ -776,6 +779,66 @@ fn login_with_the_agents_own_method_runs_it_here_and_leaves_no_process() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
+fn probes_left(probe: &str) -> Vec<i32> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left: Vec<i32> = drover_testkit::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_LOGIN_PROBE", probe))
+            .map(|p| p.pid)
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_login_killed_midway_leaves_no_process_of_its_agent() {
+    let fx = Fixture::new();
+    // The agent's own sign-in takes a minute (a browser round trip); its worker left its group.
+    fx.add_scripted_provider(
+        "locked",
+        "SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_HELPER = \"session\", \
+         SCRIPTED_AGENT_LOGIN_MS = \"60000\", DROVER_LOGIN_PROBE = \"cli-killed\"",
+    );
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut login = fx
+        .command(&["login", "locked", "--method", "scripted-login"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drover login");
+    // Signing in: the agent, its session's shell and that shell's sleep run.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let running = drover_testkit::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_LOGIN_PROBE", "cli-killed"))
+            .count();
+        if running >= 3 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = login.kill();
+            let mut said = String::new();
+            if let Some(mut stderr) = login.stderr.take() {
+                let _ = stderr.read_to_string(&mut said);
+            }
+            panic!("the login's agent did not start ({running} processes): {said}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Killed as hard as can be: nothing of the CLI runs after this.
+    login.kill().expect("kill drover login");
+    login.wait().expect("reap");
+    let left = probes_left("cli-killed");
+    assert!(left.is_empty(), "left running after the CLI died: {left:?}");
 }
 
 #[test]

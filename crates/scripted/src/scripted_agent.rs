@@ -131,7 +131,11 @@
 //!   lines (`\n` between two), so a test can script the turn a notice starts.
 //! - `SCRIPTED_AGENT_HELPER=1`: at start, before any session, spawns `sleep 1000` as a child
 //!   (in its process group, stdio null), as real agents start an engine process or their MCP
-//!   servers: a process of the agent's own, not work it left running.
+//!   servers: a process of the agent's own, not work it left running. `=session`: the helper
+//!   is as `spawn-session`'s (a shell in a session of its own running `sleep 1000`), as a
+//!   launcher's worker that left its group.
+//! - `SCRIPTED_AGENT_LOGIN_MS=N`: `authenticate` with `scripted-login` takes N milliseconds
+//!   (a browser round trip).
 //! - `SCRIPTED_AGENT_STALE_CANCEL=1`: a `session/cancel` is also kept, and the session's next
 //!   prompt ends at once with an empty `end_turn`, saying and recording nothing (as
 //!   claude-agent-acp 0.23 does, upstream #551).
@@ -212,6 +216,10 @@ pub struct Config {
     pub auth: bool,
     /// A helper child from the start (`SCRIPTED_AGENT_HELPER=1`).
     pub helper: bool,
+    /// That helper in a session of its own (`SCRIPTED_AGENT_HELPER=session`).
+    pub helper_session: bool,
+    /// How long `scripted-login` takes (`SCRIPTED_AGENT_LOGIN_MS`).
+    pub login_delay: Duration,
     /// Demo mode (`SCRIPTED_AGENT_DEMO=1`, or `drover demo-agent`).
     pub demo: bool,
     /// What a prompt from drover itself (starting with `[drover]`) plays instead of its lines
@@ -246,6 +254,13 @@ impl Config {
             read_quotes: flag("SCRIPTED_AGENT_READ_QUOTES"),
             auth: flag("SCRIPTED_AGENT_AUTH"),
             helper: flag("SCRIPTED_AGENT_HELPER"),
+            helper_session: std::env::var("SCRIPTED_AGENT_HELPER").is_ok_and(|v| v == "session"),
+            login_delay: Duration::from_millis(
+                std::env::var("SCRIPTED_AGENT_LOGIN_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
             demo: flag("SCRIPTED_AGENT_DEMO"),
             on_drover: std::env::var("SCRIPTED_AGENT_ON_DROVER").ok(),
             state_dir: std::env::var_os("SCRIPTED_AGENT_STATE_DIR").map_or_else(
@@ -649,6 +664,9 @@ pub async fn run(config: Config) -> ExitCode {
         {
             log(format!("cannot start the helper: {e}"));
         }
+    }
+    if config.helper_session {
+        log(spawn_session());
     }
     let agent = Arc::new(Agent::new(config, Output { tx }));
     let mut prompts = JoinSet::new();
@@ -1202,6 +1220,7 @@ impl Agent {
                 Ok(json!({}))
             }
             Some("scripted-login") => {
+                std::thread::sleep(self.config.login_delay);
                 if let Err(e) = write_signed_in(&self.signed_in_marker()) {
                     log(format!("cannot write the sign-in marker: {e}"));
                 }
