@@ -252,7 +252,17 @@ pub fn start() -> Option<Guard> {
     }
 }
 
+impl Guard {
+    /// Tells the guard the daemon stopped and waits (on a blocking thread, up to 3 s) until it
+    /// swept and exited: what an async caller does instead of dropping it, which would hold
+    /// one of its runtime's workers for that long.
+    pub async fn stop(self) {
+        let _ = tokio::task::spawn_blocking(move || drop(self)).await;
+    }
+}
+
 impl Drop for Guard {
+    /// Blocking: see [`Guard::stop`] for async callers.
     fn drop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
@@ -373,6 +383,44 @@ fn marked_processes(needle: &[u8]) -> Vec<(i32, i32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Stopping the guard from async code leaves the runtime's only worker free while the
+    /// guard sweeps (here a stand-in that takes a second to exit).
+    #[test]
+    fn stopping_the_guard_holds_no_async_worker() {
+        let child = Command::new("sleep")
+            .arg("1")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let guard = Guard { child: Some(child) };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let ticks = std::sync::Arc::new(AtomicU64::new(0));
+        runtime.block_on(async {
+            let counted = ticks.clone();
+            let ticker = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            let started = Instant::now();
+            guard.stop().await;
+            assert!(
+                started.elapsed() >= Duration::from_millis(900),
+                "it waited for the guard"
+            );
+            ticker.abort();
+        });
+        let ticks = ticks.load(Ordering::Relaxed);
+        assert!(
+            ticks >= 40,
+            "the worker was held while the guard swept: {ticks} ticks"
+        );
+    }
 
     #[test]
     fn the_sweep_ends_every_marked_process_whatever_its_group_or_session() {

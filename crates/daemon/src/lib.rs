@@ -112,8 +112,8 @@ pub async fn run_locked_then(
             "the data directory could be opened by other users; it is now private (0700)");
     }
     let token = client_token(&config, addr)?;
-    // Before any agent, job or worktree command starts: it ends their trees if we die. Dropped
-    // at the end of this function, after the runtimes stopped.
+    // Before any agent, job or worktree command starts: it ends their trees if we die. Stopped
+    // by `wind_down`, after the runtimes stopped.
     let guard = drover_core::guard::start();
     let tokens = Arc::new(agent_tokens::AgentTokens::default());
     // Read before anything starts: a mistake in `[notify]` stops the daemon, naming it.
@@ -199,11 +199,9 @@ pub async fn run_locked_then(
         .await;
 
     wind_down(
-        &schedules, timer, &notifier, &terminals, &runtimes, &registry,
+        &schedules, timer, &notifier, &terminals, &runtimes, &registry, guard,
     )
     .await;
-    // The guard ends whatever did not stop with its runtime, then exits.
-    drop(guard);
     lock.release();
     tracing::info!("drover daemon stopped");
     served.map_err(|source| DaemonError::Io {
@@ -213,7 +211,7 @@ pub async fn run_locked_then(
 }
 
 /// Stops what runs once the server stopped serving, in order: schedules, notifications,
-/// workspace terminals, runtimes, then the store.
+/// workspace terminals, runtimes, the store, then the guard.
 async fn wind_down(
     schedules: &schedules::Schedules,
     timer: tokio::task::JoinHandle<()>,
@@ -221,6 +219,7 @@ async fn wind_down(
     terminals: &ptys::Ptys,
     runtimes: &drover_acp::RuntimeManager,
     registry: &drover_core::Registry,
+    guard: Option<drover_core::guard::Guard>,
 ) {
     schedules.shutdown();
     let _ = timer.await;
@@ -232,6 +231,11 @@ async fn wind_down(
     runtimes.shutdown().await;
     registry.shutdown().await;
     tracing::info!("shutting down: store flushed");
+    // The guard ends whatever did not stop with its runtime, then exits; waited for on a
+    // blocking thread, not on this worker.
+    if let Some(guard) = guard {
+        guard.stop().await;
+    }
 }
 
 /// The token clients must present: made (or checked) before anyone can read `daemon.json`
