@@ -2155,6 +2155,50 @@ fn a_paseo_home_is_imported_once_after_a_dry_run_and_its_agents_run() {
     );
 }
 
+// Imports at the same moment bring each agent in once (they take turns, each checking what
+// came in before it writes); a record whose directory is relative (it would be read against
+// the daemon's own) is skipped, saying so.
+#[test]
+fn paseo_imports_at_once_bring_each_agent_in_once_and_skip_a_relative_directory() {
+    let fx = Fixture::start();
+    let paseo = TempDir::new().expect("paseo home");
+    drover_testkit::paseo_home(paseo.path(), &fx.cwd(), "scripted");
+    let relative = paseo.path().join("agents/relative");
+    std::fs::create_dir_all(&relative).expect("records");
+    std::fs::write(
+        relative.join("3f1c2a10-0000-4000-8000-000000000009.json"),
+        r#"{"id": "3f1c2a10-0000-4000-8000-000000000009", "provider": "scripted", "cwd": ".",
+            "createdAt": "2026-11-04T11:00:00.000Z", "lastStatus": "idle"}"#,
+    )
+    .expect("record");
+    let home = paseo.path().display().to_string();
+    let imports: Vec<Child> = (0..3)
+        .map(|_| {
+            fx.command(&["import", "paseo", &home, "--apply", "--json"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("drover import")
+        })
+        .collect();
+    let mut imported = 0;
+    for import in imports {
+        let out = import.wait_with_output().expect("import");
+        assert!(out.status.success(), "{out:?}");
+        let applied: Value = serde_json::from_slice(&out.stdout).expect("json");
+        imported += applied["imported"].as_array().map_or(0, Vec::len);
+        let skipped = applied["skipped"].to_string();
+        assert!(
+            skipped.contains("its directory `.` is not an absolute path"),
+            "{skipped}"
+        );
+    }
+    assert_eq!(imported, 5, "each agent once");
+    let listed = fx.drover(&["ls", "--all", "--json"]).ok().json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(5), "{listed}");
+}
+
 #[test]
 fn a_providers_own_sessions_are_listed_then_imported_and_continue() {
     let fx = Fixture::start();

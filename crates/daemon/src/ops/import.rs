@@ -241,6 +241,13 @@ impl Ops {
                 record.provider
             ));
         }
+        // A relative one would be read against the daemon's own directory.
+        if !record.cwd.is_absolute() {
+            return Err(format!(
+                "its directory `{}` is not an absolute path",
+                record.cwd.display()
+            ));
+        }
         if !record.cwd.is_dir() {
             return Err(format!(
                 "its directory `{}` does not exist any more",
