@@ -625,6 +625,18 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                 })
             }
         ),
+        (
+            opt_string(),
+            any::<String>(),
+            prop::collection::vec(budget(), 0..3)
+        )
+            .prop_map(|(request_id, agent_id, budgets)| ClientRequest {
+                request_id,
+                message: ClientMessage::SetUpstreamBudget(requests::SetUpstreamBudget {
+                    agent_id,
+                    budgets
+                })
+            }),
         (opt_string(), prop::collection::vec(any::<String>(), 0..3)).prop_map(
             |(request_id, ids)| ClientRequest {
                 request_id,

@@ -312,6 +312,37 @@ impl Ops {
         id: AgentId,
         archived: Option<AgentId>,
     ) -> Result<(), OpError> {
+        let agent = self.upstream_subagent(id)?;
+        if agent.upstream_archived() != archived {
+            self.registry.set_upstream_gate(id, archived).await?;
+        }
+        Ok(())
+    }
+
+    /// The hub says what this daemon's subagent `id` (one it made here) may spend with its
+    /// subtree under each budget of its parent's lineage there (see
+    /// `drover_core::UPSTREAM_BUDGET_LABEL`). When that lifts a spent one, what it held in the
+    /// subtree goes, as after `set_budget`.
+    pub(crate) async fn set_upstream_budget(
+        &self,
+        id: AgentId,
+        budgets: Vec<drover_core::Budget>,
+    ) -> Result<(), OpError> {
+        let agent = self.upstream_subagent(id)?;
+        let budgets = budgets
+            .into_iter()
+            .map(super::budgets::valid_budget)
+            .collect::<Result<Vec<_>, _>>()?;
+        if agent.upstream_budgets() != budgets {
+            self.registry.set_upstream_budgets(id, budgets).await?;
+            self.runtimes.wake_queued(&self.registry.tree(id)).await;
+        }
+        Ok(())
+    }
+
+    /// This daemon's agent `id`, when it is a subagent of an agent of another daemon (the hub's
+    /// gates and budgets are set only on those).
+    fn upstream_subagent(&self, id: AgentId) -> Result<drover_core::Agent, OpError> {
         let agent = self.agent(id)?;
         if agent
             .parent_id()
@@ -322,10 +353,7 @@ impl Ops {
                 format!("agent `{id}` is not a subagent of an agent of another daemon"),
             ));
         }
-        if agent.upstream_archived() != archived {
-            self.registry.set_upstream_gate(id, archived).await?;
-        }
-        Ok(())
+        Ok(agent)
     }
 
     /// Each notice for an agent of the hub as it is queued.

@@ -112,6 +112,7 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::TakeNotices(_) => take_notices(ops, id),
         M::AckNotices(r) => ack_notices(ops, id, &r),
         M::SetUpstreamGate(r) => set_upstream_gate(ops, id, r).await,
+        M::SetUpstreamBudget(r) => set_upstream_budget(ops, id, r).await,
         M::StartJob(r) => send(jobs::start_job(ops, id, r).await?),
         M::ListJobs(r) => send(jobs::list_jobs(ops, id, &r)?),
         M::JobOutput(r) => send(jobs::job_output(ops, id, r).await?),
@@ -297,6 +298,12 @@ async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) ->
     let id = parse_agent(&r.agent_id)?;
     let archived = r.archived.as_deref().map(parse_agent).transpose()?;
     ops.set_upstream_gate(id, archived).await?;
+    ok(request_id, id)
+}
+
+async fn set_upstream_budget(ops: &Ops, request_id: Id, r: rq::SetUpstreamBudget) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.set_upstream_budget(id, r.budgets).await?;
     ok(request_id, id)
 }
 

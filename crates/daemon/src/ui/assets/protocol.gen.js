@@ -281,6 +281,7 @@ export const ClientType = Object.freeze({
   TakeNotices: /** @type {'take_notices'} */ ('take_notices'),
   AckNotices: /** @type {'ack_notices'} */ ('ack_notices'),
   SetUpstreamGate: /** @type {'set_upstream_gate'} */ ('set_upstream_gate'),
+  SetUpstreamBudget: /** @type {'set_upstream_budget'} */ ('set_upstream_budget'),
   CreateTerminal: /** @type {'create_terminal'} */ ('create_terminal'),
   ListTerminals: /** @type {'list_terminals'} */ ('list_terminals'),
   AttachTerminal: /** @type {'attach_terminal'} */ ('attach_terminal'),
@@ -1174,6 +1175,10 @@ export const DaemonType = Object.freeze({
  *  agentId: string,
  *  archived?: string | null,
  *} | {
+ *  type: 'set_upstream_budget',
+ *  agentId: string,
+ *  budgets?: Array<Budget>,
+ *} | {
  *  type: 'create_terminal',
  *  workspaceId: string,
  *  cols?: number | null,
@@ -1773,6 +1778,10 @@ export const DaemonType = Object.freeze({
  *  type: 'set_upstream_gate',
  *  agentId: string,
  *  archived?: string | null,
+ *} | {
+ *  type: 'set_upstream_budget',
+ *  agentId: string,
+ *  budgets?: Array<Budget>,
  *} | {
  *  type: 'create_terminal',
  *  workspaceId: string,
