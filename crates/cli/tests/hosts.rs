@@ -1054,22 +1054,37 @@ fn a_subagent_on_another_host_spends_its_hub_parents_budget() {
         upstream_budgets_on_b(&fleet, &kid)
     );
 
-    // Its next turn spends 1000 more, past the tree's budget; a message sent meanwhile is
-    // accepted (the budget was not spent yet) and then held on b: b stops it by itself.
+    // With the link cut, b holds the subagent to the budget by itself: its next turn (sent on
+    // b) spends 1000 more, past what the tree had left; a message sent meanwhile is accepted
+    // (the budget was not spent yet) and then held, and the next send is refused.
+    fleet.cut(true);
+    fleet.wait_host_state("unreachable", Duration::from_secs(20));
     let sent = drover(
-        &fleet.hub,
+        &fleet.b,
         &["send", &kid, "usage\nsleep 3000\nsay kid second turn"],
     );
     assert!(sent.status.success(), "{}", text(&sent));
     wait_status(&fleet.b, &kid, "running");
-    let queued = drover(&fleet.hub, &["send", &kid, "say held on b"]);
+    let queued = drover(&fleet.b, &["send", &kid, "say held on b"]);
     assert!(queued.status.success(), "{}", text(&queued));
+    wait_status(&fleet.b, &kid, "idle");
+    let refused = drover(&fleet.b, &["send", &kid, "say past the budget"]);
+    assert!(
+        !refused.status.success(),
+        "b let the subagent past its hub parent's budget while the hub was away"
+    );
+    assert!(
+        text(&refused).contains("3000 of 2500 tokens") && text(&refused).contains("on the hub"),
+        "{}",
+        text(&refused)
+    );
+    fleet.cut(false);
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
     let spent = poll_until_blocking(Duration::from_secs(30), || {
         let info = inspect(&fleet.hub, &root);
         (info["treeSpend"]["tokens"] == 3000).then_some(())
     });
     assert!(spent.is_some(), "{}", inspect(&fleet.hub, &root));
-    wait_status(&fleet.b, &kid, "idle");
     fleet.logs_contain(&kid, "kid second turn");
 
     the_spent_tree_takes_nothing_new(&fleet, &root, &kid);

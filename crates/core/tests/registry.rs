@@ -1380,6 +1380,24 @@ async fn the_hubs_budgets_on_its_subagent_hold_its_tree_here() {
         .await
         .expect("the hub's subagent");
     let grandkid = fx.create(0, Some(kid.id)).await;
+    // Only a hub's subagent may be made with the hub's budgets.
+    let with_label = |new: &mut NewAgent| {
+        new.labels.insert(
+            drover_core::UPSTREAM_BUDGET_LABEL.to_string(),
+            r#"[{"tokens": 10}]"#.to_string(),
+        );
+    };
+    let refused = fx.try_create(with_label).await;
+    assert!(refused.is_err(), "a label reserved to the hub was taken");
+    let made = fx
+        .try_create(|new| {
+            with_label(new);
+            new.parent = Some(hub_parent);
+            new.upstream = Some(hub_parent);
+        })
+        .await
+        .expect("made with the hub's budgets");
+    assert_eq!(made.upstream_budgets().len(), 1);
     reg.set_budget(
         kid.id,
         Some(drover_core::Budget {

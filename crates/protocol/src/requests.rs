@@ -302,6 +302,10 @@ pub struct Upstream {
     /// It is told how the new agent's first turn goes.
     #[serde(default)]
     pub notify_on_finish: bool,
+    /// For a subagent: what its subtree here may spend under each budget of its parent's
+    /// lineage on the hub, from its first turn on (see [`SetUpstreamBudget`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<Budget>,
 }
 
 /// What this daemon's agents told the hub's agents and the hub has not acknowledged

@@ -961,6 +961,8 @@ impl Inner {
         if new.provider.trim().is_empty() {
             return Err(RegistryError::invalid("provider", "must not be empty"));
         }
+        // The hub's budgets may come with the creation of its subagent (from its first turn on).
+        let hubs_subagent = new.upstream.is_some() && new.parent == new.upstream;
         for reserved in [
             PARENT_LABEL,
             UPSTREAM_LABEL,
@@ -968,6 +970,9 @@ impl Inner {
             UPSTREAM_BUDGET_LABEL,
             CREATED_WORKSPACE_LABEL,
         ] {
+            if reserved == UPSTREAM_BUDGET_LABEL && hubs_subagent {
+                continue;
+            }
             if new.labels.contains_key(reserved) {
                 return Err(RegistryError::invalid(
                     "labels",

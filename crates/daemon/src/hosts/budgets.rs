@@ -105,7 +105,7 @@ async fn reconcile(inner: &Inner) {
 
 /// What a subagent on a host of this daemon's `parent` may spend with its subtree there
 /// (`subtree`, what it spent) under each budget of `parent`'s lineage here, nearest first.
-fn allowances(
+pub(super) fn allowances(
     registry: &drover_core::Registry,
     parent: AgentId,
     subtree: &drover_core::Spend,

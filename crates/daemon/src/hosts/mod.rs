@@ -590,6 +590,17 @@ impl Hosts {
             .map_err(HostError::Store)
     }
 
+    /// What a new subagent on a host of this daemon's `parent` may spend with its subtree there
+    /// under each budget of `parent`'s lineage here (see `budgets`): given with its creation, so
+    /// its host holds it to them from its first turn on.
+    pub(crate) fn allowances(&self, parent: AgentId) -> Vec<drover_core::Budget> {
+        budgets::allowances(
+            self.inner.runtimes.registry(),
+            parent,
+            &drover_core::Spend::default(),
+        )
+    }
+
     /// `host` answered the creation [`Hosts::will_parent`] announced: `made` unless it refused.
     pub(crate) fn parent_answered(&self, host: &str, agent: AgentId, made: bool) {
         self.inner.parents.answered(host, agent, made);

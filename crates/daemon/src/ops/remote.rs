@@ -95,12 +95,20 @@ impl Ops {
             }
         };
         // The agent of this daemon the new one reports to: its parent, else whoever is told.
+        // A subagent is held to its parent's budgets there from its first turn on.
         let upstream = request.parent.or(request.notify).map(|agent| {
-            json!({
+            let subagent = request.parent == Some(agent);
+            let budgets = if subagent {
+                self.hosts.allowances(agent)
+            } else {
+                Vec::new()
+            };
+            strip_empty(json!({
                 "agentId": agent.to_string(),
-                "subagent": request.parent == Some(agent),
+                "subagent": subagent,
                 "notifyOnFinish": request.notify == Some(agent),
-            })
+                "budgets": budgets,
+            }))
         });
         let reports_to = request.parent.or(request.notify);
         if let Some(agent) = reports_to {
@@ -384,6 +392,18 @@ fn merge(report: &mut ActivityReport, theirs: ActivityReport, host: &str) {
                 item
             }));
     }
+}
+
+/// `upstream` without an empty `budgets` (a host of an earlier version knows no such field).
+fn strip_empty(mut upstream: Value) -> Value {
+    if let Some(object) = upstream.as_object_mut()
+        && object
+            .get("budgets")
+            .is_some_and(|b| b.as_array().is_some_and(Vec::is_empty))
+    {
+        object.remove("budgets");
+    }
+    upstream
 }
 
 /// The request without its absent fields (the protocol's defaults apply).

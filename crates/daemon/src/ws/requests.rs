@@ -617,11 +617,32 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
     };
     let mut parent = r.parent_agent_id.as_deref().map(parse_agent).transpose()?;
     let mut notify = None;
+    let mut labels = r.labels;
+    if labels.contains_key(drover_core::UPSTREAM_BUDGET_LABEL) {
+        return Err(OpError::invalid(
+            "labels",
+            format!(
+                "`{}` is set by the hub that links to this daemon",
+                drover_core::UPSTREAM_BUDGET_LABEL
+            ),
+        ));
+    }
     let upstream = match r.upstream {
         Some(upstream) => {
             let agent = parse_agent(&upstream.agent_id)?;
             if upstream.subagent {
                 parent = Some(agent);
+                if !upstream.budgets.is_empty() {
+                    let budgets = upstream
+                        .budgets
+                        .into_iter()
+                        .map(crate::ops::budgets::valid_budget)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    labels.insert(
+                        drover_core::UPSTREAM_BUDGET_LABEL.to_string(),
+                        serde_json::to_string(&budgets).unwrap_or_default(),
+                    );
+                }
             }
             if upstream.notify_on_finish {
                 notify = Some(agent);
@@ -638,7 +659,7 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         model: r.model,
         mode: r.mode,
         effort: r.effort,
-        labels: r.labels,
+        labels,
         parent,
         auto_archive: r.auto_archive,
         permission_policy: Some(r.permission_policy),

@@ -864,6 +864,7 @@ export const DaemonType = Object.freeze({
  * @property {string} agentId - An agent of the hub, not of this daemon.
  * @property {boolean} [subagent] - The new agent is its subagent (its `parentAgentId`).
  * @property {boolean} [notifyOnFinish] - It is told how the new agent's first turn goes.
+ * @property {Array<Budget>} [budgets] - For a subagent: what its subtree here may spend under each budget of its parent's lineage on the hub, from its first turn on (see [`SetUpstreamBudget`]).
  */
 
 /**
