@@ -1188,3 +1188,48 @@ fn the_spent_tree_takes_nothing_new(fleet: &Fleet, root: &str, kid: &str) {
         on_b_before
     );
 }
+
+/// The `data` of the agent's last `turn_ended` item, read on the hub.
+fn last_turn_ended(fleet: &Fleet, id: &str) -> Option<Value> {
+    let logs = drover(&fleet.hub, &["logs", id, "--json"]);
+    String::from_utf8_lossy(&logs.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|line| line["item"].clone())
+        .rev()
+        .find(|item| item["kind"] == "turn_ended")
+        .map(|item| item["data"].clone())
+}
+
+#[test]
+fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    // The subagent's turn reports 0.001, then 0.002 in all, then would sleep 20 s: past the
+    // root's hard cost budget, b cancels it in the middle.
+    let (_, kid) = fleet.parent_with_kid_on_b(
+        "hard",
+        "usage\nusage\nsleep 20000\nsay never said",
+        &["--budget-cost", "0.0015", "--budget-hard"],
+    );
+    let ended = poll_until_blocking(Duration::from_secs(15), || {
+        last_turn_ended(&fleet, &kid).filter(|end| end["event"] == "turn_canceled")
+    });
+    assert!(
+        ended.as_ref().is_some_and(|end| end["cause"] == "budget"),
+        "{ended:?}: {}",
+        text(&drover(&fleet.hub, &["logs", &kid]))
+    );
+    let logs = drover(&fleet.hub, &["logs", &kid, "--json"]);
+    let said = String::from_utf8_lossy(&logs.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .any(|line| {
+            line["item"]["kind"] == "agent_message"
+                && line["item"]["data"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("never said"))
+        });
+    assert!(!said, "the turn ran on past the budget: {}", text(&logs));
+}
