@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use drover_core::inbox::{Delivery, Inbox, InboxMessage};
 use drover_core::timeline::{Page, Timeline, TimelinePage};
-use drover_core::{Agent, AgentId, CancelCause, NewAgent, RegistryError};
+use drover_core::{Agent, AgentId, AgentStatus, CancelCause, NewAgent, RegistryError};
 use tokio::sync::oneshot;
 
 use crate::actor::Command;
@@ -42,6 +42,33 @@ impl RuntimeManager {
             }
             if let Ok(handle) = self.handle(agent).await {
                 let _ = handle.commands.send(Command::Wake).await;
+            }
+        }
+    }
+
+    /// After `id` (or a subagent on another host below it) spent more: the turns running in the
+    /// tree of each hard budget of its lineage that is now spent are cancelled (cause `budget`,
+    /// queued messages kept).
+    pub async fn cancel_for_hard_budgets(&self, id: AgentId) {
+        let registry = self.registry();
+        let hard: Vec<AgentId> = registry
+            .spent_budgets(id)
+            .into_iter()
+            .filter(|s| s.budget.hard)
+            .map(|s| s.agent)
+            .collect();
+        for budgeted in hard {
+            for agent in registry.tree(budgeted) {
+                let running = registry
+                    .get(agent)
+                    .is_some_and(|a| a.status == AgentStatus::Running && !a.is_archived());
+                if !running {
+                    continue;
+                }
+                tracing::info!(agent = %agent, budgeted = %budgeted, "a hard budget is spent: cancelling the turn");
+                if let Err(e) = self.cancel_turn(agent, CancelCause::Budget, true).await {
+                    tracing::warn!(agent = %agent, error = %e, "cannot cancel a turn past a hard budget");
+                }
             }
         }
     }

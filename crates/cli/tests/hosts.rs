@@ -1007,3 +1007,229 @@ fn archiving_a_parent_waits_for_its_subagents_host_and_detach_lets_go() {
     });
     assert!(seen.is_some(), "the hub did not see b's archive");
 }
+
+/// `drover inspect ID --json` on `machine`.
+fn inspect(machine: &Machine, id: &str) -> Value {
+    json(machine, &["inspect", id, "--json"])
+}
+
+/// The budgets the hub holds agent `id` of b to, as b's own daemon keeps them.
+fn upstream_budgets_on_b(fleet: &Fleet, id: &str) -> Option<Value> {
+    let agents = json(&fleet.b, &["ls", "--json", "--all"]);
+    let label = agent(&agents, id)?["labels"]["drover.upstream-budget"].as_str()?;
+    serde_json::from_str(label).ok()
+}
+
+#[test]
+fn a_subagent_on_another_host_spends_its_hub_parents_budget() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+
+    // A root on the hub with a budget of 2500 tokens delegates to b; the subagent's first turn
+    // spends 2000 (the demo agent's `usage`: 1000 tokens each).
+    let (root, kid) = fleet.parent_with_kid_on_b(
+        "spender",
+        "usage\nusage\nsay kid spent two thousand",
+        &["--budget-tokens", "2500"],
+    );
+    let tree = poll_until_blocking(Duration::from_secs(30), || {
+        let info = inspect(&fleet.hub, &root);
+        (info["treeSpend"]["tokens"] == 2000).then_some(info)
+    });
+    assert!(
+        tree.is_some(),
+        "the hub's tree spend leaves out what the subagent on b spent: {}",
+        inspect(&fleet.hub, &root)
+    );
+    let tree = tree.expect("tree")["treeSpend"].clone();
+    assert_eq!(tree["agents"], 2, "{tree}");
+    // b holds the subagent to what the tree has left: its 2000 and the 500 left.
+    let held = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 2500}]))
+    });
+    assert!(
+        held.is_some(),
+        "b does not hold the subagent to its parent's budget: {:?}",
+        upstream_budgets_on_b(&fleet, &kid)
+    );
+
+    // With the link cut, b holds the subagent to the budget by itself: its next turn (sent on
+    // b) spends 1000 more, past what the tree had left; a message sent meanwhile is accepted
+    // (the budget was not spent yet) and then held, and the next send is refused.
+    fleet.cut(true);
+    fleet.wait_host_state("unreachable", Duration::from_secs(20));
+    let sent = drover(
+        &fleet.b,
+        &["send", &kid, "usage\nsleep 3000\nsay kid second turn"],
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    wait_status(&fleet.b, &kid, "running");
+    let queued = drover(&fleet.b, &["send", &kid, "say held on b"]);
+    assert!(queued.status.success(), "{}", text(&queued));
+    wait_status(&fleet.b, &kid, "idle");
+    let refused = drover(&fleet.b, &["send", &kid, "say past the budget"]);
+    assert!(
+        !refused.status.success(),
+        "b let the subagent past its hub parent's budget while the hub was away"
+    );
+    assert!(
+        text(&refused).contains("3000 of 2500 tokens") && text(&refused).contains("on the hub"),
+        "{}",
+        text(&refused)
+    );
+    fleet.cut(false);
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    let spent = poll_until_blocking(Duration::from_secs(30), || {
+        let info = inspect(&fleet.hub, &root);
+        (info["treeSpend"]["tokens"] == 3000).then_some(())
+    });
+    assert!(spent.is_some(), "{}", inspect(&fleet.hub, &root));
+    fleet.logs_contain(&kid, "kid second turn");
+
+    the_spent_tree_takes_nothing_new(&fleet, &root, &kid);
+
+    // Raised on the hub: b lets the held message run, and the tree takes prompts again.
+    let raised = drover(&fleet.hub, &["budget", &root, "--tokens", "100000"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    let ran = poll_until_blocking(Duration::from_secs(30), || {
+        let logs = drover(&fleet.hub, &["logs", &kid]);
+        String::from_utf8_lossy(&logs.stdout)
+            .contains("held on b")
+            .then_some(())
+    });
+    assert!(
+        ran.is_some(),
+        "the held message did not run once the budget was raised: {}",
+        inspect(&fleet.hub, &kid)
+    );
+    assert_eq!(
+        upstream_budgets_on_b(&fleet, &kid),
+        Some(json!([{"tokens": 100_000}]))
+    );
+    let sent = drover(&fleet.hub, &["send", &root, "say within budget"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+}
+
+/// The tree of `root` on the hub spent its budget, wherever its agents run: neither `root` nor
+/// its subagent `kid` on b takes a new prompt, what was queued for `kid` stays queued on b, and
+/// no new subagent is made on b under `root` (the hub refuses before asking b).
+fn the_spent_tree_takes_nothing_new(fleet: &Fleet, root: &str, kid: &str) {
+    // The tree's budget is spent, wherever its agents run: the root takes no new prompt...
+    let refused = drover(&fleet.hub, &["send", root, "say over budget"]);
+    assert!(
+        !refused.status.success(),
+        "the root took a prompt past its budget"
+    );
+    assert!(
+        text(&refused).contains("3000 of 2500 tokens"),
+        "{}",
+        text(&refused)
+    );
+    // ... nor does its subagent on b (b refuses it)...
+    let refused = drover(&fleet.hub, &["send", kid, "say over budget"]);
+    assert!(
+        !refused.status.success(),
+        "the kid took a prompt past the budget"
+    );
+    assert!(
+        text(&refused).contains("budget") && text(&refused).contains("on the hub"),
+        "{}",
+        text(&refused)
+    );
+    // ... and what was queued before stays queued on b.
+    let kid_info = inspect(&fleet.hub, kid);
+    let waiting: Vec<&str> = kid_info["queued"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(
+        waiting,
+        ["say held on b"],
+        "{kid_info}\n{}",
+        text(&drover(&fleet.hub, &["logs", kid]))
+    );
+    // No new subagent on b under it either: the hub refuses before asking b.
+    let on_b_before = json(&fleet.b, &["ls", "--json", "--all"])
+        .as_array()
+        .map(Vec::len);
+    let work = fleet.b.work.display().to_string();
+    let refused = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "b",
+            "--parent",
+            root,
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "--detach",
+            "say another",
+        ],
+    );
+    assert!(
+        !refused.status.success(),
+        "a new subagent on b past the budget"
+    );
+    assert!(
+        text(&refused).contains("3000 of 2500 tokens"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(
+        json(&fleet.b, &["ls", "--json", "--all"])
+            .as_array()
+            .map(Vec::len),
+        on_b_before
+    );
+}
+
+/// The `data` of the agent's last `turn_ended` item, read on the hub.
+fn last_turn_ended(fleet: &Fleet, id: &str) -> Option<Value> {
+    let logs = drover(&fleet.hub, &["logs", id, "--json"]);
+    String::from_utf8_lossy(&logs.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|line| line["item"].clone())
+        .rev()
+        .find(|item| item["kind"] == "turn_ended")
+        .map(|item| item["data"].clone())
+}
+
+#[test]
+fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    // The subagent's turn reports 0.001, then 0.002 in all, then would sleep 20 s: past the
+    // root's hard cost budget, b cancels it in the middle.
+    let (_, kid) = fleet.parent_with_kid_on_b(
+        "hard",
+        "usage\nusage\nsleep 20000\nsay never said",
+        &["--budget-cost", "0.0015", "--budget-hard"],
+    );
+    let ended = poll_until_blocking(Duration::from_secs(15), || {
+        last_turn_ended(&fleet, &kid).filter(|end| end["event"] == "turn_canceled")
+    });
+    assert!(
+        ended.as_ref().is_some_and(|end| end["cause"] == "budget"),
+        "{ended:?}: {}",
+        text(&drover(&fleet.hub, &["logs", &kid]))
+    );
+    let logs = drover(&fleet.hub, &["logs", &kid, "--json"]);
+    let said = String::from_utf8_lossy(&logs.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .any(|line| {
+            line["item"]["kind"] == "agent_message"
+                && line["item"]["data"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("never said"))
+        });
+    assert!(!said, "the turn ran on past the budget: {}", text(&logs));
+}

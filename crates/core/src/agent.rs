@@ -21,6 +21,13 @@ pub const UPSTREAM_LABEL: &str = "drover.upstream-agent-id";
 /// subtree on this daemon.
 pub const UPSTREAM_ARCHIVED_LABEL: &str = "drover.upstream-archived";
 
+/// The label the hub sets on a subagent it made here when budgets of its parent's lineage
+/// there apply: a JSON list of budgets, each what this subagent's subtree here may spend in all
+/// under one of them (see [`upstream_allowance`]). Each is a budget of this subagent's tree as
+/// one set on it here is, beside it: the tightest holds, and while the hub is out of reach it
+/// still does.
+pub const UPSTREAM_BUDGET_LABEL: &str = "drover.upstream-budget";
+
 /// What the provider is asked to run with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProviderConfig {
@@ -127,6 +134,25 @@ pub fn budget_reached(budget: &Budget, spend: &Spend) -> bool {
     by_tokens || by_cost
 }
 
+/// What a subagent on another daemon may spend with its own subtree there under `budget`, a
+/// budget of this daemon's agent whose tree spent `tree` in all (`subtree`, what that subagent's
+/// subtree spent, included): what it spent plus what the tree has left (nothing once the tree
+/// is past its budget). Its daemon holds it to that even when it cannot hear this one: it can
+/// spend the tree's remainder, not more, while this daemon does not know what it spends.
+pub fn upstream_allowance(budget: &Budget, tree: &Spend, subtree: &Spend) -> Budget {
+    Budget {
+        tokens: budget.tokens.map(|limit| {
+            let left = limit.saturating_sub(tree.tokens.unwrap_or(0));
+            subtree.tokens.unwrap_or(0).saturating_add(left)
+        }),
+        cost: budget.cost.map(|limit| {
+            let left = (limit - tree.cost.unwrap_or(0.0)).max(0.0);
+            subtree.cost.unwrap_or(0.0) + left
+        }),
+        hard: budget.hard,
+    }
+}
+
 /// A budget on an agent's lineage that its tree has spent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpentBudget {
@@ -135,6 +161,9 @@ pub struct SpentBudget {
     pub budget: Budget,
     /// What its tree spent.
     pub tree: TreeSpend,
+    /// The budget is one the hub that links to this daemon holds `agent` (its subagent) to
+    /// (see [`UPSTREAM_BUDGET_LABEL`]), not one set here.
+    pub upstream: bool,
 }
 
 /// The spend of an agent and its whole subtree (archived subagents included).
@@ -193,6 +222,15 @@ impl Agent {
         self.labels.get(UPSTREAM_ARCHIVED_LABEL)?.parse().ok()
     }
 
+    /// What the hub lets this subagent's subtree spend under its parent's budgets there, from
+    /// the label the hub sets (none when unset or unreadable).
+    pub fn upstream_budgets(&self) -> Vec<Budget> {
+        self.labels
+            .get(UPSTREAM_BUDGET_LABEL)
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default()
+    }
+
     /// The hub's agent that created this one over a link, from the upstream label.
     pub fn upstream_id(&self) -> Option<AgentId> {
         self.labels.get(UPSTREAM_LABEL)?.parse().ok()
@@ -200,5 +238,103 @@ impl Agent {
 
     pub fn is_archived(&self) -> bool {
         self.archived_at.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spend(tokens: Option<u64>, cost: Option<f64>) -> Spend {
+        Spend {
+            tokens,
+            cost,
+            currency: cost.map(|_| "USD".to_string()),
+        }
+    }
+
+    #[test]
+    fn an_upstream_allowance_is_what_the_subtree_spent_plus_what_the_tree_has_left() {
+        let budget = Budget {
+            tokens: Some(2500),
+            cost: Some(1.0),
+            hard: true,
+        };
+        // The tree spent 2000 tokens and 0.25, 1500 and 0.1 of it below the remote subagent.
+        let allowed = upstream_allowance(
+            &budget,
+            &spend(Some(2000), Some(0.25)),
+            &spend(Some(1500), Some(0.1)),
+        );
+        assert_eq!(allowed.tokens, Some(2000));
+        assert!((allowed.cost.expect("cost") - 0.85).abs() < 1e-9);
+        assert!(allowed.hard);
+        // Whatever the subtree spends next counts in the tree too: the allowance stays.
+        let later = upstream_allowance(
+            &budget,
+            &spend(Some(2400), Some(0.25)),
+            &spend(Some(1900), Some(0.1)),
+        );
+        assert_eq!(later.tokens, Some(2000));
+    }
+
+    #[test]
+    fn an_upstream_allowance_of_a_spent_tree_is_what_the_subtree_spent() {
+        let budget = Budget {
+            tokens: Some(100),
+            cost: None,
+            hard: false,
+        };
+        let allowed = upstream_allowance(&budget, &spend(Some(300), None), &spend(Some(50), None));
+        assert_eq!(allowed.tokens, Some(50));
+        assert_eq!(allowed.cost, None, "no cost limit, none given");
+        assert!(budget_reached(&allowed, &spend(Some(50), None)));
+        // Nothing reported yet: the whole budget is left, unknown spend counting as none.
+        let fresh = upstream_allowance(&budget, &Spend::default(), &Spend::default());
+        assert_eq!(fresh.tokens, Some(100));
+        assert!(!budget_reached(&fresh, &Spend::default()));
+    }
+
+    #[test]
+    fn upstream_budgets_are_read_from_their_label() {
+        let mut labels = BTreeMap::new();
+        assert!(labels_agent(labels.clone()).upstream_budgets().is_empty());
+        labels.insert(
+            UPSTREAM_BUDGET_LABEL.to_string(),
+            r#"[{"tokens": 10}, {"cost": 0.5, "hard": true}]"#.to_string(),
+        );
+        let budgets = labels_agent(labels.clone()).upstream_budgets();
+        assert_eq!(budgets.len(), 2);
+        assert_eq!(budgets[0].tokens, Some(10));
+        assert!(budgets[1].hard);
+        labels.insert(UPSTREAM_BUDGET_LABEL.to_string(), "not json".to_string());
+        assert!(labels_agent(labels).upstream_budgets().is_empty());
+    }
+
+    fn labels_agent(labels: BTreeMap<String, String>) -> Agent {
+        let now = Timestamp::now();
+        Agent {
+            id: AgentId::new(),
+            provider: "demo".to_string(),
+            cwd: PathBuf::from("/"),
+            workspace_id: WorkspaceId::new(),
+            created_at: now,
+            updated_at: now,
+            last_activity_at: now,
+            title: None,
+            labels,
+            status: crate::lifecycle::AgentStatus::Idle,
+            last_error: None,
+            archived_at: None,
+            attention: None,
+            auto_archive: false,
+            config: ProviderConfig::default(),
+            resume: None,
+            start_failure: None,
+            limited: None,
+            spend: Spend::default(),
+            budget: None,
+            unknown: serde_json::Map::new(),
+        }
     }
 }

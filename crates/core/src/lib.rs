@@ -34,7 +34,8 @@ pub use admission::{ActivityFamily, ActivityItem, ActivityReport};
 pub use agent::{
     Agent, AuthMethod, Budget, Limited, OnInterrupt, OnLimit, PARENT_LABEL, PermissionPolicy,
     ProviderConfig, ResumeHandle, Spend, SpentBudget, StartFailure, TreeSpend,
-    UPSTREAM_ARCHIVED_LABEL, UPSTREAM_LABEL, budget_reached,
+    UPSTREAM_ARCHIVED_LABEL, UPSTREAM_BUDGET_LABEL, UPSTREAM_LABEL, budget_reached,
+    upstream_allowance,
 };
 pub use error::RegistryError;
 pub use ids::{AgentId, InvalidId, WorkspaceId};
@@ -42,7 +43,7 @@ pub use lifecycle::{AgentStatus, Attention, AttentionReason, TurnOutcome};
 pub use registry::{
     ArchiveOptions, ArchiveOutcome, BootReport, BulkArchiveOutcome, CREATED_WORKSPACE_LABEL,
     Change, CreatedWorktree, ImportWorkspace, ImportedAgent, NewAgent, Registry, RegistryEvent,
-    SkippedChild, WorkspaceArchiveOutcome, WorktreeCheck,
+    RemoteSpend, SkippedChild, WorkspaceArchiveOutcome, WorktreeCheck,
 };
 pub use runtime::{BoxFuture, CancelCause, NoRuntimes, RuntimeControl, RuntimeError};
 pub use workspace::{Workspace, WorkspaceKind};

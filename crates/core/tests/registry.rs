@@ -1297,6 +1297,157 @@ async fn a_starting_runtime_is_no_turn_and_archives_plainly() {
 
 // ---- budgets --------------------------------------------------------------------------------
 
+// A host's subagents below the hub's agents count in their trees: the spend a host last
+// reported is in `tree_spend`, `spend_by_agent` and the budgets' check, and leaves with the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_spend_counts_in_the_trees_of_the_agents_it_works_for() {
+    let fx = Fixture::new();
+    let reg = &fx.registry;
+    let (root, child) = fx.pair().await;
+    reg.set_budget(
+        root.id,
+        Some(drover_core::Budget {
+            tokens: Some(1000),
+            cost: None,
+            hard: false,
+        }),
+    )
+    .await
+    .expect("root's budget");
+    reg.add_spend(root.id, Some(300), None)
+        .await
+        .expect("spend");
+    let (kid, grandkid) = (AgentId::new(), AgentId::new());
+    let tokens = |n| drover_core::Spend {
+        tokens: Some(n),
+        ..Default::default()
+    };
+    let changed = reg.set_remote_spend(
+        "b",
+        BTreeMap::from([(
+            child.id,
+            vec![
+                (kid, tokens(400)),
+                (grandkid, drover_core::Spend::default()),
+            ],
+        )]),
+    );
+    assert_eq!(changed, [(child.id, 400, 0.0)]);
+    let tree = reg.tree_spend(root.id).expect("root");
+    assert_eq!(tree.spend.tokens, Some(700));
+    assert_eq!(tree.agents, 4);
+    assert_eq!(tree.unknown, [child.id, grandkid]);
+    let by_agent: Vec<AgentId> = reg.spend_by_agent(root.id).iter().map(|a| a.0).collect();
+    assert_eq!(by_agent, [root.id, child.id, kid, grandkid]);
+    assert!(reg.spent_budget(child.id).is_none());
+    // The same report again changes nothing; more spent there spends the root's budget.
+    let again = BTreeMap::from([(child.id, vec![(kid, tokens(400))])]);
+    assert_eq!(reg.set_remote_spend("b", again.clone()).len(), 1);
+    assert!(reg.set_remote_spend("b", again).is_empty());
+    let more = reg.set_remote_spend("b", BTreeMap::from([(child.id, vec![(kid, tokens(700))])]));
+    assert_eq!(more, [(child.id, 300, 0.0)]);
+    let spent = reg
+        .spent_budget(child.id)
+        .expect("the root's budget is spent");
+    assert_eq!(spent.agent, root.id);
+    assert_eq!(spent.tree.spend.tokens, Some(1000));
+    // Told, the budget warns as for a local spend.
+    reg.warn_budgets(child.id, 300, 0.0).await;
+    let warned = reg.get(root.id).and_then(|a| a.attention).map(|a| a.reason);
+    assert_eq!(warned, Some(AttentionReason::BudgetWarning));
+    // The host removed: its spend goes.
+    let gone = reg.set_remote_spend("b", BTreeMap::new());
+    assert_eq!(gone, [(child.id, -700, 0.0)]);
+    assert_eq!(
+        reg.tree_spend(root.id).expect("root").spend.tokens,
+        Some(300)
+    );
+    assert!(reg.spent_budget(child.id).is_none());
+}
+
+// On the host: the budgets the hub sets on a subagent it made here hold its tree, beside the
+// subagent's own budget (the tightest holds); reserved to the hub, gone with a detach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hubs_budgets_on_its_subagent_hold_its_tree_here() {
+    let fx = Fixture::new();
+    let reg = &fx.registry;
+    let hub_parent = AgentId::new();
+    let kid = fx
+        .try_create(|new| {
+            new.parent = Some(hub_parent);
+            new.upstream = Some(hub_parent);
+        })
+        .await
+        .expect("the hub's subagent");
+    let grandkid = fx.create(0, Some(kid.id)).await;
+    // Only a hub's subagent may be made with the hub's budgets.
+    let with_label = |new: &mut NewAgent| {
+        new.labels.insert(
+            drover_core::UPSTREAM_BUDGET_LABEL.to_string(),
+            r#"[{"tokens": 10}]"#.to_string(),
+        );
+    };
+    let refused = fx.try_create(with_label).await;
+    assert!(refused.is_err(), "a label reserved to the hub was taken");
+    let made = fx
+        .try_create(|new| {
+            with_label(new);
+            new.parent = Some(hub_parent);
+            new.upstream = Some(hub_parent);
+        })
+        .await
+        .expect("made with the hub's budgets");
+    assert_eq!(made.upstream_budgets().len(), 1);
+    reg.set_budget(
+        kid.id,
+        Some(drover_core::Budget {
+            tokens: Some(5000),
+            cost: None,
+            hard: false,
+        }),
+    )
+    .await
+    .expect("its own budget, set here");
+    let allowance = drover_core::Budget {
+        tokens: Some(800),
+        cost: None,
+        hard: true,
+    };
+    reg.set_upstream_budgets(kid.id, vec![allowance.clone()])
+        .await
+        .expect("the hub's budget");
+    reg.add_spend(grandkid.id, Some(900), None)
+        .await
+        .expect("spend");
+    let spent = reg.spent_budgets(grandkid.id);
+    assert_eq!(spent.len(), 1, "{spent:?}");
+    assert_eq!((spent[0].agent, &spent[0].budget), (kid.id, &allowance));
+    assert_eq!(
+        reg.get(kid.id).expect("kid").budget.and_then(|b| b.tokens),
+        Some(5000)
+    );
+    let refused = reg
+        .update_labels(
+            kid.id,
+            BTreeMap::new(),
+            vec![drover_core::UPSTREAM_BUDGET_LABEL.to_string()],
+        )
+        .await;
+    assert!(refused.is_err(), "a user removed the hub's budget");
+    reg.set_upstream_budgets(kid.id, Vec::new())
+        .await
+        .expect("cleared");
+    assert!(reg.spent_budgets(grandkid.id).is_empty());
+    reg.set_upstream_budgets(kid.id, vec![allowance])
+        .await
+        .expect("again");
+    reg.detach(kid.id).await.expect("detach");
+    assert!(
+        reg.spent_budgets(grandkid.id).is_empty(),
+        "detached: its own tree"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_budget_is_found_on_the_lineage_nearest_first() {
     let fx = Fixture::new();

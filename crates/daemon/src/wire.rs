@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 pub(crate) fn error_details(error: &OpError) -> Option<Value> {
     match error {
         OpError::Registry(RegistryError::AgentActive(report)) => serde_json::to_value(report).ok(),
-        OpError::BudgetExhausted(info) => serde_json::to_value(info).ok(),
+        OpError::BudgetExhausted { info, .. } => serde_json::to_value(info).ok(),
         OpError::Remote { details, .. } => details.clone(),
         OpError::Registry(RegistryError::Worktree(drover_core::WorktreeError::Dirty(status))) => {
             serde_json::to_value(status).ok()

@@ -1247,6 +1247,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "take_notices",
     "ack_notices",
     "set_upstream_gate",
+    "set_upstream_budget",
     "create_terminal",
     "list_terminals",
     "attach_terminal",

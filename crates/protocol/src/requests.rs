@@ -105,6 +105,7 @@ pub enum ClientMessage {
     TakeNotices(TakeNotices),
     AckNotices(AckNotices),
     SetUpstreamGate(SetUpstreamGate),
+    SetUpstreamBudget(SetUpstreamBudget),
     CreateTerminal(CreateTerminal),
     ListTerminals(ListTerminals),
     AttachTerminal(AttachTerminal),
@@ -177,6 +178,7 @@ into_message! {
     TakeNotices,
     AckNotices,
     SetUpstreamGate,
+    SetUpstreamBudget,
     CreateTerminal,
     ListTerminals,
     AttachTerminal,
@@ -300,6 +302,10 @@ pub struct Upstream {
     /// It is told how the new agent's first turn goes.
     #[serde(default)]
     pub notify_on_finish: bool,
+    /// For a subagent: what its subtree here may spend under each budget of its parent's
+    /// lineage on the hub, from its first turn on (see [`SetUpstreamBudget`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<Budget>,
 }
 
 /// What this daemon's agents told the hub's agents and the hub has not acknowledged
@@ -326,6 +332,20 @@ pub struct SetUpstreamGate {
     pub agent_id: String,
     #[serde(default)]
     pub archived: Option<String>,
+}
+
+/// Sent by a hub for a subagent it made here (`upstream` of `create_agent`) whose parent's
+/// lineage there has budgets: for each, what the subagent's subtree here may spend in all (what
+/// it spent plus what the budgeted tree there has left). Each holds its tree here as a budget
+/// set on it does, beside its own: the tightest holds, also while the hub is out of reach.
+/// `budgets` empty: none applies any more. What a spent one held is woken when it is lifted.
+/// Answered by `ok`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetUpstreamBudget {
+    pub agent_id: String,
+    #[serde(default)]
+    pub budgets: Vec<Budget>,
 }
 
 /// The `send_message` request.

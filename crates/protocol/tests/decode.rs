@@ -625,6 +625,18 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
                 })
             }
         ),
+        (
+            opt_string(),
+            any::<String>(),
+            prop::collection::vec(budget(), 0..3)
+        )
+            .prop_map(|(request_id, agent_id, budgets)| ClientRequest {
+                request_id,
+                message: ClientMessage::SetUpstreamBudget(requests::SetUpstreamBudget {
+                    agent_id,
+                    budgets
+                })
+            }),
         (opt_string(), prop::collection::vec(any::<String>(), 0..3)).prop_map(
             |(request_id, ids)| ClientRequest {
                 request_id,
@@ -795,13 +807,20 @@ fn budget() -> impl Strategy<Value = drover_protocol::Budget> {
 }
 
 fn upstream() -> impl Strategy<Value = requests::Upstream> {
-    (any::<String>(), any::<bool>(), any::<bool>()).prop_map(
-        |(agent_id, subagent, notify_on_finish)| requests::Upstream {
-            agent_id,
-            subagent,
-            notify_on_finish,
-        },
+    (
+        any::<String>(),
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(budget(), 0..2),
     )
+        .prop_map(
+            |(agent_id, subagent, notify_on_finish, budgets)| requests::Upstream {
+                agent_id,
+                subagent,
+                notify_on_finish,
+                budgets,
+            },
+        )
 }
 
 fn new_worktree() -> impl Strategy<Value = NewWorktree> {

@@ -166,6 +166,7 @@ pub(crate) fn spawn(
         terminal_ended: Arc::new(Notify::new()),
         notices: None,
         spends: None,
+        spends_pending: Arc::default(),
         start_failed: retry.failing(),
         retry,
         loading_flag: false,
@@ -292,6 +293,9 @@ struct Actor {
     /// notice waits for it, so a parent told of a turn's end finds that turn's spend counted
     /// in its tree's budget.
     spends: Option<JoinHandle<()>>,
+    /// How many of those tasks have not recorded their spend yet: the next turn waits for
+    /// them, so a turn that spent the budget holds the next one (see `Actor::spends_recorded`).
+    spends_pending: Arc<updates::PendingSpends>,
     /// Do not start the runtime or a turn now: its start failed (see `retry` for when it
     /// tries again), or a turn could not be recorded (the next command tries again).
     start_failed: bool,

@@ -110,6 +110,8 @@ impl Actor {
             self.block_next(&e);
             return;
         }
+        // What the turns before spent counts: recorded first.
+        self.spends_recorded().await;
         if let Some(spent) = registry.spent_budget(self.id) {
             self.hold_for_budget(&spent);
             return;

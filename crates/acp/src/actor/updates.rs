@@ -2,12 +2,38 @@
 //! into one message or thought, tool calls and their updates merge into one item per
 //! `toolCallId`, and every change is written, then announced to live clients.
 
-use drover_core::{AgentId, AgentStatus, CancelCause};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use drover_protocol::ItemKind;
 use serde_json::{Map, Value, json};
 
 use super::Actor;
 use crate::{RuntimeManager, TimelineUpdate};
+
+/// The longest a turn waits for the spend reported before it to be recorded.
+const SPEND_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The spends an agent reported that are not recorded yet (see `Actor::spends_pending`).
+#[derive(Debug, Default)]
+pub(super) struct PendingSpends {
+    count: AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl PendingSpends {
+    /// Waits until none is pending, or [`SPEND_WAIT`] passed.
+    async fn recorded(&self) {
+        let deadline = tokio::time::Instant::now() + SPEND_WAIT;
+        loop {
+            let done = self.done.notified();
+            if self.count.load(Ordering::SeqCst) == 0
+                || tokio::time::timeout_at(deadline, done).await.is_err()
+            {
+                return;
+            }
+        }
+    }
+}
 
 impl Actor {
     pub(super) fn on_update(&mut self, update: Value) {
@@ -120,39 +146,29 @@ impl Actor {
         let shared = self.shared.clone();
         let id = self.id;
         let earlier = self.spends.take();
+        let pending = self.spends_pending.clone();
+        pending.count.fetch_add(1, Ordering::SeqCst);
         self.spends = Some(tokio::spawn(async move {
             if let Some(earlier) = earlier {
                 let _ = earlier.await;
             }
-            if let Err(e) = shared.registry.add_spend(id, tokens, cost).await {
+            let added = shared.registry.add_spend(id, tokens, cost).await;
+            pending.count.fetch_sub(1, Ordering::SeqCst);
+            pending.done.notify_waiters();
+            if let Err(e) = added {
                 tracing::warn!(agent = %id, error = %e, "cannot record what the agent spent");
                 return;
             }
-            let registry = &shared.registry;
-            let hard: Vec<AgentId> = registry
-                .spent_budgets(id)
-                .into_iter()
-                .filter(|s| s.budget.hard)
-                .map(|s| s.agent)
-                .collect();
-            let manager = RuntimeManager {
-                shared: shared.clone(),
-            };
-            for budgeted in hard {
-                for agent in registry.tree(budgeted) {
-                    let running = registry
-                        .get(agent)
-                        .is_some_and(|a| a.status == AgentStatus::Running && !a.is_archived());
-                    if !running {
-                        continue;
-                    }
-                    tracing::info!(agent = %agent, budgeted = %budgeted, "a hard budget is spent: cancelling the turn");
-                    if let Err(e) = manager.cancel_turn(agent, CancelCause::Budget, true).await {
-                        tracing::warn!(agent = %agent, error = %e, "cannot cancel a turn past a hard budget");
-                    }
-                }
-            }
+            RuntimeManager { shared }.cancel_for_hard_budgets(id).await;
         }));
+    }
+
+    /// Waits (bounded) until what the agent reported spending is recorded: the budget a turn
+    /// is checked against counts the turns before it. Only the registry's write is waited for,
+    /// never a hard budget's cancel (which may ask this agent's own task).
+    pub(super) fn spends_recorded(&self) -> impl Future<Output = ()> + Send + 'static {
+        let pending = self.spends_pending.clone();
+        async move { pending.recorded().await }
     }
 
     fn mode_changed(&mut self, update: &Value) {

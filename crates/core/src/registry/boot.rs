@@ -110,6 +110,7 @@ impl Registry {
             runtimes: runtimes.clone(),
             archiving: Mutex::new(HashSet::new()),
             missing_reported: Mutex::new(report.missing_worktrees.iter().copied().collect()),
+            remote_spend: RwLock::default(),
         });
         let registry = Registry { inner };
         let builtin: [Arc<dyn ActivityFamily>; 2] = [

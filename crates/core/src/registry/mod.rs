@@ -29,7 +29,8 @@ use tokio::sync::broadcast;
 use crate::activity::{ActivityBucket, ActivityChange, ActivityIndex};
 use crate::admission::{ActivityFamily, ActivityReport, Family};
 use crate::agent::{
-    Agent, PARENT_LABEL, ProviderConfig, ResumeHandle, UPSTREAM_ARCHIVED_LABEL, UPSTREAM_LABEL,
+    Agent, PARENT_LABEL, ProviderConfig, ResumeHandle, UPSTREAM_ARCHIVED_LABEL,
+    UPSTREAM_BUDGET_LABEL, UPSTREAM_LABEL,
 };
 use crate::error::RegistryError;
 use crate::ids::{AgentId, WorkspaceId};
@@ -134,7 +135,15 @@ struct Inner {
     archiving: Mutex<HashSet<WorkspaceId>>,
     /// Worktrees already reported missing, so each is reported once.
     missing_reported: Mutex<HashSet<WorkspaceId>>,
+    /// What agents of other daemons spent below this daemon's agents, as each host last said
+    /// (see [`Registry::set_remote_spend`]): host → this daemon's agent → the host's agents
+    /// below it and what each spent.
+    remote_spend: RwLock<BTreeMap<String, RemoteSpend>>,
 }
+
+/// A host's agents below each of this daemon's agents (the first of this daemon's on their
+/// lineage), and what each spent.
+pub type RemoteSpend = BTreeMap<AgentId, Vec<(AgentId, crate::Spend)>>;
 
 #[derive(Default)]
 struct State {
@@ -471,10 +480,11 @@ impl Registry {
         Ok(agent)
     }
 
-    /// After `id` spent `tokens` and `cost` more: each budgeted agent of its lineage whose
-    /// tree this spend took past 80 % of its budget gets attention `budget_warning` (unless
-    /// it needs its user for something else: a permission, an error...).
-    async fn warn_budgets(&self, id: AgentId, tokens: u64, cost: f64) {
+    /// After `id` spent `tokens` and `cost` more (or a subagent on another host below it did):
+    /// each budgeted agent of its lineage whose tree this spend took past 80 % of its budget
+    /// gets attention `budget_warning` (unless it needs its user for something else: a
+    /// permission, an error...).
+    pub async fn warn_budgets(&self, id: AgentId, tokens: u64, cost: f64) {
         let lineage = std::iter::once(id).chain(self.ancestors(id));
         for at in lineage.collect::<Vec<_>>() {
             let Some(agent) = self.get(at) else { continue };
@@ -516,17 +526,25 @@ impl Registry {
         self.update(id, move |a| a.budget = budget).await
     }
 
-    /// What each agent of `id`'s tree (itself first) spent.
+    /// What each agent of `id`'s tree (itself first) spent, its subagents on other hosts
+    /// (and theirs) after the agents here.
     pub fn spend_by_agent(&self, id: AgentId) -> Vec<(AgentId, crate::Spend)> {
         let state = read(&self.inner.state);
         let Some(root) = state.agents.get(id) else {
             return Vec::new();
         };
         let below = crate::view::descendants(&state.agents, id);
-        std::iter::once(root)
+        let mut by_agent: Vec<(AgentId, crate::Spend)> = std::iter::once(root)
             .chain(below.iter().filter_map(|d| state.agents.get(*d)))
             .map(|a| (a.id, a.spend.clone()))
-            .collect()
+            .collect();
+        let remote = read(&self.inner.remote_spend);
+        for at in std::iter::once(id).chain(below.iter().copied()) {
+            for host in remote.values() {
+                by_agent.extend(host.get(&at).into_iter().flatten().cloned());
+            }
+        }
+        by_agent
     }
 
     /// `id` and every agent below it (archived ones too), `id` first.
@@ -546,38 +564,105 @@ impl Registry {
         self.spent_budgets(id).into_iter().next()
     }
 
-    /// Every budget on `id`'s lineage whose tree has spent it, nearest first.
+    /// Every budget on `id`'s lineage whose tree has spent it, nearest first: each agent's own,
+    /// and the ones the hub that links to this daemon holds a subagent it made here to (see
+    /// [`UPSTREAM_BUDGET_LABEL`]).
     pub fn spent_budgets(&self, id: AgentId) -> Vec<crate::SpentBudget> {
-        std::iter::once(id)
-            .chain(self.ancestors(id))
-            .filter_map(|at| {
-                let budget = self.get(at)?.budget?;
-                let tree = self.tree_spend(at)?;
-                crate::budget_reached(&budget, &tree.spend).then_some(crate::SpentBudget {
-                    agent: at,
-                    budget,
-                    tree,
-                })
-            })
-            .collect()
+        let mut spent = Vec::new();
+        for at in std::iter::once(id).chain(self.ancestors(id)) {
+            let Some(agent) = self.get(at) else { continue };
+            let own = agent.budget.clone().map(|b| (b, false));
+            let budgets: Vec<(crate::Budget, bool)> = own
+                .into_iter()
+                .chain(agent.upstream_budgets().into_iter().map(|b| (b, true)))
+                .collect();
+            if budgets.is_empty() {
+                continue;
+            }
+            let Some(tree) = self.tree_spend(at) else {
+                continue;
+            };
+            for (budget, upstream) in budgets {
+                if crate::budget_reached(&budget, &tree.spend) {
+                    spent.push(crate::SpentBudget {
+                        agent: at,
+                        budget,
+                        tree: tree.clone(),
+                        upstream,
+                    });
+                }
+            }
+        }
+        spent
     }
 
-    /// What `id` and every agent below it spent (`None`: no such agent).
+    /// What `id` and every agent below it spent (`None`: no such agent), its subagents on other
+    /// hosts included, as their hosts last said.
     pub fn tree_spend(&self, id: AgentId) -> Option<crate::TreeSpend> {
         let state = read(&self.inner.state);
         let root = state.agents.get(id)?;
         let mut tree = crate::TreeSpend::default();
         let below = crate::view::descendants(&state.agents, id);
-        for agent in std::iter::once(root).chain(below.iter().filter_map(|d| state.agents.get(*d)))
-        {
+        let mut count = |agent: AgentId, spend: &crate::Spend| {
             tree.agents += 1;
-            let spend = &agent.spend;
             if spend.is_unknown() {
-                tree.unknown.push(agent.id);
+                tree.unknown.push(agent);
             }
             tree.spend.add(spend);
+        };
+        for agent in std::iter::once(root).chain(below.iter().filter_map(|d| state.agents.get(*d)))
+        {
+            count(agent.id, &agent.spend);
+        }
+        let remote = read(&self.inner.remote_spend);
+        for at in std::iter::once(id).chain(below.iter().copied()) {
+            for host in remote.values() {
+                for (agent, spend) in host.get(&at).into_iter().flatten() {
+                    count(*agent, spend);
+                }
+            }
         }
         Some(tree)
+    }
+
+    /// What `host`'s agents below this daemon's agents spent now, replacing what it said
+    /// before (`spends` empty: nothing, the host was removed). It counts in those agents'
+    /// trees at once (`tree_spend`, `spent_budgets`: no new turn starts in a tree it spent).
+    /// The agents of this daemon whose remote spend changed, and by how much in tokens and cost
+    /// (negative: less, as when a host is removed): give the increases to
+    /// [`Registry::warn_budgets`].
+    pub fn set_remote_spend(&self, host: &str, spends: RemoteSpend) -> Vec<(AgentId, i128, f64)> {
+        let sum = |list: Option<&Vec<(AgentId, crate::Spend)>>| {
+            let mut total = crate::Spend::default();
+            for (_, spend) in list.into_iter().flatten() {
+                total.add(spend);
+            }
+            total
+        };
+        let mut remote = write(&self.inner.remote_spend);
+        let before = remote.get(host);
+        let changed = before
+            .into_iter()
+            .flat_map(BTreeMap::keys)
+            .chain(spends.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter(|agent| before.and_then(|b| b.get(agent)) != spends.get(agent))
+            .map(|agent| {
+                let was = sum(before.and_then(|b| b.get(agent)));
+                let now = sum(spends.get(agent));
+                let tokens =
+                    i128::from(now.tokens.unwrap_or(0)) - i128::from(was.tokens.unwrap_or(0));
+                let cost = now.cost.unwrap_or(0.0) - was.cost.unwrap_or(0.0);
+                (*agent, tokens, cost)
+            })
+            .collect();
+        if spends.is_empty() {
+            remote.remove(host);
+        } else {
+            remote.insert(host.to_string(), spends);
+        }
+        changed
     }
 
     /// The wait for a usage limit ends without a turn (the user's `restart_agent` sends the
@@ -640,7 +725,11 @@ impl Registry {
                     format!("`{PARENT_LABEL}` is set by creating a subagent and removed by detach"),
                 ));
             }
-            for reserved in [UPSTREAM_LABEL, UPSTREAM_ARCHIVED_LABEL] {
+            for reserved in [
+                UPSTREAM_LABEL,
+                UPSTREAM_ARCHIVED_LABEL,
+                UPSTREAM_BUDGET_LABEL,
+            ] {
                 if set.contains_key(reserved) || remove.iter().any(|k| k == reserved) {
                     return Err(RegistryError::invalid(
                         "labels",
@@ -678,8 +767,9 @@ impl Registry {
     pub async fn detach(&self, id: AgentId) -> Result<Agent, RegistryError> {
         self.update(id, |a| {
             a.labels.remove(PARENT_LABEL);
-            // Its parent on the hub no longer gates it.
+            // Its parent on the hub no longer gates it, nor holds it to its budgets.
             a.labels.remove(UPSTREAM_ARCHIVED_LABEL);
+            a.labels.remove(UPSTREAM_BUDGET_LABEL);
         })
         .await
     }
@@ -698,6 +788,29 @@ impl Registry {
             }
             None => {
                 a.labels.remove(UPSTREAM_ARCHIVED_LABEL);
+            }
+        })
+        .await
+    }
+
+    /// The hub says what this subagent it made here may spend with its subtree under each
+    /// budget of its parent's lineage there (`budgets` empty: none applies): each is a budget
+    /// of its tree beside its own (see [`UPSTREAM_BUDGET_LABEL`]).
+    pub async fn set_upstream_budgets(
+        &self,
+        id: AgentId,
+        budgets: Vec<crate::Budget>,
+    ) -> Result<Agent, RegistryError> {
+        let value = (!budgets.is_empty())
+            .then(|| serde_json::to_string(&budgets))
+            .transpose()
+            .map_err(|e| RegistryError::invalid("budgets", e.to_string()))?;
+        self.update(id, move |a| match value {
+            Some(value) => {
+                a.labels.insert(UPSTREAM_BUDGET_LABEL.to_string(), value);
+            }
+            None => {
+                a.labels.remove(UPSTREAM_BUDGET_LABEL);
             }
         })
         .await
@@ -848,12 +961,18 @@ impl Inner {
         if new.provider.trim().is_empty() {
             return Err(RegistryError::invalid("provider", "must not be empty"));
         }
+        // The hub's budgets may come with the creation of its subagent (from its first turn on).
+        let hubs_subagent = new.upstream.is_some() && new.parent == new.upstream;
         for reserved in [
             PARENT_LABEL,
             UPSTREAM_LABEL,
             UPSTREAM_ARCHIVED_LABEL,
+            UPSTREAM_BUDGET_LABEL,
             CREATED_WORKSPACE_LABEL,
         ] {
+            if reserved == UPSTREAM_BUDGET_LABEL && hubs_subagent {
+                continue;
+            }
             if new.labels.contains_key(reserved) {
                 return Err(RegistryError::invalid(
                     "labels",

@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use drover_core::child::{self, OutputTail};
-use drover_core::{AgentId, BoxFuture, UPSTREAM_ARCHIVED_LABEL};
-use drover_protocol::{HostConfig, HostInfo, HostState, NoticeInfo, PROTOCOL_VERSION};
+use drover_core::{
+    AgentId, BoxFuture, Budget, RemoteSpend, Spend, UPSTREAM_ARCHIVED_LABEL, UPSTREAM_BUDGET_LABEL,
+};
+use drover_protocol::{HostConfig, HostInfo, HostState, NoticeInfo, PROTOCOL_VERSION, SpendInfo};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -75,6 +77,11 @@ struct Shared {
     /// Set when an agent's status or parent changed: `activity` is called once the message
     /// (or the whole `session_state`) is taken in.
     activity_may_change: AtomicBool,
+    /// Told what the host's agents below the hub's spent when that, their parents, archives
+    /// or the budgets the hub set on them may have changed (see `hosts::budgets`).
+    spend: SpendChanged,
+    /// Set when one of those changed: `spend` is called once the message is taken in.
+    spend_may_change: AtomicBool,
 }
 
 /// Queues a host's notice in the hub agent's inbox; what the host is told (see
@@ -98,6 +105,9 @@ fn upstream(state: &State, id: AgentId) -> Option<AgentId> {
 /// See [`Shared::activity`].
 pub(super) type Activity = Arc<dyn Fn() + Send + Sync>;
 
+/// See [`Shared::spend`].
+pub(super) type SpendChanged = Arc<dyn Fn(RemoteSpend) + Send + Sync>;
+
 /// See [`Shared::gate`].
 pub(super) type Gate = Arc<dyn Fn(AgentId) -> Option<AgentId> + Send + Sync>;
 
@@ -116,6 +126,20 @@ struct Remote {
     gate: Option<AgentId>,
     /// It is starting or running a turn.
     busy: bool,
+    /// What it spent, as the host says.
+    spend: Spend,
+    /// The budgets the hub set on it, as the host holds them (see `UPSTREAM_BUDGET_LABEL`).
+    budgets: Vec<Budget>,
+}
+
+/// One of the host's agents made for one of the hub's (its parent there), unarchived: what its
+/// subtree on the host spent, and the budgets the host holds it to for the hub.
+pub(super) struct RemoteRoot {
+    pub(super) id: AgentId,
+    /// The hub's agent it is a subagent of.
+    pub(super) parent: AgentId,
+    pub(super) subtree: Spend,
+    pub(super) budgets: Vec<Budget>,
 }
 
 struct State {
@@ -155,6 +179,7 @@ impl Link {
         deliver: Deliver,
         gate: Gate,
         activity: Activity,
+        spend: SpendChanged,
     ) -> Arc<Link> {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
@@ -168,6 +193,8 @@ impl Link {
             undelivered: AtomicBool::new(false),
             activity,
             activity_may_change: AtomicBool::new(false),
+            spend,
+            spend_may_change: AtomicBool::new(false),
             state: Mutex::new(State {
                 phase: HostState::Connecting,
                 since: Timestamp::now(),
@@ -326,6 +353,56 @@ impl Link {
     pub(super) fn workspaces(&self) -> Vec<Value> {
         self.shared.lock().workspaces.values().cloned().collect()
     }
+
+    /// The host's unarchived subagents of the hub's agents, with what their subtrees there
+    /// spent and the budgets the host holds them to.
+    pub(super) fn remote_roots(&self) -> Vec<RemoteRoot> {
+        let state = self.shared.lock();
+        let mut roots: BTreeMap<AgentId, RemoteRoot> = state
+            .agents
+            .iter()
+            .filter(|(_, remote)| !remote.archived)
+            .filter_map(|(id, remote)| {
+                let parent = remote.parent.filter(|p| !state.agents.contains_key(p))?;
+                (self.shared.is_local)(parent).then(|| {
+                    (
+                        *id,
+                        RemoteRoot {
+                            id: *id,
+                            parent,
+                            subtree: Spend::default(),
+                            budgets: remote.budgets.clone(),
+                        },
+                    )
+                })
+            })
+            .collect();
+        for (id, remote) in &state.agents {
+            if let Some(root) = root_below(&state, *id).and_then(|r| roots.get_mut(&r)) {
+                root.subtree.add(&remote.spend);
+            }
+        }
+        roots.into_values().collect()
+    }
+
+    /// Whether the link is up (a request would be sent now).
+    pub(super) fn is_up(&self) -> bool {
+        self.shared.lock().conn.is_some()
+    }
+}
+
+/// The last of the host's agents on `id`'s lineage (itself, or the ancestor whose parent the
+/// host does not hold); `None` on a cycle.
+fn root_below(state: &State, id: AgentId) -> Option<AgentId> {
+    let mut at = id;
+    // Bounded: a lineage longer than the host's agents has a cycle.
+    for _ in 0..=state.agents.len() {
+        match state.agents.get(&at)?.parent {
+            Some(parent) if state.agents.contains_key(&parent) => at = parent,
+            _ => return Some(at),
+        }
+    }
+    None
 }
 
 impl Drop for Link {
@@ -337,6 +414,22 @@ impl Drop for Link {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What the host's agents below each of the hub's agents spent (each agent under the first
+    /// of the hub's on its lineage, archived ones too), as the host last said.
+    fn remote_spend(&self) -> RemoteSpend {
+        let state = self.lock();
+        let mut spends = RemoteSpend::new();
+        for (id, remote) in &state.agents {
+            if let Some(up) = upstream(&state, *id).filter(|up| (self.is_local)(*up)) {
+                spends
+                    .entry(up)
+                    .or_default()
+                    .push((*id, remote.spend.clone()));
+            }
+        }
+        spends
     }
 
     /// Sends a request over the link and waits for its answer (with the client's own
@@ -562,11 +655,38 @@ impl Shared {
                 agent.get("status").and_then(Value::as_str),
                 Some("running" | "initializing")
             ),
+            spend: agent
+                .get("spend")
+                .and_then(|s| serde_json::from_value::<SpendInfo>(s.clone()).ok())
+                .map(|s| Spend {
+                    tokens: s.tokens,
+                    cost: s.cost,
+                    currency: s.currency,
+                })
+                .unwrap_or_default(),
+            budgets: agent
+                .pointer(&format!("/labels/{UPSTREAM_BUDGET_LABEL}"))
+                .and_then(Value::as_str)
+                .and_then(|b| serde_json::from_str(b).ok())
+                .unwrap_or_default(),
         };
         let (busy, parent) = (remote.busy, remote.parent);
+        let (spend, budgets, archived) = (
+            remote.spend.clone(),
+            remote.budgets.clone(),
+            remote.archived,
+        );
         let before = self.lock().agents.insert(id, remote);
-        if before.is_none_or(|b| b.busy != busy || b.parent != parent) {
+        if before
+            .as_ref()
+            .is_none_or(|b| b.busy != busy || b.parent != parent)
+        {
             self.activity_may_change.store(true, Ordering::Relaxed);
+        }
+        if before.is_none_or(|b| {
+            b.spend != spend || b.budgets != budgets || b.archived != archived || b.parent != parent
+        }) {
+            self.spend_may_change.store(true, Ordering::Relaxed);
         }
         Some(id)
     }
@@ -634,13 +754,18 @@ impl Shared {
             self.relay(message.to_string(), None, 0, None);
         }
         self.activity_may_change.store(true, Ordering::Relaxed);
+        self.spend_may_change.store(true, Ordering::Relaxed);
         self.tell_activity();
     }
 
-    /// Calls `activity` if an agent's status or parent changed since it was last called.
+    /// Calls `activity` if an agent's status or parent changed since it was last called, and
+    /// `spend` if what the budgets read of the host's agents did.
     fn tell_activity(&self) {
         if self.activity_may_change.swap(false, Ordering::Relaxed) {
             (self.activity)();
+        }
+        if self.spend_may_change.swap(false, Ordering::Relaxed) {
+            (self.spend)(self.remote_spend());
         }
     }
 }
@@ -807,6 +932,8 @@ async fn link_once(shared: &Arc<Shared>, argv: &[String]) -> Ended {
     shared.announce();
     tokio::spawn(take_notices(shared.clone()));
     tokio::spawn(sync_gates(shared.clone()));
+    // The budgets the host holds the hub's subagents to are brought in step.
+    (shared.spend)(shared.remote_spend());
     let why = relay(shared, &mut child).await;
     child.end().await;
     Ended {

@@ -16,6 +16,7 @@
 //! request to them fails at once with `host_unreachable`; nothing is queued to be sent later,
 //! so no answer is given from stale data.
 
+mod budgets;
 mod config;
 mod link;
 mod notices;
@@ -107,6 +108,10 @@ struct Inner {
     remote_running: Mutex<HashSet<WorkspaceId>>,
     /// Host notices handed to an agent's runtime and not seen queued yet (see `notices`).
     in_flight: Mutex<HashSet<String>>,
+    /// Wakes the task that keeps the hosts' budgets in step (see `budgets`).
+    budgets: Arc<tokio::sync::Notify>,
+    /// What the hosts' spend changed here that the task has not acted on yet.
+    spend_changes: Mutex<Vec<(AgentId, i128, f64)>>,
 }
 
 /// Where a request goes.
@@ -142,8 +147,14 @@ impl Hosts {
                 parents: parents::Parents::open(home)?,
                 remote_running: Mutex::default(),
                 in_flight: Mutex::default(),
+                budgets: Arc::default(),
+                spend_changes: Mutex::default(),
             }),
         };
+        tokio::spawn(budgets::keep_in_step(
+            Arc::downgrade(&hosts.inner),
+            hosts.inner.budgets.clone(),
+        ));
         hosts.follow_archives();
         for host in configs {
             let link = Link::start(
@@ -153,6 +164,7 @@ impl Hosts {
                 hosts.deliver(&host.name),
                 hosts.gate(),
                 hosts.activity(),
+                hosts.spend(&host.name),
             );
             hosts.links().insert(host.name, link);
         }
@@ -186,6 +198,20 @@ impl Hosts {
         Arc::new(move || {
             if let Some(inner) = inner.upgrade() {
                 Hosts { inner }.activity_changed();
+            }
+        })
+    }
+
+    /// Told by `host`'s link what its agents below this daemon's spent, when that (or the
+    /// budgets it holds them to) may have changed: counted here at once, before the link takes
+    /// its next message (a notice the spend came before finds the budget spent), the rest
+    /// left to the budgets' task (see `budgets`).
+    fn spend(&self, host: &str) -> link::SpendChanged {
+        let inner = Arc::downgrade(&self.inner);
+        let host = host.to_string();
+        Arc::new(move |spends| {
+            if let Some(inner) = inner.upgrade() {
+                budgets::counted(&inner, &host, spends);
             }
         })
     }
@@ -262,8 +288,17 @@ impl Hosts {
             loop {
                 let archived = match changes.recv().await {
                     Ok(event) => match event.change {
-                        drover_core::Change::AgentUpdated(agent) if agent.is_archived() => {
-                            Some(agent.id)
+                        drover_core::Change::AgentUpdated(agent) => {
+                            // A spend, a budget, a lineage here: the hosts' budgets follow.
+                            if let Some(inner) = hosts.upgrade()
+                                && (Hosts {
+                                    inner: inner.clone(),
+                                })
+                                .any()
+                            {
+                                inner.budgets.notify_one();
+                            }
+                            agent.is_archived().then_some(agent.id)
                         }
                         _ => None,
                     },
@@ -350,6 +385,7 @@ impl Hosts {
             self.deliver(&host.name),
             self.gate(),
             self.activity(),
+            self.spend(&host.name),
         );
         links.insert(host.name, link);
         drop(links);
@@ -373,6 +409,8 @@ impl Hosts {
         }
         self.inner.parents.forget_host(name);
         drop(links);
+        // Its agents' spend no longer counts here.
+        budgets::counted(&self.inner, name, drover_core::RemoteSpend::new());
         Ok(self.list())
     }
 
@@ -550,6 +588,17 @@ impl Hosts {
             .parents
             .add(host, agent)
             .map_err(HostError::Store)
+    }
+
+    /// What a new subagent on a host of this daemon's `parent` may spend with its subtree there
+    /// under each budget of `parent`'s lineage here (see `budgets`): given with its creation, so
+    /// its host holds it to them from its first turn on.
+    pub(crate) fn allowances(&self, parent: AgentId) -> Vec<drover_core::Budget> {
+        budgets::allowances(
+            self.inner.runtimes.registry(),
+            parent,
+            &drover_core::Spend::default(),
+        )
     }
 
     /// `host` answered the creation [`Hosts::will_parent`] announced: `made` unless it refused.

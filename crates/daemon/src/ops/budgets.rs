@@ -14,11 +14,10 @@ impl Ops {
     /// root's).
     pub(crate) fn check_budget(&self, id: AgentId) -> Result<(), OpError> {
         match self.registry.spent_budget(id) {
-            Some(spent) => Err(OpError::BudgetExhausted(Box::new(self.exhausted(
-                spent.agent,
-                spent.budget,
-                spent.tree.spend,
-            )))),
+            Some(spent) => Err(OpError::BudgetExhausted {
+                info: Box::new(self.exhausted(spent.agent, spent.budget, spent.tree.spend)),
+                upstream: spent.upstream,
+            }),
             None => Ok(()),
         }
     }
@@ -80,6 +79,24 @@ pub(crate) fn valid_budget(budget: Budget) -> Result<Budget, OpError> {
         return Err(OpError::invalid("budget.cost", "must be a number ≥ 0"));
     }
     Ok(budget)
+}
+
+/// The refusal's message; `upstream`: the budget is what the hub that made this subagent here
+/// let its tree spend (its parent's tree there had that left).
+pub(crate) fn refusal(info: &BudgetExhaustedInfo, upstream: bool) -> String {
+    if upstream {
+        format!(
+            "the budget of the tree agent `{}` belongs to on the hub is spent (its subtree here spent {} it may spend); raise that budget on the hub",
+            info.agent_id,
+            summary(info)
+        )
+    } else {
+        format!(
+            "the budget of agent `{}` is spent ({}); raise it with set_budget",
+            info.agent_id,
+            summary(info)
+        )
+    }
 }
 
 /// "120 of 100 tokens": for the refusal's message.

@@ -118,9 +118,13 @@ pub(crate) enum OpError {
     Schedule(#[from] ScheduleError),
     #[error(transparent)]
     Job(drover_acp::jobs::JobError),
-    /// A budget of the agent's tree is spent: no new turn starts in it.
-    #[error("the budget of agent `{}` is spent ({}); raise it with set_budget", .0.agent_id, budgets::summary(.0))]
-    BudgetExhausted(Box<drover_protocol::BudgetExhaustedInfo>),
+    /// A budget of the agent's tree is spent: no new turn starts in it. `upstream`: a budget
+    /// of the hub that made this subagent here, what its tree there had left.
+    #[error("{}", budgets::refusal(info, *upstream))]
+    BudgetExhausted {
+        info: Box<drover_protocol::BudgetExhaustedInfo>,
+        upstream: bool,
+    },
     #[error(transparent)]
     Host(#[from] crate::hosts::HostError),
     #[error(transparent)]
@@ -169,7 +173,7 @@ impl OpError {
                 ScheduleError::ShuttingDown => ErrorCode::ShuttingDown,
             },
             OpError::Job(e) => e.code(),
-            OpError::BudgetExhausted(_) => ErrorCode::BudgetExhausted,
+            OpError::BudgetExhausted { .. } => ErrorCode::BudgetExhausted,
             OpError::Host(e) => e.code(),
             OpError::Pty(e) => match e {
                 crate::ptys::PtyError::Unknown(_) => ErrorCode::UnknownTerminal,

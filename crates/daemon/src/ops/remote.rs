@@ -95,12 +95,20 @@ impl Ops {
             }
         };
         // The agent of this daemon the new one reports to: its parent, else whoever is told.
+        // A subagent is held to its parent's budgets there from its first turn on.
         let upstream = request.parent.or(request.notify).map(|agent| {
-            json!({
+            let subagent = request.parent == Some(agent);
+            let budgets = if subagent {
+                self.hosts.allowances(agent)
+            } else {
+                Vec::new()
+            };
+            strip_empty(json!({
                 "agentId": agent.to_string(),
-                "subagent": request.parent == Some(agent),
+                "subagent": subagent,
                 "notifyOnFinish": request.notify == Some(agent),
-            })
+                "budgets": budgets,
+            }))
         });
         let reports_to = request.parent.or(request.notify);
         if let Some(agent) = reports_to {
@@ -312,6 +320,37 @@ impl Ops {
         id: AgentId,
         archived: Option<AgentId>,
     ) -> Result<(), OpError> {
+        let agent = self.upstream_subagent(id)?;
+        if agent.upstream_archived() != archived {
+            self.registry.set_upstream_gate(id, archived).await?;
+        }
+        Ok(())
+    }
+
+    /// The hub says what this daemon's subagent `id` (one it made here) may spend with its
+    /// subtree under each budget of its parent's lineage there (see
+    /// `drover_core::UPSTREAM_BUDGET_LABEL`). When that lifts a spent one, what it held in the
+    /// subtree goes, as after `set_budget`.
+    pub(crate) async fn set_upstream_budget(
+        &self,
+        id: AgentId,
+        budgets: Vec<drover_core::Budget>,
+    ) -> Result<(), OpError> {
+        let agent = self.upstream_subagent(id)?;
+        let budgets = budgets
+            .into_iter()
+            .map(super::budgets::valid_budget)
+            .collect::<Result<Vec<_>, _>>()?;
+        if agent.upstream_budgets() != budgets {
+            self.registry.set_upstream_budgets(id, budgets).await?;
+            self.runtimes.wake_queued(&self.registry.tree(id)).await;
+        }
+        Ok(())
+    }
+
+    /// This daemon's agent `id`, when it is a subagent of an agent of another daemon (the hub's
+    /// gates and budgets are set only on those).
+    fn upstream_subagent(&self, id: AgentId) -> Result<drover_core::Agent, OpError> {
         let agent = self.agent(id)?;
         if agent
             .parent_id()
@@ -322,10 +361,7 @@ impl Ops {
                 format!("agent `{id}` is not a subagent of an agent of another daemon"),
             ));
         }
-        if agent.upstream_archived() != archived {
-            self.registry.set_upstream_gate(id, archived).await?;
-        }
-        Ok(())
+        Ok(agent)
     }
 
     /// Each notice for an agent of the hub as it is queued.
@@ -356,6 +392,18 @@ fn merge(report: &mut ActivityReport, theirs: ActivityReport, host: &str) {
                 item
             }));
     }
+}
+
+/// `upstream` without an empty `budgets` (a host of an earlier version knows no such field).
+fn strip_empty(mut upstream: Value) -> Value {
+    if let Some(object) = upstream.as_object_mut()
+        && object
+            .get("budgets")
+            .is_some_and(|b| b.as_array().is_some_and(Vec::is_empty))
+    {
+        object.remove("budgets");
+    }
+    upstream
 }
 
 /// The request without its absent fields (the protocol's defaults apply).

@@ -112,6 +112,7 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::TakeNotices(_) => take_notices(ops, id),
         M::AckNotices(r) => ack_notices(ops, id, &r),
         M::SetUpstreamGate(r) => set_upstream_gate(ops, id, r).await,
+        M::SetUpstreamBudget(r) => set_upstream_budget(ops, id, r).await,
         M::StartJob(r) => send(jobs::start_job(ops, id, r).await?),
         M::ListJobs(r) => send(jobs::list_jobs(ops, id, &r)?),
         M::JobOutput(r) => send(jobs::job_output(ops, id, r).await?),
@@ -297,6 +298,12 @@ async fn set_upstream_gate(ops: &Ops, request_id: Id, r: rq::SetUpstreamGate) ->
     let id = parse_agent(&r.agent_id)?;
     let archived = r.archived.as_deref().map(parse_agent).transpose()?;
     ops.set_upstream_gate(id, archived).await?;
+    ok(request_id, id)
+}
+
+async fn set_upstream_budget(ops: &Ops, request_id: Id, r: rq::SetUpstreamBudget) -> Answered {
+    let id = parse_agent(&r.agent_id)?;
+    ops.set_upstream_budget(id, r.budgets).await?;
     ok(request_id, id)
 }
 
@@ -610,11 +617,32 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
     };
     let mut parent = r.parent_agent_id.as_deref().map(parse_agent).transpose()?;
     let mut notify = None;
+    let mut labels = r.labels;
+    if labels.contains_key(drover_core::UPSTREAM_BUDGET_LABEL) {
+        return Err(OpError::invalid(
+            "labels",
+            format!(
+                "`{}` is set by the hub that links to this daemon",
+                drover_core::UPSTREAM_BUDGET_LABEL
+            ),
+        ));
+    }
     let upstream = match r.upstream {
         Some(upstream) => {
             let agent = parse_agent(&upstream.agent_id)?;
             if upstream.subagent {
                 parent = Some(agent);
+                if !upstream.budgets.is_empty() {
+                    let budgets = upstream
+                        .budgets
+                        .into_iter()
+                        .map(crate::ops::budgets::valid_budget)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    labels.insert(
+                        drover_core::UPSTREAM_BUDGET_LABEL.to_string(),
+                        serde_json::to_string(&budgets).unwrap_or_default(),
+                    );
+                }
             }
             if upstream.notify_on_finish {
                 notify = Some(agent);
@@ -631,7 +659,7 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         model: r.model,
         mode: r.mode,
         effort: r.effort,
-        labels: r.labels,
+        labels,
         parent,
         auto_archive: r.auto_archive,
         permission_policy: Some(r.permission_policy),

@@ -281,6 +281,7 @@ export const ClientType = Object.freeze({
   TakeNotices: /** @type {'take_notices'} */ ('take_notices'),
   AckNotices: /** @type {'ack_notices'} */ ('ack_notices'),
   SetUpstreamGate: /** @type {'set_upstream_gate'} */ ('set_upstream_gate'),
+  SetUpstreamBudget: /** @type {'set_upstream_budget'} */ ('set_upstream_budget'),
   CreateTerminal: /** @type {'create_terminal'} */ ('create_terminal'),
   ListTerminals: /** @type {'list_terminals'} */ ('list_terminals'),
   AttachTerminal: /** @type {'attach_terminal'} */ ('attach_terminal'),
@@ -863,6 +864,7 @@ export const DaemonType = Object.freeze({
  * @property {string} agentId - An agent of the hub, not of this daemon.
  * @property {boolean} [subagent] - The new agent is its subagent (its `parentAgentId`).
  * @property {boolean} [notifyOnFinish] - It is told how the new agent's first turn goes.
+ * @property {Array<Budget>} [budgets] - For a subagent: what its subtree here may spend under each budget of its parent's lineage on the hub, from its first turn on (see [`SetUpstreamBudget`]).
  */
 
 /**
@@ -1173,6 +1175,10 @@ export const DaemonType = Object.freeze({
  *  type: 'set_upstream_gate',
  *  agentId: string,
  *  archived?: string | null,
+ *} | {
+ *  type: 'set_upstream_budget',
+ *  agentId: string,
+ *  budgets?: Array<Budget>,
  *} | {
  *  type: 'create_terminal',
  *  workspaceId: string,
@@ -1773,6 +1779,10 @@ export const DaemonType = Object.freeze({
  *  type: 'set_upstream_gate',
  *  agentId: string,
  *  archived?: string | null,
+ *} | {
+ *  type: 'set_upstream_budget',
+ *  agentId: string,
+ *  budgets?: Array<Budget>,
  *} | {
  *  type: 'create_terminal',
  *  workspaceId: string,

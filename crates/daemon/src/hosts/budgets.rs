@@ -1,0 +1,121 @@
+//! Budgets across hosts: a subagent on a host counts in its hub parent's budgets.
+//!
+//! The hub learns what each host's agents spent from the link's view (their `spend`, kept as
+//! the host last said) and gives it to its registry as the link takes it in ([`counted`],
+//! `Registry::set_remote_spend`): there it counts in the trees of the hub's agents they work
+//! for, so the tree's spend, the refusals (`budget_exhausted`, a new subagent here or on a
+//! host), the turn gate of the hub's agents, the 80 % warning and a hard budget's cancel all
+//! see it.
+//!
+//! The host holds its subagents to those budgets itself: on each subagent the hub made there
+//! (the first of the host's agents below one of the hub's), the hub keeps one budget per budget
+//! of its parent's lineage here, what that subagent's subtree may spend in all (what it spent
+//! plus what the budgeted tree has left: `drover_core::upstream_allowance`), through
+//! `set_upstream_budget`. The host checks them as budgets of that subagent's tree, beside any
+//! set on it there, so its turns stop at the budget even while the link is down: a subagent
+//! can spend what its tree had left when the hub last told it, not more (several subagents on
+//! hosts out of reach can each spend that remainder). [`keep_in_step`] acts on what the
+//! counted spend changed and sends the budgets again whenever a link's agents, a record here or
+//! a link changes: a reconciliation from the current state, never a queue, so nothing is lost
+//! while a link is down.
+
+use std::sync::{Arc, PoisonError, Weak};
+
+use drover_core::{AgentId, Budget, RemoteSpend, upstream_allowance};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use super::Inner;
+
+/// `host`'s agents below this daemon's spent `spends` (nothing: it was removed): counted in the
+/// registry now, the rest (warnings, a hard budget's cancel, what a lower spend lets go, the
+/// hosts' budgets) left to [`keep_in_step`].
+pub(super) fn counted(inner: &Inner, host: &str, spends: RemoteSpend) {
+    let changed = inner.runtimes.registry().set_remote_spend(host, spends);
+    inner
+        .spend_changes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend(changed);
+    inner.budgets.notify_one();
+}
+
+/// Acts on what the hosts' spend changed and brings the hosts' budgets in step each time
+/// `poked` is notified, until the hosts are gone.
+pub(super) async fn keep_in_step(inner: Weak<Inner>, poked: Arc<Notify>) {
+    loop {
+        poked.notified().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        reconcile(&inner).await;
+    }
+}
+
+async fn reconcile(inner: &Inner) {
+    let runtimes = &inner.runtimes;
+    let registry = runtimes.registry();
+    let changed = std::mem::take(
+        &mut *inner
+            .spend_changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    for (agent, tokens, cost) in changed {
+        if tokens > 0 || cost > 0.0 {
+            let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
+            registry.warn_budgets(agent, tokens, cost.max(0.0)).await;
+            runtimes.cancel_for_hard_budgets(agent).await;
+        } else {
+            // Less counted (a host removed): what a spent budget held may go.
+            let root = registry.ancestors(agent).last().copied().unwrap_or(agent);
+            runtimes.wake_queued(&registry.tree(root)).await;
+        }
+    }
+    let links: Vec<(String, Arc<super::Link>)> = inner
+        .links
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|(name, link)| (name.clone(), link.clone()))
+        .collect();
+    for (name, link) in &links {
+        if !link.is_up() {
+            continue;
+        }
+        for root in link.remote_roots() {
+            let budgets = allowances(registry, root.parent, &root.subtree);
+            if budgets == root.budgets {
+                continue;
+            }
+            let asked = json!({"type": "set_upstream_budget", "agentId": root.id.to_string(),
+                "budgets": budgets});
+            match link.request(asked).await {
+                Ok(answer) if answer["type"] == "ok" => {
+                    tracing::debug!(host = %name, agent = %root.id, ?budgets, "the host holds the subagent to its parent's budgets");
+                }
+                other => {
+                    tracing::info!(host = %name, agent = %root.id, answer = ?other, "the host's budgets for the subagent are set again later");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// What a subagent on a host of this daemon's `parent` may spend with its subtree there
+/// (`subtree`, what it spent) under each budget of `parent`'s lineage here, nearest first.
+pub(super) fn allowances(
+    registry: &drover_core::Registry,
+    parent: AgentId,
+    subtree: &drover_core::Spend,
+) -> Vec<Budget> {
+    std::iter::once(parent)
+        .chain(registry.ancestors(parent))
+        .filter_map(|at| {
+            let budget = registry.get(at)?.budget?;
+            let tree = registry.tree_spend(at)?;
+            Some(upstream_allowance(&budget, &tree.spend, subtree))
+        })
+        .collect()
+}
