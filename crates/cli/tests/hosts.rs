@@ -905,14 +905,7 @@ fn user_subagent_on_b(fleet: &Fleet, parent: &str) -> String {
 
 /// The `event` of the agent's last `turn_ended` item, read on the hub.
 fn last_turn_end(fleet: &Fleet, id: &str) -> Option<String> {
-    let logs = drover(&fleet.hub, &["logs", id, "--json"]);
-    String::from_utf8_lossy(&logs.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .map(|line| line["item"].clone())
-        .rev()
-        .find(|item| item["kind"] == "turn_ended")
-        .and_then(|item| item["data"]["event"].as_str().map(str::to_string))
+    last_turn_ended(fleet, id).and_then(|data| data["event"].as_str().map(str::to_string))
 }
 
 #[test]
