@@ -3,15 +3,16 @@
 //!
 //! The daemon drives tokio-tungstenite itself rather than through axum's `WebSocket`, because
 //! axum's `Message` cannot say "a fragment". tungstenite copies each frame whole into the
-//! connection's write buffer and never shrinks that buffer, and removes what the socket took
-//! from its front: one 6 MB `session_state` left every connection it was sent to holding 6 MB
+//! connection's write buffer, never shrinks that buffer, and removes what the socket took from
+//! its front: a 4.6 MB `session_state` left every connection it was sent to holding 4.6 MB
 //! until it closed, and to a slow reader each partial write moved the rest of the message
 //! (quadratic in its size). A message longer than [`FRAGMENT`] goes out as a text frame
 //! without FIN and continuation frames of at most [`FRAGMENT`] bytes each, the last with FIN;
 //! every client (browsers, tungstenite) hands its reader the message whole. The write buffer
-//! then never holds more than [`WRITE_BUFFER`] plus one fragment. No setting of
-//! `WebSocketConfig` does this: `max_write_buffer_size` refuses a frame larger than itself
-//! (`WriteBufferFull`) rather than splitting it, and nothing shrinks the buffer.
+//! then holds at most [`WRITE_BUFFER`] and one fragment (its allocation stays under 256 KiB),
+//! and a partial write moves at most that much. No setting of `WebSocketConfig` does this:
+//! `max_write_buffer_size` refuses a frame larger than itself (`WriteBufferFull`) rather than
+//! splitting it, and nothing shrinks the buffer.
 
 use axum::body::Body;
 use axum::extract::Request;
