@@ -10,7 +10,8 @@
 //!    it (`chunk <i> @<ns>`, `CLOCK_REALTIME` of this host), so the delay of every delivery is
 //!    its arrival time at the client minus that stamp: agent stdout → daemon → socket → client,
 //!    exactly, with no schedule to estimate. The baseline is a bare broadcast in a second
-//!    process (this executable, `--bare-server`: the same axum WebSocket stack, one tokio
+//!    process (this executable, `--bare-server`: axum's WebSocket over the tokio-tungstenite
+//!    the daemon drives itself, which writes its fan-out messages, all under 64 KiB, alike; one tokio
 //!    broadcast channel of the hub's capacity, nothing else) that replays the round: the same
 //!    agents' chunks, `agent_update`-shaped and of the same size, each sent at the offset the
 //!    agent sent it, stamped at send, to 20 fresh clients reading with the same code. It runs
@@ -30,7 +31,13 @@
 //!    (and its session over) before the next; targets: the last byte's median ≤ 30 ms, `VmRSS`
 //!    after the 60th no more than 4 MB above the first, and no more than 1 MB above the 20th
 //!    (the growth stops). The daemon's `VmRSS` is shown after each, and with 5 connections kept
-//!    open after their `session_state` (each holds a write buffer the size of that message). Then `list_agents` on 10 connections that read their
+//!    open after their `session_state`: what each holds, target ≤ 512 KiB (the daemon writes
+//!    a big message in fragments of 64 KiB, so a connection's write buffer stays under
+//!    192 KiB; it once kept the size of the largest message). The raw client reassembles
+//!    fragmented messages; a message's first byte is its first frame's. Then a client that
+//!    reads slowly (a 16 KiB receive buffer, 4 KiB a read; the daemon writes in small
+//!    pieces), 5 times: the time to the last byte and the daemon's CPU time (all its threads,
+//!    `schedstat`), shown. Then `list_agents` on 10 connections that read their
 //!    `session_state`: from the request's write to the last byte of the answer, median ≤ 30 ms
 //!    for the same agents as `session_state` (it is answered from the same cached encodings);
 //!    with the archived ones too, shown.
@@ -103,6 +110,13 @@ const STATE_PLATEAU_SLACK_KB: u64 = 1024;
 const STATE_SETTLE: Duration = Duration::from_millis(200);
 /// Connections kept open after their `session_state`, to show what an open one holds.
 const STATE_HELD: usize = 5;
+/// What one of them may hold (its write buffer is at most 128 KiB and a 64 KiB fragment).
+const STATE_HELD_TARGET_KB: u64 = 512;
+/// Connections that read their `session_state` slowly: a receive buffer of `SLOW_RCVBUF`
+/// bytes, `SLOW_READ` bytes a read.
+const SLOW_ROUNDS: usize = 5;
+const SLOW_RCVBUF: usize = 16 * 1024;
+const SLOW_READ: usize = 4 * 1024;
 const STATE_TARGET: Duration = Duration::from_millis(30);
 /// `VmRSS` may grow this much from the first snapshot to the last (allocator slack).
 const STATE_RSS_SLACK_KB: u64 = 4096;
@@ -1031,6 +1045,22 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         "  … and once they are closed: daemon VmRSS {}",
         fmt_kb(daemon.mem()?.0)
     );
+    // A reader that takes a little at a time (a phone): the daemon writes the message in
+    // many small pieces.
+    let (mut slow, mut slow_cpu) = (Vec::new(), Vec::new());
+    for _ in 0..SLOW_ROUNDS {
+        let cpu_before = threads_cpu_time(daemon.pid)?;
+        slow.push(slow_session_state(daemon.addr)?);
+        slow_cpu.push(threads_cpu_time(daemon.pid)?.saturating_sub(cpu_before));
+    }
+    println!(
+        "  session_state to a slow reader ({} receive buffer, {} reads): last byte median {}, \
+         daemon CPU median {} ({SLOW_ROUNDS} connections)",
+        fmt_bytes(SLOW_RCVBUF as u64),
+        fmt_bytes(SLOW_READ as u64),
+        fmt_dur(median(&slow)),
+        fmt_dur(median(&slow_cpu))
+    );
     // The same agents as `session_state` (the target), and with archived ones too.
     let (mut listed, mut listed_all) = (Vec::new(), Vec::new());
     let (mut listed_bytes, mut all_bytes) = (0, 0);
@@ -1084,14 +1114,26 @@ fn state_bench(drover: &Path, home: &Path, root: &Path, rows: &mut Vec<Row>) -> 
         format!("≤ +{}", fmt_kb(STATE_PLATEAU_SLACK_KB)),
         rss <= rss_settled + STATE_PLATEAU_SLACK_KB,
     ));
-    rows.push(Row::info(
+    rows.push(Row::target(
         format!(
             "session_state, {}k agents: what an open connection holds after it",
             STATE_AGENTS / 1000
         ),
+        format!("{} each ({STATE_HELD} open)", fmt_kb(per_held)),
+        format!("≤ {}", fmt_kb(STATE_HELD_TARGET_KB)),
+        per_held <= STATE_HELD_TARGET_KB,
+    ));
+    rows.push(Row::info(
         format!(
-            "{} each ({STATE_HELD} open; the WebSocket layer's write buffer keeps the size of the largest message written)",
-            fmt_kb(per_held)
+            "session_state, {}k agents: to a slow reader",
+            STATE_AGENTS / 1000
+        ),
+        format!(
+            "last byte {}, daemon CPU {} (medians of {SLOW_ROUNDS}; {} receive buffer, {} reads)",
+            fmt_dur(median(&slow)),
+            fmt_dur(median(&slow_cpu)),
+            fmt_bytes(SLOW_RCVBUF as u64),
+            fmt_bytes(SLOW_READ as u64)
         ),
     ));
     rows.push(Row::info(
@@ -1195,15 +1237,11 @@ fn list_agents_round(addr: SocketAddr, include_archived: bool) -> Result<(Durati
     let mut chunk = vec![0u8; 1 << 18];
     let mut pos = 0;
     loop {
-        while let Some((header, len, _)) = frame_at(&buf[pos..]) {
-            if buf.len() < pos + header + len {
-                break;
+        while let Some(message) = message_at(&buf, pos)? {
+            if message.payload.starts_with(b"{\"type\":\"agents\"") {
+                return Ok((start.elapsed(), message.payload.len()));
             }
-            let payload = &buf[pos + header..pos + header + len];
-            if payload.starts_with(b"{\"type\":\"agents\"") {
-                return Ok((start.elapsed(), len));
-            }
-            pos += header + len;
+            pos = message.end;
         }
         let n = socket.read(&mut chunk)?;
         ensure!(n > 0, "the daemon closed the connection before `agents`");
@@ -1254,35 +1292,29 @@ fn session_state_connection(addr: SocketAddr) -> Result<(StateRound, Vec<u8>, Tc
     let mut pos = 0;
     let mut welcome = None;
     loop {
-        // Complete frames at `pos`?
-        while let Some((header, len, opcode)) = frame_at(&buf[pos..]) {
-            if buf.len() < pos + header + len {
-                break;
-            }
-            let payload = &buf[pos + header..pos + header + len];
+        // Complete messages at `pos`?
+        while let Some(Whole { payload, end }) = message_at(&buf, pos)? {
             let arrived = |offset: usize| {
                 reads
                     .iter()
                     .find(|(_, total)| *total > offset)
                     .map_or(Duration::ZERO, |(at, _)| *at)
             };
-            ensure!(opcode == 1, "unexpected frame with opcode {opcode}");
             if payload.starts_with(b"{\"type\":\"welcome\"") {
                 welcome = Some(arrived(pos));
             } else if payload.starts_with(b"{\"type\":\"session_state\"") {
                 let round = StateRound {
                     welcome: welcome.ok_or_else(|| anyhow!("session_state before welcome"))?,
                     first_byte: arrived(pos),
-                    last_byte: arrived(pos + header + len - 1),
-                    bytes: len,
+                    last_byte: arrived(end - 1),
+                    bytes: payload.len(),
                 };
-                let payload = payload.to_vec();
-                let rest = buf[pos + header + len..].to_vec();
+                let rest = buf[end..].to_vec();
                 return Ok((round, payload, socket, rest));
             } else if payload.starts_with(b"{\"type\":\"request_error\"") {
-                bail!("hello refused: {}", String::from_utf8_lossy(payload));
+                bail!("hello refused: {}", String::from_utf8_lossy(&payload));
             }
-            pos += header + len;
+            pos = end;
         }
         let n = socket.read(&mut chunk)?;
         ensure!(
@@ -1291,6 +1323,135 @@ fn session_state_connection(addr: SocketAddr) -> Result<(StateRound, Vec<u8>, Tc
         );
         buf.extend_from_slice(&chunk[..n]);
         reads.push((start.elapsed(), buf.len()));
+    }
+}
+
+/// The CPU time of all of a process's threads, to the nanosecond (`/proc/PID/task/*/schedstat`;
+/// `/proc/PID/stat` counts 10 ms ticks).
+fn threads_cpu_time(pid: u32) -> Result<Duration> {
+    let mut total = 0u64;
+    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(stat) = fs::read_to_string(task?.path().join("schedstat")) else {
+            continue; // a thread that ended
+        };
+        total += stat
+            .split_whitespace()
+            .next()
+            .and_then(|ns| ns.parse::<u64>().ok())
+            .ok_or_else(|| anyhow!("odd schedstat: {stat}"))?;
+    }
+    Ok(Duration::from_nanos(total))
+}
+
+/// Upgrade, `hello`, and `session_state` read `SLOW_READ` bytes at a time through a receive
+/// buffer of `SLOW_RCVBUF`: the time from the `hello` to its last byte.
+fn slow_session_state(addr: SocketAddr) -> Result<Duration> {
+    use std::os::fd::AsRawFd as _;
+    let mut socket = TcpStream::connect(addr)?;
+    let size = libc::c_int::try_from(SLOW_RCVBUF)?;
+    // SAFETY: setsockopt on a socket this function owns, with a c_int the size it says.
+    #[expect(unsafe_code)]
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            std::ptr::from_ref(&size).cast(),
+            libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())?,
+        )
+    };
+    ensure!(
+        rc == 0,
+        "cannot set SO_RCVBUF: {}",
+        std::io::Error::last_os_error()
+    );
+    socket.set_read_timeout(Some(WAIT))?;
+    write!(
+        socket,
+        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )?;
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; SLOW_READ];
+    let head_end = loop {
+        let n = socket.read(&mut chunk)?;
+        ensure!(n > 0, "the daemon closed the connection during the upgrade");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    ensure!(buf.starts_with(b"HTTP/1.1 101"), "the upgrade was refused");
+    buf.drain(..head_end);
+    let hello = br#"{"type":"hello","client":"drover-bench-protocol","protocolVersion":1}"#;
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut frame = vec![0x81, 0x80 | u8::try_from(hello.len())?];
+    frame.extend_from_slice(&mask);
+    frame.extend(hello.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let start = Instant::now();
+    socket.write_all(&frame)?;
+    // Frames are joined as they come: the message is read once.
+    let (mut pos, mut message) = (0, Vec::new());
+    loop {
+        while let Some((header, len, _)) = frame_at(&buf[pos..]) {
+            if buf.len() < pos + header + len {
+                break;
+            }
+            let fin = buf[pos] & 0x80 != 0;
+            message.extend_from_slice(&buf[pos + header..pos + header + len]);
+            pos += header + len;
+            if fin {
+                if message.starts_with(b"{\"type\":\"session_state\"") {
+                    let took = start.elapsed();
+                    close_and_wait(socket)?;
+                    return Ok(took);
+                }
+                message.clear();
+            }
+        }
+        let n = socket.read(&mut chunk)?;
+        ensure!(
+            n > 0,
+            "the daemon closed the connection before session_state"
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A text message the daemon sent, whole: its payload (its fragments joined) and where in the
+/// buffer its last frame ends.
+struct Whole {
+    payload: Vec<u8>,
+    end: usize,
+}
+
+/// The text message whose first frame is at `pos` in `buf`, once all its frames are in
+/// (RFC 6455 §5.4: a text frame without FIN, continuation frames, the last with FIN). Only the
+/// headers are read until then, so a caller may ask after every read.
+fn message_at(buf: &[u8], mut pos: usize) -> Result<Option<Whole>> {
+    let mut parts = Vec::new();
+    loop {
+        let Some((header, len, opcode)) = frame_at(&buf[pos..]) else {
+            return Ok(None);
+        };
+        if buf.len() < pos + header + len {
+            return Ok(None);
+        }
+        let expected = u8::from(parts.is_empty());
+        ensure!(
+            opcode == expected,
+            "unexpected frame with opcode {opcode} (expected {expected})"
+        );
+        let fin = buf[pos] & 0x80 != 0;
+        parts.push(pos + header..pos + header + len);
+        pos += header + len;
+        if fin {
+            let mut payload = Vec::with_capacity(parts.iter().map(ExactSizeIterator::len).sum());
+            for part in parts {
+                payload.extend_from_slice(&buf[part]);
+            }
+            return Ok(Some(Whole { payload, end: pos }));
+        }
     }
 }
 

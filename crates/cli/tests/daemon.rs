@@ -496,3 +496,292 @@ fn log_format_json_writes_one_object_a_line_and_a_line_per_turn_end() {
         assert_eq!(span["agent"], agent, "{line}");
     }
 }
+
+/// Agents of a store written before the daemon starts, each with a long title of multi-byte
+/// characters: a `session_state` of several megabytes. Returns the titles by agent id.
+fn big_store(home: &Path, cwd: &Path, agents: usize, title_len: usize) -> Vec<(String, String)> {
+    let rt = runtime();
+    rt.block_on(async {
+        let (registry, _) = Registry::open(home, Arc::new(NoRuntimes)).expect("open");
+        let mut made = Vec::with_capacity(agents);
+        for n in 0..agents {
+            let mut title = format!("agent {n}: ");
+            let words = ["tâche", "Überprüfung", "задача", "任务", "🚀"];
+            let mut w = n;
+            while title.len() < title_len {
+                title.push_str(words[w % words.len()]);
+                title.push(' ');
+                w += 1;
+            }
+            let agent = registry
+                .create_agent(NewAgent {
+                    provider: "codex".to_string(),
+                    cwd: cwd.to_path_buf(),
+                    title: Some(title),
+                    ..NewAgent::default()
+                })
+                .await
+                .expect("create");
+            // As the registry keeps it (trimmed).
+            made.push((agent.id.to_string(), agent.title.expect("a title")));
+        }
+        made
+    })
+}
+
+/// A raw connection to `/ws` that has said `hello`: it reads the frames on the wire.
+struct RawWs {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawWs {
+    fn open(addr: &str, token: &str) -> RawWs {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(WAIT)).expect("timeout");
+        write!(
+            stream,
+            "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .expect("upgrade");
+        let mut ws = RawWs {
+            stream,
+            buf: Vec::new(),
+        };
+        let head_end = loop {
+            if let Some(i) = ws.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            ws.fill();
+        };
+        let head = String::from_utf8_lossy(&ws.buf[..head_end]).to_string();
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        // RFC 6455's example key and its answer.
+        assert!(
+            head.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+            "the accept key: {head}"
+        );
+        ws.buf.drain(..head_end);
+        let hello = serde_json::json!({"type": "hello", "client": "raw", "protocolVersion": 1, "token": token})
+            .to_string();
+        ws.send(hello.as_bytes());
+        ws
+    }
+
+    fn fill(&mut self) {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "the daemon closed the connection");
+        self.buf.extend_from_slice(&chunk[..n]);
+    }
+
+    /// A masked text frame (of under 64 KiB).
+    fn send(&mut self, payload: &[u8]) {
+        let mask = [0x12u8, 0x34, 0x56, 0x78];
+        let mut frame = vec![0x81];
+        match u8::try_from(payload.len()) {
+            Ok(len) if len < 0x7e => frame.push(0x80 | len),
+            _ => {
+                frame.push(0x80 | 0x7e);
+                let len = u16::try_from(payload.len()).expect("under 64 KiB");
+                frame.extend_from_slice(&len.to_be_bytes());
+            }
+        }
+        frame.extend_from_slice(&mask);
+        frame.extend(payload.iter().zip(mask.iter().cycle()).map(|(b, m)| b ^ m));
+        self.stream.write_all(&frame).expect("send");
+    }
+
+    /// The next frame: FIN, opcode, payload.
+    fn frame(&mut self) -> (bool, u8, Vec<u8>) {
+        loop {
+            if self.buf.len() >= 2 {
+                let (fin, opcode) = (self.buf[0] & 0x80 != 0, self.buf[0] & 0x0f);
+                let header = match self.buf[1] & 0x7f {
+                    126 if self.buf.len() >= 4 => Some((
+                        4,
+                        usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]])),
+                    )),
+                    127 if self.buf.len() >= 10 => Some((
+                        10,
+                        usize::try_from(u64::from_be_bytes(
+                            self.buf[2..10].try_into().expect("8 bytes"),
+                        ))
+                        .expect("length"),
+                    )),
+                    126 | 127 => None,
+                    n => Some((2, usize::from(n))),
+                };
+                if let Some((header, len)) = header
+                    && self.buf.len() >= header + len
+                {
+                    let payload = self.buf[header..header + len].to_vec();
+                    self.buf.drain(..header + len);
+                    return (fin, opcode, payload);
+                }
+            }
+            self.fill();
+        }
+    }
+
+    /// The next message, and the sizes of the frames it came in.
+    fn message(&mut self) -> (String, Vec<usize>) {
+        let mut payload = Vec::new();
+        let mut sizes = Vec::new();
+        loop {
+            let (fin, opcode, part) = self.frame();
+            let expected = u8::from(sizes.is_empty());
+            assert_eq!(opcode, expected, "frame {} of a message", sizes.len());
+            sizes.push(part.len());
+            payload.extend_from_slice(&part);
+            if fin {
+                return (String::from_utf8(payload).expect("UTF-8"), sizes);
+            }
+        }
+    }
+
+    /// Messages up to `session_state`'s.
+    fn session_state(&mut self) -> (String, Vec<usize>) {
+        loop {
+            let (text, sizes) = self.message();
+            if text.starts_with(r#"{"type":"session_state""#) {
+                return (text, sizes);
+            }
+            assert!(text.starts_with(r#"{"type":"welcome""#), "{text:.200}");
+        }
+    }
+}
+
+/// `VmRSS` of a process, in KiB.
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A `session_state` of several megabytes reaches every client whole: on the wire it comes
+/// in frames of at most 64 KiB (RFC 6455 fragments), a tungstenite client reads it as one
+/// message byte for byte the same, and the CLI lists every agent with its title.
+#[test]
+fn a_big_session_state_arrives_whole_in_fragments() {
+    const AGENTS: usize = 300;
+    let home = tempfile::tempdir().expect("tempdir");
+    let cwd = tempfile::tempdir().expect("cwd");
+    let made = big_store(home.path(), cwd.path(), AGENTS, 12_000);
+    let daemon = Daemon::start(home.path());
+    let addr = daemon.url.trim_start_matches("http://").to_string();
+    let token = std::fs::read_to_string(home.path().join("token")).expect("token");
+    let token = token.trim();
+
+    let (state, sizes) = RawWs::open(&addr, token).session_state();
+    assert!(state.len() > 3_000_000, "{} bytes", state.len());
+    assert!(
+        sizes.len() > 1 && sizes.iter().all(|&n| n <= 64 * 1024),
+        "{} bytes in frames of {sizes:?}",
+        state.len()
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&state).expect("session_state parses");
+    let agents = parsed["payload"]["agents"].as_array().expect("agents");
+    assert_eq!(agents.len(), AGENTS);
+    for (id, title) in &made {
+        let agent = agents
+            .iter()
+            .find(|a| a["id"] == id.as_str())
+            .expect("agent");
+        assert!(agent["title"] == title.as_str(), "agent {id}'s title");
+    }
+
+    // The same message, whole, to a tungstenite client.
+    let whole = runtime().block_on(async {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+            .await
+            .expect("connect");
+        let hello = serde_json::json!({"type": "hello", "client": "test", "protocolVersion": 1, "token": token});
+        ws.send(Message::text(hello.to_string()))
+            .await
+            .expect("hello");
+        loop {
+            match tokio::time::timeout(WAIT, ws.next()).await {
+                Ok(Some(Ok(Message::Text(text))))
+                    if text.starts_with(r#"{"type":"session_state""#) =>
+                {
+                    return text.to_string();
+                }
+                Ok(Some(Ok(_))) => {}
+                other => panic!("no session_state: {other:?}"),
+            }
+        }
+    });
+    assert!(whole == state, "the tungstenite client read the same bytes");
+
+    // The CLI.
+    let out = drover(home.path())
+        .env("DROVER_HOME", home.path())
+        .args(["ls", "--json"])
+        .output()
+        .expect("drover ls");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ls --json");
+    let listed = listed.as_array().expect("a list");
+    assert_eq!(listed.len(), AGENTS);
+    for (id, title) in &made {
+        let agent = listed
+            .iter()
+            .find(|a| a["id"] == id.as_str())
+            .expect("listed");
+        assert!(
+            agent["title"] == title.as_str(),
+            "agent {id}'s title in `ls`"
+        );
+    }
+}
+
+/// A connection that stays open after a `session_state` of several megabytes does not keep
+/// that much memory in the daemon (the WebSocket layer's write buffer once grew to the
+/// largest message written and stayed so until the client left).
+#[test]
+fn open_connections_do_not_keep_a_big_session_states_memory() {
+    const HELD: usize = 8;
+    let home = tempfile::tempdir().expect("tempdir");
+    let cwd = tempfile::tempdir().expect("cwd");
+    big_store(home.path(), cwd.path(), 300, 12_000);
+    let daemon = Daemon::start(home.path());
+    let addr = daemon.url.trim_start_matches("http://").to_string();
+    let token = std::fs::read_to_string(home.path().join("token")).expect("token");
+    let token = token.trim();
+    // One connection first, closed: what any snapshot costs once is not counted.
+    let (state, _) = RawWs::open(&addr, token).session_state();
+    assert!(state.len() > 3_000_000, "{} bytes", state.len());
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_kb(daemon.child.id());
+    let mut held = Vec::with_capacity(HELD);
+    for _ in 0..HELD {
+        let mut ws = RawWs::open(&addr, token);
+        let (again, _) = ws.session_state();
+        assert_eq!(again.len(), state.len());
+        held.push(ws);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = rss_kb(daemon.child.id());
+    let each = after.saturating_sub(before) * 1024 / HELD as u64;
+    eprintln!(
+        "session_state of {} bytes; {HELD} connections kept open: daemon VmRSS {before} → {after} KiB ({each} bytes each)",
+        state.len()
+    );
+    assert!(
+        each < state.len() as u64 / 4,
+        "each open connection holds {each} bytes after a {}-byte session_state ({before} → {after} KiB)",
+        state.len()
+    );
+    drop(held);
+}

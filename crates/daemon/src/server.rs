@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -156,15 +155,15 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     }
 }
 
-/// The upgrade refuses pages from other origins: a web page the user happens to visit must not
-/// drive their agents. Clients that send no `Origin` (the CLI, scripts) are let through; a page
-/// served by this daemon itself is same-origin.
-async fn upgrade(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
-) -> Response {
-    if let Some(origin) = headers.get(header::ORIGIN) {
+/// The upgrade (see `ws::socket`) refuses pages from other origins: a web page the user
+/// happens to visit must not drive their agents. Clients that send no `Origin` (the CLI,
+/// scripts) are let through; a page served by this daemon itself is same-origin.
+async fn upgrade(State(state): State<AppState>, mut request: Request) -> Response {
+    let (switching, upgraded) = match ws::socket::accept(&mut request) {
+        Ok(accepted) => accepted,
+        Err(refused) => return refused.into_response(),
+    };
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !same_origin(origin, state.addr) {
             if let Some(count) = state.refusals.refused(std::time::Instant::now()) {
@@ -180,11 +179,12 @@ async fn upgrade(
     }
     let context = state.ws.clone();
     let stop = state.stop.clone();
-    upgrade
-        .read_buffer_size(ws::READ_BUFFER)
-        .max_message_size(drover_protocol::MAX_CLIENT_FRAME)
-        .max_frame_size(drover_protocol::MAX_CLIENT_FRAME)
-        .on_upgrade(move |socket| ws::session(socket, context, stop))
+    tokio::spawn(async move {
+        if let Some(socket) = ws::socket::open(upgraded).await {
+            ws::session(socket, context, stop).await;
+        }
+    });
+    switching
 }
 
 fn same_origin(origin: &str, addr: SocketAddr) -> bool {

@@ -226,6 +226,16 @@ const scenarios = {
 
   // The agent's own subagents are in its track, read-only, counted in the track's head; one
   // that goes idle shows so without a reload.
+  // A session_state of over a megabyte, sent in 64 KiB fragments: every row has its whole title.
+  async bigState() {
+    const page = await open();
+    await ready(page);
+    for (const a of A.agents) {
+      await page.locator(row(a.id)).waitFor();
+      const text = (await page.locator(row(a.id)).textContent()) ?? '';
+      if (!text.includes(a.start) || !text.includes(a.end)) fail(`agent ${a.id}'s row holds ${text.length} characters, ending ${text.slice(-40)}`);
+    }
+  },
   async ownSubagents() {
     const page = await open();
     await ready(page);

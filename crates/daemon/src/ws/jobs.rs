@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use axum::extract::ws::Utf8Bytes;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{DaemonMessage, ErrorCode};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::{encode, request_error};
 use crate::hosts::HostError;

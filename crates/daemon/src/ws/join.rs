@@ -13,9 +13,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::ws::Utf8Bytes;
 use drover_core::AgentId;
 use drover_protocol::DaemonMessage;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::coalesce::Joined;
 use super::encode;

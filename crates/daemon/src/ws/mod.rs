@@ -14,11 +14,11 @@ mod join;
 mod pty;
 mod requests;
 mod snapshot;
+pub(crate) mod socket;
 mod subscriptions;
 
 use std::sync::Arc;
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use drover_acp::TimelineEvent;
 use drover_core::{AgentId, Change, RegistryEvent};
 use drover_protocol::Answer as Envelope;
@@ -26,10 +26,13 @@ use drover_protocol::answers;
 use drover_protocol::{
     ClientMessage, ClientRequest, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client,
 };
-use futures_util::SinkExt;
+use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 
 use crate::hosts::{self, RemoteEvent};
 use crate::metrics::ClientMetrics;
@@ -39,6 +42,7 @@ use coalesce::{Coalescer, Joined, Ready};
 use prometheus_client::metrics::counter::Counter;
 use requests::Reply;
 use snapshot::AgentCache;
+use socket::Socket;
 use subscriptions::{Route, Subscriptions};
 
 /// How many serialized events a session may fall behind before it must resync.
@@ -426,7 +430,7 @@ enum Next {
 
 /// Runs one connection until the client leaves or the daemon stops.
 pub(crate) async fn session(
-    mut socket: WebSocket,
+    mut socket: Socket,
     context: Context,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -447,10 +451,10 @@ pub(crate) async fn session(
     loop {
         let next = tokio::select! {
             () = async { let _ = stop.wait_for(|s| *s).await; } => {
-                let _ = socket.send(Message::Close(Some(CloseFrame { code: close_code::AWAY, reason: "the daemon is shutting down".into() }))).await;
+                let _ = socket.send(Message::Close(Some(CloseFrame { code: CloseCode::Away, reason: "the daemon is shutting down".into() }))).await;
                 Next::Close
             }
-            frame = socket.recv() => session.on_frame(&mut socket, frame, &reply_tx, &mut requests).await,
+            frame = socket.next() => session.on_frame(&mut socket, frame, &reply_tx, &mut requests).await,
             Some(_) = requests.join_next(), if !requests.is_empty() => Next::Continue,
             Some(answer) = replies.recv() => session.on_answer(&mut socket, answer).await,
             push = session.follows.next() => session.on_push(&mut socket, push).await,
@@ -496,25 +500,22 @@ impl Drop for Session {
     }
 }
 
-/// Sends one message; `Close` if the socket is gone.
-async fn send(socket: &mut WebSocket, sent: &Counter, text: Utf8Bytes) -> Next {
-    sent.inc_by(text.len() as u64);
-    match socket.send(Message::Text(text)).await {
-        Ok(()) => Next::Continue,
-        Err(_) => Next::Close,
-    }
+/// Sends one message (in fragments if it is big, see `socket`); `Close` if the socket is gone.
+async fn send(socket: &mut Socket, sent: &Counter, text: Utf8Bytes) -> Next {
+    send_all(socket, sent, [text]).await
 }
 
 /// Sends messages that are ready together: written into the socket's buffer one after the
-/// other and flushed once, so they leave in as few segments as the kernel can make.
+/// other (a big one in fragments, see `socket`) and flushed once, so they leave in as few
+/// segments as the kernel can make.
 async fn send_all(
-    socket: &mut WebSocket,
+    socket: &mut Socket,
     sent: &Counter,
     texts: impl IntoIterator<Item = Utf8Bytes>,
 ) -> Next {
     for text in texts {
         sent.inc_by(text.len() as u64);
-        if socket.feed(Message::Text(text)).await.is_err() {
+        if socket::feed(socket, text).await.is_err() {
             return Next::Close;
         }
     }
@@ -532,8 +533,8 @@ impl Session {
 
     async fn on_frame(
         &mut self,
-        socket: &mut WebSocket,
-        frame: Option<Result<Message, axum::Error>>,
+        socket: &mut Socket,
+        frame: Option<Result<Message, tungstenite::Error>>,
         replies: &mpsc::Sender<Answer>,
         requests: &mut tokio::task::JoinSet<()>,
     ) -> Next {
@@ -634,7 +635,7 @@ impl Session {
     /// (see `crate::hosts`); `None` for one this daemon answers.
     async fn route(
         &mut self,
-        socket: &mut WebSocket,
+        socket: &mut Socket,
         text: &str,
         request: &ClientRequest,
         replies: &mpsc::Sender<Answer>,
@@ -777,7 +778,7 @@ impl Session {
     /// `hello`: checks the token and the version, then sends `welcome` and `session_state`.
     async fn hello(
         &mut self,
-        socket: &mut WebSocket,
+        socket: &mut Socket,
         protocol_version: u32,
         token: Option<&str>,
         include_archived: bool,
@@ -794,7 +795,7 @@ impl Session {
             let _ = socket.send(Message::Text(encode(&error))).await;
             let _ = socket
                 .send(Message::Close(Some(CloseFrame {
-                    code: close_code::POLICY,
+                    code: CloseCode::Policy,
                     reason: "unauthorized".into(),
                 })))
                 .await;
@@ -829,7 +830,7 @@ impl Session {
         send_all(socket, self.sent(), [encode(&welcome), state]).await
     }
 
-    async fn on_answer(&mut self, socket: &mut WebSocket, answer: Answer) -> Next {
+    async fn on_answer(&mut self, socket: &mut Socket, answer: Answer) -> Next {
         let Answer { held, reply } = answer;
         let (message, release) = match reply {
             Reply::Send(message) => {
@@ -858,7 +859,7 @@ impl Session {
 
     /// Writes this chunk of a followed job's output and the others already waiting, then
     /// flushes once; drops those of follows that ended.
-    async fn on_push(&mut self, socket: &mut WebSocket, push: jobs::Push) -> Next {
+    async fn on_push(&mut self, socket: &mut Socket, push: jobs::Push) -> Next {
         let mut texts = Vec::new();
         let mut next = Some(push);
         let mut taken = 0;
@@ -882,7 +883,7 @@ impl Session {
     /// when there are several (see `join`), then flushes once.
     async fn on_event(
         &mut self,
-        socket: &mut WebSocket,
+        socket: &mut Socket,
         event: Result<Arc<Outgoing>, broadcast::error::RecvError>,
     ) -> Next {
         let mut queued = Vec::new();
@@ -1021,29 +1022,18 @@ fn remote_reply(answer: Value, request_id: Option<String>, host: &str) -> Reply 
     }
 }
 
-/// Whether a receive error is a frame over the size limit (tungstenite's capacity error,
-/// which axum wraps).
 /// The close code and reason for a frame the client got wrong: 1009 for one too big, 1007
 /// for text that is not UTF-8, 1002 for a broken frame; `None` when the connection itself
 /// failed.
-fn violation(e: &axum::Error) -> Option<(u16, &'static str)> {
-    use std::error::Error as _;
-    use tokio_tungstenite::tungstenite;
-    let mut source = e.source();
-    while let Some(inner) = source {
-        if let Some(ws) = inner.downcast_ref::<tungstenite::Error>() {
-            return match ws {
-                tungstenite::Error::Capacity(_) => Some((close_code::SIZE, "message too big")),
-                tungstenite::Error::Utf8(_) => Some((close_code::INVALID, "text is not UTF-8")),
-                tungstenite::Error::Protocol(_) => {
-                    Some((close_code::PROTOCOL, "WebSocket protocol violation"))
-                }
-                _ => None,
-            };
+fn violation(e: &tungstenite::Error) -> Option<(CloseCode, &'static str)> {
+    match e {
+        tungstenite::Error::Capacity(_) => Some((CloseCode::Size, "message too big")),
+        tungstenite::Error::Utf8(_) => Some((CloseCode::Invalid, "text is not UTF-8")),
+        tungstenite::Error::Protocol(_) => {
+            Some((CloseCode::Protocol, "WebSocket protocol violation"))
         }
-        source = inner.source();
+        _ => None,
     }
-    None
 }
 
 pub(crate) fn request_error(

@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use axum::extract::ws::Utf8Bytes;
 use drover_acp::LiveSession;
 use drover_core::{Agent, AgentId};
 use drover_protocol::DaemonMessage;
 use drover_protocol::answers;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::ops::Ops;
 use crate::ops::agents::AgentScope;

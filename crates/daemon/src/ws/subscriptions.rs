@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::ws::Utf8Bytes;
 use drover_core::AgentId;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::{HUB_CAPACITY, Outgoing};
 

@@ -401,6 +401,29 @@ fn the_pages_javascript_type_checks() {
     passes("tsc", &mut tsc_run);
 }
 
+/// A `session_state` far over the 64 KiB the daemon sends a frame of reaches the page whole:
+/// it comes in fragments, cut between multi-byte characters, and every agent's row carries
+/// its whole title.
+#[tokio::test]
+async fn a_session_state_sent_in_fragments_reaches_the_page_whole() {
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
+    let mut agents = Vec::new();
+    for n in 0..4 {
+        let title = format!(
+            "big {n}: {} end {n}",
+            "tâche 🚀 задача 任务 ".repeat(12_000)
+        );
+        let id = idle_agent(&mut client, &daemon, &title).await;
+        agents.push(json!({"id": id, "start": format!("big {n}:"), "end": format!("end {n}")}));
+    }
+    let state = client
+        .request(json!({"type": "list_agents", "includeArchived": false}))
+        .await
+        .to_string();
+    assert!(state.len() > 1_000_000, "{} bytes", state.len());
+    Scenario::run("bigState", &daemon, json!({"agents": agents})).await;
+}
+
 #[tokio::test]
 async fn set_title_renames_an_agent_for_every_client() {
     let (daemon, mut client) = TestDaemon::start_with_client().await;
