@@ -569,3 +569,48 @@ async fn a_sign_in_before_any_start_is_checked_against_what_the_agent_offers() {
     })
     .await;
 }
+
+// A client that leaves while the daemon asks a provider's agent for its sign-in methods takes
+// that agent with it: the request is dropped, and the agent it started (one that never
+// answers `initialize`) is ended at once, not left running for the daemon's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_asked_for_a_sign_in_ends_when_its_client_leaves() {
+    let mark = TempDir::new().expect("mark");
+    let mark = mark.path().display().to_string();
+    let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("sleep");
+    let config = format!(
+        "[providers.mute]\ncommand = [{sleep:?}, \"1000\"]\nenv = {{ DROVER_TEST_MARK = {mark:?} }}\n"
+    );
+    let (daemon, mut client) = daemon_with(config).await;
+    let asked = || {
+        drover_fakes::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_TEST_MARK", &mark))
+            .count()
+    };
+    client
+        .send(json!({"type": "sign_in", "requestId": "s1", "provider": "mute", "methodId": "any"}))
+        .await;
+    eventually("the agent asked to start", WAIT, async || {
+        (asked() > 0).then_some(())
+    })
+    .await;
+    drop(client);
+    let left = std::time::Instant::now();
+    eventually("the agent asked to end", WAIT, async || {
+        (asked() == 0).then_some(())
+    })
+    .await;
+    assert!(
+        left.elapsed() < Duration::from_secs(5),
+        "ended with its client, not by a timeout: {:?}",
+        left.elapsed()
+    );
+    // The daemon still answers.
+    let (mut client, _) = daemon.client().await;
+    let providers = client.request(json!({"type": "list_providers"})).await;
+    assert_eq!(providers["type"], "providers", "{providers}");
+}
