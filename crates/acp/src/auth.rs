@@ -186,9 +186,28 @@ pub enum SignInState {
 #[derive(Debug, Default)]
 pub(crate) struct SignIns {
     by_provider: Mutex<HashMap<String, (SignInState, Vec<AuthMethod>)>>,
+    /// The methods a provider's agent offered when it was started only to ask (a sign-in
+    /// before any of its agents started): known, its state still unknown.
+    offered: Mutex<HashMap<String, Vec<AuthMethod>>>,
 }
 
 impl SignIns {
+    /// The methods `provider`'s agent offered when asked alone (none: an empty list).
+    pub(crate) fn set_offered(&self, provider: &str, methods: Vec<AuthMethod>) {
+        self.offered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(provider.to_string(), methods);
+    }
+
+    pub(crate) fn offered(&self, provider: &str) -> Option<Vec<AuthMethod>> {
+        self.offered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(provider)
+            .cloned()
+    }
+
     pub(crate) fn set(&self, provider: &str, state: SignInState, methods: Vec<AuthMethod>) {
         self.by_provider
             .lock()

@@ -217,7 +217,9 @@ impl AcpError {
     pub fn code(&self) -> ErrorCode {
         match self {
             AcpError::Registry(e) => e.code(),
-            AcpError::Store(_) => ErrorCode::StoreFailed,
+            AcpError::Store(_) | AcpError::Config(providers::ConfigError::Write { .. }) => {
+                ErrorCode::StoreFailed
+            }
             AcpError::Config(_) => ErrorCode::InvalidConfig,
             AcpError::UnknownProvider { .. } => ErrorCode::UnknownProvider,
             AcpError::ProviderUnavailable { .. } => ErrorCode::ProviderUnavailable,

@@ -125,8 +125,13 @@ impl RuntimeManager {
             provider,
             env: spec.env,
             rpc,
+            ender: Ender {
+                pid: running.pid,
+                cgroup: running.cgroup.clone(),
+                refusals,
+                armed: true,
+            },
             running,
-            refusals,
         })
     }
 }
@@ -146,7 +151,7 @@ struct Alone {
     env: BTreeMap<String, String>,
     rpc: RpcClient,
     running: process::Running,
-    refusals: tokio::task::JoinHandle<()>,
+    ender: Ender,
 }
 
 impl Alone {
@@ -155,10 +160,10 @@ impl Alone {
         let Alone {
             provider,
             running,
-            refusals,
+            ender,
             ..
         } = self;
-        refusals.abort();
+        ender.disarm();
         let process::Running {
             pid,
             stderr,
@@ -167,6 +172,37 @@ impl Alone {
         } = running;
         process::terminate_group(pid, None, cgroup.as_deref(), &mut exited, CLOSE_GRACE).await;
         (provider.name, stderr)
+    }
+}
+
+/// What ends an [`Alone`] dropped without [`Alone::end`] (its client left mid-request and the
+/// request's future was dropped): its refusals stop and its group is killed at once. Nothing
+/// else would end it: its process belongs to the task that waits for it, and its stdin stays
+/// open while the refusals hold the connection.
+struct Ender {
+    pid: u32,
+    cgroup: Option<PathBuf>,
+    refusals: tokio::task::JoinHandle<()>,
+    armed: bool,
+}
+
+impl Ender {
+    /// `end` ends the group itself: only the refusals stop here.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Ender {
+    fn drop(&mut self) {
+        self.refusals.abort();
+        if self.armed {
+            tracing::info!(
+                pid = self.pid,
+                "its request was dropped: the agent asked alone is killed"
+            );
+            process::kill_group_now(self.pid, None, self.cgroup.as_deref());
+        }
     }
 }
 

@@ -150,6 +150,10 @@ pub enum ConfigError {
     },
     #[error("`{}` is not valid: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
+    /// The file cannot be written (a link into a read-only folder, a full disk); `message`
+    /// names it and says what to put there instead.
+    #[error("{message}")]
+    Write { path: PathBuf, message: String },
 }
 
 /// The providers of a running daemon. `config.toml` is read again whenever it changed (its
@@ -775,6 +779,31 @@ mod tests {
     }
 
     #[test]
+    fn a_sign_in_into_a_folder_that_cannot_be_written_names_the_file_and_what_to_put_there() {
+        let home = tempfile::TempDir::new().expect("home");
+        // No file can be made in /proc, root or not: a read-only folder (a home-manager link
+        // into /nix/store).
+        let target = Path::new("/proc/drover-test-config.toml");
+        std::os::unix::fs::symlink(target, home.path().join("config.toml")).expect("link");
+        let vars = BTreeMap::from([("OPENAI_API_KEY".to_string(), "sk-secret".to_string())]);
+        let error =
+            store_sign_in(home.path(), "codex", &SignInEntry::Env(vars)).expect_err("not writable");
+        let message = error.to_string();
+        assert!(matches!(error, ConfigError::Write { .. }), "{error:?}");
+        assert!(
+            message.contains("`/proc/drover-test-config.toml`")
+                && message.contains("config.toml` leads")
+                && message.contains("OPENAI_API_KEY under [providers.codex]"),
+            "{message}"
+        );
+        assert!(!message.contains("sk-secret"), "{message}");
+        assert_eq!(
+            crate::AcpError::from(error).code(),
+            drover_core::error::ErrorCode::StoreFailed
+        );
+    }
+
+    #[test]
     fn unattended_policies_read_and_a_fallback_names_another_provider() {
         let text = r#"
             [providers.codex]
@@ -1005,7 +1034,43 @@ pub fn store_sign_in(home: &Path, provider: &str, entry: &SignInEntry) -> Result
     let text = doc.to_string();
     // What the daemon will read must read: a write that breaks the file is not made.
     Providers::presets().with_config(&path, &text)?;
-    drover_core::store::write_atomic(&target, text.as_bytes()).map_err(|e| invalid(e.to_string()))
+    drover_core::store::write_atomic(&target, text.as_bytes())
+        .map_err(|e| unwritable(&path, &target, provider, entry, &e))
+}
+
+/// A sign-in that cannot be kept: which file, why, and what the user can put there instead
+/// (the variables' names, never their values).
+fn unwritable(
+    path: &Path,
+    target: &Path,
+    provider: &str,
+    entry: &SignInEntry,
+    error: &drover_core::store::StoreError,
+) -> ConfigError {
+    let via = if target == path {
+        String::new()
+    } else {
+        format!(" (where `{}` leads)", path.display())
+    };
+    let what = match entry {
+        SignInEntry::Env(vars) => format!(
+            "`env` with {}",
+            vars.keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        SignInEntry::Auth(method) => format!("`auth = \"{method}\"`"),
+    };
+    ConfigError::Write {
+        path: target.to_path_buf(),
+        message: format!(
+            "cannot keep the sign-in: `{}`{via} cannot be written ({error}); put it there \
+             yourself ({what} under [providers.{provider}]) and retry the agents that wait \
+             for it (`drover retry`), or make the file writable",
+            target.display()
+        ),
+    }
 }
 
 /// Held while `config.toml` is read, edited and written: one writer at a time, across threads

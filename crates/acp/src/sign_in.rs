@@ -19,19 +19,30 @@ impl RuntimeManager {
         Vec<drover_core::AuthMethod>,
         String,
     ) {
-        let (state, methods) = match self.shared.sign_ins.get(&provider.name) {
-            Some((state, methods)) => (Some(state), methods),
-            None => (
-                None,
-                self.recorded_methods(&provider.name).unwrap_or_default(),
-            ),
-        };
-        let state = state.or_else(|| {
-            self.recorded_methods(&provider.name)
-                .map(|_| auth::SignInState::NeedsSignIn)
-        });
+        let state = self
+            .shared
+            .sign_ins
+            .get(&provider.name)
+            .map(|(state, _)| state)
+            .or_else(|| {
+                self.recorded_methods(&provider.name)
+                    .map(|_| auth::SignInState::NeedsSignIn)
+            });
+        let methods = self.known_methods(&provider.name).unwrap_or_default();
         let how = auth::how_to_sign_in(provider, &methods);
         (state, methods, how)
+    }
+
+    /// The methods `provider` offers as the daemon knows them (an empty list: it offers
+    /// none): what its agents' last start saw, else what its agent said when asked alone,
+    /// else what an agent of it waiting for a sign-in recorded; `None`: not known.
+    fn known_methods(&self, provider: &str) -> Option<Vec<drover_core::AuthMethod>> {
+        self.shared
+            .sign_ins
+            .get(provider)
+            .map(|(_, methods)| methods)
+            .or_else(|| self.shared.sign_ins.offered(provider))
+            .or_else(|| self.recorded_methods(provider))
     }
 
     /// The methods recorded with an agent of `provider` that waits for a sign-in.
@@ -47,7 +58,8 @@ impl RuntimeManager {
     /// method's `vars` go into the provider's `env` in `config.toml`, an `agent` method
     /// becomes its `auth`, a `terminal` one (run by the user) needs nothing kept. Only a
     /// method the provider's agent offers, with its own variables, is kept: when no agent of
-    /// it started since the daemon did, its agent is started once to ask. Then every agent of
+    /// it started since the daemon did, its agent is started once to ask (and what it offers,
+    /// none included, is known from then on). Then every agent of
     /// the provider waiting for a sign-in starts again; their ids are returned.
     pub async fn sign_in(
         &self,
@@ -56,18 +68,24 @@ impl RuntimeManager {
         vars: BTreeMap<String, String>,
     ) -> Result<Vec<AgentId>, AcpError> {
         let providers = self.providers()?;
-        let provider = providers
-            .get(provider_name)
-            .ok_or_else(|| AcpError::UnknownProvider {
+        if providers.get(provider_name).is_none() {
+            return Err(AcpError::UnknownProvider {
                 name: provider_name.to_string(),
                 known: providers.all().map(|p| p.name.clone()).collect(),
-            })?;
-        let (_, mut methods, _) = self.sign_in_status(provider);
-        if methods.is_empty() {
-            // None of its agents started since the daemon did: its agent says, started as
-            // the daemon starts it. What is kept is checked against what it offers.
-            methods = self.offered_sign_ins(provider_name).await?;
+            });
         }
+        let methods = if let Some(methods) = self.known_methods(provider_name) {
+            methods
+        } else {
+            // None of its agents started since the daemon did: its agent says, started once
+            // as the daemon starts it, and is not asked again. What is kept is checked
+            // against what it offers.
+            let offered = self.offered_sign_ins(provider_name).await?;
+            self.shared
+                .sign_ins
+                .set_offered(provider_name, offered.clone());
+            offered
+        };
         let invalid = |message: String| AcpError::InvalidSignIn { message };
         let Some(method) = methods.iter().find(|m| m.id == method_id) else {
             if methods.is_empty() {

@@ -15,10 +15,16 @@
 //! What runs here is the CLI's own: its agent (and the terminal method's command) dies with
 //! this process, by any signal, at any depth, as the daemon's children die with the daemon:
 //! the same guard (`drover_core::guard`: the marker, a cgroup, `PR_SET_PDEATHSIG`), started
-//! for the login. It runs in this process's environment (the variables drover passes to
-//! agents, then the provider's `env`), not the daemon's: a sign-in the agent keeps in the
-//! user's files (under `HOME`) is found by the daemon's agents only when the daemon runs as
-//! the same user with the same `HOME`.
+//! for the login. A login that ends, done or failed, ends its agent's process group and its
+//! descendants; a failed one then has the guard sweep too. A successful one disarms the
+//! guard instead: what the sign-in left running on its own, out of the agent's tree (the
+//! browser `xdg-open` started for the agent's sign-in page), is the user's and stays, as does
+//! what a terminal method's command left.
+//!
+//! It runs in this process's environment (the variables drover passes to agents, then the
+//! provider's `env`), not the daemon's: a sign-in the agent keeps in the user's files (under
+//! `HOME`) is found by the daemon's agents only when the daemon runs as the same user with
+//! the same `HOME`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -71,7 +77,48 @@ pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::R
         }
     };
     // Before the agent starts: it ends what the login started if this process is killed.
-    let _guard = drover_core::guard::start();
+    let guard = drover_core::guard::start();
+    let signed = sign_in_here(ctx, provider, method, info, &program, &spec);
+    if let Some(guard) = guard {
+        match &signed {
+            // The agent is ended (its group and descendants, `Acp`'s drop): what it left
+            // running on its own, the browser its sign-in opened, is the user's.
+            Ok(_) => guard.disarm().await,
+            Err(_) => guard.stop().await,
+        }
+    }
+    let (method, vars) = signed?;
+    let answer = connection
+        .request(rq::SignIn {
+            provider: provider.to_string(),
+            method_id: method.id.clone(),
+            vars,
+        })
+        .await?;
+    connection.close().await;
+    let answers::SignedIn { retried, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
+    let done = ctx.style.paint(Paint::Green, "signed in");
+    match retried.len() {
+        0 => eprintln!("{provider}: {done} with {}", method.id),
+        n => eprintln!(
+            "{provider}: {done} with {}; {n} agent(s) waiting for it start again",
+            method.id
+        ),
+    }
+    Ok(())
+}
+
+/// What runs here: the method chosen (its agent asked first when the daemon knows none) and
+/// done (the terminal command, the agent's own sign-in, the variables read). The method and
+/// the variables for the daemon to keep.
+fn sign_in_here(
+    ctx: &Ctx,
+    provider: &str,
+    method: Option<&str>,
+    info: &drover_protocol::ProviderInfo,
+    program: &Path,
+    spec: &drover_acp::Provider,
+) -> anyhow::Result<(AuthMethod, BTreeMap<String, String>)> {
     let agent = AgentCommand {
         program: program.display().to_string(),
         args: spec.command[1..].to_vec(),
@@ -115,24 +162,7 @@ pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::R
             }
         }
     }
-    let answer = connection
-        .request(rq::SignIn {
-            provider: provider.to_string(),
-            method_id: method.id.clone(),
-            vars,
-        })
-        .await?;
-    connection.close().await;
-    let answers::SignedIn { retried, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
-    let done = ctx.style.paint(Paint::Green, "signed in");
-    match retried.len() {
-        0 => eprintln!("{provider}: {done} with {}", method.id),
-        n => eprintln!(
-            "{provider}: {done} with {}; {n} agent(s) waiting for it start again",
-            method.id
-        ),
-    }
-    Ok(())
+    Ok((method, vars))
 }
 
 /// The method to use: the one named, the only one, or the user's choice at the terminal.

@@ -781,6 +781,57 @@ fn login_with_the_agents_own_method_runs_it_here_and_leaves_no_process() {
     assert!(left.is_empty(), "left running: {left:?}");
 }
 
+// The agent's own sign-in opened a browser (`xdg-open`'s: a session of its own, no longer
+// the agent's descendant, carrying what the agent carried): a login that succeeds leaves it
+// running, out of the login's cgroups, while the agent's own worker ends with the agent.
+#[test]
+fn a_successful_login_leaves_the_browser_it_opened_and_ends_the_agents_worker() {
+    let fx = Fixture::new();
+    let pid_file = fx.home().join("browser.pid");
+    fx.add_scripted_provider(
+        "locked",
+        &format!(
+            "SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_HELPER = \"session\", \
+             SCRIPTED_AGENT_LOGIN_BROWSER = {:?}, DROVER_LOGIN_PROBE = \"cli-browser\"",
+            pid_file.display().to_string()
+        ),
+    );
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let out = fx.drover(&["login", "locked", "--method", "scripted-login"]);
+    assert_eq!(out.code, 0, "{}", out.transcript());
+    let browser: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the browser's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let alive = |pid: i32| drover_testkit::procs::Process::read(pid).is_some_and(|p| !p.zombie());
+    // The agent and its worker are gone; the browser alone is left.
+    let deadline = Instant::now() + WAIT;
+    let left = loop {
+        let left: Vec<i32> = drover_testkit::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_LOGIN_PROBE", "cli-browser"))
+            .map(|p| p.pid)
+            .collect();
+        if left == [browser] || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let survived = alive(browser);
+    let cgroup = std::fs::read_to_string(format!("/proc/{browser}/cgroup")).unwrap_or_default();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(browser),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(left, [browser], "only the browser is left");
+    assert!(survived, "the browser the sign-in opened was killed");
+    // Left in a cgroup of the login, the next daemon's sweep of what dead ones left would
+    // end it.
+    assert!(!cgroup.contains("/drover-"), "{cgroup}");
+}
+
 /// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
 fn probes_left(probe: &str) -> Vec<i32> {
     let deadline = Instant::now() + WAIT;

@@ -19,7 +19,9 @@
 //! however it dies, and at that end of file the guard kills the daemon's cgroup tree and every
 //! process carrying the token, until none is left, removes the cgroups, and exits. A daemon
 //! that stops cleanly closes the pipe too, after it stopped its agents: the guard then finds
-//! nothing, or the stragglers.
+//! nothing, or the stragglers. A process that ended what it started itself and means the rest
+//! to live on (`drover login`, whose agent's sign-in may have opened the user's browser)
+//! disarms its guard first ([`Guard::disarm`]): the guard exits without sweeping.
 //!
 //! Where cgroups are not writable (or `DROVER_NO_CGROUPS=1`), the marker alone is used: a
 //! process that replaces its whole environment escapes it, which is why the cgroup comes
@@ -259,6 +261,67 @@ impl Guard {
     pub async fn stop(self) {
         let _ = tokio::task::spawn_blocking(move || drop(self)).await;
     }
+
+    /// Tells the guard to exit without sweeping, for a process that ended what it started
+    /// itself and means the rest to live on (`drover login`: the browser an agent's sign-in
+    /// opened is the user's). What is left in this process's cgroups moves to its own cgroup
+    /// (else a later daemon's sweep of cgroups left behind would end it), and they are removed.
+    /// Waits on a blocking thread.
+    pub async fn disarm(mut self) {
+        let child = self.child.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(mut child) = child {
+                if let Some(mut pipe) = child.stdin.take() {
+                    let _ = io::Write::write_all(&mut pipe, &[DISARM]);
+                }
+                wait_for_guard(&mut child);
+            }
+            if let Some(base) = cgroup_base() {
+                release_cgroups(base);
+            }
+        })
+        .await;
+    }
+}
+
+/// What the guard reads on its pipe before the end of file to exit without sweeping.
+const DISARM: u8 = b'd';
+
+/// Waits (up to 3 s) for the guard to exit, then kills it.
+fn wait_for_guard(child: &mut std::process::Child) {
+    let deadline = Instant::now() + SWEEP_FOR + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Moves every process in the leaves below `base` to `base`'s parent (this process's own
+/// cgroup), then removes the leaves and `base`.
+fn release_cgroups(base: &Path) {
+    let Some(own) = base.parent() else {
+        return;
+    };
+    if let Ok(dir) = std::fs::read_dir(base) {
+        for leaf in dir
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        {
+            let procs = std::fs::read_to_string(leaf.path().join("cgroup.procs"));
+            for pid in procs.iter().flat_map(|p| p.lines()) {
+                // One pid a write; a process that ended meanwhile is refused, and gone.
+                if let Err(e) = std::fs::write(own.join("cgroup.procs"), pid) {
+                    tracing::debug!(pid, error = %e, "cannot move a process out of its cgroup");
+                }
+            }
+        }
+    }
+    remove_empty_leaves(base);
+    let _ = std::fs::remove_dir(base);
 }
 
 impl Drop for Guard {
@@ -269,15 +332,7 @@ impl Drop for Guard {
         };
         // The pipe's end: the guard sweeps (what is left is stragglers) and exits.
         drop(child.stdin.take());
-        let deadline = Instant::now() + SWEEP_FOR + Duration::from_secs(1);
-        while Instant::now() < deadline {
-            if !matches!(child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        wait_for_guard(&mut child);
     }
 }
 
@@ -322,15 +377,19 @@ fn watch(token: &str, cgroup: Option<&Path>) {
         .unwrap_or_default();
     let mut stdin = io::stdin().lock();
     let mut buf = [0u8; 256];
+    let mut disarmed = false;
     loop {
         match stdin.read(&mut buf) {
             Ok(0) => break,
-            Ok(_) => {}
+            Ok(n) => disarmed |= buf[..n].contains(&DISARM),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
     }
-    end_tree(token, cgroup, daemon_group);
+    // Disarmed (`Guard::disarm`): what is left is meant to live on.
+    if !disarmed {
+        end_tree(token, cgroup, daemon_group);
+    }
 }
 
 /// Kills the cgroup tree and every process carrying `token` with its process group (but never

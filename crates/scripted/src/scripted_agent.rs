@@ -136,6 +136,10 @@
 //!   launcher's worker that left its group.
 //! - `SCRIPTED_AGENT_LOGIN_MS=N`: `authenticate` with `scripted-login` takes N milliseconds
 //!   (a browser round trip).
+//! - `SCRIPTED_AGENT_LOGIN_BROWSER=<file>`: `authenticate` with `scripted-login` first opens
+//!   a "browser", as `xdg-open` does for a sign-in page: through a shell that exits at once,
+//!   `sleep 1000` in a session of its own, with the agent's environment; its pid goes into
+//!   `<file>`.
 //! - `SCRIPTED_AGENT_STALE_CANCEL=1`: a `session/cancel` is also kept, and the session's next
 //!   prompt ends at once with an empty `end_turn`, saying and recording nothing (as
 //!   claude-agent-acp 0.23 does, upstream #551).
@@ -1220,6 +1224,9 @@ impl Agent {
                 Ok(json!({}))
             }
             Some("scripted-login") => {
+                if let Some(pid_file) = std::env::var_os("SCRIPTED_AGENT_LOGIN_BROWSER") {
+                    open_browser(Path::new(&pid_file));
+                }
                 std::thread::sleep(self.config.login_delay);
                 if let Err(e) = write_signed_in(&self.signed_in_marker()) {
                     log(format!("cannot write the sign-in marker: {e}"));
@@ -2324,6 +2331,28 @@ fn spawn_detached(label: &str, command: &mut tokio::process::Command) -> String 
     match spawned {
         Ok(child) => format!("{label} {}", child.id().unwrap_or_default()),
         Err(e) => format!("spawn failed: {e}"),
+    }
+}
+
+/// `SCRIPTED_AGENT_LOGIN_BROWSER`: `sleep 1000` started through a shell that exits at once, in
+/// a session of its own (a browser `xdg-open` started: no longer the agent's descendant); its
+/// pid written to `pid_file`.
+fn open_browser(pid_file: &Path) {
+    let started = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $!",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match started {
+        Ok(out) => {
+            if let Err(e) = std::fs::write(pid_file, String::from_utf8_lossy(&out.stdout).trim()) {
+                log(format!("cannot write the browser's pid: {e}"));
+            }
+        }
+        Err(e) => log(format!("cannot open the browser: {e}")),
     }
 }
 

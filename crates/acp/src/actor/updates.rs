@@ -159,13 +159,18 @@ impl Actor {
                 tracing::warn!(agent = %id, error = %e, "cannot record what the agent spent");
                 return;
             }
-            RuntimeManager { shared }.cancel_for_hard_budgets(id).await;
+            // The cancel may ask this agent's own task, which may be waiting for the writes
+            // chained after this one: it runs on its own, and nothing waits for it.
+            tokio::spawn(async move {
+                RuntimeManager { shared }.cancel_for_hard_budgets(id).await;
+            });
         }));
     }
 
     /// Waits (bounded) until what the agent reported spending is recorded: the budget a turn
-    /// is checked against counts the turns before it. Only the registry's write is waited for,
-    /// never a hard budget's cancel (which may ask this agent's own task).
+    /// is checked against counts the turns before it. Only the registry's writes are waited
+    /// for (each chained on the one before), never a hard budget's cancel (which may ask this
+    /// agent's own task, and runs apart from the chain).
     pub(super) fn spends_recorded(&self) -> impl Future<Output = ()> + Send + 'static {
         let pending = self.spends_pending.clone();
         async move { pending.recorded().await }

@@ -569,3 +569,109 @@ async fn a_sign_in_before_any_start_is_checked_against_what_the_agent_offers() {
     })
     .await;
 }
+
+// A client that leaves while the daemon asks a provider's agent for its sign-in methods takes
+// that agent with it: the request is dropped, and the agent it started (one that never
+// answers `initialize`) is ended at once, not left running for the daemon's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_asked_for_a_sign_in_ends_when_its_client_leaves() {
+    let mark = TempDir::new().expect("mark");
+    let mark = mark.path().display().to_string();
+    let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("sleep");
+    let config = format!(
+        "[providers.mute]\ncommand = [{sleep:?}, \"1000\"]\nenv = {{ DROVER_TEST_MARK = {mark:?} }}\n"
+    );
+    let (daemon, mut client) = daemon_with(config).await;
+    let asked = || {
+        drover_fakes::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_TEST_MARK", &mark))
+            .count()
+    };
+    client
+        .send(json!({"type": "sign_in", "requestId": "s1", "provider": "mute", "methodId": "any"}))
+        .await;
+    eventually("the agent asked to start", WAIT, async || {
+        (asked() > 0).then_some(())
+    })
+    .await;
+    drop(client);
+    let left = std::time::Instant::now();
+    eventually("the agent asked to end", WAIT, async || {
+        (asked() == 0).then_some(())
+    })
+    .await;
+    assert!(
+        left.elapsed() < Duration::from_secs(5),
+        "ended with its client, not by a timeout: {:?}",
+        left.elapsed()
+    );
+    // The daemon still answers.
+    let (mut client, _) = daemon.client().await;
+    let providers = client.request(json!({"type": "list_providers"})).await;
+    assert_eq!(providers["type"], "providers", "{providers}");
+}
+
+// What a provider's agent offered when started only to ask is known from then on, "none"
+// too: it shows in the providers' list, and a second sign-in does not start the agent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_agent_asked_alone_offers_is_known_from_then_on() {
+    let state = TempDir::new().expect("state");
+    let starts = TempDir::new().expect("starts");
+    // Each start of the agent leaves a line in its provider's file.
+    let counted = |name: &str, env: &str| {
+        let file = starts.path().join(name).display().to_string();
+        format!(
+            "[providers.{name}]\ncommand = [\"/bin/sh\", \"-c\", \"echo start >> '{file}'; exec '{bin}'\"]\nenv = {{ SCRIPTED_AGENT_STATE_DIR = {state:?}{env} }}\n",
+            bin = scripted_agent_bin().display(),
+            state = state.path().display().to_string(),
+        )
+    };
+    let config = format!(
+        "{}{}",
+        counted("locked", ", SCRIPTED_AGENT_AUTH = \"1\""),
+        counted("open", "")
+    );
+    let (_daemon, mut client) = daemon_with(config).await;
+    let started = |name: &str| {
+        std::fs::read_to_string(starts.path().join(name))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for _ in 0..2 {
+        let wrong = client
+            .request(json!({"type": "sign_in", "provider": "locked", "methodId": "magic"}))
+            .await;
+        assert_eq!(wrong["payload"]["code"], "invalid_input", "{wrong}");
+        assert!(wrong.to_string().contains("scripted-login"), "{wrong}");
+        let none = client
+            .request(json!({"type": "sign_in", "provider": "open", "methodId": "any"}))
+            .await;
+        assert!(
+            none.to_string().contains("offers no sign-in method"),
+            "{none}"
+        );
+    }
+    assert_eq!(
+        (started("locked"), started("open")),
+        (1, 1),
+        "each agent asked once"
+    );
+    let providers = client.request(json!({"type": "list_providers"})).await;
+    let locked = find_where(&providers["payload"]["providers"], "locked", |p| {
+        p["name"] == "locked"
+    });
+    let ids: Vec<&str> = locked["signIn"]["methods"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        ids,
+        ["scripted-key", "scripted-login", "scripted-terminal"],
+        "{locked}"
+    );
+}

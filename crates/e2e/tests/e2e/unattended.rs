@@ -707,6 +707,68 @@ async fn unattended_a_hard_budget_cancels_the_turns_running_in_the_tree() {
     daemon.stop().await;
 }
 
+// A turn that crosses a hard budget as it ends, with a message queued behind it: the usage
+// report mid-turn spends the budget (its cancel asks the agent's own task), the prompt's
+// answer reports more a few milliseconds later. The next turn's start waits only for both
+// spends to be written, never for that cancel: the queued message is held at once. (Whether
+// the cancel lands as the turn ends depends on timing: several agents, each a little later.)
+#[tokio::test]
+async fn unattended_a_turn_crossing_a_hard_budget_as_it_ends_holds_the_next_at_once() {
+    let home = Home::new(config);
+    let cwd = home.cwd.clone();
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let mut slow = Vec::new();
+    for ms in 1..=16 {
+        let root = client
+            .create_agent(json!({"provider": "scripted", "cwd": cwd,
+                "budget": {"cost": 0.0005, "hard": true}, "prompt": "say ready"}))
+            .await;
+        client.wait_idle(&root).await;
+        let sent = std::time::Instant::now();
+        client
+            .send_message(&root, &format!("usage\nsleep {ms}"))
+            .await;
+        client.send_message(&root, "say next").await;
+        eventually("the queued message held", WAIT, async || {
+            let timeline = client.timeline(&root).await;
+            timeline
+                .iter()
+                .any(|i| {
+                    i["kind"] == "notice"
+                        && i["data"]["text"]
+                            .as_str()
+                            .is_some_and(|t| t.contains("its budget is spent"))
+                })
+                .then_some(())
+        })
+        .await;
+        let held = sent.elapsed();
+        if held > Duration::from_secs(3) {
+            slow.push((ms, held));
+        }
+        // The agent's task answers at once.
+        let asked = std::time::Instant::now();
+        let answer = client
+            .request(json!({"type": "cancel", "agentId": root, "keepInbox": true}))
+            .await;
+        assert_eq!(answer["type"], "ok", "{answer}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            asked.elapsed()
+        );
+        assert!(!said(&mut client, &root).await.contains("next"));
+        assert_eq!(queued_texts(&mut client, &root).await, ["say next"]);
+    }
+    assert!(
+        slow.is_empty(),
+        "held late (ms of sleep after the usage report, how late): the next turn's start \
+         waited for the budget's cancel: {slow:?}"
+    );
+    daemon.stop().await;
+}
+
 /// The texts of the messages queued for `agent` and not delivered yet.
 async fn queued_texts(client: &mut Client, agent: &str) -> Vec<String> {
     client.get_agent(agent).await["queued"]
