@@ -1359,6 +1359,76 @@ fn empty_prompts_and_bad_directories_are_bad_arguments() {
     assert!(file.stderr.contains("not a directory"), "{}", file.stderr);
 }
 
+/// `drover ARGS` with `input` on its stdin.
+fn drover_with_stdin(fx: &Fixture, args: &[&str], input: &[u8]) -> Out {
+    use std::io::Write as _;
+    let mut child = fx
+        .command(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // A refused message may be refused before all of it is read: a broken pipe is fine.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    let out = child.wait_with_output().expect("drover");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `-` as the prompt (`run`) or the message (`send`) reads it from stdin, past what one
+/// command-line argument may hold (128 KiB on Linux); an empty stdin, or a message longer than
+/// the daemon takes, is a bad argument saying so, and makes nothing.
+#[test]
+fn a_prompt_or_message_of_dash_comes_from_stdin_and_a_too_long_one_is_refused() {
+    let fx = Fixture::start();
+    let long = "x".repeat(300 * 1024);
+    let run = drover_with_stdin(
+        &fx,
+        &["run", "--title", "piped", "-"],
+        format!("say from stdin\n{long}\n").as_bytes(),
+    )
+    .ok();
+    assert!(run.stdout.contains("from stdin"), "{}", run.transcript());
+    let logs = fx.drover(&["logs", "piped", "--json"]).ok();
+    assert!(
+        logs.stdout.contains(&long),
+        "the whole prompt reached the agent"
+    );
+    let send = drover_with_stdin(&fx, &["send", "piped", "-"], b"say sent through a pipe\n").ok();
+    assert!(
+        send.stdout.contains("queued followup"),
+        "{}",
+        send.transcript()
+    );
+    fx.drover(&["wait", "piped", "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", "piped"]).ok();
+    assert!(
+        logs.stdout.contains("sent through a pipe"),
+        "{}",
+        logs.stdout
+    );
+
+    let empty = drover_with_stdin(&fx, &["run", "-"], b"  \n");
+    assert_eq!(empty.code, 2, "{}", empty.transcript());
+    assert!(empty.stderr.contains("stdin is empty"), "{}", empty.stderr);
+    let huge = "say ".to_string() + &"y".repeat(2 * 1024 * 1024);
+    let too_long = drover_with_stdin(&fx, &["run", "-"], huge.as_bytes());
+    assert_eq!(too_long.code, 2, "{}", too_long.transcript());
+    assert!(
+        too_long.stderr.contains("too long") && too_long.stderr.contains("read it"),
+        "{}",
+        too_long.stderr
+    );
+    let ls = fx.drover(&["ls", "--json"]).ok().json();
+    assert_eq!(ls.as_array().map(Vec::len), Some(1), "{ls}");
+}
+
 #[test]
 fn logs_tail_counts_the_items_it_prints() {
     let fx = Fixture::start();
