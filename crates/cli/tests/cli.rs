@@ -1753,6 +1753,30 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
     }
 }
 
+/// A port in use (here by a plain listener) stops the start saying so and how to pick
+/// another port, in the foreground and through `daemon start`.
+#[test]
+fn a_port_in_use_says_how_to_choose_another() {
+    let fx = Fixture::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    for args in [
+        vec!["daemon", "--listen", addr.as_str()],
+        vec!["daemon", "start", "--listen", addr.as_str()],
+    ] {
+        let out = fx.drover(&args);
+        assert_ne!(out.code, 0, "{args:?}: {}", out.transcript());
+        assert!(
+            out.stderr.contains(&format!("cannot listen on {addr}"))
+                && out.stderr.contains("in use")
+                && out.stderr.contains("--listen 127.0.0.1:0"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    drop(taken);
+}
+
 /// A token file the daemon refuses (readable by others): the start fails saying why, and no
 /// web UI address is given for a daemon that never served.
 #[test]
