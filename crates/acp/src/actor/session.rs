@@ -669,16 +669,35 @@ impl Actor {
             config.mode.as_ref().filter(|_| !by_option("mode")),
             config.model.as_ref().filter(|_| !by_option("model")),
         );
-        if let (Some(mode), Some(modes)) = (mode, &live.modes) {
-            let current = modes.get("currentModeId").and_then(Value::as_str);
-            let offered = modes
-                .get("availableModes")
+        if let Some(mode) = mode {
+            let ids: Vec<String> = live
+                .modes
+                .as_ref()
+                .and_then(|modes| modes.get("availableModes"))
                 .and_then(Value::as_array)
-                .is_some_and(|all| {
-                    all.iter()
-                        .any(|m| m.get("id").and_then(Value::as_str) == Some(mode))
-                });
-            if current != Some(mode.as_str()) && offered {
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("id").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect();
+            let current = live
+                .modes
+                .as_ref()
+                .and_then(|modes| modes.get("currentModeId"))
+                .and_then(Value::as_str)
+                == Some(mode.as_str());
+            // A mode the agent does not have is said, with the ones it has, not dropped.
+            if !current && !ids.contains(mode) {
+                let offers = if ids.is_empty() {
+                    "the agent offers no modes".to_string()
+                } else {
+                    format!("the agent's modes are {}", ids.join(", "))
+                };
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("mode `{mode}` not applied: {offers}")}),
+                );
+            } else if !current {
                 let request = live.rpc.request(
                     "session/set_mode",
                     json!({"sessionId": live.session_id, "modeId": mode}),

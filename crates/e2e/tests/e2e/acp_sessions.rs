@@ -323,6 +323,43 @@ async fn reasoning_effort_and_the_agents_settings_are_shown_and_set_as_config_op
     daemon.stop().await;
 }
 
+/// A mode the agent does not have (a typo, another agent's name for it) is said in the
+/// timeline with the modes it has, and the turn runs in the mode it was in; it was dropped
+/// without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_the_agent_does_not_have_is_said_with_the_ones_it_has() {
+    let (daemon, _state) = daemon_with("").await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({
+            "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi", "mode": "yolo",
+        }))
+        .await;
+    client.wait_idle(&id).await;
+    let notices = client.notices(&id).await;
+    assert!(
+        notices
+            .iter()
+            .any(|n| n == "mode `yolo` not applied: the agent's modes are default, plan"),
+        "{notices:?}"
+    );
+    assert_eq!(client.replies(&id).await, ["hi"]);
+    // A mode it has is taken without a word.
+    let id = client
+        .create_agent(json!({
+            "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi", "mode": "plan",
+        }))
+        .await;
+    client.wait_idle(&id).await;
+    let notices = client.notices(&id).await;
+    assert!(
+        !notices.iter().any(|n| n.contains("not applied")),
+        "{notices:?}"
+    );
+    assert_eq!(client.get_agent(&id).await["currentModeId"], "plan");
+    daemon.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_effort_the_agent_cannot_take_is_said_in_its_timeline() {
     let (daemon, _state) = daemon_with("").await;
