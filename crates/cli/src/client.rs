@@ -12,10 +12,11 @@ use drover_protocol::Answer;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, ClientRequest, DaemonMessage, HostInfo, PROTOCOL_VERSION,
+    AgentInfo, ClientMessage, ClientRequest, DaemonMessage, ErrorCode, HostInfo, PROTOCOL_VERSION,
     WorkspaceInfo,
 };
 use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -251,6 +252,7 @@ impl Connection {
                 ..
             }) = message
             {
+                let message = for_the_command_line(&code, message, details.as_ref());
                 return Err(CliError::Daemon {
                     code,
                     message,
@@ -307,6 +309,27 @@ impl Connection {
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
     }
+}
+
+/// A daemon's refusal as a user of the command line acts on it: a spent budget names the agent
+/// by its handle, and the `drover budget` command that raises it.
+fn for_the_command_line(code: &str, message: String, details: Option<&Value>) -> String {
+    if ErrorCode::parse(code) != Some(ErrorCode::BudgetExhausted) {
+        return message;
+    }
+    let Some(agent) = details
+        .and_then(|d| d.get("agentId"))
+        .and_then(Value::as_str)
+    else {
+        return message;
+    };
+    let hex = agent.replace('-', "");
+    let handle = &hex[hex.len().saturating_sub(8)..];
+    format!(
+        "{}; raise it with `drover budget {handle} --tokens N` (or `--cost X`; the limits \
+         given replace the old ones), or lift it with `drover budget {handle} --clear`",
+        message.replace(&format!("agent `{agent}`"), handle)
+    )
 }
 
 #[cfg(test)]

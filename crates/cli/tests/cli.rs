@@ -2535,6 +2535,20 @@ fn a_spent_budget_warns_then_refuses_send_until_drover_budget_raises_it() {
         "{}",
         out.transcript()
     );
+    // It says what to type here, naming the agent as every command does; not the protocol's
+    // request or the full id.
+    let handle = &id.replace('-', "")[24..];
+    assert!(
+        out.stderr
+            .contains(&format!("drover budget {handle} --tokens N"))
+            && out
+                .stderr
+                .contains(&format!("drover budget {handle} --clear"))
+            && !out.stderr.contains("set_budget")
+            && !out.stderr.contains(&id),
+        "{}",
+        out.transcript()
+    );
     let out = fx.drover(&["budget", &id, "--tokens", "10000"]).ok();
     assert!(
         out.stdout.ends_with(": budget 10000 tokens\n"),

@@ -119,7 +119,7 @@ pub(crate) enum OpError {
     #[error(transparent)]
     Job(drover_acp::jobs::JobError),
     /// A budget of the agent's tree is spent: no new turn starts in it.
-    #[error("the budget of agent `{}` is spent ({}); raise it with set_budget", .0.agent_id, budgets::summary(.0))]
+    #[error("the budget of agent `{}` is spent ({}): nothing new starts in its tree until the budget is raised or cleared", .0.agent_id, budgets::summary(.0))]
     BudgetExhausted(Box<drover_protocol::BudgetExhaustedInfo>),
     #[error(transparent)]
     Host(#[from] crate::hosts::HostError),
