@@ -1429,6 +1429,43 @@ fn a_prompt_or_message_of_dash_comes_from_stdin_and_a_too_long_one_is_refused() 
     assert_eq!(ls.as_array().map(Vec::len), Some(1), "{ls}");
 }
 
+/// `drover retry` of an agent whose start did not fail does nothing and says so; for one whose
+/// turn a daemon stop cut off, it says how to go on. It said "starting … again" and only
+/// started the runtime.
+#[test]
+fn retry_of_an_agent_that_did_not_fail_says_so_and_what_it_waits_for() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "calm"], "say hi");
+    fx.drover(&["wait", &id]).ok();
+    let out = fx.drover(&["retry", "calm"]).ok();
+    let handle = &id.replace('-', "")[24..];
+    assert!(
+        out.stderr
+            .contains(&format!("{handle} has no failed start to retry (idle)"))
+            && !out.stderr.contains("starting"),
+        "{}",
+        out.transcript()
+    );
+
+    // A turn cut off by a daemon stop: retry names the way on.
+    fx.drover(&["send", "calm", "sleep 20000"]).ok();
+    fx.wait_status(&id, "running");
+    fx.drover(&["daemon", "stop"]).ok();
+    fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"])
+        .ok();
+    let out = fx.drover(&["retry", "calm"]);
+    fx.drover(&["daemon", "stop"]).ok();
+    assert_eq!(out.code, 0, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("cut off when the daemon stopped")
+            && out
+                .stderr
+                .contains(&format!("drover send {handle} \"continue\"")),
+        "{}",
+        out.transcript()
+    );
+}
+
 #[test]
 fn logs_tail_counts_the_items_it_prints() {
     let fx = Fixture::start();
