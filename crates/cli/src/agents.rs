@@ -362,7 +362,11 @@ pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
         })
         .await?;
     connection.close().await;
-    outln!("unarchived {name}");
+    if agent.archived_at.is_none() {
+        outln!("{name} was not archived");
+    } else {
+        outln!("unarchived {name}");
+    }
     Ok(())
 }
 

@@ -1515,6 +1515,17 @@ fn repeated_archives_and_detaches_say_nothing_changed() {
         again.stdout,
         format!("{} was already archived\n", &lone[lone.len() - 8..])
     );
+    let back = fx.drover(&["unarchive", &lone]).ok();
+    assert_eq!(
+        back.stdout,
+        format!("unarchived {}\n", &lone[lone.len() - 8..])
+    );
+    // Unarchiving an agent that is not archived says so (it said "unarchived").
+    let again = fx.drover(&["unarchive", &lone]).ok();
+    assert_eq!(
+        again.stdout,
+        format!("{} was not archived\n", &lone[lone.len() - 8..])
+    );
 }
 
 #[test]
