@@ -457,6 +457,16 @@ fn run_shows_permission_requests_and_permit_answers_them() {
         "{}",
         again.stderr
     );
+    // Named by its handle, as every other line names it, not by the daemon's full id.
+    let deployer = fx.info("deployer")["id"].as_str().expect("id").to_string();
+    assert!(
+        again.stderr.starts_with(&format!(
+            "drover: {} has no pending permission",
+            &deployer[deployer.len() - 8..]
+        )) && !again.stderr.contains(&deployer),
+        "{}",
+        again.stderr
+    );
 
     // Denied once: the agent says so.
     let id = fx.spawn_agent(&["--title", "denied"], "permission rm -rf");
