@@ -346,7 +346,7 @@ fn by_handles(message: &str) -> String {
             out.push_str(before.strip_suffix("agent ").unwrap_or(before));
             out.push_str(&id[id.len() - 8..]);
         } else {
-            out.push_str(&rest[..start + 1 + end + 1]);
+            out.push_str(&rest[..=start + end + 1]);
         }
         rest = &quoted[end + 1..];
     }
