@@ -1086,16 +1086,9 @@ function spendBadge(a, tree) {
   if (!a.budget || !tree) return own;
   const b = a.budget;
   const limits = [];
-  const shares = [];
-  if (b.tokens !== null && b.tokens !== undefined) {
-    limits.push(`${tree.tokens || 0}/${b.tokens} tok`);
-    shares.push(b.tokens > 0 ? (tree.tokens || 0) / b.tokens : 1);
-  }
-  if (b.cost !== null && b.cost !== undefined) {
-    limits.push(`${(tree.cost || 0).toFixed(4)}/${b.cost.toFixed(4)} ${tree.currency || 'USD'}`);
-    shares.push(b.cost > 0 ? (tree.cost || 0) / b.cost : 1);
-  }
-  const share = Math.max(0, ...shares);
+  if (b.tokens !== null && b.tokens !== undefined) limits.push(`${tree.tokens || 0}/${b.tokens} tok`);
+  if (b.cost !== null && b.cost !== undefined) limits.push(`${(tree.cost || 0).toFixed(4)}/${b.cost.toFixed(4)} ${tree.currency || 'USD'}`);
+  const share = budgetShare(b, tree);
   const level = share >= 1 ? 'over' : share >= 0.8 ? 'warn' : 'ok';
   const why = { over: 'spent: no new turn starts in its tree until the budget is raised', warn: 'past 80 % of its budget', ok: 'its tree’s spend against its budget' }[level];
   return h('span', { class: 'spend' }, own,
