@@ -1440,8 +1440,8 @@ fn a_prompt_or_message_of_dash_comes_from_stdin_and_a_too_long_one_is_refused() 
 }
 
 /// `drover retry` of an agent whose start did not fail does nothing and says so; for one whose
-/// turn a daemon stop cut off, it says how to go on. It said "starting … again" and only
-/// started the runtime.
+/// turn a daemon stop cut off, it says how to go on (and so does `inspect`). It said
+/// "starting … again" and only started the runtime.
 #[test]
 fn retry_of_an_agent_that_did_not_fail_says_so_and_what_it_waits_for() {
     let fx = Fixture::start();
@@ -1464,7 +1464,16 @@ fn retry_of_an_agent_that_did_not_fail_says_so_and_what_it_waits_for() {
     fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"])
         .ok();
     let out = fx.drover(&["retry", "calm"]);
+    // inspect says it too, on its attention's line.
+    let inspect = fx.drover(&["inspect", "calm"]);
     fx.drover(&["daemon", "stop"]).ok();
+    assert!(
+        inspect.stdout.lines().any(|l| l.starts_with("attention")
+            && l.contains("interrupted since")
+            && l.contains(&format!("drover send {handle} \"continue\""))),
+        "{}",
+        inspect.transcript()
+    );
     assert_eq!(out.code, 0, "{}", out.transcript());
     assert!(
         out.stderr.contains("cut off when the daemon stopped")
