@@ -325,7 +325,7 @@ async fn reasoning_effort_and_the_agents_settings_are_shown_and_set_as_config_op
 
 /// A mode the agent does not have (a typo, another agent's name for it) is said in the
 /// timeline with the modes it has, and the turn runs in the mode it was in; it was dropped
-/// without a word.
+/// without a word. Set live, it is refused with the modes it has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mode_the_agent_does_not_have_is_said_with_the_ones_it_has() {
     let (daemon, _state) = daemon_with("").await;
@@ -357,6 +357,20 @@ async fn a_mode_the_agent_does_not_have_is_said_with_the_ones_it_has() {
         "{notices:?}"
     );
     assert_eq!(client.get_agent(&id).await["currentModeId"], "plan");
+    // Live, a mode it does not have is refused naming the ones it has, and a setting it does
+    // not have names mode and model among the ones it has (it said "it offers: none").
+    let refused = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "mode", "value": "yolo"}))
+        .await;
+    assert_eq!(refused["payload"]["code"], "invalid_input", "{refused}");
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("give one of: default, plan"), "{refused}");
+    assert_eq!(client.get_agent(&id).await["currentModeId"], "plan");
+    let refused = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "colour", "value": "blue"}))
+        .await;
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("it offers: mode, model"), "{refused}");
     daemon.stop().await;
 }
 
