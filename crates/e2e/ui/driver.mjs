@@ -1099,6 +1099,10 @@ const scenarios = {
     await ready(linked);
     await linked.locator(`${tab(A.one)}.active`).waitFor();
     if (linked.url().includes('agent=') || linked.url().includes('token')) fail(`the link stayed in the address bar: ${linked.url()}`);
+    // Another link followed in the open page (only its fragment changes) opens that agent.
+    await linked.evaluate((id) => { location.hash = `agent=${id}`; }, A.two);
+    await linked.locator(`${tab(A.two)}.active`).waitFor();
+    if (linked.url().includes('agent=')) fail(`the link stayed in the address bar: ${linked.url()}`);
   },
 
   // A subagent's permission request shows on its root's sidebar row, with a count; one click

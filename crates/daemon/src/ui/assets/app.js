@@ -131,6 +131,15 @@ const S = {
 // `#agent=<id>` (a notification's link): that agent's tab opens once the agents are known.
 let linkedAgent = decodeURIComponent((/(?:^#|&)agent=([^&]+)/.exec(location.hash) || [])[1] || '') || null;
 if (linkedAgent && !/(?:^#|&)token=/.test(location.hash)) history.replaceState(null, '', location.pathname + location.search);
+// The same link followed in a page already open (the address typed or pasted into its bar)
+// changes only the fragment: its agent opens too.
+window.addEventListener('hashchange', () => {
+  const id = decodeURIComponent((/(?:^#|&)agent=([^&]+)/.exec(location.hash) || [])[1] || '');
+  if (!id || /(?:^#|&)token=/.test(location.hash)) return;
+  history.replaceState(null, '', location.pathname + location.search);
+  if (!S.synced) linkedAgent = id;
+  else if (S.agents.has(id) && !S.agents.get(id)?.archivedAt) openAgent(id);
+});
 
 (function takeToken() {
   const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
