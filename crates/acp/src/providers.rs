@@ -340,9 +340,13 @@ struct ProviderEntry {
     warm: Option<i64>,
 }
 
-/// `on_limit` as written: a policy, or the provider the work falls back to.
+/// `on_limit` as written: a policy, or the provider the work falls back to. A value that is
+/// neither says which ones there are (serde's own words name this type).
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "`on_limit` is \"wait\", \"fail\" or { fallback = \"PROVIDER\" }"
+)]
 enum OnLimitEntry {
     Policy(OnLimit),
     Fallback { fallback: String },
@@ -846,6 +850,20 @@ mod tests {
             let read = Providers::presets().with_config(Path::new("/h/config.toml"), bad);
             assert!(read.is_err(), "{bad}");
         }
+        // A value that is no policy names the ones there are, not serde's type.
+        let Err(e) = Providers::presets().with_config(
+            Path::new("/h/config.toml"),
+            "[providers.codex]\non_limit = \"retry\"\n",
+        ) else {
+            panic!("on_limit = \"retry\" is read");
+        };
+        let said = e.to_string();
+        assert!(
+            said.contains("line 2")
+                && said.contains(r#""wait", "fail" or { fallback = "PROVIDER" }"#)
+                && !said.contains("OnLimitEntry"),
+            "{said}"
+        );
     }
 
     #[test]

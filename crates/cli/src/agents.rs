@@ -7,7 +7,9 @@ use std::time::Duration;
 use drover_protocol::Answer;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
-use drover_protocol::{AgentInfo, DaemonMessage, Delivery, ErrorCode};
+use drover_protocol::{
+    AgentInfo, AgentStatus, AttentionReason, DaemonMessage, Delivery, ErrorCode,
+};
 use serde_json::{Value, json};
 
 use crate::args::PermitAnswer;
@@ -249,6 +251,23 @@ fn activity_lines(report: &Value, short: &ShortIds) -> Vec<String> {
 
 pub async fn retry(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
     let (mut connection, agent, name) = ctx.agent(id).await?;
+    // Nothing failed and nothing waits for a limit: say so, and what the agent waits for.
+    if agent.start_failure.is_none()
+        && agent.limited.is_none()
+        && agent.status != AgentStatus::Error
+    {
+        connection.close().await;
+        let status = agent.status.as_str();
+        if agent.attention_reason == Some(AttentionReason::Interrupted) {
+            eprintln!(
+                "{name} has no failed start to retry ({status}): its turn was cut off when the \
+                 daemon stopped; to go on, send it a message: drover send {name} \"continue\""
+            );
+        } else {
+            eprintln!("{name} has no failed start to retry ({status}); nothing was done");
+        }
+        return Ok(());
+    }
     let answer = connection
         .request(rq::RestartAgent {
             agent_id: agent.id.clone(),
@@ -343,7 +362,11 @@ pub async fn unarchive(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
         })
         .await?;
     connection.close().await;
-    outln!("unarchived {name}");
+    if agent.archived_at.is_none() {
+        outln!("{name} was not archived");
+    } else {
+        outln!("unarchived {name}");
+    }
     Ok(())
 }
 

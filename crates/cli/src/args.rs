@@ -11,6 +11,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::error::CliError;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use drover_daemon::DaemonConfig;
 
@@ -89,7 +90,7 @@ pub enum Command {
     Send {
         /// The agent (id, unique prefix or suffix, or title)
         id: String,
-        /// The message (not empty)
+        /// The message (not empty; `-` reads it from stdin)
         #[arg(value_parser = not_blank)]
         message: String,
         /// Stop the current turn and run this message first
@@ -658,7 +659,7 @@ pub enum DaemonAction {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The first message (not empty)
+    /// The first message (not empty; `-` reads it from stdin)
     #[arg(value_parser = not_blank)]
     pub prompt: String,
     /// Provider [default: $DROVER_PROVIDER, else codex]
@@ -731,6 +732,45 @@ fn not_blank(text: &str) -> Result<String, String> {
         return Err("it is empty; say what the agent should do".to_string());
     }
     Ok(text.to_string())
+}
+
+/// What room a message's request takes besides its text (ids, flags, the JSON around it).
+const REQUEST_ROOM: usize = 16 * 1024;
+
+/// The text of a prompt or message argument: `-` reads it from stdin (for a prompt kept in a
+/// file, or longer than a command line takes). Refused, saying why, when it is empty or when
+/// its request would pass what the daemon accepts from a client.
+pub fn message_text(arg: String, stdin: impl std::io::Read) -> Result<String, CliError> {
+    let text = if arg == "-" {
+        let mut bytes = Vec::new();
+        let mut stdin = stdin;
+        stdin.read_to_end(&mut bytes).map_err(|e| {
+            CliError::BadArgument(format!("cannot read the message from stdin: {e}"))
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            CliError::BadArgument("the message on stdin is not UTF-8 text".to_string())
+        })?;
+        if text.trim().is_empty() {
+            return Err(CliError::BadArgument(
+                "the message on stdin is empty; say what the agent should do".to_string(),
+            ));
+        }
+        text
+    } else {
+        arg
+    };
+    // The daemon closes a connection whose frame passes its limit; say so before sending.
+    let encoded = serde_json::to_string(&text).map_or(usize::MAX, |s| s.len());
+    let most = drover_protocol::MAX_CLIENT_FRAME - REQUEST_ROOM;
+    if encoded > most {
+        return Err(CliError::BadArgument(format!(
+            "the message is too long: {} KiB as JSON, and the daemon takes at most {} KiB; \
+             put the long part in a file in the agent's directory and tell the agent to read it",
+            encoded.div_ceil(1024),
+            most / 1024,
+        )));
+    }
+    Ok(text)
 }
 
 #[cfg(test)]

@@ -12,10 +12,11 @@ use drover_protocol::Answer;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, ClientMessage, ClientRequest, DaemonMessage, HostInfo, PROTOCOL_VERSION,
+    AgentInfo, ClientMessage, ClientRequest, DaemonMessage, ErrorCode, HostInfo, PROTOCOL_VERSION,
     WorkspaceInfo,
 };
 use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -251,6 +252,7 @@ impl Connection {
                 ..
             }) = message
             {
+                let message = for_the_command_line(&code, message, details.as_ref());
                 return Err(CliError::Daemon {
                     code,
                     message,
@@ -309,9 +311,64 @@ impl Connection {
     }
 }
 
+/// A daemon's refusal as a user of the command line acts on it: a spent budget names the agent
+/// by its handle, and the `drover budget` command that raises it.
+fn for_the_command_line(code: &str, message: String, details: Option<&Value>) -> String {
+    if ErrorCode::parse(code) != Some(ErrorCode::BudgetExhausted) {
+        return by_handles(&message);
+    }
+    let Some(agent) = details
+        .and_then(|d| d.get("agentId"))
+        .and_then(Value::as_str)
+    else {
+        return message;
+    };
+    let hex = agent.replace('-', "");
+    let handle = &hex[hex.len().saturating_sub(8)..];
+    format!(
+        "{}; raise it with `drover budget {handle} --tokens N` (or `--cost X`; the limits \
+         given replace the old ones), or lift it with `drover budget {handle} --clear`",
+        by_handles(&message)
+    )
+}
+
+/// `message` with each agent or workspace the daemon names by its full id (``agent `ID` ``,
+/// `` `ID` ``) named by its handle instead, as every other line of the CLI names it.
+fn by_handles(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find('`') {
+        let quoted = &rest[start + 1..];
+        let Some(end) = quoted.find('`') else { break };
+        let id = &quoted[..end];
+        if is_uuid(id) {
+            let before = &rest[..start];
+            out.push_str(before.strip_suffix("agent ").unwrap_or(before));
+            out.push_str(&id[id.len() - 8..]);
+        } else {
+            out.push_str(&rest[..=start + end + 1]);
+        }
+        rest = &quoted[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Whether `s` is written as a UUID: 8-4-4-4-12 hex digits.
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ws_url;
+    use super::{by_handles, ws_url};
 
     #[test]
     fn urls_become_websocket_urls() {
@@ -319,5 +376,19 @@ mod tests {
         assert_eq!(ws_url("http://127.0.0.1:7433/"), "ws://127.0.0.1:7433/ws");
         assert_eq!(ws_url("ws://127.0.0.1:1/ws"), "ws://127.0.0.1:1/ws");
         assert_eq!(ws_url("127.0.0.1:9"), "ws://127.0.0.1:9/ws");
+    }
+
+    #[test]
+    fn the_daemons_full_ids_become_handles() {
+        let id = "01a24ab9-2bf2-704c-ace9-60ef7efb7ac5";
+        assert_eq!(
+            by_handles(&format!("agent `{id}` has no pending permission request")),
+            "7efb7ac5 has no pending permission request"
+        );
+        assert_eq!(
+            by_handles(&format!("workspace `{id}` is archived; `job-3` and `x`")),
+            "workspace 7efb7ac5 is archived; `job-3` and `x`"
+        );
+        assert_eq!(by_handles("a ` lone backtick"), "a ` lone backtick");
     }
 }

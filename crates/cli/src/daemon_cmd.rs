@@ -49,7 +49,7 @@ fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
+            .map_err(|e| cannot_listen(config.listen, &e))?;
         // Said once it serves: a bad token file or config stops it before.
         drover_daemon::run_locked_then(lock, listener, config, shutdown_signal(), |info| {
             eprintln!(
@@ -60,6 +60,20 @@ fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
         .await?;
         Ok(())
     })
+}
+
+/// Why the daemon cannot listen on `addr`, and, for a port in use, what to do about it.
+fn cannot_listen(addr: std::net::SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        anyhow::anyhow!(
+            "cannot listen on {addr}: the port is in use (by another program, or the daemon of \
+             another data directory); give this one another port with `--listen {ip}:PORT` \
+             (`--listen {ip}:0` for any free one) or `$DROVER_LISTEN`; the CLI finds it by itself",
+            ip = addr.ip(),
+        )
+    } else {
+        anyhow::anyhow!("cannot listen on {addr}: {e}")
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

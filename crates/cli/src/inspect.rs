@@ -128,6 +128,18 @@ pub async fn ls(
 
 /// The ATTENTION cell, said as people say it: `sign in` is what to do, `limited until` when
 /// the prompt goes again.
+/// What to do about an attention that has no row of its own to say it: a turn a daemon stop
+/// cut off waits for a message.
+fn next_step(agent: &AgentInfo, short: &ShortIds) -> String {
+    match agent.attention_reason {
+        Some(AttentionReason::Interrupted) => format!(
+            ": a daemon stop cut its turn off; a message continues it (drover send {} \"continue\")",
+            short.get(&agent.id)
+        ),
+        _ => String::new(),
+    }
+}
+
 fn attention_cell(agent: &AgentInfo) -> (String, Paint) {
     let attention = match (agent.attention_reason, &agent.limited) {
         (None, _) => "-".to_string(),
@@ -535,8 +547,12 @@ fn inspect_rows(
         (
             "attention",
             match (&agent.attention_reason, &agent.attention_timestamp) {
-                (Some(reason), Some(at)) => format!("{reason} since {}", output::when(at, now)),
-                (Some(reason), None) => reason.to_string(),
+                (Some(reason), Some(at)) => format!(
+                    "{reason} since {}{}",
+                    output::when(at, now),
+                    next_step(agent, short)
+                ),
+                (Some(reason), None) => format!("{reason}{}", next_step(agent, short)),
                 _ => dash(),
             },
         ),

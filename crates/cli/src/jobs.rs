@@ -267,7 +267,7 @@ async fn kill(ctx: &Ctx, id: &str, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(&job);
     }
-    outln!("{} {} ({})", job.id, job.status, exit_text(&job));
+    outln!("{} {}: {}", job.id, job.status, exit_text(&job));
     Ok(())
 }
 

@@ -125,7 +125,10 @@ fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
 /// A command that talks to the daemon: one arm each, a family's in its module.
 async fn client_command(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Run(args) => run::run(ctx, args).await,
+        Command::Run(mut args) => {
+            args.prompt = args::message_text(args.prompt, std::io::stdin())?;
+            run::run(ctx, args).await
+        }
         Command::Ls {
             all,
             tree,
@@ -140,7 +143,10 @@ async fn client_command(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             steer,
             inject,
             json,
-        } => agents::send(ctx, &id, message, agents::delivery(steer, inject), json).await,
+        } => {
+            let message = args::message_text(message, std::io::stdin())?;
+            agents::send(ctx, &id, message, agents::delivery(steer, inject), json).await
+        }
         Command::Wait { id, timeout } => agents::wait(ctx, &id, timeout).await,
         Command::Stop { id, drop_queue } => agents::stop(ctx, &id, drop_queue).await,
         Command::Archive { id, stop, json } => agents::archive(ctx, &id, stop, json).await,

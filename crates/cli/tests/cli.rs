@@ -457,6 +457,16 @@ fn run_shows_permission_requests_and_permit_answers_them() {
         "{}",
         again.stderr
     );
+    // Named by its handle, as every other line names it, not by the daemon's full id.
+    let deployer = fx.info("deployer")["id"].as_str().expect("id").to_string();
+    assert!(
+        again.stderr.starts_with(&format!(
+            "drover: {} has no pending permission",
+            &deployer[deployer.len() - 8..]
+        )) && !again.stderr.contains(&deployer),
+        "{}",
+        again.stderr
+    );
 
     // Denied once: the agent says so.
     let id = fx.spawn_agent(&["--title", "denied"], "permission rm -rf");
@@ -1410,6 +1420,122 @@ fn empty_prompts_and_bad_directories_are_bad_arguments() {
     assert!(file.stderr.contains("not a directory"), "{}", file.stderr);
 }
 
+/// `drover ARGS` with `input` on its stdin.
+fn drover_with_stdin(fx: &Fixture, args: &[&str], input: &[u8]) -> Out {
+    use std::io::Write as _;
+    let mut child = fx
+        .command(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // A refused message may be refused before all of it is read: a broken pipe is fine.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    let out = child.wait_with_output().expect("drover");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `-` as the prompt (`run`) or the message (`send`) reads it from stdin, past what one
+/// command-line argument may hold (128 KiB on Linux); an empty stdin, or a message longer than
+/// the daemon takes, is a bad argument saying so, and makes nothing.
+#[test]
+fn a_prompt_or_message_of_dash_comes_from_stdin_and_a_too_long_one_is_refused() {
+    let fx = Fixture::start();
+    let long = "x".repeat(300 * 1024);
+    let run = drover_with_stdin(
+        &fx,
+        &["run", "--title", "piped", "-"],
+        format!("say from stdin\n{long}\n").as_bytes(),
+    )
+    .ok();
+    assert!(run.stdout.contains("from stdin"), "{}", run.transcript());
+    let logs = fx.drover(&["logs", "piped", "--json"]).ok();
+    assert!(
+        logs.stdout.contains(&long),
+        "the whole prompt reached the agent"
+    );
+    let send = drover_with_stdin(&fx, &["send", "piped", "-"], b"say sent through a pipe\n").ok();
+    assert!(
+        send.stdout.contains("queued followup"),
+        "{}",
+        send.transcript()
+    );
+    fx.drover(&["wait", "piped", "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", "piped"]).ok();
+    assert!(
+        logs.stdout.contains("sent through a pipe"),
+        "{}",
+        logs.stdout
+    );
+
+    let empty = drover_with_stdin(&fx, &["run", "-"], b"  \n");
+    assert_eq!(empty.code, 2, "{}", empty.transcript());
+    assert!(empty.stderr.contains("stdin is empty"), "{}", empty.stderr);
+    let huge = "say ".to_string() + &"y".repeat(2 * 1024 * 1024);
+    let too_long = drover_with_stdin(&fx, &["run", "-"], huge.as_bytes());
+    assert_eq!(too_long.code, 2, "{}", too_long.transcript());
+    assert!(
+        too_long.stderr.contains("too long") && too_long.stderr.contains("read it"),
+        "{}",
+        too_long.stderr
+    );
+    let ls = fx.drover(&["ls", "--json"]).ok().json();
+    assert_eq!(ls.as_array().map(Vec::len), Some(1), "{ls}");
+}
+
+/// `drover retry` of an agent whose start did not fail does nothing and says so; for one whose
+/// turn a daemon stop cut off, it says how to go on (and so does `inspect`). It said
+/// "starting … again" and only started the runtime.
+#[test]
+fn retry_of_an_agent_that_did_not_fail_says_so_and_what_it_waits_for() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "calm"], "say hi");
+    fx.drover(&["wait", &id]).ok();
+    let out = fx.drover(&["retry", "calm"]).ok();
+    let handle = &id.replace('-', "")[24..];
+    assert!(
+        out.stderr
+            .contains(&format!("{handle} has no failed start to retry (idle)"))
+            && !out.stderr.contains("starting"),
+        "{}",
+        out.transcript()
+    );
+
+    // A turn cut off by a daemon stop: retry names the way on.
+    fx.drover(&["send", "calm", "sleep 20000"]).ok();
+    fx.wait_status(&id, "running");
+    fx.drover(&["daemon", "stop"]).ok();
+    fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"])
+        .ok();
+    let out = fx.drover(&["retry", "calm"]);
+    // inspect says it too, on its attention's line.
+    let inspect = fx.drover(&["inspect", "calm"]);
+    fx.drover(&["daemon", "stop"]).ok();
+    assert!(
+        inspect.stdout.lines().any(|l| l.starts_with("attention")
+            && l.contains("interrupted since")
+            && l.contains(&format!("drover send {handle} \"continue\""))),
+        "{}",
+        inspect.transcript()
+    );
+    assert_eq!(out.code, 0, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("cut off when the daemon stopped")
+            && out
+                .stderr
+                .contains(&format!("drover send {handle} \"continue\"")),
+        "{}",
+        out.transcript()
+    );
+}
+
 #[test]
 fn logs_tail_counts_the_items_it_prints() {
     let fx = Fixture::start();
@@ -1458,6 +1584,17 @@ fn repeated_archives_and_detaches_say_nothing_changed() {
     assert_eq!(
         again.stdout,
         format!("{} was already archived\n", &lone[lone.len() - 8..])
+    );
+    let back = fx.drover(&["unarchive", &lone]).ok();
+    assert_eq!(
+        back.stdout,
+        format!("unarchived {}\n", &lone[lone.len() - 8..])
+    );
+    // Unarchiving an agent that is not archived says so (it said "unarchived").
+    let again = fx.drover(&["unarchive", &lone]).ok();
+    assert_eq!(
+        again.stdout,
+        format!("{} was not archived\n", &lone[lone.len() - 8..])
     );
 }
 
@@ -1734,6 +1871,30 @@ fn a_failed_daemon_start_shows_only_what_this_start_wrote() {
     }
 }
 
+/// A port in use (here by a plain listener) stops the start saying so and how to pick
+/// another port, in the foreground and through `daemon start`.
+#[test]
+fn a_port_in_use_says_how_to_choose_another() {
+    let fx = Fixture::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    for args in [
+        vec!["daemon", "--listen", addr.as_str()],
+        vec!["daemon", "start", "--listen", addr.as_str()],
+    ] {
+        let out = fx.drover(&args);
+        assert_ne!(out.code, 0, "{args:?}: {}", out.transcript());
+        assert!(
+            out.stderr.contains(&format!("cannot listen on {addr}"))
+                && out.stderr.contains("in use")
+                && out.stderr.contains("--listen 127.0.0.1:0"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    drop(taken);
+}
+
 /// A token file the daemon refuses (readable by others): the start fails saying why, and no
 /// web UI address is given for a daemon that never served.
 #[test]
@@ -1967,8 +2128,9 @@ fn jobs_are_started_followed_listed_and_killed() {
         refused.stderr
     );
     let killed = fx.drover(&["job", "kill", "job-2"]).ok();
+    // How it ended, without parentheses in parentheses ("killed (signal 15 (request))").
     assert!(
-        killed.stdout.starts_with("job-2 killed"),
+        killed.stdout.starts_with("job-2 killed: signal ") && !killed.stdout.contains("))"),
         "{}",
         killed.transcript()
     );
@@ -2489,6 +2651,20 @@ fn a_spent_budget_warns_then_refuses_send_until_drover_budget_raises_it() {
     assert_eq!(out.code, 5, "{}", out.transcript());
     assert!(
         out.stderr.contains("3000 of 2400 tokens"),
+        "{}",
+        out.transcript()
+    );
+    // It says what to type here, naming the agent as every command does; not the protocol's
+    // request or the full id.
+    let handle = &id.replace('-', "")[24..];
+    assert!(
+        out.stderr
+            .contains(&format!("drover budget {handle} --tokens N"))
+            && out
+                .stderr
+                .contains(&format!("drover budget {handle} --clear"))
+            && !out.stderr.contains("set_budget")
+            && !out.stderr.contains(&id),
         "{}",
         out.transcript()
     );

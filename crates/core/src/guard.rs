@@ -150,7 +150,12 @@ fn sweep_stale(parent: &Path) {
             continue;
         }
         let stale = entry.path();
-        tracing::warn!(cgroup = %stale.display(), "ending what a dead daemon left in its cgroup");
+        // Said as a warning only when something was left running; an empty one is tidied.
+        if populated(&stale) {
+            tracing::warn!(cgroup = %stale.display(), "ending what a dead daemon left in its cgroup");
+        } else {
+            tracing::debug!(cgroup = %stale.display(), "removing a dead daemon's empty cgroup");
+        }
         kill_cgroup(&stale);
         let deadline = Instant::now() + SWEEP_FOR;
         while populated(&stale) && Instant::now() < deadline {
@@ -183,11 +188,22 @@ pub(crate) fn new_leaf() -> Option<(PathBuf, CString)> {
     Some((leaf, procs))
 }
 
-/// Removes the leaves below `base` that hold no process (`rmdir` refuses the others).
+/// Removes the cgroups below `base` that hold no process, deepest first (`rmdir` refuses the
+/// others, and a cgroup with cgroups below it): a leaf can hold the cgroup of a daemon started
+/// inside it (a test's daemon run by an agent or a job), with leaves of its own.
 fn remove_empty_leaves(base: &Path) {
+    remove_empty_below(base, 0);
+}
+
+fn remove_empty_below(base: &Path, depth: usize) {
+    // Deeper than any nesting of daemons: a bound, not a limit anyone meets.
+    if depth > 32 {
+        return;
+    }
     if let Ok(dir) = std::fs::read_dir(base) {
         for entry in dir.flatten() {
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_below(&entry.path(), depth + 1);
                 let _ = std::fs::remove_dir(entry.path());
             }
         }
@@ -206,7 +222,13 @@ pub fn cgroup_of(pid: u32) -> Option<PathBuf> {
 
 /// Kills every process in `cgroup` and below (`cgroup.kill`). Whether it was written.
 pub fn kill_cgroup(cgroup: &Path) -> bool {
-    std::fs::write(cgroup.join("cgroup.kill"), b"1").is_ok()
+    use std::io::Write as _;
+    // Written, never created: a folder that is no cgroup (gone, or not cgroupfs) gets no file.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(cgroup.join("cgroup.kill"))
+        .and_then(|mut f| f.write_all(b"1"))
+        .is_ok()
 }
 
 /// The running guard of this daemon; dropping it tells the guard the daemon stopped.
@@ -479,6 +501,24 @@ mod tests {
             ticks >= 40,
             "the worker was held while the guard swept: {ticks} ticks"
         );
+    }
+
+    /// A dead daemon's cgroup with cgroups nested below its leaves (a daemon started inside
+    /// one, with its own leaves) is removed whole; only its first level went, so the rest
+    /// stayed, and every later start of any daemon warned about it again.
+    #[test]
+    fn a_dead_daemons_nested_cgroups_are_removed_whole() {
+        let parent = tempfile::TempDir::new().expect("parent");
+        // No process has this pid: above the kernel's highest pid_max.
+        let stale = parent.path().join("drover-4194999");
+        let nested = stale.join("c1/drover-578/c1");
+        std::fs::create_dir_all(&nested).expect("nested");
+        std::fs::create_dir_all(stale.join("c2")).expect("leaf");
+        let live = parent.path().join(format!("drover-{}", std::process::id()));
+        std::fs::create_dir_all(live.join("c1")).expect("live");
+        sweep_stale(parent.path());
+        assert!(!stale.exists(), "left: {}", stale.display());
+        assert!(live.join("c1").exists(), "a live daemon's cgroup is kept");
     }
 
     #[test]

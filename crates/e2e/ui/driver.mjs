@@ -1109,6 +1109,10 @@ const scenarios = {
     await ready(linked);
     await linked.locator(`${tab(A.one)}.active`).waitFor();
     if (linked.url().includes('agent=') || linked.url().includes('token')) fail(`the link stayed in the address bar: ${linked.url()}`);
+    // Another link followed in the open page (only its fragment changes) opens that agent.
+    await linked.evaluate((id) => { location.hash = `agent=${id}`; }, A.two);
+    await linked.locator(`${tab(A.two)}.active`).waitFor();
+    if (linked.url().includes('agent=')) fail(`the link stayed in the address bar: ${linked.url()}`);
   },
 
   // A subagent's permission request shows on its root's sidebar row, with a count; one click
@@ -1228,6 +1232,23 @@ const scenarios = {
     await page.locator(`${pane(A.child)} .timeline`).waitFor({ state: 'visible' });
     const child = await page.locator(`${pane(A.child)} .spend`).first().innerText();
     if (!child.includes('spent 2000 tok · 0.0020 USD') || child.includes('tree')) fail(`the subagent's header says ${child}`);
+  },
+
+  // The first screen says which agents spent their budget (every send refused) and which are
+  // past 80 % of it: the reason is `budget_warning` for both.
+  async budgetSpentLanding() {
+    const page = await open({ viewport: { width: 390, height: 844 }, mobile: true });
+    await ready(page);
+    const why = async (id) => {
+      const need = page.locator(`.landing li[data-agent-id="${id}"] .why`);
+      await need.waitFor();
+      return need.innerText();
+    };
+    const spent = await why(A.spent);
+    if (spent !== 'spent its budget: nothing new starts until it is raised') fail(`the spent agent's row says: ${spent}`);
+    const warned = await why(A.warned);
+    if (warned !== 'spent over 80 % of its budget') fail(`the warned agent's row says: ${warned}`);
+    await shot(page, 'budget-spent-landing');
   },
 };
 

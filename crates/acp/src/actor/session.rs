@@ -669,16 +669,26 @@ impl Actor {
             config.mode.as_ref().filter(|_| !by_option("mode")),
             config.model.as_ref().filter(|_| !by_option("model")),
         );
-        if let (Some(mode), Some(modes)) = (mode, &live.modes) {
-            let current = modes.get("currentModeId").and_then(Value::as_str);
-            let offered = modes
-                .get("availableModes")
-                .and_then(Value::as_array)
-                .is_some_and(|all| {
-                    all.iter()
-                        .any(|m| m.get("id").and_then(Value::as_str) == Some(mode))
-                });
-            if current != Some(mode.as_str()) && offered {
+        if let Some(mode) = mode {
+            let ids = mode_ids(live.modes.as_ref());
+            let current = live
+                .modes
+                .as_ref()
+                .and_then(|modes| modes.get("currentModeId"))
+                .and_then(Value::as_str)
+                == Some(mode.as_str());
+            // A mode the agent does not have is said, with the ones it has, not dropped.
+            if !current && !ids.contains(mode) {
+                let offers = if ids.is_empty() {
+                    "the agent offers no modes".to_string()
+                } else {
+                    format!("the agent's modes are {}", ids.join(", "))
+                };
+                self.push(
+                    ItemKind::Notice,
+                    json!({"text": format!("mode `{mode}` not applied: {offers}")}),
+                );
+            } else if !current {
                 let request = live.rpc.request(
                     "session/set_mode",
                     json!({"sessionId": live.session_id, "modeId": mode}),
@@ -901,6 +911,21 @@ impl Actor {
         if let Some(set) = self.set_config_option("mode", &mode).await {
             set?;
         } else if let Some(live) = &self.live {
+            // A mode the agent does not list is refused here, naming the ones it lists.
+            let ids = mode_ids(live.modes.as_ref());
+            if !ids.contains(&mode) {
+                return Err(AcpError::NoSuchOption {
+                    agent: self.id,
+                    message: if ids.is_empty() {
+                        "it offers no modes".to_string()
+                    } else {
+                        format!(
+                            "`{mode}` is not a mode it has; give one of: {}",
+                            ids.join(", ")
+                        )
+                    },
+                });
+            }
             let request = live.rpc.request(
                 "session/set_mode",
                 json!({"sessionId": live.session_id, "modeId": mode}),
@@ -972,10 +997,23 @@ impl Actor {
         }
         if let Some(offered) = offered {
             let Some(option) = offered else {
-                let ids = self
-                    .live
-                    .as_ref()
-                    .map(|live| option_ids(live.config_options.as_ref()));
+                // Mode and model, set through the older methods, are settings too.
+                let ids = self.live.as_ref().map(|live| {
+                    let mut ids = option_ids(live.config_options.as_ref());
+                    for (name, offered) in [
+                        ("mode", !mode_ids(live.modes.as_ref()).is_empty()),
+                        ("model", live.models.is_some()),
+                    ] {
+                        let listed = ids.split(", ").any(|id| id == name);
+                        if offered && !listed {
+                            if !ids.is_empty() {
+                                ids.push_str(", ");
+                            }
+                            ids.push_str(name);
+                        }
+                    }
+                    ids
+                });
                 return Err(AcpError::NoSuchOption {
                     agent: self.id,
                     message: format!(
@@ -1138,6 +1176,18 @@ fn option_ids(options: Option<&Value>) -> String {
         .filter_map(|o| o.get("id").and_then(Value::as_str))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The ids of the modes a session's `modes` lists (`availableModes`).
+fn mode_ids(modes: Option<&Value>) -> Vec<String> {
+    modes
+        .and_then(|modes| modes.get("availableModes"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("id").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The id of the live session's option that `key` names.

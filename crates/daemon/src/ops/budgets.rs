@@ -92,7 +92,7 @@ pub(crate) fn refusal(info: &BudgetExhaustedInfo, upstream: bool) -> String {
         )
     } else {
         format!(
-            "the budget of agent `{}` is spent ({}); raise it with set_budget",
+            "the budget of agent `{}` is spent ({}): nothing new starts in its tree until the budget is raised or cleared",
             info.agent_id,
             summary(info)
         )

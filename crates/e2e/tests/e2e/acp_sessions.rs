@@ -323,6 +323,57 @@ async fn reasoning_effort_and_the_agents_settings_are_shown_and_set_as_config_op
     daemon.stop().await;
 }
 
+/// A mode the agent does not have (a typo, another agent's name for it) is said in the
+/// timeline with the modes it has, and the turn runs in the mode it was in; it was dropped
+/// without a word. Set live, it is refused with the modes it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_the_agent_does_not_have_is_said_with_the_ones_it_has() {
+    let (daemon, _state) = daemon_with("").await;
+    let (mut client, _) = daemon.client().await;
+    let id = client
+        .create_agent(json!({
+            "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi", "mode": "yolo",
+        }))
+        .await;
+    client.wait_idle(&id).await;
+    let notices = client.notices(&id).await;
+    assert!(
+        notices
+            .iter()
+            .any(|n| n == "mode `yolo` not applied: the agent's modes are default, plan"),
+        "{notices:?}"
+    );
+    assert_eq!(client.replies(&id).await, ["hi"]);
+    // A mode it has is taken without a word.
+    let id = client
+        .create_agent(json!({
+            "provider": "scripted", "cwd": daemon.cwd(), "prompt": "say hi", "mode": "plan",
+        }))
+        .await;
+    client.wait_idle(&id).await;
+    let notices = client.notices(&id).await;
+    assert!(
+        !notices.iter().any(|n| n.contains("not applied")),
+        "{notices:?}"
+    );
+    assert_eq!(client.get_agent(&id).await["currentModeId"], "plan");
+    // Live, a mode it does not have is refused naming the ones it has, and a setting it does
+    // not have names mode and model among the ones it has (it said "it offers: none").
+    let refused = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "mode", "value": "yolo"}))
+        .await;
+    assert_eq!(refused["payload"]["code"], "invalid_input", "{refused}");
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("give one of: default, plan"), "{refused}");
+    assert_eq!(client.get_agent(&id).await["currentModeId"], "plan");
+    let refused = client
+        .request(json!({"type": "set_config_option", "agentId": id, "configId": "colour", "value": "blue"}))
+        .await;
+    let message = refused["payload"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("it offers: mode, model"), "{refused}");
+    daemon.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_effort_the_agent_cannot_take_is_said_in_its_timeline() {
     let (daemon, _state) = daemon_with("").await;

@@ -1439,6 +1439,37 @@ async fn an_agents_header_shows_its_spend_and_its_trees_against_the_budget() {
     s.done().await;
 }
 
+#[tokio::test]
+async fn the_landing_says_which_agents_spent_their_budget_and_which_are_past_80_percent() {
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
+    // 1000 tokens of 500: spent; 1000 of 1200: past 80 %.
+    let spent = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "spent", "prompt": "usage",
+            "budget": {"tokens": 500}}),
+    )
+    .await;
+    let warned = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "warned", "prompt": "usage",
+            "budget": {"tokens": 1200}}),
+    )
+    .await;
+    for id in [&spent, &warned] {
+        wait_idle(&mut client, id).await;
+        eventually("the budget's warning", WAIT, async || {
+            client.get_agent(id).await["attentionReason"] == "budget_warning"
+        })
+        .await;
+    }
+    Scenario::run(
+        "budgetSpentLanding",
+        &daemon,
+        json!({"spent": spent, "warned": warned}),
+    )
+    .await;
+}
+
 /// Ends a host daemon the test's link started, whatever the test's outcome.
 struct HostDaemon(PathBuf);
 

@@ -131,6 +131,15 @@ const S = {
 // `#agent=<id>` (a notification's link): that agent's tab opens once the agents are known.
 let linkedAgent = decodeURIComponent((/(?:^#|&)agent=([^&]+)/.exec(location.hash) || [])[1] || '') || null;
 if (linkedAgent && !/(?:^#|&)token=/.test(location.hash)) history.replaceState(null, '', location.pathname + location.search);
+// The same link followed in a page already open (the address typed or pasted into its bar)
+// changes only the fragment: its agent opens too.
+window.addEventListener('hashchange', () => {
+  const id = decodeURIComponent((/(?:^#|&)agent=([^&]+)/.exec(location.hash) || [])[1] || '');
+  if (!id || /(?:^#|&)token=/.test(location.hash)) return;
+  history.replaceState(null, '', location.pathname + location.search);
+  if (!S.synced) linkedAgent = id;
+  else if (S.agents.has(id) && !S.agents.get(id)?.archivedAt) openAgent(id);
+});
 
 (function takeToken() {
   const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
@@ -310,7 +319,7 @@ function attentionCount() {
 function notifyAttention(a) {
   if (!S.notify || typeof Notification === 'undefined' || Notification.permission !== 'granted') return;
   if (!document.hidden && S.layout.active === a.id) return;
-  const n = new Notification(`${label(a)} ${REASON[a.attentionReason ?? ''] || 'needs you'}`, { body: a.cwd, tag: a.id });
+  const n = new Notification(`${label(a)} ${reasonText(a) || 'needs you'}`, { body: a.cwd, tag: a.id });
   n.onclick = () => { window.focus(); openAgent(a.id); };
 }
 
@@ -322,8 +331,20 @@ const REASON = {
   interrupted: 'was interrupted',
   auth_required: 'needs a sign-in',
   limited: 'waits for its usage limit',
-  budget_warning: 'spent 80 % of its budget',
+  budget_warning: 'spent over 80 % of its budget',
 };
+
+/**
+ * Why the agent needs its user, in words. A budget's warning stays its reason at 100 % too:
+ * once the tree's spend as this browser sees it (a lower bound) reaches the budget, it says so.
+ * @param {AgentInfo} a
+ */
+function reasonText(a) {
+  if (a.attentionReason === 'budget_warning' && a.budget && budgetShare(a.budget, visibleTreeSum(a)) >= 1) {
+    return 'spent its budget: nothing new starts until it is raised';
+  }
+  return REASON[a.attentionReason ?? ''];
+}
 
 // ---- helpers ------------------------------------------------------------------------------
 
@@ -483,7 +504,7 @@ function hostKey(name) {
 
 const sidebarView = new Sidebar(byId('workspaces'), within(document, '#sidebar nav'), {
   S, label, dot, hostBadge, hostKey, attentionMark, quickMatch, openAgent, unarchive, newAgentDialog, showChanges,
-  reason: (/** @type {AgentInfo} */ a) => REASON[a.attentionReason ?? ''] || 'needs you',
+  reason: (/** @type {AgentInfo} */ a) => reasonText(a) || 'needs you',
   /** @param {string} id */
   toggleWorkspace(id) {
     S.collapsed[id] = !S.collapsed[id];
@@ -554,7 +575,7 @@ function attentionMark(a) {
     const when = at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
     return h('span', { class: 'badge attention reason-limited', title: `${REASON.limited}: ${a.limited.error}` }, `limited until ${when}`);
   }
-  return h('span', { class: `attention reason-${a.attentionReason}`, title: REASON[a.attentionReason ?? ''] }, a.attentionReason === 'permission' ? '!' : '●');
+  return h('span', { class: `attention reason-${a.attentionReason}`, title: reasonText(a) }, a.attentionReason === 'permission' ? '!' : '●');
 }
 
 function loadArchived() {
@@ -766,7 +787,7 @@ function renderLanding() {
           h('button', { type: 'button', class: `need reason-${a.attentionReason}`, onclick: () => openAgent(a.id) },
             dot(a.status), h('span', { class: 'title' }, label(a)),
             root.id !== a.id ? h('span', { class: 'muted' }, `under ${label(root)}`) : null,
-            h('span', { class: 'why' }, REASON[a.attentionReason ?? ''])));
+            h('span', { class: 'why' }, reasonText(a))));
       })))
     : h('p', null, 'Nothing needs you. Open an agent from the sidebar, or start a new one.'));
 }
@@ -1016,6 +1037,23 @@ function spendText(s) {
  * @param {AgentInfo} a
  */
 function treeSpend(pane, a) {
+  const sum = visibleTreeSum(a);
+  const key = JSON.stringify(sum);
+  if (pane.treeKey !== key && S.state === 'online') {
+    pane.treeKey = key;
+    conn.request({ type: ClientType.GetAgent, agentId: a.id }).then((m) => {
+      pane.tree = m.payload.agent.treeSpend || null;
+      render({ sidebar: false });
+    }, () => { pane.treeKey = null; });
+  }
+  return pane.tree || sum;
+}
+
+/**
+ * What the agent and the agents under it that this browser knows spent.
+ * @param {AgentInfo} a
+ */
+function visibleTreeSum(a) {
   /** @type {{tokens: number | null, cost: number | null, currency: string | null | undefined}} */
   const sum = { tokens: null, cost: null, currency: null };
   /** @param {AgentInfo} x */
@@ -1031,15 +1069,19 @@ function treeSpend(pane, a) {
     return false;
   };
   for (const x of S.agents.values()) if (inTree(x)) add(x);
-  const key = JSON.stringify(sum);
-  if (pane.treeKey !== key && S.state === 'online') {
-    pane.treeKey = key;
-    conn.request({ type: ClientType.GetAgent, agentId: a.id }).then((m) => {
-      pane.tree = m.payload.agent.treeSpend || null;
-      render({ sidebar: false });
-    }, () => { pane.treeKey = null; });
-  }
-  return pane.tree || sum;
+  return sum;
+}
+
+/**
+ * The larger share of its limits a tree's spend is (1 = spent).
+ * @param {{tokens?: number | null, cost?: number | null}} b
+ * @param {{tokens?: number | null, cost?: number | null} | null | undefined} tree
+ */
+function budgetShare(b, tree) {
+  const shares = [];
+  if (b.tokens !== null && b.tokens !== undefined) shares.push(b.tokens > 0 ? (tree?.tokens || 0) / b.tokens : 1);
+  if (b.cost !== null && b.cost !== undefined) shares.push(b.cost > 0 ? (tree?.cost || 0) / b.cost : 1);
+  return Math.max(0, ...shares);
 }
 
 /**
@@ -1053,16 +1095,9 @@ function spendBadge(a, tree) {
   if (!a.budget || !tree) return own;
   const b = a.budget;
   const limits = [];
-  const shares = [];
-  if (b.tokens !== null && b.tokens !== undefined) {
-    limits.push(`${tree.tokens || 0}/${b.tokens} tok`);
-    shares.push(b.tokens > 0 ? (tree.tokens || 0) / b.tokens : 1);
-  }
-  if (b.cost !== null && b.cost !== undefined) {
-    limits.push(`${(tree.cost || 0).toFixed(4)}/${b.cost.toFixed(4)} ${tree.currency || 'USD'}`);
-    shares.push(b.cost > 0 ? (tree.cost || 0) / b.cost : 1);
-  }
-  const share = Math.max(0, ...shares);
+  if (b.tokens !== null && b.tokens !== undefined) limits.push(`${tree.tokens || 0}/${b.tokens} tok`);
+  if (b.cost !== null && b.cost !== undefined) limits.push(`${(tree.cost || 0).toFixed(4)}/${b.cost.toFixed(4)} ${tree.currency || 'USD'}`);
+  const share = budgetShare(b, tree);
   const level = share >= 1 ? 'over' : share >= 0.8 ? 'warn' : 'ok';
   const why = { over: 'spent: no new turn starts in its tree until the budget is raised', warn: 'past 80 % of its budget', ok: 'its tree’s spend against its budget' }[level];
   return h('span', { class: 'spend' }, own,
@@ -1403,7 +1438,7 @@ function renderTrack(pane, a) {
       archivedToggle(a, showArchived)),
     ...(collapsed ? [] : [h('ul', { class: 'track-rows', role: 'list' }, kids.map((k) => h('li', { class: 'track-row', dataset: { agentId: k.id } },
       h('button', { type: 'button', class: 'open', onclick: () => openAgent(k.id) }, dot(k.status), h('span', { class: 'title' }, label(k)), h('span', { class: 'provider' }, k.type), hostBadge(k.host),
-        h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, REASON[k.attentionReason ?? ''] || '●') : null),
+        h('span', { class: 'status-text' }, k.status), k.requiresAttention ? h('span', { class: 'attention' }, reasonText(k) || '●') : null),
       h('button', { type: 'button', class: 'small', onclick: () => conn.request({ type: ClientType.Detach, agentId: k.id }).catch(failed('Detach')) }, 'Detach'),
       h('button', { type: 'button', class: 'icon archive-x', 'aria-label': `Archive ${label(k)}`, title: 'Archive',
         onclick: () => archiveAgent(k, { ask: { title: `Archive “${label(k)}”?`, body: 'It leaves this track on every client, with its own subagents.', confirm: 'Archive' }, undo: true }) }, '×'))).concat(
