@@ -864,7 +864,9 @@ async fn mode_and_model_reach_a_live_agent_and_the_record() {
         .set_mode(id, "no-such-mode".to_string())
         .await
         .expect_err("unknown mode");
-    assert_eq!(err.code(), "agent_error");
+    // Refused before it reaches the agent, naming the modes it has.
+    assert_eq!(err.code(), "invalid_input");
+    assert!(err.to_string().contains("give one of: "), "{err}");
     assert_eq!(
         fleet
             .registry
