@@ -1201,7 +1201,7 @@ fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
     assert!(added.status.success(), "host add: {}", text(&added));
     // The subagent's turn reports 0.001, then 0.002 in all, then would sleep 20 s: past the
     // root's hard cost budget, b cancels it in the middle.
-    let (_, kid) = fleet.parent_with_kid_on_b(
+    let (root, kid) = fleet.parent_with_kid_on_b(
         "hard",
         "usage\nusage\nsleep 20000\nsay never said",
         &["--budget-cost", "0.0015", "--budget-hard"],
@@ -1225,4 +1225,45 @@ fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
                     .is_some_and(|t| t.contains("never said"))
         });
     assert!(!said, "the turn ran on past the budget: {}", text(&logs));
+
+    // The hub's own agent pushes the tree past the hard budget: raised to 0.0035 (0.0015 left),
+    // the subagent's next turn on b is running when the root spends 0.002; the hub tells b the
+    // subagent may spend nothing more, and b cancels its running turn.
+    let raised = drover(&fleet.hub, &["budget", &root, "--cost", "0.0035", "--hard"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    let lifted = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid)
+            .filter(|b| b[0]["cost"].as_f64().is_some_and(|c| c > 0.003))
+    });
+    assert!(
+        lifted.is_some(),
+        "b did not learn of the raised budget: {:?}",
+        upstream_budgets_on_b(&fleet, &kid)
+    );
+    let sent = drover(
+        &fleet.hub,
+        &["send", &kid, "sleep 30000\nsay kid never again"],
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    wait_status(&fleet.b, &kid, "running");
+    let sent = drover(&fleet.hub, &["send", &root, "usage\nusage\nsay root spent"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let canceled = poll_until_blocking(Duration::from_secs(15), || {
+        let logs = drover(&fleet.hub, &["logs", &kid, "--json"]);
+        let budget_cancels = String::from_utf8_lossy(&logs.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|line| {
+                line["item"]["kind"] == "turn_ended"
+                    && line["item"]["data"]["event"] == "turn_canceled"
+                    && line["item"]["data"]["cause"] == "budget"
+            })
+            .count();
+        (budget_cancels == 2).then_some(())
+    });
+    assert!(
+        canceled.is_some(),
+        "the subagent's turn on b ran on after the hub's own agent spent the hard budget: {}",
+        text(&drover(&fleet.hub, &["logs", &kid]))
+    );
 }
