@@ -16,8 +16,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Bumped on any change a client must know about.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Bumped on any change a client must know about, and when a hub needs its hosts to know a
+/// request to keep what it promises: 2 added `set_upstream_budget` and `upstream.budgets` (a
+/// host holds the hub's subagents to their parents' budgets), which a host of version 1
+/// refuses.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest `protocolVersion` whose clients a daemon still serves: everything since only
+/// added to it.
+pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
 
 /// Largest frame a client may send; a larger one closes the connection with 1009.
 pub const MAX_CLIENT_FRAME: usize = 1024 * 1024;

@@ -19,6 +19,7 @@
 //! a link changes: a reconciliation from the current state, never a queue, so nothing is lost
 //! while a link is down.
 
+use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, Weak};
 
 use drover_core::{AgentId, Budget, RemoteSpend, upstream_allowance};
@@ -43,16 +44,23 @@ pub(super) fn counted(inner: &Inner, host: &str, spends: RemoteSpend) {
 /// Acts on what the hosts' spend changed and brings the hosts' budgets in step each time
 /// `poked` is notified, until the hosts are gone.
 pub(super) async fn keep_in_step(inner: Weak<Inner>, poked: Arc<Notify>) {
+    let mut refused = Refused::new();
     loop {
         poked.notified().await;
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        reconcile(&inner).await;
+        reconcile(&inner, &mut refused).await;
     }
 }
 
-async fn reconcile(inner: &Inner) {
+/// The budgets a host refused to hold one of its subagents to (a host of an earlier drover
+/// refuses `set_upstream_budget`), by host and subagent: the link's connection it refused over
+/// (see `Link::connection`) and those budgets. Not asked again over that connection, so a
+/// refusal costs one request and one log line, not one per registry update.
+type Refused = HashMap<(String, AgentId), (u64, Vec<Budget>)>;
+
+async fn reconcile(inner: &Inner, refused: &mut Refused) {
     let runtimes = &inner.runtimes;
     let registry = runtimes.registry();
     let changed = std::mem::take(
@@ -79,23 +87,39 @@ async fn reconcile(inner: &Inner) {
         .iter()
         .map(|(name, link)| (name.clone(), link.clone()))
         .collect();
+    refused.retain(|(host, _), _| links.iter().any(|(name, _)| name == host));
     for (name, link) in &links {
-        if !link.is_up() {
+        let Some(connection) = link.connection() else {
             continue;
-        }
+        };
         for root in link.remote_roots() {
             let budgets = allowances(registry, root.parent, &root.subtree);
             if budgets == root.budgets {
+                continue;
+            }
+            let key = (name.clone(), root.id);
+            if refused
+                .get(&key)
+                .is_some_and(|(over, what)| *over == connection && *what == budgets)
+            {
+                // Refused over this connection already: asked again once the link is made
+                // again, or for other budgets.
                 continue;
             }
             let asked = json!({"type": "set_upstream_budget", "agentId": root.id.to_string(),
                 "budgets": budgets});
             match link.request(asked).await {
                 Ok(answer) if answer["type"] == "ok" => {
+                    refused.remove(&key);
                     tracing::debug!(host = %name, agent = %root.id, ?budgets, "the host holds the subagent to its parent's budgets");
                 }
-                other => {
-                    tracing::info!(host = %name, agent = %root.id, answer = ?other, "the host's budgets for the subagent are set again later");
+                Ok(answer) => {
+                    tracing::warn!(host = %name, agent = %root.id, ?answer, "the host refused to hold the subagent to its parent's budgets (asked again when the link is made again or the budgets change)");
+                    refused.insert(key, (connection, budgets));
+                }
+                Err(e) => {
+                    // The link is down: everything is sent again once it is made.
+                    tracing::info!(host = %name, agent = %root.id, error = %e, "the host's budgets for the subagent are set again later");
                     break;
                 }
             }

@@ -153,6 +153,8 @@ struct State {
     workspaces: BTreeMap<String, Value>,
     /// Set while the link is up.
     conn: Option<Conn>,
+    /// How many times the link was made.
+    made: u64,
 }
 
 /// The open link's writer and the requests waiting for their answers.
@@ -204,6 +206,7 @@ impl Link {
                 agents: BTreeMap::new(),
                 workspaces: BTreeMap::new(),
                 conn: None,
+                made: 0,
             }),
         });
         let argv = config::link_command(&config);
@@ -385,9 +388,11 @@ impl Link {
         roots.into_values().collect()
     }
 
-    /// Whether the link is up (a request would be sent now).
-    pub(super) fn is_up(&self) -> bool {
-        self.shared.lock().conn.is_some()
+    /// While the link is up, which time it was made (1 the first): what the host refused over
+    /// one connection is asked again over the next.
+    pub(super) fn connection(&self) -> Option<u64> {
+        let state = self.shared.lock();
+        state.conn.as_ref().map(|_| state.made)
     }
 }
 
@@ -924,6 +929,7 @@ async fn link_once(shared: &Arc<Shared>, argv: &[String]) -> Ended {
             pending: HashMap::new(),
             next: 0,
         });
+        state.made += 1;
         state.phase = HostState::Reachable;
         state.since = Timestamp::now();
         state.error = None;
