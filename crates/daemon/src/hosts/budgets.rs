@@ -70,11 +70,12 @@ async fn reconcile(inner: &Inner, refused: &mut Refused) {
             .unwrap_or_else(PoisonError::into_inner),
     );
     for (agent, tokens, cost) in changed {
-        if tokens > 0 || cost > 0.0 {
-            let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
-            registry.warn_budgets(agent, tokens, cost.max(0.0)).await;
+        let (more, less) = split(tokens, cost);
+        if let Some((tokens, cost)) = more {
+            registry.warn_budgets(agent, tokens, cost).await;
             runtimes.cancel_for_hard_budgets(agent).await;
-        } else {
+        }
+        if less {
             // Less counted (a host removed): what a spent budget held may go.
             let root = registry.ancestors(agent).last().copied().unwrap_or(agent);
             runtimes.wake_queued(&registry.tree(root)).await;
@@ -127,6 +128,21 @@ async fn reconcile(inner: &Inner, refused: &mut Refused) {
     }
 }
 
+/// A change of an agent's counted remote spend (`tokens`, `cost`: negative for less): what it
+/// added (tokens, cost; each at least 0), if it added any, for the 80 % warning and a hard
+/// budget's cancel; and whether it took any away (what a spent budget held may go). Either part
+/// may move alone: less tokens (a host removed) with more cost (another reported) adds no
+/// tokens.
+fn split(tokens: i128, cost: f64) -> (Option<(u64, f64)>, bool) {
+    let more = (tokens > 0 || cost > 0.0).then(|| {
+        (
+            u64::try_from(tokens.max(0)).unwrap_or(u64::MAX),
+            cost.max(0.0),
+        )
+    });
+    (more, tokens < 0 || cost < 0.0)
+}
+
 /// What a subagent on a host of this daemon's `parent` may spend with its subtree there
 /// (`subtree`, what it spent) under each budget of `parent`'s lineage here, nearest first.
 pub(super) fn allowances(
@@ -142,4 +158,21 @@ pub(super) fn allowances(
             Some(upstream_allowance(&budget, &tree.spend, subtree))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn fewer_tokens_beside_more_cost_add_no_tokens() {
+        // A host removed (its tokens leave) while another reported more cost: the warning
+        // reads 0 tokens added (u64::MAX made a cleared 80 % warning come back), and what the
+        // spent budget held may go.
+        assert_eq!(split(-500, 0.25), (Some((0, 0.25)), true));
+        assert_eq!(split(500, -0.25), (Some((500, 0.0)), true));
+        assert_eq!(split(1000, 0.5), (Some((1000, 0.5)), false));
+        assert_eq!(split(-1000, -0.5), (None, true));
+        assert_eq!(split(0, 0.0), (None, false));
+    }
 }
