@@ -302,7 +302,16 @@ impl Hosts {
                         }
                         _ => None,
                     },
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Changes were missed: the hosts' budgets and gates are brought in
+                        // step from the current state.
+                        let Some(inner) = hosts.upgrade() else {
+                            return;
+                        };
+                        inner.budgets.notify_one();
+                        Hosts { inner }.sync_gates();
+                        continue;
+                    }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 };
                 let Some(inner) = hosts.upgrade() else {
