@@ -30,9 +30,19 @@ use super::Inner;
 
 /// `host`'s agents below this daemon's spent `spends` (nothing: it was removed): counted in the
 /// registry now, the rest (warnings, a hard budget's cancel, what a lower spend lets go, the
-/// hosts' budgets) left to [`keep_in_step`].
+/// hosts' budgets) left to [`keep_in_step`]. A host no longer in the hub's list counts nothing:
+/// what its link said after `remove` took it out (a message taken in meanwhile) does not bring
+/// its spend back. Call it without holding `inner.links`.
 pub(super) fn counted(inner: &Inner, host: &str, spends: RemoteSpend) {
+    // Checked and counted under the lock `remove` takes the host out under.
+    let links = inner.links.lock().unwrap_or_else(PoisonError::into_inner);
+    let spends = if links.contains_key(host) {
+        spends
+    } else {
+        RemoteSpend::new()
+    };
     let changed = inner.runtimes.registry().set_remote_spend(host, spends);
+    drop(links);
     inner
         .spend_changes
         .lock()

@@ -156,6 +156,8 @@ impl Hosts {
             hosts.inner.budgets.clone(),
         ));
         hosts.follow_archives();
+        // Each link is in the list before it can report any spend (see `budgets::counted`).
+        let mut links = hosts.links();
         for host in configs {
             let link = Link::start(
                 host.clone(),
@@ -166,8 +168,9 @@ impl Hosts {
                 hosts.activity(),
                 hosts.spend(&host.name),
             );
-            hosts.links().insert(host.name, link);
+            links.insert(host.name, link);
         }
+        drop(links);
         Ok(hosts)
     }
 
