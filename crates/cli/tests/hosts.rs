@@ -1066,8 +1066,11 @@ fn a_subagent_on_another_host_spends_its_hub_parents_budget() {
         !refused.status.success(),
         "b let the subagent past its hub parent's budget while the hub was away"
     );
+    // The refusal names the hub's agent whose budget it is (a budget set on b would not help).
     assert!(
-        text(&refused).contains("3000 of 2500 tokens") && text(&refused).contains("on the hub"),
+        text(&refused).contains("3000 of 2500 tokens")
+            && text(&refused).contains("on the hub")
+            && text(&refused).contains(&format!("`{root}`")),
         "{}",
         text(&refused)
     );

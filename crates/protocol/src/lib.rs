@@ -411,6 +411,11 @@ pub struct BudgetExhaustedInfo {
     pub agent_id: String,
     pub budget: Budget,
     pub spend: BudgetSpendInfo,
+    /// Set when the budget is one the hub that made `agentId` here holds it to (not one set
+    /// here): the hub's agent it is a subagent of, in whose tree there the budget is spent.
+    /// It is raised on the hub (`set_budget` here would not lift it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 /// What a budgeted tree spent, in total and by agent.
