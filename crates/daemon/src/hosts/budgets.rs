@@ -14,12 +14,15 @@
 //! `set_upstream_budget`. The host checks them as budgets of that subagent's tree, beside any
 //! set on it there, so its turns stop at the budget even while the link is down: a subagent
 //! can spend what its tree had left when the hub last told it, not more (several subagents on
-//! hosts out of reach can each spend that remainder). [`keep_in_step`] acts on what the
+//! hosts out of reach can each spend that remainder). Until every host with subagents in a
+//! budgeted tree was heard from since this daemon started, what it holds another host's
+//! subagents to under that budget is not raised (`no_looser`): the spend missing here would
+//! make the tree's remainder look larger than it is. [`keep_in_step`] acts on what the
 //! counted spend changed and sends the budgets again whenever a link's agents, a record here or
 //! a link changes: a reconciliation from the current state, never a queue, so nothing is lost
 //! while a link is down.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, Weak};
 
 use drover_core::{AgentId, Budget, RemoteSpend, upstream_allowance};
@@ -99,12 +102,35 @@ async fn reconcile(inner: &Inner, refused: &mut Refused) {
         .map(|(name, link)| (name.clone(), link.clone()))
         .collect();
     refused.retain(|(host, _), _| links.iter().any(|(name, _)| name == host));
+    // Hosts not heard from since this daemon started: what their agents spent is not counted
+    // here yet, so what a budget's tree has left may be less than it seems.
+    let unheard: HashSet<&str> = links
+        .iter()
+        .filter(|(_, link)| !link.heard())
+        .map(|(name, _)| name.as_str())
+        .collect();
     for (name, link) in &links {
         let Some(connection) = link.connection() else {
             continue;
         };
         for root in link.remote_roots() {
-            let budgets = allowances(registry, root.parent, &root.subtree);
+            let mut budgets = allowances_by_budgeted(registry, root.parent, &root.subtree);
+            if !unheard.is_empty() && budgets.len() == root.budgets.len() {
+                // No budget whose tree has subagents on an unheard host is raised on this one
+                // (that would leave out what they spent): it only tightens until they report.
+                for ((at, budget), held) in budgets.iter_mut().zip(&root.budgets) {
+                    let tree: HashSet<AgentId> = registry.tree(*at).into_iter().collect();
+                    let waiting = inner
+                        .parents
+                        .hosts_of(&tree)
+                        .iter()
+                        .any(|host| unheard.contains(host.as_str()));
+                    if waiting {
+                        *budget = no_looser(budget, held);
+                    }
+                }
+            }
+            let budgets: Vec<Budget> = budgets.into_iter().map(|(_, b)| b).collect();
             if budgets == root.budgets {
                 continue;
             }
@@ -160,19 +186,74 @@ pub(super) fn allowances(
     parent: AgentId,
     subtree: &drover_core::Spend,
 ) -> Vec<Budget> {
+    allowances_by_budgeted(registry, parent, subtree)
+        .into_iter()
+        .map(|(_, budget)| budget)
+        .collect()
+}
+
+/// [`allowances`], each with the agent here whose budget it comes from.
+fn allowances_by_budgeted(
+    registry: &drover_core::Registry,
+    parent: AgentId,
+    subtree: &drover_core::Spend,
+) -> Vec<(AgentId, Budget)> {
     std::iter::once(parent)
         .chain(registry.ancestors(parent))
         .filter_map(|at| {
             let budget = registry.get(at)?.budget?;
             let tree = registry.tree_spend(at)?;
-            Some(upstream_allowance(&budget, &tree.spend, subtree))
+            Some((at, upstream_allowance(&budget, &tree.spend, subtree)))
         })
         .collect()
 }
 
+/// `new`, with no limit looser than the one `held` has of the same kind (tokens, cost).
+fn no_looser(new: &Budget, held: &Budget) -> Budget {
+    Budget {
+        tokens: match (new.tokens, held.tokens) {
+            (Some(new), Some(held)) => Some(new.min(held)),
+            (new, _) => new,
+        },
+        cost: match (new.cost, held.cost) {
+            (Some(new), Some(held)) => Some(new.min(held)),
+            (new, _) => new,
+        },
+        hard: new.hard,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::split;
+    use drover_core::Budget;
+
+    use super::{no_looser, split};
+
+    #[test]
+    fn an_allowance_waiting_for_an_unheard_host_only_tightens() {
+        let budget = |tokens, cost| Budget {
+            tokens,
+            cost,
+            hard: true,
+        };
+        // The hub, missing another host's spend, would raise 2500 to 3000: it stays 2500.
+        assert_eq!(
+            no_looser(&budget(Some(3000), None), &budget(Some(2500), None)),
+            budget(Some(2500), None)
+        );
+        // Tighter goes through; each limit on its own; a limit the host does not hold yet too.
+        assert_eq!(
+            no_looser(
+                &budget(Some(2000), Some(0.5)),
+                &budget(Some(2500), Some(0.25))
+            ),
+            budget(Some(2000), Some(0.25))
+        );
+        assert_eq!(
+            no_looser(&budget(None, Some(0.5)), &budget(Some(2500), None)),
+            budget(None, Some(0.5))
+        );
+    }
 
     #[test]
     fn fewer_tokens_beside_more_cost_add_no_tokens() {

@@ -388,6 +388,12 @@ impl Link {
         roots.into_values().collect()
     }
 
+    /// Whether the link was made since this daemon started (the host's agents' spend is
+    /// counted here, as it said last).
+    pub(super) fn heard(&self) -> bool {
+        self.shared.lock().made > 0
+    }
+
     /// While the link is up, which time it was made (1 the first): what the host refused over
     /// one connection is asked again over the next.
     pub(super) fn connection(&self) -> Option<u64> {
