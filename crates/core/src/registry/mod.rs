@@ -541,13 +541,27 @@ impl Registry {
             .chain(below.iter().filter_map(|d| state.agents.get(*d)))
             .map(|a| (a.id, a.spend.clone()))
             .collect();
+        self.each_remote_spend(std::iter::once(id).chain(below), |agent, spend| {
+            by_agent.push((agent, spend.clone()));
+        });
+        by_agent
+    }
+
+    /// Calls `f` with each agent on another host below each of `at` (this daemon's agents)
+    /// and what it spent, as its host last said.
+    fn each_remote_spend(
+        &self,
+        at: impl IntoIterator<Item = AgentId>,
+        mut f: impl FnMut(AgentId, &crate::Spend),
+    ) {
         let remote = read(&self.inner.remote_spend);
-        for at in std::iter::once(id).chain(below.iter().copied()) {
+        for at in at {
             for host in remote.values() {
-                by_agent.extend(host.get(&at).into_iter().flatten().cloned());
+                for (agent, spend) in host.get(&at).into_iter().flatten() {
+                    f(*agent, spend);
+                }
             }
         }
-        by_agent
     }
 
     /// `id` and every agent below it (archived ones too), `id` first.
@@ -617,14 +631,8 @@ impl Registry {
         {
             count(agent.id, &agent.spend);
         }
-        let remote = read(&self.inner.remote_spend);
-        for at in std::iter::once(id).chain(below.iter().copied()) {
-            for host in remote.values() {
-                for (agent, spend) in host.get(&at).into_iter().flatten() {
-                    count(*agent, spend);
-                }
-            }
-        }
+        drop(state);
+        self.each_remote_spend(std::iter::once(id).chain(below), count);
         Some(tree)
     }
 

@@ -88,18 +88,9 @@ struct Shared {
 /// `notices::Delivered`).
 pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, Delivered> + Send + Sync>;
 
-/// See [`Link::upstream`]: the parents of `id` walked here, until one this host does not hold.
+/// See [`Link::upstream`]: the parent of the last of the host's agents on `id`'s lineage.
 fn upstream(state: &State, id: AgentId) -> Option<AgentId> {
-    let mut parent = state.agents.get(&id)?.parent;
-    // Bounded: a lineage longer than the host's agents has a cycle.
-    for _ in 0..=state.agents.len() {
-        let up = parent?;
-        match state.agents.get(&up) {
-            Some(above) => parent = above.parent,
-            None => return Some(up),
-        }
-    }
-    None
+    state.agents.get(&root_below(state, id)?)?.parent
 }
 
 /// See [`Shared::activity`].
