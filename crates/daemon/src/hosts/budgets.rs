@@ -29,7 +29,7 @@ use drover_core::{AgentId, Budget, RemoteSpend, upstream_allowance};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use super::Inner;
+use super::{Inner, Link};
 
 /// `host`'s agents below this daemon's spent `spends` (nothing: it was removed): counted in the
 /// registry now, the rest (warnings, a hard budget's cancel, what a lower spend lets go, the
@@ -55,25 +55,59 @@ pub(super) fn counted(inner: &Inner, host: &str, spends: RemoteSpend) {
 }
 
 /// Acts on what the hosts' spend changed and brings the hosts' budgets in step each time
-/// `poked` is notified, until the hosts are gone.
+/// `poked` is notified, until the hosts are gone. Each link's requests are sent by a task of
+/// its own ([`send_budgets`]): a slow host delays neither the warnings and hard budgets' cancels
+/// here nor the other hosts' budgets.
 pub(super) async fn keep_in_step(inner: Weak<Inner>, poked: Arc<Notify>) {
-    let mut refused = Refused::new();
+    let mut senders: HashMap<String, (Weak<Link>, Arc<Notify>)> = HashMap::new();
     loop {
         poked.notified().await;
-        let Some(inner) = inner.upgrade() else {
+        let Some(strong) = inner.upgrade() else {
             return;
         };
-        reconcile(&inner, &mut refused).await;
+        act_on_spend(&strong).await;
+        let links = links(&strong);
+        drop(strong);
+        // A removed (or replaced) link's task is woken to see it gone, and ends.
+        senders.retain(|name, (link, wake)| {
+            let kept = links
+                .iter()
+                .any(|(n, l)| n == name && link.upgrade().is_some_and(|w| Arc::ptr_eq(&w, l)));
+            if !kept {
+                wake.notify_one();
+            }
+            kept
+        });
+        for (name, link) in links {
+            let (_, wake) = senders.entry(name.clone()).or_insert_with(|| {
+                let wake = Arc::new(Notify::new());
+                tokio::spawn(send_budgets(
+                    inner.clone(),
+                    name,
+                    Arc::downgrade(&link),
+                    wake.clone(),
+                ));
+                (Arc::downgrade(&link), wake)
+            });
+            wake.notify_one();
+        }
     }
 }
 
-/// The budgets a host refused to hold one of its subagents to (a host of an earlier drover
-/// refuses `set_upstream_budget`), by host and subagent: the link's connection it refused over
-/// (see `Link::connection`) and those budgets. Not asked again over that connection, so a
-/// refusal costs one request and one log line, not one per registry update.
-type Refused = HashMap<(String, AgentId), (u64, Vec<Budget>)>;
+/// The hub's links, by host.
+fn links(inner: &Inner) -> Vec<(String, Arc<Link>)> {
+    inner
+        .links
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|(name, link)| (name.clone(), link.clone()))
+        .collect()
+}
 
-async fn reconcile(inner: &Inner, refused: &mut Refused) {
+/// The warnings, hard budgets' cancels and wakes what the hosts' counted spend changed calls
+/// for.
+async fn act_on_spend(inner: &Inner) {
     let runtimes = &inner.runtimes;
     let registry = runtimes.registry();
     let changed = std::mem::take(
@@ -94,71 +128,92 @@ async fn reconcile(inner: &Inner, refused: &mut Refused) {
             runtimes.wake_queued(&registry.tree(root)).await;
         }
     }
-    let links: Vec<(String, Arc<super::Link>)> = inner
-        .links
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .map(|(name, link)| (name.clone(), link.clone()))
-        .collect();
-    refused.retain(|(host, _), _| links.iter().any(|(name, _)| name == host));
+}
+
+/// The budgets a host refused to hold one of its subagents to (a host of an earlier drover
+/// refuses `set_upstream_budget`), by subagent: the link's connection it refused over (see
+/// `Link::connection`) and those budgets. Not asked again over that connection, so a refusal
+/// costs one request and one log line, not one per registry update.
+type Refused = HashMap<AgentId, (u64, Vec<Budget>)>;
+
+/// Brings the budgets `host`'s subagents are held to in step each time `wake` is notified,
+/// until the link is gone from the hub's list.
+async fn send_budgets(inner: Weak<Inner>, host: String, link: Weak<Link>, wake: Arc<Notify>) {
+    let mut refused = Refused::new();
+    loop {
+        wake.notified().await;
+        let (Some(inner), Some(link)) = (inner.upgrade(), link.upgrade()) else {
+            return;
+        };
+        let listed = inner
+            .links
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&host)
+            .is_some_and(|l| Arc::ptr_eq(l, &link));
+        if !listed {
+            return;
+        }
+        reconcile(&inner, &host, &link, &mut refused).await;
+    }
+}
+
+async fn reconcile(inner: &Inner, name: &str, link: &Link, refused: &mut Refused) {
+    let Some(connection) = link.connection() else {
+        return;
+    };
+    let registry = inner.runtimes.registry();
     // Hosts not heard from since this daemon started: what their agents spent is not counted
     // here yet, so what a budget's tree has left may be less than it seems.
-    let unheard: HashSet<&str> = links
-        .iter()
+    let unheard: HashSet<String> = links(inner)
+        .into_iter()
         .filter(|(_, link)| !link.heard())
-        .map(|(name, _)| name.as_str())
+        .map(|(name, _)| name)
         .collect();
-    for (name, link) in &links {
-        let Some(connection) = link.connection() else {
+    for root in link.remote_roots() {
+        let mut budgets = allowances_by_budgeted(registry, root.parent, &root.subtree);
+        if !unheard.is_empty() && budgets.len() == root.budgets.len() {
+            // No budget whose tree has subagents on an unheard host is raised on this one
+            // (that would leave out what they spent): it only tightens until they report.
+            for ((at, budget), held) in budgets.iter_mut().zip(&root.budgets) {
+                let tree: HashSet<AgentId> = registry.tree(*at).into_iter().collect();
+                let waiting = inner
+                    .parents
+                    .hosts_of(&tree)
+                    .iter()
+                    .any(|host| unheard.contains(host));
+                if waiting {
+                    *budget = no_looser(budget, held);
+                }
+            }
+        }
+        let budgets: Vec<Budget> = budgets.into_iter().map(|(_, b)| b).collect();
+        if budgets == root.budgets {
             continue;
-        };
-        for root in link.remote_roots() {
-            let mut budgets = allowances_by_budgeted(registry, root.parent, &root.subtree);
-            if !unheard.is_empty() && budgets.len() == root.budgets.len() {
-                // No budget whose tree has subagents on an unheard host is raised on this one
-                // (that would leave out what they spent): it only tightens until they report.
-                for ((at, budget), held) in budgets.iter_mut().zip(&root.budgets) {
-                    let tree: HashSet<AgentId> = registry.tree(*at).into_iter().collect();
-                    let waiting = inner
-                        .parents
-                        .hosts_of(&tree)
-                        .iter()
-                        .any(|host| unheard.contains(host.as_str()));
-                    if waiting {
-                        *budget = no_looser(budget, held);
-                    }
-                }
+        }
+        if refused
+            .get(&root.id)
+            .is_some_and(|(over, what)| *over == connection && *what == budgets)
+        {
+            // Refused over this connection already: asked again once the link is made
+            // again, or for other budgets.
+            continue;
+        }
+        let asked = json!({"type": "set_upstream_budget", "agentId": root.id.to_string(),
+            "budgets": budgets});
+        match link.request(asked).await {
+            Ok(answer) if answer["type"] == "ok" => {
+                refused.remove(&root.id);
+                tracing::debug!(host = %name, agent = %root.id, ?budgets, "the host holds the subagent to its parent's budgets");
             }
-            let budgets: Vec<Budget> = budgets.into_iter().map(|(_, b)| b).collect();
-            if budgets == root.budgets {
-                continue;
+            Ok(answer) => {
+                tracing::warn!(host = %name, agent = %root.id, ?answer, "the host refused to hold the subagent to its parent's budgets (asked again when the link is made again or the budgets change)");
+                refused.insert(root.id, (connection, budgets));
             }
-            let key = (name.clone(), root.id);
-            if refused
-                .get(&key)
-                .is_some_and(|(over, what)| *over == connection && *what == budgets)
-            {
-                // Refused over this connection already: asked again once the link is made
-                // again, or for other budgets.
-                continue;
-            }
-            let asked = json!({"type": "set_upstream_budget", "agentId": root.id.to_string(),
-                "budgets": budgets});
-            match link.request(asked).await {
-                Ok(answer) if answer["type"] == "ok" => {
-                    refused.remove(&key);
-                    tracing::debug!(host = %name, agent = %root.id, ?budgets, "the host holds the subagent to its parent's budgets");
-                }
-                Ok(answer) => {
-                    tracing::warn!(host = %name, agent = %root.id, ?answer, "the host refused to hold the subagent to its parent's budgets (asked again when the link is made again or the budgets change)");
-                    refused.insert(key, (connection, budgets));
-                }
-                Err(e) => {
-                    // The link is down: everything is sent again once it is made.
-                    tracing::info!(host = %name, agent = %root.id, error = %e, "the host's budgets for the subagent are set again later");
-                    break;
-                }
+            Err(e) => {
+                // The link is down: everything is sent again once it is made.
+                tracing::info!(host = %name, agent = %root.id, error = %e, "the host's budgets for the subagent are set again later");
+                return;
             }
         }
     }
