@@ -1270,3 +1270,36 @@ fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
         text(&drover(&fleet.hub, &["logs", &kid]))
     );
 }
+
+/// A host whose daemon speaks protocol 1 only (a drover from before the hub's budgets on its
+/// hosts), as such a daemon answers `hello`: it takes a `hello` of version 1 and refuses any
+/// other, naming its own.
+const PROTOCOL_1_HOST: &str = r#"read hello
+case "$hello" in
+  *'"protocolVersion":1,'*|*'"protocolVersion":1}'*)
+    echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":1,"sessionId":"s"}}'
+    echo '{"type":"session_state","payload":{"agents":[],"workspaces":[],"hosts":[]}}' ;;
+  *)
+    echo '{"type":"request_error","payload":{"code":"unsupported_version","message":"this daemon speaks protocol 1, not 2"}}' ;;
+esac
+exec sleep 600
+"#;
+
+#[test]
+fn a_host_of_a_drover_before_the_hubs_budgets_is_incompatible() {
+    let fleet = Fleet::new();
+    let script = fleet.dir.path().join("protocol-1-host.sh");
+    std::fs::write(&script, PROTOCOL_1_HOST).expect("script");
+    let command = format!("sh {}", script.display());
+    // The hub does not link to it (it would refuse the budgets the hub holds its subagents to):
+    // the host shows `incompatible`, naming both versions and what to do.
+    let _ = drover(&fleet.hub, &["host", "add", "b", "--command", &command]);
+    let host = fleet.wait_host_state("incompatible", Duration::from_secs(20));
+    let error = host["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("protocol 2")
+            && error.contains("protocol 1")
+            && error.contains("install the same drover there"),
+        "{host}"
+    );
+}
