@@ -1303,3 +1303,74 @@ fn a_host_of_a_drover_before_the_hubs_budgets_is_incompatible() {
         "{host}"
     );
 }
+
+/// A host of this protocol that refuses to hold its subagent (the agent of its `session_state`,
+/// in the file `state`) to any budget: each `set_upstream_budget` it is sent is counted in
+/// `asked` and refused; anything else gets `ok`.
+const REFUSING_HOST: &str = r#"dir=$(dirname "$0")
+read hello
+echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":2,"sessionId":"s"}}'
+cat "$dir/state"
+while read line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p')
+  case "$line" in
+    *set_upstream_budget*)
+      echo asked >> "$dir/asked"
+      echo "{\"type\":\"request_error\",\"payload\":{\"requestId\":\"$id\",\"code\":\"invalid_message\",\"message\":\"no\"}}" ;;
+    *)
+      echo "{\"type\":\"ok\",\"payload\":{\"requestId\":\"$id\"}}" ;;
+  esac
+done
+"#;
+
+#[test]
+fn a_host_refusing_the_budgets_is_asked_once_per_connection() {
+    let fleet = Fleet::new();
+    let hub_work = fleet.hub.work.display().to_string();
+    let run = |more: &[&str]| {
+        let mut args = vec!["run", "--cwd", &hub_work, "--provider", "demo", "--detach"];
+        args.extend(more);
+        let out = drover(&fleet.hub, &args);
+        assert!(
+            out.status.success(),
+            "run: {}\n{}",
+            text(&out),
+            std::fs::read_to_string(fleet.hub.drover_home.join("daemon.log")).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let parent = run(&["--budget-tokens", "2500", "say budgeted"]);
+    let dir = fleet.dir.path().join("refusing");
+    std::fs::create_dir_all(&dir).expect("dir");
+    // Its subagent there, an agent like the hub's own (every field a client reads).
+    let mut kid = agent(&json(&fleet.hub, &["ls", "--json"]), &parent)
+        .expect("parent listed")
+        .clone();
+    kid["id"] = json!("0193b1c2-7d4e-7a10-8000-0123456789ab");
+    kid["parentAgentId"] = json!(parent);
+    kid["labels"] = json!({});
+    kid["budget"] = Value::Null;
+    let state = json!({"type": "session_state",
+        "payload": {"agents": [kid], "workspaces": [], "hosts": []}});
+    std::fs::write(dir.join("state"), format!("{state}\n")).expect("state");
+    let script = dir.join("host.sh");
+    std::fs::write(&script, REFUSING_HOST).expect("script");
+    let command = format!("sh {}", script.display());
+    let added = drover(&fleet.hub, &["host", "add", "b", "--command", &command]);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let asked = || std::fs::read_to_string(dir.join("asked")).map_or(0, |s| s.lines().count());
+    let once = poll_until_blocking(Duration::from_secs(20), || (asked() == 1).then_some(()));
+    assert!(once.is_some(), "asked {} times", asked());
+    // Many registry updates on the hub (another agent's turns), none changing the budget: the
+    // host is not asked again over the same connection.
+    let other = run(&["say other"]);
+    for n in 0..5 {
+        wait_status(&fleet.hub, &other, "idle");
+        let sent = drover(&fleet.hub, &["send", &other, &format!("say turn {n}")]);
+        assert!(sent.status.success(), "{}", text(&sent));
+    }
+    wait_status(&fleet.hub, &other, "idle");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(asked(), 1, "the refusing host was asked again and again");
+    assert_eq!(fleet.host_b()["state"], "reachable", "{}", fleet.host_b());
+}
