@@ -1306,7 +1306,8 @@ fn a_host_of_a_drover_before_the_hubs_budgets_is_incompatible() {
 
 /// A host of this protocol that refuses to hold its subagent (the agent of its `session_state`,
 /// in the file `state`) to any budget: each `set_upstream_budget` it is sent is counted in
-/// `asked` and refused; anything else gets `ok`.
+/// `asked` and refused (never answered, with a file `silent`: a slow host); anything else gets
+/// `ok`.
 const REFUSING_HOST: &str = r#"dir=$(dirname "$0")
 read hello
 echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":2,"sessionId":"s"}}'
@@ -1316,7 +1317,7 @@ while read line; do
   case "$line" in
     *set_upstream_budget*)
       echo asked >> "$dir/asked"
-      echo "{\"type\":\"request_error\",\"payload\":{\"requestId\":\"$id\",\"code\":\"invalid_message\",\"message\":\"no\"}}" ;;
+      [ -e "$dir/silent" ] || echo "{\"type\":\"request_error\",\"payload\":{\"requestId\":\"$id\",\"code\":\"invalid_message\",\"message\":\"no\"}}" ;;
     *)
       echo "{\"type\":\"ok\",\"payload\":{\"requestId\":\"$id\"}}" ;;
   esac
@@ -1341,23 +1342,13 @@ fn a_host_refusing_the_budgets_is_asked_once_per_connection() {
     };
     let parent = run(&["--budget-tokens", "2500", "say budgeted"]);
     let dir = fleet.dir.path().join("refusing");
-    std::fs::create_dir_all(&dir).expect("dir");
-    // Its subagent there, an agent like the hub's own (every field a client reads).
-    let mut kid = agent(&json(&fleet.hub, &["ls", "--json"]), &parent)
-        .expect("parent listed")
-        .clone();
-    kid["id"] = json!("0193b1c2-7d4e-7a10-8000-0123456789ab");
-    kid["parentAgentId"] = json!(parent);
-    kid["labels"] = json!({});
-    kid["budget"] = Value::Null;
-    let state = json!({"type": "session_state",
-        "payload": {"agents": [kid], "workspaces": [], "hosts": []}});
-    std::fs::write(dir.join("state"), format!("{state}\n")).expect("state");
-    let script = dir.join("host.sh");
-    std::fs::write(&script, REFUSING_HOST).expect("script");
-    let command = format!("sh {}", script.display());
-    let added = drover(&fleet.hub, &["host", "add", "b", "--command", &command]);
-    assert!(added.status.success(), "host add: {}", text(&added));
+    add_refusing_host(
+        &fleet,
+        "b",
+        &dir,
+        &parent,
+        "0193b1c2-7d4e-7a10-8000-0123456789ab",
+    );
     let asked = || std::fs::read_to_string(dir.join("asked")).map_or(0, |s| s.lines().count());
     let once = poll_until_blocking(Duration::from_secs(20), || (asked() == 1).then_some(()));
     assert!(once.is_some(), "asked {} times", asked());
@@ -1373,4 +1364,65 @@ fn a_host_refusing_the_budgets_is_asked_once_per_connection() {
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(asked(), 1, "the refusing host was asked again and again");
     assert_eq!(fleet.host_b()["state"], "reachable", "{}", fleet.host_b());
+}
+
+/// Adds to the hub a host `name` running [`REFUSING_HOST`] in `dir`, its subagent (id `kid`)
+/// one of the hub's agent `parent`.
+fn add_refusing_host(fleet: &Fleet, name: &str, dir: &Path, parent: &str, kid: &str) {
+    std::fs::create_dir_all(dir).expect("dir");
+    // Its subagent there, an agent like the hub's own (every field a client reads).
+    let mut agent_info = agent(&json(&fleet.hub, &["ls", "--json"]), parent)
+        .expect("parent listed")
+        .clone();
+    agent_info["id"] = json!(kid);
+    agent_info["parentAgentId"] = json!(parent);
+    agent_info["labels"] = json!({});
+    agent_info["budget"] = Value::Null;
+    let state = json!({"type": "session_state",
+        "payload": {"agents": [agent_info], "workspaces": [], "hosts": []}});
+    std::fs::write(dir.join("state"), format!("{state}\n")).expect("state");
+    let script = dir.join("host.sh");
+    std::fs::write(&script, REFUSING_HOST).expect("script");
+    let command = format!("sh {}", script.display());
+    let added = drover(&fleet.hub, &["host", "add", name, "--command", &command]);
+    assert!(added.status.success(), "host add: {}", text(&added));
+}
+
+#[test]
+fn a_slow_host_does_not_hold_up_another_hosts_budgets() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let (root, kid) = fleet.parent_with_kid_on_b("slow", "say kid", &["--budget-tokens", "2500"]);
+    let held = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 2500}]))
+    });
+    assert!(held.is_some(), "{:?}", upstream_budgets_on_b(&fleet, &kid));
+    // Another host (listed before b) with a subagent of the same root never answers the
+    // budgets it is sent.
+    let dir = fleet.dir.path().join("slow");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("silent"), "").expect("silent");
+    add_refusing_host(
+        &fleet,
+        "a-slow",
+        &dir,
+        &root,
+        "0193b1c2-7d4e-7a10-8000-0123456789ac",
+    );
+    let asked = poll_until_blocking(Duration::from_secs(20), || {
+        dir.join("asked").exists().then_some(())
+    });
+    assert!(asked.is_some(), "the slow host was not asked");
+    // Raised on the hub: b learns of it while the slow host is still answering.
+    let raised = drover(&fleet.hub, &["budget", &root, "--tokens", "100000"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    let learned = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 100_000}]))
+    });
+    assert!(
+        learned.is_some(),
+        "b waits for the slow host: {:?}",
+        upstream_budgets_on_b(&fleet, &kid)
+    );
 }
