@@ -1307,14 +1307,18 @@ fn a_host_of_a_drover_before_the_hubs_budgets_is_incompatible() {
 /// A host of this protocol that refuses to hold its subagent (the agent of its `session_state`,
 /// in the file `state`) to any budget: each `set_upstream_budget` it is sent is counted in
 /// `asked` and refused (never answered, with a file `silent`: a slow host); anything else gets
-/// `ok`.
+/// `ok`; a `create_agent` makes that agent (the file `agent`). With a file `down` the link fails
+/// at once.
 const REFUSING_HOST: &str = r#"dir=$(dirname "$0")
+[ -e "$dir/down" ] && exit 1
 read hello
 echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":2,"sessionId":"s"}}'
 cat "$dir/state"
 while read line; do
   id=$(printf '%s' "$line" | sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p')
   case "$line" in
+    *'"type":"create_agent"'*)
+      echo "{\"type\":\"agent_created\",\"payload\":{\"requestId\":\"$id\",\"agent\":$(cat "$dir/agent")}}" ;;
     *set_upstream_budget*)
       echo asked >> "$dir/asked"
       [ -e "$dir/silent" ] || echo "{\"type\":\"request_error\",\"payload\":{\"requestId\":\"$id\",\"code\":\"invalid_message\",\"message\":\"no\"}}" ;;
@@ -1366,8 +1370,8 @@ fn a_host_refusing_the_budgets_is_asked_once_per_connection() {
     assert_eq!(fleet.host_b()["state"], "reachable", "{}", fleet.host_b());
 }
 
-/// Adds to the hub a host `name` running [`REFUSING_HOST`] in `dir`, its subagent (id `kid`)
-/// one of the hub's agent `parent`.
+/// Adds to the hub a host `name` running [`REFUSING_HOST`] in `dir`, its subagent (id `kid`,
+/// which spent 1500 tokens) one of the hub's agent `parent`.
 fn add_refusing_host(fleet: &Fleet, name: &str, dir: &Path, parent: &str, kid: &str) {
     std::fs::create_dir_all(dir).expect("dir");
     // Its subagent there, an agent like the hub's own (every field a client reads).
@@ -1378,6 +1382,8 @@ fn add_refusing_host(fleet: &Fleet, name: &str, dir: &Path, parent: &str, kid: &
     agent_info["parentAgentId"] = json!(parent);
     agent_info["labels"] = json!({});
     agent_info["budget"] = Value::Null;
+    agent_info["spend"] = json!({"tokens": 1500});
+    std::fs::write(dir.join("agent"), agent_info.to_string()).expect("agent");
     let state = json!({"type": "session_state",
         "payload": {"agents": [agent_info], "workspaces": [], "hosts": []}});
     std::fs::write(dir.join("state"), format!("{state}\n")).expect("state");
@@ -1417,12 +1423,70 @@ fn a_slow_host_does_not_hold_up_another_hosts_budgets() {
     // Raised on the hub: b learns of it while the slow host is still answering.
     let raised = drover(&fleet.hub, &["budget", &root, "--tokens", "100000"]);
     assert!(raised.status.success(), "{}", text(&raised));
+    // (b may spend what the tree has left: the slow host's subagent spent 1500 of it.)
     let learned = poll_until_blocking(Duration::from_secs(20), || {
-        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 100_000}]))
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 98_500}]))
     });
     assert!(
         learned.is_some(),
         "b waits for the slow host: {:?}",
         upstream_budgets_on_b(&fleet, &kid)
+    );
+}
+
+#[test]
+fn a_restarted_hub_raises_no_budget_before_a_host_with_spend_in_the_tree_reports() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let (root, kid) =
+        fleet.parent_with_kid_on_b("restart", "say kid", &["--budget-tokens", "2500"]);
+    // The root's other subagent, made on host a-c, spent 1500 there: b may spend 1000.
+    let dir = fleet.dir.path().join("c");
+    add_refusing_host(
+        &fleet,
+        "a-c",
+        &dir,
+        &root,
+        "0193b1c2-7d4e-7a10-8000-0123456789ad",
+    );
+    let made = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "a-c",
+            "--parent",
+            &root,
+            "--cwd",
+            "/tmp",
+            "--provider",
+            "demo",
+            "--detach",
+            "say on c",
+        ],
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let held = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 1000}]))
+    });
+    assert!(
+        held.is_some(),
+        "{:?}: {}",
+        upstream_budgets_on_b(&fleet, &kid),
+        inspect(&fleet.hub, &root)
+    );
+    // The hub restarts while a-c is out of reach: until a-c reports, the hub does not know
+    // its 1500 and must not give b the whole 2500 again.
+    std::fs::write(dir.join("down"), "").expect("down");
+    assert!(fleet.hub.kill_daemon(), "the hub's daemon outlived SIGKILL");
+    let started = drover(&fleet.hub, &["daemon", "start"]);
+    assert!(started.status.success(), "{}", text(&started));
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        upstream_budgets_on_b(&fleet, &kid),
+        Some(json!([{"tokens": 1000}])),
+        "b was given more than the tree had left"
     );
 }
