@@ -1066,8 +1066,11 @@ fn a_subagent_on_another_host_spends_its_hub_parents_budget() {
         !refused.status.success(),
         "b let the subagent past its hub parent's budget while the hub was away"
     );
+    // The refusal names the hub's agent whose budget it is (a budget set on b would not help).
     assert!(
-        text(&refused).contains("3000 of 2500 tokens") && text(&refused).contains("on the hub"),
+        text(&refused).contains("3000 of 2500 tokens")
+            && text(&refused).contains("on the hub")
+            && text(&refused).contains(&format!("`{root}`")),
         "{}",
         text(&refused)
     );
@@ -1201,7 +1204,7 @@ fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
     assert!(added.status.success(), "host add: {}", text(&added));
     // The subagent's turn reports 0.001, then 0.002 in all, then would sleep 20 s: past the
     // root's hard cost budget, b cancels it in the middle.
-    let (_, kid) = fleet.parent_with_kid_on_b(
+    let (root, kid) = fleet.parent_with_kid_on_b(
         "hard",
         "usage\nusage\nsleep 20000\nsay never said",
         &["--budget-cost", "0.0015", "--budget-hard"],
@@ -1225,4 +1228,265 @@ fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
                     .is_some_and(|t| t.contains("never said"))
         });
     assert!(!said, "the turn ran on past the budget: {}", text(&logs));
+
+    // The hub's own agent pushes the tree past the hard budget: raised to 0.0035 (0.0015 left),
+    // the subagent's next turn on b is running when the root spends 0.002; the hub tells b the
+    // subagent may spend nothing more, and b cancels its running turn.
+    let raised = drover(&fleet.hub, &["budget", &root, "--cost", "0.0035", "--hard"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    let lifted = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid)
+            .filter(|b| b[0]["cost"].as_f64().is_some_and(|c| c > 0.003))
+    });
+    assert!(
+        lifted.is_some(),
+        "b did not learn of the raised budget: {:?}",
+        upstream_budgets_on_b(&fleet, &kid)
+    );
+    let sent = drover(
+        &fleet.hub,
+        &["send", &kid, "sleep 30000\nsay kid never again"],
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    wait_status(&fleet.b, &kid, "running");
+    let sent = drover(&fleet.hub, &["send", &root, "usage\nusage\nsay root spent"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let canceled = poll_until_blocking(Duration::from_secs(15), || {
+        let logs = drover(&fleet.hub, &["logs", &kid, "--json"]);
+        let budget_cancels = String::from_utf8_lossy(&logs.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|line| {
+                line["item"]["kind"] == "turn_ended"
+                    && line["item"]["data"]["event"] == "turn_canceled"
+                    && line["item"]["data"]["cause"] == "budget"
+            })
+            .count();
+        (budget_cancels == 2).then_some(())
+    });
+    assert!(
+        canceled.is_some(),
+        "the subagent's turn on b ran on after the hub's own agent spent the hard budget: {}",
+        text(&drover(&fleet.hub, &["logs", &kid]))
+    );
+}
+
+/// A host whose daemon speaks protocol 1 only (a drover from before the hub's budgets on its
+/// hosts), as such a daemon answers `hello`: it takes a `hello` of version 1 and refuses any
+/// other, naming its own.
+const PROTOCOL_1_HOST: &str = r#"read hello
+case "$hello" in
+  *'"protocolVersion":1,'*|*'"protocolVersion":1}'*)
+    echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":1,"sessionId":"s"}}'
+    echo '{"type":"session_state","payload":{"agents":[],"workspaces":[],"hosts":[]}}' ;;
+  *)
+    echo '{"type":"request_error","payload":{"code":"unsupported_version","message":"this daemon speaks protocol 1, not 2"}}' ;;
+esac
+exec sleep 600
+"#;
+
+#[test]
+fn a_host_of_a_drover_before_the_hubs_budgets_is_incompatible() {
+    let fleet = Fleet::new();
+    let script = fleet.dir.path().join("protocol-1-host.sh");
+    std::fs::write(&script, PROTOCOL_1_HOST).expect("script");
+    let command = format!("sh {}", script.display());
+    // The hub does not link to it (it would refuse the budgets the hub holds its subagents to):
+    // the host shows `incompatible`, naming both versions and what to do.
+    let _ = drover(&fleet.hub, &["host", "add", "b", "--command", &command]);
+    let host = fleet.wait_host_state("incompatible", Duration::from_secs(20));
+    let error = host["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("protocol 2")
+            && error.contains("protocol 1")
+            && error.contains("install the same drover there"),
+        "{host}"
+    );
+}
+
+/// A host of this protocol that refuses to hold its subagent (the agent of its `session_state`,
+/// in the file `state`) to any budget: each `set_upstream_budget` it is sent is counted in
+/// `asked` and refused (never answered, with a file `silent`: a slow host); anything else gets
+/// `ok`; a `create_agent` makes that agent (the file `agent`). With a file `down` the link fails
+/// at once.
+const REFUSING_HOST: &str = r#"dir=$(dirname "$0")
+[ -e "$dir/down" ] && exit 1
+read hello
+echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":2,"sessionId":"s"}}'
+cat "$dir/state"
+while read line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p')
+  case "$line" in
+    *'"type":"create_agent"'*)
+      echo "{\"type\":\"agent_created\",\"payload\":{\"requestId\":\"$id\",\"agent\":$(cat "$dir/agent")}}" ;;
+    *set_upstream_budget*)
+      echo asked >> "$dir/asked"
+      [ -e "$dir/silent" ] || echo "{\"type\":\"request_error\",\"payload\":{\"requestId\":\"$id\",\"code\":\"invalid_message\",\"message\":\"no\"}}" ;;
+    *)
+      echo "{\"type\":\"ok\",\"payload\":{\"requestId\":\"$id\"}}" ;;
+  esac
+done
+"#;
+
+#[test]
+fn a_host_refusing_the_budgets_is_asked_once_per_connection() {
+    let fleet = Fleet::new();
+    let hub_work = fleet.hub.work.display().to_string();
+    let run = |more: &[&str]| {
+        let mut args = vec!["run", "--cwd", &hub_work, "--provider", "demo", "--detach"];
+        args.extend(more);
+        let out = drover(&fleet.hub, &args);
+        assert!(
+            out.status.success(),
+            "run: {}\n{}",
+            text(&out),
+            std::fs::read_to_string(fleet.hub.drover_home.join("daemon.log")).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let parent = run(&["--budget-tokens", "2500", "say budgeted"]);
+    let dir = fleet.dir.path().join("refusing");
+    add_refusing_host(
+        &fleet,
+        "b",
+        &dir,
+        &parent,
+        "0193b1c2-7d4e-7a10-8000-0123456789ab",
+    );
+    let asked = || std::fs::read_to_string(dir.join("asked")).map_or(0, |s| s.lines().count());
+    let once = poll_until_blocking(Duration::from_secs(20), || (asked() == 1).then_some(()));
+    assert!(once.is_some(), "asked {} times", asked());
+    // Many registry updates on the hub (another agent's turns), none changing the budget: the
+    // host is not asked again over the same connection.
+    let other = run(&["say other"]);
+    for n in 0..5 {
+        wait_status(&fleet.hub, &other, "idle");
+        let sent = drover(&fleet.hub, &["send", &other, &format!("say turn {n}")]);
+        assert!(sent.status.success(), "{}", text(&sent));
+    }
+    wait_status(&fleet.hub, &other, "idle");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(asked(), 1, "the refusing host was asked again and again");
+    assert_eq!(fleet.host_b()["state"], "reachable", "{}", fleet.host_b());
+}
+
+/// Adds to the hub a host `name` running [`REFUSING_HOST`] in `dir`, its subagent (id `kid`,
+/// which spent 1500 tokens) one of the hub's agent `parent`.
+fn add_refusing_host(fleet: &Fleet, name: &str, dir: &Path, parent: &str, kid: &str) {
+    std::fs::create_dir_all(dir).expect("dir");
+    // Its subagent there, an agent like the hub's own (every field a client reads).
+    let mut agent_info = agent(&json(&fleet.hub, &["ls", "--json"]), parent)
+        .expect("parent listed")
+        .clone();
+    agent_info["id"] = json!(kid);
+    agent_info["parentAgentId"] = json!(parent);
+    agent_info["labels"] = json!({});
+    agent_info["budget"] = Value::Null;
+    agent_info["spend"] = json!({"tokens": 1500});
+    std::fs::write(dir.join("agent"), agent_info.to_string()).expect("agent");
+    let state = json!({"type": "session_state",
+        "payload": {"agents": [agent_info], "workspaces": [], "hosts": []}});
+    std::fs::write(dir.join("state"), format!("{state}\n")).expect("state");
+    let script = dir.join("host.sh");
+    std::fs::write(&script, REFUSING_HOST).expect("script");
+    let command = format!("sh {}", script.display());
+    let added = drover(&fleet.hub, &["host", "add", name, "--command", &command]);
+    assert!(added.status.success(), "host add: {}", text(&added));
+}
+
+#[test]
+fn a_slow_host_does_not_hold_up_another_hosts_budgets() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let (root, kid) = fleet.parent_with_kid_on_b("slow", "say kid", &["--budget-tokens", "2500"]);
+    let held = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 2500}]))
+    });
+    assert!(held.is_some(), "{:?}", upstream_budgets_on_b(&fleet, &kid));
+    // Another host (listed before b) with a subagent of the same root never answers the
+    // budgets it is sent.
+    let dir = fleet.dir.path().join("slow");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("silent"), "").expect("silent");
+    add_refusing_host(
+        &fleet,
+        "a-slow",
+        &dir,
+        &root,
+        "0193b1c2-7d4e-7a10-8000-0123456789ac",
+    );
+    let asked = poll_until_blocking(Duration::from_secs(20), || {
+        dir.join("asked").exists().then_some(())
+    });
+    assert!(asked.is_some(), "the slow host was not asked");
+    // Raised on the hub: b learns of it while the slow host is still answering.
+    let raised = drover(&fleet.hub, &["budget", &root, "--tokens", "100000"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    // (b may spend what the tree has left: the slow host's subagent spent 1500 of it.)
+    let learned = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 98_500}]))
+    });
+    assert!(
+        learned.is_some(),
+        "b waits for the slow host: {:?}",
+        upstream_budgets_on_b(&fleet, &kid)
+    );
+}
+
+#[test]
+fn a_restarted_hub_raises_no_budget_before_a_host_with_spend_in_the_tree_reports() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let (root, kid) =
+        fleet.parent_with_kid_on_b("restart", "say kid", &["--budget-tokens", "2500"]);
+    // The root's other subagent, made on host a-c, spent 1500 there: b may spend 1000.
+    let dir = fleet.dir.path().join("c");
+    add_refusing_host(
+        &fleet,
+        "a-c",
+        &dir,
+        &root,
+        "0193b1c2-7d4e-7a10-8000-0123456789ad",
+    );
+    let made = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "a-c",
+            "--parent",
+            &root,
+            "--cwd",
+            "/tmp",
+            "--provider",
+            "demo",
+            "--detach",
+            "say on c",
+        ],
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let held = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets_on_b(&fleet, &kid).filter(|b| *b == json!([{"tokens": 1000}]))
+    });
+    assert!(
+        held.is_some(),
+        "{:?}: {}",
+        upstream_budgets_on_b(&fleet, &kid),
+        inspect(&fleet.hub, &root)
+    );
+    // The hub restarts while a-c is out of reach: until a-c reports, the hub does not know
+    // its 1500 and must not give b the whole 2500 again.
+    std::fs::write(dir.join("down"), "").expect("down");
+    assert!(fleet.hub.kill_daemon(), "the hub's daemon outlived SIGKILL");
+    let started = drover(&fleet.hub, &["daemon", "start"]);
+    assert!(started.status.success(), "{}", text(&started));
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        upstream_budgets_on_b(&fleet, &kid),
+        Some(json!([{"tokens": 1000}])),
+        "b was given more than the tree had left"
+    );
 }

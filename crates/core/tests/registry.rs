@@ -1380,7 +1380,13 @@ async fn the_hubs_budgets_on_its_subagent_hold_its_tree_here() {
         .await
         .expect("the hub's subagent");
     let grandkid = fx.create(0, Some(kid.id)).await;
-    // Only a hub's subagent may be made with the hub's budgets.
+    // Only a hub's subagent may be made with the hub's budgets, and only as budgets: the
+    // label is drover's to write, for anyone.
+    let ten = drover_core::Budget {
+        tokens: Some(10),
+        cost: None,
+        hard: false,
+    };
     let with_label = |new: &mut NewAgent| {
         new.labels.insert(
             drover_core::UPSTREAM_BUDGET_LABEL.to_string(),
@@ -1389,15 +1395,33 @@ async fn the_hubs_budgets_on_its_subagent_hold_its_tree_here() {
     };
     let refused = fx.try_create(with_label).await;
     assert!(refused.is_err(), "a label reserved to the hub was taken");
-    let made = fx
+    let refused = fx
         .try_create(|new| {
             with_label(new);
             new.parent = Some(hub_parent);
             new.upstream = Some(hub_parent);
         })
+        .await;
+    assert!(
+        refused.is_err(),
+        "the hub's budgets were taken as a label for its subagent"
+    );
+    let refused = fx
+        .try_create(|new| new.upstream_budgets = vec![ten.clone()])
+        .await;
+    assert!(
+        refused.is_err(),
+        "the hub's budgets on an agent of this daemon"
+    );
+    let made = fx
+        .try_create(|new| {
+            new.upstream_budgets = vec![ten.clone()];
+            new.parent = Some(hub_parent);
+            new.upstream = Some(hub_parent);
+        })
         .await
         .expect("made with the hub's budgets");
-    assert_eq!(made.upstream_budgets().len(), 1);
+    assert_eq!(made.upstream_budgets(), [ten]);
     reg.set_budget(
         kid.id,
         Some(drover_core::Budget {

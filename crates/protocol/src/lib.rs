@@ -16,8 +16,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Bumped on any change a client must know about.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Bumped on any change a client must know about, and when a hub needs its hosts to know a
+/// request to keep what it promises: 2 added `set_upstream_budget` and `upstream.budgets` (a
+/// host holds the hub's subagents to their parents' budgets), which a host of version 1
+/// refuses.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest `protocolVersion` whose clients a daemon still serves: everything since only
+/// added to it.
+pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
 
 /// Largest frame a client may send; a larger one closes the connection with 1009.
 pub const MAX_CLIENT_FRAME: usize = 1024 * 1024;
@@ -404,6 +411,11 @@ pub struct BudgetExhaustedInfo {
     pub agent_id: String,
     pub budget: Budget,
     pub spend: BudgetSpendInfo,
+    /// Set when the budget is one the hub that made `agentId` here holds it to (not one set
+    /// here): the hub's agent it is a subagent of, in whose tree there the budget is spent.
+    /// It is raised on the hub (`set_budget` here would not lift it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 /// What a budgeted tree spent, in total and by agent.

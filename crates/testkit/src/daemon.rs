@@ -332,10 +332,10 @@ impl Client {
 
     /// Sends `hello`; returns the `session_state` payload.
     pub async fn hello(&mut self, token: Option<&str>) -> Value {
-        self.send(json!({"type": "hello", "client": "test", "protocolVersion": 1, "token": token}))
+        self.send(json!({"type": "hello", "client": "test", "protocolVersion": 2, "token": token}))
             .await;
         let welcome = self.recv_type("welcome").await;
-        assert_eq!(welcome["payload"]["protocolVersion"], 1);
+        assert_eq!(welcome["payload"]["protocolVersion"], 2);
         self.recv_type("session_state").await["payload"].clone()
     }
 

@@ -461,6 +461,7 @@ impl Actor {
                 ..Default::default()
             },
             budget: None,
+            upstream_budgets: Vec::new(),
         };
         let manager = RuntimeManager {
             shared: self.shared.clone(),

@@ -95,6 +95,9 @@ pub struct NewAgent {
     pub config: ProviderConfig,
     /// A budget for it and its subtree, recorded with it.
     pub budget: Option<crate::Budget>,
+    /// The budgets the hub holds it to from its creation on (see [`UPSTREAM_BUDGET_LABEL`]):
+    /// only for a subagent of the hub's agent (`parent` is `upstream`).
+    pub upstream_budgets: Vec<crate::Budget>,
 }
 
 /// Where a new agent's workspace comes from.
@@ -538,13 +541,27 @@ impl Registry {
             .chain(below.iter().filter_map(|d| state.agents.get(*d)))
             .map(|a| (a.id, a.spend.clone()))
             .collect();
+        self.each_remote_spend(std::iter::once(id).chain(below), |agent, spend| {
+            by_agent.push((agent, spend.clone()));
+        });
+        by_agent
+    }
+
+    /// Calls `f` with each agent on another host below each of `at` (this daemon's agents)
+    /// and what it spent, as its host last said.
+    fn each_remote_spend(
+        &self,
+        at: impl IntoIterator<Item = AgentId>,
+        mut f: impl FnMut(AgentId, &crate::Spend),
+    ) {
         let remote = read(&self.inner.remote_spend);
-        for at in std::iter::once(id).chain(below.iter().copied()) {
+        for at in at {
             for host in remote.values() {
-                by_agent.extend(host.get(&at).into_iter().flatten().cloned());
+                for (agent, spend) in host.get(&at).into_iter().flatten() {
+                    f(*agent, spend);
+                }
             }
         }
-        by_agent
     }
 
     /// `id` and every agent below it (archived ones too), `id` first.
@@ -614,14 +631,8 @@ impl Registry {
         {
             count(agent.id, &agent.spend);
         }
-        let remote = read(&self.inner.remote_spend);
-        for at in std::iter::once(id).chain(below.iter().copied()) {
-            for host in remote.values() {
-                for (agent, spend) in host.get(&at).into_iter().flatten() {
-                    count(*agent, spend);
-                }
-            }
-        }
+        drop(state);
+        self.each_remote_spend(std::iter::once(id).chain(below), count);
         Some(tree)
     }
 
@@ -802,9 +813,8 @@ impl Registry {
         budgets: Vec<crate::Budget>,
     ) -> Result<Agent, RegistryError> {
         let value = (!budgets.is_empty())
-            .then(|| serde_json::to_string(&budgets))
-            .transpose()
-            .map_err(|e| RegistryError::invalid("budgets", e.to_string()))?;
+            .then(|| upstream_budget_label(&budgets))
+            .transpose()?;
         self.update(id, move |a| match value {
             Some(value) => {
                 a.labels.insert(UPSTREAM_BUDGET_LABEL.to_string(), value);
@@ -961,8 +971,14 @@ impl Inner {
         if new.provider.trim().is_empty() {
             return Err(RegistryError::invalid("provider", "must not be empty"));
         }
-        // The hub's budgets may come with the creation of its subagent (from its first turn on).
+        // The hub's budgets come with the creation of its subagent (from its first turn on).
         let hubs_subagent = new.upstream.is_some() && new.parent == new.upstream;
+        if !new.upstream_budgets.is_empty() && !hubs_subagent {
+            return Err(RegistryError::invalid(
+                "upstream.budgets",
+                "only for a subagent of the hub's agent",
+            ));
+        }
         for reserved in [
             PARENT_LABEL,
             UPSTREAM_LABEL,
@@ -970,9 +986,6 @@ impl Inner {
             UPSTREAM_BUDGET_LABEL,
             CREATED_WORKSPACE_LABEL,
         ] {
-            if reserved == UPSTREAM_BUDGET_LABEL && hubs_subagent {
-                continue;
-            }
             if new.labels.contains_key(reserved) {
                 return Err(RegistryError::invalid(
                     "labels",
@@ -1016,6 +1029,12 @@ impl Inner {
         }
         if let Some(upstream) = new.upstream {
             labels.insert(UPSTREAM_LABEL.to_string(), upstream.to_string());
+        }
+        if !new.upstream_budgets.is_empty() {
+            labels.insert(
+                UPSTREAM_BUDGET_LABEL.to_string(),
+                upstream_budget_label(&new.upstream_budgets)?,
+            );
         }
         let (workspace, registered) = {
             let state = read(&self.state);
@@ -1275,4 +1294,9 @@ fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 
 fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The value of [`UPSTREAM_BUDGET_LABEL`] for `budgets` (a JSON list).
+fn upstream_budget_label(budgets: &[crate::Budget]) -> Result<String, RegistryError> {
+    serde_json::to_string(budgets).map_err(|e| RegistryError::invalid("budgets", e.to_string()))
 }

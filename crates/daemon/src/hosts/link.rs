@@ -88,18 +88,9 @@ struct Shared {
 /// `notices::Delivered`).
 pub(super) type Deliver = Arc<dyn Fn(NoticeInfo) -> BoxFuture<'static, Delivered> + Send + Sync>;
 
-/// See [`Link::upstream`]: the parents of `id` walked here, until one this host does not hold.
+/// See [`Link::upstream`]: the parent of the last of the host's agents on `id`'s lineage.
 fn upstream(state: &State, id: AgentId) -> Option<AgentId> {
-    let mut parent = state.agents.get(&id)?.parent;
-    // Bounded: a lineage longer than the host's agents has a cycle.
-    for _ in 0..=state.agents.len() {
-        let up = parent?;
-        match state.agents.get(&up) {
-            Some(above) => parent = above.parent,
-            None => return Some(up),
-        }
-    }
-    None
+    state.agents.get(&root_below(state, id)?)?.parent
 }
 
 /// See [`Shared::activity`].
@@ -153,6 +144,8 @@ struct State {
     workspaces: BTreeMap<String, Value>,
     /// Set while the link is up.
     conn: Option<Conn>,
+    /// How many times the link was made.
+    made: u64,
 }
 
 /// The open link's writer and the requests waiting for their answers.
@@ -204,6 +197,7 @@ impl Link {
                 agents: BTreeMap::new(),
                 workspaces: BTreeMap::new(),
                 conn: None,
+                made: 0,
             }),
         });
         let argv = config::link_command(&config);
@@ -385,9 +379,17 @@ impl Link {
         roots.into_values().collect()
     }
 
-    /// Whether the link is up (a request would be sent now).
-    pub(super) fn is_up(&self) -> bool {
-        self.shared.lock().conn.is_some()
+    /// Whether the link was made since this daemon started (the host's agents' spend is
+    /// counted here, as it said last).
+    pub(super) fn heard(&self) -> bool {
+        self.shared.lock().made > 0
+    }
+
+    /// While the link is up, which time it was made (1 the first): what the host refused over
+    /// one connection is asked again over the next.
+    pub(super) fn connection(&self) -> Option<u64> {
+        let state = self.shared.lock();
+        state.conn.as_ref().map(|_| state.made)
     }
 }
 
@@ -924,6 +926,7 @@ async fn link_once(shared: &Arc<Shared>, argv: &[String]) -> Ended {
             pending: HashMap::new(),
             next: 0,
         });
+        state.made += 1;
         state.phase = HostState::Reachable;
         state.since = Timestamp::now();
         state.error = None;

@@ -156,6 +156,8 @@ impl Hosts {
             hosts.inner.budgets.clone(),
         ));
         hosts.follow_archives();
+        // Each link is in the list before it can report any spend (see `budgets::counted`).
+        let mut links = hosts.links();
         for host in configs {
             let link = Link::start(
                 host.clone(),
@@ -166,8 +168,9 @@ impl Hosts {
                 hosts.activity(),
                 hosts.spend(&host.name),
             );
-            hosts.links().insert(host.name, link);
+            links.insert(host.name, link);
         }
+        drop(links);
         Ok(hosts)
     }
 
@@ -302,7 +305,16 @@ impl Hosts {
                         }
                         _ => None,
                     },
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Changes were missed: the hosts' budgets and gates are brought in
+                        // step from the current state.
+                        let Some(inner) = hosts.upgrade() else {
+                            return;
+                        };
+                        inner.budgets.notify_one();
+                        Hosts { inner }.sync_gates();
+                        continue;
+                    }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 };
                 let Some(inner) = hosts.upgrade() else {

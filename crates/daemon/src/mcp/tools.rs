@@ -489,6 +489,7 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
         on_limit: params.on_limit,
         budget: params.budget,
         upstream: None,
+        upstream_budgets: Vec::new(),
     };
     if let Some(host) = params.host.as_deref()
         && let Some(host) = ops.hosts.resolve(host)?

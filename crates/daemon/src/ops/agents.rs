@@ -85,6 +85,9 @@ pub(crate) struct CreateAgent {
     /// The hub's agent this one is created for over a link (see `remote`): `parent` and
     /// `notify` may name it though this daemon does not hold it.
     pub(crate) upstream: Option<AgentId>,
+    /// What the hub holds its subagent to from its creation on (see
+    /// `Ops::set_upstream_budget`): only with `parent` the hub's agent `upstream`.
+    pub(crate) upstream_budgets: Vec<drover_core::Budget>,
 }
 
 /// A new agent, and the worktree made for it if one was.
@@ -432,9 +435,16 @@ fn new_agent(request: &CreateAgent, me: Option<&Agent>) -> Result<NewAgent, OpEr
         .clone()
         .map(super::budgets::valid_budget)
         .transpose()?;
+    let upstream_budgets = request
+        .upstream_budgets
+        .iter()
+        .cloned()
+        .map(super::budgets::valid_budget)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(NewAgent {
         provider,
         budget,
+        upstream_budgets,
         cwd: PathBuf::new(),
         workspace_id: None,
         title: request.title.clone(),

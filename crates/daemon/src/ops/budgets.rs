@@ -14,10 +14,21 @@ impl Ops {
     /// root's).
     pub(crate) fn check_budget(&self, id: AgentId) -> Result<(), OpError> {
         match self.registry.spent_budget(id) {
-            Some(spent) => Err(OpError::BudgetExhausted {
-                info: Box::new(self.exhausted(spent.agent, spent.budget, spent.tree.spend)),
-                upstream: spent.upstream,
-            }),
+            Some(spent) => {
+                let mut info = self.exhausted(spent.agent, spent.budget, spent.tree.spend);
+                if spent.upstream {
+                    // The hub's agent this subagent works for (its parent, not held here).
+                    info.upstream = Some(
+                        self.registry
+                            .get(spent.agent)
+                            .and_then(|a| a.parent_id())
+                            .map_or_else(String::new, |p| p.to_string()),
+                    );
+                }
+                Err(OpError::BudgetExhausted {
+                    info: Box::new(info),
+                })
+            }
             None => Ok(()),
         }
     }
@@ -44,6 +55,7 @@ impl Ops {
                 currency: total.currency,
                 agents,
             },
+            upstream: None,
         }
     }
 
@@ -81,12 +93,12 @@ pub(crate) fn valid_budget(budget: Budget) -> Result<Budget, OpError> {
     Ok(budget)
 }
 
-/// The refusal's message; `upstream`: the budget is what the hub that made this subagent here
-/// let its tree spend (its parent's tree there had that left).
-pub(crate) fn refusal(info: &BudgetExhaustedInfo, upstream: bool) -> String {
-    if upstream {
+/// The refusal's message; with `upstream`, the budget is what the hub that made this subagent
+/// here let its tree spend (its parent's tree there had that left).
+pub(crate) fn refusal(info: &BudgetExhaustedInfo) -> String {
+    if let Some(parent) = &info.upstream {
         format!(
-            "the budget of the tree agent `{}` belongs to on the hub is spent (its subtree here spent {} it may spend); raise that budget on the hub",
+            "the budget of the tree agent `{parent}` belongs to on the hub is spent (its subagent `{}` here spent with its subtree {} it may spend); raise that budget on the hub",
             info.agent_id,
             summary(info)
         )

@@ -118,12 +118,11 @@ pub(crate) enum OpError {
     Schedule(#[from] ScheduleError),
     #[error(transparent)]
     Job(drover_acp::jobs::JobError),
-    /// A budget of the agent's tree is spent: no new turn starts in it. `upstream`: a budget
-    /// of the hub that made this subagent here, what its tree there had left.
-    #[error("{}", budgets::refusal(info, *upstream))]
+    /// A budget of the agent's tree is spent: no new turn starts in it (`info.upstream`: a
+    /// budget of the hub that made this subagent here, what its tree there had left).
+    #[error("{}", budgets::refusal(info))]
     BudgetExhausted {
         info: Box<drover_protocol::BudgetExhaustedInfo>,
-        upstream: bool,
     },
     #[error(transparent)]
     Host(#[from] crate::hosts::HostError),

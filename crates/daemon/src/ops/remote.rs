@@ -330,7 +330,9 @@ impl Ops {
     /// The hub says what this daemon's subagent `id` (one it made here) may spend with its
     /// subtree under each budget of its parent's lineage there (see
     /// `drover_core::UPSTREAM_BUDGET_LABEL`). When that lifts a spent one, what it held in the
-    /// subtree goes, as after `set_budget`.
+    /// subtree goes, as after `set_budget`; when a hard one is now spent (the hub's own agents,
+    /// or another host's, spent what the tree had left), the subtree's running turns are
+    /// cancelled.
     pub(crate) async fn set_upstream_budget(
         &self,
         id: AgentId,
@@ -344,6 +346,7 @@ impl Ops {
         if agent.upstream_budgets() != budgets {
             self.registry.set_upstream_budgets(id, budgets).await?;
             self.runtimes.wake_queued(&self.registry.tree(id)).await;
+            self.runtimes.cancel_for_hard_budgets(id).await;
         }
         Ok(())
     }

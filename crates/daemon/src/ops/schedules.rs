@@ -486,6 +486,7 @@ impl Ops {
             on_limit: None,
             budget: None,
             upstream: None,
+            upstream_budgets: Vec::new(),
         };
         let waiting = existing
             .is_none()

@@ -24,7 +24,8 @@ use drover_core::{AgentId, Change, RegistryEvent};
 use drover_protocol::Answer as Envelope;
 use drover_protocol::answers;
 use drover_protocol::{
-    ClientMessage, ClientRequest, DaemonMessage, ErrorCode, PROTOCOL_VERSION, decode_client,
+    ClientMessage, ClientRequest, DaemonMessage, ErrorCode, OLDEST_PROTOCOL_VERSION,
+    PROTOCOL_VERSION, decode_client,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
@@ -801,11 +802,13 @@ impl Session {
                 .await;
             return Next::Close;
         }
-        if protocol_version != PROTOCOL_VERSION {
+        if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol_version) {
             let error = request_error(
                 None,
                 ErrorCode::UnsupportedVersion,
-                format!("this daemon speaks protocol {PROTOCOL_VERSION}, not {protocol_version}"),
+                format!(
+                    "this daemon speaks protocol {PROTOCOL_VERSION} (and serves clients of {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}), not {protocol_version}"
+                ),
                 None,
             );
             return send(socket, self.sent(), encode(&error)).await;

@@ -617,33 +617,14 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
     };
     let mut parent = r.parent_agent_id.as_deref().map(parse_agent).transpose()?;
     let mut notify = None;
-    let mut labels = r.labels;
-    if labels.contains_key(drover_core::UPSTREAM_BUDGET_LABEL) {
-        return Err(OpError::invalid(
-            "labels",
-            format!(
-                "`{}` is set by the hub that links to this daemon",
-                drover_core::UPSTREAM_BUDGET_LABEL
-            ),
-        ));
-    }
+    let mut upstream_budgets = Vec::new();
     let upstream = match r.upstream {
         Some(upstream) => {
             let agent = parse_agent(&upstream.agent_id)?;
             if upstream.subagent {
                 parent = Some(agent);
-                if !upstream.budgets.is_empty() {
-                    let budgets = upstream
-                        .budgets
-                        .into_iter()
-                        .map(crate::ops::budgets::valid_budget)
-                        .collect::<Result<Vec<_>, _>>()?;
-                    labels.insert(
-                        drover_core::UPSTREAM_BUDGET_LABEL.to_string(),
-                        serde_json::to_string(&budgets).unwrap_or_default(),
-                    );
-                }
             }
+            upstream_budgets = upstream.budgets;
             if upstream.notify_on_finish {
                 notify = Some(agent);
             }
@@ -659,7 +640,7 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         model: r.model,
         mode: r.mode,
         effort: r.effort,
-        labels,
+        labels: r.labels,
         parent,
         auto_archive: r.auto_archive,
         permission_policy: Some(r.permission_policy),
@@ -668,6 +649,7 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
         on_limit: r.on_limit,
         budget: r.budget,
         upstream,
+        upstream_budgets,
     };
     // Another host's is forwarded before it gets here (`crate::hosts`), unless its parent is
     // this daemon's.

@@ -334,9 +334,13 @@ async fn handshake_sends_welcome_then_session_state_without_archived_agents() {
     client
         .send(json!({"type": "hello", "client": "protocol-test", "version": "1.0", "protocolVersion": 1, "token": daemon.token(), "capabilities": ["x"]}))
         .await;
+    // A client of protocol 1 is still served (2 only added); `welcome` names this daemon's.
     let welcome = client.recv().await;
     assert_eq!(welcome["type"], "welcome", "{welcome}");
-    assert_eq!(welcome["payload"]["protocolVersion"], 1);
+    assert_eq!(
+        welcome["payload"]["protocolVersion"],
+        drover_protocol::PROTOCOL_VERSION
+    );
     assert_eq!(
         welcome["payload"]["daemonVersion"],
         env!("CARGO_PKG_VERSION")

@@ -3,7 +3,7 @@
 // @ts-check
 
 /** The protocol version `hello` names. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Every `ErrorCode` value, by its Rust name. */
 export const ErrorCode = Object.freeze({
