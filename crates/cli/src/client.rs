@@ -317,10 +317,13 @@ fn for_the_command_line(code: &str, message: String, details: Option<&Value>) ->
     if ErrorCode::parse(code) != Some(ErrorCode::BudgetExhausted) {
         return by_handles(&message);
     }
-    let Some(agent) = details
-        .and_then(|d| d.get("agentId"))
-        .and_then(Value::as_str)
-    else {
+    let field = |name| details.and_then(|d| d.get(name)).and_then(Value::as_str);
+    // The hub's budget over a subagent it made here: raised on the hub, where the message
+    // already says so.
+    if field("upstream").is_some() {
+        return by_handles(&message);
+    }
+    let Some(agent) = field("agentId") else {
         return message;
     };
     let hex = agent.replace('-', "");
@@ -332,8 +335,9 @@ fn for_the_command_line(code: &str, message: String, details: Option<&Value>) ->
     )
 }
 
-/// `message` with each agent or workspace the daemon names by its full id (``agent `ID` ``,
-/// `` `ID` ``) named by its handle instead, as every other line of the CLI names it.
+/// `message` with each agent or workspace the daemon names by its full id (`` `ID` ``) named
+/// by its handle instead, as every other line of the CLI names it; the words around it stay
+/// ("agent 7efb7ac5", "subagent 7efb7ac5").
 fn by_handles(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
@@ -342,8 +346,7 @@ fn by_handles(message: &str) -> String {
         let Some(end) = quoted.find('`') else { break };
         let id = &quoted[..end];
         if is_uuid(id) {
-            let before = &rest[..start];
-            out.push_str(before.strip_suffix("agent ").unwrap_or(before));
+            out.push_str(&rest[..start]);
             out.push_str(&id[id.len() - 8..]);
         } else {
             out.push_str(&rest[..=start + end + 1]);
@@ -383,7 +386,11 @@ mod tests {
         let id = "01a24ab9-2bf2-704c-ace9-60ef7efb7ac5";
         assert_eq!(
             by_handles(&format!("agent `{id}` has no pending permission request")),
-            "7efb7ac5 has no pending permission request"
+            "agent 7efb7ac5 has no pending permission request"
+        );
+        assert_eq!(
+            by_handles(&format!("its subagent `{id}` here")),
+            "its subagent 7efb7ac5 here"
         );
         assert_eq!(
             by_handles(&format!("workspace `{id}` is archived; `job-3` and `x`")),

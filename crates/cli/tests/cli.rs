@@ -461,7 +461,7 @@ fn run_shows_permission_requests_and_permit_answers_them() {
     let deployer = fx.info("deployer")["id"].as_str().expect("id").to_string();
     assert!(
         again.stderr.starts_with(&format!(
-            "drover: {} has no pending permission",
+            "drover: agent {} has no pending permission",
             &deployer[deployer.len() - 8..]
         )) && !again.stderr.contains(&deployer),
         "{}",

@@ -1070,7 +1070,8 @@ fn a_subagent_on_another_host_spends_its_hub_parents_budget() {
     assert!(
         text(&refused).contains("3000 of 2500 tokens")
             && text(&refused).contains("on the hub")
-            && text(&refused).contains(&format!("`{root}`")),
+            && text(&refused).contains(&format!("agent {}", &root[root.len() - 8..]))
+            && !text(&refused).contains("drover budget"),
         "{}",
         text(&refused)
     );
