@@ -153,7 +153,7 @@ pub fn upstream_allowance(budget: &Budget, tree: &Spend, subtree: &Spend) -> Bud
     }
 }
 
-/// A budget on an agent's lineage that its tree has spent.
+/// A budget on an agent's lineage and what its tree spent (in `spent_budgets`: spent).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpentBudget {
     /// The agent the budget is set on.

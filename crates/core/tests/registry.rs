@@ -1446,6 +1446,7 @@ async fn the_hubs_budgets_on_its_subagent_hold_its_tree_here() {
     let spent = reg.spent_budgets(grandkid.id);
     assert_eq!(spent.len(), 1, "{spent:?}");
     assert_eq!((spent[0].agent, &spent[0].budget), (kid.id, &allowance));
+    assert_lineage(reg, grandkid.id, &[(5000, false, 900), (800, true, 900)]);
     assert_eq!(
         reg.get(kid.id).expect("kid").budget.and_then(|b| b.tokens),
         Some(5000)
@@ -1470,6 +1471,28 @@ async fn the_hubs_budgets_on_its_subagent_hold_its_tree_here() {
         reg.spent_budgets(grandkid.id).is_empty(),
         "detached: its own tree"
     );
+}
+
+/// Each budget on `id`'s lineage, spent or not, is `want`'s (its tokens, whether the hub's, its
+/// tree's tokens): the hub's too, what this daemon passes on to subagents on its own hosts.
+fn assert_lineage(
+    reg: &drover_core::Registry,
+    id: drover_core::AgentId,
+    want: &[(u64, bool, u64)],
+) {
+    let tokens = |t: Option<u64>| t.unwrap_or(0);
+    let all: Vec<(u64, bool, u64)> = reg
+        .lineage_budgets(id)
+        .iter()
+        .map(|b| {
+            (
+                tokens(b.budget.tokens),
+                b.upstream,
+                tokens(b.tree.spend.tokens),
+            )
+        })
+        .collect();
+    assert_eq!(all, want);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -581,11 +581,20 @@ impl Registry {
         self.spent_budgets(id).into_iter().next()
     }
 
-    /// Every budget on `id`'s lineage whose tree has spent it, nearest first: each agent's own,
-    /// and the ones the hub that links to this daemon holds a subagent it made here to (see
-    /// [`UPSTREAM_BUDGET_LABEL`]).
+    /// Every budget on `id`'s lineage whose tree has spent it, nearest first (see
+    /// [`Registry::lineage_budgets`]).
     pub fn spent_budgets(&self, id: AgentId) -> Vec<crate::SpentBudget> {
-        let mut spent = Vec::new();
+        self.lineage_budgets(id)
+            .into_iter()
+            .filter(|b| crate::budget_reached(&b.budget, &b.tree.spend))
+            .collect()
+    }
+
+    /// Every budget on `id`'s lineage with what its tree spent, spent or not, nearest first:
+    /// each agent's own, and the ones the hub that links to this daemon holds a subagent it
+    /// made here to (see [`UPSTREAM_BUDGET_LABEL`]).
+    pub fn lineage_budgets(&self, id: AgentId) -> Vec<crate::SpentBudget> {
+        let mut all = Vec::new();
         for at in std::iter::once(id).chain(self.ancestors(id)) {
             let Some(agent) = self.get(at) else { continue };
             let own = agent.budget.clone().map(|b| (b, false));
@@ -599,18 +608,18 @@ impl Registry {
             let Some(tree) = self.tree_spend(at) else {
                 continue;
             };
-            for (budget, upstream) in budgets {
-                if crate::budget_reached(&budget, &tree.spend) {
-                    spent.push(crate::SpentBudget {
+            all.extend(
+                budgets
+                    .into_iter()
+                    .map(|(budget, upstream)| crate::SpentBudget {
                         agent: at,
                         budget,
                         tree: tree.clone(),
                         upstream,
-                    });
-                }
-            }
+                    }),
+            );
         }
-        spent
+        all
     }
 
     /// What `id` and every agent below it spent (`None`: no such agent), its subagents on other

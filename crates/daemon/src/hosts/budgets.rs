@@ -253,12 +253,16 @@ fn allowances_by_budgeted(
     parent: AgentId,
     subtree: &drover_core::Spend,
 ) -> Vec<(AgentId, Budget)> {
-    std::iter::once(parent)
-        .chain(registry.ancestors(parent))
-        .filter_map(|at| {
-            let budget = registry.get(at)?.budget?;
-            let tree = registry.tree_spend(at)?;
-            Some((at, upstream_allowance(&budget, &tree.spend, subtree)))
+    // The same budgets the turn gate checks here (`spent_budgets`): those this daemon's own
+    // hub holds its agent to as well, so a chain of hubs passes the top one's budget on.
+    registry
+        .lineage_budgets(parent)
+        .into_iter()
+        .map(|b| {
+            (
+                b.agent,
+                upstream_allowance(&b.budget, &b.tree.spend, subtree),
+            )
         })
         .collect()
 }
