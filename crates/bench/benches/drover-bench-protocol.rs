@@ -48,9 +48,11 @@
 //! 4. Fleets and creates (`protocol/fleet.rs`): 10 agents × {1, 10, 50} clients that parse
 //!    every message, and 50 × 50 light clients (one message in 8 parsed) with joining on and
 //!    off, each agent streaming a chunk every 40 ms for 20 s, at the machine's load and with
-//!    busy processes beside it; create → `agent_created` and create → ready.
+//!    busy processes beside it; 50 × 10 light clients on a slow link (128 KiB a second, 16 KiB
+//!    receive buffer: they cannot take every message as it comes) with joining on and off;
+//!    create → `agent_created` and create → ready.
 //!
-//! `DROVER_BENCH_ONLY` (a comma-separated list of `fanout`, `state`, `fleet`, `light`,
+//! `DROVER_BENCH_ONLY` (a comma-separated list of `fanout`, `state`, `fleet`, `light`, `slow`,
 //! `creates`) runs only those parts; `DROVER_BENCH_STATE_ROUNDS` changes the 60 snapshots.
 //!
 //! Binaries: `drover` is `$DROVER_BIN`, else the one of this build; the scripted
@@ -195,7 +197,7 @@ fn state_rounds() -> usize {
 }
 
 /// Whether the part `name` runs: `DROVER_BENCH_ONLY` (a comma-separated list of `fanout`,
-/// `state`, `fleet`, `light`, `creates`) when set, else every part.
+/// `state`, `fleet`, `light`, `slow`, `creates`) when set, else every part.
 fn part(name: &str) -> bool {
     std::env::var("DROVER_BENCH_ONLY")
         .map_or(true, |only| only.split(',').any(|p| p.trim() == name))

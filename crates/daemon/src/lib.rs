@@ -282,9 +282,17 @@ fn return_big_blocks() {
 /// kernel buffer that autotuning grows to megabytes, one stale message at a time.
 const SEND_BUFFER: usize = 64 * 1024;
 
+/// The most a socket holds that it has not sent yet (`TCP_NOTSENT_LOWAT`) before a write
+/// waits. The send buffer holds what is in flight too, so on a slow link it fills with
+/// messages that are not on their way yet: a phone on a mobile network was ~2.8 s behind
+/// through 128 KiB of them (`drover-bench-protocol`'s slow-link case). With this bound what
+/// waits stays in the daemon, where it is joined, and a slow client is told the newest.
+const NOT_SENT: u32 = 16 * 1024;
+
 /// The listener with `TCP_NODELAY` on every accepted socket (WebSocket, MCP, health):
 /// Nagle's algorithm would hold a small answer written after another small write until the
-/// client's delayed ACK (~40 ms); and a send buffer of [`SEND_BUFFER`].
+/// client's delayed ACK (~40 ms); a send buffer of [`SEND_BUFFER`] and at most [`NOT_SENT`]
+/// of it not yet sent.
 fn nodelay(
     listener: TcpListener,
 ) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
@@ -296,6 +304,9 @@ fn nodelay(
             nix::sys::socket::setsockopt(&*tcp, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER)
         {
             tracing::debug!(error = %e, "cannot set SO_SNDBUF on a connection");
+        }
+        if let Err(e) = socket2::SockRef::from(&*tcp).set_tcp_notsent_lowat(NOT_SENT) {
+            tracing::debug!(error = %e, "cannot set TCP_NOTSENT_LOWAT on a connection");
         }
     })
 }

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use drover_bench::{
-    DaemonProc, Row, Ws, fmt_dur, fmt_kb, hello, median, now_ns, proc_cpu_time, quantile,
-    recv_json, request, send_json, ws_connect,
+    DaemonProc, Row, Ws, fmt_bytes, fmt_dur, fmt_kb, hello, median, now_ns, proc_cpu_time,
+    quantile, recv_json, request, send_json, ws_connect,
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -56,6 +56,14 @@ const JOINING_OFF: [(&str, &str); 2] = [
 ];
 /// The daemon as it ships, whatever the caller's shell says.
 const JOINING_ON: [(&str, &str); 1] = [("DROVER_STREAM_JOIN", "1")];
+/// Clients on a slow link (see `Reader::Slow`), with joining and without.
+const SLOW: (usize, usize) = (50, 10);
+/// The slow link's rate, bytes a second, unless `DROVER_BENCH_LINK_KIB` says (KiB a second).
+const SLOW_LINK_RATE: u64 = 128 * 1024;
+/// A slow client's receive buffer.
+const SLOW_LINK_RCVBUF: usize = 16 * 1024;
+/// Runs of the slow-link case with joining on, then off, in turn.
+const SLOW_PASSES: usize = 2;
 const CREATES: usize = 20;
 const CREATED_TARGET: Duration = Duration::from_millis(5);
 /// The longest one case may take beyond its streaming time.
@@ -69,6 +77,18 @@ fn case_secs() -> u64 {
         .unwrap_or(20)
 }
 
+/// How a case's clients read.
+#[derive(Clone, Copy, PartialEq)]
+enum Reader {
+    /// Parses every message as JSON.
+    Full,
+    /// Finds the stamps in each message's text and parses one in `PARSE_ONE_IN` as JSON.
+    Light,
+    /// Reads as `Light` does, over a link of at most this many bytes a second with a
+    /// `SLOW_LINK_RCVBUF` receive buffer: a phone on a mobile network.
+    Slow(u64),
+}
+
 /// What one client read.
 #[derive(Default)]
 struct Read {
@@ -79,6 +99,8 @@ struct Read {
     /// Frames that carried at least one chunk.
     stamped: usize,
     resyncs: usize,
+    /// Bytes of the frames' payloads.
+    bytes: u64,
 }
 
 pub(crate) async fn fleet_bench(
@@ -104,7 +126,7 @@ pub(crate) async fn fleet_bench(
             agents,
             clients,
             chunks,
-            false,
+            Reader::Full,
             &JOINING_ON,
             "",
         )
@@ -128,6 +150,9 @@ pub(crate) async fn fleet_bench(
         if burners() > 0 {
             light_bench(drover, scripted, root, rows, chunks, burners()).await?;
         }
+    }
+    if part("slow") {
+        slow_link_bench(drover, scripted, root, rows, chunks).await?;
     }
     println!();
     if part("creates") {
@@ -199,7 +224,15 @@ async fn light_bench(
         ] {
             let tag = format!("-light-{}-{burn}-{pass}", joining.trim());
             let (f, rss) = run_case(
-                drover, scripted, root, agents, clients, chunks, true, env, &tag,
+                drover,
+                scripted,
+                root,
+                agents,
+                clients,
+                chunks,
+                Reader::Light,
+                env,
+                &tag,
             )
             .await?;
             println!(
@@ -264,6 +297,115 @@ async fn light_bench(
     Ok(())
 }
 
+fn slow_link_rate() -> u64 {
+    std::env::var("DROVER_BENCH_LINK_KIB")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|&k| k > 0)
+        .map_or(SLOW_LINK_RATE, |k| k * 1024)
+}
+
+/// Clients on a slow link, with joining on and off in turn (`SLOW_PASSES` each): what joining
+/// is for. Such a client cannot take every message as it comes, so what waits for it is joined
+/// (on) or sent one message at a time (off).
+async fn slow_link_bench(
+    drover: &Path,
+    scripted: &Path,
+    root: &Path,
+    rows: &mut Vec<Row>,
+    chunks: usize,
+) -> Result<()> {
+    let (agents, clients) = SLOW;
+    let rate = slow_link_rate();
+    println!(
+        "== 4c. {agents} × {clients} light clients on a slow link ({} a second, {} receive \
+         buffer), joining on and off in turn ({SLOW_PASSES} runs each) ==",
+        fmt_bytes(rate),
+        fmt_bytes(SLOW_LINK_RCVBUF as u64)
+    );
+    let offered = agents * chunks * clients;
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for pass in 1..=SLOW_PASSES {
+        for (joining, env, runs) in [
+            ("on ", &JOINING_ON[..], &mut on),
+            ("off", &JOINING_OFF[..], &mut off),
+        ] {
+            let tag = format!("-slow-{}-{pass}", joining.trim());
+            let (f, rss) = run_case(
+                drover,
+                scripted,
+                root,
+                agents,
+                clients,
+                chunks,
+                Reader::Slow(rate),
+                env,
+                &tag,
+            )
+            .await?;
+            println!(
+                "  {agents} × {clients} on a slow link, joining {joining} #{pass}: {}; {} a client; \
+                 load average {}",
+                f.line(offered, rss),
+                fmt_bytes(f.bytes / clients.max(1) as u64),
+                drover_bench::load_average()
+            );
+            runs.push(f);
+        }
+    }
+    let what = format!("fleet {agents} × {clients}, clients on a slow link");
+    let least = |runs: &[CaseFigures]| runs.iter().map(|f| f.delivered).min().unwrap_or(0);
+    let resyncs = |runs: &[CaseFigures]| runs.iter().map(|f| f.resyncs).sum::<usize>();
+    let share = |n: usize| n as f64 * 100.0 / offered.max(1) as f64;
+    rows.push(Row::target(
+        format!("{what}: delivered (least of {SLOW_PASSES}), no resync"),
+        format!(
+            "{:.1} %, {} resyncs (off: {:.1} %, {} resyncs)",
+            share(least(&on)),
+            resyncs(&on),
+            share(least(&off)),
+            resyncs(&off)
+        ),
+        format!("≥ {:.0} %, 0", DELIVERED_TARGET * 100.0),
+        share(least(&on)) >= DELIVERED_TARGET * 100.0 && resyncs(&on) == 0,
+    ));
+    let p99 = |runs: &[CaseFigures]| median(&runs.iter().map(|f| f.p99).collect::<Vec<_>>());
+    let (on_p99, off_p99) = (p99(&on), p99(&off));
+    let gain = off_p99.as_secs_f64() / on_p99.as_secs_f64().max(1e-9);
+    rows.push(Row::target(
+        format!("{what}: p99 joining off ÷ on (of what arrived)"),
+        format!("{} ÷ {} = {gain:.1}×", fmt_dur(off_p99), fmt_dur(on_p99)),
+        format!("≥ {JOIN_GAIN_TARGET:.1}×"),
+        gain >= JOIN_GAIN_TARGET,
+    ));
+    let per_message = |runs: &[CaseFigures]| {
+        runs.iter().map(|f| f.delivered).sum::<usize>() as f64
+            / runs.iter().map(|f| f.stamped).sum::<usize>().max(1) as f64
+    };
+    rows.push(Row::info(
+        format!("{what}: chunks per message carrying text, on / off"),
+        format!("{:.2} / {:.2}", per_message(&on), per_message(&off)),
+    ));
+    Ok(())
+}
+
+/// A WebSocket to the daemon over a socket with a `SLOW_LINK_RCVBUF` receive buffer.
+async fn slow_connect(addr: std::net::SocketAddr) -> Result<Ws> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_recv_buffer_size(u32::try_from(SLOW_LINK_RCVBUF)?)?;
+    let stream = socket.connect(addr).await?;
+    let (ws, _) = tokio::time::timeout(
+        drover_bench::WS_WAIT,
+        tokio_tungstenite::client_async(
+            format!("ws://{addr}/ws"),
+            tokio_tungstenite::MaybeTlsStream::Plain(stream),
+        ),
+    )
+    .await
+    .map_err(|_| anyhow!("connecting to {addr} timed out"))??;
+    Ok(ws)
+}
+
 /// Runs one case on a fresh daemon with `env`; its figures and the daemon's `VmRSS` at the end.
 #[expect(clippy::too_many_arguments)] // one case, all of whose settings are printed
 async fn run_case(
@@ -273,7 +415,7 @@ async fn run_case(
     agents: usize,
     clients: usize,
     chunks: usize,
-    light: bool,
+    reader: Reader,
     env: &[(&str, &str)],
     tag: &str,
 ) -> Result<(CaseFigures, u64)> {
@@ -292,7 +434,7 @@ async fn run_case(
         SLACK,
         env,
     )?;
-    let figures = fleet_case(&daemon, &cwd, agents, clients, chunks, light).await;
+    let figures = fleet_case(&daemon, &cwd, agents, clients, chunks, reader).await;
     let (rss, _) = daemon.mem()?;
     daemon.stop()?;
     Ok((figures?, rss))
@@ -324,6 +466,7 @@ struct CaseFigures {
     stamped: usize,
     frames: usize,
     resyncs: usize,
+    bytes: u64,
     p50: Duration,
     p95: Duration,
     p99: Duration,
@@ -336,7 +479,7 @@ async fn fleet_case(
     agents: usize,
     clients: usize,
     chunks: usize,
-    light: bool,
+    reader: Reader,
 ) -> Result<CaseFigures> {
     let url = format!("ws://{}/ws", daemon.addr);
     let mut driver = ws_connect(&url).await?;
@@ -361,7 +504,10 @@ async fn fleet_case(
     }
     let mut sockets = Vec::with_capacity(clients);
     for _ in 0..clients {
-        let mut ws = ws_connect(&url).await?;
+        let mut ws = match reader {
+            Reader::Slow(_) => slow_connect(daemon.addr).await?,
+            Reader::Full | Reader::Light => ws_connect(&url).await?,
+        };
         hello(&mut ws, "drover-bench-fleet").await?;
         for (i, id) in ids.iter().enumerate() {
             request(
@@ -380,7 +526,7 @@ async fn fleet_case(
     let cpu_before = proc_cpu_time(daemon.pid)?;
     let mut readers = JoinSet::new();
     for ws in sockets {
-        readers.spawn(read_client(ws, per_client, deadline, light));
+        readers.spawn(read_client(ws, per_client, deadline, reader));
     }
     for (i, id) in ids.iter().enumerate() {
         send_json(
@@ -400,7 +546,7 @@ async fn fleet_case(
         }
     });
     let mut delays = Vec::new();
-    let (mut frames, mut updates, mut stamped, mut resyncs) = (0, 0, 0, 0);
+    let (mut frames, mut updates, mut stamped, mut resyncs, mut bytes) = (0, 0, 0, 0, 0);
     while let Some(joined) = readers.join_next().await {
         let read = joined??;
         delays.extend(read.delays);
@@ -408,6 +554,7 @@ async fn fleet_case(
         updates += read.updates;
         stamped += read.stamped;
         resyncs += read.resyncs;
+        bytes += read.bytes;
     }
     let cpu = proc_cpu_time(daemon.pid)?.saturating_sub(cpu_before);
     drain.abort();
@@ -418,6 +565,7 @@ async fn fleet_case(
         stamped,
         frames,
         resyncs,
+        bytes,
         p50: quantile(&delays, 0.50),
         p95: quantile(&delays, 0.95),
         p99: quantile(&delays, 0.99),
@@ -425,19 +573,26 @@ async fn fleet_case(
     })
 }
 
-/// Reads until `expected` chunks arrived, the client is told to resync, or the deadline;
-/// `light`: finds the stamps in the text and parses one message in `PARSE_ONE_IN`.
+/// Reads as `reader` says until `expected` chunks arrived, the client is told to resync, or
+/// the deadline.
 async fn read_client(
     mut ws: Ws,
     expected: usize,
     deadline: tokio::time::Instant,
-    light: bool,
+    reader: Reader,
 ) -> Result<Read> {
     let mut read = Read {
         delays: Vec::with_capacity(expected),
         ..Read::default()
     };
+    let start = tokio::time::Instant::now();
     while read.delays.len() < expected {
+        if let Reader::Slow(rate) = reader {
+            // The link has carried `read.bytes` since the start: the next frame comes no
+            // sooner than that many bytes take at `rate`.
+            let busy = Duration::from_secs_f64(read.bytes as f64 / rate as f64);
+            tokio::time::sleep_until((start + busy).min(deadline)).await;
+        }
         let frame = match tokio::time::timeout_at(deadline, ws.next()).await {
             Ok(Some(Ok(frame))) => frame,
             Ok(Some(Err(e))) => bail!("a client's connection failed: {e}"),
@@ -446,7 +601,8 @@ async fn read_client(
         let arrival = now_ns();
         let Message::Text(text) = frame else { continue };
         read.frames += 1;
-        if light {
+        read.bytes += text.len() as u64;
+        if reader != Reader::Full {
             if read.frames.is_multiple_of(PARSE_ONE_IN) {
                 let _: Value = serde_json::from_str(&text)?;
             }
