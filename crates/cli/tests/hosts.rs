@@ -1470,6 +1470,90 @@ fn c_holds_its_agent_with_its_link_cut(
     );
 }
 
+#[test]
+fn a_new_subagent_gets_only_what_a_host_out_of_reach_cannot_spend() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    // Another host `d` of the hub's, beside b (10.77.3.1 ↔ 10.77.3.2).
+    let (d, d_ssh) = ssh_machine(fleet.dir.path(), (&fleet.hub, "hub"), "d", "10.77.3", true);
+    let added = host_add(&fleet.hub, "d", &d_ssh, &d_ssh.key, &[]);
+    assert!(added.status.success(), "host add d: {}", text(&added));
+    // A root with a budget of 3000 tokens; its subagent on b spent 1000: b holds it to 3000.
+    let (root, kid) =
+        fleet.parent_with_kid_on_b("away", "usage\nsay kid spent", &["--budget-tokens", "3000"]);
+    let tokens = |n: u64| json!([{"tokens": n}]);
+    let held = poll_until_blocking(Duration::from_secs(30), || {
+        (upstream_budgets_on_b(&fleet, &kid) == Some(tokens(3000))
+            && inspect(&fleet.hub, &root)["treeSpend"]["tokens"] == 1000)
+            .then_some(())
+    });
+    assert!(held.is_some(), "{:?}", upstream_budgets_on_b(&fleet, &kid));
+
+    // b out of reach: its subagent may still spend the 2000 left there, unseen. A new subagent
+    // of the root on d gets none of it (not the 2000 the tree seems to have left).
+    fleet.cut(true);
+    fleet.wait_host_state("unreachable", Duration::from_secs(20));
+    let on_d = || {
+        let work = d.work.display().to_string();
+        let out = drover(
+            &fleet.hub,
+            &[
+                "run",
+                "--host",
+                "d",
+                "--parent",
+                &root,
+                "--cwd",
+                &work,
+                "--provider",
+                "demo",
+                "--detach",
+                "say on d",
+            ],
+        );
+        assert!(out.status.success(), "run --host d: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let new = on_d();
+    assert_eq!(
+        upstream_budgets(&d, &new),
+        Some(tokens(0)),
+        "the new subagent was given what b's may spend out of reach"
+    );
+    // Raised to 5000 on the hub while b is away (b's subagent still holds 3000, 2000 of it
+    // unspent as far as the hub knows): d's gets the 2000 provably left, not 4000.
+    let raised = drover(&fleet.hub, &["budget", &root, "--tokens", "5000"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    let given = poll_until_blocking(Duration::from_secs(20), || {
+        (upstream_budgets(&d, &new) == Some(tokens(2000))).then_some(())
+    });
+    assert!(given.is_some(), "{:?}", upstream_budgets(&d, &new));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(upstream_budgets(&d, &new), Some(tokens(2000)));
+    // Its first turn, held while it had nothing, runs now.
+    let ran = poll_until_blocking(Duration::from_secs(20), || last_turn_ended(&fleet, &new));
+    assert!(
+        ran.is_some(),
+        "{}",
+        text(&drover(&fleet.hub, &["logs", &new]))
+    );
+    // b back: what its subagent spent is known again, and both get what the tree has left.
+    fleet.cut(false);
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    let lifted = poll_until_blocking(Duration::from_secs(20), || {
+        (upstream_budgets(&d, &new) == Some(tokens(4000))
+            && upstream_budgets_on_b(&fleet, &kid) == Some(tokens(5000)))
+        .then_some(())
+    });
+    assert!(
+        lifted.is_some(),
+        "d holds {:?}, b holds {:?}",
+        upstream_budgets(&d, &new),
+        upstream_budgets_on_b(&fleet, &kid)
+    );
+}
+
 /// A host whose daemon speaks protocol 1 only (a drover from before the hub's budgets on its
 /// hosts), as such a daemon answers `hello`: it takes a `hello` of version 1 and refuses any
 /// other, naming its own.

@@ -606,11 +606,7 @@ impl Hosts {
     /// under each budget of `parent`'s lineage here (see `budgets`): given with its creation, so
     /// its host holds it to them from its first turn on.
     pub(crate) fn allowances(&self, parent: AgentId) -> Vec<drover_core::Budget> {
-        budgets::allowances(
-            self.inner.runtimes.registry(),
-            parent,
-            &drover_core::Spend::default(),
-        )
+        budgets::allowances(&self.inner, parent, &drover_core::Spend::default())
     }
 
     /// `host` answered the creation [`Hosts::will_parent`] announced: `made` unless it refused.
