@@ -1554,6 +1554,97 @@ fn a_new_subagent_gets_only_what_a_host_out_of_reach_cannot_spend() {
     );
 }
 
+/// A host of this protocol whose one agent (in the file `state`, as its `session_state`) reports
+/// its spend over and over, 1500 and 1600 tokens in turn (`agent_status` lines in the files
+/// `a` and `b`), every millisecond or so, never answering a request.
+const FLOODING_HOST: &str = r#"dir=$(dirname "$0")
+read hello
+echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":2,"sessionId":"s"}}'
+cat "$dir/state"
+cat >/dev/null &
+while :; do
+  cat "$dir/a"
+  sleep 0.001
+  cat "$dir/b"
+  sleep 0.001
+done
+"#;
+
+#[test]
+fn a_removed_hosts_last_spend_report_is_counted_once() {
+    let fleet = Fleet::new();
+    let hub_work = fleet.hub.work.display().to_string();
+    let out = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--cwd",
+            &hub_work,
+            "--provider",
+            "demo",
+            "--detach",
+            "--budget-tokens",
+            "100000",
+            "say budgeted",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let parent = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    wait_status(&fleet.hub, &parent, "idle");
+    // Its subagent on the host, an agent like the hub's own (every field a client reads).
+    let dir = fleet.dir.path().join("flood");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut kid = agent(&json(&fleet.hub, &["ls", "--json"]), &parent)
+        .expect("parent listed")
+        .clone();
+    kid["id"] = json!("0193b1c2-7d4e-7a10-8000-0123456789ae");
+    kid["parentAgentId"] = json!(parent);
+    kid["labels"] = json!({});
+    kid["budget"] = Value::Null;
+    for (file, tokens) in [("a", 1500), ("b", 1600)] {
+        kid["spend"] = json!({"tokens": tokens});
+        let status = json!({"type": "agent_status", "payload": {"agent": kid}});
+        std::fs::write(dir.join(file), format!("{status}\n")).expect("status");
+    }
+    let state = json!({"type": "session_state",
+        "payload": {"agents": [kid], "workspaces": [], "hosts": []}});
+    std::fs::write(dir.join("state"), format!("{state}\n")).expect("state");
+    let script = dir.join("host.sh");
+    std::fs::write(&script, FLOODING_HOST).expect("script");
+    let command = format!("sh {}", script.display());
+    let tree_tokens = || inspect(&fleet.hub, &parent)["treeSpend"]["tokens"].as_u64();
+    // Removed while its reports keep coming, six times: what it spent leaves the tree as
+    // `host rm` answers and no report its link took in meanwhile brings it back; added again,
+    // it counts once (never both reports, nor a report of the removed link beside the new
+    // one's).
+    for round in 0..6 {
+        let added = drover(&fleet.hub, &["host", "add", "flood", "--command", &command]);
+        assert!(added.status.success(), "host add: {}", text(&added));
+        let counted = poll_until_blocking(Duration::from_secs(20), || {
+            tree_tokens().filter(|t| *t >= 1500)
+        });
+        assert!(counted.is_some(), "round {round}: {:?}", tree_tokens());
+        for _ in 0..10 {
+            let tokens = tree_tokens();
+            assert!(
+                matches!(tokens, Some(1500 | 1600)),
+                "round {round}: the host's spend counted {tokens:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let removed = drover(&fleet.hub, &["host", "rm", "flood"]);
+        assert!(removed.status.success(), "host rm: {}", text(&removed));
+        for _ in 0..10 {
+            let tokens = tree_tokens();
+            assert!(
+                tokens.is_none_or(|t| t == 0),
+                "round {round}: a removed host's spend counted {tokens:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// A host whose daemon speaks protocol 1 only (a drover from before the hub's budgets on its
 /// hosts), as such a daemon answers `hello`: it takes a `hello` of version 1 and refuses any
 /// other, naming its own.
