@@ -28,7 +28,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, Weak};
 
-use drover_core::{AgentId, Budget, RemoteSpend, Spend, SpentBudget, upstream_allowance};
+use drover_core::{AgentId, Budget, RemoteSpend, Spend, upstream_allowance};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -259,20 +259,15 @@ fn allowances_by_budgeted(
     let away = away(inner);
     // The same budgets the turn gate checks here (`spent_budgets`): those this daemon's own
     // hub holds its agent to as well, so a chain of hubs passes the top one's budget on.
-    let lineage = registry.lineage_budgets(parent);
-    let mut nth: HashMap<(AgentId, bool), usize> = HashMap::new();
-    lineage
+    registry
+        .lineage_budgets(parent)
         .into_iter()
         .map(|b| {
-            let place = nth.entry((b.agent, b.upstream)).or_default();
-            let n = *place;
-            *place += 1;
             let mut tree = b.tree.spend.clone();
             if !away.is_empty() {
                 let members: HashSet<AgentId> = registry.tree(b.agent).into_iter().collect();
                 for root in away.iter().filter(|r| members.contains(&r.parent)) {
-                    let holds = held(registry, root, &b, n);
-                    reserve(&mut tree, &b.budget, holds, &root.subtree);
+                    reserve(&mut tree, &b.budget, &root.budgets, &root.subtree);
                 }
             }
             (b.agent, upstream_allowance(&b.budget, &tree, subtree))
@@ -290,41 +285,27 @@ fn away(inner: &Inner) -> Vec<RemoteRoot> {
         .collect()
 }
 
-/// What `root`'s host holds it to for budget `b` (the `n`-th of `b.agent`'s own budgets, or of
-/// its hub's, on the lineage of `root`'s parent here), as the host last said: matched by
-/// place, as the hub gave them; `None` when the host holds it to none that fits.
-fn held<'a>(
-    registry: &drover_core::Registry,
-    root: &'a RemoteRoot,
-    b: &SpentBudget,
-    n: usize,
-) -> Option<&'a Budget> {
-    let lineage = registry.lineage_budgets(root.parent);
-    if lineage.len() != root.budgets.len() {
-        return None;
-    }
-    lineage
-        .iter()
-        .zip(&root.budgets)
-        .filter(|(l, _)| l.agent == b.agent && l.upstream == b.upstream)
-        .nth(n)
-        .map(|(_, held)| held)
-}
-
 /// Counts in `tree` (what a budgeted tree spent) what a subagent of it out of reach may still
-/// spend: what its host holds it to (`held`) beyond what its subtree there spent (`subtree`);
-/// under a limit it is held to none of, everything.
-fn reserve(tree: &mut Spend, budget: &Budget, held: Option<&Budget>, subtree: &Spend) {
+/// spend: what the tightest of the budgets its host holds it to (`holds`, as the host last
+/// said) leaves beyond what its subtree there spent (`subtree`); under a limit of a kind it is
+/// held to none of, everything.
+fn reserve(tree: &mut Spend, budget: &Budget, holds: &[Budget], subtree: &Spend) {
     if budget.tokens.is_some() {
-        let more = held
-            .and_then(|h| h.tokens)
+        let more = holds
+            .iter()
+            .filter_map(|h| h.tokens)
+            .min()
             .map_or(u64::MAX, |h| h.saturating_sub(subtree.tokens.unwrap_or(0)));
         tree.tokens = Some(tree.tokens.unwrap_or(0).saturating_add(more));
     }
     if budget.cost.is_some() {
-        let more = held.and_then(|h| h.cost).map_or(f64::INFINITY, |h| {
-            (h - subtree.cost.unwrap_or(0.0)).max(0.0)
-        });
+        let more = holds
+            .iter()
+            .filter_map(|h| h.cost)
+            .reduce(f64::min)
+            .map_or(f64::INFINITY, |h| {
+                (h - subtree.cost.unwrap_or(0.0)).max(0.0)
+            });
         tree.cost = Some(tree.cost.unwrap_or(0.0) + more);
     }
 }
@@ -363,20 +344,27 @@ mod tests {
             cost: Some(1.0),
             hard: false,
         };
-        // Held to 3000 with 1000 spent: 2000 more may be spent out of reach; the tree counts
-        // its 1000 already.
-        let held = Budget {
-            tokens: Some(3000),
-            cost: Some(0.5),
-            hard: false,
-        };
+        // Held to 3000 and 4000 tokens (two budgets of its lineage) with 1000 spent: 2000 more
+        // may be spent out of reach (the tighter holds); the tree counts its 1000 already.
+        let holds = [
+            Budget {
+                tokens: Some(4000),
+                cost: None,
+                hard: false,
+            },
+            Budget {
+                tokens: Some(3000),
+                cost: Some(0.5),
+                hard: false,
+            },
+        ];
         let mut tree = spend(1000);
-        reserve(&mut tree, &budget, Some(&held), &spend(1000));
+        reserve(&mut tree, &budget, &holds, &spend(1000));
         assert_eq!(tree.tokens, Some(3000));
         assert_eq!(tree.cost, Some(0.5));
         // Held to no limit of a kind: nothing of it is provably left.
         let mut tree = spend(1000);
-        reserve(&mut tree, &budget, None, &spend(1000));
+        reserve(&mut tree, &budget, &[], &spend(1000));
         assert_eq!(tree.tokens, Some(u64::MAX));
         assert_eq!(tree.cost, Some(f64::INFINITY));
         assert_eq!(
