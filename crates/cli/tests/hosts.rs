@@ -54,38 +54,7 @@ impl Fleet {
     fn with_drover(drover_on_path: bool) -> Fleet {
         let dir = tempfile::tempdir().expect("tempdir");
         let hub = Machine::new(dir.path(), "hub", Path::new(DROVER)).expect("hub machine");
-        let b = Machine::new(dir.path(), "b", Path::new(DROVER)).expect("b machine");
-        link(
-            &hub.ns,
-            "to-b",
-            "10.77.1.1/24",
-            &b.ns,
-            "to-hub",
-            "10.77.1.2/24",
-        )
-        .expect("veth");
-        let bin_dir = Path::new(DROVER)
-            .parent()
-            .expect("bin dir")
-            .display()
-            .to_string();
-        let path = if drover_on_path {
-            format!("{bin_dir}:{}", hermetic::SYSTEM_PATH)
-        } else {
-            hermetic::SYSTEM_PATH.to_string()
-        };
-        let ssh = SshServer::start(
-            &b.ns,
-            "10.77.1.2",
-            &dir.path().join("sshd"),
-            &[
-                ("PATH", &path),
-                ("HOME", &b.home.display().to_string()),
-                ("DROVER_HOME", &b.drover_home.display().to_string()),
-                ("DROVER_LISTEN", "127.0.0.1:7717"),
-            ],
-        )
-        .expect("sshd");
+        let (b, ssh) = ssh_machine(dir.path(), (&hub, "hub"), "b", "10.77.1", drover_on_path);
         // A ceiling on the hub's own runtimes: `--host auto` finds more room on b (none).
         std::fs::create_dir_all(&hub.drover_home).expect("hub home");
         std::fs::write(
@@ -104,20 +73,7 @@ impl Fleet {
     }
 
     fn add_b_with(&self, key: &Path, more: &[&str]) -> Output {
-        let mut args = vec![
-            "host".to_string(),
-            "add".to_string(),
-            "b".to_string(),
-            format!("ssh://root@{}", self.ssh.address),
-            "--identity".to_string(),
-            key.display().to_string(),
-        ];
-        for option in self.ssh.ssh_options() {
-            args.extend(["--ssh-option".to_string(), option]);
-        }
-        args.extend(more.iter().map(ToString::to_string));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        drover(&self.hub, &args)
+        host_add(&self.hub, "b", &self.ssh, key, more)
     }
 
     /// Asserts that `drover logs ID` on the hub shows `said`.
@@ -167,6 +123,77 @@ impl Fleet {
         assert!(out.status.success(), "run --host b: {}", text(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
+}
+
+/// `drover host add NAME ssh://root@ADDRESS --identity KEY` on `machine`, for `ssh`'s server,
+/// with the test's ssh options and `more`.
+fn host_add(machine: &Machine, name: &str, ssh: &SshServer, key: &Path, more: &[&str]) -> Output {
+    let mut args = vec![
+        "host".to_string(),
+        "add".to_string(),
+        name.to_string(),
+        format!("ssh://root@{}", ssh.address),
+        "--identity".to_string(),
+        key.display().to_string(),
+    ];
+    for option in ssh.ssh_options() {
+        args.extend(["--ssh-option".to_string(), option]);
+    }
+    args.extend(more.iter().map(ToString::to_string));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    drover(machine, &args)
+}
+
+/// A machine `name` under `dir` behind its own sshd, linked to `from` (named `from_name`) at
+/// `subnet`.1 (there) ↔ `subnet`.2 (here), interfaces `to-NAME` and `to-FROM_NAME`; with
+/// `drover_on_path` its user finds this build's `drover` on its `PATH`.
+fn ssh_machine(
+    dir: &Path,
+    (from, from_name): (&Machine, &str),
+    name: &str,
+    subnet: &str,
+    drover_on_path: bool,
+) -> (Machine, SshServer) {
+    let machine = Machine::new(dir, name, Path::new(DROVER)).expect("machine");
+    let address = format!("{subnet}.2");
+    link(
+        &from.ns,
+        &format!("to-{name}"),
+        &format!("{subnet}.1/24"),
+        &machine.ns,
+        &format!("to-{from_name}"),
+        &format!("{address}/24"),
+    )
+    .expect("veth");
+    let bin_dir = Path::new(DROVER)
+        .parent()
+        .expect("bin dir")
+        .display()
+        .to_string();
+    let path = if drover_on_path {
+        format!("{bin_dir}:{}", hermetic::SYSTEM_PATH)
+    } else {
+        hermetic::SYSTEM_PATH.to_string()
+    };
+    // b's keeps the directory it always had.
+    let ssh_dir = if name == "b" {
+        dir.join("sshd")
+    } else {
+        dir.join(format!("sshd-{name}"))
+    };
+    let ssh = SshServer::start(
+        &machine.ns,
+        &address,
+        &ssh_dir,
+        &[
+            ("PATH", &path),
+            ("HOME", &machine.home.display().to_string()),
+            ("DROVER_HOME", &machine.drover_home.display().to_string()),
+            ("DROVER_LISTEN", "127.0.0.1:7717"),
+        ],
+    )
+    .expect("sshd");
+    (machine, ssh)
 }
 
 fn agent<'a>(agents: &'a Value, id: &str) -> Option<&'a Value> {
@@ -1008,7 +1035,12 @@ fn inspect(machine: &Machine, id: &str) -> Value {
 
 /// The budgets the hub holds agent `id` of b to, as b's own daemon keeps them.
 fn upstream_budgets_on_b(fleet: &Fleet, id: &str) -> Option<Value> {
-    let agents = json(&fleet.b, &["ls", "--json", "--all"]);
+    upstream_budgets(&fleet.b, id)
+}
+
+/// The budgets `machine`'s hub holds its agent `id` to, as `machine`'s own daemon keeps them.
+fn upstream_budgets(machine: &Machine, id: &str) -> Option<Value> {
+    let agents = json(machine, &["ls", "--json", "--all"]);
     let label = agent(&agents, id)?["labels"]["drover.upstream-budget"].as_str()?;
     serde_json::from_str(label).ok()
 }
@@ -1270,6 +1302,347 @@ fn a_hard_budget_on_the_hub_cancels_its_subagents_turn_on_another_host() {
         "the subagent's turn on b ran on after the hub's own agent spent the hard budget: {}",
         text(&drover(&fleet.hub, &["logs", &kid]))
     );
+}
+
+impl Fleet {
+    /// A third machine `c` below b (10.77.2.1 ↔ 10.77.2.2), added by b's user as b's host
+    /// `c`: a chain hub → b → c. b's daemon runs already (the hub's link started it).
+    fn c_below_b(&self) -> (Machine, SshServer) {
+        let (c, ssh) = ssh_machine(self.dir.path(), (&self.b, "b"), "c", "10.77.2", true);
+        let added = host_add(&self.b, "c", &ssh, &ssh.key, &[]);
+        assert!(added.status.success(), "host add c on b: {}", text(&added));
+        (c, ssh)
+    }
+}
+
+/// How many of agent `id`'s turns a budget canceled, as `machine`'s daemon (its own) says.
+fn budget_cancels(machine: &Machine, id: &str) -> usize {
+    let logs = drover(machine, &["logs", id, "--json"]);
+    String::from_utf8_lossy(&logs.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| {
+            line["item"]["kind"] == "turn_ended"
+                && line["item"]["data"]["event"] == "turn_canceled"
+                && line["item"]["data"]["cause"] == "budget"
+        })
+        .count()
+}
+
+#[test]
+fn a_chain_of_three_daemons_counts_and_holds_the_bottom_hosts_spend() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let (c, _c_ssh) = fleet.c_below_b();
+    // A root on the hub with a hard budget of 3500 tokens delegates to b; its subagent there
+    // delegates to c, then spends 1000; the one on c spends 2000.
+    let on_c = json!({
+        "relationship": {"kind": "subagent"},
+        "workspace": {"kind": "current", "cwd": c.work},
+        "host": "c",
+        "title": "bottom",
+        "prompt": "usage\nusage\nsay c spent two thousand",
+    });
+    let (root, mid) = fleet.parent_with_kid_on_b(
+        "chain",
+        &format!("mcp create_agent {on_c}\nusage\nsay b spent one thousand"),
+        &["--budget-tokens", "3500", "--budget-hard"],
+    );
+    let bottom = poll_until_blocking(Duration::from_secs(30), || {
+        let agents = json(&c, &["ls", "--json", "--all"]);
+        agents
+            .as_array()?
+            .iter()
+            .find(|a| a["parentAgentId"] == mid.as_str())
+            .and_then(|a| a["id"].as_str().map(str::to_string))
+    })
+    .unwrap_or_else(|| panic!("no subagent of {mid} on c: {}", text(&drover(&c, &["ls"]))));
+
+    // The top hub counts what c spent under b, with the agent that spent it.
+    let tree = poll_until_blocking(Duration::from_secs(30), || {
+        let info = inspect(&fleet.hub, &root);
+        (info["treeSpend"]["tokens"] == 3000).then_some(info)
+    });
+    assert!(
+        tree.is_some(),
+        "the hub leaves out what the bottom host spent: {}",
+        inspect(&fleet.hub, &root)["treeSpend"]
+    );
+    assert_eq!(
+        inspect(&fleet.hub, &root)["treeSpend"]["agents"],
+        3,
+        "the hub's tree does not count c's agent"
+    );
+    // b holds its subagent to the 3500 (its subtree's 3000 and the 500 left), and c its own to
+    // its 2000 and the same 500.
+    let hard = |tokens: u64| json!([{"tokens": tokens, "hard": true}]);
+    let held = poll_until_blocking(Duration::from_secs(20), || {
+        (upstream_budgets_on_b(&fleet, &mid) == Some(hard(3500))
+            && upstream_budgets(&c, &bottom) == Some(hard(2500)))
+        .then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "b holds {:?}, c holds {:?}",
+        upstream_budgets_on_b(&fleet, &mid),
+        upstream_budgets(&c, &bottom)
+    );
+
+    // The hub's own root spends past the hard budget while c's agent runs a turn: c cancels it.
+    let sent = drover(&c, &["send", &bottom, "sleep 30000\nsay bottom never said"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    wait_status(&c, &bottom, "running");
+    let sent = drover(&fleet.hub, &["send", &root, "usage\nsay root spent"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let canceled = poll_until_blocking(Duration::from_secs(20), || {
+        (budget_cancels(&c, &bottom) == 1).then_some(())
+    });
+    assert!(
+        canceled.is_some(),
+        "c's agent ran on past the top hub's hard budget: {}",
+        text(&drover(&c, &["logs", &bottom]))
+    );
+
+    c_holds_its_agent_with_its_link_cut(&fleet, &c, &root, &mid, &bottom);
+}
+
+/// The chain's tree (`root` on the hub, `mid` on b, `bottom` on c) raised to 4500 tokens after
+/// it spent 4000 (c's agent 2000 of it): c, cut off from b, holds its agent to the 500 left by
+/// itself, and once it is back the hub counts what it spent meanwhile.
+fn c_holds_its_agent_with_its_link_cut(
+    fleet: &Fleet,
+    c: &Machine,
+    root: &str,
+    mid: &str,
+    bottom: &str,
+) {
+    let hard = |tokens: u64| json!([{"tokens": tokens, "hard": true}]);
+    // Raised on the hub to 4500 (500 left): c may spend its 2000 and 500. With c's link to b
+    // cut, c holds its agent to that by itself: a turn spending 1000 runs (the budget was not
+    // spent when it started), and the next prompt is refused there, naming b's agent.
+    let raised = drover(&fleet.hub, &["budget", root, "--tokens", "4500", "--hard"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    let lifted = poll_until_blocking(Duration::from_secs(20), || {
+        (upstream_budgets(c, bottom) == Some(hard(2500))
+            && upstream_budgets_on_b(fleet, mid) == Some(hard(3500)))
+        .then_some(())
+    });
+    assert!(
+        lifted.is_some(),
+        "b holds {:?}, c holds {:?}",
+        upstream_budgets_on_b(fleet, mid),
+        upstream_budgets(c, bottom)
+    );
+    c.ns.exec(&["ip", "link", "set", "to-b", "down"])
+        .expect("ip link");
+    let sent = drover(c, &["send", bottom, "usage\nsay bottom spent past it"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let past = poll_until_blocking(Duration::from_secs(20), || {
+        let info = inspect(c, bottom);
+        (info["spend"]["tokens"] == 3000 && info["status"] == "idle").then_some(())
+    });
+    assert!(past.is_some(), "{}", inspect(c, bottom));
+    let refused = drover(c, &["send", bottom, "say past the budget"]);
+    assert!(
+        !refused.status.success()
+            && text(&refused).contains("3000 of 2500 tokens")
+            && text(&refused).contains(&mid[mid.len() - 8..]),
+        "c let its agent past the budget with the link cut: {}",
+        text(&refused)
+    );
+    // Once c is back, the top hub counts what it spent meanwhile: the tree is spent.
+    c.ns.exec(&["ip", "link", "set", "to-b", "up"])
+        .expect("ip link");
+    let spent = poll_until_blocking(Duration::from_secs(30), || {
+        (inspect(&fleet.hub, root)["treeSpend"]["tokens"] == 5000).then_some(())
+    });
+    assert!(
+        spent.is_some(),
+        "{}",
+        inspect(&fleet.hub, root)["treeSpend"]
+    );
+    let refused = drover(&fleet.hub, &["send", root, "say over budget"]);
+    assert!(
+        !refused.status.success() && text(&refused).contains("5000 of 4500 tokens"),
+        "{}",
+        text(&refused)
+    );
+}
+
+#[test]
+fn a_new_subagent_gets_only_what_a_host_out_of_reach_cannot_spend() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    // Another host `d` of the hub's, beside b (10.77.3.1 ↔ 10.77.3.2).
+    let (d, d_ssh) = ssh_machine(fleet.dir.path(), (&fleet.hub, "hub"), "d", "10.77.3", true);
+    let added = host_add(&fleet.hub, "d", &d_ssh, &d_ssh.key, &[]);
+    assert!(added.status.success(), "host add d: {}", text(&added));
+    // A root with a budget of 3000 tokens; its subagent on b spent 1000: b holds it to 3000.
+    let (root, kid) =
+        fleet.parent_with_kid_on_b("away", "usage\nsay kid spent", &["--budget-tokens", "3000"]);
+    let tokens = |n: u64| json!([{"tokens": n}]);
+    let held = poll_until_blocking(Duration::from_secs(30), || {
+        (upstream_budgets_on_b(&fleet, &kid) == Some(tokens(3000))
+            && inspect(&fleet.hub, &root)["treeSpend"]["tokens"] == 1000)
+            .then_some(())
+    });
+    assert!(held.is_some(), "{:?}", upstream_budgets_on_b(&fleet, &kid));
+
+    // b out of reach: its subagent may still spend the 2000 left there, unseen. A new subagent
+    // of the root on d gets none of it (not the 2000 the tree seems to have left).
+    fleet.cut(true);
+    fleet.wait_host_state("unreachable", Duration::from_secs(20));
+    let on_d = || {
+        let work = d.work.display().to_string();
+        let out = drover(
+            &fleet.hub,
+            &[
+                "run",
+                "--host",
+                "d",
+                "--parent",
+                &root,
+                "--cwd",
+                &work,
+                "--provider",
+                "demo",
+                "--detach",
+                "say on d",
+            ],
+        );
+        assert!(out.status.success(), "run --host d: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let new = on_d();
+    assert_eq!(
+        upstream_budgets(&d, &new),
+        Some(tokens(0)),
+        "the new subagent was given what b's may spend out of reach"
+    );
+    // Raised to 5000 on the hub while b is away (b's subagent still holds 3000, 2000 of it
+    // unspent as far as the hub knows): d's gets the 2000 provably left, not 4000.
+    let raised = drover(&fleet.hub, &["budget", &root, "--tokens", "5000"]);
+    assert!(raised.status.success(), "{}", text(&raised));
+    let given = poll_until_blocking(Duration::from_secs(20), || {
+        (upstream_budgets(&d, &new) == Some(tokens(2000))).then_some(())
+    });
+    assert!(given.is_some(), "{:?}", upstream_budgets(&d, &new));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(upstream_budgets(&d, &new), Some(tokens(2000)));
+    // Its first turn, held while it had nothing, runs now.
+    let ran = poll_until_blocking(Duration::from_secs(20), || last_turn_ended(&fleet, &new));
+    assert!(
+        ran.is_some(),
+        "{}",
+        text(&drover(&fleet.hub, &["logs", &new]))
+    );
+    // b back: what its subagent spent is known again, and both get what the tree has left.
+    fleet.cut(false);
+    fleet.wait_host_state("reachable", Duration::from_secs(20));
+    let lifted = poll_until_blocking(Duration::from_secs(20), || {
+        (upstream_budgets(&d, &new) == Some(tokens(4000))
+            && upstream_budgets_on_b(&fleet, &kid) == Some(tokens(5000)))
+        .then_some(())
+    });
+    assert!(
+        lifted.is_some(),
+        "d holds {:?}, b holds {:?}",
+        upstream_budgets(&d, &new),
+        upstream_budgets_on_b(&fleet, &kid)
+    );
+}
+
+/// A host of this protocol whose one agent (in the file `state`, as its `session_state`) reports
+/// its spend over and over, 1500 and 1600 tokens in turn (`agent_status` lines in the files
+/// `a` and `b`), every millisecond or so, never answering a request.
+const FLOODING_HOST: &str = r#"dir=$(dirname "$0")
+read hello
+echo '{"type":"welcome","payload":{"daemonVersion":"0.0.1","protocolVersion":2,"sessionId":"s"}}'
+cat "$dir/state"
+cat >/dev/null &
+while :; do
+  cat "$dir/a"
+  sleep 0.001
+  cat "$dir/b"
+  sleep 0.001
+done
+"#;
+
+#[test]
+fn a_removed_hosts_last_spend_report_is_counted_once() {
+    let fleet = Fleet::new();
+    let hub_work = fleet.hub.work.display().to_string();
+    let out = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--cwd",
+            &hub_work,
+            "--provider",
+            "demo",
+            "--detach",
+            "--budget-tokens",
+            "100000",
+            "say budgeted",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let parent = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    wait_status(&fleet.hub, &parent, "idle");
+    // Its subagent on the host, an agent like the hub's own (every field a client reads).
+    let dir = fleet.dir.path().join("flood");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut kid = agent(&json(&fleet.hub, &["ls", "--json"]), &parent)
+        .expect("parent listed")
+        .clone();
+    kid["id"] = json!("0193b1c2-7d4e-7a10-8000-0123456789ae");
+    kid["parentAgentId"] = json!(parent);
+    kid["labels"] = json!({});
+    kid["budget"] = Value::Null;
+    for (file, tokens) in [("a", 1500), ("b", 1600)] {
+        kid["spend"] = json!({"tokens": tokens});
+        let status = json!({"type": "agent_status", "payload": {"agent": kid}});
+        std::fs::write(dir.join(file), format!("{status}\n")).expect("status");
+    }
+    let state = json!({"type": "session_state",
+        "payload": {"agents": [kid], "workspaces": [], "hosts": []}});
+    std::fs::write(dir.join("state"), format!("{state}\n")).expect("state");
+    let script = dir.join("host.sh");
+    std::fs::write(&script, FLOODING_HOST).expect("script");
+    let command = format!("sh {}", script.display());
+    let tree_tokens = || inspect(&fleet.hub, &parent)["treeSpend"]["tokens"].as_u64();
+    // Removed while its reports keep coming, six times: what it spent leaves the tree as
+    // `host rm` answers and no report its link took in meanwhile brings it back; added again,
+    // it counts once (never both reports, nor a report of the removed link beside the new
+    // one's).
+    for round in 0..6 {
+        let added = drover(&fleet.hub, &["host", "add", "flood", "--command", &command]);
+        assert!(added.status.success(), "host add: {}", text(&added));
+        let counted = poll_until_blocking(Duration::from_secs(20), || {
+            tree_tokens().filter(|t| *t >= 1500)
+        });
+        assert!(counted.is_some(), "round {round}: {:?}", tree_tokens());
+        for _ in 0..10 {
+            let tokens = tree_tokens();
+            assert!(
+                matches!(tokens, Some(1500 | 1600)),
+                "round {round}: the host's spend counted {tokens:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let removed = drover(&fleet.hub, &["host", "rm", "flood"]);
+        assert!(removed.status.success(), "host rm: {}", text(&removed));
+        for _ in 0..10 {
+            let tokens = tree_tokens();
+            assert!(
+                tokens.is_none_or(|t| t == 0),
+                "round {round}: a removed host's spend counted {tokens:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// A host whose daemon speaks protocol 1 only (a drover from before the hub's budgets on its

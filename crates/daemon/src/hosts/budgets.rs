@@ -14,7 +14,10 @@
 //! `set_upstream_budget`. The host checks them as budgets of that subagent's tree, beside any
 //! set on it there, so its turns stop at the budget even while the link is down: a subagent
 //! can spend what its tree had left when the hub last told it, not more (several subagents on
-//! hosts out of reach can each spend that remainder). Until every host with subagents in a
+//! hosts cut off together can each spend that remainder). While a host that was heard from is
+//! out of reach, what its subagents may still spend counts as spent in what the tree's
+//! subagents on other hosts are given, new ones included ([`reserve`]): only what is provably
+//! left. Until every host with subagents in a
 //! budgeted tree was heard from since this daemon started, what it holds another host's
 //! subagents to under that budget is not raised (`no_looser`): the spend missing here would
 //! make the tree's remainder look larger than it is. [`keep_in_step`] acts on what the
@@ -25,10 +28,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, Weak};
 
-use drover_core::{AgentId, Budget, RemoteSpend, upstream_allowance};
+use drover_core::{AgentId, Budget, RemoteSpend, Spend, upstream_allowance};
 use serde_json::json;
 use tokio::sync::Notify;
 
+use super::link::RemoteRoot;
 use super::{Inner, Link};
 
 /// `host`'s agents below this daemon's spent `spends` (nothing: it was removed): counted in the
@@ -171,7 +175,7 @@ async fn reconcile(inner: &Inner, name: &str, link: &Link, refused: &mut Refused
         .map(|(name, _)| name)
         .collect();
     for root in link.remote_roots() {
-        let mut budgets = allowances_by_budgeted(registry, root.parent, &root.subtree);
+        let mut budgets = allowances_by_budgeted(inner, root.parent, &root.subtree);
         if !unheard.is_empty() && budgets.len() == root.budgets.len() {
             // No budget whose tree has subagents on an unheard host is raised on this one
             // (that would leave out what they spent): it only tightens until they report.
@@ -236,35 +240,74 @@ fn split(tokens: i128, cost: f64) -> (Option<(u64, f64)>, bool) {
 
 /// What a subagent on a host of this daemon's `parent` may spend with its subtree there
 /// (`subtree`, what it spent) under each budget of `parent`'s lineage here, nearest first.
-pub(super) fn allowances(
-    registry: &drover_core::Registry,
-    parent: AgentId,
-    subtree: &drover_core::Spend,
-) -> Vec<Budget> {
-    allowances_by_budgeted(registry, parent, subtree)
+pub(super) fn allowances(inner: &Inner, parent: AgentId, subtree: &Spend) -> Vec<Budget> {
+    allowances_by_budgeted(inner, parent, subtree)
         .into_iter()
         .map(|(_, budget)| budget)
         .collect()
 }
 
-/// [`allowances`], each with the agent here whose budget it comes from.
+/// [`allowances`], each with the agent here whose budget it comes from. Only what is provably
+/// left is given: what a subagent of the budgeted tree on a host out of reach may still spend
+/// (what its host holds it to, beyond what it spent when last heard from) counts as spent.
 fn allowances_by_budgeted(
-    registry: &drover_core::Registry,
+    inner: &Inner,
     parent: AgentId,
-    subtree: &drover_core::Spend,
+    subtree: &Spend,
 ) -> Vec<(AgentId, Budget)> {
+    let registry = inner.runtimes.registry();
+    let away = away(inner);
     // The same budgets the turn gate checks here (`spent_budgets`): those this daemon's own
     // hub holds its agent to as well, so a chain of hubs passes the top one's budget on.
     registry
         .lineage_budgets(parent)
         .into_iter()
         .map(|b| {
-            (
-                b.agent,
-                upstream_allowance(&b.budget, &b.tree.spend, subtree),
-            )
+            let mut tree = b.tree.spend.clone();
+            if !away.is_empty() {
+                let members: HashSet<AgentId> = registry.tree(b.agent).into_iter().collect();
+                for root in away.iter().filter(|r| members.contains(&r.parent)) {
+                    reserve(&mut tree, &b.budget, &root.budgets, &root.subtree);
+                }
+            }
+            (b.agent, upstream_allowance(&b.budget, &tree, subtree))
         })
         .collect()
+}
+
+/// The subagents of this daemon's agents on hosts heard from and out of reach now, as their
+/// hosts last said.
+fn away(inner: &Inner) -> Vec<RemoteRoot> {
+    links(inner)
+        .into_iter()
+        .filter(|(_, link)| link.heard() && link.connection().is_none())
+        .flat_map(|(_, link)| link.remote_roots())
+        .collect()
+}
+
+/// Counts in `tree` (what a budgeted tree spent) what a subagent of it out of reach may still
+/// spend: what the tightest of the budgets its host holds it to (`holds`, as the host last
+/// said) leaves beyond what its subtree there spent (`subtree`); under a limit of a kind it is
+/// held to none of, everything.
+fn reserve(tree: &mut Spend, budget: &Budget, holds: &[Budget], subtree: &Spend) {
+    if budget.tokens.is_some() {
+        let more = holds
+            .iter()
+            .filter_map(|h| h.tokens)
+            .min()
+            .map_or(u64::MAX, |h| h.saturating_sub(subtree.tokens.unwrap_or(0)));
+        tree.tokens = Some(tree.tokens.unwrap_or(0).saturating_add(more));
+    }
+    if budget.cost.is_some() {
+        let more = holds
+            .iter()
+            .filter_map(|h| h.cost)
+            .reduce(f64::min)
+            .map_or(f64::INFINITY, |h| {
+                (h - subtree.cost.unwrap_or(0.0)).max(0.0)
+            });
+        tree.cost = Some(tree.cost.unwrap_or(0.0) + more);
+    }
 }
 
 /// `new`, with no limit looser than the one `held` has of the same kind (tokens, cost).
@@ -286,7 +329,53 @@ fn no_looser(new: &Budget, held: &Budget) -> Budget {
 mod tests {
     use drover_core::Budget;
 
-    use super::{no_looser, split};
+    use drover_core::Spend;
+
+    use super::{no_looser, reserve, split};
+
+    #[test]
+    fn a_subagent_out_of_reach_keeps_what_its_host_may_still_spend() {
+        let spend = |tokens: u64| Spend {
+            tokens: Some(tokens),
+            ..Spend::default()
+        };
+        let budget = Budget {
+            tokens: Some(3000),
+            cost: Some(1.0),
+            hard: false,
+        };
+        // Held to 3000 and 4000 tokens (two budgets of its lineage) with 1000 spent: 2000 more
+        // may be spent out of reach (the tighter holds); the tree counts its 1000 already.
+        let holds = [
+            Budget {
+                tokens: Some(4000),
+                cost: None,
+                hard: false,
+            },
+            Budget {
+                tokens: Some(3000),
+                cost: Some(0.5),
+                hard: false,
+            },
+        ];
+        let mut tree = spend(1000);
+        reserve(&mut tree, &budget, &holds, &spend(1000));
+        assert_eq!(tree.tokens, Some(3000));
+        assert_eq!(tree.cost, Some(0.5));
+        // Held to no limit of a kind: nothing of it is provably left.
+        let mut tree = spend(1000);
+        reserve(&mut tree, &budget, &[], &spend(1000));
+        assert_eq!(tree.tokens, Some(u64::MAX));
+        assert_eq!(tree.cost, Some(f64::INFINITY));
+        assert_eq!(
+            drover_core::upstream_allowance(&budget, &tree, &spend(0)),
+            Budget {
+                tokens: Some(0),
+                cost: Some(0.0),
+                hard: false
+            }
+        );
+    }
 
     #[test]
     fn an_allowance_waiting_for_an_unheard_host_only_tightens() {

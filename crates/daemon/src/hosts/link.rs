@@ -554,6 +554,9 @@ impl Shared {
         drop(state);
         tracing::warn!(host = %self.name, why = %ended.why, "host link down");
         self.announce();
+        // What its subagents may still spend out of reach is kept from the other hosts' (see
+        // `budgets::reserve`): their budgets are brought in step.
+        (self.spend)(self.remote_spend());
     }
 
     /// Takes in one message the host's daemon sent. A streamed `agent_update` (most of what

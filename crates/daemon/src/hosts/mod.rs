@@ -606,11 +606,7 @@ impl Hosts {
     /// under each budget of `parent`'s lineage here (see `budgets`): given with its creation, so
     /// its host holds it to them from its first turn on.
     pub(crate) fn allowances(&self, parent: AgentId) -> Vec<drover_core::Budget> {
-        budgets::allowances(
-            self.inner.runtimes.registry(),
-            parent,
-            &drover_core::Spend::default(),
-        )
+        budgets::allowances(&self.inner, parent, &drover_core::Spend::default())
     }
 
     /// `host` answered the creation [`Hosts::will_parent`] announced: `made` unless it refused.
@@ -754,5 +750,61 @@ pub(crate) fn mark(message: &mut Value, host: &str) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use drover_core::{AgentId, RemoteSpend, Spend};
+    use drover_protocol::HostConfig;
+
+    use super::{Hosts, budgets, config};
+
+    #[tokio::test]
+    async fn a_report_counted_after_its_hosts_removal_counts_nothing() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let providers = drover_acp::Providers::load(home.path()).expect("providers");
+        let (runtimes, registry, _) =
+            drover_acp::RuntimeManager::open(home.path(), providers, drover_acp::no_mcp_servers())
+                .await
+                .expect("runtimes");
+        // A host whose link never answers: only what is counted here matters.
+        let host = HostConfig {
+            name: "b".to_string(),
+            ssh: None,
+            identity: None,
+            ssh_options: Vec::new(),
+            command: Some(vec!["sleep".to_string(), "60".to_string()]),
+        };
+        config::save(home.path(), &[host]).expect("hosts.json");
+        let hosts = Hosts::open(home.path(), &runtimes).expect("hosts");
+        let (parent, kid) = (AgentId::new(), AgentId::new());
+        let report = |tokens: u64| {
+            RemoteSpend::from([(
+                parent,
+                vec![(
+                    kid,
+                    Spend {
+                        tokens: Some(tokens),
+                        ..Spend::default()
+                    },
+                )],
+            )])
+        };
+        // Reported again and again, it is counted once: the registry holds 1500, not 3000.
+        budgets::counted(&hosts.inner, "b", report(1500));
+        budgets::counted(&hosts.inner, "b", report(1500));
+        assert!(registry.set_remote_spend("b", report(1500)).is_empty());
+        // The link took in one more report as `remove` took the host out; counted after the
+        // removal, it brings nothing back.
+        hosts.remove("b").expect("removed");
+        budgets::counted(&hosts.inner, "b", report(1600));
+        assert!(
+            registry
+                .set_remote_spend("b", RemoteSpend::new())
+                .is_empty(),
+            "a removed host's late report was counted"
+        );
+        runtimes.shutdown().await;
     }
 }

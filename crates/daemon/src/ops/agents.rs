@@ -263,12 +263,12 @@ impl Ops {
         Ok((self.agent(id)?, runtime, memory))
     }
 
-    /// The messages queued for the agent and not delivered yet (e.g. while it cannot start).
     /// What the agent and every agent below it spent.
     pub(crate) fn tree_spend(&self, id: AgentId) -> Option<drover_core::TreeSpend> {
         self.registry.tree_spend(id)
     }
 
+    /// The messages queued for the agent and not delivered yet (e.g. while it cannot start).
     pub(crate) async fn queued(&self, id: AgentId) -> Result<Vec<InboxMessage>, OpError> {
         self.agent(id)?;
         Ok(self.runtimes.queued(id).await?)
