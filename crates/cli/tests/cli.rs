@@ -842,6 +842,52 @@ fn a_successful_login_leaves_the_browser_it_opened_and_ends_the_agents_worker() 
     assert!(!cgroup.contains("/drover-"), "{cgroup}");
 }
 
+/// The first `drover login` of a provider none of whose agents started: its agent is started
+/// once to tell its methods (by the daemon, which remembers them), not once by the CLI to ask
+/// and again by the daemon to check the method chosen.
+#[test]
+fn the_first_login_of_a_provider_starts_its_agent_once() {
+    let fx = Fixture::new();
+    // The scripted agent asking for a sign-in, behind a script that counts its starts.
+    let starts = fx.home().join("starts");
+    let script = fx.home().join("counted-agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"start $*\" >> '{}'\nexec '{}' \"$@\"\n",
+            starts.display(),
+            drover_testkit::scripted_agent_bin().display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let config = fx.home().join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = format!(
+        "{text}\n[providers.counted]\ncommand = [{:?}]\nenv = {{ SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_STATE_DIR = {:?} }}\n",
+        script.display().to_string(),
+        fx.state.path().display().to_string()
+    );
+    std::fs::write(&config, text).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut login = fx
+        .command(&["login", "counted", "--method", "scripted-key"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drover login");
+    std::io::Write::write_all(&mut login.stdin.take().expect("stdin"), b"the key\n")
+        .expect("the key");
+    let out = login.wait_with_output().expect("drover login");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("signed in with scripted-key"), "{said}");
+    let started = std::fs::read_to_string(&starts).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "the agent's starts:\n{started}");
+}
+
 /// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
 fn probes_left(probe: &str) -> Vec<i32> {
     let deadline = Instant::now() + WAIT;
