@@ -888,6 +888,40 @@ fn the_first_login_of_a_provider_starts_its_agent_once() {
     assert_eq!(started.lines().count(), 1, "the agent's starts:\n{started}");
 }
 
+/// An agent answering `initialize` in an ACP version drover does not speak offers no method
+/// drover reads: asked how it signs in, it is refused in a launch's words, and nothing is kept.
+#[test]
+fn a_login_to_an_agent_of_another_acp_version_is_refused_as_its_start_is() {
+    let fx = Fixture::new();
+    fx.add_scripted_provider(
+        "newer",
+        "SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_PROTOCOL_VERSION = \"2\"",
+    );
+    let config = std::fs::read_to_string(fx.home().join("config.toml")).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut login = fx
+        .command(&["login", "newer", "--method", "scripted-key"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drover login");
+    std::io::Write::write_all(&mut login.stdin.take().expect("stdin"), b"the key\n")
+        .expect("the key");
+    let out = login.wait_with_output().expect("drover login");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(
+            "the agent speaks ACP version 2 and drover speaks version 1: install a version of \
+             the agent that speaks ACP 1"
+        ),
+        "{said}"
+    );
+    let kept = std::fs::read_to_string(fx.home().join("config.toml")).expect("config");
+    assert_eq!(kept, config, "the login kept something");
+}
+
 /// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
 fn probes_left(probe: &str) -> Vec<i32> {
     let deadline = Instant::now() + WAIT;
