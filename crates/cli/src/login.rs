@@ -18,10 +18,11 @@
 //! this process, by any signal, at any depth, as the daemon's children die with the daemon:
 //! the same guard (`drover_core::guard`: the marker, a cgroup, `PR_SET_PDEATHSIG`), started
 //! for the login. A login that ends, done or failed, ends its agent's process group and its
-//! descendants; a failed one then has the guard sweep too. A successful one disarms the
-//! guard instead: what the sign-in left running on its own, out of the agent's tree (the
-//! browser `xdg-open` started for the agent's sign-in page), is the user's and stays, as does
-//! what a terminal method's command left.
+//! descendants, and what a terminal method's command (a job of the terminal's: a group of its
+//! own, the foreground while it runs) left in its group; a failed one then has the guard sweep
+//! too. A successful one disarms the guard instead: what the sign-in left running on its own,
+//! out of the agent's tree or the command's group (the browser `xdg-open` started for the
+//! sign-in page), is the user's and stays.
 //!
 //! It runs in this process's environment (the variables drover passes to agents, then the
 //! provider's `env`), not the daemon's: a sign-in the agent keeps in the user's files (under
@@ -321,13 +322,24 @@ impl AgentCommand {
         command
     }
 
-    /// The `terminal` method: the agent's own command with the method's arguments, here.
+    /// The `terminal` method: the agent's own command with the method's arguments, here, as a
+    /// job of the terminal's (a process group of its own, in the foreground while it runs).
+    /// When it exits, what it left in its group ends with it, done or failed, as the agent's
+    /// group does; what left the group on its own (a browser it opened) stays.
     fn run_terminal_login(&self, method: &AuthMethod) -> anyhow::Result<()> {
         let mut command = self.command();
         command.args(&method.args).envs(&method.env);
-        let status = drover_core::child::spawn_tied(command)
-            .and_then(|mut child| child.wait())
-            .with_context(|| format!("cannot run {}", self.program))?;
+        let foreground = drover_core::child::in_a_job_of_its_own(&mut command);
+        let status = drover_core::child::spawn_tied(command).and_then(|mut child| {
+            exited(&child);
+            if foreground {
+                drover_core::child::take_terminal_back();
+            }
+            // Before it is reaped: its pid, the group's id, cannot be another's yet.
+            drover_acp::process::kill_group_now(child.id(), None, None);
+            child.wait()
+        });
+        let status = status.with_context(|| format!("cannot run {}", self.program))?;
         if status.success() {
             Ok(())
         } else {
@@ -396,6 +408,18 @@ impl AgentCommand {
         )
         .map(|_| ())
     }
+}
+
+/// Waits until `child` exited, leaving it to be reaped (`waitid` with `WNOWAIT`).
+fn exited(child: &Child) {
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return;
+    };
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    while let Err(nix::errno::Errno::EINTR) =
+        waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags)
+    {}
 }
 
 /// A short ACP conversation with an agent started here; it is killed when dropped.

@@ -922,6 +922,64 @@ fn a_login_to_an_agent_of_another_acp_version_is_refused_as_its_start_is() {
     assert_eq!(kept, config, "the login kept something");
 }
 
+// A `terminal` method's command that leaves a process running in its group (a server it
+// started for the sign-in, not ended) and opened a browser: a login that succeeds ends the
+// first, as it ends its agent's, and leaves the browser.
+#[test]
+fn a_terminal_login_ends_what_its_command_left_but_the_browser() {
+    let fx = Fixture::new();
+    let pid_file = fx.home().join("browser.pid");
+    fx.add_scripted_provider(
+        "locked",
+        &format!(
+            "SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_HELPER = \"1\", \
+             SCRIPTED_AGENT_LOGIN_BROWSER = {:?}, DROVER_LOGIN_PROBE = \"cli-terminal\"",
+            pid_file.display().to_string()
+        ),
+    );
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut login = fx
+        .command(&["login", "locked", "--method", "scripted-terminal"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drover login");
+    std::io::Write::write_all(&mut login.stdin.take().expect("stdin"), b"yes\n")
+        .expect("the answer");
+    let out = login.wait_with_output().expect("drover login");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("signed in with scripted-terminal"), "{said}");
+    let browser: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the browser's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let deadline = Instant::now() + WAIT;
+    let left = loop {
+        let left: Vec<i32> = drover_testkit::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_LOGIN_PROBE", "cli-terminal"))
+            .map(|p| p.pid)
+            .collect();
+        if left == [browser] || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(browser),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let commands: Vec<String> = left
+        .iter()
+        .filter_map(|&pid| drover_testkit::procs::Process::read(pid))
+        .map(|p| p.command_line())
+        .collect();
+    assert_eq!(left, [browser], "only the browser is left: {commands:?}");
+}
+
 /// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
 fn probes_left(probe: &str) -> Vec<i32> {
     let deadline = Instant::now() + WAIT;
