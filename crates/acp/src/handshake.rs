@@ -36,7 +36,11 @@ pub fn answered_version(init: &Value) -> u64 {
         .unwrap_or(PROTOCOL_VERSION)
 }
 
-/// Says why an answer in another version cannot be spoken.
+/// Says why an answer in another version cannot be spoken, and what to do: whoever started the
+/// agent (a launch, a listing, the question of its sign-in methods) refuses it in these words.
 pub fn version_mismatch(version: u64) -> String {
-    format!("the agent speaks ACP version {version} and drover speaks version {PROTOCOL_VERSION}")
+    format!(
+        "the agent speaks ACP version {version} and drover speaks version {PROTOCOL_VERSION}: \
+         install a version of the agent that speaks ACP {PROTOCOL_VERSION}"
+    )
 }

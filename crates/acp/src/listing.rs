@@ -23,7 +23,6 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_PAGES: usize = 100;
 /// Sessions kept at most: the list goes whole into one answer.
 const MAX_SESSIONS: usize = 10_000;
-/// The ACP version drover speaks.
 /// JSON-RPC: method not found, what the agent's own requests get.
 const METHOD_NOT_FOUND: i64 = -32601;
 
@@ -73,7 +72,15 @@ impl RuntimeManager {
         .await;
         let (provider, stderr) = alone.end().await;
         match init {
-            Ok(init) => Ok(auth::parse_methods(&init)),
+            // Its `authMethods` are read only in a version drover speaks, as a launch reads
+            // them.
+            Ok(init) => match handshake::answered_version(&init) {
+                handshake::PROTOCOL_VERSION => Ok(auth::parse_methods(&init)),
+                version => Err(asking_failed(
+                    provider,
+                    handshake::version_mismatch(version),
+                )),
+            },
             Err(e) => Err(asking_failed(provider, format!("{e}{}", tail(&stderr)))),
         }
     }

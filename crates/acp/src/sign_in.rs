@@ -54,6 +54,24 @@ impl RuntimeManager {
         })
     }
 
+    /// The sign-in methods `provider` offers (an empty list: none): as the daemon knows them,
+    /// else, when none of its agents started since the daemon did, asked of its agent started
+    /// once as the daemon starts it, and not asked again (`drover login` asks this before it
+    /// signs in, so the `sign_in` after it starts no agent of its own).
+    pub async fn sign_in_methods(
+        &self,
+        provider_name: &str,
+    ) -> Result<Vec<drover_core::AuthMethod>, AcpError> {
+        if let Some(methods) = self.known_methods(provider_name) {
+            return Ok(methods);
+        }
+        let offered = self.offered_sign_ins(provider_name).await?;
+        self.shared
+            .sign_ins
+            .set_offered(provider_name, offered.clone());
+        Ok(offered)
+    }
+
     /// Signs `provider` in with `method_id` (see `ClientMessage::SignIn`): an `env_var`
     /// method's `vars` go into the provider's `env` in `config.toml`, an `agent` method
     /// becomes its `auth`, a `terminal` one (run by the user) needs nothing kept. Only a
@@ -74,18 +92,8 @@ impl RuntimeManager {
                 known: providers.all().map(|p| p.name.clone()).collect(),
             });
         }
-        let methods = if let Some(methods) = self.known_methods(provider_name) {
-            methods
-        } else {
-            // None of its agents started since the daemon did: its agent says, started once
-            // as the daemon starts it, and is not asked again. What is kept is checked
-            // against what it offers.
-            let offered = self.offered_sign_ins(provider_name).await?;
-            self.shared
-                .sign_ins
-                .set_offered(provider_name, offered.clone());
-            offered
-        };
+        // What is kept is checked against what its agent offers.
+        let methods = self.sign_in_methods(provider_name).await?;
         let invalid = |message: String| AcpError::InvalidSignIn { message };
         let Some(method) = methods.iter().find(|m| m.id == method_id) else {
             if methods.is_empty() {

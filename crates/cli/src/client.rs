@@ -176,7 +176,8 @@ impl Connection {
             .await?;
         let state = tokio::time::timeout(CONNECT_TIMEOUT, connection.handshake())
             .await
-            .map_err(|_| unreachable("no `welcome` in time".to_string()))??;
+            .map_err(|_| unreachable("no `welcome` in time".to_string()))?
+            .map_err(|e| other_protocol(e, endpoint))?;
         Ok((connection, state))
     }
 
@@ -309,6 +310,33 @@ impl Connection {
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
     }
+}
+
+/// A daemon's refusal of this drover's protocol (`unsupported_version` in answer to `hello`) as
+/// what the user does about it: a daemon of another drover, to stop and start again. Any other
+/// error is kept.
+fn other_protocol(error: anyhow::Error, endpoint: &Endpoint) -> anyhow::Error {
+    match error.downcast::<CliError>() {
+        Ok(CliError::Daemon { code, message, .. })
+            if ErrorCode::parse(&code) == Some(ErrorCode::UnsupportedVersion) =>
+        {
+            CliError::OtherProtocol {
+                theirs: spoken_protocol(&message),
+                url: endpoint.url.clone(),
+            }
+            .into()
+        }
+        Ok(other) => other.into(),
+        Err(error) => error,
+    }
+}
+
+/// The protocol a daemon's `unsupported_version` names as its own: every drover's says "this
+/// daemon speaks protocol N".
+fn spoken_protocol(message: &str) -> Option<u32> {
+    let (_, rest) = message.split_once("speaks protocol ")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// A daemon's refusal as a user of the command line acts on it: a spent budget names the agent

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use drover_daemon::http_client::HttpClient;
 use drover_daemon::{DaemonConfig, DaemonInfo, DataDirLock};
+use drover_protocol::PROTOCOL_VERSION;
 use serde_json::Value;
 
 use crate::args::{DaemonAction, DaemonArgs, ServeArgs};
 use crate::client::{not_published, read_info, read_token};
-use crate::error::{CliError, exit};
+use crate::error::{CliError, exit, its_other_protocol, other_protocol};
 
 /// How long `/health` may take to answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,7 +40,7 @@ fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
     config.allowed_hosts.clone_from(&serve.allow_hosts);
     // The lock comes before the port, so a second daemon on this home names the first one
     // instead of failing on a busy port.
-    let lock = DataDirLock::acquire(&config.home)?;
+    let lock = DataDirLock::acquire(&config.home).map_err(|e| held_by_an_older(&config.home, e))?;
     drover_daemon::logging::init(&config.home, serve.log_format.format())
         .with_context(|| format!("cannot open the log in `{}`", config.home.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -60,6 +61,24 @@ fn foreground(home: &Path, serve: &ServeArgs) -> anyhow::Result<()> {
         .await?;
         Ok(())
     })
+}
+
+/// A home held by a daemon of an older drover: the lock's error and what to do about it.
+fn held_by_an_older(home: &Path, error: drover_daemon::LockError) -> anyhow::Error {
+    match running(home).and_then(|(_, health)| older(&health)) {
+        Some(theirs) => anyhow::anyhow!("{error}: {}", its_other_protocol(theirs)),
+        None => error.into(),
+    }
+}
+
+/// The protocol of a daemon older than this drover, from its `/health`: one that cannot serve
+/// this drover's commands. (A newer one may still serve them: `hello` tells.)
+fn older(health: &Value) -> Option<u32> {
+    health
+        .get("protocolVersion")
+        .and_then(Value::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|&theirs| theirs < PROTOCOL_VERSION)
 }
 
 /// Why the daemon cannot listen on `addr`, and, for a port in use, what to do about it.
@@ -103,7 +122,15 @@ pub fn running(home: &Path) -> Option<(DaemonInfo, Value)> {
 /// `drover daemon start`: spawns `drover daemon` in its own process group, detached from this
 /// terminal, and waits until it answers.
 fn start(home: &Path, serve: &ServeArgs, timeout: Duration) -> anyhow::Result<()> {
-    if let Some((info, _)) = running(home) {
+    if let Some((info, health)) = running(home) {
+        // Left running, it would refuse every command of this drover.
+        if let Some(theirs) = older(&health) {
+            return Err(CliError::OtherProtocol {
+                theirs: Some(theirs),
+                url: None,
+            }
+            .into());
+        }
         eprintln!("drover: a daemon already runs for {}", home.display());
         outln!("{}  pid {}", info.url, info.pid);
         return Ok(());
@@ -234,6 +261,9 @@ fn status(home: &Path, json: bool) -> anyhow::Result<()> {
                 info.pid,
                 info.daemon_version
             );
+        }
+        if let Some(theirs) = older(&health) {
+            eprintln!("drover: {}", other_protocol(Some(theirs), None));
         }
         Ok(())
     } else {

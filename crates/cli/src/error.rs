@@ -42,6 +42,14 @@ pub enum CliError {
         what: &'static str,
         candidates: Vec<String>,
     },
+    /// The daemon does not serve this drover's protocol: a daemon of an older drover still
+    /// running after an upgrade (or of a newer one); `theirs` is its protocol, if it said.
+    #[error("{}", other_protocol(*theirs, url.as_deref()))]
+    OtherProtocol {
+        theirs: Option<u32>,
+        /// The `--url` the daemon was reached at; `None` for this home's own daemon.
+        url: Option<String>,
+    },
     /// A `request_error` from the daemon.
     #[error("{message}")]
     Daemon {
@@ -67,13 +75,63 @@ impl CliError {
             | CliError::UnknownWorkspace(_)
             | CliError::Ambiguous { .. } => exit::NOT_FOUND,
             CliError::BadArgument(_) => exit::USAGE,
-            CliError::Unreadable { .. } => exit::ERROR,
+            CliError::Unreadable { .. } | CliError::OtherProtocol { .. } => exit::ERROR,
             CliError::Daemon { code, .. } => {
                 ErrorCode::parse(code).map_or(exit::ERROR, daemon_exit)
             }
             CliError::Timeout(_) => exit::TIMEOUT,
             CliError::Reported { code, .. } => *code,
         }
+    }
+}
+
+/// What to do about a daemon of protocol `theirs` (if known) that does not serve this drover:
+/// stop it and start this drover's, where it runs (`url`) or here.
+pub fn other_protocol(theirs: Option<u32>, url: Option<&str>) -> String {
+    match url {
+        Some(url) => advice(&format!("the drover daemon at {url}"), theirs, true),
+        None => advice("the running drover daemon", theirs, false),
+    }
+}
+
+/// [`other_protocol`] for the daemon a sentence already named (`it`), this home's.
+pub fn its_other_protocol(theirs: u32) -> String {
+    advice("it", Some(theirs), false)
+}
+
+fn advice(which: &str, theirs: Option<u32>, remote: bool) -> String {
+    let ours = drover_protocol::PROTOCOL_VERSION;
+    let (stop, start) = if remote {
+        (
+            "`drover daemon stop` where it runs",
+            "it again there with this drover",
+        )
+    } else {
+        (
+            "`drover daemon stop`",
+            "this drover's with `drover daemon start`",
+        )
+    };
+    match theirs {
+        Some(theirs) if theirs < ours => {
+            let before = if remote {
+                ""
+            } else {
+                "; it was started before an upgrade"
+            };
+            format!(
+                "{which} is older than this drover (protocol {theirs}, this drover speaks {ours}\
+                 {before}): stop it with {stop}, then start {start}"
+            )
+        }
+        Some(theirs) => format!(
+            "{which} is newer than this drover (protocol {theirs}, this drover speaks {ours}): \
+             use the drover that started it, or stop it with {stop} and start {start}"
+        ),
+        None => format!(
+            "{which} does not speak this drover's protocol {ours}: stop it with {stop}, then \
+             start {start}"
+        ),
     }
 }
 

@@ -9,17 +9,20 @@
 //! - `env_var`: the variables are read here (without echo for secrets) and the daemon keeps
 //!   them in the provider's `env` in `config.toml` (0600).
 //!
-//! The methods come from the daemon (what its agents' last starts saw); when it has not seen
-//! any, the agent is started here once to ask (`initialize`).
+//! The methods come from the daemon: what its agents' last starts saw, else what its agent
+//! said when the daemon started it once to ask (`list_providers` with `askSignIn`), which the
+//! daemon then remembers, so the `sign_in` that follows starts no agent to check the method
+//! (a daemon from before `askSignIn`: the agent is asked here).
 //!
 //! What runs here is the CLI's own: its agent (and the terminal method's command) dies with
 //! this process, by any signal, at any depth, as the daemon's children die with the daemon:
 //! the same guard (`drover_core::guard`: the marker, a cgroup, `PR_SET_PDEATHSIG`), started
 //! for the login. A login that ends, done or failed, ends its agent's process group and its
-//! descendants; a failed one then has the guard sweep too. A successful one disarms the
-//! guard instead: what the sign-in left running on its own, out of the agent's tree (the
-//! browser `xdg-open` started for the agent's sign-in page), is the user's and stays, as does
-//! what a terminal method's command left.
+//! descendants, and what a terminal method's command (a job of the terminal's: a group of its
+//! own, the foreground while it runs) left in its group; a failed one then has the guard sweep
+//! too. A successful one disarms the guard instead: what the sign-in left running on its own,
+//! out of the agent's tree or the command's group (the browser `xdg-open` started for the
+//! sign-in page), is the user's and stays.
 //!
 //! It runs in this process's environment (the variables drover passes to agents, then the
 //! provider's `env`), not the daemon's: a sign-in the agent keeps in the user's files (under
@@ -36,7 +39,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
-use drover_protocol::{AuthKind, AuthMethod};
+use drover_protocol::{AuthKind, AuthMethod, ErrorCode};
 use serde_json::{Value, json};
 
 use crate::commands::{Ctx, unexpected};
@@ -50,7 +53,7 @@ const AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::Result<()> {
     let (mut connection, _) = ctx.connect().await?;
-    let answer = connection.request(rq::ListProviders {}).await?;
+    let answer = connection.request(rq::ListProviders::default()).await?;
     let answers::Providers { providers, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
     let Some(info) = providers.iter().find(|p| p.name == provider) else {
         let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
@@ -76,9 +79,36 @@ pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::R
             return Err(refusal("provider_unavailable", reason));
         }
     };
+    let mut methods = Some(info.sign_in.methods.clone());
+    if info.sign_in.methods.is_empty() {
+        // The daemon asks the agent (started once) and remembers: the `sign_in` below starts
+        // no agent of its own to check the method.
+        eprintln!("-- asking {provider} how it signs in");
+        let asked = connection
+            .request(rq::ListProviders {
+                ask_sign_in: Some(provider.to_string()),
+            })
+            .await;
+        methods = match asked {
+            Ok(answer) => {
+                let answers::Providers { providers, .. } =
+                    answer.into_answer().map_err(|m| unexpected(&m))?;
+                Some(
+                    providers
+                        .into_iter()
+                        .find(|p| p.name == provider)
+                        .map(|p| p.sign_in.methods)
+                        .unwrap_or_default(),
+                )
+            }
+            // A daemon from before `askSignIn`: the agent is asked here.
+            Err(e) if daemon_code(&e) == Some(ErrorCode::InvalidMessage) => None,
+            Err(e) => return Err(e),
+        };
+    }
     // Before the agent starts: it ends what the login started if this process is killed.
     let guard = drover_core::guard::start();
-    let signed = sign_in_here(ctx, provider, method, info, &program, &spec);
+    let signed = sign_in_here(ctx, provider, method, methods, &program, &spec);
     if let Some(guard) = guard {
         match &signed {
             // The agent is ended (its group and descendants, `Acp`'s drop): what it left
@@ -108,14 +138,22 @@ pub async fn login(ctx: &Ctx, provider: &str, method: Option<&str>) -> anyhow::R
     Ok(())
 }
 
-/// What runs here: the method chosen (its agent asked first when the daemon knows none) and
-/// done (the terminal command, the agent's own sign-in, the variables read). The method and
-/// the variables for the daemon to keep.
+/// The daemon's error code in `error`, if it is one of the daemon's.
+fn daemon_code(error: &anyhow::Error) -> Option<ErrorCode> {
+    match error.downcast_ref::<CliError>() {
+        Some(CliError::Daemon { code, .. }) => ErrorCode::parse(code),
+        _ => None,
+    }
+}
+
+/// What runs here: the method chosen (of `methods`, the daemon's; `None`: a daemon that
+/// cannot ask, the agent is asked here) and done (the terminal command, the agent's own
+/// sign-in, the variables read). The method and the variables for the daemon to keep.
 fn sign_in_here(
     ctx: &Ctx,
     provider: &str,
     method: Option<&str>,
-    info: &drover_protocol::ProviderInfo,
+    methods: Option<Vec<AuthMethod>>,
     program: &Path,
     spec: &drover_acp::Provider,
 ) -> anyhow::Result<(AuthMethod, BTreeMap<String, String>)> {
@@ -124,11 +162,10 @@ fn sign_in_here(
         args: spec.command[1..].to_vec(),
         env: agent_env(&spec.env),
     };
-    let mut methods = info.sign_in.methods.clone();
-    if methods.is_empty() {
-        eprintln!("-- asking {provider} how it signs in");
-        methods = agent.auth_methods()?;
-    }
+    let methods = match methods {
+        Some(methods) => methods,
+        None => agent.auth_methods()?,
+    };
     if methods.is_empty() {
         eprintln!(
             "{provider} offers no sign-in method over ACP: give it its key in config.toml \
@@ -285,13 +322,24 @@ impl AgentCommand {
         command
     }
 
-    /// The `terminal` method: the agent's own command with the method's arguments, here.
+    /// The `terminal` method: the agent's own command with the method's arguments, here, as a
+    /// job of the terminal's (a process group of its own, in the foreground while it runs).
+    /// When it exits, what it left in its group ends with it, done or failed, as the agent's
+    /// group does; what left the group on its own (a browser it opened) stays.
     fn run_terminal_login(&self, method: &AuthMethod) -> anyhow::Result<()> {
         let mut command = self.command();
         command.args(&method.args).envs(&method.env);
-        let status = drover_core::child::spawn_tied(command)
-            .and_then(|mut child| child.wait())
-            .with_context(|| format!("cannot run {}", self.program))?;
+        let foreground = drover_core::child::in_a_job_of_its_own(&mut command);
+        let status = drover_core::child::spawn_tied(command).and_then(|mut child| {
+            exited(&child);
+            if foreground {
+                drover_core::child::take_terminal_back();
+            }
+            // Before it is reaped: its pid, the group's id, cannot be another's yet.
+            drover_acp::process::kill_group_now(child.id(), None, None);
+            child.wait()
+        });
+        let status = status.with_context(|| format!("cannot run {}", self.program))?;
         if status.success() {
             Ok(())
         } else {
@@ -360,6 +408,18 @@ impl AgentCommand {
         )
         .map(|_| ())
     }
+}
+
+/// Waits until `child` exited, leaving it to be reaped (`waitid` with `WNOWAIT`).
+fn exited(child: &Child) {
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return;
+    };
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    while let Err(nix::errno::Errno::EINTR) =
+        waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags)
+    {}
 }
 
 /// A short ACP conversation with an agent started here; it is killed when dropped.

@@ -25,7 +25,7 @@ pub async fn providers(ctx: &Ctx, json: bool) -> anyhow::Result<()> {
         Option<drover_protocol::ProviderWarm>,
     )> = match Connection::open(&ctx.endpoint, false).await {
         Ok((mut connection, _)) => {
-            let answer = connection.request(rq::ListProviders {}).await?;
+            let answer = connection.request(rq::ListProviders::default()).await?;
             connection.close().await;
             let answers::Providers { providers, .. } =
                 answer.into_answer().map_err(|m| unexpected(&m))?;

@@ -842,6 +842,144 @@ fn a_successful_login_leaves_the_browser_it_opened_and_ends_the_agents_worker() 
     assert!(!cgroup.contains("/drover-"), "{cgroup}");
 }
 
+/// The first `drover login` of a provider none of whose agents started: its agent is started
+/// once to tell its methods (by the daemon, which remembers them), not once by the CLI to ask
+/// and again by the daemon to check the method chosen.
+#[test]
+fn the_first_login_of_a_provider_starts_its_agent_once() {
+    let fx = Fixture::new();
+    // The scripted agent asking for a sign-in, behind a script that counts its starts.
+    let starts = fx.home().join("starts");
+    let script = fx.home().join("counted-agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"start $*\" >> '{}'\nexec '{}' \"$@\"\n",
+            starts.display(),
+            drover_testkit::scripted_agent_bin().display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let config = fx.home().join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = format!(
+        "{text}\n[providers.counted]\ncommand = [{:?}]\nenv = {{ SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_STATE_DIR = {:?} }}\n",
+        script.display().to_string(),
+        fx.state.path().display().to_string()
+    );
+    std::fs::write(&config, text).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut login = fx
+        .command(&["login", "counted", "--method", "scripted-key"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drover login");
+    std::io::Write::write_all(&mut login.stdin.take().expect("stdin"), b"the key\n")
+        .expect("the key");
+    let out = login.wait_with_output().expect("drover login");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("signed in with scripted-key"), "{said}");
+    let started = std::fs::read_to_string(&starts).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "the agent's starts:\n{started}");
+}
+
+/// An agent answering `initialize` in an ACP version drover does not speak offers no method
+/// drover reads: asked how it signs in, it is refused in a launch's words, and nothing is kept.
+#[test]
+fn a_login_to_an_agent_of_another_acp_version_is_refused_as_its_start_is() {
+    let fx = Fixture::new();
+    fx.add_scripted_provider(
+        "newer",
+        "SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_PROTOCOL_VERSION = \"2\"",
+    );
+    let config = std::fs::read_to_string(fx.home().join("config.toml")).expect("config");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut login = fx
+        .command(&["login", "newer", "--method", "scripted-key"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drover login");
+    std::io::Write::write_all(&mut login.stdin.take().expect("stdin"), b"the key\n")
+        .expect("the key");
+    let out = login.wait_with_output().expect("drover login");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(
+            "the agent speaks ACP version 2 and drover speaks version 1: install a version of \
+             the agent that speaks ACP 1"
+        ),
+        "{said}"
+    );
+    let kept = std::fs::read_to_string(fx.home().join("config.toml")).expect("config");
+    assert_eq!(kept, config, "the login kept something");
+}
+
+// A `terminal` method's command that leaves a process running in its group (a server it
+// started for the sign-in, not ended) and opened a browser: a login that succeeds ends the
+// first, as it ends its agent's, and leaves the browser.
+#[test]
+fn a_terminal_login_ends_what_its_command_left_but_the_browser() {
+    let fx = Fixture::new();
+    let pid_file = fx.home().join("browser.pid");
+    fx.add_scripted_provider(
+        "locked",
+        &format!(
+            "SCRIPTED_AGENT_AUTH = \"1\", SCRIPTED_AGENT_HELPER = \"1\", \
+             SCRIPTED_AGENT_LOGIN_BROWSER = {:?}, DROVER_LOGIN_PROBE = \"cli-terminal\"",
+            pid_file.display().to_string()
+        ),
+    );
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut login = fx
+        .command(&["login", "locked", "--method", "scripted-terminal"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drover login");
+    std::io::Write::write_all(&mut login.stdin.take().expect("stdin"), b"yes\n")
+        .expect("the answer");
+    let out = login.wait_with_output().expect("drover login");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("signed in with scripted-terminal"), "{said}");
+    let browser: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the browser's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let deadline = Instant::now() + WAIT;
+    let left = loop {
+        let left: Vec<i32> = drover_testkit::procs::live()
+            .into_iter()
+            .filter(|p| p.has_env("DROVER_LOGIN_PROBE", "cli-terminal"))
+            .map(|p| p.pid)
+            .collect();
+        if left == [browser] || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(browser),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let commands: Vec<String> = left
+        .iter()
+        .filter_map(|&pid| drover_testkit::procs::Process::read(pid))
+        .map(|p| p.command_line())
+        .collect();
+    assert_eq!(left, [browser], "only the browser is left: {commands:?}");
+}
+
 /// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
 fn probes_left(probe: &str) -> Vec<i32> {
     let deadline = Instant::now() + WAIT;

@@ -93,6 +93,60 @@ pub async fn on_spawner<T: Send + 'static>(
         .map_err(|_| io::Error::other("the spawner thread dropped a job"))
 }
 
+/// Runs what `command` starts in a process group of its own, as a shell runs a job: when this
+/// process is the foreground of the terminal on its stdin, that group becomes the terminal's
+/// foreground while it runs (it reads the terminal and gets its Ctrl-C; give the terminal back
+/// with [`take_terminal_back`] once it exited; whether it gets it is returned). Its group can
+/// then be ended whole after it, with whatever it left in it, without ending this process's.
+#[expect(unsafe_code)] // `pre_exec` is unsafe: the closure runs between fork and exec.
+pub fn in_a_job_of_its_own(command: &mut Command) -> bool {
+    command.process_group(0);
+    if !owns_the_terminal() {
+        return false;
+    }
+    // SAFETY: the closure makes only async-signal-safe system calls (signal, setpgid,
+    // getpid, tcsetpgrp) and allocates nothing. SIGTTOU is ignored while the child, not yet
+    // the foreground, takes the terminal (which would stop it otherwise), then set back to its
+    // default, since an ignored signal stays ignored across `exec`.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::setpgid(0, 0);
+            libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    true
+}
+
+/// Makes this process's group the foreground of the terminal on its stdin again, after a job
+/// [`in_a_job_of_its_own`] gave it to exited. Does nothing without a terminal.
+#[expect(unsafe_code)] // `signal` is unsafe: it may install a handler; here it only ignores.
+pub fn take_terminal_back() {
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return;
+    }
+    // SAFETY: SIG_IGN installs no handler; the previous disposition is put back as it was.
+    // Taking the terminal from the background would stop this process on SIGTTOU otherwise.
+    unsafe {
+        let previous = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
+        libc::signal(libc::SIGTTOU, previous);
+    }
+}
+
+/// Whether stdin is a terminal whose foreground is this process's group (not a job in the
+/// background of a shell, whose terminal is not its to give).
+#[expect(unsafe_code)] // `tcgetpgrp` and `getpgrp` are plain system calls on an fd and no memory.
+fn owns_the_terminal() -> bool {
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return false;
+    }
+    // SAFETY: no memory is passed; both only read this process's state.
+    unsafe { libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp() }
+}
+
 /// [`die_with_daemon`], then spawns `command` from the spawner thread. Blocking (for the
 /// length of a fork and exec).
 pub fn spawn_tied(mut command: Command) -> io::Result<std::process::Child> {

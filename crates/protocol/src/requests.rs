@@ -485,10 +485,16 @@ pub struct WorkspaceChanges {
     pub workspace_id: String,
 }
 
-/// The `list_providers` request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// The `list_providers` request. With `askSignIn`, a provider whose sign-in methods the
+/// daemon does not know yet (none of its agents started since the daemon did) has its agent
+/// started once to ask them first (as `sign_in` would): the answer lists them, and they are
+/// known from then on. Answered `providers`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ListProviders {}
+pub struct ListProviders {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_sign_in: Option<String>,
+}
 
 /// One agent, with what its runtime's process tree holds now (processes, RSS).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

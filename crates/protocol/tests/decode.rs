@@ -383,7 +383,7 @@ fn client_message() -> impl Strategy<Value = ClientRequest> {
         }),
         opt_string().prop_map(|request_id| ClientRequest {
             request_id,
-            message: ClientMessage::ListProviders(requests::ListProviders {})
+            message: ClientMessage::ListProviders(requests::ListProviders::default())
         }),
         (opt_string(), any::<bool>()).prop_map(|(request_id, include_archived)| {
             ClientRequest {

@@ -136,7 +136,8 @@
 //!   launcher's worker that left its group.
 //! - `SCRIPTED_AGENT_LOGIN_MS=N`: `authenticate` with `scripted-login` takes N milliseconds
 //!   (a browser round trip).
-//! - `SCRIPTED_AGENT_LOGIN_BROWSER=<file>`: `authenticate` with `scripted-login` first opens
+//! - `SCRIPTED_AGENT_LOGIN_BROWSER=<file>`: `authenticate` with `scripted-login` (and the
+//!   terminal sign-in, `--login`) first opens
 //!   a "browser", as `xdg-open` does for a sign-in page: through a shell that exits at once,
 //!   `sleep 1000` in a session of its own, with the agent's environment; its pid goes into
 //!   `<file>`.
@@ -154,7 +155,8 @@
 //!   value when that is unset), else -32000 `invalid key`; `scripted-login` succeeds and
 //!   writes `signed-in`; any other id (the terminal method too) is -32602.
 //!   `drover-scripted-agent --login` is the terminal method's program: it reads one line
-//!   from stdin, writes `signed-in` when the line is not empty and exits 0 (1 otherwise).
+//!   from stdin, writes `signed-in` when the line is not empty and exits 0 (1 otherwise);
+//!   with `SCRIPTED_AGENT_HELPER=1` it leaves `sleep 1000` running in its process group.
 //!
 //! When stdin closes the agent cancels its running prompts, waits for them and exits 0; a
 //! prompt in `hang` never ends, so the process then runs until it is killed.
@@ -586,9 +588,23 @@ fn write_signed_in(path: &Path) -> std::io::Result<()> {
     std::fs::write(path, "signed in\n")
 }
 
-/// `--login`: the terminal sign-in: one line from stdin, not empty, signs in.
+/// `--login`: the terminal sign-in: one line from stdin, not empty, signs in. With
+/// `SCRIPTED_AGENT_HELPER=1` it leaves `sleep 1000` running in its process group (a login
+/// that does not end the server it started for the browser's answer); with
+/// `SCRIPTED_AGENT_LOGIN_BROWSER` it opens the "browser" first.
 fn terminal_login() -> ExitCode {
     let config = Config::from_env();
+    if config.helper && !config.helper_session {
+        let _ = std::process::Command::new("sleep")
+            .arg("1000")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+    }
+    if let Some(pid_file) = std::env::var_os("SCRIPTED_AGENT_LOGIN_BROWSER") {
+        open_browser(Path::new(&pid_file));
+    }
     eprintln!("scripted agent: type anything to sign in");
     let mut line = String::new();
     if std::io::stdin().read_line(&mut line).is_err() || line.trim().is_empty() {

@@ -74,9 +74,7 @@ pub enum LaunchError {
     #[error("the agent process is gone")]
     Gone,
     /// The agent answered `initialize` with an ACP version drover does not speak.
-    #[error(
-        "the agent speaks ACP version {0} and drover speaks version 1: install a version of the agent that speaks ACP 1"
-    )]
+    #[error("{}", crate::handshake::version_mismatch(*.0))]
     UnsupportedVersion(u64),
     #[error("session/new answered without a sessionId")]
     NoSessionId,

@@ -62,6 +62,18 @@ impl Ops {
             .collect())
     }
 
+    /// Every provider, as [`Ops::list_providers`]; first, when `ask` names one whose sign-in
+    /// methods the daemon does not know, its agent is started once to ask them.
+    pub(crate) async fn list_providers_asking(
+        &self,
+        ask: Option<&str>,
+    ) -> Result<Vec<ProviderView>, OpError> {
+        if let Some(provider) = ask {
+            self.runtimes.sign_in_methods(provider).await?;
+        }
+        self.list_providers()
+    }
+
     /// Signs `provider` in with `method_id` (an `env_var` method's `vars` are kept in
     /// `config.toml`), then starts again its agents that wait for a sign-in; returns them.
     pub(crate) async fn sign_in(

@@ -85,7 +85,7 @@ async fn answer(message: ClientMessage, id: Id, ops: &Ops) -> Answered {
         M::SetBudget(r) => on_agent(id, &r.agent_id, |a| ops.set_budget(CALLER, a, r.budget)).await,
         M::ClearAttention(r) => on_agent(id, &r.agent_id, |a| ops.clear_attention(CALLER, a)).await,
         M::WorkspaceChanges(r) => workspace_changes(ops, id, r).await,
-        M::ListProviders(_) => list_providers(ops, id),
+        M::ListProviders(r) => list_providers(ops, id, r).await,
         M::ListAgents(r) => list_agents(ops, id, &r),
         M::GetAgent(r) => get_agent(ops, id, r).await,
         M::RestartAgent(r) => on_agent(id, &r.agent_id, |a| ops.restart_agent(CALLER, a)).await,
@@ -183,12 +183,13 @@ async fn workspace_changes(ops: &Ops, request_id: Id, r: rq::WorkspaceChanges) -
     )
 }
 
-fn list_providers(ops: &Ops, request_id: Id) -> Answered {
+async fn list_providers(ops: &Ops, request_id: Id, r: rq::ListProviders) -> Answered {
     reply(
         request_id,
         answers::Providers {
             providers: ops
-                .list_providers()?
+                .list_providers_asking(r.ask_sign_in.as_deref())
+                .await?
                 .into_iter()
                 .map(wire::provider)
                 .collect(),

@@ -1053,6 +1053,7 @@ export const DaemonType = Object.freeze({
  *  workspaceId: string,
  *} | {
  *  type: 'list_providers',
+ *  askSignIn?: string | null,
  *} | {
  *  type: 'get_agent',
  *  agentId: string,
@@ -1657,6 +1658,7 @@ export const DaemonType = Object.freeze({
  *  workspaceId: string,
  *} | {
  *  type: 'list_providers',
+ *  askSignIn?: string | null,
  *} | {
  *  type: 'get_agent',
  *  agentId: string,
