@@ -737,6 +737,21 @@ fn a_usage_limit_shows_in_ls_inspect_and_send_and_retry_sends_the_prompt_now() {
         "{}",
         inspected.stdout
     );
+    // The timeline says the provider's words and when the prompt goes again.
+    let logs = fx.drover(&["logs", "quota"]).ok();
+    let limited = logs
+        .stdout
+        .lines()
+        .find(|l| l.contains("limited"))
+        .unwrap_or_default();
+    assert!(
+        limited.contains("limited: ")
+            && limited.contains("Please retry in")
+            && limited.contains("the prompt goes again at ")
+            && limited.contains("`drover retry` sends it now"),
+        "{}",
+        logs.stdout
+    );
     let sent = fx.drover(&["send", "quota", "say later"]).ok();
     assert!(
         sent.stderr.contains("waits for its provider's usage limit"),
