@@ -578,6 +578,35 @@ fn wait_times_out_and_stop_cancels_the_turn() {
     assert!(!logs.stdout.contains("never"));
 }
 
+#[test]
+fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
+    let fx = Fixture::start();
+    // codex-acp's words when its model API answers 401.
+    let id = fx.spawn_agent(
+        &["--title", "badkey"],
+        "fail unexpected status 401 Unauthorized: Incorrect API key provided: sk-bad.",
+    );
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &id]).ok();
+    let failed = logs
+        .stdout
+        .lines()
+        .find(|l| l.contains("failed:"))
+        .unwrap_or_default();
+    assert!(
+        failed.contains("Incorrect API key provided")
+            && failed.contains("[providers.scripted] env in config.toml")
+            && failed.contains("drover login scripted"),
+        "{}",
+        logs.stdout
+    );
+    // Any other failure gets no such hint.
+    let other = fx.spawn_agent(&["--title", "other"], "fail the disk is full");
+    fx.drover(&["wait", &other, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &other]).ok();
+    assert!(!logs.stdout.contains("drover login"), "{}", logs.stdout);
+}
+
 // ---- archive, unarchive, detach ---------------------------------------------------------------
 
 #[test]
