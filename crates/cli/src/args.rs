@@ -103,11 +103,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Wait until an agent is idle with nothing queued.
+    /// Wait until agents are idle with nothing queued (every one named).
     Wait {
-        /// The agent (id, unique prefix or suffix, or title)
-        id: String,
-        /// Give up after this many seconds (exit code 6)
+        /// The agents (id, unique prefix or suffix, or title), one or more
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+        /// Give up after this many seconds, for all of them together (exit code 6)
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<f64>,
     },

@@ -147,7 +147,7 @@ async fn client_command(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             let message = args::message_text(message, std::io::stdin())?;
             agents::send(ctx, &id, message, agents::delivery(steer, inject), json).await
         }
-        Command::Wait { id, timeout } => agents::wait(ctx, &id, timeout).await,
+        Command::Wait { ids, timeout } => agents::wait(ctx, &ids, timeout).await,
         Command::Stop { id, drop_queue } => agents::stop(ctx, &id, drop_queue).await,
         Command::Archive { id, stop, json } => agents::archive(ctx, &id, stop, json).await,
         Command::Unarchive { id } => agents::unarchive(ctx, &id).await,

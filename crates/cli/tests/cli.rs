@@ -579,6 +579,61 @@ fn wait_times_out_and_stop_cancels_the_turn() {
 }
 
 #[test]
+fn wait_takes_several_agents_and_names_those_still_busy_or_failed() {
+    let fx = Fixture::start();
+    let quick = fx.spawn_agent(&["--title", "quick"], "say done");
+    let slow = fx.spawn_agent(&["--title", "slow"], "sleep 1500\nsay later");
+    let broken = fx.spawn_agent(&["--title", "broken"], "fail it broke");
+    let sleeper = fx.spawn_agent(&["--title", "sleeper"], "sleep 20000");
+    // All three that end: one wait, under one deadline.
+    let started = Instant::now();
+    let waited = fx
+        .drover(&["wait", "quick", "slow", "broken", "--timeout", "20"])
+        .ok();
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{}",
+        waited.stderr
+    );
+    for handle in [&quick, &slow, &broken] {
+        assert_ne!(fx.info(handle)["status"], "running", "{handle}");
+    }
+    let short = |id: &str| id.replace('-', "")[24..].to_string();
+    assert!(
+        waited
+            .stderr
+            .contains(&format!("{} is idle\n", short(&quick)))
+            && waited
+                .stderr
+                .contains(&format!("{} is idle\n", short(&slow)))
+            && waited.stderr.contains(&format!(
+                "{} is idle; its last turn failed (`drover logs {}` says why)",
+                short(&broken),
+                short(&broken)
+            )),
+        "{}",
+        waited.stderr
+    );
+    // One still busy: the timeout names it, and only it.
+    let timed_out = fx.drover(&["wait", "quick", "sleeper", "--timeout", "0.5"]);
+    assert_eq!(timed_out.code, 6, "{}", timed_out.stderr);
+    assert!(
+        timed_out
+            .stderr
+            .contains(&format!("{} is still busy after 0.5s", short(&sleeper))),
+        "{}",
+        timed_out.stderr
+    );
+    assert!(
+        !timed_out
+            .stderr
+            .contains(&format!("{} is still", short(&quick))),
+        "{}",
+        timed_out.stderr
+    );
+}
+
+#[test]
 fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
     let fx = Fixture::start();
     // codex-acp's words when its model API answers 401.
