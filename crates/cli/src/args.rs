@@ -74,6 +74,16 @@ pub enum Command {
         /// Only the agents on this host (`local`: this machine's)
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
+        /// Only the agents that need you: a permission, a failure, a sign-in, an interrupted
+        /// turn, a usage limit, a budget warning (not a plain finished turn)
+        #[arg(long, conflicts_with_all = ["running", "errors"])]
+        needs_me: bool,
+        /// Only the agents running a turn or starting
+        #[arg(long, conflicts_with = "errors")]
+        running: bool,
+        /// Only the agents whose runtime or last turn failed, or whose start failed
+        #[arg(long)]
+        errors: bool,
     },
     /// Follow an agent live; Ctrl-C detaches and leaves it running.
     Attach {

@@ -134,7 +134,21 @@ async fn client_command(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             tree,
             json,
             host,
-        } => inspect::ls(ctx, all, tree, json, host.as_deref()).await,
+            needs_me,
+            running,
+            errors,
+        } => {
+            let only = if needs_me {
+                Some(inspect::Only::NeedsMe)
+            } else if running {
+                Some(inspect::Only::Running)
+            } else if errors {
+                Some(inspect::Only::Errors)
+            } else {
+                None
+            };
+            inspect::ls(ctx, all, tree, json, host.as_deref(), only).await
+        }
         Command::Host(host) => hosts::run(ctx, host.action).await,
         Command::Attach { id, tail, json } => run::attach(ctx, &id, tail, json).await,
         Command::Send {

@@ -514,6 +514,56 @@ fn ls_shows_a_table_a_tree_and_json() {
     assert_eq!(agents[1]["type"], "scripted");
 }
 
+#[test]
+fn ls_narrows_a_fleet_to_what_needs_me_what_runs_and_what_failed() {
+    let fx = Fixture::start();
+    let done = fx.spawn_agent(&["--title", "done"], "say finished");
+    let asking = fx.spawn_agent(&["--title", "asking"], "permission deploy");
+    let busy = fx.spawn_agent(&["--title", "busy"], "sleep 20000");
+    let broken = fx.spawn_agent(&["--title", "broken"], "fail it broke");
+    fx.drover(&["wait", &done, &broken, "--timeout", "20"]).ok();
+    fx.wait_status(&busy, "running");
+    let deadline = Instant::now() + WAIT;
+    while fx.info(&asking)["attentionReason"] != "permission" {
+        assert!(Instant::now() < deadline, "{}", fx.info(&asking));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let titles = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["ls"];
+        all.extend_from_slice(args);
+        let out = fx.drover(&all).ok();
+        let mut titles: Vec<String> = out
+            .stdout
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+            .collect();
+        titles.sort();
+        titles
+    };
+    assert_eq!(titles(&[]), ["asking", "broken", "busy", "done"]);
+    // A finished turn is no need; a permission and a failure are.
+    assert_eq!(titles(&["--needs-me"]), ["asking", "broken"]);
+    assert_eq!(titles(&["--running"]), ["asking", "busy"]);
+    assert_eq!(titles(&["--errors"]), ["broken"]);
+    assert_eq!(titles(&["--errors", "--tree"]), ["broken"]);
+    let json = fx.drover(&["ls", "--needs-me", "--json"]).ok().json();
+    assert_eq!(json.as_array().map(Vec::len), Some(2), "{json}");
+    // Filters are one at a time, as in the web UI.
+    let both = fx.drover(&["ls", "--running", "--errors"]);
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    // Nothing left: said on stderr, with how many there are.
+    fx.drover(&["stop", &busy]).ok();
+    fx.drover(&["permit", "asking", "allow"]).ok();
+    fx.drover(&["wait", &busy, &asking, "--timeout", "20"]).ok();
+    let none = fx.drover(&["ls", "--running"]).ok();
+    assert_eq!(none.stdout, "");
+    assert_eq!(
+        none.stderr,
+        "drover: no agent is running (4 agents in all)\n"
+    );
+}
+
 // ---- send, wait, stop -------------------------------------------------------------------------
 
 #[test]
