@@ -778,7 +778,8 @@ const scenarios = {
     await dialog.locator('input[name=budgetTokens]').fill('5000');
     await dialog.locator('input[name=budgetHard]').check();
     await shot(page, 'new-agent');
-    await dialog.locator('button[type=submit]').click();
+    // Ctrl+Enter in the prompt creates it, as the keyboard user expects from a message box.
+    await dialog.locator('textarea[name=prompt]').press('Control+Enter');
     await gone(page, 'dialog');
     await page.locator('.agent-pane:not([hidden]) .kind-agent_message strong:has-text("made")').waitFor();
     // Its budget shows in its header (its agent reports no spend: nothing counted yet).
