@@ -790,7 +790,8 @@ fn start_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
     line
 }
 
-/// `2 not delivered: "fix the tests", "then the docs"`.
+/// `2 waiting to run: "fix the tests", "then the docs"`, or `… not delivered: …` while the
+/// agent cannot start (a failed start keeps them).
 fn queued_line(agent: &AgentInfo) -> String {
     match agent.queued.as_deref() {
         None | Some([]) => "-".to_string(),
@@ -799,7 +800,12 @@ fn queued_line(agent: &AgentInfo) -> String {
                 .iter()
                 .map(|m| format!("{:?}", output::truncate(&m.text, 60)))
                 .collect();
-            format!("{} not delivered: {}", messages.len(), texts.join(", "))
+            let state = if agent.start_failure.is_some() {
+                "not delivered"
+            } else {
+                "waiting to run"
+            };
+            format!("{} {state}: {}", messages.len(), texts.join(", "))
         }
     }
 }

@@ -684,6 +684,26 @@ fn wait_takes_several_agents_and_names_those_still_busy_or_failed() {
 }
 
 #[test]
+fn inspect_says_messages_queued_behind_a_turn_wait_to_run() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "busy"], "sleep 20000");
+    fx.wait_status(&id, "running");
+    fx.drover(&["send", "busy", "say later"]).ok();
+    let inspected = fx.drover(&["inspect", "busy"]).ok();
+    let queued = inspected
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("queued "))
+        .unwrap_or_default();
+    assert!(
+        queued.ends_with("1 waiting to run: \"say later\""),
+        "{}",
+        inspected.stdout
+    );
+    fx.drover(&["stop", "busy", "--drop-queue"]).ok();
+}
+
+#[test]
 fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
     let fx = Fixture::start();
     // codex-acp's words when its model API answers 401.
