@@ -654,6 +654,12 @@ impl<W: Write> Renderer<W> {
         )
     }
 
+    /// Ends the current line, if any, so that a message on stderr starts a line of its own.
+    pub fn end_line(&mut self) -> std::io::Result<()> {
+        self.break_line()?;
+        self.out.flush()
+    }
+
     /// Ends the current line, if any.
     fn break_line(&mut self) -> std::io::Result<()> {
         if self.mid_line {

@@ -374,6 +374,73 @@ fn run_streams_the_reply_and_tool_calls_then_summarizes() {
 }
 
 #[test]
+fn run_says_when_the_agent_is_quiet_during_its_turn_but_not_while_it_asks() {
+    let fx = Fixture::start();
+    let out = fx
+        .command(&[
+            "run",
+            "--title",
+            "quiet",
+            "say before\nsleep 1800\nsay after",
+        ])
+        .env("DROVER_QUIET_SECS", "0.5")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run drover");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "before\nafter\n", "{stderr}");
+    let quiet: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("-- nothing from the agent for "))
+        .collect();
+    // At 0.5 s, then 1 s (then 2 s, after the turn ended).
+    assert!((1..=3).contains(&quiet.len()), "{stderr}");
+    let handle = fx.info("quiet")["id"]
+        .as_str()
+        .map(|id| id.replace('-', "")[24..].to_string())
+        .unwrap_or_default();
+    assert!(
+        quiet[0].ends_with(&format!(
+            "its turn still runs (an agent retrying its model API, after a refused key or a \
+             rate limit, says nothing meanwhile): `drover stop {handle}` cancels it"
+        )),
+        "{stderr}"
+    );
+    // Waiting for your answer is not the agent being quiet.
+    let mut asking = fx
+        .command(&["run", "--title", "asking", "permission deploy"])
+        .env("DROVER_QUIET_SECS", "0.3")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        // The agent may not be made yet: `inspect` fails until it is.
+        let inspected = fx.drover(&["inspect", "asking", "--json"]);
+        if inspected.code == 0 && inspected.json()["attentionReason"] == "permission" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never asked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    fx.drover(&["permit", "asking", "allow"]).ok();
+    let mut stderr = String::new();
+    asking
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert!(asking.wait().expect("exit").success(), "{stderr}");
+    assert!(!stderr.contains("nothing from the agent"), "{stderr}");
+}
+
+#[test]
 fn run_reports_an_agent_that_cannot_start() {
     let fx = Fixture::start();
     let out = fx.drover(&["run", "--provider", "broken", "say hi"]);
