@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod process;
 pub mod providers;
 pub mod records;
+mod refused_key;
 mod requests;
 pub mod rpc;
 mod shared;

@@ -104,38 +104,79 @@ fn not_running(agent: &AgentInfo, name: &str) -> String {
     format!("{name} is not running: {why}\n{queued} message(s) kept for it, not delivered; {how}")
 }
 
-pub async fn wait(ctx: &Ctx, id: &str, timeout: Option<f64>) -> anyhow::Result<()> {
+/// Waits for every agent named to be idle with nothing queued, under one deadline; says which
+/// are idle (and whose last turn failed) and, at the timeout, which are still busy.
+pub async fn wait(ctx: &Ctx, ids: &[String], timeout: Option<f64>) -> anyhow::Result<()> {
     let timeout = match timeout {
         Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
         Some(s) => anyhow::bail!("--timeout must be a number of seconds, not {s}"),
         None => None,
     };
-    let (mut connection, agent, name) = ctx.agent(id).await?;
-    let answer = connection
-        .request(rq::WaitIdle {
-            agent_id: agent.id.clone(),
-            timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-        })
-        .await?;
-    connection.close().await;
-    match answer {
-        DaemonMessage::Idle(Answer {
-            body: answers::Idle { idle: true, .. },
-            ..
-        }) => {
-            eprintln!("drover: {name} is idle");
-            Ok(())
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let (mut connection, SessionState { agents, .. }) = ctx.connect().await?;
+    let short = ShortIds::new(&agents);
+    let mut waited: Vec<(AgentInfo, String)> = Vec::new();
+    for id in ids {
+        let agent = resolve(&agents, id, Prefer::Live)?.clone();
+        if !waited.iter().any(|(a, _)| a.id == agent.id) {
+            let name = short.get(&agent.id).to_string();
+            waited.push((agent, name));
         }
-        DaemonMessage::Idle(Answer {
-            body: answers::Idle { idle: false, .. },
-            ..
-        }) => Err(CliError::Timeout(format!(
-            "{name} is still busy after {:.1}s",
-            timeout.unwrap_or_default().as_secs_f64()
-        ))
-        .into()),
-        other => Err(unexpected(&other)),
     }
+    let mut busy = Vec::new();
+    for (agent, name) in &waited {
+        let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+        let answer = connection
+            .request(rq::WaitIdle {
+                agent_id: agent.id.clone(),
+                timeout_ms: left.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            })
+            .await?;
+        match answer {
+            DaemonMessage::Idle(Answer {
+                body: answers::Idle { idle: true, .. },
+                ..
+            }) => {
+                // What it is now, not what it was when the wait began.
+                let now = connection
+                    .request(rq::GetAgent {
+                        agent_id: agent.id.clone(),
+                    })
+                    .await
+                    .ok();
+                let failed = matches!(
+                    now,
+                    Some(DaemonMessage::Agent(Answer { ref body, .. })) if body.agent.status == AgentStatus::Error
+                );
+                if failed {
+                    eprintln!(
+                        "drover: {name} is idle; its last turn failed (`drover logs {name}` says why)"
+                    );
+                } else {
+                    eprintln!("drover: {name} is idle");
+                }
+            }
+            DaemonMessage::Idle(Answer {
+                body: answers::Idle { idle: false, .. },
+                ..
+            }) => busy.push(name.clone()),
+            other => return Err(unexpected(&other)),
+        }
+    }
+    connection.close().await;
+    if busy.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::Timeout(format!(
+        "{} still busy after {:.1}s",
+        if busy.len() == 1 {
+            format!("{} is", busy[0])
+        } else {
+            format!("{} are", busy.join(", "))
+        },
+        timeout.unwrap_or_default().as_secs_f64()
+    ))
+    .into())
 }
 
 pub async fn stop(ctx: &Ctx, id: &str, drop_queue: bool) -> anyhow::Result<()> {

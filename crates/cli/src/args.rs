@@ -74,6 +74,16 @@ pub enum Command {
         /// Only the agents on this host (`local`: this machine's)
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
+        /// Only the agents that need you: a permission, a failure, a sign-in, an interrupted
+        /// turn, a usage limit, a budget warning (not a plain finished turn)
+        #[arg(long, conflicts_with_all = ["running", "errors"])]
+        needs_me: bool,
+        /// Only the agents running a turn or starting
+        #[arg(long, conflicts_with = "errors")]
+        running: bool,
+        /// Only the agents whose runtime or last turn failed, or whose start failed
+        #[arg(long)]
+        errors: bool,
     },
     /// Follow an agent live; Ctrl-C detaches and leaves it running.
     Attach {
@@ -103,11 +113,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Wait until an agent is idle with nothing queued.
+    /// Wait until agents are idle with nothing queued (every one named).
     Wait {
-        /// The agent (id, unique prefix or suffix, or title)
-        id: String,
-        /// Give up after this many seconds (exit code 6)
+        /// The agents (id, unique prefix or suffix, or title), one or more
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+        /// Give up after this many seconds, for all of them together (exit code 6)
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<f64>,
     },

@@ -9,7 +9,8 @@ use drover_protocol::Answer;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
-    AgentInfo, AttentionReason, DaemonMessage, HostInfo, HostState, PermissionPolicy, RuntimeState,
+    AgentInfo, AgentStatus, AttentionReason, DaemonMessage, HostInfo, HostState, PermissionPolicy,
+    RuntimeState,
 };
 use serde_json::json;
 
@@ -20,12 +21,68 @@ use crate::error::CliError;
 use crate::output::{self, Paint, Style, Table};
 use crate::resolve::{Prefer, ShortIds, resolve};
 
+/// A quick filter of `drover ls`, as the web UI's (needs me, running, errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Only {
+    NeedsMe,
+    Running,
+    Errors,
+}
+
+impl Only {
+    fn keeps(self, agent: &AgentInfo) -> bool {
+        match self {
+            Only::NeedsMe => {
+                agent.requires_attention
+                    && agent.attention_reason != Some(AttentionReason::Finished)
+            }
+            Only::Running => matches!(
+                agent.status,
+                AgentStatus::Running | AgentStatus::Initializing
+            ),
+            Only::Errors => {
+                agent.status == AgentStatus::Error
+                    || agent.attention_reason == Some(AttentionReason::Error)
+                    || agent.start_failure.is_some()
+            }
+        }
+    }
+
+    fn none_left(self) -> &'static str {
+        match self {
+            Only::NeedsMe => "no agent needs you",
+            Only::Running => "no agent is running",
+            Only::Errors => "no agent has failed",
+        }
+    }
+}
+
+/// Keeps the agents `only` keeps (after their handles were made, so that they read as in a
+/// plain `drover ls`); returns how many there were.
+fn narrow(agents: &mut Vec<AgentInfo>, only: Option<Only>) -> usize {
+    let before = agents.len();
+    if let Some(only) = only {
+        agents.retain(|a| only.keeps(a));
+    }
+    before
+}
+
+fn say_none_left(only: Option<Only>, before: usize) {
+    match only {
+        Some(only) if before > 0 => {
+            eprintln!("drover: {} ({before} agents in all)", only.none_left());
+        }
+        _ => eprintln!("drover: no agents; start one with `drover run \"…\"`"),
+    }
+}
+
 pub async fn ls(
     ctx: &Ctx,
     all: bool,
     tree: bool,
     json: bool,
     host: Option<&str>,
+    only: Option<Only>,
 ) -> anyhow::Result<()> {
     // Without --all the archived agents are neither fetched nor counted for short ids: an id
     // prefix that is also an archived agent's names the live one (see `resolve`).
@@ -45,12 +102,13 @@ pub async fn ls(
         only_on(&mut agents, &hosts, host)?;
     }
     let short = ShortIds::new(&agents);
+    let before = narrow(&mut agents, only);
     agents.sort_by(|a, b| a.id.cmp(&b.id));
     if json {
         return print_json(&agents);
     }
     if agents.is_empty() {
-        eprintln!("drover: no agents; start one with `drover run \"…\"`");
+        say_none_left(only, before);
         return Ok(());
     }
     let rows: Vec<(String, &AgentInfo)> = if tree {
@@ -732,7 +790,8 @@ fn start_line(agent: &AgentInfo, now: jiff::Timestamp) -> String {
     line
 }
 
-/// `2 not delivered: "fix the tests", "then the docs"`.
+/// `2 waiting to run: "fix the tests", "then the docs"`, or `… not delivered: …` while the
+/// agent cannot start (a failed start keeps them).
 fn queued_line(agent: &AgentInfo) -> String {
     match agent.queued.as_deref() {
         None | Some([]) => "-".to_string(),
@@ -741,7 +800,12 @@ fn queued_line(agent: &AgentInfo) -> String {
                 .iter()
                 .map(|m| format!("{:?}", output::truncate(&m.text, 60)))
                 .collect();
-            format!("{} not delivered: {}", messages.len(), texts.join(", "))
+            let state = if agent.start_failure.is_some() {
+                "not delivered"
+            } else {
+                "waiting to run"
+            };
+            format!("{} {state}: {}", messages.len(), texts.join(", "))
         }
     }
 }

@@ -134,7 +134,21 @@ async fn client_command(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             tree,
             json,
             host,
-        } => inspect::ls(ctx, all, tree, json, host.as_deref()).await,
+            needs_me,
+            running,
+            errors,
+        } => {
+            let only = if needs_me {
+                Some(inspect::Only::NeedsMe)
+            } else if running {
+                Some(inspect::Only::Running)
+            } else if errors {
+                Some(inspect::Only::Errors)
+            } else {
+                None
+            };
+            inspect::ls(ctx, all, tree, json, host.as_deref(), only).await
+        }
         Command::Host(host) => hosts::run(ctx, host.action).await,
         Command::Attach { id, tail, json } => run::attach(ctx, &id, tail, json).await,
         Command::Send {
@@ -147,7 +161,7 @@ async fn client_command(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             let message = args::message_text(message, std::io::stdin())?;
             agents::send(ctx, &id, message, agents::delivery(steer, inject), json).await
         }
-        Command::Wait { id, timeout } => agents::wait(ctx, &id, timeout).await,
+        Command::Wait { ids, timeout } => agents::wait(ctx, &ids, timeout).await,
         Command::Stop { id, drop_queue } => agents::stop(ctx, &id, drop_queue).await,
         Command::Archive { id, stop, json } => agents::archive(ctx, &id, stop, json).await,
         Command::Unarchive { id } => agents::unarchive(ctx, &id).await,

@@ -232,7 +232,30 @@ impl TurnEnd {
                 })
             }
             Some(End::Blocked) => text("reason"),
-            Some(End::Limited) | None => None,
+            // The provider's words, and when drover sends the prompt again (or where the
+            // work went on instead).
+            Some(End::Limited) => {
+                let next = match (text("fallbackAgentId"), text("retryAt")) {
+                    (Some(to), _) => {
+                        // Its handle: the last 8 hex digits of the id.
+                        let handle: String = to
+                            .chars()
+                            .skip(to.chars().count().saturating_sub(8))
+                            .collect();
+                        Some(format!("the work goes on in agent {handle}"))
+                    }
+                    (None, Some(at)) => Some(format!(
+                        "the prompt goes again at {} (`drover retry` sends it now)",
+                        clock(&at)
+                    )),
+                    (None, None) => None,
+                };
+                match (text("error"), next) {
+                    (Some(error), Some(next)) => Some(format!("{error}; {next}")),
+                    (error, next) => error.or(next),
+                }
+            }
+            None => None,
         };
         TurnEnd { event, detail }
     }
@@ -246,7 +269,7 @@ impl TurnEnd {
         let word = self.event.strip_prefix("turn_").unwrap_or(&self.event);
         match (&self.detail, word) {
             (None, _) => word.to_string(),
-            (Some(d), "failed" | "blocked" | "interrupted") => format!("{word}: {d}"),
+            (Some(d), "failed" | "blocked" | "interrupted" | "limited") => format!("{word}: {d}"),
             (Some(d), _) => format!("{word} ({d})"),
         }
     }
@@ -631,6 +654,12 @@ impl<W: Write> Renderer<W> {
         )
     }
 
+    /// Ends the current line, if any, so that a message on stderr starts a line of its own.
+    pub fn end_line(&mut self) -> std::io::Result<()> {
+        self.break_line()?;
+        self.out.flush()
+    }
+
     /// Ends the current line, if any.
     fn break_line(&mut self) -> std::io::Result<()> {
         if self.mid_line {
@@ -765,6 +794,32 @@ mod tests {
         assert_eq!(
             render(LIVE, &updates),
             "hello\nworld\ntool: build (completed)\n"
+        );
+    }
+
+    #[test]
+    fn a_limited_turn_says_the_providers_words_and_when_the_prompt_goes_again() {
+        let limited = TurnEnd::from_data(&json!({
+            "event": "turn_limited",
+            "error": "exceeded retry limit, last status: 429 Too Many Requests",
+            "retryAt": "2026-12-06T12:03:42Z",
+        }));
+        let described = limited.describe();
+        assert!(
+            described.starts_with(
+                "limited: exceeded retry limit, last status: 429 Too Many Requests; the prompt goes again at "
+            ) && described.ends_with(" (`drover retry` sends it now)"),
+            "{described}"
+        );
+        assert!(!described.contains("--:--:--"), "{described}");
+        let fell_back = TurnEnd::from_data(&json!({
+            "event": "turn_limited",
+            "error": "usage limit reached",
+            "fallbackAgentId": "01a24b38-797e-750b-8d50-80a3a4997ce7",
+        }));
+        assert_eq!(
+            fell_back.describe(),
+            "limited: usage limit reached; the work goes on in agent a4997ce7"
         );
     }
 

@@ -5,14 +5,16 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use drover_protocol::Answer;
 use drover_protocol::ItemKind;
 use drover_protocol::answers;
 use drover_protocol::requests as rq;
-use drover_protocol::{AgentInfo, ClientMessage, DaemonMessage, NewWorktree, PermissionPolicy};
+use drover_protocol::{
+    AgentInfo, AttentionReason, ClientMessage, DaemonMessage, NewWorktree, PermissionPolicy,
+};
 use serde_json::{Value, json};
 use tokio::signal::unix::Signal;
 
@@ -342,8 +344,24 @@ struct Stream {
     /// The last item seen, so a re-initialization after `resync_required` repeats nothing.
     last_seq: u64,
     turn_started: bool,
+    /// A turn runs now (between `turn_started` and `turn_ended`), as far as this has seen.
+    in_turn: bool,
+    /// The agent waits for a permission answer (its last status said so).
+    asking: bool,
     /// The agent's handle, for the hints this prints.
     name: String,
+}
+
+/// After how long without a word from the agent during its turn `drover run` and `drover
+/// attach` say so (`$DROVER_QUIET_SECS`, default 30; 0 never): an agent retrying its model API
+/// (a refused key, a rate limit: claude's ten retries take minutes) sends nothing meanwhile.
+fn quiet_after() -> Option<Duration> {
+    let secs = std::env::var("DROVER_QUIET_SECS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(30.0);
+    (secs > 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
 impl Stream {
@@ -354,6 +372,8 @@ impl Stream {
             json,
             last_seq: 0,
             turn_started: false,
+            in_turn: false,
+            asking: false,
             name: name.to_string(),
         }
     }
@@ -368,8 +388,13 @@ impl Stream {
                 }
                 self.last_seq = seq;
             }
-            if item.get("kind").and_then(Value::as_str) == Some(ItemKind::TurnStarted.as_str()) {
-                self.turn_started = true;
+            match item.get("kind").and_then(Value::as_str) {
+                Some(kind) if kind == ItemKind::TurnStarted.as_str() => {
+                    self.turn_started = true;
+                    self.in_turn = true;
+                }
+                Some(kind) if kind == ItemKind::TurnEnded.as_str() => self.in_turn = false,
+                _ => {}
             }
         }
         if self.json {
@@ -412,8 +437,13 @@ impl Stream {
         interrupts: &mut Signal,
     ) -> anyhow::Result<Outcome> {
         let mut initialized = Some(self.initial(connection, agent, tail).await?);
+        let quiet = quiet_after().filter(|_| !self.json);
+        let mut heard = tokio::time::Instant::now();
+        let mut said = 0u32;
         loop {
             if let Some((info, updates)) = initialized.take() {
+                self.in_turn = info.status == "running";
+                self.asking = info.attention_reason == Some(AttentionReason::Permission);
                 for update in updates {
                     if let Some(end) = self.show(&update)?
                         && until == Until::TurnEnds
@@ -425,9 +455,18 @@ impl Stream {
                     return Ok(outcome);
                 }
             }
+            // After 30 s of silence, then 60 s, 120 s…
+            let say_quiet = quiet
+                .filter(|_| self.in_turn && !self.asking)
+                .map(|q| heard + q * (1u32 << said.min(10)));
             let message = tokio::select! {
                 message = connection.recv() => message,
                 _ = interrupts.recv() => return Ok(Outcome::Interrupted),
+                () = sleep_until_some(say_quiet) => {
+                    self.say_quiet(heard.elapsed())?;
+                    said += 1;
+                    continue;
+                }
             };
             let message = match message {
                 Ok(message) => message,
@@ -435,6 +474,8 @@ impl Stream {
             };
             match message {
                 DaemonMessage::AgentUpdate(update) if update.agent_id == agent => {
+                    heard = tokio::time::Instant::now();
+                    said = 0;
                     if let Some(end) = self.show(&update.notification)?
                         && until == Until::TurnEnds
                     {
@@ -442,6 +483,12 @@ impl Stream {
                     }
                 }
                 DaemonMessage::AgentStatus { agent: info } if info.id == agent => {
+                    let asking = info.attention_reason == Some(AttentionReason::Permission);
+                    if asking != self.asking {
+                        self.asking = asking;
+                        heard = tokio::time::Instant::now();
+                        said = 0;
+                    }
                     if let Some(outcome) = self.check_status(&info, until) {
                         return Ok(outcome);
                     }
@@ -453,6 +500,24 @@ impl Stream {
                 _ => {}
             }
         }
+    }
+
+    /// `-- nothing from the agent for 30s …` on stderr, on a line of its own.
+    fn say_quiet(&mut self, for_how_long: Duration) -> anyhow::Result<()> {
+        self.renderer.end_line()?;
+        let secs = for_how_long.as_millis().div_ceil(1000).max(1);
+        let took = if secs < 60 {
+            format!("{secs}s")
+        } else {
+            format!("{}m{:02}s", secs / 60, secs % 60)
+        };
+        eprintln!(
+            "-- nothing from the agent for {took}; its turn still runs (an agent retrying its \
+             model API, after a refused key or a rate limit, says nothing meanwhile): `drover \
+             stop {}` cancels it",
+            self.name
+        );
+        Ok(())
     }
 
     /// The agent and its last `tail` items that print (with `--json`, its last `tail` items).
@@ -507,6 +572,14 @@ impl Stream {
             return Some(Outcome::Failed("archived before its turn".to_string()));
         }
         None
+    }
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -374,6 +374,73 @@ fn run_streams_the_reply_and_tool_calls_then_summarizes() {
 }
 
 #[test]
+fn run_says_when_the_agent_is_quiet_during_its_turn_but_not_while_it_asks() {
+    let fx = Fixture::start();
+    let out = fx
+        .command(&[
+            "run",
+            "--title",
+            "quiet",
+            "say before\nsleep 1800\nsay after",
+        ])
+        .env("DROVER_QUIET_SECS", "0.5")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run drover");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "before\nafter\n", "{stderr}");
+    let quiet: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("-- nothing from the agent for "))
+        .collect();
+    // At 0.5 s, then 1 s (then 2 s, after the turn ended).
+    assert!((1..=3).contains(&quiet.len()), "{stderr}");
+    let handle = fx.info("quiet")["id"]
+        .as_str()
+        .map(|id| id.replace('-', "")[24..].to_string())
+        .unwrap_or_default();
+    assert!(
+        quiet[0].ends_with(&format!(
+            "its turn still runs (an agent retrying its model API, after a refused key or a \
+             rate limit, says nothing meanwhile): `drover stop {handle}` cancels it"
+        )),
+        "{stderr}"
+    );
+    // Waiting for your answer is not the agent being quiet.
+    let mut asking = fx
+        .command(&["run", "--title", "asking", "permission deploy"])
+        .env("DROVER_QUIET_SECS", "0.3")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        // The agent may not be made yet: `inspect` fails until it is.
+        let inspected = fx.drover(&["inspect", "asking", "--json"]);
+        if inspected.code == 0 && inspected.json()["attentionReason"] == "permission" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never asked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    fx.drover(&["permit", "asking", "allow"]).ok();
+    let mut stderr = String::new();
+    asking
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert!(asking.wait().expect("exit").success(), "{stderr}");
+    assert!(!stderr.contains("nothing from the agent"), "{stderr}");
+}
+
+#[test]
 fn run_reports_an_agent_that_cannot_start() {
     let fx = Fixture::start();
     let out = fx.drover(&["run", "--provider", "broken", "say hi"]);
@@ -514,6 +581,56 @@ fn ls_shows_a_table_a_tree_and_json() {
     assert_eq!(agents[1]["type"], "scripted");
 }
 
+#[test]
+fn ls_narrows_a_fleet_to_what_needs_me_what_runs_and_what_failed() {
+    let fx = Fixture::start();
+    let done = fx.spawn_agent(&["--title", "done"], "say finished");
+    let asking = fx.spawn_agent(&["--title", "asking"], "permission deploy");
+    let busy = fx.spawn_agent(&["--title", "busy"], "sleep 20000");
+    let broken = fx.spawn_agent(&["--title", "broken"], "fail it broke");
+    fx.drover(&["wait", &done, &broken, "--timeout", "20"]).ok();
+    fx.wait_status(&busy, "running");
+    let deadline = Instant::now() + WAIT;
+    while fx.info(&asking)["attentionReason"] != "permission" {
+        assert!(Instant::now() < deadline, "{}", fx.info(&asking));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let titles = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["ls"];
+        all.extend_from_slice(args);
+        let out = fx.drover(&all).ok();
+        let mut titles: Vec<String> = out
+            .stdout
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+            .collect();
+        titles.sort();
+        titles
+    };
+    assert_eq!(titles(&[]), ["asking", "broken", "busy", "done"]);
+    // A finished turn is no need; a permission and a failure are.
+    assert_eq!(titles(&["--needs-me"]), ["asking", "broken"]);
+    assert_eq!(titles(&["--running"]), ["asking", "busy"]);
+    assert_eq!(titles(&["--errors"]), ["broken"]);
+    assert_eq!(titles(&["--errors", "--tree"]), ["broken"]);
+    let json = fx.drover(&["ls", "--needs-me", "--json"]).ok().json();
+    assert_eq!(json.as_array().map(Vec::len), Some(2), "{json}");
+    // Filters are one at a time, as in the web UI.
+    let both = fx.drover(&["ls", "--running", "--errors"]);
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    // Nothing left: said on stderr, with how many there are.
+    fx.drover(&["stop", &busy]).ok();
+    fx.drover(&["permit", "asking", "allow"]).ok();
+    fx.drover(&["wait", &busy, &asking, "--timeout", "20"]).ok();
+    let none = fx.drover(&["ls", "--running"]).ok();
+    assert_eq!(none.stdout, "");
+    assert_eq!(
+        none.stderr,
+        "drover: no agent is running (4 agents in all)\n"
+    );
+}
+
 // ---- send, wait, stop -------------------------------------------------------------------------
 
 #[test]
@@ -576,6 +693,110 @@ fn wait_times_out_and_stop_cancels_the_turn() {
     let logs = fx.drover(&["logs", &id, "--tail", "2"]).ok();
     snapshot!("stop_drop_queue_logs", logs.transcript());
     assert!(!logs.stdout.contains("never"));
+}
+
+#[test]
+fn wait_takes_several_agents_and_names_those_still_busy_or_failed() {
+    let fx = Fixture::start();
+    let quick = fx.spawn_agent(&["--title", "quick"], "say done");
+    let slow = fx.spawn_agent(&["--title", "slow"], "sleep 1500\nsay later");
+    let broken = fx.spawn_agent(&["--title", "broken"], "fail it broke");
+    let sleeper = fx.spawn_agent(&["--title", "sleeper"], "sleep 20000");
+    // All three that end: one wait, under one deadline.
+    let started = Instant::now();
+    let waited = fx
+        .drover(&["wait", "quick", "slow", "broken", "--timeout", "20"])
+        .ok();
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{}",
+        waited.stderr
+    );
+    for handle in [&quick, &slow, &broken] {
+        assert_ne!(fx.info(handle)["status"], "running", "{handle}");
+    }
+    let short = |id: &str| id.replace('-', "")[24..].to_string();
+    assert!(
+        waited
+            .stderr
+            .contains(&format!("{} is idle\n", short(&quick)))
+            && waited
+                .stderr
+                .contains(&format!("{} is idle\n", short(&slow)))
+            && waited.stderr.contains(&format!(
+                "{} is idle; its last turn failed (`drover logs {}` says why)",
+                short(&broken),
+                short(&broken)
+            )),
+        "{}",
+        waited.stderr
+    );
+    // One still busy: the timeout names it, and only it.
+    let timed_out = fx.drover(&["wait", "quick", "sleeper", "--timeout", "0.5"]);
+    assert_eq!(timed_out.code, 6, "{}", timed_out.stderr);
+    assert!(
+        timed_out
+            .stderr
+            .contains(&format!("{} is still busy after 0.5s", short(&sleeper))),
+        "{}",
+        timed_out.stderr
+    );
+    assert!(
+        !timed_out
+            .stderr
+            .contains(&format!("{} is still", short(&quick))),
+        "{}",
+        timed_out.stderr
+    );
+}
+
+#[test]
+fn inspect_says_messages_queued_behind_a_turn_wait_to_run() {
+    let fx = Fixture::start();
+    let id = fx.spawn_agent(&["--title", "busy"], "sleep 20000");
+    fx.wait_status(&id, "running");
+    fx.drover(&["send", "busy", "say later"]).ok();
+    let inspected = fx.drover(&["inspect", "busy"]).ok();
+    let queued = inspected
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("queued "))
+        .unwrap_or_default();
+    assert!(
+        queued.ends_with("1 waiting to run: \"say later\""),
+        "{}",
+        inspected.stdout
+    );
+    fx.drover(&["stop", "busy", "--drop-queue"]).ok();
+}
+
+#[test]
+fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
+    let fx = Fixture::start();
+    // codex-acp's words when its model API answers 401.
+    let id = fx.spawn_agent(
+        &["--title", "badkey"],
+        "fail unexpected status 401 Unauthorized: Incorrect API key provided: sk-bad.",
+    );
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &id]).ok();
+    let failed = logs
+        .stdout
+        .lines()
+        .find(|l| l.contains("failed:"))
+        .unwrap_or_default();
+    assert!(
+        failed.contains("Incorrect API key provided")
+            && failed.contains("[providers.scripted] env in config.toml")
+            && failed.contains("drover login scripted"),
+        "{}",
+        logs.stdout
+    );
+    // Any other failure gets no such hint.
+    let other = fx.spawn_agent(&["--title", "other"], "fail the disk is full");
+    fx.drover(&["wait", &other, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &other]).ok();
+    assert!(!logs.stdout.contains("drover login"), "{}", logs.stdout);
 }
 
 // ---- archive, unarchive, detach ---------------------------------------------------------------
@@ -736,6 +957,21 @@ fn a_usage_limit_shows_in_ls_inspect_and_send_and_retry_sends_the_prompt_now() {
         limited.contains("the prompt goes again at") && limited.contains("drover retry"),
         "{}",
         inspected.stdout
+    );
+    // The timeline says the provider's words and when the prompt goes again.
+    let logs = fx.drover(&["logs", "quota"]).ok();
+    let limited = logs
+        .stdout
+        .lines()
+        .find(|l| l.contains("limited"))
+        .unwrap_or_default();
+    assert!(
+        limited.contains("limited: ")
+            && limited.contains("Please retry in")
+            && limited.contains("the prompt goes again at ")
+            && limited.contains("`drover retry` sends it now"),
+        "{}",
+        logs.stdout
     );
     let sent = fx.drover(&["send", "quota", "say later"]).ok();
     assert!(

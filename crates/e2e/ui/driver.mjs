@@ -778,7 +778,8 @@ const scenarios = {
     await dialog.locator('input[name=budgetTokens]').fill('5000');
     await dialog.locator('input[name=budgetHard]').check();
     await shot(page, 'new-agent');
-    await dialog.locator('button[type=submit]').click();
+    // Ctrl+Enter in the prompt creates it, as the keyboard user expects from a message box.
+    await dialog.locator('textarea[name=prompt]').press('Control+Enter');
     await gone(page, 'dialog');
     await page.locator('.agent-pane:not([hidden]) .kind-agent_message strong:has-text("made")').waitFor();
     // Its budget shows in its header (its agent reports no spend: nothing counted yet).
@@ -790,6 +791,31 @@ const scenarios = {
     await page.keyboard.press('Enter');
     await page.locator('#workspaces .agent-row .title:has-text("renamed in the browser")').waitFor();
     await shot(page, 'sidebar');
+  },
+
+  // The top New agent button puts the agent in the project's checkout, not in a worktree that
+  // happens to come first, even with a worktree agent in front; a worktree's own + picks it.
+  async newAgentWhere() {
+    const page = await open();
+    await ready(page);
+    const picked = async (open) => {
+      await open();
+      const dialog = page.locator('dialog[open]');
+      await dialog.waitFor();
+      const value = await dialog.locator('select[name=workspace]').inputValue();
+      const options = await dialog.locator('select[name=workspace] option').allInnerTexts();
+      await dialog.locator('button:has-text("Cancel")').click();
+      await gone(page, 'dialog[open]');
+      return { value, options };
+    };
+    const first = await picked(() => page.click('#new-agent'));
+    if (first.value !== A.checkout) fail(`with no agent open, the dialog offers ${first.value} first (${first.options.join(' | ')}), not the checkout ${A.checkout}`);
+    if (!first.options[0].startsWith('repo ')) fail(`the workspaces are not listed as the sidebar lists them: ${first.options.join(' | ')}`);
+    await openAgent(page, A.worktreeAgent);
+    const front = await picked(() => page.click('#new-agent'));
+    if (front.value !== A.checkout) fail(`with a worktree agent in front, the dialog offers ${front.value}, not the checkout ${A.checkout}`);
+    const own = await picked(() => page.click(`#workspaces button[aria-label="New agent in wt-first"]`));
+    if (own.value !== A.worktree) fail(`the worktree's own + offers ${own.value}, not ${A.worktree}`);
   },
 
   // An agent waiting for a sign-in: the sidebar says so; its pane shows one way per method

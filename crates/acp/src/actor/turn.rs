@@ -380,9 +380,16 @@ impl Actor {
                 Some("cancelled") => TurnOutcome::Canceled,
                 _ => TurnOutcome::Completed,
             },
-            Err(e) => TurnOutcome::Failed {
-                error: e.to_string(),
-            },
+            Err(e) => {
+                let mut error = e.to_string();
+                let provider = self.shared.registry.get(self.id).map(|a| a.provider);
+                if let Some(hint) =
+                    provider.and_then(|provider| crate::refused_key::hint(&error, &provider))
+                {
+                    error = format!("{error}; {hint}");
+                }
+                TurnOutcome::Failed { error }
+            }
         };
         let mut data = json!({"event": outcome.event_name()});
         if let Ok(value) = &result

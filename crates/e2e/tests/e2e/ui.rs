@@ -891,6 +891,38 @@ async fn a_new_agent_made_in_the_browser_runs_and_can_be_renamed() {
 }
 
 #[tokio::test]
+async fn the_new_agent_dialog_starts_in_the_projects_checkout_not_in_a_worktree() {
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
+    let parent = TempDir::new().expect("repo parent");
+    let repo = parent.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("repo");
+    drover_testkit::git_repository(&repo, &[("README.md", "hello\n")]);
+    // The worktree first, so that its workspace is the daemon's first.
+    let in_worktree = create(
+        &mut client,
+        json!({"cwd": repo, "title": "in a worktree", "worktree": {"name": "wt-first"}}),
+    )
+    .await;
+    wait_idle(&mut client, &in_worktree).await;
+    let at_checkout = idle_agent_in(&mut client, &repo, "at the checkout").await;
+    let worktree = client.listed_agent(&in_worktree).await["workspaceId"].clone();
+    let checkout = client.listed_agent(&at_checkout).await["workspaceId"].clone();
+    assert_ne!(worktree, checkout);
+    Scenario::run(
+        "newAgentWhere",
+        &daemon,
+        json!({"checkout": checkout, "worktree": worktree, "worktreeAgent": in_worktree}),
+    )
+    .await;
+}
+
+async fn idle_agent_in(client: &mut Client, cwd: &Path, title: &str) -> String {
+    let id = create(client, json!({"cwd": cwd, "title": title})).await;
+    wait_idle(client, &id).await;
+    id
+}
+
+#[tokio::test]
 async fn the_demo_provider_tours_streaming_a_permission_a_subagent_and_a_job() {
     // The demo preset runs the drover binary, which this crate does not build: the scripted
     // agent in demo mode stands in for it, under the preset's name and label.

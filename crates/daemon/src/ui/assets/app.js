@@ -2,7 +2,7 @@
 // its timeline, jobs, subagents track and composer, and the dialogs. It speaks the client protocol
 // (docs/protocol.md) and nothing else.
 import { Conn, ProtocolError, errorMessage, isOffline } from './conn.js';
-import { ClientType, DaemonType, HostState, RuntimeState } from './protocol.gen.js';
+import { ClientType, DaemonType, HostState, RuntimeState, WorkspaceKind } from './protocol.gen.js';
 import { h, plural, modal, confirmDialog, ago, byId, within, byText } from './dom.js';
 import { TimelineView } from './timeline.js';
 import { startCard, startCardKey, startWhen, retryIn } from './startcard.js';
@@ -1680,7 +1680,18 @@ async function newAgentDialog(workspaceId = null) {
   }
   const providers = known;
   const firstAvailable = providers.find((p) => p.available);
-  const wss = [...S.workspaces.values()].filter((w) => !w.archivedAt);
+  // Listed as the sidebar lists them: by project, each checkout before its worktrees.
+  const project = (/** @type {WorkspaceInfo} */ w) => `${w.host ? `${w.host}:` : ''}${w.worktree?.source || w.path}`;
+  const base = (/** @type {string} */ p) => p.replace(/\/+$/, '').split('/').pop() || p;
+  const isWorktree = (/** @type {WorkspaceInfo} */ w) => w.kind === WorkspaceKind.Worktree;
+  const wss = [...S.workspaces.values()].filter((w) => !w.archivedAt)
+    .sort((x, y) => byText(base(project(x)), base(project(y))) || Number(isWorktree(x)) - Number(isWorktree(y)) || byText(x.name, y.name));
+  // Unless a workspace's own + says where: the checkout of the project of the agent in front
+  // (or that agent's own directory), else the first checkout listed. A worktree is another
+  // agent's branch: a new agent goes there only when picked.
+  const frontWs = S.workspaces.get(S.agents.get(S.layout.active ?? '')?.workspaceId ?? '');
+  const checkoutOf = (/** @type {WorkspaceInfo | undefined} */ w) => !w ? undefined : !isWorktree(w) ? w : wss.find((x) => !isWorktree(x) && project(x) === project(w));
+  const initial = workspaceId ?? (checkoutOf(frontWs) ?? wss.find((w) => !isWorktree(w)) ?? wss[0])?.id ?? null;
   await modal('New agent', (close) => {
     const error = h('div', { class: 'error-text', role: 'alert' });
     const hint = h('div', { class: 'muted hint' });
@@ -1693,7 +1704,7 @@ async function newAgentDialog(workspaceId = null) {
         unavailable.map((p) => h('div', null, `${p.label}: ${p.detail}`))) : '');
     };
     showHint();
-    const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === workspaceId }, `${w.name} — ${w.host ? `${w.host}:` : ''}${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));
+    const where = h('select', { name: 'workspace' }, wss.map((w) => h('option', { value: w.id, selected: w.id === initial }, `${w.name} — ${w.host ? `${w.host}:` : ''}${w.path}`)), h('option', { value: '', selected: !wss.length }, 'Another directory…'));
     const dir = h('input', { name: 'cwd', placeholder: '/absolute/path', 'aria-label': 'Directory' });
     // Where “another directory” is: this machine, or a host (`--host` on the command line).
     const host = h('select', { name: 'host', 'aria-label': 'Machine' }, h('option', { value: '' }, 'this machine'),
@@ -1705,7 +1716,7 @@ async function newAgentDialog(workspaceId = null) {
     const mode = h('input', { name: 'mode', placeholder: 'default', 'aria-label': 'Mode' });
     const model = h('input', { name: 'model', placeholder: 'provider default', 'aria-label': 'Model' });
     const effort = h('input', { name: 'effort', placeholder: 'provider default', 'aria-label': 'Reasoning effort', title: 'Such as low, medium, high, where the agent offers it' });
-    const prompt = h('textarea', { name: 'prompt', rows: '4', 'aria-label': 'First prompt' });
+    const prompt = h('textarea', { name: 'prompt', rows: '4', 'aria-label': 'First prompt', placeholder: 'Ctrl+Enter creates the agent' });
     const autoArchive = h('input', { type: 'checkbox', name: 'autoArchive' });
     const policy = h('select', { name: 'permissionPolicy', 'aria-label': 'Permissions' }, h('option', { value: 'ask' }, 'ask me'), h('option', { value: 'allow' }, 'allow everything'));
     const budgetTokens = h('input', { name: 'budgetTokens', type: 'number', min: '1', step: '1', placeholder: 'no limit', 'aria-label': 'Budget in tokens' });

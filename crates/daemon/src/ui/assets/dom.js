@@ -133,6 +133,13 @@ export function modal(label, build, { className = '' } = {}) {
     // The page behind a modal dialog is inert, but Tab may still leave for the browser's own
     // controls: keep it cycling through the dialog.
     dialog.addEventListener('keydown', (e) => {
+      // Ctrl+Enter (⌘+Enter) submits the dialog's form from anywhere in it, a multi-line
+      // field included, as Enter does from a one-line field.
+      if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+        const form = e.target instanceof Element ? e.target.closest('form') : null;
+        if (form) { e.preventDefault(); form.requestSubmit(); }
+        return;
+      }
       if (e.key !== 'Tab') return;
       /** @type {NodeListOf<HTMLElement & {disabled?: boolean}>} */
       const focusable = dialog.querySelectorAll('button, input, select, textarea, summary, [href], [tabindex]:not([tabindex="-1"])');
