@@ -818,15 +818,16 @@ const scenarios = {
     if (own.value !== A.worktree) fail(`the worktree's own + offers ${own.value}, not ${A.worktree}`);
   },
 
-  // A turn that has sent nothing for 30 s says so in its pane, and goes when the turn ends; a
-  // turn waiting for your permission answer is not the agent being quiet.
+  // A turn that has sent nothing for 30 s (before the page opened: the silence counts from its
+  // last item) says so in its pane, and the note goes when the turn ends; a turn waiting for
+  // your permission answer is not the agent being quiet.
   async quiet() {
     const page = await open();
     await ready(page);
     await openAgent(page, A.asker);
     await openAgent(page, A.sleeper);
     const note = page.locator(`${pane(A.sleeper)} .quiet-note:not([hidden])`);
-    await note.waitFor({ timeout: 45000 });
+    await note.waitFor({ timeout: 5000 });
     const text = await note.innerText();
     if (!/^Nothing from the agent for 3\d s: its turn still runs\./.test(text)) fail(`the quiet note says ${JSON.stringify(text)}`);
     await shot(page, 'quiet');

@@ -547,7 +547,7 @@ setInterval(() => {
   for (const pane of S.panes.values()) {
     const a = S.agents.get(pane.id);
     const quiet = Date.now() - pane.heardAt;
-    const show = Boolean(a && a.status === 'running' && a.attentionReason !== 'permission' && quiet >= QUIET_MS);
+    const show = Boolean(pane.loaded && a && a.status === 'running' && a.attentionReason !== 'permission' && quiet >= QUIET_MS);
     const text = show ? `Nothing from the agent for ${quiet < 60000 ? `${Math.floor(quiet / 1000)} s` : `${Math.floor(quiet / 60000)} min`}: its turn still runs. An agent retrying its model API (after a refused key or a rate limit) says nothing meanwhile; Stop cancels the turn.` : '';
     if (text === (pane.quietText ?? '')) continue;
     pane.quietText = text;
@@ -920,7 +920,8 @@ function makePane(a) {
   pane.archivedEl = h('div', { class: 'pane-note archived-note', role: 'status', hidden: true });
   pane.droppedEl = h('div', { class: 'pane-note dropped-note', role: 'status', hidden: true });
   pane.quietEl = h('div', { class: 'pane-note quiet-note', role: 'status', hidden: true });
-  pane.heardAt = Date.now();
+  // When the agent last said something, as far as this page knows (0 until its timeline loads).
+  pane.heardAt = 0;
   if (keptArchived.delete(id)) pane.archivedElsewhere = true;
   pane.input = h('textarea', {
     class: 'composer-input', rows: '2', 'aria-label': 'Message', placeholder: 'Message (Enter sends; Shift+Enter for a new line)',
@@ -961,6 +962,9 @@ async function loadPane(pane) {
     learn(p.info);
     const items = /** @type {import('./protocol.gen.js').AgentUpdate[]} */ (p.updates).map((u) => u.notification.item);
     pane.view.reset(items, p.hasOlder);
+    // A silence counts from the agent's last item, not from opening its pane.
+    const last = items.length ? Date.parse(items[items.length - 1].at) : NaN;
+    pane.heardAt = Math.max(pane.heardAt, Number.isNaN(last) ? Date.now() : Math.min(last, Date.now()));
     settleQueued(pane.id, items);
     pane.loaded = true;
     // A failed start's kept messages are read again (`renderStartCard`).
