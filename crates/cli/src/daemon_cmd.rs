@@ -222,6 +222,7 @@ fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
     };
     let raw = i32::try_from(info.pid).context("the pid in daemon.json is out of range")?;
     let pid = nix::unistd::Pid::from_raw(raw);
+    let cut_off = turns_running(home);
     match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
         Ok(()) => {}
         Err(nix::errno::Errno::ESRCH) => {
@@ -245,7 +246,62 @@ fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(25));
     }
     eprintln!("drover: daemon stopped (pid {})", info.pid);
+    if !cut_off.is_empty() {
+        eprintln!(
+            "drover: it cut off {} turn(s); each waits with attention `interrupted`, and a \
+             permission it asked is cancelled:\n{}\n  to go on with one: drover send ID \"continue\"",
+            cut_off.len(),
+            cut_off.join("\n")
+        );
+    }
     Ok(())
+}
+
+/// The agents running a turn, one line each (`  1a2b3c4d  fixer, waiting for your permission`),
+/// as the daemon lists them; none when it does not answer within 2 s.
+fn turns_running(home: &Path) -> Vec<String> {
+    let endpoint = crate::client::Endpoint {
+        home: home.to_path_buf(),
+        url: None,
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return Vec::new();
+    };
+    let agents = runtime.block_on(async {
+        let opened = tokio::time::timeout(
+            Duration::from_secs(2),
+            crate::client::Connection::open(&endpoint, false),
+        )
+        .await;
+        match opened {
+            Ok(Ok((connection, state))) => {
+                connection.close().await;
+                state.agents
+            }
+            _ => Vec::new(),
+        }
+    });
+    let short = crate::resolve::ShortIds::new(&agents);
+    let mut lines: Vec<(String, String)> = agents
+        .iter()
+        .filter(|a| a.status == drover_protocol::AgentStatus::Running)
+        .map(|a| {
+            let mut line = format!("  {}", short.get(&a.id));
+            if let Some(title) = &a.title {
+                line.push_str("  ");
+                line.push_str(title);
+            }
+            if a.attention_reason == Some(drover_protocol::AttentionReason::Permission) {
+                line.push_str(" (waiting for your permission)");
+            }
+            (a.id.clone(), line)
+        })
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, line)| line).collect()
 }
 
 /// `drover daemon status`: exit code 0 when running, 3 when not.

@@ -96,6 +96,32 @@ fn when_of(add: &ScheduleAdd) -> Result<ScheduleWhen, CliError> {
 }
 
 /// `2026-12-24 09:00:00 (in 29m)` in local time, or `-` when there is no next run.
+/// The daemon's description of when it fires, a one-off's time in local time as the next
+/// run is (`once at 2026-12-06 12:56:58`; the daemon writes it in UTC).
+fn fires(schedule: &ScheduleInfo) -> String {
+    let once_at = (schedule
+        .cadence
+        .get("kind")
+        .and_then(serde_json::Value::as_str)
+        == Some("once"))
+    .then(|| {
+        schedule
+            .cadence
+            .get("at")
+            .and_then(serde_json::Value::as_str)
+    })
+    .flatten()
+    .and_then(|at| at.parse::<Timestamp>().ok());
+    match once_at {
+        Some(at) => format!(
+            "once at {}",
+            at.to_zoned_datetime(TimeZone::system())
+                .strftime("%Y-%m-%d %H:%M:%S")
+        ),
+        None => schedule.description.clone(),
+    }
+}
+
 pub(crate) fn next_run(at: Option<&str>, now: Timestamp) -> String {
     at.map_or_else(|| "-".to_string(), |at| output::when_ahead(at, now))
 }
@@ -151,7 +177,7 @@ async fn add(ctx: &Ctx, add: Box<ScheduleAdd>) -> anyhow::Result<()> {
     outln!(
         "scheduled {}: {}, next run {}",
         schedule.id,
-        schedule.description,
+        fires(&schedule),
         next_run(schedule.next_run_at.as_deref(), Timestamp::now())
     );
     Ok(())
@@ -209,7 +235,7 @@ fn table(schedules: &[ScheduleInfo], agents: &[AgentInfo]) -> Table {
         table.row(vec![
             (s.id.clone(), Paint::Bold),
             state,
-            (s.description.clone(), Paint::Plain),
+            (fires(s), Paint::Plain),
             (next_run(s.next_run_at.as_deref(), now), Paint::Plain),
             (target, Paint::Plain),
             last,

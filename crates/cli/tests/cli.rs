@@ -2044,6 +2044,44 @@ fn daemon_start_status_stop() {
 }
 
 #[test]
+fn daemon_stop_names_the_turns_it_cuts_off_and_the_permissions_they_asked() {
+    let fx = Fixture::new();
+    let started = fx.drover(&["daemon", "start", "--listen", "127.0.0.1:0"]);
+    let _guard = StopOnDrop(&fx);
+    assert_eq!(started.code, 0, "{}", started.transcript());
+    let busy = fx.spawn_agent(&["--title", "busy"], "sleep 20000");
+    let asking = fx.spawn_agent(&["--title", "asking"], "permission deploy");
+    let idle = fx.spawn_agent(&["--title", "resting"], "say done");
+    fx.drover(&["wait", &idle, "--timeout", "20"]).ok();
+    fx.wait_status(&busy, "running");
+    let deadline = Instant::now() + WAIT;
+    while fx.info(&asking)["attentionReason"] != "permission" {
+        assert!(Instant::now() < deadline, "{}", fx.info(&asking));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped = fx.drover(&["daemon", "stop"]).ok();
+    let short = |id: &str| id.replace('-', "")[24..].to_string();
+    assert!(
+        stopped.stderr.contains(
+            "it cut off 2 turn(s); each waits with attention `interrupted`, and a permission it \
+             asked is cancelled:"
+        ) && stopped
+            .stderr
+            .contains(&format!("  {}  busy\n", short(&busy)))
+            && stopped.stderr.contains(&format!(
+                "  {}  asking (waiting for your permission)\n",
+                short(&asking)
+            ))
+            && stopped
+                .stderr
+                .ends_with("  to go on with one: drover send ID \"continue\"\n")
+            && !stopped.stderr.contains("resting"),
+        "{}",
+        stopped.stderr
+    );
+}
+
+#[test]
 fn daemon_start_keeps_the_log_format_for_the_daemon_it_detaches() {
     let fx = Fixture::new();
     let started = fx.drover(&[

@@ -818,6 +818,24 @@ const scenarios = {
     if (own.value !== A.worktree) fail(`the worktree's own + offers ${own.value}, not ${A.worktree}`);
   },
 
+  // A turn that has sent nothing for 30 s (before the page opened: the silence counts from its
+  // last item) says so in its pane, and the note goes when the turn ends; a turn waiting for
+  // your permission answer is not the agent being quiet.
+  async quiet() {
+    const page = await open();
+    await ready(page);
+    await openAgent(page, A.asker);
+    await openAgent(page, A.sleeper);
+    const note = page.locator(`${pane(A.sleeper)} .quiet-note:not([hidden])`);
+    await note.waitFor({ timeout: 5000 });
+    const text = await note.innerText();
+    if (!/^Nothing from the agent for 3\d s: its turn still runs\./.test(text)) fail(`the quiet note says ${JSON.stringify(text)}`);
+    await shot(page, 'quiet');
+    if (await page.locator(`${pane(A.asker)} .quiet-note:not([hidden])`).count()) fail('a turn waiting for a permission answer was called quiet');
+    await page.click(`${pane(A.sleeper)} button:has-text("Stop")`);
+    await gone(page, `${pane(A.sleeper)} .quiet-note:not([hidden])`);
+  },
+
   // An agent waiting for a sign-in: the sidebar says so; its pane shows one way per method
   // and its kept prompt as not delivered. A wrong key is refused in the card's own words; the
   // right one signs in, the field clears, the card goes on both browsers and the prompt runs.

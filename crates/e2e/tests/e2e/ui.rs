@@ -923,6 +923,31 @@ async fn idle_agent_in(client: &mut Client, cwd: &Path, title: &str) -> String {
 }
 
 #[tokio::test]
+async fn a_turn_silent_for_30_seconds_says_so_in_its_pane_but_not_one_asking_permission() {
+    let (daemon, mut client) = TestDaemon::start_with_client().await;
+    let sleeper = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "sleeper", "prompt": "sleep 120000"}),
+    )
+    .await;
+    let silent_since = std::time::Instant::now();
+    let asker = create(
+        &mut client,
+        json!({"cwd": daemon.cwd(), "title": "asker", "prompt": "permission deploy"}),
+    )
+    .await;
+    wait_permission(&mut client, &asker, "the permission request").await;
+    // 30 s of silence before any page opens, without holding the browser.
+    tokio::time::sleep_until((silent_since + Duration::from_secs(31)).into()).await;
+    Scenario::run(
+        "quiet",
+        &daemon,
+        json!({"sleeper": sleeper, "asker": asker}),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn the_demo_provider_tours_streaming_a_permission_a_subagent_and_a_job() {
     // The demo preset runs the drover binary, which this crate does not build: the scripted
     // agent in demo mode stands in for it, under the preset's name and label.
