@@ -816,6 +816,13 @@ fn archive_refuses_running_work_and_stop_archives_anyway() {
     assert_eq!(archived.code, 0);
     let ls = fx.drover(&["ls"]).ok();
     assert!(ls.stdout.is_empty(), "{}", ls.stdout);
+    // The archive answers once it is written; the runtime it stops closes after (docs:
+    // lifecycle.md), and `ls --all` shows it cold then.
+    let deadline = Instant::now() + WAIT;
+    while fx.info(&id)["runtime"]["state"] != "cold" {
+        assert!(Instant::now() < deadline, "{id}'s runtime never closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let all = fx.drover(&["ls", "--all"]).ok();
     snapshot!("ls_all_archived", fx.redact(&all.transcript()));
 
