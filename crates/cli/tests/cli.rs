@@ -968,16 +968,29 @@ fn a_terminal_login_ends_what_its_command_left_but_the_browser() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    // Each one left: pid, parent, group, command line (for a failure to say what it was).
+    let described: Vec<String> = left
+        .iter()
+        .filter_map(|&pid| drover_testkit::procs::Process::read(pid))
+        .map(|p| {
+            format!(
+                "{} (ppid {}, pgrp {}) {}",
+                p.pid,
+                p.ppid,
+                p.pgrp,
+                p.command_line()
+            )
+        })
+        .collect();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(browser),
         nix::sys::signal::Signal::SIGKILL,
     );
-    let commands: Vec<String> = left
-        .iter()
-        .filter_map(|&pid| drover_testkit::procs::Process::read(pid))
-        .map(|p| p.command_line())
-        .collect();
-    assert_eq!(left, [browser], "only the browser is left: {commands:?}");
+    assert_eq!(
+        left,
+        [browser],
+        "only the browser ({browser}) is left: {described:?}"
+    );
 }
 
 /// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
