@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{Fixture, WAIT, idle, new_agent, read_json, running, write_json};
 use drover_core::{
-    AgentStatus, CreatedWorktree, NewAgent, Registry, RegistryError, Workspace, WorkspaceKind,
-    WorktreeError, WorktreeOptions,
+    AgentStatus, ArchiveOptions, CreatedWorktree, NewAgent, Registry, RegistryError, Workspace,
+    WorkspaceKind, WorktreeError, WorktreeOptions,
 };
 use drover_testkit::RuntimeCall;
 use tempfile::TempDir;
@@ -475,6 +475,62 @@ async fn concurrent_creations_get_unique_names_folders_and_branches_or_are_refus
     }
     assert_eq!(repo.worktrees().len(), 6);
     assert_eq!(fx.registry.workspaces().len(), 5);
+}
+
+/// A free worktree that several agents ask for by name at once goes to one of them, as it is;
+/// the others are refused as for a worktree in use, naming the agent that got it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_named_worktree_goes_to_one_of_the_agents_asking_for_it_at_once() {
+    let repo = Repo::new();
+    let fx = Fixture::new();
+    let (first, made) = fx
+        .registry
+        .create_agent_in_worktree(new_agent(&repo.root), repo.root.clone(), named("shared"))
+        .await
+        .expect("first");
+    assert!(!made.reused);
+    fx.registry
+        .archive(
+            first.id,
+            ArchiveOptions {
+                stop_activity: true,
+            },
+        )
+        .await
+        .expect("archive");
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let reg = fx.registry.clone();
+        let root = repo.root.clone();
+        tasks.push(tokio::spawn(async move {
+            reg.create_agent_in_worktree(new_agent(&root), root.clone(), named("shared"))
+                .await
+        }));
+    }
+    let mut reused = Vec::new();
+    let mut refused = Vec::new();
+    for task in tasks {
+        match task.await.expect("join") {
+            Ok(created) => reused.push(created),
+            Err(e) => refused.push(e),
+        }
+    }
+    assert_eq!(reused.len(), 1, "{refused:?}");
+    let (agent, worktree) = &reused[0];
+    assert!(worktree.reused);
+    assert_eq!(worktree.workspace.id, made.workspace.id);
+    assert_eq!(agent.cwd, made.workspace.path);
+    assert_eq!(refused.len(), 5);
+    for e in &refused {
+        assert!(
+            e.to_string().contains(&format!(
+                "worktree `shared` is in use by agent {}",
+                agent.id
+            )),
+            "{e}"
+        );
+    }
+    assert_eq!(repo.worktrees().len(), 2);
 }
 
 // ---- agents and archive ---------------------------------------------------------------------

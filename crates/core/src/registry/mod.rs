@@ -1026,6 +1026,11 @@ impl Inner {
             None => existing_dir(&new.cwd),
         };
         let _w = lock(&self.writer);
+        if matches!(home, Home::ReusedWorktree)
+            && let Some(id) = new.workspace_id
+        {
+            self.check_worktree_free(&self.workspace(id)?)?;
+        }
         let cwd = match cwd.and_then(|cwd| self.check_new_agent(&new).map(|()| cwd)) {
             Ok(cwd) => cwd,
             Err(e) => {

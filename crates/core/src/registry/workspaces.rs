@@ -279,7 +279,7 @@ impl Registry {
 }
 
 impl Inner {
-    fn workspace(&self, id: WorkspaceId) -> Result<Workspace, RegistryError> {
+    pub(super) fn workspace(&self, id: WorkspaceId) -> Result<Workspace, RegistryError> {
         read(&self.state)
             .workspaces
             .get(&id)
@@ -429,27 +429,7 @@ impl Inner {
                 ws.path.display()
             )));
         };
-        let holder = read(&self.state)
-            .agents
-            .values()
-            .filter(|a| a.workspace_id == ws.id && !a.is_archived())
-            .min_by_key(|a| a.id)
-            .cloned();
-        if let Some(holder) = holder {
-            let title = holder
-                .title
-                .as_deref()
-                .map(|t| format!(" (`{t}`)"))
-                .unwrap_or_default();
-            return Err(taken(format!(
-                "worktree `{}` is in use by agent {}{title}: name another worktree, or start \
-                 the agent beside it in that folder (`cwd` `{}` without `worktree`; `drover run \
-                 --cwd`)",
-                ws.name,
-                holder.id,
-                ws.path.display()
-            )));
-        }
+        self.check_worktree_free(&ws)?;
         if let Some(branch) = options.branch.as_deref()
             && branch != info.branch
         {
@@ -479,6 +459,37 @@ impl Inner {
                 setup: Vec::new(),
                 reused: true,
             },
+        ))
+    }
+
+    /// Refuses a worktree a live (unarchived) agent works in, naming it and what to do. Checked
+    /// before, and again under the writer lock as the reusing agent is recorded, so that of two
+    /// agents asking at once for one free worktree only one gets it.
+    pub(super) fn check_worktree_free(&self, ws: &Workspace) -> Result<(), RegistryError> {
+        let holder = read(&self.state)
+            .agents
+            .values()
+            .filter(|a| a.workspace_id == ws.id && !a.is_archived())
+            .min_by_key(|a| a.id)
+            .cloned();
+        let Some(holder) = holder else {
+            return Ok(());
+        };
+        let title = holder
+            .title
+            .as_deref()
+            .map(|t| format!(" (`{t}`)"))
+            .unwrap_or_default();
+        Err(RegistryError::invalid(
+            "name",
+            format!(
+                "worktree `{}` is in use by agent {}{title}: name another worktree, or start \
+                 the agent beside it in that folder (`cwd` `{}` without `worktree`; `drover run \
+                 --cwd`)",
+                ws.name,
+                holder.id,
+                ws.path.display()
+            ),
         ))
     }
 
