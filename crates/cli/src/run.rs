@@ -78,7 +78,19 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
         .request(create_message(&args, provider, &cwd, parent))
         .await
         .map_err(demo_hint)?;
-    let answers::AgentCreated { agent, .. } = answer.into_answer().map_err(|m| unexpected(&m))?;
+    let answers::AgentCreated {
+        agent,
+        reused_worktree,
+        ..
+    } = answer.into_answer().map_err(|m| unexpected(&m))?;
+    if reused_worktree {
+        // Said even with --detach (on stderr): the agent did not get a fresh checkout.
+        eprintln!(
+            "-- the worktree {} existed (no live agent in it): reused as it is, with its branch \
+             and uncommitted work",
+            agent.cwd
+        );
+    }
     if args.detach {
         if args.json {
             print_json(&agent)?;
@@ -90,7 +102,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<()> {
     }
     agents.push(agent.clone());
     let name = ShortIds::new(&agents).get(&agent.id).to_string();
-    if args.worktree.is_some() {
+    if args.worktree.is_some() && !reused_worktree {
         eprintln!("-- {name} works in the new worktree {}", agent.cwd);
     }
     let started = Instant::now();

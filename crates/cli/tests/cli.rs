@@ -1211,16 +1211,29 @@ fn a_terminal_login_ends_what_its_command_left_but_the_browser() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    // Each one left: pid, parent, group, command line (for a failure to say what it was).
+    let described: Vec<String> = left
+        .iter()
+        .filter_map(|&pid| drover_testkit::procs::Process::read(pid))
+        .map(|p| {
+            format!(
+                "{} (ppid {}, pgrp {}) {}",
+                p.pid,
+                p.ppid,
+                p.pgrp,
+                p.command_line()
+            )
+        })
+        .collect();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(browser),
         nix::sys::signal::Signal::SIGKILL,
     );
-    let commands: Vec<String> = left
-        .iter()
-        .filter_map(|&pid| drover_testkit::procs::Process::read(pid))
-        .map(|p| p.command_line())
-        .collect();
-    assert_eq!(left, [browser], "only the browser is left: {commands:?}");
+    assert_eq!(
+        left,
+        [browser],
+        "only the browser ({browser}) is left: {described:?}"
+    );
 }
 
 /// The processes carrying `DROVER_LOGIN_PROBE=<probe>`, once none is left or after `WAIT`.
@@ -1713,6 +1726,54 @@ fn run_in_a_new_worktree() {
 
     // --base needs --worktree.
     assert_eq!(fx.drover(&["run", "--base", "main", "say x"]).code, 2);
+}
+
+// `--worktree NAME` when the project's worktree NAME exists: held by a live agent it is
+// refused, naming that agent and what to do; free (its agent archived, its work left in it) it
+// is the new agent's, as it is; never a second worktree `NAME-2`.
+#[test]
+fn run_in_a_worktree_that_exists_refuses_it_while_held_and_reuses_it_when_free() {
+    let fx = Fixture::start();
+    let repo = repository(&fx);
+    let repo_arg = repo.display().to_string();
+    let first = fx.spawn_agent(
+        &["--cwd", &repo_arg, "--worktree", "fix", "--title", "fixer"],
+        "say first",
+    );
+    fx.drover(&["wait", &first]).ok();
+    let path = fx.home().join("worktrees/repo/fix");
+    let second_folder = fx.home().join("worktrees/repo/fix-2");
+
+    let refused = fx.drover(&["run", "--cwd", &repo_arg, "--worktree", "fix", "say second"]);
+    assert_eq!(refused.code, 5, "{}", refused.transcript());
+    assert!(
+        refused.stderr.contains("worktree `fix` is in use by agent")
+            && refused.stderr.contains("(`fixer`)")
+            && refused.stderr.contains("name another worktree"),
+        "{}",
+        refused.transcript()
+    );
+    assert!(!second_folder.exists());
+
+    // The first agent leaves work it did not commit, and is archived; the worktree stays.
+    std::fs::write(path.join("wip.txt"), "not committed\n").expect("wip");
+    fx.drover(&["archive", &first]).ok();
+    let reused = fx.drover(&["run", "--cwd", &repo_arg, "--worktree", "fix", "cwd"]);
+    assert_eq!(reused.code, 0, "{}", reused.transcript());
+    assert_eq!(reused.stdout.trim(), path.display().to_string());
+    assert!(
+        reused
+            .stderr
+            .contains("reused as it is, with its branch and uncommitted work"),
+        "{}",
+        reused.transcript()
+    );
+    assert!(path.join("wip.txt").exists());
+    assert!(!second_folder.exists());
+    let ls = fx.drover(&["worktree", "ls", "--json"]).ok().json();
+    let listed = ls.as_array().expect("array");
+    assert_eq!(listed.len(), 1, "{ls}");
+    assert_eq!(listed[0]["worktree"]["branch"], "drover/fix", "{ls}");
 }
 
 #[test]

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{Fixture, WAIT, idle, new_agent, read_json, running, write_json};
 use drover_core::{
-    AgentStatus, CreatedWorktree, NewAgent, Registry, RegistryError, Workspace, WorkspaceKind,
-    WorktreeError, WorktreeOptions,
+    AgentStatus, ArchiveOptions, CreatedWorktree, NewAgent, Registry, RegistryError, Workspace,
+    WorkspaceKind, WorktreeError, WorktreeOptions,
 };
 use drover_testkit::RuntimeCall;
 use tempfile::TempDir;
@@ -432,7 +432,7 @@ async fn bad_sources_bases_branches_and_project_files_are_refused_by_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_creations_get_unique_names_folders_and_branches() {
+async fn concurrent_creations_get_unique_names_folders_and_branches_or_are_refused() {
     let repo = Repo::new();
     let fx = Fixture::new();
     let mut tasks = Vec::new();
@@ -452,20 +452,85 @@ async fn concurrent_creations_get_unique_names_folders_and_branches() {
     let mut names = BTreeSet::new();
     let mut paths = BTreeSet::new();
     let mut branches = BTreeSet::new();
+    let mut refused = Vec::new();
     for task in tasks {
-        let created = task.await.expect("join").expect("create");
-        let ws = created.workspace;
+        let ws = match task.await.expect("join") {
+            Ok(created) => created.workspace,
+            Err(e) => {
+                refused.push(e);
+                continue;
+            }
+        };
         names.insert(ws.name.clone());
         paths.insert(ws.path.clone());
         branches.insert(ws.worktree.expect("info").branch);
     }
-    assert_eq!((names.len(), paths.len(), branches.len()), (12, 12, 12));
-    for n in 2..=8 {
-        assert!(names.contains(&format!("same-{n}")), "{names:?}");
-    }
+    // One of the eight gets `same`; the others are refused (never `same-2`, a worktree they
+    // did not name), saying the name is taken.
+    assert_eq!((names.len(), paths.len(), branches.len()), (5, 5, 5));
     assert!(names.contains("same"));
-    assert_eq!(repo.worktrees().len(), 13);
-    assert_eq!(fx.registry.workspaces().len(), 12);
+    assert_eq!(refused.len(), 7, "{refused:?}");
+    for e in &refused {
+        assert_eq!(e.code(), "invalid_input", "{e}");
+    }
+    assert_eq!(repo.worktrees().len(), 6);
+    assert_eq!(fx.registry.workspaces().len(), 5);
+}
+
+/// A free worktree that several agents ask for by name at once goes to one of them, as it is;
+/// the others are refused as for a worktree in use, naming the agent that got it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_named_worktree_goes_to_one_of_the_agents_asking_for_it_at_once() {
+    let repo = Repo::new();
+    let fx = Fixture::new();
+    let (first, made) = fx
+        .registry
+        .create_agent_in_worktree(new_agent(&repo.root), repo.root.clone(), named("shared"))
+        .await
+        .expect("first");
+    assert!(!made.reused);
+    fx.registry
+        .archive(
+            first.id,
+            ArchiveOptions {
+                stop_activity: true,
+            },
+        )
+        .await
+        .expect("archive");
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let reg = fx.registry.clone();
+        let root = repo.root.clone();
+        tasks.push(tokio::spawn(async move {
+            reg.create_agent_in_worktree(new_agent(&root), root.clone(), named("shared"))
+                .await
+        }));
+    }
+    let mut reused = Vec::new();
+    let mut refused = Vec::new();
+    for task in tasks {
+        match task.await.expect("join") {
+            Ok(created) => reused.push(created),
+            Err(e) => refused.push(e),
+        }
+    }
+    assert_eq!(reused.len(), 1, "{refused:?}");
+    let (agent, worktree) = &reused[0];
+    assert!(worktree.reused);
+    assert_eq!(worktree.workspace.id, made.workspace.id);
+    assert_eq!(agent.cwd, made.workspace.path);
+    assert_eq!(refused.len(), 5);
+    for e in &refused {
+        assert!(
+            e.to_string().contains(&format!(
+                "worktree `shared` is in use by agent {}",
+                agent.id
+            )),
+            "{e}"
+        );
+    }
+    assert_eq!(repo.worktrees().len(), 2);
 }
 
 // ---- agents and archive ---------------------------------------------------------------------
@@ -694,12 +759,17 @@ async fn forced_archive_runs_teardown_removes_the_worktree_keeps_unmerged_commit
     let again = reg.archive_workspace(ws.id, false).await.expect("again");
     assert!(again.already_archived && again.agents.is_empty());
 
-    // The name is free again, and the kept branch is not reused.
-    let next = create(reg, &repo, named("forced")).await.workspace;
-    assert_eq!(next.name, "forced-2");
-    assert_eq!(
-        next.worktree.map(|w| w.branch).as_deref(),
-        Some("drover/forced-2")
+    // The folder is free again, but the kept branch is not reused, nor replaced by another
+    // name: the name is refused, saying why.
+    let err = reg
+        .create_worktree_workspace(repo.root.clone(), named("forced"))
+        .await
+        .expect_err("its branch is kept");
+    assert_eq!(err.code(), "invalid_input");
+    assert!(
+        err.to_string()
+            .contains("branch `drover/forced` exists already"),
+        "{err}"
     );
 }
 
@@ -762,19 +832,24 @@ async fn a_vanished_worktree_is_reported_once_and_archives_without_git_errors() 
     // At boot it is reported, not retried.
     let report = fx.restart();
     assert_eq!(report.missing_worktrees, [ws.id]);
-    // Its folder stays its workspace's: a new worktree of that name goes elsewhere.
-    let other = create(
-        &fx.registry,
-        &repo,
-        WorktreeOptions {
-            name: Some("gone".to_string()),
-            branch: Some("other/gone".to_string()),
-            ..WorktreeOptions::default()
-        },
-    )
-    .await
-    .workspace;
-    assert_eq!(other.name, "gone-2");
+    // Its folder stays its workspace's: a new worktree of that name is refused, naming it.
+    let err = fx
+        .registry
+        .create_worktree_workspace(
+            repo.root.clone(),
+            WorktreeOptions {
+                name: Some("gone".to_string()),
+                branch: Some("other/gone".to_string()),
+                ..WorktreeOptions::default()
+            },
+        )
+        .await
+        .expect_err("the name is its workspace's");
+    assert!(
+        err.to_string()
+            .contains("worktree `gone` of this project exists already"),
+        "{err}"
+    );
     assert!(!ws.path.exists());
 
     // Archive prunes it from git: no teardown in a folder that is gone, no refusal.

@@ -137,6 +137,11 @@ pub struct TimelinePage {
 #[serde(rename_all = "camelCase")]
 pub struct AgentCreated {
     pub agent: AgentInfo,
+    /// The `worktree: {name}` asked for was the worktree of that name drover made earlier for
+    /// the project, free (no live agent in it): the agent works in it as it is (its branch,
+    /// its uncommitted work), nothing was made. Absent (false) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reused_worktree: bool,
 }
 
 /// `message_queued`.

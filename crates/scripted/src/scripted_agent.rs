@@ -2352,7 +2352,9 @@ fn spawn_detached(label: &str, command: &mut tokio::process::Command) -> String 
 
 /// `SCRIPTED_AGENT_LOGIN_BROWSER`: `sleep 1000` started through a shell that exits at once, in
 /// a session of its own (a browser `xdg-open` started: no longer the agent's descendant); its
-/// pid written to `pid_file`.
+/// pid written to `pid_file` once it is in that session (as `xdg-open` returns once the
+/// browser runs: until then it is still in the agent's group, which a sign-in that ends at
+/// once would end with it).
 fn open_browser(pid_file: &Path) {
     let started = std::process::Command::new("sh")
         .args([
@@ -2364,12 +2366,27 @@ fn open_browser(pid_file: &Path) {
         .output();
     match started {
         Ok(out) => {
-            if let Err(e) = std::fs::write(pid_file, String::from_utf8_lossy(&out.stdout).trim()) {
+            let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            for _ in 0..500 {
+                if session_of(&pid).is_none_or(|session| session == pid) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if let Err(e) = std::fs::write(pid_file, &pid) {
                 log(format!("cannot write the browser's pid: {e}"));
             }
         }
         Err(e) => log(format!("cannot open the browser: {e}")),
     }
+}
+
+/// The session id of process `pid` (`/proc/<pid>/stat`), if it exists.
+fn session_of(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid pgrp session …; comm may hold spaces and parentheses.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(3).map(str::to_string)
 }
 
 /// `spawn-escapee`: `sleep 1000` started through a shell that exits at once, in a session of

@@ -110,6 +110,9 @@ enum Home<'a> {
     NewWorkspace,
     /// The worktree just made for it.
     Worktree(&'a worktree::Created),
+    /// A worktree drover made earlier, given to it as it is (`NewAgent::workspace_id`): in
+    /// it as in [`Home::Existing`], labelled as in [`Home::Worktree`].
+    ReusedWorktree,
 }
 
 /// A cheap, cloneable handle on the registry.
@@ -1016,13 +1019,18 @@ impl Inner {
     fn create_agent(&self, new: NewAgent, home: Home<'_>) -> Result<Agent, RegistryError> {
         let made = match home {
             Home::Worktree(made) => Some(made),
-            Home::Existing | Home::NewWorkspace => None,
+            Home::Existing | Home::NewWorkspace | Home::ReusedWorktree => None,
         };
         let cwd = match made {
             Some(made) => Ok(made.path.clone()),
             None => existing_dir(&new.cwd),
         };
         let _w = lock(&self.writer);
+        if matches!(home, Home::ReusedWorktree)
+            && let Some(id) = new.workspace_id
+        {
+            self.check_worktree_free(&self.workspace(id)?)?;
+        }
         let cwd = match cwd.and_then(|cwd| self.check_new_agent(&new).map(|()| cwd)) {
             Ok(cwd) => cwd,
             Err(e) => {
@@ -1032,19 +1040,9 @@ impl Inner {
                 return Err(e);
             }
         };
+        let drover = drover_labels(&new, matches!(home, Home::ReusedWorktree))?;
         let mut labels = new.labels;
-        if let Some(parent) = new.parent {
-            labels.insert(PARENT_LABEL.to_string(), parent.to_string());
-        }
-        if let Some(upstream) = new.upstream {
-            labels.insert(UPSTREAM_LABEL.to_string(), upstream.to_string());
-        }
-        if !new.upstream_budgets.is_empty() {
-            labels.insert(
-                UPSTREAM_BUDGET_LABEL.to_string(),
-                upstream_budget_label(&new.upstream_budgets)?,
-            );
-        }
+        labels.extend(drover);
         let (workspace, registered) = {
             let state = read(&self.state);
             match (home, new.workspace_id) {
@@ -1054,17 +1052,19 @@ impl Inner {
                     labels.insert(CREATED_WORKSPACE_LABEL.to_string(), ws.id.to_string());
                     (ws, true)
                 }
-                (Home::Existing, Some(id)) => match state.workspaces.get(&id) {
-                    Some(ws) if ws.archived_at.is_none() => (ws.clone(), false),
-                    Some(_) => {
-                        return Err(RegistryError::invalid(
-                            "workspaceId",
-                            format!("workspace `{id}` is archived"),
-                        ));
+                (Home::Existing | Home::ReusedWorktree, Some(id)) => {
+                    match state.workspaces.get(&id) {
+                        Some(ws) if ws.archived_at.is_none() => (ws.clone(), false),
+                        Some(_) => {
+                            return Err(RegistryError::invalid(
+                                "workspaceId",
+                                format!("workspace `{id}` is archived"),
+                            ));
+                        }
+                        None => return Err(RegistryError::UnknownWorkspace(id.to_string())),
                     }
-                    None => return Err(RegistryError::UnknownWorkspace(id.to_string())),
-                },
-                (Home::Existing, None) => match state
+                }
+                (Home::Existing | Home::ReusedWorktree, None) => match state
                     .workspaces
                     .values()
                     .filter(|w| w.archived_at.is_none() && w.path == cwd)
@@ -1308,4 +1308,30 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// The value of [`UPSTREAM_BUDGET_LABEL`] for `budgets` (a JSON list).
 fn upstream_budget_label(budgets: &[crate::Budget]) -> Result<String, RegistryError> {
     serde_json::to_string(budgets).map_err(|e| RegistryError::invalid("budgets", e.to_string()))
+}
+
+/// The labels drover sets on a new agent (its parent, upstream and upstream budgets; for a
+/// reused worktree, the worktree as made for it), which `check_new_agent` keeps clients from
+/// setting.
+fn drover_labels(
+    new: &NewAgent,
+    reused_worktree: bool,
+) -> Result<BTreeMap<String, String>, RegistryError> {
+    let mut labels = BTreeMap::new();
+    if let Some(parent) = new.parent {
+        labels.insert(PARENT_LABEL.to_string(), parent.to_string());
+    }
+    if let Some(upstream) = new.upstream {
+        labels.insert(UPSTREAM_LABEL.to_string(), upstream.to_string());
+    }
+    if !new.upstream_budgets.is_empty() {
+        labels.insert(
+            UPSTREAM_BUDGET_LABEL.to_string(),
+            upstream_budget_label(&new.upstream_budgets)?,
+        );
+    }
+    if reused_worktree && let Some(id) = new.workspace_id {
+        labels.insert(CREATED_WORKSPACE_LABEL.to_string(), id.to_string());
+    }
+    Ok(labels)
 }

@@ -16,13 +16,17 @@ use crate::workspace::{Workspace, WorkspaceKind};
 use crate::worktree::WorktreeOptions;
 use crate::worktree::{self, CommandRun, WorktreeError, WorktreeRemoval, WorktreeStatusInfo};
 
-/// A worktree made by [`Registry::create_worktree_workspace`].
+/// A worktree made by [`Registry::create_worktree_workspace`], or the one an agent was given
+/// by [`Registry::create_agent_in_worktree`].
 #[derive(Debug, Clone)]
 pub struct CreatedWorktree {
-    /// The new `worktree` workspace; its `worktree` field says where it comes from.
+    /// The `worktree` workspace; its `worktree` field says where it comes from.
     pub workspace: Workspace,
-    /// The project file's setup commands as they ran, with their output.
+    /// The project file's setup commands as they ran, with their output (none when reused).
     pub setup: Vec<CommandRun>,
+    /// Not made: the worktree of that name drover made earlier for the project, which no
+    /// live agent held, with its branch and what it holds (uncommitted work too).
+    pub reused: bool,
 }
 
 /// What [`Registry::archive_workspace`] did.
@@ -81,6 +85,12 @@ impl Registry {
     /// ignored. Everything about the agent is checked before the worktree is made, and a
     /// worktree whose agent could not be recorded is removed again (folder, branch and
     /// workspace record): a failure leaves nothing behind.
+    ///
+    /// A name (`options.name`) that is the worktree drover made earlier for the same project
+    /// (an unarchived worktree workspace at that folder) is that worktree: when no live agent
+    /// works in it, the agent gets it, as it is (its branch, its uncommitted work; no setup
+    /// runs), `reused` in the answer; when one does, it is refused, naming that agent. Any
+    /// other taken name is refused too (see [`worktree::create`]).
     pub async fn create_agent_in_worktree(
         &self,
         new: NewAgent,
@@ -91,11 +101,21 @@ impl Registry {
             // Checked again with the record's write; checked here so that a bad request makes
             // no worktree at all.
             inner.check_new_agent(&new)?;
+            if let Some(existing) = inner.named_worktree(&source, &options)? {
+                return inner.reuse_worktree(new, existing, &options);
+            }
             let made = inner.make_worktree(&source, &options)?;
             let setup = made.setup.clone();
             let agent = inner.create_agent(new, Home::Worktree(&made))?;
             let workspace = inner.workspace(agent.workspace_id)?;
-            Ok((agent, CreatedWorktree { workspace, setup }))
+            Ok((
+                agent,
+                CreatedWorktree {
+                    workspace,
+                    setup,
+                    reused: false,
+                },
+            ))
         })
         .await
     }
@@ -112,6 +132,18 @@ impl Registry {
         options: WorktreeOptions,
     ) -> Result<CreatedWorktree, RegistryError> {
         self.blocking(move |inner| {
+            if let Some(existing) = inner.named_worktree(&source, &options)? {
+                return Err(RegistryError::invalid(
+                    "name",
+                    format!(
+                        "worktree `{}` of this project exists already (workspace {}, `{}`): \
+                         create agents in it with its folder as their `cwd`, or name another",
+                        existing.name,
+                        existing.id,
+                        existing.path.display()
+                    ),
+                ));
+            }
             let made = inner.make_worktree(&source, &options)?;
             let ws = worktree_workspace(&made);
             let written = {
@@ -137,6 +169,7 @@ impl Registry {
             Ok(CreatedWorktree {
                 workspace: ws,
                 setup: made.setup,
+                reused: false,
             })
         })
         .await
@@ -246,7 +279,7 @@ impl Registry {
 }
 
 impl Inner {
-    fn workspace(&self, id: WorkspaceId) -> Result<Workspace, RegistryError> {
+    pub(super) fn workspace(&self, id: WorkspaceId) -> Result<Workspace, RegistryError> {
         read(&self.state)
             .workspaces
             .get(&id)
@@ -353,6 +386,113 @@ impl Drop for Claim<'_> {
 impl Inner {
     /// Makes a git worktree of `source` under `$DROVER_HOME/worktrees`, with its setup run.
     /// Git and setup run outside the writer lock.
+    /// The unarchived workspace at the folder the worktree `options.name` of the checkout at
+    /// `source` has (see [`worktree::planned_path`]); `None` without a name or such a workspace.
+    fn named_worktree(
+        &self,
+        source: &Path,
+        options: &WorktreeOptions,
+    ) -> Result<Option<Workspace>, RegistryError> {
+        let Some(name) = options.name.as_deref() else {
+            return Ok(None);
+        };
+        let source = existing_dir(source).map_err(|e| match e {
+            RegistryError::InvalidInput { message, .. } => {
+                RegistryError::invalid("source", message)
+            }
+            e => e,
+        })?;
+        let root = self.store.home().join(WORKTREES_DIR);
+        let path = worktree::planned_path(&root, &source, name)?;
+        Ok(read(&self.state)
+            .workspaces
+            .values()
+            .find(|w| w.archived_at.is_none() && w.path == path)
+            .cloned())
+    }
+
+    /// Gives `new` the worktree `ws` drover made earlier (see
+    /// [`Registry::create_agent_in_worktree`]): refused while a live agent works in it, when
+    /// drover did not make it, when its folder vanished, or for another branch than its own.
+    fn reuse_worktree(
+        &self,
+        mut new: NewAgent,
+        ws: Workspace,
+        options: &WorktreeOptions,
+    ) -> Result<(Agent, CreatedWorktree), RegistryError> {
+        let taken = |why: String| RegistryError::invalid("name", why);
+        let Some(info) = &ws.worktree else {
+            return Err(taken(format!(
+                "the folder of worktree `{}` (`{}`) is a workspace drover did not make: name \
+                 another worktree",
+                ws.name,
+                ws.path.display()
+            )));
+        };
+        self.check_worktree_free(&ws)?;
+        if let Some(branch) = options.branch.as_deref()
+            && branch != info.branch
+        {
+            return Err(taken(format!(
+                "worktree `{}` exists on branch `{}`, not `{branch}`: name another worktree",
+                ws.name, info.branch
+            )));
+        }
+        if worktree::is_missing(&ws.path) {
+            return Err(taken(format!(
+                "the folder of worktree `{}` vanished (`{}`): archive its workspace {} to prune \
+                 it, or name another worktree",
+                ws.name,
+                ws.path.display(),
+                ws.id
+            )));
+        }
+        new.workspace_id = Some(ws.id);
+        new.cwd.clone_from(&ws.path);
+        let agent = self.create_agent(new, Home::ReusedWorktree)?;
+        tracing::info!(workspace = %ws.id, path = %ws.path.display(), branch = %info.branch,
+            "worktree reused");
+        Ok((
+            agent,
+            CreatedWorktree {
+                workspace: ws,
+                setup: Vec::new(),
+                reused: true,
+            },
+        ))
+    }
+
+    /// Refuses a worktree a live (unarchived) agent works in, naming it and what to do. Checked
+    /// before, and again under the writer lock as the reusing agent is recorded, so that of two
+    /// agents asking at once for one free worktree only one gets it.
+    pub(super) fn check_worktree_free(&self, ws: &Workspace) -> Result<(), RegistryError> {
+        let holder = read(&self.state)
+            .agents
+            .values()
+            .filter(|a| a.workspace_id == ws.id && !a.is_archived())
+            .min_by_key(|a| a.id)
+            .cloned();
+        let Some(holder) = holder else {
+            return Ok(());
+        };
+        let title = holder
+            .title
+            .as_deref()
+            .map(|t| format!(" (`{t}`)"))
+            .unwrap_or_default();
+        Err(RegistryError::invalid(
+            "name",
+            format!(
+                "worktree `{}` is in use by agent {}{title}: name another worktree, or start \
+                 the agent beside it in that folder (`cwd` `{}` without `worktree`; `drover run \
+                 --cwd`)",
+                ws.name,
+                holder.id,
+                ws.path.display()
+            ),
+        ))
+    }
+
     fn make_worktree(
         &self,
         source: &Path,

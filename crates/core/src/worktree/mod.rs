@@ -129,8 +129,7 @@ pub struct WorktreeInfo {
 /// What to make. Every field is optional.
 #[derive(Debug, Clone, Default)]
 pub struct WorktreeOptions {
-    /// The worktree's folder name (sanitized; suffixed `-2`, `-3`, ... when taken). Generated
-    /// when absent.
+    /// The worktree's folder name (sanitized; a taken one is refused). Generated when absent.
     pub name: Option<String>,
     /// The new branch; `drover/<name>` by default. It must not exist yet.
     pub branch: Option<String>,
@@ -291,10 +290,29 @@ fn resolve_source(source: &Path, base: Option<&str>) -> Result<Source, WorktreeE
     })
 }
 
+/// Where the worktree named `name` (sanitized) of the checkout at `source` is or would be:
+/// `root/<project>/<name>`, as [`create`] makes it (the project folder canonical when it
+/// exists, as the registry stores paths).
+pub fn planned_path(root: &Path, source: &Path, name: &str) -> Result<PathBuf, WorktreeError> {
+    let wanted = sanitize_name(name);
+    if wanted.is_empty() {
+        return Err(WorktreeError::invalid(
+            "name",
+            format!("`{name}` has nothing usable in a folder or branch name"),
+        ));
+    }
+    let src = resolve_source(source, None)?;
+    let project = root.join(&src.project);
+    let project = fs::canonicalize(&project).unwrap_or(project);
+    Ok(project.join(wanted))
+}
+
 /// Makes a worktree of the checkout at `source` under `root/<project>/<name>`, copies the
 /// project file's files into it and runs its setup. On any failure nothing is left behind: no
 /// folder, no branch, no worktree entry. A folder in `reserved` (one a workspace record still
-/// names, though it vanished) is never reused.
+/// names, though it vanished) is never reused. A generated name that is taken is tried again
+/// with another; a name the caller gave whose folder or branch is taken is refused, never
+/// replaced by another (`NAME-2` would be a second worktree the caller did not ask for).
 ///
 /// The same git processes as `git worktree add -b` (which runs `git branch` itself), plus one
 /// `git rev-parse` run alongside the `git branch`: the branch, created atomically by git, is
@@ -306,7 +324,7 @@ pub fn create<S: BuildHasher>(
     reserved: &HashSet<PathBuf, S>,
 ) -> Result<Created, WorktreeError> {
     let names = Names::new(options)?;
-    let first = names.candidate(1);
+    let first = names.candidate();
     let first_branch = names.branch_for(&first);
     let base_arg = options.base.as_deref().unwrap_or("HEAD");
     let (resolved, made_branch) = std::thread::scope(|scope| {
@@ -362,8 +380,8 @@ pub fn create<S: BuildHasher>(
     }
 }
 
-/// The names a creation tries: the caller's (sanitized), then `-2`, `-3`, ..., or generated
-/// ones; and the branch for each.
+/// The names a creation tries: the caller's (sanitized) alone, or generated ones; and the
+/// branch for each.
 struct Names {
     wanted: Option<String>,
     branch: Option<String>,
@@ -396,10 +414,9 @@ impl Names {
         })
     }
 
-    fn candidate(&self, attempt: usize) -> String {
+    fn candidate(&self) -> String {
         match &self.wanted {
-            Some(name) if attempt == 1 => name.clone(),
-            Some(name) => format!("{name}-{attempt}"),
+            Some(name) => name.clone(),
             None => generated_name(),
         }
     }
@@ -445,6 +462,16 @@ fn reserve<S: BuildHasher>(
                     Ok(()) => return Ok((name, branch, path)),
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                         delete_branch(&src.root, &branch);
+                        if names.wanted.is_some() {
+                            return Err(WorktreeError::invalid(
+                                "name",
+                                format!(
+                                    "the worktree folder `{}` is taken (by a worktree of another \
+                                     repository, or one whose folder vanished): name another",
+                                    path.display()
+                                ),
+                            ));
+                        }
                     }
                     Err(e) => {
                         delete_branch(&src.root, &branch);
@@ -461,8 +488,17 @@ fn reserve<S: BuildHasher>(
                             format!("branch `{given}` exists already"),
                         ));
                     }
-                    // Kept from an earlier worktree of that name (it had unmerged commits), or
-                    // taken by a concurrent creation: try the next name.
+                    None if exists && names.wanted.is_some() => {
+                        return Err(WorktreeError::invalid(
+                            "name",
+                            format!(
+                                "branch `{branch}` exists already (kept from an earlier worktree \
+                                 `{name}` for its unmerged commits, or made outside drover): name \
+                                 another worktree, or delete the branch"
+                            ),
+                        ));
+                    }
+                    // A generated name taken by a concurrent creation: try another.
                     None if exists => {}
                     _ => return Err(e),
                 }
@@ -475,7 +511,7 @@ fn reserve<S: BuildHasher>(
                 "no free worktree name after 1000 tries",
             ));
         }
-        name = names.candidate(attempt);
+        name = names.candidate();
         branch = names.branch_for(&name);
         made_branch = make_branch(&src.root, &branch, &src.base_commit);
     }

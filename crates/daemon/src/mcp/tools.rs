@@ -524,6 +524,7 @@ async fn create_agent(ops: &Ops, caller: AgentId, params: CreateAgentParams) -> 
             "path": made.workspace.path,
             "branch": made.workspace.worktree.as_ref().map(|w| w.branch.clone()),
             "setup": made.setup,
+            "reused": made.reused,
         });
     }
     Ok(answer)

@@ -664,13 +664,20 @@ async fn create_agent(ops: &Ops, request_id: Id, r: rq::CreateAgent) -> Answered
                 format!("host `{host}` answered an agent this daemon cannot read: {e}"),
             )
         })?;
-        return reply(request_id, answers::AgentCreated { agent });
+        return reply(
+            request_id,
+            answers::AgentCreated {
+                agent,
+                reused_worktree: false,
+            },
+        );
     }
     let created = ops.create_agent(CALLER, request).await?;
     reply(
         request_id,
         answers::AgentCreated {
             agent: wire::agent_info_now(ops, &created.agent),
+            reused_worktree: created.worktree.as_ref().is_some_and(|w| w.reused),
         },
     )
 }

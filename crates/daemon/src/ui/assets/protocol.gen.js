@@ -1268,6 +1268,7 @@ export const DaemonType = Object.freeze({
  *  payload: {
  *    requestId?: string | null,
  *    agent: AgentInfo,
+ *    reusedWorktree?: boolean,
  *  },
  *} | {
  *  type: 'message_queued',
