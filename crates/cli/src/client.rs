@@ -13,7 +13,7 @@ use drover_protocol::answers;
 use drover_protocol::requests as rq;
 use drover_protocol::{
     AgentInfo, ClientMessage, ClientRequest, DaemonMessage, ErrorCode, HostInfo, PROTOCOL_VERSION,
-    WorkspaceInfo,
+    UnsupportedVersionInfo, WorkspaceInfo,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
@@ -317,11 +317,16 @@ impl Connection {
 /// error is kept.
 fn other_protocol(error: anyhow::Error, endpoint: &Endpoint) -> anyhow::Error {
     match error.downcast::<CliError>() {
-        Ok(CliError::Daemon { code, message, .. })
-            if ErrorCode::parse(&code) == Some(ErrorCode::UnsupportedVersion) =>
-        {
+        Ok(CliError::Daemon {
+            code,
+            message,
+            details,
+        }) if ErrorCode::parse(&code) == Some(ErrorCode::UnsupportedVersion) => {
+            let typed = details
+                .and_then(|d| serde_json::from_value::<UnsupportedVersionInfo>(d).ok())
+                .map(|info| info.protocol_version);
             CliError::OtherProtocol {
-                theirs: spoken_protocol(&message),
+                theirs: typed.or_else(|| spoken_protocol(&message)),
                 url: endpoint.url.clone(),
             }
             .into()
@@ -331,8 +336,8 @@ fn other_protocol(error: anyhow::Error, endpoint: &Endpoint) -> anyhow::Error {
     }
 }
 
-/// The protocol a daemon's `unsupported_version` names as its own: every drover's says "this
-/// daemon speaks protocol N".
+/// The protocol a daemon's `unsupported_version` names as its own, for a daemon from before
+/// its `details` said it: every drover's message says "this daemon speaks protocol N".
 fn spoken_protocol(message: &str) -> Option<u32> {
     let (_, rest) = message.split_once("speaks protocol ")?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();

@@ -22,8 +22,9 @@ const FAKE_PROTOCOL: &str = "DROVER_TEST_OTHER_DAEMON_PROTOCOL";
 /// Not a test of its own: with [`FAKE_HOME`] set (this binary started by [`OtherDaemon`]), it
 /// is the daemon of a drover of protocol [`FAKE_PROTOCOL`], as a drover of that protocol
 /// holds a home and answers: `daemon.lock` locked, `daemon.json` published, `/health` naming
-/// its protocol, and a `hello` of any other protocol refused with `unsupported_version` in the
-/// words every drover used ("this daemon speaks protocol N, not M"). SIGTERM stops it, as it
+/// its protocol, and a `hello` of any other protocol refused with `unsupported_version`: below
+/// 3 in the words alone ("this daemon speaks protocol N, not M"), as drovers before its
+/// `details` did; from 3 in other words, the protocols in `details`. SIGTERM stops it, as it
 /// stops a daemon. Without the variable it returns at once.
 #[test]
 fn another_drovers_daemon() {
@@ -104,10 +105,18 @@ async fn serve(mut stream: tokio::net::TcpStream, protocol: u64) {
                 "protocolVersion": protocol, "sessionId": "s"}}),
             json!({"type": "session_state", "payload": {"agents": [], "workspaces": [], "hosts": []}}),
         ]
-    } else {
+    } else if protocol < 3 {
         vec![
             json!({"type": "request_error", "payload": {"code": "unsupported_version",
             "message": format!("this daemon speaks protocol {protocol}, not {theirs}")}}),
+        ]
+    } else {
+        // A drover from after the refusal said its protocols in `details`: its words may
+        // change, and the CLI reads the details.
+        vec![
+            json!({"type": "request_error", "payload": {"code": "unsupported_version",
+            "message": format!("protocol {theirs} is not served here"),
+            "details": {"protocolVersion": protocol, "oldestProtocolVersion": protocol}}}),
         ]
     };
     for answer in answers {
@@ -216,10 +225,15 @@ fn a_daemon_of_an_older_drover_is_named_with_how_to_restart_it() {
     // The way out works: `daemon stop` stops the old daemon, `daemon start` starts this one.
     let out = drover(&home, &["daemon", "stop"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        !old.running(),
-        "the old daemon still runs after `daemon stop`"
-    );
+    // `stop` answers once the home is free; the process ends just after.
+    let deadline = Instant::now() + WAIT;
+    while old.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the old daemon still runs after `daemon stop`"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let out = drover(&home, &["daemon", "start", "--listen", "127.0.0.1:0"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = drover(&home, &["ls"]);

@@ -402,6 +402,17 @@ pub struct Budget {
     pub hard: bool,
 }
 
+/// The `details` of an `unsupported_version` refusal: the protocols the daemon serves, so a
+/// client can tell an older daemon from a newer one without reading the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnsupportedVersionInfo {
+    /// The protocol the daemon speaks (its newest).
+    pub protocol_version: u32,
+    /// The oldest protocol of a client it serves.
+    pub oldest_protocol_version: u32,
+}
+
 /// The `details` of a `budget_exhausted` refusal: the budgeted agent, its budget, and what
 /// each agent of its tree spent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -809,7 +809,11 @@ impl Session {
                 format!(
                     "this daemon speaks protocol {PROTOCOL_VERSION} (and serves clients of {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}), not {protocol_version}"
                 ),
-                None,
+                serde_json::to_value(drover_protocol::UnsupportedVersionInfo {
+                    protocol_version: PROTOCOL_VERSION,
+                    oldest_protocol_version: OLDEST_PROTOCOL_VERSION,
+                })
+                .ok(),
             );
             return send(socket, self.sent(), encode(&error)).await;
         }

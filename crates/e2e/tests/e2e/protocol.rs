@@ -458,7 +458,14 @@ async fn requests_before_hello_get_hello_required() {
             json!({"type": "hello", "client": "t", "protocolVersion": 99, "token": daemon.token()}),
         )
         .await;
-    expect_error(&client.recv().await, "unsupported_version");
+    let refused = expect_error(&client.recv().await, "unsupported_version");
+    // What it serves is typed, for a client to tell an older daemon from a newer one.
+    assert_eq!(
+        refused["details"],
+        json!({"protocolVersion": drover_protocol::PROTOCOL_VERSION,
+               "oldestProtocolVersion": drover_protocol::OLDEST_PROTOCOL_VERSION}),
+        "{refused}"
+    );
     let state = client.hello(daemon.token().as_deref()).await;
     assert_eq!(state["agents"], json!([]));
     let agents = client.request(json!({"type": "list_agents"})).await;
