@@ -45,6 +45,8 @@ struct Summary {
     cascades_applied: usize,
     cascades_finished_by_boot: usize,
     temp_files_left: usize,
+    /// Acknowledged ops by kind.
+    kinds: BTreeMap<String, usize>,
 }
 
 // One story: rounds of run, kill and reboot, each checked against what was acknowledged.
@@ -105,6 +107,11 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
                     let ack: Ack = serde_json::from_str(json).expect("ack line");
                     let begin = in_flight.take().expect("an ack without a begin");
                     assert_eq!(ack.seq, begin.seq, "{context}: ack of another op");
+                    let kind = serde_json::to_value(&begin.op).expect("an op")["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    *summary.kinds.entry(kind).or_default() += 1;
                     for agent in ack.agents {
                         let id = agent.id.expect("acked agents have ids");
                         known.insert(id, agent);
@@ -274,7 +281,7 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
         "crash test: {} rounds in {:.1?}: {} acks and {} refusals verified, {} agent states \
          checked, {} agents at the end; {} kills with an op in flight ({} applied); {} \
          cascades in flight ({} applied, {} finished by boot from the journal); {} temp files \
-         of interrupted writes cleaned up",
+         of interrupted writes cleaned up; acks by kind: {:?}",
         summary.rounds,
         started.elapsed(),
         summary.acks,
@@ -287,7 +294,28 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
         summary.cascades_applied,
         summary.cascades_finished_by_boot,
         summary.temp_files_left,
+        summary.kinds,
     );
+    // Every kind of write the driver makes was acknowledged and held to it.
+    for kind in [
+        "create",
+        "set_status",
+        "set_title",
+        "archive",
+        "set_budget",
+        "add_spend",
+        "labels",
+        "upstream_budgets",
+        "limited",
+        "clear_limited",
+        "start_failure",
+    ] {
+        assert!(
+            summary.kinds.contains_key(kind),
+            "no `{kind}` was acknowledged: {:?}",
+            summary.kinds
+        );
+    }
     assert!(summary.acks >= rounds * usize::try_from(MIN_ACKS.0).expect("a small constant"));
 }
 
