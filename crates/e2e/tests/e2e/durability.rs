@@ -679,3 +679,26 @@ async fn an_unarchive_during_the_archives_close_finds_the_queue_discarded() {
         "the inbox still holds a message"
     );
 }
+
+/// The client token is made at a daemon's first start: a SIGKILL between the file's creation
+/// and its write leaves it empty. The next start makes a new one instead of refusing to start
+/// (an empty file was never a token anyone could know).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_left_empty_by_a_killed_first_start_is_made_again() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let home = TempDir::new().expect("home");
+    let path = home.path().join("token");
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .expect("an empty token file");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), Some(home), false).await;
+    let token = daemon.token().expect("a token");
+    assert!(token.len() >= 32, "{token:?}");
+    let (mut client, _) = daemon.client().await;
+    let answer = client.request(json!({"type": "ping"})).await;
+    assert_ne!(answer["type"], "request_error", "{answer}");
+    daemon.stop().await;
+}
