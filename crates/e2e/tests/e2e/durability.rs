@@ -702,3 +702,90 @@ async fn a_token_file_left_empty_by_a_killed_first_start_is_made_again() {
     assert_ne!(answer["type"], "request_error", "{answer}");
     daemon.stop().await;
 }
+
+/// A job whose owner asked for its exit notice ended and its record says so, but the daemon
+/// was killed before the notice was queued (the state a SIGKILL in that moment leaves: the
+/// record ended, its notice still pending). The next boot queues the notice; the boot after
+/// that does not queue it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_exit_notice_cut_off_by_a_kill_is_queued_at_the_next_boot_once() {
+    let home = TempDir::new().expect("home");
+    let cwd = TempDir::new().expect("the agent's cwd, outliving each daemon");
+    let path = home.path().to_path_buf();
+    let daemon = TestDaemon::start_in(path.clone(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    let agent = client
+        .create_scripted(cwd.path(), json!({"title": "owner"}))
+        .await;
+    client.wait_status(&agent, "idle").await;
+    let started = client
+        .request(
+            json!({"type": "start_job", "agentId": agent, "command": "echo built",
+            "notifyOnExit": false}),
+        )
+        .await;
+    assert_eq!(started["type"], "job", "{started}");
+    let job = started["payload"]["job"]["id"]
+        .as_str()
+        .expect("a job id")
+        .to_string();
+    let waited = client
+        .request(json!({"type": "wait_job", "jobId": job, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(waited["payload"]["ended"], true, "{waited}");
+    drop(client);
+    daemon.stop().await;
+
+    // The record as the kill left it: ended, with its owner's notice not queued yet.
+    let record = path.join("jobs").join(&agent).join(format!("{job}.json"));
+    let mut doc: Value =
+        serde_json::from_slice(&fs::read(&record).expect("the job record")).expect("a JSON record");
+    doc["notifyOnExit"] = json!(true);
+    doc["noticePending"] = json!(true);
+    fs::write(&record, serde_json::to_vec_pretty(&doc).expect("encode")).expect("write");
+
+    // The owner's notices of the job: run (in its timeline) or queued for its next turn.
+    let source = format!("job:{job}");
+    let notices = async |client: &mut drover_testkit::daemon::Client| {
+        let prefix = format!("[drover] Job {job} ");
+        let queued = client.get_agent(&agent).await["queued"]
+            .as_array()
+            .map_or(0, |q| {
+                q.iter()
+                    .filter(|m| m["text"].as_str().is_some_and(|t| t.starts_with(&prefix)))
+                    .count()
+            });
+        queued + client.messages_from(&agent, &source).await.len()
+    };
+    let daemon = TestDaemon::start_in(path.clone(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    for _ in 0..200 {
+        if notices(&mut client).await > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        notices(&mut client).await,
+        1,
+        "the exit notice the kill cut off was not sent at the next boot"
+    );
+    client.wait_idle(&agent).await;
+    drop(client);
+    daemon.stop().await;
+    let kept: Value =
+        serde_json::from_slice(&fs::read(&record).expect("the job record")).expect("a JSON record");
+    assert!(
+        kept.get("noticePending").is_none_or(|p| p == false),
+        "the notice is still pending once queued: {kept}"
+    );
+
+    // Once more: the notice is not queued twice.
+    let daemon = TestDaemon::start_in(path, Some(home), false).await;
+    let (mut client, _) = daemon.client().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    client.wait_idle(&agent).await;
+    assert_eq!(notices(&mut client).await, 1, "the exit notice ran twice");
+    drop(client);
+    daemon.stop().await;
+}
