@@ -157,7 +157,16 @@ pub enum Op {
         id: AgentId,
         sign_in: bool,
     },
+    /// A sign-in kept in `config.toml` (`store_sign_in`): `var = value` in the `env` of
+    /// [`SIGN_IN_PROVIDER`]. Changes no agent.
+    SignIn {
+        var: String,
+        value: String,
+    },
 }
+
+/// The provider the crash driver's sign-ins are kept for.
+pub const SIGN_IN_PROVIDER: &str = "codex";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Begin {

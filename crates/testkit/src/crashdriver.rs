@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::crash::{Ack, AgentState, Begin, Boot, Failed, Op, XorShift};
+use crate::crash::{Ack, AgentState, Begin, Boot, Failed, Op, SIGN_IN_PROVIDER, XorShift};
 use anyhow::{Context, bail};
 use drover_core::{
     AgentId, AgentStatus, ArchiveOptions, AuthMethod, Budget, Limited, NewAgent, NoRuntimes,
@@ -69,6 +69,7 @@ async fn run(home: PathBuf, cwd: PathBuf, seed: u64) -> anyhow::Result<()> {
         .map(|a| (a.id, AgentState::of(a)))
         .collect();
     let mut driver = Driver {
+        home,
         registry,
         rng: XorShift::new(seed),
         model,
@@ -117,6 +118,7 @@ fn emit_raw(line: &str) {
 }
 
 struct Driver {
+    home: PathBuf,
     registry: Registry,
     rng: XorShift,
     /// What the registry holds, as far as the crash test follows it.
@@ -261,6 +263,7 @@ impl Driver {
                 .map(one)
             }
             Op::ClearLimited { id } => r.clear_limited(id).await.map(one),
+            Op::SignIn { var, value } => Ok(self.sign_in(var, value).await),
             Op::StartFailure { id, sign_in } => {
                 let methods = sign_in.then(|| {
                     let method = serde_json::json!({"id": "crash-key", "name": "a key"});
@@ -273,6 +276,22 @@ impl Driver {
                     .await
                     .map(one)
             }
+        }
+    }
+
+    /// Keeps `var = value` in `config.toml` as a sign-in does; it changes no agent.
+    async fn sign_in(&self, var: String, value: String) -> Vec<AgentState> {
+        let home = self.home.clone();
+        let entry =
+            drover_acp::providers::SignInEntry::Env(std::iter::once((var, value)).collect());
+        let kept = tokio::task::spawn_blocking(move || {
+            drover_acp::providers::store_sign_in(&home, SIGN_IN_PROVIDER, &entry)
+        })
+        .await;
+        match kept {
+            Ok(Ok(())) => Vec::new(),
+            Ok(Err(e)) => diverge(&format!("a sign-in was refused: {e}")),
+            Err(e) => diverge(&format!("the sign-in task: {e}")),
         }
     }
 
@@ -354,8 +373,8 @@ impl Driver {
             _ => 1,
         };
         // create, set_status, turn end, title, detach, archive, unarchive, budget, spend,
-        // labels, upstream budgets, limited, clear limited, start failure
-        let weights = [create_weight, 35, 12, 15, 4, 9, 6, 8, 10, 8, 4, 6, 3, 4];
+        // labels, upstream budgets, limited, clear limited, start failure, sign-in
+        let weights = [create_weight, 35, 12, 15, 4, 9, 6, 8, 10, 8, 4, 6, 3, 4, 6];
         let total: u64 = weights.iter().sum();
         let mut roll = self.rng.range(0, total);
         let mut kind = 0;
@@ -396,6 +415,7 @@ impl Driver {
                 (op, ok, if ok { vec![s] } else { Vec::new() })
             }
             7..=13 => self.choose_accounting(kind, id),
+            14 => self.choose_sign_in(),
             4 => {
                 let children = self.ids(|s| s.parent.is_some());
                 match self.rng.pick(&children) {
@@ -592,6 +612,13 @@ impl Driver {
             }
             _ => self.choose_start_failure(id),
         }
+    }
+
+    /// A sign-in kept in `config.toml`: one of a few variables, a value never used before.
+    fn choose_sign_in(&mut self) -> (Op, bool, Vec<AgentState>) {
+        let var = format!("CRASH_KEY_{}", self.rng.range(0, 3));
+        let value = format!("s{}-k{}", self.seed, self.seq);
+        (Op::SignIn { var, value }, true, Vec::new())
     }
 
     /// `update_labels`: the user's labels set and removed; now and then a reserved one.
