@@ -789,3 +789,129 @@ async fn a_job_exit_notice_cut_off_by_a_kill_is_queued_at_the_next_boot_once() {
     drop(client);
     daemon.stop().await;
 }
+
+/// A daemon (a process of its own) running a schedule every second and jobs that ask for their
+/// exit notice is SIGKILLed at random moments, over and over on the same home. Afterwards no
+/// scheduled prompt ran twice, every job got exactly one exit notice (it ended, or was found
+/// lost), and the budget is the last one acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines)] // one story: rounds of run and kill, then the account
+async fn sigkill_of_a_daemon_with_schedules_and_jobs_runs_nothing_twice_and_drops_no_notice() {
+    use crate::processes::{DaemonProcess, Home, config};
+    use nix::sys::signal::Signal;
+    const ROUNDS: u64 = 8;
+    let budget_of_rounds = Duration::from_secs(25);
+    let home = Home::new(config);
+    let mut rng = XorShift::new(0x5c4e_d01e);
+    let started = Instant::now();
+    let mut agent = String::new();
+    let mut jobs: Vec<String> = Vec::new();
+    let mut budget: Option<u64> = None;
+    let mut rounds = 0;
+    while rounds < ROUNDS && started.elapsed() < budget_of_rounds {
+        let mut daemon = DaemonProcess::start(home.path()).await;
+        let mut client = daemon.client().await;
+        if agent.is_empty() {
+            agent = client
+                .create_agent(json!({"provider": "scripted", "cwd": home.cwd, "title": "owner"}))
+                .await;
+            let made = client
+                .request(json!({"type": "create_schedule", "agentId": agent,
+                    "prompt": "say tick", "when": {"everySeconds": 1}}))
+                .await;
+            assert_eq!(made["type"], "schedule", "{made}");
+        }
+        // Jobs that end at once, soon, or after the kill.
+        for _ in 0..rng.range(1, 4) {
+            let command = format!("sleep 0.{}", rng.range(0, 9));
+            let answer = client
+                .request(
+                    json!({"type": "start_job", "agentId": agent, "command": command,
+                    "cwd": home.cwd}),
+                )
+                .await;
+            assert_eq!(answer["type"], "job", "{answer}");
+            jobs.push(
+                answer["payload"]["job"]["id"]
+                    .as_str()
+                    .expect("id")
+                    .to_string(),
+            );
+        }
+        let tokens = 1_000_000 + rounds;
+        let set = client
+            .request(json!({"type": "set_budget", "agentId": agent, "budget": {"tokens": tokens}}))
+            .await;
+        assert_ne!(set["type"], "request_error", "{set}");
+        budget = Some(tokens);
+        tokio::time::sleep(Duration::from_millis(rng.range(200, 1500))).await;
+        daemon.die_by(Signal::SIGKILL);
+        rounds += 1;
+    }
+
+    // The last boot: what was cut off settles; the schedule stops so the account holds still.
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let listed = client.request(json!({"type": "list_schedules"})).await;
+    let schedule = listed["payload"]["schedules"][0]["id"]
+        .as_str()
+        .expect("the schedule")
+        .to_string();
+    let paused = client
+        .request(json!({"type": "pause_schedule", "scheduleId": schedule}))
+        .await;
+    assert_eq!(paused["type"], "schedule", "{paused}");
+    for job in &jobs {
+        let waited = client
+            .request(json!({"type": "wait_job", "jobId": job, "timeoutMs": 15000}))
+            .await;
+        assert_eq!(waited["payload"]["ended"], true, "{job}: {waited}");
+    }
+    // Every notice is queued (the last ones a moment after their job ends) and runs.
+    let notices_of = async |client: &mut drover_testkit::daemon::Client| {
+        let mut count: HashMap<String, usize> = HashMap::new();
+        for item in client.messages_from(&agent, "job:").await {
+            let source = item["data"]["source"].as_str().unwrap_or_default();
+            *count
+                .entry(source.trim_start_matches("job:").to_string())
+                .or_default() += 1;
+        }
+        count
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut notices = notices_of(&mut client).await;
+    while jobs.iter().any(|j| !notices.contains_key(j)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client.wait_idle(&agent).await;
+        notices = notices_of(&mut client).await;
+    }
+    client.wait_idle(&agent).await;
+    let notices = notices_of(&mut client).await;
+    for job in &jobs {
+        assert_eq!(
+            notices.get(job).copied().unwrap_or(0),
+            1,
+            "job {job}: its exit notice ran {} times (all: {notices:?})",
+            notices.get(job).copied().unwrap_or(0)
+        );
+    }
+    // Each scheduled prompt ran once at most, and each run the schedule recorded ran or waits.
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for item in client.messages_from(&agent, "schedule:").await {
+        let id = item["data"]["messageId"].as_str().unwrap_or_default();
+        *runs.entry(id.to_string()).or_default() += 1;
+    }
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "scheduled prompts ran twice: {twice:?}");
+    assert_eq!(
+        client.get_agent(&agent).await["budget"],
+        json!({"tokens": budget.expect("a budget")})
+    );
+    eprintln!(
+        "daemon SIGKILLs: {rounds} rounds, {} jobs each told once, {} scheduled prompts each run once",
+        jobs.len(),
+        runs.len()
+    );
+    assert!(rounds >= 3, "too few rounds: {rounds}");
+    daemon.stop().await;
+}
