@@ -791,9 +791,9 @@ async fn a_job_exit_notice_cut_off_by_a_kill_is_queued_at_the_next_boot_once() {
 }
 
 /// A daemon (a process of its own) running a schedule every second and jobs that ask for their
-/// exit notice is SIGKILLed at random moments, over and over on the same home. Afterwards no
-/// scheduled prompt ran twice, every job got exactly one exit notice (it ended, or was found
-/// lost), and the budget is the last one acknowledged.
+/// exit notice is killed (SIGKILL) at random moments, over and over on the same home.
+/// Afterwards no scheduled prompt ran twice, every job got exactly one exit notice (it ended,
+/// or was found lost), and the budget is the last one acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[expect(clippy::too_many_lines)] // one story: rounds of run and kill, then the account
 async fn sigkill_of_a_daemon_with_schedules_and_jobs_runs_nothing_twice_and_drops_no_notice() {
