@@ -17,6 +17,15 @@ use drover_testkit::crash::AgentState;
 use drover_testkit::disk::{Tmpfs, fill};
 use tempfile::TempDir;
 
+/// Whether a process runs `sleep 31337` (the job the full disk refused).
+fn sleeping_31337() -> bool {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x0031337\x00"))
+}
+
 /// Every file under `dir` with its bytes.
 fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
@@ -334,9 +343,10 @@ fn a_sign_in_on_a_full_disk_is_refused_naming_config_toml_and_keeps_the_file() {
 }
 
 /// What a daemon acknowledges over its protocol and keeps in its own files (`hosts.json`,
-/// `schedules/`, the agent's record for `set_budget`), on a full disk: each request is refused
-/// with an error naming the file; the hosts, schedules and budget listed are as before and no
-/// file changed; with room again each request works, and a restarted daemon has them.
+/// `schedules/`, the agent's record for `set_budget`, a job's record), on a full disk: each
+/// request is refused with an error naming the file; the hosts, schedules, budget and jobs
+/// listed are as before, no file changed and the refused job does not run; with room again
+/// each request works, and a restarted daemon has them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[expect(clippy::too_many_lines)] // one story: every request, refused, then made
 async fn a_full_disk_refuses_host_schedule_and_budget_requests_and_keeps_every_file() {
@@ -442,6 +452,12 @@ async fn a_full_disk_refuses_host_schedule_and_budget_requests_and_keeps_every_f
             json!({"type": "delete_schedule", "scheduleId": schedule}),
             home.join("schedules"),
         ),
+        (
+            "start_job",
+            json!({"type": "start_job", "agentId": agent, "command": "sleep 31337",
+                "cwd": daemon.cwd()}),
+            home.join("jobs").join(&agent),
+        ),
     ];
     for (what, request, file) in &cases {
         let answer = client.request(request.clone()).await;
@@ -470,7 +486,18 @@ async fn a_full_disk_refuses_host_schedule_and_budget_requests_and_keeps_every_f
             client.get_agent(&agent).await["budget"].is_null(),
             "{what}: a budget shows"
         );
+        let jobs = client.request(json!({"type": "list_jobs"})).await;
+        assert_eq!(
+            jobs["payload"]["jobs"].as_array().map(Vec::len),
+            Some(0),
+            "{what}: {jobs}"
+        );
     }
+    // The job whose start could not be recorded does not run.
+    assert!(
+        !sleeping_31337(),
+        "the refused job's process runs on the full disk"
+    );
 
     // With room again, the same requests are taken, and a restarted daemon has them.
     fs::remove_file(&filler).expect("free the disk");
