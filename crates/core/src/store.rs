@@ -369,6 +369,31 @@ impl Store {
         sync_dir(&self.home.join("journal"))
     }
 
+    /// Removes the temp files interrupted writes left in the home itself (`config.toml`'s by
+    /// a sign-in, `hosts.json`'s...): never acknowledged, and a sign-in's holds a key. Only
+    /// those whose writer (the pid in the name) is gone: a `drover` writing one now keeps it.
+    pub fn remove_home_leftovers(&self) {
+        let Ok(paths) = read_dir_sorted(&self.home) else {
+            return;
+        };
+        for path in paths {
+            let name = file_name(&path);
+            if !is_temp_name(&name) || !path.is_file() {
+                continue;
+            }
+            let writer = name
+                .rsplit_once(".tmp-")
+                .and_then(|(_, tail)| tail.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            let gone = writer.is_some_and(|pid| {
+                pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists()
+            });
+            if gone {
+                remove_leftover(&path);
+            }
+        }
+    }
+
     /// Cascades that were being written when the process died, oldest first.
     pub fn load_archive_journals(&self) -> Result<Loaded<ArchiveJournal>, StoreError> {
         let mut loaded = Loaded::default();

@@ -127,7 +127,7 @@ pub fn load_or_create_token(home: &Path) -> Result<std::sync::Arc<str>, DaemonEr
     )))
 }
 
-/// The token in `path`, `None` if there is no file.
+/// The token in `path`, `None` if there is no file (or an empty one, which is removed).
 fn read_token(path: &Path) -> Result<Option<String>, DaemonError> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -173,6 +173,16 @@ fn read_token(path: &Path) -> Result<Option<String>, DaemonError> {
             "`{shown}` can be read by other users (mode {:o}), so it may be known: {remove}; or, if no one else could have read it, `chmod 600 {shown}`",
             meta.mode() & 0o777
         )));
+    }
+    if meta.len() == 0 {
+        // What a start killed between the file's creation and its write leaves (see
+        // `create_token`): no token anyone could know. Made again, as if there were none.
+        std::fs::remove_file(path).map_err(|source| DaemonError::Io {
+            op: format!("remove the empty `{shown}`"),
+            source,
+        })?;
+        tracing::warn!(path = %shown, "the client token file was empty (a start was cut short); making a new one");
+        return Ok(None);
     }
     let mut token = String::new();
     file.take(4096)

@@ -14,13 +14,14 @@
 //! like; `ack` carries what the registry returned, which the driver has checked against
 //! `expect` (a mismatch is printed as `diverge` and the driver exits with status 3).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use drover_core::{Agent, AgentId, AgentStatus};
+use drover_core::{Agent, AgentId, AgentStatus, Budget, PARENT_LABEL};
 use serde::{Deserialize, Serialize};
 
 /// The part of an agent the crash test follows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentState {
     /// `None` only in the `expect` of a `create`: the registry picks the id.
     pub id: Option<AgentId>,
@@ -28,16 +29,53 @@ pub struct AgentState {
     pub archived: bool,
     pub status: AgentStatus,
     pub parent: Option<AgentId>,
+    /// Every label but the parent's (that is `parent`): the user's, and the hub's
+    /// (`drover.upstream-budget`, ...).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The budget set on the agent's tree (`drover budget`).
+    #[serde(default)]
+    pub budget: Option<Budget>,
+    /// What the agent spent: tokens and cost.
+    #[serde(default)]
+    pub spend_tokens: Option<u64>,
+    #[serde(default)]
+    pub spend_cost: Option<f64>,
+    /// Whether the agent waits for its provider's usage limit (`limited`).
+    #[serde(default)]
+    pub limited: bool,
+    /// Its last start failed: `"error"`, or `"sign-in:<method ids>"` when it waits for a
+    /// sign-in.
+    #[serde(default)]
+    pub start_failure: Option<String>,
 }
 
 impl AgentState {
     pub fn of(agent: &Agent) -> AgentState {
+        let mut labels = agent.labels.clone();
+        labels.remove(PARENT_LABEL);
         AgentState {
             id: Some(agent.id),
             title: agent.title.clone(),
             archived: agent.is_archived(),
             status: agent.status,
             parent: agent.parent_id(),
+            labels,
+            budget: agent.budget.clone(),
+            spend_tokens: agent.spend.tokens,
+            spend_cost: agent.spend.cost,
+            limited: agent.limited.is_some(),
+            start_failure: agent.start_failure.as_ref().map(|f| match &f.sign_in {
+                Some(methods) => format!(
+                    "sign-in:{}",
+                    methods
+                        .iter()
+                        .map(|m| m.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                None => "error".to_string(),
+            }),
         }
     }
 
@@ -53,7 +91,7 @@ impl AgentState {
 }
 
 /// One mutation the driver makes through the registry's public API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Op {
     Create {
@@ -84,7 +122,51 @@ pub enum Op {
     Unarchive {
         id: AgentId,
     },
+    /// `set_budget`: sets (`Some`) or clears the budget of the agent's tree.
+    SetBudget {
+        id: AgentId,
+        budget: Option<Budget>,
+    },
+    /// `add_spend`: what the agent's runtime reports it spent.
+    AddSpend {
+        id: AgentId,
+        tokens: Option<u64>,
+        cost: Option<f64>,
+    },
+    /// `update_labels`; a reserved label is refused.
+    Labels {
+        id: AgentId,
+        set: BTreeMap<String, String>,
+        remove: Vec<String>,
+    },
+    /// `set_upstream_budgets`: what the hub that made the agent here lets its tree spend.
+    UpstreamBudgets {
+        id: AgentId,
+        budgets: Vec<Budget>,
+    },
+    /// `record_turn_limited`: the running turn hit the provider's usage limit.
+    Limited {
+        id: AgentId,
+    },
+    /// `clear_limited`: the wait for the usage limit ends without a turn.
+    ClearLimited {
+        id: AgentId,
+    },
+    /// `record_start_failure`: the runtime did not start; with `sign_in`, it waits for one.
+    StartFailure {
+        id: AgentId,
+        sign_in: bool,
+    },
+    /// A sign-in kept in `config.toml` (`store_sign_in`): `var = value` in the `env` of
+    /// [`SIGN_IN_PROVIDER`]. Changes no agent.
+    SignIn {
+        var: String,
+        value: String,
+    },
 }
+
+/// The provider the crash driver's sign-ins are kept for.
+pub const SIGN_IN_PROVIDER: &str = "codex";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Begin {

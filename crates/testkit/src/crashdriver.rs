@@ -4,17 +4,18 @@
 //! acknowledging it once it returned, so a test can SIGKILL it anywhere and hold the disk to
 //! the acknowledgements. The line protocol is in [`crate::crash`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::crash::{Ack, AgentState, Begin, Boot, Failed, Op, XorShift};
+use crate::crash::{Ack, AgentState, Begin, Boot, Failed, Op, SIGN_IN_PROVIDER, XorShift};
 use anyhow::{Context, bail};
 use drover_core::{
-    AgentId, AgentStatus, ArchiveOptions, NewAgent, NoRuntimes, Registry, RegistryError,
-    TurnOutcome,
+    AgentId, AgentStatus, ArchiveOptions, AuthMethod, Budget, Limited, NewAgent, NoRuntimes,
+    Registry, RegistryError, TurnOutcome, UPSTREAM_ARCHIVED_LABEL, UPSTREAM_BUDGET_LABEL,
+    UPSTREAM_LABEL,
 };
 use serde::Serialize;
 
@@ -68,6 +69,7 @@ async fn run(home: PathBuf, cwd: PathBuf, seed: u64) -> anyhow::Result<()> {
         .map(|a| (a.id, AgentState::of(a)))
         .collect();
     let mut driver = Driver {
+        home,
         registry,
         rng: XorShift::new(seed),
         model,
@@ -116,6 +118,7 @@ fn emit_raw(line: &str) {
 }
 
 struct Driver {
+    home: PathBuf,
     registry: Registry,
     rng: XorShift,
     /// What the registry holds, as far as the crash test follows it.
@@ -235,6 +238,60 @@ impl Driver {
                     .collect())
             }
             Op::Unarchive { id } => r.unarchive(id).await.map(one),
+            Op::SetBudget { id, budget } => r.set_budget(id, budget).await.map(one),
+            Op::AddSpend { id, tokens, cost } => r
+                .add_spend(id, tokens, cost.map(|c| (c, "USD".to_string())))
+                .await
+                .map(one),
+            Op::Labels { id, set, remove } => r.update_labels(id, set, remove).await.map(one),
+            Op::UpstreamBudgets { id, budgets } => {
+                r.set_upstream_budgets(id, budgets).await.map(one)
+            }
+            Op::Limited { id } => {
+                let now = jiff::Timestamp::now();
+                r.record_turn_limited(
+                    id,
+                    Limited {
+                        at: now,
+                        reset_at: None,
+                        retry_at: now,
+                        count: 1,
+                        error: "the crash driver hit a usage limit".to_string(),
+                    },
+                )
+                .await
+                .map(one)
+            }
+            Op::ClearLimited { id } => r.clear_limited(id).await.map(one),
+            Op::SignIn { var, value } => Ok(self.sign_in(var, value).await),
+            Op::StartFailure { id, sign_in } => {
+                let methods = sign_in.then(|| {
+                    let method = serde_json::json!({"id": "crash-key", "name": "a key"});
+                    vec![
+                        serde_json::from_value::<AuthMethod>(method)
+                            .unwrap_or_else(|e| diverge(&format!("an auth method: {e}"))),
+                    ]
+                });
+                r.record_start_failure(id, "the crash driver did not start".to_string(), methods)
+                    .await
+                    .map(one)
+            }
+        }
+    }
+
+    /// Keeps `var = value` in `config.toml` as a sign-in does; it changes no agent.
+    async fn sign_in(&self, var: String, value: String) -> Vec<AgentState> {
+        let home = self.home.clone();
+        let entry =
+            drover_acp::providers::SignInEntry::Env(std::iter::once((var, value)).collect());
+        let kept = tokio::task::spawn_blocking(move || {
+            drover_acp::providers::store_sign_in(&home, SIGN_IN_PROVIDER, &entry)
+        })
+        .await;
+        match kept {
+            Ok(Ok(())) => Vec::new(),
+            Ok(Err(e)) => diverge(&format!("a sign-in was refused: {e}")),
+            Err(e) => diverge(&format!("the sign-in task: {e}")),
         }
     }
 
@@ -315,8 +372,9 @@ impl Driver {
             n if n < CREATE_SLOWLY_ABOVE => 12,
             _ => 1,
         };
-        // create, set_status, turn end, title, detach, archive, unarchive
-        let weights = [create_weight, 35, 12, 15, 4, 9, 6];
+        // create, set_status, turn end, title, detach, archive, unarchive, budget, spend,
+        // labels, upstream budgets, limited, clear limited, start failure, sign-in
+        let weights = [create_weight, 35, 12, 15, 4, 9, 6, 8, 10, 8, 4, 6, 3, 4, 6];
         let total: u64 = weights.iter().sum();
         let mut roll = self.rng.range(0, total);
         let mut kind = 0;
@@ -356,12 +414,16 @@ impl Driver {
                 s.status = to;
                 (op, ok, if ok { vec![s] } else { Vec::new() })
             }
+            7..=13 => self.choose_accounting(kind, id),
+            14 => self.choose_sign_in(),
             4 => {
                 let children = self.ids(|s| s.parent.is_some());
                 match self.rng.pick(&children) {
                     Some(&id) => {
                         let mut s = self.state(id);
                         s.parent = None;
+                        s.labels.remove(UPSTREAM_ARCHIVED_LABEL);
+                        s.labels.remove(UPSTREAM_BUDGET_LABEL);
                         (Op::Detach { id }, true, vec![s])
                     }
                     None => self.choose_title(id),
@@ -388,6 +450,7 @@ impl Driver {
                     .map(|mut s| {
                         s.archived = true;
                         s.status = AgentStatus::Closed;
+                        s.limited = false;
                         s
                     })
                     .collect();
@@ -429,6 +492,12 @@ impl Driver {
             archived: false,
             status: AgentStatus::Initializing,
             parent,
+            labels: BTreeMap::new(),
+            budget: None,
+            spend_tokens: None,
+            spend_cost: None,
+            limited: false,
+            start_failure: None,
         };
         let op = Op::Create { title, parent, cwd };
         (op, ok, if ok { vec![expect] } else { Vec::new() })
@@ -454,8 +523,16 @@ impl Driver {
         let ok = self.status_ok(id, to);
         let mut s = self.state(id);
         // A late report to an archived (so `closed`) agent changes nothing.
-        if !(s.archived && s.status == AgentStatus::Closed) {
+        if ok && !(s.archived && s.status == AgentStatus::Closed) {
             s.status = to;
+            // A runtime that started is over what kept it from starting; a turn that runs is
+            // over the usage limit it waited for.
+            if matches!(to, AgentStatus::Idle | AgentStatus::Running) {
+                s.start_failure = None;
+            }
+            if to == AgentStatus::Running {
+                s.limited = false;
+            }
         }
         (
             Op::SetStatus { id, to },
@@ -464,10 +541,153 @@ impl Driver {
         )
     }
 
+    /// What was added for budgets, usage limits and sign-ins: `kind` 7 to 13 of [`Self::choose`].
+    fn choose_accounting(&mut self, kind: usize, id: AgentId) -> (Op, bool, Vec<AgentState>) {
+        let mut s = self.state(id);
+        match kind {
+            7 => {
+                let budget = (!self.rng.chance(20)).then(|| Budget {
+                    tokens: self.rng.chance(70).then(|| self.rng.range(1, 100_000)),
+                    cost: self.rng.chance(50).then(|| eighths(self.rng.range(1, 400))),
+                    hard: self.rng.chance(30),
+                });
+                s.budget.clone_from(&budget);
+                (Op::SetBudget { id, budget }, true, vec![s])
+            }
+            8 => {
+                let tokens = self.rng.chance(80).then(|| self.rng.range(1, 5000));
+                let cost = self.rng.chance(50).then(|| eighths(self.rng.range(0, 40)));
+                if let Some(t) = tokens {
+                    s.spend_tokens = Some(s.spend_tokens.unwrap_or(0) + t);
+                }
+                if let Some(c) = cost {
+                    s.spend_cost = Some(s.spend_cost.unwrap_or(0.0) + c);
+                }
+                (Op::AddSpend { id, tokens, cost }, true, vec![s])
+            }
+            9 => self.choose_labels(id),
+            10 => {
+                let budgets: Vec<Budget> = (0..self.rng.range(0, 3))
+                    .map(|_| Budget {
+                        tokens: Some(self.rng.range(1, 50_000)),
+                        cost: self.rng.chance(30).then(|| eighths(self.rng.range(1, 80))),
+                        hard: self.rng.chance(20),
+                    })
+                    .collect();
+                if budgets.is_empty() {
+                    s.labels.remove(UPSTREAM_BUDGET_LABEL);
+                } else {
+                    let value = serde_json::to_string(&budgets)
+                        .unwrap_or_else(|e| diverge(&format!("encode budgets: {e}")));
+                    s.labels.insert(UPSTREAM_BUDGET_LABEL.to_string(), value);
+                }
+                (Op::UpstreamBudgets { id, budgets }, true, vec![s])
+            }
+            11 => {
+                // Mostly a running agent's turn, as a runtime reports it.
+                let running = self.ids(|s| s.status == AgentStatus::Running);
+                let id = match self.rng.pick(&running) {
+                    Some(r) if !self.rng.chance(10) => *r,
+                    _ => id,
+                };
+                let mut s = self.state(id);
+                let op = Op::Limited { id };
+                if s.status == AgentStatus::Running {
+                    s.status = AgentStatus::Idle;
+                    s.limited = true;
+                    (op, true, vec![s])
+                } else if s.archived {
+                    // The archive ended the turn already: accepted, nothing changes.
+                    (op, true, vec![s])
+                } else {
+                    (op, false, Vec::new())
+                }
+            }
+            12 => {
+                let limited = self.ids(|s| s.limited);
+                let id = self.rng.pick(&limited).copied().unwrap_or(id);
+                let mut s = self.state(id);
+                s.limited = false;
+                (Op::ClearLimited { id }, true, vec![s])
+            }
+            _ => self.choose_start_failure(id),
+        }
+    }
+
+    /// A sign-in kept in `config.toml`: one of a few variables, a value never used before.
+    fn choose_sign_in(&mut self) -> (Op, bool, Vec<AgentState>) {
+        let var = format!("CRASH_KEY_{}", self.rng.range(0, 3));
+        let value = format!("s{}-k{}", self.seed, self.seq);
+        (Op::SignIn { var, value }, true, Vec::new())
+    }
+
+    /// `update_labels`: the user's labels set and removed; now and then a reserved one.
+    fn choose_labels(&mut self, id: AgentId) -> (Op, bool, Vec<AgentState>) {
+        let mut s = self.state(id);
+        let mut set = BTreeMap::new();
+        for _ in 0..self.rng.range(0, 3) {
+            let key = format!("team.k{}", self.rng.range(0, 6));
+            set.insert(key, format!("v{}", self.seq));
+        }
+        let user: Vec<String> = s
+            .labels
+            .keys()
+            .filter(|k| k.starts_with("team."))
+            .cloned()
+            .collect();
+        let mut remove: Vec<String> = self.rng.pick(&user).cloned().into_iter().collect();
+        // Now and then a label only the hub sets: refused, nothing changes.
+        let reserved = [
+            UPSTREAM_BUDGET_LABEL,
+            UPSTREAM_LABEL,
+            UPSTREAM_ARCHIVED_LABEL,
+        ];
+        let ok = !self.rng.chance(8);
+        if !ok {
+            let label = *self.rng.pick(&reserved).unwrap_or(&UPSTREAM_LABEL);
+            if self.rng.chance(50) {
+                set.insert(label.to_string(), "[]".to_string());
+            } else {
+                remove.push(label.to_string());
+            }
+        }
+        for key in &remove {
+            s.labels.remove(key);
+        }
+        s.labels.extend(set.clone());
+        let op = Op::Labels { id, set, remove };
+        (op, ok, if ok { vec![s] } else { Vec::new() })
+    }
+
+    /// `record_start_failure`, with or without a sign-in to wait for.
+    fn choose_start_failure(&mut self, id: AgentId) -> (Op, bool, Vec<AgentState>) {
+        let mut s = self.state(id);
+        let sign_in = self.rng.chance(60);
+        let op = Op::StartFailure { id, sign_in };
+        if s.archived {
+            // The archive closed the start it cut short: accepted, nothing changes.
+            return (op, true, vec![s]);
+        }
+        let ok = s.status == AgentStatus::Error || s.status.can_become(AgentStatus::Error);
+        s.status = AgentStatus::Error;
+        s.start_failure = Some(if sign_in {
+            "sign-in:crash-key".to_string()
+        } else {
+            "error".to_string()
+        });
+        (op, ok, if ok { vec![s] } else { Vec::new() })
+    }
+
     fn choose_title(&mut self, id: AgentId) -> (Op, bool, Vec<AgentState>) {
         let title = (!self.rng.chance(10)).then(|| format!("s{}-t{}", self.seed, self.seq));
         let mut s = self.state(id);
         s.title.clone_from(&title);
         (Op::SetTitle { id, title }, true, vec![s])
     }
+}
+
+/// `n` eighths: costs the model adds exactly as the registry does.
+#[expect(clippy::cast_precision_loss)] // small integers
+fn eighths(n: u64) -> f64 {
+    n as f64 / 8.0
 }

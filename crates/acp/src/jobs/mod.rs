@@ -222,8 +222,9 @@ struct Inner {
     shutting_down: AtomicBool,
     /// The runtimes, for exit notices (weak: the runtimes own the jobs).
     shared: OnceLock<Weak<Shared>>,
-    /// Jobs this boot found lost whose owner asked to hear how they end: told once the
-    /// runtimes are up ([`Jobs::notify_lost`]).
+    /// Jobs whose exit notice is pending (found lost by this boot, or ended before a kill cut
+    /// their notice off) and whose owner asked to hear how they end: told once the runtimes
+    /// are up ([`Jobs::notify_lost`]).
     lost: Mutex<Vec<String>>,
 }
 
@@ -237,12 +238,13 @@ impl Jobs {
     pub fn open(home: &std::path::Path) -> (Jobs, usize) {
         let loaded = record::load(home);
         let mut records = loaded.records;
+        let lost = record::reconcile(home, &mut records);
+        // The jobs found lost now, and those whose exit notice a killed daemon did not queue.
         let unfinished: Vec<String> = records
             .iter()
-            .filter(|r| r.is_running() && r.notify_on_exit)
+            .filter(|r| r.notice_pending)
             .map(|r| r.id.clone())
             .collect();
-        let lost = record::reconcile(home, &mut records);
         // Past every number on disk, the files boot left alone included: none is taken over.
         let next = loaded.highest + 1;
         let mut jobs = BTreeMap::new();
@@ -293,9 +295,10 @@ impl Jobs {
         let _ = self.0.shared.set(Arc::downgrade(shared));
     }
 
-    /// Tells each owner of a job this boot found lost (and that asked to hear how it ends)
-    /// that it was lost: once, through the owner's inbox, as an exit notice would. A crash
-    /// before the notice is queued loses it (the record says `lost` either way).
+    /// Tells each owner of a job this boot found lost, or whose exit notice a killed daemon
+    /// did not queue (and that asked to hear how it ends), how it ended: once, through the
+    /// owner's inbox. A notice the inbox or timeline names already is not queued again; a
+    /// crash before it is queued leaves it pending for the next boot.
     pub(crate) fn notify_lost(&self) {
         let ids = std::mem::take(&mut *self.0.lost.lock().unwrap_or_else(PoisonError::into_inner));
         let Some(shared) = self.0.shared.get().and_then(Weak::upgrade) else {
@@ -307,6 +310,12 @@ impl Jobs {
                 continue;
             };
             let record = job.snapshot();
+            if drover_core::inbox::Inbox::reached(&self.0.home, record.owner, &record.notice_id()) {
+                // Queued before the kill; only its record did not say so yet.
+                let jobs = self.clone();
+                tokio::task::spawn_blocking(move || jobs.notice_queued(&id));
+                continue;
+            }
             let text = exit_notice(&record, &job.output);
             tokio::spawn(notify(
                 shared.clone(),
@@ -314,6 +323,28 @@ impl Jobs {
                 text,
                 notice_delivery(&record),
             ));
+        }
+    }
+
+    /// The job's exit notice was queued (or its owner refused it for good): its record stops
+    /// saying it is pending (not once the daemon shuts down). Blocking (it writes the record).
+    fn notice_queued(&self, id: &str) {
+        // A daemon that shuts down writes nothing more: the next boot finds the notice queued.
+        if self.0.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(job) = self.job(id) else { return };
+        let record = {
+            let mut record = job.record();
+            if !record.notice_pending {
+                return;
+            }
+            record.notice_pending = false;
+            record.clone()
+        };
+        if let Err(e) = record::write(&self.0.home, &record) {
+            // Pending on disk: the next boot finds the notice queued and says so then.
+            tracing::warn!(job = %record.id, error = %e, "cannot record that a job's exit notice was queued");
         }
     }
 
@@ -458,6 +489,7 @@ impl Jobs {
             current_start: 0,
             spilled: 0,
             spill_error: None,
+            notice_pending: false,
         };
         // Durable before it is acknowledged: a daemon killed from here on is succeeded by a
         // boot that ends the job and says it was lost.
@@ -631,6 +663,10 @@ impl Jobs {
             record.current_start = segments.current_start;
             record.spilled = segments.spilled;
             record.spill_error = job.output.spill_error();
+            // Recorded with the end: a kill before the notice is queued leaves it to the next
+            // boot.
+            record.notice_pending =
+                record.notify_on_exit && !self.0.shutting_down.load(Ordering::SeqCst);
             record.clone()
         };
         if let Err(e) = record::write(&self.0.home, &record) {
@@ -646,7 +682,7 @@ impl Jobs {
         let _ = self.0.events.send(JobEvent {
             record: record.clone(),
         });
-        if record.notify_on_exit && !self.0.shutting_down.load(Ordering::SeqCst) {
+        if record.notice_pending {
             let text = exit_notice(&record, &job.output);
             let delivery = notice_delivery(&record);
             let shared = self.0.shared.get().and_then(Weak::upgrade);
@@ -1000,21 +1036,30 @@ fn pump(
 /// Queues the exit notice for the job's owner through its durable inbox (never an
 /// interruption). An archived owner gets nothing.
 async fn notify(shared: Arc<Shared>, record: JobRecord, text: String, delivery: Delivery) {
+    let jobs = shared.jobs.clone();
     let manager = crate::RuntimeManager { shared };
-    let message = InboxMessage::new(delivery, text, format!("job:{}", record.id));
-    match tokio::time::timeout(
+    let mut message = InboxMessage::new(delivery, text, format!("job:{}", record.id));
+    message.id = record.notice_id();
+    let settled = match tokio::time::timeout(
         NOTICE_TIMEOUT,
         manager.deliver_message(record.owner, message),
     )
     .await
     {
-        Ok(Ok(_)) => {}
+        Ok(Ok(_)) => true,
         Ok(Err(e)) => {
             tracing::info!(job = %record.id, owner = %record.owner, error = %e, "job exit notice not delivered");
+            true
         }
         Err(_) => {
+            // It may still be queued: the next boot looks for it before queueing it again.
             tracing::warn!(job = %record.id, owner = %record.owner, "job exit notice timed out");
+            false
         }
+    };
+    if settled {
+        let id = record.id.clone();
+        let _ = tokio::task::spawn_blocking(move || jobs.notice_queued(&id)).await;
     }
 }
 

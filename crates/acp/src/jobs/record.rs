@@ -88,6 +88,11 @@ pub struct JobRecord {
     /// Why the log stopped before the output's end, if it did.
     #[serde(default)]
     pub spill_error: Option<String>,
+    /// It ended (or was found lost), its owner asked to hear of it, and its exit notice is not
+    /// known to be queued: the next boot queues it (under [`JobRecord::notice_id`]) unless the
+    /// owner's inbox or timeline names it already.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notice_pending: bool,
 }
 
 impl JobRecord {
@@ -101,6 +106,13 @@ impl JobRecord {
 
     pub fn is_running(&self) -> bool {
         self.status == JobStatus::Running
+    }
+
+    /// The id of the message its exit notice is queued under: the same at every try, so a
+    /// notice found in the owner's inbox or timeline is not queued again. The start time
+    /// keeps it apart from a job of the same id whose files were deleted.
+    pub fn notice_id(&self) -> String {
+        format!("{}-exit-{}", self.id, self.started_at.as_millisecond())
     }
 }
 
@@ -294,6 +306,7 @@ pub fn reconcile(home: &Path, records: &mut [JobRecord]) -> usize {
         let current = std::fs::metadata(&log).map_or(0, |m| m.len());
         record.spilled = record.current_start + current;
         record.output_bytes = record.spilled;
+        record.notice_pending = record.notify_on_exit;
         if let Err(e) = write(home, record) {
             tracing::warn!(job = %record.id, error = %e, "cannot record a lost job");
         }

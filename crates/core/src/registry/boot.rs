@@ -68,6 +68,7 @@ impl Registry {
         on_interrupt: &dyn Fn(&Agent) -> OnInterrupt,
     ) -> Result<(Registry, BootReport), RegistryError> {
         let store = Store::open(home)?;
+        store.remove_home_leftovers();
         let mut report = BootReport::default();
 
         let workspaces = store.load_workspaces()?;

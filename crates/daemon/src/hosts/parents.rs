@@ -67,7 +67,16 @@ impl Parents {
             .is_some_and(|agents| agents.contains(&agent));
         if !known {
             by_host.entry(host.to_string()).or_default().insert(agent);
-            self.save(&by_host)?;
+            if let Err(e) = self.save(&by_host) {
+                // Not on disk, so not in memory either: the creation is refused.
+                if let Some(agents) = by_host.get_mut(host) {
+                    agents.remove(&agent);
+                    if agents.is_empty() {
+                        by_host.remove(host);
+                    }
+                }
+                return Err(e);
+            }
         }
         asking
             .entry((host.to_string(), agent))
@@ -166,6 +175,22 @@ mod tests {
     /// What the file says after reopening it, for `agent` on host `b`.
     fn kept(home: &Path, agent: AgentId) -> bool {
         Parents::open(home).expect("open").has("b", agent)
+    }
+
+    /// A parent that cannot be written (here: its home is gone; a full disk alike) is refused
+    /// and not remembered in memory either: memory never holds what the file does not.
+    #[test]
+    fn a_parent_that_cannot_be_written_is_not_remembered() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let gone = home.path().join("gone");
+        let parents = Parents::open(&gone).expect("open");
+        let agent = AgentId::new();
+        let e = parents
+            .add("b", agent)
+            .expect_err("a file that cannot be written");
+        assert!(e.contains("host-parents.json"), "{e}");
+        assert!(!parents.has("b", agent) && !parents.knows(agent));
+        assert!(parents.hosts_of(&HashSet::from([agent])).is_empty());
     }
 
     #[test]

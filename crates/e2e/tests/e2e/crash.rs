@@ -2,7 +2,8 @@
 //! random moment, over and over on the same data directory. After every kill the files must
 //! parse, the registry must open without quarantining anything, and every agent must be as
 //! its last acknowledged mutation left it, or as the one mutation in flight would leave it
-//! (all of it or none of it, for an archive cascade too).
+//! (all of it or none of it, for an archive cascade too). The sign-ins it keeps in
+//! `config.toml` are held to the same rule.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -45,6 +46,9 @@ struct Summary {
     cascades_applied: usize,
     cascades_finished_by_boot: usize,
     temp_files_left: usize,
+    /// Acknowledged ops by kind.
+    kinds: BTreeMap<String, usize>,
+    sign_ins_in_flight: usize,
 }
 
 // One story: rounds of run, kill and reboot, each checked against what was acknowledged.
@@ -71,6 +75,8 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
 
     // The state every agent is known to have: from the last verified reopen, plus acks.
     let mut known: BTreeMap<AgentId, AgentState> = BTreeMap::new();
+    // The sign-ins kept in config.toml: variable → value, as last acknowledged.
+    let mut sign_ins: BTreeMap<String, String> = BTreeMap::new();
     let mut summary = Summary::default();
 
     let rounds = std::env::var("DROVER_CRASH_ROUNDS")
@@ -105,6 +111,14 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
                     let ack: Ack = serde_json::from_str(json).expect("ack line");
                     let begin = in_flight.take().expect("an ack without a begin");
                     assert_eq!(ack.seq, begin.seq, "{context}: ack of another op");
+                    let kind = serde_json::to_value(&begin.op).expect("an op")["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    *summary.kinds.entry(kind).or_default() += 1;
+                    if let Op::SignIn { var, value } = &begin.op {
+                        sign_ins.insert(var.clone(), value.clone());
+                    }
                     for agent in ack.agents {
                         let id = agent.id.expect("acked agents have ids");
                         known.insert(id, agent);
@@ -257,12 +271,50 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
                 summary.cascades_applied += usize::from(applied);
             }
         }
+        let temps: Vec<PathBuf> = files_under(home.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(".tmp-"))
+            .collect();
         assert!(
-            files_under(home.path())
-                .iter()
-                .all(|p| !p.to_string_lossy().contains(".tmp-")),
-            "{context}: temp files survived boot"
+            temps.is_empty(),
+            "{context}: temp files survived boot: {temps:?}"
         );
+
+        // (5) config.toml reads, and holds each sign-in as last acknowledged, or as the one in
+        // flight left it.
+        let flight = match &in_flight {
+            Some(Begin {
+                op: Op::SignIn { var, value },
+                ..
+            }) => Some((var.clone(), value.clone())),
+            _ => None,
+        };
+        let line = |var: &str, value: &str| format!("{var} = \"{value}\"");
+        match fs::read_to_string(home.path().join("config.toml")) {
+            Ok(text) => {
+                if let Err(e) = drover_acp::providers::Providers::load(home.path()) {
+                    panic!("{context}: config.toml does not load after the kill: {e}\n{text}");
+                }
+                for (var, value) in &sign_ins {
+                    let new = flight.as_ref().filter(|(v, _)| v == var);
+                    assert!(
+                        text.contains(&line(var, value))
+                            || new.is_some_and(|(v, n)| text.contains(&line(v, n))),
+                        "{context}: the sign-in {var} = {value} is lost (in flight: {flight:?}):\n{text}"
+                    );
+                }
+                if let Some((var, value)) = &flight
+                    && text.contains(&line(var, value))
+                {
+                    sign_ins.insert(var.clone(), value.clone());
+                }
+                summary.sign_ins_in_flight += usize::from(flight.is_some());
+            }
+            Err(_) => assert!(
+                sign_ins.is_empty(),
+                "{context}: config.toml is gone, with sign-ins acknowledged: {sign_ins:?}"
+            ),
+        }
 
         // What boot made of it (busy agents now idle) is the starting point of the next round.
         known = on_disk;
@@ -274,7 +326,7 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
         "crash test: {} rounds in {:.1?}: {} acks and {} refusals verified, {} agent states \
          checked, {} agents at the end; {} kills with an op in flight ({} applied); {} \
          cascades in flight ({} applied, {} finished by boot from the journal); {} temp files \
-         of interrupted writes cleaned up",
+         of interrupted writes cleaned up; {} kills in a sign-in; acks by kind: {:?}",
         summary.rounds,
         started.elapsed(),
         summary.acks,
@@ -287,7 +339,30 @@ fn sigkill_never_loses_or_tears_an_acknowledged_mutation() {
         summary.cascades_applied,
         summary.cascades_finished_by_boot,
         summary.temp_files_left,
+        summary.sign_ins_in_flight,
+        summary.kinds,
     );
+    // Every kind of write the driver makes was acknowledged and held to it.
+    for kind in [
+        "create",
+        "set_status",
+        "set_title",
+        "archive",
+        "set_budget",
+        "add_spend",
+        "labels",
+        "upstream_budgets",
+        "limited",
+        "clear_limited",
+        "start_failure",
+        "sign_in",
+    ] {
+        assert!(
+            summary.kinds.contains_key(kind),
+            "no `{kind}` was acknowledged: {:?}",
+            summary.kinds
+        );
+    }
     assert!(summary.acks >= rounds * usize::try_from(MIN_ACKS.0).expect("a small constant"));
 }
 

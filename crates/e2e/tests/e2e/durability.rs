@@ -679,3 +679,239 @@ async fn an_unarchive_during_the_archives_close_finds_the_queue_discarded() {
         "the inbox still holds a message"
     );
 }
+
+/// The client token is made at a daemon's first start: a SIGKILL between the file's creation
+/// and its write leaves it empty. The next start makes a new one instead of refusing to start
+/// (an empty file was never a token anyone could know).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_left_empty_by_a_killed_first_start_is_made_again() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let home = TempDir::new().expect("home");
+    let path = home.path().join("token");
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .expect("an empty token file");
+    let daemon = TestDaemon::start_in(home.path().to_path_buf(), Some(home), false).await;
+    let token = daemon.token().expect("a token");
+    assert!(token.len() >= 32, "{token:?}");
+    let (mut client, _) = daemon.client().await;
+    let answer = client.request(json!({"type": "ping"})).await;
+    assert_ne!(answer["type"], "request_error", "{answer}");
+    daemon.stop().await;
+}
+
+/// A job whose owner asked for its exit notice ended and its record says so, but the daemon
+/// was killed before the notice was queued (the state a SIGKILL in that moment leaves: the
+/// record ended, its notice still pending). The next boot queues the notice; the boot after
+/// that does not queue it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_exit_notice_cut_off_by_a_kill_is_queued_at_the_next_boot_once() {
+    let home = TempDir::new().expect("home");
+    let cwd = TempDir::new().expect("the agent's cwd, outliving each daemon");
+    let path = home.path().to_path_buf();
+    let daemon = TestDaemon::start_in(path.clone(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    let agent = client
+        .create_scripted(cwd.path(), json!({"title": "owner"}))
+        .await;
+    client.wait_status(&agent, "idle").await;
+    let started = client
+        .request(
+            json!({"type": "start_job", "agentId": agent, "command": "echo built",
+            "notifyOnExit": false}),
+        )
+        .await;
+    assert_eq!(started["type"], "job", "{started}");
+    let job = started["payload"]["job"]["id"]
+        .as_str()
+        .expect("a job id")
+        .to_string();
+    let waited = client
+        .request(json!({"type": "wait_job", "jobId": job, "timeoutMs": 15000}))
+        .await;
+    assert_eq!(waited["payload"]["ended"], true, "{waited}");
+    drop(client);
+    daemon.stop().await;
+
+    // The record as the kill left it: ended, with its owner's notice not queued yet.
+    let record = path.join("jobs").join(&agent).join(format!("{job}.json"));
+    let mut doc: Value =
+        serde_json::from_slice(&fs::read(&record).expect("the job record")).expect("a JSON record");
+    doc["notifyOnExit"] = json!(true);
+    doc["noticePending"] = json!(true);
+    fs::write(&record, serde_json::to_vec_pretty(&doc).expect("encode")).expect("write");
+
+    // The owner's notices of the job: run (in its timeline) or queued for its next turn.
+    let source = format!("job:{job}");
+    let notices = async |client: &mut drover_testkit::daemon::Client| {
+        let prefix = format!("[drover] Job {job} ");
+        let queued = client.get_agent(&agent).await["queued"]
+            .as_array()
+            .map_or(0, |q| {
+                q.iter()
+                    .filter(|m| m["text"].as_str().is_some_and(|t| t.starts_with(&prefix)))
+                    .count()
+            });
+        queued + client.messages_from(&agent, &source).await.len()
+    };
+    let daemon = TestDaemon::start_in(path.clone(), None, false).await;
+    let (mut client, _) = daemon.client().await;
+    for _ in 0..200 {
+        if notices(&mut client).await > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        notices(&mut client).await,
+        1,
+        "the exit notice the kill cut off was not sent at the next boot"
+    );
+    client.wait_idle(&agent).await;
+    drop(client);
+    daemon.stop().await;
+    let kept: Value =
+        serde_json::from_slice(&fs::read(&record).expect("the job record")).expect("a JSON record");
+    assert!(
+        kept.get("noticePending").is_none_or(|p| p == false),
+        "the notice is still pending once queued: {kept}"
+    );
+
+    // Once more: the notice is not queued twice.
+    let daemon = TestDaemon::start_in(path, Some(home), false).await;
+    let (mut client, _) = daemon.client().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    client.wait_idle(&agent).await;
+    assert_eq!(notices(&mut client).await, 1, "the exit notice ran twice");
+    drop(client);
+    daemon.stop().await;
+}
+
+/// A daemon (a process of its own) running a schedule every second and jobs that ask for their
+/// exit notice is killed (SIGKILL) at random moments, over and over on the same home.
+/// Afterwards no scheduled prompt ran twice, every job got exactly one exit notice (it ended,
+/// or was found lost), and the budget is the last one acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines)] // one story: rounds of run and kill, then the account
+async fn sigkill_of_a_daemon_with_schedules_and_jobs_runs_nothing_twice_and_drops_no_notice() {
+    use crate::processes::{DaemonProcess, Home, config};
+    use nix::sys::signal::Signal;
+    const ROUNDS: u64 = 8;
+    let budget_of_rounds = Duration::from_secs(25);
+    let home = Home::new(config);
+    let mut rng = XorShift::new(0x5c4e_d01e);
+    let started = Instant::now();
+    let mut agent = String::new();
+    let mut jobs: Vec<String> = Vec::new();
+    let mut budget: Option<u64> = None;
+    let mut rounds = 0;
+    while rounds < ROUNDS && started.elapsed() < budget_of_rounds {
+        let mut daemon = DaemonProcess::start(home.path()).await;
+        let mut client = daemon.client().await;
+        if agent.is_empty() {
+            agent = client
+                .create_agent(json!({"provider": "scripted", "cwd": home.cwd, "title": "owner"}))
+                .await;
+            let made = client
+                .request(json!({"type": "create_schedule", "agentId": agent,
+                    "prompt": "say tick", "when": {"everySeconds": 1}}))
+                .await;
+            assert_eq!(made["type"], "schedule", "{made}");
+        }
+        // Jobs that end at once, soon, or after the kill.
+        for _ in 0..rng.range(1, 4) {
+            let command = format!("sleep 0.{}", rng.range(0, 9));
+            let answer = client
+                .request(
+                    json!({"type": "start_job", "agentId": agent, "command": command,
+                    "cwd": home.cwd}),
+                )
+                .await;
+            assert_eq!(answer["type"], "job", "{answer}");
+            jobs.push(
+                answer["payload"]["job"]["id"]
+                    .as_str()
+                    .expect("id")
+                    .to_string(),
+            );
+        }
+        let tokens = 1_000_000 + rounds;
+        let set = client
+            .request(json!({"type": "set_budget", "agentId": agent, "budget": {"tokens": tokens}}))
+            .await;
+        assert_ne!(set["type"], "request_error", "{set}");
+        budget = Some(tokens);
+        tokio::time::sleep(Duration::from_millis(rng.range(200, 1500))).await;
+        daemon.die_by(Signal::SIGKILL);
+        rounds += 1;
+    }
+
+    // The last boot: what was cut off settles; the schedule stops so the account holds still.
+    let daemon = DaemonProcess::start(home.path()).await;
+    let mut client = daemon.client().await;
+    let listed = client.request(json!({"type": "list_schedules"})).await;
+    let schedule = listed["payload"]["schedules"][0]["id"]
+        .as_str()
+        .expect("the schedule")
+        .to_string();
+    let paused = client
+        .request(json!({"type": "pause_schedule", "scheduleId": schedule}))
+        .await;
+    assert_eq!(paused["type"], "schedule", "{paused}");
+    for job in &jobs {
+        let waited = client
+            .request(json!({"type": "wait_job", "jobId": job, "timeoutMs": 15000}))
+            .await;
+        assert_eq!(waited["payload"]["ended"], true, "{job}: {waited}");
+    }
+    // Every notice is queued (the last ones a moment after their job ends) and runs.
+    let notices_of = async |client: &mut drover_testkit::daemon::Client| {
+        let mut count: HashMap<String, usize> = HashMap::new();
+        for item in client.messages_from(&agent, "job:").await {
+            let source = item["data"]["source"].as_str().unwrap_or_default();
+            *count
+                .entry(source.trim_start_matches("job:").to_string())
+                .or_default() += 1;
+        }
+        count
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut notices = notices_of(&mut client).await;
+    while jobs.iter().any(|j| !notices.contains_key(j)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client.wait_idle(&agent).await;
+        notices = notices_of(&mut client).await;
+    }
+    client.wait_idle(&agent).await;
+    let notices = notices_of(&mut client).await;
+    for job in &jobs {
+        assert_eq!(
+            notices.get(job).copied().unwrap_or(0),
+            1,
+            "job {job}: its exit notice ran {} times (all: {notices:?})",
+            notices.get(job).copied().unwrap_or(0)
+        );
+    }
+    // Each scheduled prompt ran once at most, and each run the schedule recorded ran or waits.
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for item in client.messages_from(&agent, "schedule:").await {
+        let id = item["data"]["messageId"].as_str().unwrap_or_default();
+        *runs.entry(id.to_string()).or_default() += 1;
+    }
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "scheduled prompts ran twice: {twice:?}");
+    assert_eq!(
+        client.get_agent(&agent).await["budget"],
+        json!({"tokens": budget.expect("a budget")})
+    );
+    eprintln!(
+        "daemon SIGKILLs: {rounds} rounds, {} jobs each told once, {} scheduled prompts each run once",
+        jobs.len(),
+        runs.len()
+    );
+    assert!(rounds >= 3, "too few rounds: {rounds}");
+    daemon.stop().await;
+}

@@ -7,6 +7,7 @@
 mod acp_sessions;
 mod crash;
 mod durability;
+mod durability_disk;
 mod hibernation;
 mod import_sessions;
 mod jobs;
