@@ -2119,20 +2119,20 @@ fn daemon_stop_names_the_turns_it_cuts_off_and_the_permissions_they_asked() {
     assert_eq!(started.code, 0, "{}", started.transcript());
     let busy = fx.spawn_agent(&["--title", "busy"], "sleep 20000");
     let asking = fx.spawn_agent(&["--title", "asking"], "permission deploy");
-    let idle = fx.spawn_agent(&["--title", "resting"], "say done");
-    fx.drover(&["wait", &idle, "--timeout", "20"]).ok();
-    fx.wait_status(&busy, "running");
-    let deadline = Instant::now() + WAIT;
-    while fx.info(&asking)["attentionReason"] != "permission" {
-        assert!(Instant::now() < deadline, "{}", fx.info(&asking));
     let going_on = fx.spawn_agent(
         &["--title", "going-on", "--on-interrupt", "continue"],
         "sleep 20000",
     );
+    let idle = fx.spawn_agent(&["--title", "resting"], "say done");
+    fx.drover(&["wait", &idle, "--timeout", "20"]).ok();
+    fx.wait_status(&busy, "running");
+    fx.wait_status(&going_on, "running");
+    let deadline = Instant::now() + WAIT;
+    while fx.info(&asking)["attentionReason"] != "permission" {
+        assert!(Instant::now() < deadline, "{}", fx.info(&asking));
         std::thread::sleep(Duration::from_millis(20));
     }
     let stopped = fx.drover(&["daemon", "stop"]).ok();
-    fx.wait_status(&going_on, "running");
     let short = |id: &str| id.replace('-', "")[24..].to_string();
     // The agent the next boot continues by itself is not told to be sent "continue" (that
     // would queue a second turn), and `drover send` needs the daemon started again first.
