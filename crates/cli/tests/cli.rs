@@ -588,7 +588,8 @@ fn ls_narrows_a_fleet_to_what_needs_me_what_runs_and_what_failed() {
     let asking = fx.spawn_agent(&["--title", "asking"], "permission deploy");
     let busy = fx.spawn_agent(&["--title", "busy"], "sleep 20000");
     let broken = fx.spawn_agent(&["--title", "broken"], "fail it broke");
-    fx.drover(&["wait", &done, &broken, "--timeout", "20"]).ok();
+    let waited = fx.drover(&["wait", &done, &broken, "--timeout", "20"]);
+    assert_eq!(waited.code, 1, "{}", waited.stderr);
     fx.wait_status(&busy, "running");
     let deadline = Instant::now() + WAIT;
     while fx.info(&asking)["attentionReason"] != "permission" {
@@ -704,9 +705,9 @@ fn wait_takes_several_agents_and_names_those_still_busy_or_failed() {
     let sleeper = fx.spawn_agent(&["--title", "sleeper"], "sleep 20000");
     // All three that end: one wait, under one deadline.
     let started = Instant::now();
-    let waited = fx
-        .drover(&["wait", "quick", "slow", "broken", "--timeout", "20"])
-        .ok();
+    let waited = fx.drover(&["wait", "quick", "slow", "broken", "--timeout", "20"]);
+    // One failed: a script's `drover wait … && next` does not go on.
+    assert_eq!(waited.code, 1, "{}", waited.stderr);
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "{}",
@@ -731,6 +732,9 @@ fn wait_takes_several_agents_and_names_those_still_busy_or_failed() {
         "{}",
         waited.stderr
     );
+    // None failed: 0.
+    fx.drover(&["wait", "quick", "slow", "--timeout", "20"])
+        .ok();
     // One still busy: the timeout names it, and only it.
     let timed_out = fx.drover(&["wait", "quick", "sleeper", "--timeout", "0.5"]);
     assert_eq!(timed_out.code, 6, "{}", timed_out.stderr);
