@@ -784,7 +784,8 @@ fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
         &["--title", "badkey"],
         "fail unexpected status 401 Unauthorized: Incorrect API key provided: sk-bad.",
     );
-    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    // Its turn failed: exit 1.
+    assert_eq!(fx.drover(&["wait", &id, "--timeout", "20"]).code, 1);
     let logs = fx.drover(&["logs", &id]).ok();
     let failed = logs
         .stdout
@@ -800,7 +801,8 @@ fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
     );
     // Any other failure gets no such hint.
     let other = fx.spawn_agent(&["--title", "other"], "fail the disk is full");
-    fx.drover(&["wait", &other, "--timeout", "20"]).ok();
+    // Its turn failed: exit 1.
+    assert_eq!(fx.drover(&["wait", &other, "--timeout", "20"]).code, 1);
     let logs = fx.drover(&["logs", &other]).ok();
     assert!(!logs.stdout.contains("drover login"), "{}", logs.stdout);
 }
