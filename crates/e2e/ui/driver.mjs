@@ -186,6 +186,26 @@ const scenarios = {
     await dialog.waitFor({ state: 'visible' });
     await one.click('dialog button.danger');
     for (const p of [one, two]) await gone(p, scheduleRow(A.agent, id));
+    // A one-off says its time as its next run is shown: in the browser's time zone and words,
+    // not the daemon's UTC.
+    await one.click(`${pane(A.agent)} .more > summary`);
+    await one.click(`${pane(A.agent)} button.schedule-new`);
+    await dialog.waitFor({ state: 'visible' });
+    await dialog.locator('textarea[name=prompt]').fill('say later');
+    await dialog.locator('input[name=title]').fill('one-off');
+    await dialog.locator('select[name=kind]').selectOption('in');
+    await dialog.locator('input[name=minutes]').fill('90');
+    await dialog.locator('button[type=submit]').click();
+    await gone(one, 'dialog');
+    const once = one.locator(`${pane(A.agent)} .schedule-row`, { hasText: 'one-off' });
+    await once.waitFor();
+    const next = (await once.locator('.when').innerText()).replace(/^next /, '');
+    const fires = await once.locator('.what .muted').innerText();
+    if (!next || fires !== `once at ${next}`) fail(`the one-off's row says ${JSON.stringify(fires)}, next ${JSON.stringify(next)}`);
+    await once.locator('button.schedule-delete').click();
+    await dialog.waitFor({ state: 'visible' });
+    await one.click('dialog button.danger');
+    await gone(one, `${pane(A.agent)} .schedule-row`);
   },
 
   // The settings a live agent offers (ACP config options) are selects in its header: a change

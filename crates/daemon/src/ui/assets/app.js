@@ -1522,6 +1522,16 @@ function localTime(iso) {
 }
 
 /**
+ * When a schedule fires, as the daemon describes it; a one-off's time in this browser's time
+ * zone and words, as its next run is shown (the daemon's description says it in UTC).
+ * @param {import('./protocol.gen.js').ScheduleInfo} x
+ */
+function fires(x) {
+  const at = x.cadence?.kind === 'once' ? x.cadence.at : null;
+  return typeof at === 'string' ? `once at ${localTime(at)}` : x.description;
+}
+
+/**
  * @param {Pane} pane
  * @param {AgentInfo} a
  */
@@ -1537,7 +1547,7 @@ function renderSchedules(pane, a) {
     h('ul', { class: 'track-rows', role: 'list' }, list.map((x) => {
       const last = x.runs[x.runs.length - 1];
       return h('li', { class: `schedule-row state-${x.state}`, dataset: { scheduleId: x.id } },
-        h('span', { class: 'what' }, h('strong', null, x.title || x.prompt.split('\n')[0]), ' ', h('span', { class: 'muted' }, x.description)),
+        h('span', { class: 'what' }, h('strong', null, x.title || x.prompt.split('\n')[0]), ' ', h('span', { class: 'muted' }, fires(x))),
         h('span', { class: 'when' }, x.state === 'paused' ? 'paused' : `next ${localTime(x.nextRunAt)}`),
         last ? h('span', { class: last.error ? 'error-text' : 'muted', title: last.error || '' }, `last ${ago(last.firedAt)} ago${last.error ? ', failed' : ''}`) : null,
         x.newAgent ? h('span', { class: 'badge' }, 'new agent') : null,
@@ -1545,7 +1555,7 @@ function renderSchedules(pane, a) {
           x.state === 'paused' ? 'Resume' : 'Pause'),
         h('button', { type: 'button', class: 'icon schedule-delete', 'aria-label': `Delete schedule ${x.id}`, title: 'Delete',
           onclick: async () => {
-            if (await confirmDialog({ title: `Delete “${x.title || x.id}”?`, body: `It stops: ${x.description}.`, confirm: 'Delete' })) {
+            if (await confirmDialog({ title: `Delete “${x.title || x.id}”?`, body: `It stops: ${fires(x)}.`, confirm: 'Delete' })) {
               conn.request({ type: ClientType.DeleteSchedule, scheduleId: x.id }).catch(failed('Delete'));
             }
           } }, '×'));
