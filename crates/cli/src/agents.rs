@@ -105,7 +105,8 @@ fn not_running(agent: &AgentInfo, name: &str) -> String {
 }
 
 /// Waits for every agent named to be idle with nothing queued, under one deadline; says which
-/// are idle (and whose last turn failed) and, at the timeout, which are still busy.
+/// are idle (and whose last turn failed) and, at the timeout, which are still busy. Exits 6
+/// when one is still busy at the timeout, else 1 when the last turn of one failed.
 pub async fn wait(ctx: &Ctx, ids: &[String], timeout: Option<f64>) -> anyhow::Result<()> {
     let timeout = match timeout {
         Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
@@ -124,6 +125,7 @@ pub async fn wait(ctx: &Ctx, ids: &[String], timeout: Option<f64>) -> anyhow::Re
         }
     }
     let mut busy = Vec::new();
+    let mut failed_names = Vec::new();
     for (agent, name) in &waited {
         let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
         let answer = connection
@@ -152,6 +154,7 @@ pub async fn wait(ctx: &Ctx, ids: &[String], timeout: Option<f64>) -> anyhow::Re
                     eprintln!(
                         "drover: {name} is idle; its last turn failed (`drover logs {name}` says why)"
                     );
+                    failed_names.push(name.clone());
                 } else {
                     eprintln!("drover: {name} is idle");
                 }
@@ -165,7 +168,15 @@ pub async fn wait(ctx: &Ctx, ids: &[String], timeout: Option<f64>) -> anyhow::Re
     }
     connection.close().await;
     if busy.is_empty() {
-        return Ok(());
+        // A script that waits (`drover wait a b && next`) must not go on past a failed turn.
+        if failed_names.is_empty() {
+            return Ok(());
+        }
+        return Err(CliError::Reported {
+            code: exit::ERROR,
+            message: format!("the last turn of {} failed", failed_names.join(", ")),
+        }
+        .into());
     }
     Err(CliError::Timeout(format!(
         "{} still busy after {:.1}s",

@@ -113,7 +113,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Wait until agents are idle with nothing queued (every one named).
+    /// Wait until agents are idle with nothing queued (every one named); exit code 1 when the
+    /// last turn of one failed.
     Wait {
         /// The agents (id, unique prefix or suffix, or title), one or more
         #[arg(required = true, value_name = "ID")]

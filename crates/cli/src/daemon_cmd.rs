@@ -246,20 +246,69 @@ fn stop(home: &Path, timeout: Duration) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(25));
     }
     eprintln!("drover: daemon stopped (pid {})", info.pid);
-    if !cut_off.is_empty() {
-        eprintln!(
-            "drover: it cut off {} turn(s); each waits with attention `interrupted`, and a \
-             permission it asked is cancelled:\n{}\n  to go on with one: drover send ID \"continue\"",
-            cut_off.len(),
-            cut_off.join("\n")
-        );
+    if let Some(advice) = cut_off.advice() {
+        eprint!("{advice}");
     }
     Ok(())
 }
 
-/// The agents running a turn, one line each (`  1a2b3c4d  fixer, waiting for your permission`),
-/// as the daemon lists them; none when it does not answer within 2 s.
-fn turns_running(home: &Path) -> Vec<String> {
+/// The turns a stop cuts off: this daemon's own agents running one (a host's agents keep
+/// running on their own daemon), as one line each (`  1a2b3c4d  fixer (waiting for your
+/// permission)`), apart by what the next boot does with them.
+#[derive(Debug, Default)]
+struct CutOff {
+    /// Those whose policy is `notify`: they wait with attention `interrupted`.
+    waiting: Vec<String>,
+    /// Those whose policy is `continue`: the next boot continues them by itself.
+    continuing: Vec<String>,
+}
+
+impl CutOff {
+    /// What to tell the user, once the daemon stopped; `None` when it cut off nothing.
+    fn advice(&self) -> Option<String> {
+        let count = self.waiting.len() + self.continuing.len();
+        if count == 0 {
+            return None;
+        }
+        let mut out = format!(
+            "drover: it cut off {count} turn(s); a permission one of them asked is cancelled\n"
+        );
+        if !self.waiting.is_empty() {
+            out.push_str(
+                "  these wait with attention `interrupted` until they are sent something:\n",
+            );
+            for line in &self.waiting {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        if !self.continuing.is_empty() {
+            out.push_str(
+                "  these continue by themselves once the daemon runs again (on_interrupt = \
+                 continue):\n",
+            );
+            for line in &self.continuing {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        if self.waiting.is_empty() {
+            out.push_str("  to go on: drover daemon start\n");
+        } else {
+            out.push_str(
+                "  to go on with one that waits: drover daemon start, then drover send ID \
+                 \"continue\"\n",
+            );
+        }
+        Some(out)
+    }
+}
+
+/// The turns the daemon is running (see [`CutOff`]), as it lists them; none when it does not
+/// answer within 2 s. What the next boot does with each is its own `on_interrupt`, else its
+/// provider's in `config.toml` (the next boot reads the file then, as this does now), else
+/// `notify`.
+fn turns_running(home: &Path) -> CutOff {
     let endpoint = crate::client::Endpoint {
         home: home.to_path_buf(),
         url: None,
@@ -268,7 +317,7 @@ fn turns_running(home: &Path) -> Vec<String> {
         .enable_all()
         .build()
     else {
-        return Vec::new();
+        return CutOff::default();
     };
     let agents = runtime.block_on(async {
         let opened = tokio::time::timeout(
@@ -284,12 +333,18 @@ fn turns_running(home: &Path) -> Vec<String> {
             _ => Vec::new(),
         }
     });
+    let providers = drover_acp::Providers::load(home).ok();
+    let policy = |a: &drover_protocol::AgentInfo| {
+        a.on_interrupt
+            .or_else(|| providers.as_ref()?.get(&a.provider)?.on_interrupt)
+            .unwrap_or_default()
+    };
     let short = crate::resolve::ShortIds::new(&agents);
-    let mut lines: Vec<(String, String)> = agents
+    let mut lines: Vec<(String, bool, String)> = agents
         .iter()
-        .filter(|a| a.status == drover_protocol::AgentStatus::Running)
+        .filter(|a| a.status == drover_protocol::AgentStatus::Running && a.host.is_none())
         .map(|a| {
-            let mut line = format!("  {}", short.get(&a.id));
+            let mut line = format!("    {}", short.get(&a.id));
             if let Some(title) = &a.title {
                 line.push_str("  ");
                 line.push_str(title);
@@ -297,11 +352,20 @@ fn turns_running(home: &Path) -> Vec<String> {
             if a.attention_reason == Some(drover_protocol::AttentionReason::Permission) {
                 line.push_str(" (waiting for your permission)");
             }
-            (a.id.clone(), line)
+            let continues = policy(a) == drover_protocol::OnInterrupt::Continue;
+            (a.id.clone(), continues, line)
         })
         .collect();
     lines.sort();
-    lines.into_iter().map(|(_, line)| line).collect()
+    let mut cut_off = CutOff::default();
+    for (_, continues, line) in lines {
+        if continues {
+            cut_off.continuing.push(line);
+        } else {
+            cut_off.waiting.push(line);
+        }
+    }
+    cut_off
 }
 
 /// `drover daemon status`: exit code 0 when running, 3 when not.

@@ -236,14 +236,9 @@ impl TurnEnd {
             // work went on instead).
             Some(End::Limited) => {
                 let next = match (text("fallbackAgentId"), text("retryAt")) {
-                    (Some(to), _) => {
-                        // Its handle: the last 8 hex digits of the id.
-                        let handle: String = to
-                            .chars()
-                            .skip(to.chars().count().saturating_sub(8))
-                            .collect();
-                        Some(format!("the work goes on in agent {handle}"))
-                    }
+                    // Its whole id: a handle made here could differ from the one `drover
+                    // ls` shows (longer when two ids end alike) and be ambiguous.
+                    (Some(to), _) => Some(format!("the work goes on in agent {to}")),
                     (None, Some(at)) => Some(format!(
                         "the prompt goes again at {} (`drover retry` sends it now)",
                         clock(&at)
@@ -819,7 +814,8 @@ mod tests {
         }));
         assert_eq!(
             fell_back.describe(),
-            "limited: usage limit reached; the work goes on in agent a4997ce7"
+            "limited: usage limit reached; the work goes on in agent \
+             01a24b38-797e-750b-8d50-80a3a4997ce7"
         );
     }
 

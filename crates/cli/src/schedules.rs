@@ -95,7 +95,6 @@ fn when_of(add: &ScheduleAdd) -> Result<ScheduleWhen, CliError> {
     })
 }
 
-/// `2026-12-24 09:00:00 (in 29m)` in local time, or `-` when there is no next run.
 /// The daemon's description of when it fires, a one-off's time in local time as the next
 /// run is (`once at 2026-12-06 12:56:58`; the daemon writes it in UTC).
 fn fires(schedule: &ScheduleInfo) -> String {
@@ -122,6 +121,7 @@ fn fires(schedule: &ScheduleInfo) -> String {
     }
 }
 
+/// `2026-12-24 09:00:00 (in 29m)` in local time, or `-` when there is no next run.
 pub(crate) fn next_run(at: Option<&str>, now: Timestamp) -> String {
     at.map_or_else(|| "-".to_string(), |at| output::when_ahead(at, now))
 }

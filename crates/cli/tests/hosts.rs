@@ -581,6 +581,46 @@ fn daemons_killed_on_either_side_come_back_linked() {
     fleet.logs_contain(&id, "after the kills");
 }
 
+/// `drover daemon stop` on the hub names the turns it cut off: its own agents', not those of
+/// its hosts, which keep running on their own daemon.
+#[test]
+fn stopping_the_hub_names_only_its_own_cut_turns() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let remote = fleet.run_on_b("sleep 60000");
+    let hub_work = fleet.hub.work.display().to_string();
+    let made = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--cwd",
+            &hub_work,
+            "--provider",
+            "demo",
+            "--title",
+            "local",
+            "--detach",
+            "sleep 60000",
+        ],
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let local = String::from_utf8_lossy(&made.stdout).trim().to_string();
+    wait_status(&fleet.hub, &remote, "running");
+    wait_status(&fleet.hub, &local, "running");
+    let stopped = drover(&fleet.hub, &["daemon", "stop"]);
+    assert!(stopped.status.success(), "{}", text(&stopped));
+    let said = String::from_utf8_lossy(&stopped.stderr);
+    let handle = |id: &str| id.replace('-', "")[24..].to_string();
+    assert!(
+        said.contains("it cut off 1 turn(s)")
+            && said.contains(&format!("    {}  local\n", handle(&local)))
+            && !said.contains(&handle(&remote)),
+        "{}",
+        text(&stopped)
+    );
+}
+
 #[test]
 fn a_refused_login_is_a_clear_error() {
     let fleet = Fleet::new();

@@ -34,8 +34,10 @@ const browser = await chromium.launch({
 
 const errors = [];
 const pages = [];
-async function open({ token = A.token, viewport = { width: 1280, height: 800 }, mobile = false, fragment = '' } = {}) {
+async function open({ token = A.token, viewport = { width: 1280, height: 800 }, mobile = false, fragment = '', init = null } = {}) {
   const context = await browser.newContext({ viewport, isMobile: mobile, hasTouch: mobile, deviceScaleFactor: 1 });
+  // A script run in the page before its own (e.g. a browser clock not in step with the daemon's).
+  if (init) await context.addInitScript(init);
   const page = await context.newPage();
   pages.push(page);
   page.setDefaultTimeout(WAIT);
@@ -184,6 +186,26 @@ const scenarios = {
     await dialog.waitFor({ state: 'visible' });
     await one.click('dialog button.danger');
     for (const p of [one, two]) await gone(p, scheduleRow(A.agent, id));
+    // A one-off says its time as its next run is shown: in the browser's time zone and words,
+    // not the daemon's UTC.
+    await one.click(`${pane(A.agent)} .more > summary`);
+    await one.click(`${pane(A.agent)} button.schedule-new`);
+    await dialog.waitFor({ state: 'visible' });
+    await dialog.locator('textarea[name=prompt]').fill('say later');
+    await dialog.locator('input[name=title]').fill('one-off');
+    await dialog.locator('select[name=kind]').selectOption('in');
+    await dialog.locator('input[name=minutes]').fill('90');
+    await dialog.locator('button[type=submit]').click();
+    await gone(one, 'dialog');
+    const once = one.locator(`${pane(A.agent)} .schedule-row`, { hasText: 'one-off' });
+    await once.waitFor();
+    const next = (await once.locator('.when').innerText()).replace(/^next /, '');
+    const fires = await once.locator('.what .muted').innerText();
+    if (!next || fires !== `once at ${next}`) fail(`the one-off's row says ${JSON.stringify(fires)}, next ${JSON.stringify(next)}`);
+    await once.locator('button.schedule-delete').click();
+    await dialog.waitFor({ state: 'visible' });
+    await one.click('dialog button.danger');
+    await gone(one, `${pane(A.agent)} .schedule-row`);
   },
 
   // The settings a live agent offers (ACP config options) are selects in its header: a change
@@ -818,22 +840,35 @@ const scenarios = {
     if (own.value !== A.worktree) fail(`the worktree's own + offers ${own.value}, not ${A.worktree}`);
   },
 
-  // A turn that has sent nothing for 30 s (before the page opened: the silence counts from its
-  // last item) says so in its pane, and the note goes when the turn ends; a turn waiting for
-  // your permission answer is not the agent being quiet.
+  // A turn that has sent nothing for 30 s says so in its pane, and the note goes when the turn
+  // ends; a turn waiting for your permission answer is not the agent being quiet. The browser's
+  // clock is 10 min ahead of the daemon's here: the silence is counted on the page's clock from
+  // when it received the last item, so the note does not come at once. Its counter moves each
+  // second, but what a screen reader is told (the live region) is said once.
   async quiet() {
-    const page = await open();
+    const page = await open({ init: () => { const real = Date.now; Date.now = () => real() + 600000; } });
     await ready(page);
     await openAgent(page, A.asker);
     await openAgent(page, A.sleeper);
+    const opened = Date.now();
     const note = page.locator(`${pane(A.sleeper)} .quiet-note:not([hidden])`);
-    await note.waitFor({ timeout: 5000 });
+    await page.waitForTimeout(3000);
+    if (await note.count()) fail(`a turn the page heard from 3 s ago is called quiet: ${JSON.stringify(await note.innerText())}`);
+    await note.waitFor({ timeout: 45000 });
+    if (Date.now() - opened < 28000) fail(`the quiet note came ${Date.now() - opened} ms after the pane opened`);
     const text = await note.innerText();
     if (!/^Nothing from the agent for 3\d s: its turn still runs\./.test(text)) fail(`the quiet note says ${JSON.stringify(text)}`);
+    const said = page.locator(`${pane(A.sleeper)} .quiet-said[role="status"]`);
+    const told = await said.textContent();
+    if (!/^Nothing from the agent for 30 s or more: its turn still runs\./.test(told ?? '')) fail(`the live region says ${JSON.stringify(told)}`);
+    await page.waitForTimeout(2100);
+    if (await note.innerText() === text) fail(`the counter did not move: ${JSON.stringify(text)}`);
+    if (await said.textContent() !== told) fail(`the live region changed with the counter: ${JSON.stringify(await said.textContent())}`);
     await shot(page, 'quiet');
     if (await page.locator(`${pane(A.asker)} .quiet-note:not([hidden])`).count()) fail('a turn waiting for a permission answer was called quiet');
     await page.click(`${pane(A.sleeper)} button:has-text("Stop")`);
     await gone(page, `${pane(A.sleeper)} .quiet-note:not([hidden])`);
+    if (await said.textContent() !== '') fail(`the live region still says ${JSON.stringify(await said.textContent())} after the turn ended`);
   },
 
   // An agent waiting for a sign-in: the sidebar says so; its pane shows one way per method

@@ -930,15 +930,13 @@ async fn a_turn_silent_for_30_seconds_says_so_in_its_pane_but_not_one_asking_per
         json!({"cwd": daemon.cwd(), "title": "sleeper", "prompt": "sleep 120000"}),
     )
     .await;
-    let silent_since = std::time::Instant::now();
     let asker = create(
         &mut client,
         json!({"cwd": daemon.cwd(), "title": "asker", "prompt": "permission deploy"}),
     )
     .await;
     wait_permission(&mut client, &asker, "the permission request").await;
-    // 30 s of silence before any page opens, without holding the browser.
-    tokio::time::sleep_until((silent_since + Duration::from_secs(31)).into()).await;
+    client.wait_status(&sleeper, "running").await;
     Scenario::run(
         "quiet",
         &daemon,

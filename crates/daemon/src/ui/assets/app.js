@@ -47,7 +47,7 @@ import { Terminals } from './terminal.js';
  *   queuedFor?: string | null, queuedTimer?: ReturnType<typeof setTimeout> | null, archivedEl: HTMLElement,
  *   archivedKey?: string | null, archivedElsewhere?: boolean, droppedEl: HTMLElement, droppedKey?: string | null,
  *   seen?: string | null, input: HTMLTextAreaElement, send: HTMLButtonElement, composerError: HTMLElement,
- *   quietEl: HTMLElement, heardAt: number, quietText?: string,
+ *   quietEl: HTMLElement, quietShownEl: HTMLElement, quietSaidEl: HTMLElement, heardAt: number, quietText?: string,
  * }} Pane
  */
 /** What a job's output answer or push carries. */
@@ -541,18 +541,24 @@ setInterval(() => { if (S.state === 'offline') renderConnection(); }, 1000);
 
 // An agent retrying its model API (a refused key, a rate limit: claude's ten retries take
 // minutes) sends nothing meanwhile: after QUIET_MS without a word during its turn, its pane
-// says so (not while it waits for a permission answer, which is you).
+// says so (not while it waits for a permission answer, which is you). The silence is counted
+// on the page's own clock, from when it received the agent's last item: the browser's clock
+// need not be in step with the daemon's. The counter is shown, not announced: the live region
+// says once that the turn is quiet, and speaks again only when the note goes and comes back.
 const QUIET_MS = 30000;
+const QUIET_SAYS = 'its turn still runs. An agent retrying its model API (after a refused key or a rate limit) says nothing meanwhile; Stop cancels the turn.';
 setInterval(() => {
   for (const pane of S.panes.values()) {
     const a = S.agents.get(pane.id);
     const quiet = Date.now() - pane.heardAt;
     const show = Boolean(pane.loaded && a && a.status === 'running' && a.attentionReason !== 'permission' && quiet >= QUIET_MS);
-    const text = show ? `Nothing from the agent for ${quiet < 60000 ? `${Math.floor(quiet / 1000)} s` : `${Math.floor(quiet / 60000)} min`}: its turn still runs. An agent retrying its model API (after a refused key or a rate limit) says nothing meanwhile; Stop cancels the turn.` : '';
+    const text = show ? `Nothing from the agent for ${quiet < 60000 ? `${Math.floor(quiet / 1000)} s` : `${Math.floor(quiet / 60000)} min`}: ${QUIET_SAYS}` : '';
     if (text === (pane.quietText ?? '')) continue;
     pane.quietText = text;
     pane.quietEl.hidden = !show;
-    pane.quietEl.textContent = text;
+    pane.quietShownEl.textContent = text;
+    const said = show ? `Nothing from the agent for ${QUIET_MS / 1000} s or more: ${QUIET_SAYS}` : '';
+    if (pane.quietSaidEl.textContent !== said) pane.quietSaidEl.textContent = said;
   }
 }, 1000);
 
@@ -919,8 +925,14 @@ function makePane(a) {
   pane.queuedEl = h('ul', { class: 'queued', 'aria-label': 'Queued messages' });
   pane.archivedEl = h('div', { class: 'pane-note archived-note', role: 'status', hidden: true });
   pane.droppedEl = h('div', { class: 'pane-note dropped-note', role: 'status', hidden: true });
-  pane.quietEl = h('div', { class: 'pane-note quiet-note', role: 'status', hidden: true });
-  // When the agent last said something, as far as this page knows (0 until its timeline loads).
+  // The note with its counter, hidden from screen readers; what they are told, in a live
+  // region that is always there (so that it is heard) and changes only when the note comes
+  // or goes.
+  pane.quietShownEl = h('span', { 'aria-hidden': 'true' });
+  pane.quietEl = h('div', { class: 'pane-note quiet-note', hidden: true }, pane.quietShownEl);
+  pane.quietSaidEl = h('div', { class: 'visually-hidden quiet-said', role: 'status' });
+  // When this page last received something from the agent, on its own clock (0 until its
+  // timeline loads).
   pane.heardAt = 0;
   if (keptArchived.delete(id)) pane.archivedElsewhere = true;
   pane.input = h('textarea', {
@@ -946,7 +958,7 @@ function makePane(a) {
   pane.send = h('button', { type: 'button', class: 'primary', onclick: () => sendMessage(pane, S.delivery[id] || 'followup') }, 'Send');
   pane.composerError = h('div', { class: 'composer-error', role: 'alert' });
   pane.root = h('div', { class: 'agent-pane', dataset: { agentId: id } }, pane.header, pane.startEl, pane.view.el,
-    h('div', { class: 'bottom' }, pane.terms.el, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl, pane.quietEl, pane.droppedEl, pane.archivedEl,
+    h('div', { class: 'bottom' }, pane.terms.el, pane.jobsEl, pane.schedulesEl, pane.track, pane.queuedEl, pane.quietEl, pane.quietSaidEl, pane.droppedEl, pane.archivedEl,
       h('div', { class: 'composer' }, pane.input, h('div', { class: 'composer-bar' }, deliveries, pane.send), pane.composerError)));
   return pane;
 }
@@ -962,9 +974,9 @@ async function loadPane(pane) {
     learn(p.info);
     const items = /** @type {import('./protocol.gen.js').AgentUpdate[]} */ (p.updates).map((u) => u.notification.item);
     pane.view.reset(items, p.hasOlder);
-    // A silence counts from the agent's last item, not from opening its pane.
-    const last = items.length ? Date.parse(items[items.length - 1].at) : NaN;
-    pane.heardAt = Math.max(pane.heardAt, Number.isNaN(last) ? Date.now() : Math.min(last, Date.now()));
+    // A silence counts from when this page received the agent's last item: the item's own
+    // time is the daemon's clock, which the browser's need not agree with.
+    pane.heardAt = Date.now();
     settleQueued(pane.id, items);
     pane.loaded = true;
     // A failed start's kept messages are read again (`renderStartCard`).
@@ -1510,6 +1522,16 @@ function localTime(iso) {
 }
 
 /**
+ * When a schedule fires, as the daemon describes it; a one-off's time in this browser's time
+ * zone and words, as its next run is shown (the daemon's description says it in UTC).
+ * @param {import('./protocol.gen.js').ScheduleInfo} x
+ */
+function fires(x) {
+  const at = x.cadence?.kind === 'once' ? x.cadence.at : null;
+  return typeof at === 'string' ? `once at ${localTime(at)}` : x.description;
+}
+
+/**
  * @param {Pane} pane
  * @param {AgentInfo} a
  */
@@ -1525,7 +1547,7 @@ function renderSchedules(pane, a) {
     h('ul', { class: 'track-rows', role: 'list' }, list.map((x) => {
       const last = x.runs[x.runs.length - 1];
       return h('li', { class: `schedule-row state-${x.state}`, dataset: { scheduleId: x.id } },
-        h('span', { class: 'what' }, h('strong', null, x.title || x.prompt.split('\n')[0]), ' ', h('span', { class: 'muted' }, x.description)),
+        h('span', { class: 'what' }, h('strong', null, x.title || x.prompt.split('\n')[0]), ' ', h('span', { class: 'muted' }, fires(x))),
         h('span', { class: 'when' }, x.state === 'paused' ? 'paused' : `next ${localTime(x.nextRunAt)}`),
         last ? h('span', { class: last.error ? 'error-text' : 'muted', title: last.error || '' }, `last ${ago(last.firedAt)} ago${last.error ? ', failed' : ''}`) : null,
         x.newAgent ? h('span', { class: 'badge' }, 'new agent') : null,
@@ -1533,7 +1555,7 @@ function renderSchedules(pane, a) {
           x.state === 'paused' ? 'Resume' : 'Pause'),
         h('button', { type: 'button', class: 'icon schedule-delete', 'aria-label': `Delete schedule ${x.id}`, title: 'Delete',
           onclick: async () => {
-            if (await confirmDialog({ title: `Delete “${x.title || x.id}”?`, body: `It stops: ${x.description}.`, confirm: 'Delete' })) {
+            if (await confirmDialog({ title: `Delete “${x.title || x.id}”?`, body: `It stops: ${fires(x)}.`, confirm: 'Delete' })) {
               conn.request({ type: ClientType.DeleteSchedule, scheduleId: x.id }).catch(failed('Delete'));
             }
           } }, '×'));
