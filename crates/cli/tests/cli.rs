@@ -799,6 +799,38 @@ fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
     assert!(!logs.stdout.contains("drover login"), "{}", logs.stdout);
 }
 
+#[test]
+fn the_turn_after_a_key_is_replaced_in_config_toml_runs_with_the_new_key() {
+    let fx = Fixture::start();
+    fx.add_scripted_provider("keyed", "SCRIPTED_KEY = \"old-key\"");
+    // Its model API refuses the key: the hint says to replace it in config.toml.
+    let id = fx.spawn_agent(
+        &["--title", "keyed", "--provider", "keyed"],
+        "fail unexpected status 401 Unauthorized: Incorrect API key provided: old-key.",
+    );
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    assert_eq!(fx.info(&id)["runtime"]["state"], "live");
+    let config = fx.home().join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, text.replace("\"old-key\"", "\"the-new-key\"")).expect("config");
+    // The next message runs with the new key, in the same conversation.
+    fx.drover(&["send", &id, "env SCRIPTED_KEY"]).ok();
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &id]).ok();
+    assert!(logs.stdout.contains("the-new-key"), "{}", logs.stdout);
+    assert!(
+        logs.stdout
+            .contains("the settings of provider `keyed` changed"),
+        "{}",
+        logs.stdout
+    );
+    // Unchanged settings keep the process: the turn after runs in it.
+    let pid = fx.info(&id)["runtime"]["pid"].clone();
+    fx.drover(&["send", &id, "env SCRIPTED_KEY"]).ok();
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    assert_eq!(fx.info(&id)["runtime"]["pid"], pid);
+}
+
 // ---- archive, unarchive, detach ---------------------------------------------------------------
 
 #[test]
