@@ -433,6 +433,35 @@ fn mistakes_are_named(fleet: &Fleet) {
 }
 
 #[test]
+fn a_refused_key_on_b_says_to_replace_it_on_b() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    // codex-acp's words when its model API answers 401.
+    let id = fleet.run_on_b("fail unexpected status 401 Unauthorized: Incorrect API key provided");
+    let failed = |machine: &Machine| {
+        let logs = drover(machine, &["logs", &id]);
+        String::from_utf8_lossy(&logs.stdout)
+            .lines()
+            .find(|l| l.contains("failed:"))
+            .map(str::to_string)
+    };
+    let on_hub = poll_until_blocking(Duration::from_secs(20), || failed(&fleet.hub));
+    let on_hub = on_hub.unwrap_or_default();
+    assert!(
+        on_hub.contains("[providers.demo] env in the config.toml of host `b`")
+            && on_hub.contains("on host `b`, `drover login demo`"),
+        "{on_hub}"
+    );
+    // b's own user is told of its own config.toml.
+    let on_b = failed(&fleet.b).unwrap_or_default();
+    assert!(
+        on_b.contains("[providers.demo] env in config.toml") && !on_b.contains("host `b`"),
+        "{on_b}"
+    );
+}
+
+#[test]
 fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
     let fleet = Fleet::new();
     let added = fleet.add_b(&fleet.ssh.key);
