@@ -56,6 +56,7 @@ pub use providers::{
     Availability, ConfigError, DEFAULT_IDLE_TIMEOUT, LiveProviders, Provider, Providers,
     RuntimeSettings,
 };
+pub use refused_key::placed_on_host;
 
 /// How long a closing agent gets between TERM and KILL.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(3);

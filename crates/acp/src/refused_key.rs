@@ -24,6 +24,10 @@ const REFUSED_KEY_PHRASES: &[&str] = &[
     "with error 401:",
 ];
 
+/// The part of the hint that says where to act: the machine that runs the agent. A hub
+/// relaying a host's messages names the host there ([`placed_on_host`]).
+const WHERE: &str = " env in config.toml (read again when it changes) or run `drover login ";
+
 /// What to add to a failed turn's error when it says the provider's key was refused: where
 /// the key is and how to give another one.
 pub(crate) fn hint(error: &str, provider: &str) -> Option<String> {
@@ -33,16 +37,36 @@ pub(crate) fn hint(error: &str, provider: &str) -> Option<String> {
         .any(|p| lower.contains(p))
         .then(|| {
             format!(
-                "the model API refused the agent's key: replace it under [providers.{provider}] \
-                 env in config.toml (read again when it changes) or run `drover login {provider}`, \
-                 then send the message again"
+                "the model API refused the agent's key: replace it under \
+                 [providers.{provider}]{WHERE}{provider}`, then send the message again"
             )
         })
 }
 
+/// `text` (a message of host `host`'s daemon, as its JSON line) with each refused-key hint in
+/// it naming that host, whose `config.toml` and `drover login` it means, not the hub's; `None`
+/// when it has none. The host's name is written as JSON string content.
+pub fn placed_on_host(text: &str, host: &str) -> Option<String> {
+    if !text.contains(WHERE) {
+        return None;
+    }
+    let quoted = serde_json::to_string(host).unwrap_or_default();
+    let host = quoted
+        .strip_prefix('"')
+        .and_then(|h| h.strip_suffix('"'))
+        .unwrap_or_default();
+    Some(text.replace(
+        WHERE,
+        &format!(
+            " env in the config.toml of host `{host}` (read again when it changes) or run, on \
+             host `{host}`, `drover login "
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::hint;
+    use super::{hint, placed_on_host};
 
     #[test]
     fn the_agents_words_for_a_refused_key_get_the_hint() {
@@ -57,6 +81,25 @@ mod tests {
                 "{error}: {said}"
             );
         }
+    }
+
+    #[test]
+    fn a_hosts_hint_names_the_host() {
+        let error = "Incorrect API key provided: sk-bad.";
+        let said = hint(error, "codex").unwrap_or_default();
+        let line = serde_json::json!({"type": "agent_update", "payload": {"error": said}});
+        let placed = placed_on_host(&line.to_string(), "b").unwrap_or_default();
+        let error =
+            serde_json::from_str::<serde_json::Value>(&placed).expect("json")["payload"]["error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        assert!(
+            error.contains("[providers.codex] env in the config.toml of host `b`")
+                && error.contains("on host `b`, `drover login codex`"),
+            "{error}"
+        );
+        assert_eq!(placed_on_host("{\"type\":\"agent_update\"}", "b"), None);
     }
 
     #[test]

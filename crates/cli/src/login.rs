@@ -329,16 +329,25 @@ impl AgentCommand {
     fn run_terminal_login(&self, method: &AuthMethod) -> anyhow::Result<()> {
         let mut command = self.command();
         command.args(&method.args).envs(&method.env);
-        let foreground = drover_core::child::in_a_job_of_its_own(&mut command);
-        let status = drover_core::child::spawn_tied(command).and_then(|mut child| {
-            exited(&child);
+        let group = drover_core::child::in_a_job_of_its_own(&mut command);
+        let foreground = group == drover_core::child::JobGroup::Foreground;
+        let spawned = drover_core::child::spawn_tied(command);
+        let status = spawned.and_then(|mut child| {
             if foreground {
-                drover_core::child::take_terminal_back();
+                drover_core::child::wait_in_the_foreground(&child);
+            } else {
+                exited(&child);
             }
-            // Before it is reaped: its pid, the group's id, cannot be another's yet.
-            drover_acp::process::kill_group_now(child.id(), None, None);
+            if group.is_its_own() {
+                // Before it is reaped: its pid, the group's id, cannot be another's yet.
+                drover_acp::process::kill_group_now(child.id(), None, None);
+            }
             child.wait()
         });
+        if foreground {
+            // Also when it did not start: the child gave it the terminal before its `exec`.
+            drover_core::child::take_terminal_back();
+        }
         let status = status.with_context(|| format!("cannot run {}", self.program))?;
         if status.success() {
             Ok(())

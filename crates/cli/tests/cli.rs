@@ -807,6 +807,38 @@ fn a_turn_the_model_refused_for_its_key_says_where_the_key_is() {
     assert!(!logs.stdout.contains("drover login"), "{}", logs.stdout);
 }
 
+#[test]
+fn the_turn_after_a_key_is_replaced_in_config_toml_runs_with_the_new_key() {
+    let fx = Fixture::start();
+    fx.add_scripted_provider("keyed", "SCRIPTED_KEY = \"old-key\"");
+    // Its model API refuses the key: the hint says to replace it in config.toml.
+    let id = fx.spawn_agent(
+        &["--title", "keyed", "--provider", "keyed"],
+        "fail unexpected status 401 Unauthorized: Incorrect API key provided: old-key.",
+    );
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    assert_eq!(fx.info(&id)["runtime"]["state"], "live");
+    let config = fx.home().join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, text.replace("\"old-key\"", "\"the-new-key\"")).expect("config");
+    // The next message runs with the new key, in the same conversation.
+    fx.drover(&["send", &id, "env SCRIPTED_KEY"]).ok();
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    let logs = fx.drover(&["logs", &id]).ok();
+    assert!(logs.stdout.contains("the-new-key"), "{}", logs.stdout);
+    assert!(
+        logs.stdout
+            .contains("the settings of provider `keyed` changed"),
+        "{}",
+        logs.stdout
+    );
+    // Unchanged settings keep the process: the turn after runs in it.
+    let pid = fx.info(&id)["runtime"]["pid"].clone();
+    fx.drover(&["send", &id, "env SCRIPTED_KEY"]).ok();
+    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    assert_eq!(fx.info(&id)["runtime"]["pid"], pid);
+}
+
 // ---- archive, unarchive, detach ---------------------------------------------------------------
 
 #[test]
@@ -1171,6 +1203,173 @@ fn a_login_to_an_agent_of_another_acp_version_is_refused_as_its_start_is() {
     );
     let kept = std::fs::read_to_string(fx.home().join("config.toml")).expect("config");
     assert_eq!(kept, config, "the login kept something");
+}
+
+/// An interactive bash with job control on a terminal of its own (a pty), in the fixture's
+/// environment with `drover` on its `PATH`: what it wrote, and a way to type.
+struct Terminal {
+    master: std::fs::File,
+    shell: Child,
+    said: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Terminal {
+    #[expect(unsafe_code)] // a pty's calls are plain system calls; the shell's `pre_exec`.
+    fn shell(fx: &Fixture) -> Terminal {
+        use std::os::fd::FromRawFd as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        use std::os::unix::process::CommandExt as _;
+        // SAFETY: plain system calls on the new descriptor; the name is read into our buffer.
+        let (master, slave) = unsafe {
+            let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            assert!(fd >= 0, "posix_openpt");
+            assert_eq!(libc::grantpt(fd), 0, "grantpt");
+            assert_eq!(libc::unlockpt(fd), 0, "unlockpt");
+            let mut name = [0 as libc::c_char; 128];
+            assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+            let name = std::ffi::CStr::from_ptr(name.as_ptr())
+                .to_string_lossy()
+                .into_owned();
+            (std::fs::File::from_raw_fd(fd), name)
+        };
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(slave)
+            .expect("the pty's terminal");
+        let bin = Path::new(DROVER)
+            .parent()
+            .expect("bin dir")
+            .display()
+            .to_string();
+        let mut command = drover_testkit::hermetic::command("bash", fx.user.path());
+        command
+            .args(["--norc", "--noprofile", "-i"])
+            .current_dir(fx.cwd())
+            .env(
+                "PATH",
+                format!("{bin}:{}", drover_testkit::hermetic::SYSTEM_PATH),
+            )
+            .env("DROVER_HOME", fx.home())
+            .env("PS1", "$ ")
+            .env("TERM", "dumb")
+            .stdin(slave.try_clone().expect("slave"))
+            .stdout(slave.try_clone().expect("slave"))
+            .stderr(slave);
+        // SAFETY: only async-signal-safe calls between fork and exec: a session of its own,
+        // whose controlling terminal is the pty, as a terminal emulator starts a shell.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let shell = command.spawn().expect("bash");
+        drop(command);
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut reader = master.try_clone().expect("master");
+        let into = said.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                into.lock().expect("said").extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal {
+            master,
+            shell,
+            said,
+        }
+    }
+
+    fn said(&self) -> String {
+        String::from_utf8_lossy(&self.said.lock().expect("said")).into_owned()
+    }
+
+    /// Types `keys`; where what the terminal shows after them starts (for [`Self::wait_for`]).
+    fn type_in(&mut self, keys: &str) -> usize {
+        let from = self.said.lock().expect("said").len();
+        std::io::Write::write_all(&mut self.master, keys.as_bytes()).expect("typing");
+        from
+    }
+
+    /// Waits until the terminal shows `text` after what it showed at `from`; panics with what
+    /// it shows otherwise.
+    fn wait_for(&self, text: &str, from: usize) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let said = self.said.lock().expect("said")[from..].to_vec();
+            if String::from_utf8_lossy(&said).contains(text) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the terminal never showed {text:?}:\n{}",
+                self.said()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    /// Ends the shell and every process of its session (a job it left stopped included).
+    #[expect(unsafe_code)] // `getsid` and `kill` are plain system calls on pids.
+    fn drop(&mut self) {
+        if let Ok(session) = i32::try_from(self.shell.id()) {
+            for process in drover_testkit::procs::live() {
+                // SAFETY: reading a session id and signalling processes of the test's pty.
+                unsafe {
+                    if process.pid != session && libc::getsid(process.pid) == session {
+                        libc::kill(process.pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+        let _ = self.shell.kill();
+        let _ = self.shell.wait();
+    }
+}
+
+// `drover login`'s terminal method in a shell's terminal: Ctrl-Z stops the login as a job
+// (the shell has the terminal back, `fg` goes on), and a login started in the background
+// (`&`) signs in once brought to the foreground.
+#[test]
+fn a_terminal_login_is_a_job_of_the_users_shell() {
+    let fx = Fixture::new();
+    fx.add_scripted_provider("locked", "SCRIPTED_AGENT_AUTH = \"1\"");
+    let fx = fx.serve(Command::new(DROVER), &[]);
+    let mut terminal = Terminal::shell(&fx);
+    let login = "drover login locked --method scripted-terminal";
+    let at = terminal.type_in(&format!("{login}\n"));
+    terminal.wait_for("type anything to sign in", at);
+    let at = terminal.type_in("\x1a");
+    terminal.wait_for("Stopped", at);
+    // The shell reads what is typed: it has the terminal.
+    let at = terminal.type_in("echo back-$((40 + 2))\n");
+    terminal.wait_for("back-42", at);
+    let at = terminal.type_in("fg\n");
+    terminal.wait_for(&format!("fg\r\n{login}"), at);
+    let at = terminal.type_in("yes\n");
+    terminal.wait_for("with scripted-terminal", at);
+    let at = terminal.type_in("echo exit-$((0 + $?))\n");
+    terminal.wait_for("exit-0", at);
+
+    std::fs::remove_file(fx.state.path().join("signed-in")).expect("signed in");
+    let at = terminal.type_in(&format!("{login} &\n"));
+    terminal.wait_for("type anything to sign in", at);
+    let at = terminal.type_in("fg\n");
+    terminal.wait_for(&format!("fg\r\n{login}"), at);
+    let at = terminal.type_in("yes\n");
+    terminal.wait_for("with scripted-terminal", at);
+    let at = terminal.type_in("echo exit-$((1 + $?))\n");
+    terminal.wait_for("exit-1", at);
 }
 
 // A `terminal` method's command that leaves a process running in its group (a server it

@@ -433,6 +433,35 @@ fn mistakes_are_named(fleet: &Fleet) {
 }
 
 #[test]
+fn a_refused_key_on_b_says_to_replace_it_on_b() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    // codex-acp's words when its model API answers 401.
+    let id = fleet.run_on_b("fail unexpected status 401 Unauthorized: Incorrect API key provided");
+    let failed = |machine: &Machine| {
+        let logs = drover(machine, &["logs", &id]);
+        String::from_utf8_lossy(&logs.stdout)
+            .lines()
+            .find(|l| l.contains("failed:"))
+            .map(str::to_string)
+    };
+    let on_hub = poll_until_blocking(Duration::from_secs(20), || failed(&fleet.hub));
+    let on_hub = on_hub.unwrap_or_default();
+    assert!(
+        on_hub.contains("[providers.demo] env in the config.toml of host `b`")
+            && on_hub.contains("on host `b`, `drover login demo`"),
+        "{on_hub}"
+    );
+    // b's own user is told of its own config.toml.
+    let on_b = failed(&fleet.b).unwrap_or_default();
+    assert!(
+        on_b.contains("[providers.demo] env in config.toml") && !on_b.contains("host `b`"),
+        "{on_b}"
+    );
+}
+
+#[test]
 fn a_cut_link_shows_unreachable_fails_fast_and_heals() {
     let fleet = Fleet::new();
     let added = fleet.add_b(&fleet.ssh.key);
@@ -1591,6 +1620,113 @@ fn a_new_subagent_gets_only_what_a_host_out_of_reach_cannot_spend() {
         "d holds {:?}, b holds {:?}",
         upstream_budgets(&d, &new),
         upstream_budgets_on_b(&fleet, &kid)
+    );
+}
+
+#[test]
+fn a_host_out_of_reach_cancels_no_running_turn_on_another_under_a_hard_budget() {
+    let fleet = Fleet::new();
+    let added = fleet.add_b(&fleet.ssh.key);
+    assert!(added.status.success(), "host add: {}", text(&added));
+    let (d, d_ssh) = ssh_machine(fleet.dir.path(), (&fleet.hub, "hub"), "d", "10.77.3", true);
+    let added = host_add(&fleet.hub, "d", &d_ssh, &d_ssh.key, &[]);
+    assert!(added.status.success(), "host add d: {}", text(&added));
+    // A root with a hard budget of 3000 tokens; its subagent on b spent 1000.
+    let (root, kid) = fleet.parent_with_kid_on_b(
+        "away",
+        "usage\nsay kid spent",
+        &["--budget-tokens", "3000", "--budget-hard"],
+    );
+    let hard = |n: u64| json!([{"tokens": n, "hard": true}]);
+    let held = poll_until_blocking(Duration::from_secs(30), || {
+        (upstream_budgets_on_b(&fleet, &kid) == Some(hard(3000))
+            && inspect(&fleet.hub, &root)["treeSpend"]["tokens"] == 1000)
+            .then_some(())
+    });
+    assert!(held.is_some(), "{:?}", upstream_budgets_on_b(&fleet, &kid));
+    // Another subagent of the root, on d, spent 1000 and runs a turn again: d holds it to
+    // 2000, hard.
+    let work = d.work.display().to_string();
+    let out = drover(
+        &fleet.hub,
+        &[
+            "run",
+            "--host",
+            "d",
+            "--parent",
+            &root,
+            "--cwd",
+            &work,
+            "--provider",
+            "demo",
+            "--detach",
+            "usage\nsay d spent",
+        ],
+    );
+    assert!(out.status.success(), "run --host d: {}", text(&out));
+    let on_d = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let spent = poll_until_blocking(Duration::from_secs(20), || {
+        (upstream_budgets(&d, &on_d) == Some(hard(2000))
+            && inspect(&fleet.hub, &root)["treeSpend"]["tokens"] == 2000)
+            .then_some(())
+    });
+    assert!(spent.is_some(), "{:?}", upstream_budgets(&d, &on_d));
+    let sent = drover(&fleet.hub, &["send", &on_d, "sleep 30000\nsay d finished"]);
+    assert!(sent.status.success(), "{}", text(&sent));
+    wait_status(&d, &on_d, "running");
+
+    // b out of reach: the 2000 its subagent may still spend are held back from d's, which may
+    // start no new turn past the 1000 it spent; but nobody spent them, so its running turn
+    // goes on to its end.
+    fleet.cut(true);
+    fleet.wait_host_state("unreachable", Duration::from_secs(20));
+    let reserved = poll_until_blocking(Duration::from_secs(20), || {
+        upstream_budgets(&d, &on_d).filter(|b| b[0]["tokens"] == 1000)
+    });
+    assert!(reserved.is_some(), "{:?}", upstream_budgets(&d, &on_d));
+    assert_eq!(
+        inspect(&d, &on_d)["status"],
+        "running",
+        "{}",
+        text(&drover(&d, &["logs", &on_d]))
+    );
+    // Its second turn ends as it would have anyway: it said its last words.
+    let items = || {
+        let logs = drover(&d, &["logs", &on_d, "--json"]);
+        String::from_utf8_lossy(&logs.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .map(|line| line["item"].clone())
+            .collect::<Vec<_>>()
+    };
+    let ended = poll_until_blocking(Duration::from_secs(60), || {
+        let ends: Vec<Value> = items()
+            .into_iter()
+            .filter(|item| item["kind"] == "turn_ended")
+            .map(|item| item["data"].clone())
+            .collect();
+        (ends.len() == 2).then(|| ends[1].clone())
+    });
+    assert!(
+        ended
+            .as_ref()
+            .is_some_and(|end| end["event"] != "turn_canceled"),
+        "{ended:?}: {}",
+        text(&drover(&d, &["logs", &on_d]))
+    );
+    assert_eq!(budget_cancels(&d, &on_d), 0);
+    let said = items().iter().any(|item| {
+        item["kind"] == "agent_message" && item["data"]["text"].as_str() == Some("d finished")
+    });
+    assert!(said, "{}", text(&drover(&d, &["logs", &on_d])));
+    // Held to it softly: what was really spent is not past the hard budget.
+    assert_eq!(upstream_budgets(&d, &on_d), Some(json!([{"tokens": 1000}])));
+    // Its next turn waits for b: the tree may have nothing left.
+    let sent = drover(&d, &["send", &on_d, "say too soon"]);
+    assert!(
+        !sent.status.success() && text(&sent).contains("1000 of 1000 tokens"),
+        "{}",
+        text(&sent)
     );
 }
 

@@ -93,16 +93,22 @@ pub async fn on_spawner<T: Send + 'static>(
         .map_err(|_| io::Error::other("the spawner thread dropped a job"))
 }
 
-/// Runs what `command` starts in a process group of its own, as a shell runs a job: when this
-/// process is the foreground of the terminal on its stdin, that group becomes the terminal's
-/// foreground while it runs (it reads the terminal and gets its Ctrl-C; give the terminal back
-/// with [`take_terminal_back`] once it exited; whether it gets it is returned). Its group can
-/// then be ended whole after it, with whatever it left in it, without ending this process's.
+/// Runs what `command` starts as a shell runs a job. When this process is the foreground of
+/// the terminal on its stdin, in a process group of its own that becomes the terminal's
+/// foreground while it runs (it reads the terminal and gets its Ctrl-C): wait for it with
+/// [`wait_in_the_foreground`], which passes a Ctrl-Z on as a shell does, and give the terminal
+/// back with [`take_terminal_back`] once it exited or failed to start. Without a terminal, in
+/// a group of its own as well. In the background of a shell, in this process's group: the
+/// shell's `fg`, `bg` and Ctrl-Z then reach it with this process. Its group can be ended
+/// whole after it (see [`JobGroup`]).
 #[expect(unsafe_code)] // `pre_exec` is unsafe: the closure runs between fork and exec.
-pub fn in_a_job_of_its_own(command: &mut Command) -> bool {
+pub fn in_a_job_of_its_own(command: &mut Command) -> JobGroup {
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) && !owns_the_terminal() {
+        return JobGroup::Shared;
+    }
     command.process_group(0);
     if !owns_the_terminal() {
-        return false;
+        return JobGroup::Own;
     }
     // SAFETY: the closure makes only async-signal-safe system calls (signal, setpgid,
     // getpid, tcsetpgrp) and allocates nothing. SIGTTOU is ignored while the child, not yet
@@ -117,22 +123,80 @@ pub fn in_a_job_of_its_own(command: &mut Command) -> bool {
             Ok(())
         });
     }
-    true
+    JobGroup::Foreground
+}
+
+/// Where [`in_a_job_of_its_own`] runs a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobGroup {
+    /// A group of its own, the terminal's foreground while it runs.
+    Foreground,
+    /// A group of its own (no terminal).
+    Own,
+    /// This process's group (in the background of a shell).
+    Shared,
+}
+
+impl JobGroup {
+    /// Whether the command's group is its own (ended whole after it).
+    pub fn is_its_own(self) -> bool {
+        self != JobGroup::Shared
+    }
 }
 
 /// Makes this process's group the foreground of the terminal on its stdin again, after a job
-/// [`in_a_job_of_its_own`] gave it to exited. Does nothing without a terminal.
-#[expect(unsafe_code)] // `signal` is unsafe: it may install a handler; here it only ignores.
+/// [`in_a_job_of_its_own`] gave it to exited (or failed to start). Does nothing without a
+/// terminal.
 pub fn take_terminal_back() {
     if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         return;
     }
+    give_terminal(nix::unistd::getpgrp().as_raw());
+}
+
+/// Makes `pgid` the foreground of the terminal on stdin, from the foreground or the
+/// background alike.
+#[expect(unsafe_code)] // `signal` is unsafe: it may install a handler; here it only ignores.
+fn give_terminal(pgid: i32) {
     // SAFETY: SIG_IGN installs no handler; the previous disposition is put back as it was.
-    // Taking the terminal from the background would stop this process on SIGTTOU otherwise.
+    // Setting the foreground from the background would stop this process on SIGTTOU otherwise.
     unsafe {
         let previous = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
+        libc::tcsetpgrp(libc::STDIN_FILENO, pgid);
         libc::signal(libc::SIGTTOU, previous);
+    }
+}
+
+/// Waits until `child`, run in the terminal's foreground by [`in_a_job_of_its_own`], exited,
+/// leaving it to be reaped. Stopped (Ctrl-Z), it is passed on as a shell does: this process
+/// takes the terminal back and stops too, so that its shell has the terminal and says the job
+/// stopped; continued in the foreground (`fg`), it gives the terminal to the command again and
+/// continues it; continued in the background (`bg`), it continues it without the terminal
+/// (reading the terminal stops it again, and this process with it).
+#[expect(unsafe_code)] // `tcgetpgrp` is a plain system call on an fd and no memory.
+pub fn wait_in_the_foreground(child: &std::process::Child) {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return;
+    };
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WSTOPPED | WaitPidFlag::WNOWAIT;
+    loop {
+        match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
+            Err(nix::errno::Errno::EINTR) => {}
+            Ok(WaitStatus::Stopped(..)) => {
+                // SAFETY: no memory is passed; it only reads the terminal's state.
+                if unsafe { libc::tcgetpgrp(libc::STDIN_FILENO) } == pid {
+                    take_terminal_back();
+                }
+                let _ = nix::sys::signal::raise(Signal::SIGTSTP);
+                // Continued: the command goes on, with the terminal when this has it.
+                if owns_the_terminal() {
+                    give_terminal(pid);
+                }
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGCONT);
+            }
+            _ => return,
+        }
     }
 }
 

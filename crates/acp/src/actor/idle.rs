@@ -36,7 +36,7 @@ pub(super) struct Background {
     /// Looked for since the task became quiet.
     looked: bool,
     /// How many the last look found.
-    count: usize,
+    pub(super) count: usize,
     /// When to look again (while some keep the runtime live).
     next: Option<Instant>,
 }

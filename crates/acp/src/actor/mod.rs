@@ -239,6 +239,10 @@ struct Live {
     /// The processes that are the agent itself, read once its session is ready (`None`
     /// before): the rest of its tree is background work (see [`idle::Background`]).
     own: Option<Arc<process::OwnProcesses>>,
+    /// What of its provider's settings the process was started with (see
+    /// [`session::ProcessSettings`]): when `config.toml` or a `drover login` changes them, the
+    /// next turn starts a new process with them first.
+    settings: session::ProcessSettings,
     /// Counted in `/health` while this exists.
     _counted: crate::LiveCount,
     /// Its slot under `max_live`, freed once the process has ended (this is dropped).

@@ -131,6 +131,27 @@ struct Capabilities {
     auth_methods: Vec<AuthMethod>,
 }
 
+/// What of a provider's settings reaches its agent's process when it starts: its command, its
+/// variables (keys among them) and its sign-in method. A live process started with others
+/// than `config.toml` says now (a key replaced there or by `drover login`) is started again
+/// before its next turn ([`Actor::restart_for_new_settings`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ProcessSettings {
+    command: Vec<String>,
+    env: BTreeMap<String, String>,
+    auth: Option<String>,
+}
+
+impl ProcessSettings {
+    fn of(provider: &Provider) -> Self {
+        Self {
+            command: provider.command.clone(),
+            env: provider.env.clone(),
+            auth: provider.auth.clone(),
+        }
+    }
+}
+
 /// What the start of a runtime knows beyond the agent's record: its provider and the
 /// environment its process got (what a sign-in method may find its variables in).
 struct Launched {
@@ -266,6 +287,34 @@ impl Actor {
         self.apply_config(&agent.config).await;
         self.note_own_processes().await;
         Ok(())
+    }
+
+    /// Before a turn: when the live process was started with other settings of its provider
+    /// than `config.toml` says now (a refused key replaced, `drover login`), it ends, as when it
+    /// hibernates, and the turn starts a new one that resumes the session. Not while the agent
+    /// has work of its own running in the background (that would end it).
+    pub(super) async fn restart_for_new_settings(&mut self) {
+        let Some(live) = &self.live else { return };
+        let Some(agent) = self.shared.registry.get(self.id) else {
+            return;
+        };
+        let Ok((provider, _)) = self.provider_of(&agent) else {
+            return;
+        };
+        if live.settings == ProcessSettings::of(&provider) {
+            return;
+        }
+        self.look_background().await;
+        if self.background.count > 0 {
+            tracing::info!(agent = %self.id, "the provider's settings changed, but the agent's background work keeps its process");
+            return;
+        }
+        tracing::info!(agent = %self.id, provider = %provider.name, "the provider's settings changed: its process starts again with them");
+        self.stop_runtime().await;
+        self.push(
+            ItemKind::Notice,
+            json!({"text": format!("the settings of provider `{}` changed since the agent's process started: it starts again with them", provider.name)}),
+        );
     }
 
     /// Loads the agent's session (or opens a new one when it has none or cannot load it).
@@ -434,7 +483,7 @@ impl Actor {
         // The agent holds its own slot: the spare's (if it still has it) is free for its
         // replacement.
         drop(spare_slot);
-        self.live = Some(self.new_live(process, marker, slot));
+        self.live = Some(self.new_live(process, marker, slot, &provider));
         self.publish_runtime();
         tracing::info!(agent = %self.id, pid, spare = %spare_id, provider = %agent.provider, "agent took a warm spare");
         Launched {
@@ -458,7 +507,7 @@ impl Actor {
         let (pid, rpc) = (process.running.pid, process.rpc.clone());
         self.record_runtime(pid);
         let marker = self.id.to_string();
-        self.live = Some(self.new_live(process, marker, slot));
+        self.live = Some(self.new_live(process, marker, slot, &provider));
         self.publish_runtime();
         tracing::info!(agent = %self.id, pid, provider = %agent.provider, "agent process started");
         Ok(Launched {
@@ -469,7 +518,13 @@ impl Actor {
         })
     }
 
-    fn new_live(&self, process: process::Connected, marker: String, slot: SlotGuard) -> Live {
+    fn new_live(
+        &self,
+        process: process::Connected,
+        marker: String,
+        slot: SlotGuard,
+        provider: &Provider,
+    ) -> Live {
         let process::Connected {
             running,
             rpc,
@@ -489,6 +544,7 @@ impl Actor {
             reported_tokens: 0,
             reported_cost: 0.0,
             own: None,
+            settings: ProcessSettings::of(provider),
             _counted: crate::LiveCount::new(&self.shared),
             _slot: slot,
         }

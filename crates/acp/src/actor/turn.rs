@@ -116,6 +116,7 @@ impl Actor {
             self.hold_for_budget(&spent);
             return;
         }
+        self.restart_for_new_settings().await;
         if !self.ensure_live().await {
             return;
         }

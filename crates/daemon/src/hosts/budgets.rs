@@ -28,7 +28,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, Weak};
 
-use drover_core::{AgentId, Budget, RemoteSpend, Spend, upstream_allowance};
+use drover_core::{AgentId, Budget, RemoteSpend, Spend, budget_reached, upstream_allowance};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -250,6 +250,9 @@ pub(super) fn allowances(inner: &Inner, parent: AgentId, subtree: &Spend) -> Vec
 /// [`allowances`], each with the agent here whose budget it comes from. Only what is provably
 /// left is given: what a subagent of the budgeted tree on a host out of reach may still spend
 /// (what its host holds it to, beyond what it spent when last heard from) counts as spent.
+/// That reserve holds back new turns but cancels none: nobody spent it. An allowance it
+/// lowered is given as a soft one (the host's turn gate holds new turns at it, its hard
+/// budgets' cancel ignores it), unless what was really spent reaches the hard budget as well.
 fn allowances_by_budgeted(
     inner: &Inner,
     parent: AgentId,
@@ -263,6 +266,7 @@ fn allowances_by_budgeted(
         .lineage_budgets(parent)
         .into_iter()
         .map(|b| {
+            let spent = upstream_allowance(&b.budget, &b.tree.spend, subtree);
             let mut tree = b.tree.spend.clone();
             if !away.is_empty() {
                 let members: HashSet<AgentId> = registry.tree(b.agent).into_iter().collect();
@@ -270,7 +274,11 @@ fn allowances_by_budgeted(
                     reserve(&mut tree, &b.budget, &root.budgets, &root.subtree);
                 }
             }
-            (b.agent, upstream_allowance(&b.budget, &tree, subtree))
+            let mut allowance = upstream_allowance(&b.budget, &tree, subtree);
+            if allowance.hard && allowance != spent && !budget_reached(&spent, subtree) {
+                allowance.hard = false;
+            }
+            (b.agent, allowance)
         })
         .collect()
 }

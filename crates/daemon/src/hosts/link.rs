@@ -562,6 +562,8 @@ impl Shared {
     /// Takes in one message the host's daemon sent. A streamed `agent_update` (most of what
     /// comes) is relayed as the host wrote it, read only for its agent and revision.
     fn receive(self: &Arc<Self>, line: String) -> Result<(), String> {
+        // A refused key's hint means the host's config.toml and `drover login`, not the hub's.
+        let line = drover_acp::placed_on_host(&line, &self.name).unwrap_or(line);
         if let Ok(Head {
             kind: "agent_update",
             payload:
