@@ -816,7 +816,8 @@ fn the_turn_after_a_key_is_replaced_in_config_toml_runs_with_the_new_key() {
         &["--title", "keyed", "--provider", "keyed"],
         "fail unexpected status 401 Unauthorized: Incorrect API key provided: old-key.",
     );
-    fx.drover(&["wait", &id, "--timeout", "20"]).ok();
+    // `wait` exits 1: the turn it waited for failed.
+    assert_eq!(fx.drover(&["wait", &id, "--timeout", "20"]).code, 1);
     assert_eq!(fx.info(&id)["runtime"]["state"], "live");
     let config = fx.home().join("config.toml");
     let text = std::fs::read_to_string(&config).expect("config");
