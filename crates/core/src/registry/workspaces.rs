@@ -384,8 +384,18 @@ impl Drop for Claim<'_> {
 }
 
 impl Inner {
-    /// Makes a git worktree of `source` under `$DROVER_HOME/worktrees`, with its setup run.
-    /// Git and setup run outside the writer lock.
+    /// The checkout at `source` (a directory, its canonical path) and the folder drover's
+    /// worktrees go in.
+    fn worktree_source(&self, source: &Path) -> Result<(PathBuf, PathBuf), RegistryError> {
+        let source = existing_dir(source).map_err(|e| match e {
+            RegistryError::InvalidInput { message, .. } => {
+                RegistryError::invalid("source", message)
+            }
+            e => e,
+        })?;
+        Ok((source, self.store.home().join(WORKTREES_DIR)))
+    }
+
     /// The unarchived workspace at the folder the worktree `options.name` of the checkout at
     /// `source` has (see [`worktree::planned_path`]); `None` without a name or such a workspace.
     fn named_worktree(
@@ -396,13 +406,7 @@ impl Inner {
         let Some(name) = options.name.as_deref() else {
             return Ok(None);
         };
-        let source = existing_dir(source).map_err(|e| match e {
-            RegistryError::InvalidInput { message, .. } => {
-                RegistryError::invalid("source", message)
-            }
-            e => e,
-        })?;
-        let root = self.store.home().join(WORKTREES_DIR);
+        let (source, root) = self.worktree_source(source)?;
         let path = worktree::planned_path(&root, &source, name)?;
         Ok(read(&self.state)
             .workspaces
@@ -493,18 +497,14 @@ impl Inner {
         ))
     }
 
+    /// Makes a git worktree of `source` under `$DROVER_HOME/worktrees`, with its setup run.
+    /// Git and setup run outside the writer lock.
     fn make_worktree(
         &self,
         source: &Path,
         options: &WorktreeOptions,
     ) -> Result<worktree::Created, RegistryError> {
-        let source = existing_dir(source).map_err(|e| match e {
-            RegistryError::InvalidInput { message, .. } => {
-                RegistryError::invalid("source", message)
-            }
-            e => e,
-        })?;
-        let root = self.store.home().join(WORKTREES_DIR);
+        let (source, root) = self.worktree_source(source)?;
         // A vanished worktree's folder stays its workspace's until that is archived.
         let reserved: HashSet<PathBuf> = read(&self.state)
             .workspaces
