@@ -64,8 +64,18 @@ struct Scenario {
 }
 
 impl Scenario {
-    async fn start(name: &str, daemon: &TestDaemon, mut args: Value) -> Scenario {
-        let guard = BROWSER.lock().await;
+    async fn start(name: &str, daemon: &TestDaemon, args: Value) -> Scenario {
+        Scenario::start_holding(BROWSER.lock().await, name, daemon, args)
+    }
+
+    /// [`Scenario::start`] with the browser already taken: for a scenario whose set-up runs
+    /// against a clock (waiting for another test's browser would eat its window).
+    fn start_holding(
+        guard: tokio::sync::MutexGuard<'static, ()>,
+        name: &str,
+        daemon: &TestDaemon,
+        mut args: Value,
+    ) -> Scenario {
         args["url"] = json!(format!("{}/", daemon.url));
         args["token"] = json!(daemon.token());
         args["shots"] = json!(shots());
@@ -1251,6 +1261,8 @@ async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
         "[providers.broken]\ncommand = [\"/bin/sh\", \"-c\", \"echo x >> {}; echo cannot start >&2; exit 3\"]\n",
         starts.display()
     );
+    // The browser first: the scenario must open before the backoff's 30 s run out.
+    let browser = BROWSER.lock().await;
     let daemon = TestDaemon::start_fresh_with_config(broken).await;
     let (mut client, _) = daemon.client().await;
     let count = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
@@ -1263,7 +1275,7 @@ async fn a_start_that_failed_shows_its_words_and_retry_starts_it_once_fixed() {
         client.get_agent(&id).await["runtime"]["retryAt"].is_string()
     })
     .await;
-    let mut s = Scenario::start("failedStart", &daemon, json!({"agent": id})).await;
+    let mut s = Scenario::start_holding(browser, "failedStart", &daemon, json!({"agent": id}));
     s.step("fix").await;
     assert_eq!(count(), 3, "opening the agent started it");
     let fixed = format!(
